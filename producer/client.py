@@ -1,0 +1,263 @@
+"""Producer: enqueue runs on sessions and get future-like handles back.
+
+>>> producer = Producer()                      # settings from TETHER_* variables
+>>> result = producer.run("s-1", "remember milk", agent="notes")
+>>> handle = producer.run_async("s-1", "recall", agent="notes")
+>>> handle.result(timeout=30).output
+'milk'
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from celery import Celery
+from pydantic import JsonValue
+
+from producer.handle import RunHandle
+from producer.listener import CompletionListener
+from shared.errors import InvalidInput, SessionBusy
+from shared.events import AgentEvent
+from shared.ids import new_id, validate_id, validate_tenant
+from shared.keys import RedisKeys
+from shared.redis_conn import redis_from_url
+from shared.results import RunStatus
+from shared.runbook import RunBook, SubmitOutcome
+from shared.runs import BusyPolicy, RunRequest, RunResult, parse_request
+from shared.settings import Settings, load_settings
+from shared.streams.redis import RedisEventStream
+from worker.config import celery_config
+
+RUN_TASK = "tether.run"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One request for :meth:`Producer.submit_many`."""
+
+    session_id: str
+    input: str | None
+    agent: str
+    tenant: str | None = None
+    request_id: str | None = None
+    metadata: dict[str, JsonValue] = field(default_factory=dict)
+    timeout_s: float | None = None
+    on_busy: str = "enqueue"
+
+
+class Producer:
+    """Client of a Tether deployment (thread-safe; one per process is enough).
+
+    Args:
+        settings: settings (default: read from the environment).
+        celery_app: an existing Celery app to publish with (default: one built from settings).
+        **overrides: setting overrides, e.g. ``broker_url=...``, ``redis_url=...``.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        celery_app: Celery | None = None,
+        **overrides: Any,
+    ) -> None:
+        self.settings = settings or load_settings(**overrides)
+        self.keys = RedisKeys(self.settings.namespace)
+        self.redis = redis_from_url(self.settings.effective_redis_url)
+        self.runbook = RunBook(self.redis, self.keys, result_ttl_s=self.settings.result_ttl_s)
+        self.stream = RedisEventStream(self.redis, keys=self.keys)
+        self._celery = celery_app
+        self._celery_lock = threading.Lock()
+        self._listener: CompletionListener | None = None
+
+    # --- plumbing ----------------------------------------------------------------------------
+
+    @property
+    def celery(self) -> Celery:
+        """The Celery app used to publish (built on first use)."""
+        with self._celery_lock:
+            if self._celery is None:
+                app = Celery("tether-producer", set_as_current=False)
+                app.conf.update(celery_config(self.settings))
+                self._celery = app
+            return self._celery
+
+    @property
+    def listener(self) -> CompletionListener:
+        """The single completion listener of this producer."""
+        with self._celery_lock:
+            if self._listener is None:
+                self._listener = CompletionListener(self.runbook)
+            return self._listener
+
+    def close(self) -> None:
+        """Stop the listener and close connections."""
+        if self._listener is not None:
+            self._listener.close()
+        self.redis.close()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- submitting ----------------------------------------------------------------------------
+
+    def _request(self, spec: RunSpec) -> RunRequest:
+        run_id = new_id("run")
+        doc = {
+            "run_id": run_id,
+            "request_id": spec.request_id or run_id,
+            "tenant": spec.tenant or self.settings.tenant,
+            "session_id": spec.session_id,
+            "agent": spec.agent,
+            "input": spec.input,
+            "metadata": spec.metadata,
+            "timeout_s": spec.timeout_s,
+            "on_busy": spec.on_busy,
+        }
+        request = parse_request(doc)
+        request.check_input_size(self.settings.max_input_bytes)
+        return request
+
+    def _handle_for(self, request: RunRequest, outcome: SubmitOutcome) -> RunHandle:
+        if outcome.state == "busy":
+            busy = SessionBusy(
+                f"session {request.tenant}/{request.session_id} is running or has queued runs, "
+                "and on_busy='reject' was asked; retry later or use on_busy='enqueue'"
+            )
+            result = RunResult(
+                run_id=request.run_id,
+                request_id=request.request_id,
+                session_id=request.session_id,
+                tenant=request.tenant,
+                status=RunStatus.FAILED,
+                error_type=busy.error_type,
+                error_message=str(busy),
+            )
+            self.runbook.record_rejected(result)
+        return RunHandle(
+            self,
+            outcome.run_id,
+            request_id=request.request_id,
+            session_id=request.session_id,
+            tenant=request.tenant,
+        )
+
+    def run_async(
+        self,
+        session_id: str,
+        input: str | None,
+        *,
+        agent: str,
+        tenant: str | None = None,
+        request_id: str | None = None,
+        metadata: dict[str, JsonValue] | None = None,
+        timeout_s: float | None = None,
+        on_busy: str = "enqueue",
+    ) -> RunHandle:
+        """Enqueue a run; returns at once with its handle.
+
+        Submitting a ``request_id`` that was already submitted returns a handle on the original
+        run (the input is applied once).
+
+        Raises:
+            InvalidInput: a malformed id, oversized input, or bad option (nothing is enqueued).
+        """
+        spec = RunSpec(
+            session_id, input, agent, tenant, request_id, dict(metadata or {}), timeout_s, on_busy
+        )
+        return self.submit_many([spec])[0]
+
+    def run(
+        self,
+        session_id: str,
+        input: str | None,
+        *,
+        agent: str,
+        tenant: str | None = None,
+        request_id: str | None = None,
+        metadata: dict[str, JsonValue] | None = None,
+        timeout_s: float | None = None,
+        on_busy: str = "enqueue",
+        wait_s: float | None = None,
+    ) -> RunResult:
+        """Enqueue a run and wait for its result (see :meth:`RunHandle.result`)."""
+        handle = self.run_async(
+            session_id,
+            input,
+            agent=agent,
+            tenant=tenant,
+            request_id=request_id,
+            metadata=metadata,
+            timeout_s=timeout_s,
+            on_busy=on_busy,
+        )
+        return handle.result(timeout=wait_s)
+
+    def submit_many(self, specs: Iterable[RunSpec]) -> list[RunHandle]:
+        """Enqueue many runs with one Redis round trip and one broker connection."""
+        requests = [self._request(spec) for spec in specs]
+        if not requests:
+            return []
+        outcomes = self.runbook.submit_many(requests)
+        app = self.celery
+        with app.producer_or_acquire() as publisher:
+            for request, outcome in zip(requests, outcomes, strict=True):
+                if outcome.state == "queued":
+                    app.send_task(
+                        RUN_TASK,
+                        kwargs={"request": request.model_dump(mode="json")},
+                        task_id=request.run_id,
+                        queue=self.settings.queue,
+                        producer=publisher,
+                    )
+        return [self._handle_for(r, o) for r, o in zip(requests, outcomes, strict=True)]
+
+    def resubmit(self, run_id: str) -> None:
+        """Publish the stored request of ``run_id`` again (harmless: it is idempotent)."""
+        view = self.runbook.get(run_id)
+        if view is None or view.request is None:
+            raise InvalidInput(f"run {run_id!r} is unknown or expired; nothing to resubmit")
+        self.celery.send_task(
+            RUN_TASK,
+            kwargs={"request": view.request.model_dump(mode="json")},
+            task_id=run_id,
+            queue=self.settings.queue,
+        )
+
+    # --- following runs ------------------------------------------------------------------------
+
+    def handle(self, run_id: str) -> RunHandle:
+        """A handle on an existing run (from any process); does no I/O."""
+        return RunHandle(self, validate_id(run_id, kind="run id"))
+
+    def cancel(self, run_id: str) -> bool:
+        """Ask a run to stop: a queued run never starts; a running one stops at its next step
+        boundary and commits nothing. False when the run already finished or is unknown."""
+        return self.runbook.request_cancel(validate_id(run_id, kind="run id"))
+
+    def tail(
+        self,
+        session_id: str,
+        tenant: str | None = None,
+        after_seq: int = 0,
+        *,
+        idle_timeout_s: float | None = None,
+    ) -> Iterator[AgentEvent]:
+        """Follow a session's live events (resume with the last seen ``seq``)."""
+        tenant = validate_tenant(tenant or self.settings.tenant)
+        return self.stream.tail(
+            tenant,
+            validate_id(session_id),
+            after_seq=after_seq,
+            block_ms=1000,
+            idle_timeout_s=idle_timeout_s,
+        )
+
+
+__all__ = ["BusyPolicy", "Producer", "RunHandle", "RunSpec"]

@@ -1,0 +1,1 @@
+"""Embedded services started by Tether itself (a private redis-server)."""

@@ -1,0 +1,169 @@
+"""One exception tree for all of Tether.
+
+The tree is split by *who must act*, and retry policies read the class, never the message:
+
+- :class:`UsageError`: the caller or the configuration is wrong. Never retried.
+- :class:`ConflictError`: another writer won (stale version, lost lease, busy session). The
+  attempt is abandoned; the caller may retry from fresh state.
+- :class:`InfrastructureError`: a store, stream or broker failed transiently. Retried with backoff.
+- :class:`AgentError`: the model, a tool or the run's own limits failed. Fails the run once.
+- :class:`DataError`: persisted data is unreadable (corrupt, unknown version). Never retried.
+
+Every message names the offending value and says how to fix it.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class TetherError(Exception):
+    """Base class of every error Tether raises on purpose."""
+
+    retryable: ClassVar[bool] = False
+
+    @property
+    def error_type(self) -> str:
+        """The class name, as recorded in results and ``ERROR`` events."""
+        return type(self).__name__
+
+
+# --- caller misuse and configuration -------------------------------------------------------
+
+
+class UsageError(TetherError):
+    """The caller passed something invalid or the configuration is wrong."""
+
+
+class InvalidInput(UsageError):
+    """A request, id or argument failed validation."""
+
+
+class InvalidId(InvalidInput):
+    """A tenant or session id is not in the allowed form."""
+
+
+class ConfigurationError(UsageError):
+    """A setting is missing or malformed."""
+
+
+class StoreNotConfigured(UsageError):
+    """An operation needs a snapshot store but the agent has none."""
+
+
+class SessionNotFound(UsageError):
+    """No session with that id exists in the store."""
+
+
+class SessionExists(UsageError):
+    """A session with that id already exists (fork or create refused)."""
+
+
+class UnknownAgent(UsageError):
+    """A request names an agent that no registry knows."""
+
+
+class InputTooLarge(InvalidInput):
+    """A run input exceeds the configured size limit."""
+
+
+# --- persisted data -------------------------------------------------------------------------
+
+
+class DataError(TetherError):
+    """Persisted data cannot be read."""
+
+
+class UnsupportedSchemaVersion(DataError):
+    """A snapshot or event carries a schema version this build does not know."""
+
+
+class SnapshotCorrupt(DataError):
+    """A stored snapshot failed its checksum or does not parse."""
+
+
+# --- conflicts --------------------------------------------------------------------------------
+
+
+class ConflictError(TetherError):
+    """Another writer changed the state first."""
+
+
+class VersionConflict(ConflictError):
+    """A compare-and-set write saw a different version than expected; nothing was written."""
+
+
+class FencedOut(ConflictError):
+    """A writer's fencing token is older than the current lease holder's; nothing was written."""
+
+
+class SessionBusy(ConflictError):
+    """The session is running another request and the busy policy is ``reject``."""
+
+
+# --- infrastructure ---------------------------------------------------------------------------
+
+
+class InfrastructureError(TetherError):
+    """A backing service failed in a way that may pass."""
+
+    retryable: ClassVar[bool] = True
+
+
+class StoreUnavailable(InfrastructureError):
+    """The snapshot store or event archive could not be reached."""
+
+
+class StreamUnavailable(InfrastructureError):
+    """The event stream (Redis) could not be reached."""
+
+
+# --- agent and model ---------------------------------------------------------------------------
+
+
+class AgentError(TetherError):
+    """The agent run itself failed."""
+
+
+class ModelError(AgentError):
+    """The model client failed or returned something unusable."""
+
+
+class ToolError(AgentError):
+    """A tool definition is invalid (tool *calls* that fail become tool results instead)."""
+
+
+class RunTimeout(AgentError):
+    """The run exceeded its wall-clock timeout."""
+
+
+class TokenBudgetExceeded(AgentError):
+    """The run used more tokens than its budget allows."""
+
+
+class RunCancelled(AgentError):
+    """The run was cancelled; nothing of it was committed."""
+
+
+class RetriesExhausted(AgentError):
+    """A run was attempted the maximum number of times and never committed."""
+
+
+def error_from_record(error_type: str, message: str) -> TetherError:
+    """Rebuild an exception from a recorded ``(error_type, message)`` pair.
+
+    Used by handles to raise the same class a worker recorded; unknown names fall back to
+    :class:`TetherError` so a newer worker never crashes an older client.
+    """
+    cls = _BY_NAME.get(error_type, TetherError)
+    return cls(message)
+
+
+def _all_subclasses(cls: type[TetherError]) -> list[type[TetherError]]:
+    out: list[type[TetherError]] = [cls]
+    for sub in cls.__subclasses__():
+        out.extend(_all_subclasses(sub))
+    return out
+
+
+_BY_NAME: dict[str, type[TetherError]] = {c.__name__: c for c in _all_subclasses(TetherError)}

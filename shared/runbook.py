@@ -1,0 +1,356 @@
+"""The Redis side of distributed runs, shared by producers and workers.
+
+A run request enters through :meth:`RunBook.submit` (one Lua script, idempotent per request id):
+it is indexed by ``(tenant, session, request_id)``, gets a run record, and its run id is appended
+to the session's *pending* list. The worker holding the session's lease applies pending runs in
+list order (so runs of one session apply in submission order), then :meth:`RunBook.finish`
+records the result, pops the run and announces it on the completion stream that producers'
+listeners read. Keys are built by :mod:`shared.keys`.
+
+The scripts touch a session's keys and run keys together, so they need a non-cluster Redis (or a
+cluster where the caller pins both to one node); everything else is cluster-safe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+import redis
+
+from shared.events import now_ms
+from shared.keys import RedisKeys
+from shared.lease import Lease
+from shared.redis_conn import describe_client, translate_errors
+from shared.runs import RunRequest, RunResult
+
+#: KEYS: req index, run hash, pending, active, lease.
+#: ARGV: run_id, request json, ttl_s, now_ms, active member, reject(0/1), tenant, session,
+#: request_id, submitted_at_ms. Returns {code, run_id}: 1 queued, 0 duplicate, 2 busy.
+SUBMIT_SCRIPT = """
+local existing = redis.call('GET', KEYS[1])
+if existing then return {0, existing} end
+if ARGV[6] == '1' and (redis.call('EXISTS', KEYS[5]) == 1 or redis.call('LLEN', KEYS[3]) > 0) then
+  return {2, ARGV[1]}
+end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[3])
+redis.call('HSET', KEYS[2], 'status', 'QUEUED', 'request', ARGV[2], 'tenant', ARGV[7],
+  'session_id', ARGV[8], 'request_id', ARGV[9], 'submitted_at_ms', ARGV[10])
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+redis.call('RPUSH', KEYS[3], ARGV[1])
+redis.call('ZADD', KEYS[4], 'NX', ARGV[4], ARGV[5])
+return {1, ARGV[1]}
+"""
+
+#: KEYS: run hash, pending, active, done, attempts.
+#: ARGV: run_id, status, result json, ttl_s, now_ms, active member, done maxlen.
+FINISH_SCRIPT = """
+redis.call('HSET', KEYS[1], 'status', ARGV[2], 'result', ARGV[3])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+if redis.call('LINDEX', KEYS[2], 0) == ARGV[1] then
+  redis.call('LPOP', KEYS[2])
+else
+  redis.call('LREM', KEYS[2], 1, ARGV[1])
+end
+redis.call('DEL', KEYS[5])
+redis.call('ZADD', KEYS[3], 'XX', ARGV[5], ARGV[6])
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[7], '*', 'run_id', ARGV[1], 'status', ARGV[2])
+return 1
+"""
+
+#: KEYS: lease, pending, active. ARGV: lease value, active member.
+#: Returns 1 released, 0 still work to do (lease kept), -1 lease not ours.
+RELEASE_IF_IDLE_SCRIPT = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+if redis.call('LLEN', KEYS[2]) > 0 then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[3], ARGV[2])
+return 1
+"""
+
+DONE_MAX_LEN = 100_000
+
+
+@dataclass(frozen=True)
+class SubmitOutcome:
+    """What :meth:`RunBook.submit` did: ``queued``, ``duplicate`` (of ``run_id``) or ``busy``."""
+
+    run_id: str
+    state: str
+
+
+@dataclass(frozen=True)
+class RunView:
+    """A run record as stored in Redis."""
+
+    run_id: str
+    status: str
+    tenant: str
+    session_id: str
+    request_id: str
+    request: RunRequest | None
+    result: RunResult | None
+    submitted_at_ms: int
+    started_at_ms: int
+
+
+def _text(raw: Any) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+class RunBook:
+    """Run records, per-session queues, cancel flags and the completion stream, on Redis.
+
+    Args:
+        client: a bytes Redis client (:func:`shared.redis_conn.redis_from_url`).
+        keys: the key schema (namespace).
+        result_ttl_s: how long run records and request-id indexes live.
+    """
+
+    def __init__(self, client: redis.Redis, keys: RedisKeys, *, result_ttl_s: int) -> None:
+        self.client = client
+        self.keys = keys
+        self.result_ttl_s = result_ttl_s
+        self._where = describe_client(client)
+        self._submit = client.register_script(SUBMIT_SCRIPT)
+        self._finish = client.register_script(FINISH_SCRIPT)
+        self._release_if_idle = client.register_script(RELEASE_IF_IDLE_SCRIPT)
+
+    # --- submission --------------------------------------------------------------------------
+
+    def _submit_args(self, request: RunRequest) -> tuple[list[str], list[Any]]:
+        k = self.keys
+        t, s = request.tenant, request.session_id
+        keys = [
+            k.request(t, s, request.request_id),
+            k.run(request.run_id),
+            k.pending(t, s),
+            k.active(),
+            k.lease(t, s),
+        ]
+        args = [
+            request.run_id,
+            request.model_dump_json(),
+            self.result_ttl_s,
+            now_ms(),
+            k.active_member(t, s),
+            "1" if request.on_busy == "reject" else "0",
+            t,
+            s,
+            request.request_id,
+            request.submitted_at_ms,
+        ]
+        return keys, args
+
+    def submit(self, request: RunRequest) -> SubmitOutcome:
+        """Register and queue ``request`` unless its request id is known (idempotent)."""
+        keys, args = self._submit_args(request)
+        with translate_errors(self._where):
+            code, run_id = cast(Any, self._submit(keys=keys, args=args))
+        return SubmitOutcome(_text(run_id), {1: "queued", 0: "duplicate", 2: "busy"}[int(code)])
+
+    def submit_many(self, requests: list[RunRequest]) -> list[SubmitOutcome]:
+        """:meth:`submit` for many requests in one pipelined round trip."""
+        with translate_errors(self._where):
+            pipe = self.client.pipeline(transaction=False)
+            for request in requests:
+                keys, args = self._submit_args(request)
+                self._submit(keys=keys, args=args, client=pipe)
+            replies = pipe.execute()
+        return [
+            SubmitOutcome(_text(run_id), {1: "queued", 0: "duplicate", 2: "busy"}[int(code)])
+            for code, run_id in replies
+        ]
+
+    # --- records -----------------------------------------------------------------------------
+
+    def get(self, run_id: str) -> RunView | None:
+        """The run record, or None when unknown or expired."""
+        with translate_errors(self._where):
+            raw = cast(dict[bytes, bytes], self.client.hgetall(self.keys.run(run_id)))
+        if not raw:
+            return None
+        fields = {_text(k): _text(v) for k, v in raw.items()}
+        request = result = None
+        if "request" in fields:
+            try:
+                request = RunRequest.model_validate_json(fields["request"])
+            except ValueError:
+                request = None
+        if "result" in fields:
+            result = RunResult.model_validate_json(fields["result"])
+        return RunView(
+            run_id=run_id,
+            status=fields.get("status", "UNKNOWN"),
+            tenant=fields.get("tenant", ""),
+            session_id=fields.get("session_id", ""),
+            request_id=fields.get("request_id", ""),
+            request=request,
+            result=result,
+            submitted_at_ms=int(fields.get("submitted_at_ms", 0)),
+            started_at_ms=int(fields.get("started_at_ms", 0)),
+        )
+
+    def mark_running(self, run_id: str, worker: str) -> None:
+        """Record that ``worker`` started (another attempt of) the run."""
+        with translate_errors(self._where):
+            self.client.hset(
+                self.keys.run(run_id),
+                mapping={"status": "RUNNING", "worker": worker, "started_at_ms": now_ms()},
+            )
+
+    def record_rejected(self, result: RunResult) -> None:
+        """Record a run that never entered a session queue (invalid, unknown agent, busy)."""
+        key = self.keys.run(result.run_id)
+        with translate_errors(self._where):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hset(
+                key,
+                mapping={
+                    "status": result.status.value,
+                    "result": result.model_dump_json(),
+                    "tenant": result.tenant,
+                    "session_id": result.session_id,
+                    "request_id": result.request_id,
+                },
+            )
+            pipe.expire(key, self.result_ttl_s)
+            pipe.xadd(
+                self.keys.done(),
+                {"run_id": result.run_id, "status": result.status.value},
+                maxlen=DONE_MAX_LEN,
+                approximate=True,
+            )
+            pipe.execute()
+
+    def finish(self, result: RunResult) -> None:
+        """Record the result, pop the run from its session queue and announce completion."""
+        k = self.keys
+        t, s = result.tenant, result.session_id
+        keys = [
+            k.run(result.run_id),
+            k.pending(t, s),
+            k.active(),
+            k.done(),
+            k.attempts(result.run_id),
+        ]
+        args = [
+            result.run_id,
+            result.status.value,
+            result.model_dump_json(),
+            self.result_ttl_s,
+            now_ms(),
+            k.active_member(t, s),
+            DONE_MAX_LEN,
+        ]
+        with translate_errors(self._where):
+            self._finish(keys=keys, args=args)
+
+    # --- the session queue -------------------------------------------------------------------
+
+    def pending_head(self, tenant: str, session_id: str) -> str | None:
+        """The run id at the head of the session's queue."""
+        with translate_errors(self._where):
+            raw = self.client.lindex(self.keys.pending(tenant, session_id), 0)
+        return _text(raw) if raw is not None else None
+
+    def pending_count(self, tenant: str, session_id: str) -> int:
+        """How many runs are queued for the session."""
+        with translate_errors(self._where):
+            return int(self.client.llen(self.keys.pending(tenant, session_id)))
+
+    def drop_pending(self, tenant: str, session_id: str, run_id: str) -> None:
+        """Remove a run id from the session queue (an orphan without a record)."""
+        with translate_errors(self._where):
+            self.client.lrem(self.keys.pending(tenant, session_id), 1, run_id)
+
+    def release_if_idle(self, lease: Lease) -> int:
+        """Release the lease only when the queue is empty (1), else keep it (0); -1 if lost."""
+        k = self.keys
+        t, s = lease.tenant, lease.session_id
+        with translate_errors(self._where):
+            return int(
+                cast(
+                    Any,
+                    self._release_if_idle(
+                        keys=[k.lease(t, s), k.pending(t, s), k.active()],
+                        args=[f"{lease.owner}|{lease.fence}", k.active_member(t, s)],
+                    ),
+                )
+            )
+
+    def incr_attempts(self, run_id: str) -> int:
+        """Count one more attempt of the run."""
+        key = self.keys.attempts(run_id)
+        with translate_errors(self._where):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.incr(key)
+            pipe.expire(key, self.result_ttl_s)
+            count, _ = pipe.execute()
+        return int(count)
+
+    # --- cancellation --------------------------------------------------------------------------
+
+    def request_cancel(self, run_id: str) -> bool:
+        """Ask the run to stop; False when it already finished or is unknown."""
+        view = self.get(run_id)
+        if view is None or view.result is not None:
+            return False
+        with translate_errors(self._where):
+            self.client.set(self.keys.cancel(run_id), b"1", ex=self.result_ttl_s)
+        return True
+
+    def cancel_requested(self, run_id: str) -> bool:
+        """True when someone asked the run to stop."""
+        with translate_errors(self._where):
+            return bool(self.client.exists(self.keys.cancel(run_id)))
+
+    # --- crash recovery ----------------------------------------------------------------------
+
+    def stale_sessions(self, idle_ms: int, limit: int = 100) -> list[tuple[str, str]]:
+        """Active sessions without progress for ``idle_ms`` (oldest first)."""
+        with translate_errors(self._where):
+            members = self.client.zrangebyscore(
+                self.keys.active(), "-inf", now_ms() - idle_ms, start=0, num=limit
+            )
+        out = []
+        for member in members:
+            tenant, _, session_id = _text(member).partition("/")
+            out.append((tenant, session_id))
+        return out
+
+    def touch_active(self, tenant: str, session_id: str) -> None:
+        """Record progress on a session (the sweeper leaves it alone for a while)."""
+        with translate_errors(self._where):
+            self.client.zadd(
+                self.keys.active(), {self.keys.active_member(tenant, session_id): now_ms()}, xx=True
+            )
+
+    def forget_if_idle(self, tenant: str, session_id: str) -> None:
+        """Drop a session from the active set when it has no queue and no lease."""
+        k = self.keys
+        with translate_errors(self._where):
+            if not self.client.exists(k.lease(tenant, session_id)) and not self.client.llen(
+                k.pending(tenant, session_id)
+            ):
+                self.client.zrem(k.active(), k.active_member(tenant, session_id))
+
+    # --- completion stream -------------------------------------------------------------------
+
+    def done_last_id(self) -> bytes:
+        """The id of the newest completion entry (``0-0`` when none)."""
+        with translate_errors(self._where):
+            entries = self.client.xrevrange(self.keys.done(), count=1)
+        return cast(bytes, entries[0][0]) if entries else b"0-0"
+
+    def read_done(self, after_id: bytes, block_ms: int) -> list[tuple[bytes, str]]:
+        """Completion entries after ``after_id`` (blocks up to ``block_ms``)."""
+        with translate_errors(self._where):
+            reply = cast(
+                Any, self.client.xread({self.keys.done(): after_id}, block=block_ms, count=1000)
+            )
+        out: list[tuple[bytes, str]] = []
+        for _key, entries in reply or []:
+            for entry_id, fields in entries:
+                out.append((entry_id, _text(fields[b"run_id"])))
+        return out

@@ -1,0 +1,138 @@
+"""Wire formats of distributed runs: the request a producer enqueues and the result it gets back.
+
+Both are versioned JSON documents validated with pydantic at every edge (producer, worker, CLI).
+Schema versions (field ``v``):
+- 1: initial format.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from typing import Any, Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from shared.errors import InputTooLarge, InvalidInput, TetherError, error_from_record
+from shared.events import Usage, now_ms
+from shared.ids import validate_id, validate_tenant
+from shared.results import RunStatus
+
+RUN_SCHEMA_VERSION = 1
+MAX_METADATA_BYTES = 16_384
+TERMINAL_STATUSES = frozenset(
+    {
+        RunStatus.COMPLETED,
+        RunStatus.WAITING,
+        RunStatus.CONTINUATION_REQUIRED,
+        RunStatus.FAILED,
+        RunStatus.CANCELLED,
+    }
+)
+
+
+class BusyPolicy(StrEnum):
+    """What to do when the session is already running or has queued runs."""
+
+    ENQUEUE = "enqueue"
+    REJECT = "reject"
+
+
+class RunRequest(BaseModel):
+    """One request to run an agent on a session."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
+
+    v: Literal[1] = 1
+    run_id: str
+    request_id: str
+    tenant: str = "default"
+    session_id: str
+    agent: str = Field(min_length=1, max_length=128)
+    input: str | None
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    timeout_s: float | None = Field(default=None, gt=0, le=86_400)
+    on_busy: BusyPolicy = BusyPolicy.ENQUEUE
+    submitted_at_ms: int = Field(default_factory=now_ms)
+
+    @pydantic.field_validator("run_id", "request_id", "session_id")
+    @classmethod
+    def _ids(cls, value: str, info: pydantic.ValidationInfo) -> str:
+        return validate_id(value, kind=(info.field_name or "id").replace("_", " "))
+
+    @pydantic.field_validator("tenant")
+    @classmethod
+    def _tenant(cls, value: str) -> str:
+        return validate_tenant(value)
+
+    @pydantic.field_validator("metadata")
+    @classmethod
+    def _metadata_size(cls, value: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        if len(json.dumps(value)) > MAX_METADATA_BYTES:
+            raise ValueError(f"metadata is larger than {MAX_METADATA_BYTES} bytes of JSON")
+        return value
+
+    def check_input_size(self, max_input_bytes: int) -> None:
+        """Raise :class:`InputTooLarge` when the input exceeds the configured limit."""
+        size = len((self.input or "").encode("utf-8", "surrogatepass"))
+        if size > max_input_bytes:
+            raise InputTooLarge(
+                f"run {self.run_id!r}: input is {size} bytes, over the limit of {max_input_bytes}; "
+                "send large material by reference or raise TETHER_MAX_INPUT_BYTES"
+            )
+
+
+def parse_request(doc: Any) -> RunRequest:
+    """Validate an untrusted request document.
+
+    Raises:
+        InvalidInput: naming every invalid field.
+    """
+    try:
+        return RunRequest.model_validate(doc)
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'request'}: {e['msg']}" for e in exc.errors()[:5]
+        )
+        raise InvalidInput(f"invalid run request: {problems}") from exc
+    except TetherError as exc:
+        raise InvalidInput(f"invalid run request: {exc}") from exc
+
+
+class RunResult(BaseModel):
+    """The recorded outcome of a distributed run."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    v: Literal[1] = 1
+    run_id: str
+    request_id: str
+    session_id: str
+    tenant: str
+    status: RunStatus
+    output: str | None = None
+    steps: int = 0
+    usage: Usage = Usage()
+    error_type: str | None = None
+    error_message: str | None = None
+    first_seq: int = 0
+    last_seq: int = 0
+    duplicate: bool = False
+    attempts: int = 0
+    queue_ms: int = 0
+    run_ms: int = 0
+    worker: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True unless the run failed or was cancelled."""
+        return self.status not in (RunStatus.FAILED, RunStatus.CANCELLED)
+
+    def error(self) -> TetherError | None:
+        """The recorded error as an exception of its original class (None when ok)."""
+        if self.error_type is None:
+            return None
+        exc = error_from_record(self.error_type, self.error_message or "")
+        exc.result = self  # type: ignore[attr-defined]
+        return exc

@@ -1,0 +1,13 @@
+"""Test configuration: service fixtures live in tests/support and are loaded as plugins."""
+
+import logging
+
+pytest_plugins = [
+    "tests.support.redis_server",
+    "tests.support.moto_server",
+    "tests.support.stack",
+    "tests.support.fake_openai",
+]
+
+# moto's embedded werkzeug server logs every request at INFO; keep test output readable
+logging.getLogger("werkzeug").setLevel(logging.WARNING)

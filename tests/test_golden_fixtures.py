@@ -1,0 +1,108 @@
+"""Version-1 documents written by earlier builds must keep loading with the same values.
+
+The fixtures are static files (generated once by ``tests/fixtures/make_v1_fixtures.py``); these
+tests never regenerate them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from shared.codec import loads_events, loads_snapshot
+from shared.events import (
+    CompactPayload,
+    EmptyPayload,
+    ErrorPayload,
+    EventType,
+    ModelResponsePayload,
+    RestoredPayload,
+    ToolResultPayload,
+)
+from shared.items import ToolCallsMessage, ToolOutput
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_snapshot_v1_fixture_loads_with_its_values() -> None:
+    snapshot = loads_snapshot((FIXTURES / "snapshot_v1.json").read_bytes(), where="fixture")
+
+    assert snapshot.schema_version == 1
+    assert snapshot.session_id == "golden-1"
+    assert snapshot.tenant == "acme"
+    assert snapshot.metadata.created_at_ms == 1_700_000_000_000
+    assert snapshot.metadata.parent_session_id == "golden-0"
+    assert snapshot.metadata.attributes == {
+        "user": "u-42",
+        "tags": ["beta", "eu"],
+        "quota": {"runs": 3},
+        "vip": True,
+    }
+    items = snapshot.memory.items
+    assert [item.type for item in items] == [
+        "user_message",
+        "reasoning",
+        "tool_calls",
+        "tool_output",
+        "assistant_message",
+    ]
+    assert isinstance(items[2], ToolCallsMessage)
+    assert items[2].tool_calls[0].arguments == '{"city": "Zürich"}'
+    assert isinstance(items[3], ToolOutput) and items[3].call_id == "call-7"
+    assert snapshot.memory.summary == "The user asked about the weather."
+    assert [e.seq for e in snapshot.events] == [2, 4, 14]
+    assert [e.type for e in snapshot.events] == [
+        EventType.USER_INPUT,
+        EventType.MODEL_RESPONSE,
+        EventType.ERROR,
+    ]
+    assert (snapshot.last_seq, snapshot.archived_seq) == (15, 11)
+    assert snapshot.last_compact is not None
+    assert snapshot.last_compact.summary == "compacted"
+    assert snapshot.last_compact.modified_files == ("notes.md",)
+    assert [r.request_id for r in snapshot.applied] == ["req-1", "req-2"]
+    assert snapshot.applied[0].usage.total_tokens == 16
+    assert snapshot.applied[1].error_type == "RunTimeout"
+    assert snapshot.find_applied("req-2") is snapshot.applied[1]
+
+
+def test_events_v1_fixture_loads_every_payload_kind() -> None:
+    events = loads_events((FIXTURES / "events_v1.json").read_bytes(), where="fixture")
+
+    assert [e.seq for e in events] == list(range(1, 16))
+    assert {e.tenant for e in events} == {"acme"}
+    assert {e.session_id for e in events} == {"golden-1"}
+    kinds = [e.payload.kind for e in events]
+    assert kinds == [
+        "text",
+        "user_input",
+        "model_request",
+        "model_response",
+        "tool_call",
+        "tool_result",
+        "tool_output_replaced",
+        "items_appended",
+        "usage",
+        "compact",
+        "projection",
+        "restored",
+        "restored",
+        "error",
+        "none",
+    ]
+    response = events[3].payload
+    assert isinstance(response, ModelResponsePayload)
+    assert response.tool_calls[0].name == "get_weather"
+    assert response.usage.input_tokens == 12
+    result = events[5].payload
+    assert isinstance(result, ToolResultPayload) and result.status == "WAITING"
+    compact = events[9].payload
+    assert isinstance(compact, CompactPayload) and compact.result.memory.summary == "s"
+    by_value, by_reference = events[11].payload, events[12].payload
+    assert isinstance(by_value, RestoredPayload) and by_value.memory is not None
+    assert isinstance(by_reference, RestoredPayload)
+    assert (by_reference.memory, by_reference.base_seq) == (None, 12)
+    assert by_reference.checksum == "ab" * 32
+    error = events[13].payload
+    assert isinstance(error, ErrorPayload) and error.retryable is True
+    assert isinstance(events[14].payload, EmptyPayload)
+    assert events[14].ts_ms == 1_700_000_000_015

@@ -1,0 +1,94 @@
+"""SessionLogReader over a store: list, read, events, search, project, verify, fork."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared import Agent, EventType, ModelResponse, ScriptedModel, SessionLogReader, tool
+from shared.errors import InvalidId, SessionExists, SessionNotFound
+from shared.stores.memory import InMemorySnapshotStore
+
+
+@tool
+def echo() -> str:
+    """Echo."""
+    return "echo-output"
+
+
+def stored_session(
+    store: InMemorySnapshotStore, session_id: str = "s-1", tenant: str = "default"
+) -> Agent:
+    model = ScriptedModel([ModelResponse.call("call_1", "echo"), ModelResponse.final("done")])
+    agent = Agent(model, tools=[echo], store=store)
+    session = agent.new_session(session_id, tenant=tenant)
+    session.put_metadata("k", "v")
+    session.run("hello")
+    session.save()
+    return agent
+
+
+def test_list_read_events_search_project_verify() -> None:
+    store = InMemorySnapshotStore()
+    stored_session(store, "s-1")
+    stored_session(store, "s-2")
+    stored_session(store, "s-9", tenant="other")
+    reader = SessionLogReader(store)
+    assert reader.list_session_ids() == ["s-1", "s-2"]
+    assert reader.list_session_ids("other") == ["s-9"]
+    assert reader.read("missing") is None
+    head = reader.read("s-1")
+    assert head is not None and head.metadata.attributes == {"k": "v"}
+    events = reader.events("s-1")
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    tool_events = reader.search("s-1", types=[EventType.TOOL_CALL, EventType.TOOL_RESULT])
+    assert [e.type for e in tool_events] == [EventType.TOOL_CALL, EventType.TOOL_RESULT]
+    assert reader.search("s-1") == []
+    finals = reader.search("s-1", predicate=lambda e: e.type is EventType.FINAL_OUTPUT)
+    assert len(finals) == 1
+    assert reader.project("s-1") == head.memory
+    report = reader.verify("s-1")
+    assert report.ok and report.event_count == len(events)
+
+
+def test_missing_session_errors_name_the_session() -> None:
+    reader = SessionLogReader(InMemorySnapshotStore())
+    for call in (reader.events, reader.project, reader.verify):
+        with pytest.raises(SessionNotFound, match="default/ghost"):
+            call("ghost")
+    with pytest.raises(InvalidId):
+        reader.read("../etc")
+
+
+def test_verify_detects_tampered_memory() -> None:
+    store = InMemorySnapshotStore()
+    stored_session(store)
+    stored = store.load("default", "s-1")
+    assert stored is not None
+    tampered = stored.snapshot.model_copy(
+        update={"memory": stored.snapshot.memory.model_copy(update={"summary": "forged"})}
+    )
+    store.save(tampered, stored.version)
+    report = SessionLogReader(store).verify("s-1")
+    assert not report.ok
+    assert "fold" in report.problems[0]
+
+
+def test_fork_copies_and_leaves_source_untouched() -> None:
+    store = InMemorySnapshotStore()
+    agent = stored_session(store)
+    reader = SessionLogReader(store)
+    before = store.load("default", "s-1")
+    fork = reader.fork("s-1", "s-1-fork")
+    after = store.load("default", "s-1")
+    assert before == after
+    assert fork.metadata.parent_session_id == "s-1"
+    assert fork.metadata.attributes == {"k": "v"}
+    assert fork.memory == before.snapshot.memory  # type: ignore[union-attr]
+    assert all(e.session_id == "s-1-fork" for e in reader.events("s-1-fork"))
+    assert reader.verify("s-1-fork").ok
+    resumed = agent.resume_session("s-1-fork")
+    assert resumed.memory_snapshot() == fork.memory
+    with pytest.raises(SessionExists, match="s-1-fork"):
+        reader.fork("s-1", "s-1-fork")
+    with pytest.raises(SessionNotFound):
+        reader.fork("ghost", "new")

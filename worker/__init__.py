@@ -1,0 +1,1 @@
+"""Tether worker: the Celery app and the restore → run → save task."""

@@ -1,0 +1,127 @@
+"""Celery tasks: ``tether.run`` (a run request) and ``tether.drain`` (a session's queue).
+
+Both are safe to deliver more than once: ``tether.run`` registers its request idempotently (by
+request id) before draining, and a drain of a session whose lease is held, or whose queue is
+empty, does nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery.signals import worker_ready, worker_shutdown
+
+from shared.errors import InvalidInput, SessionBusy, TetherError, UnknownAgent
+from shared.ids import validate_id, validate_tenant
+from shared.results import RunStatus
+from shared.runs import RunRequest, RunResult, parse_request
+from worker.app import app
+from worker.cycle import drain
+from worker.runtime import Runtime, get_runtime
+
+log = logging.getLogger(__name__)
+
+RUN_TASK = "tether.run"
+DRAIN_TASK = "tether.drain"
+
+
+def _reject(rt: Runtime, request: RunRequest, exc: TetherError) -> dict[str, Any]:
+    result = RunResult(
+        run_id=request.run_id,
+        request_id=request.request_id,
+        session_id=request.session_id,
+        tenant=request.tenant,
+        status=RunStatus.FAILED,
+        error_type=exc.error_type,
+        error_message=str(exc),
+    )
+    rt.runbook.record_rejected(result)
+    log.warning("run %s rejected: %s", request.run_id, exc)
+    return {"run_id": request.run_id, "state": "rejected", "error": exc.error_type}
+
+
+def _salvage_ids(doc: Any) -> RunRequest | None:
+    """Enough of an invalid request to record its failure under its run id, if possible."""
+    if not isinstance(doc, dict):
+        return None
+    try:
+        return RunRequest(
+            run_id=doc.get("run_id"),
+            request_id=doc.get("request_id") or doc.get("run_id"),
+            tenant=doc.get("tenant") or "default",
+            session_id=doc.get("session_id"),
+            agent="invalid",
+            input=None,
+        )
+    except Exception:
+        return None
+
+
+@app.task(name=RUN_TASK, bind=True, ignore_result=True, Strategy="worker.strategy:guarded")
+def run_task(self: Any, request: Any = None) -> dict[str, Any]:
+    """Register one run request (idempotently) and drain its session."""
+    rt = get_runtime()
+    try:
+        req = parse_request(request)
+        req.check_input_size(rt.settings.max_input_bytes)
+    except InvalidInput as exc:
+        salvaged = _salvage_ids(request)
+        if salvaged is None:
+            log.error("dropping malformed run message (no usable ids): %s", exc)
+            return {"state": "dropped", "error": exc.error_type}
+        return _reject(rt, salvaged, exc)
+    try:
+        rt.registry.get(req.agent)
+    except UnknownAgent as exc:
+        return _reject(rt, req, exc)
+    outcome = rt.runbook.submit(req)
+    if outcome.state == "busy":
+        busy = SessionBusy(
+            f"session {req.tenant}/{req.session_id} is busy and run {req.run_id} asked to be "
+            "rejected then (on_busy='reject'); retry later or use on_busy='enqueue'"
+        )
+        return _reject(rt, req, busy)
+    processed = drain(rt, req.tenant, req.session_id)
+    return {"run_id": outcome.run_id, "state": outcome.state, "processed": processed}
+
+
+@app.task(name=DRAIN_TASK, ignore_result=True, Strategy="worker.strategy:guarded")
+def drain_task(tenant: Any = None, session_id: Any = None) -> dict[str, Any]:
+    """Apply a session's queued runs (sent by the sweeper and by long drains handing over)."""
+    try:
+        validate_tenant(tenant)
+        validate_id(session_id)
+    except InvalidInput as exc:
+        log.error("dropping malformed drain message: %s", exc)
+        return {"state": "dropped"}
+    return {"processed": drain(get_runtime(), tenant, session_id)}
+
+
+def enqueue_drain(tenant: str, session_id: str) -> None:
+    """Send a drain task for the session."""
+    app.send_task(
+        DRAIN_TASK,
+        kwargs={"tenant": tenant, "session_id": session_id},
+        queue=get_runtime().settings.queue,
+    )
+
+
+_sweeper: Any = None
+
+
+@worker_ready.connect
+def _start_sweeper(**_: Any) -> None:
+    global _sweeper
+    from worker.sweeper import Sweeper
+
+    try:
+        _sweeper = Sweeper(get_runtime()).start()
+    except TetherError as exc:
+        log.error("sweeper not started: %s", exc)
+
+
+@worker_shutdown.connect
+def _stop_sweeper(**_: Any) -> None:
+    if _sweeper is not None:
+        _sweeper.stop()
