@@ -24,7 +24,7 @@ test-long: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
 lint: $(STAMP)
-	$(BIN)/ruff check shared producer worker tests bench
+	$(BIN)/ruff check shared producer worker tests $(wildcard bench examples)
 	$(BIN)/mypy
 
 typecheck: lint

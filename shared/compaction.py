@@ -34,6 +34,7 @@ from shared.projection import ContextProjector, DefaultContextProjector
 log = logging.getLogger(__name__)
 
 SUMMARY_MARKER = "TETHER_COMPACT_SUMMARY"
+TRUNCATED_NOTE = "[earlier summary truncated]\n"
 """First line of every summary written by :class:`StructuredSummaryPolicy`."""
 
 AUTHORITATIVE_NOTE = (
@@ -101,6 +102,8 @@ class StructuredSummaryPolicy:
             triggers).
         projector: the projector (default: :class:`~shared.projection.DefaultContextProjector`).
         trigger_items: fire above this many items instead of above ``budget.max_items``.
+        max_summary_chars: keep at most this much of the previous summary (its newest part), so
+            a session compacted a thousand times keeps a bounded summary.
     """
 
     def __init__(
@@ -108,6 +111,7 @@ class StructuredSummaryPolicy:
         budget: ContextBudget,
         projector: ContextProjector | None = None,
         trigger_items: int | None = None,
+        max_summary_chars: int = 4000,
     ) -> None:
         if trigger_items is not None and trigger_items < 0:
             raise ConfigurationError(
@@ -116,6 +120,7 @@ class StructuredSummaryPolicy:
         self.budget = budget
         self.projector: ContextProjector = projector or DefaultContextProjector()
         self.trigger_items = trigger_items
+        self.max_summary_chars = max_summary_chars
 
     def should_compact(self, snapshot: MemorySnapshot) -> bool:
         """True when items exceed the item trigger or their size exceeds ``max_approx_chars``."""
@@ -130,6 +135,8 @@ class StructuredSummaryPolicy:
         items, report = self.projector.project(snapshot.items, self.budget)
         lines = [SUMMARY_MARKER]
         previous = (snapshot.summary or "").strip()
+        if len(previous) > self.max_summary_chars:
+            previous = TRUNCATED_NOTE + previous[-self.max_summary_chars :]
         if previous:
             lines.append(f"Existing summary:\n{previous}")
         retained = f"{report.projected_item_count}/{report.source_item_count} items retained"

@@ -17,8 +17,12 @@ from shared.memory import MemorySnapshot
 
 SNAPSHOT_SCHEMA_VERSION = 1
 SUPPORTED_SNAPSHOT_VERSIONS = (1,)
-MAX_APPLIED_RECORDS = 1024
-"""How many recent request ids a head remembers, to turn redelivery into a no-op."""
+MAX_APPLIED_RECORDS = 64
+"""How many recent request ids a head remembers, to turn redelivery into a no-op.
+
+The head only has to cover redelivery of runs that committed but whose queue entry was not yet
+popped (a crash in between); older duplicates are caught at submit by the Redis request index.
+Kept small because every restore loads the head."""
 
 
 class SessionMetadata(BaseModel):

@@ -7,6 +7,7 @@ pytest_plugins = [
     "tests.support.moto_server",
     "tests.support.stack",
     "tests.support.fake_openai",
+    "tests.support.rabbitmq_server",
 ]
 
 # moto's embedded werkzeug server logs every request at INFO; keep test output readable

@@ -1,4 +1,5 @@
-"""Property: whatever a session does, folding its events (through JSON) gives its memory."""
+"""Property: whatever a session does (runs, patches, restores, forks, compaction, projection),
+folding its events through JSON gives its memory."""
 
 from __future__ import annotations
 
@@ -7,9 +8,20 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared import Agent, ModelResponse, ScriptedModel, SessionLogReader, project_events, tool
+from shared import (
+    Agent,
+    AgentOptions,
+    ContextBudget,
+    ModelResponse,
+    ScriptedModel,
+    SessionLogReader,
+    project_events,
+    tool,
+)
 from shared.codec import dumps_event, loads_event
+from shared.compaction import KeepLastPolicy, StructuredSummaryPolicy
 from shared.items import ToolCall, ToolOutput
+from shared.projection import TypeAwareContextProjector
 from shared.stores.memory import InMemorySnapshotStore
 
 
@@ -40,6 +52,7 @@ operations = st.lists(
         st.tuples(st.just("replace"), st.text(max_size=10)),
         st.tuples(st.just("restore"), st.booleans()),
         st.tuples(st.just("fork")),
+        st.tuples(st.just("compact"), st.integers(min_value=0, max_value=4)),
     ),
     min_size=1,
     max_size=8,
@@ -52,12 +65,34 @@ def check(session: Any) -> None:
     assert [e.seq for e in session.events] == list(range(1, len(session.events) + 1))
 
 
+budgets = st.one_of(
+    st.none(),
+    st.builds(
+        ContextBudget,
+        max_items=st.one_of(st.none(), st.integers(min_value=0, max_value=6)),
+        pinned_prefix_items=st.integers(min_value=0, max_value=2),
+        keep_recent_tool_results=st.one_of(st.none(), st.integers(min_value=0, max_value=2)),
+    ),
+)
+auto_policies = st.one_of(
+    st.none(),
+    st.integers(min_value=2, max_value=8).map(
+        lambda n: StructuredSummaryPolicy(ContextBudget(max_items=n, pinned_prefix_items=1))
+    ),
+)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(operations)
-def test_fold_equals_memory_for_any_history(ops: list[tuple[Any, ...]]) -> None:
+@given(operations, budgets, auto_policies)
+def test_fold_equals_memory_for_any_history(
+    ops: list[tuple[Any, ...]], budget: ContextBudget | None, policy: Any
+) -> None:
     store = InMemorySnapshotStore()
     model = ScriptedModel()
-    agent = Agent(model, tools=[lookup], store=store)
+    options = AgentOptions(
+        context_budget=budget, projector=TypeAwareContextProjector(), compact_policy=policy
+    )
+    agent = Agent(model, tools=[lookup], store=store, options=options)
     session = agent.new_session("prop")
     forks = 0
     for op in ops:
@@ -72,6 +107,8 @@ def test_fold_equals_memory_for_any_history(ops: list[tuple[Any, ...]]) -> None:
             session = agent.session_from_snapshot(
                 session.snapshot(), version=session.version, by_reference=op[1]
             )
+        elif op[0] == "compact":
+            session.compact(KeepLastPolicy(keep=op[1], summary=f"kept {op[1]}"))
         else:
             session.save()
             forks += 1
