@@ -19,6 +19,8 @@ Per-session keys (``T`` = ``{<tenant>/<session>}``):
 - ``<p>:T:lease`` (string): ``"<owner>|<fence>"`` with a PX expiry (the lease).
 - ``<p>:T:pending`` (list): queued requests waiting for the session.
 - ``<p>:T:req:<request_id>``: the request-id index (dedup of client requests).
+- ``<p>:T:kick`` (string): the sweeper's claim, one re-enqueue per lease TTL.
+- ``<p>:T:archived`` (string): archive hint, the highest seq known archived.
 
 Global keys (run-scoped ones carry the hash tag ``{<run_id>}`` so one run's keys share a slot; a
 script that mixes session keys and run keys therefore needs a non-cluster Redis):
@@ -148,6 +150,10 @@ class RedisKeys:
     def active(self) -> str:
         """The active-sessions zset."""
         return f"{self.prefix}:active"
+
+    def archived(self, tenant: str, session_id: str) -> str:
+        """The archive hint: the highest sequence number known archived (an optimisation)."""
+        return self._session_key(tenant, session_id, "archived")
 
     def kick(self, tenant: str, session_id: str) -> str:
         """The sweeper's short-lived claim on re-enqueueing a session (SET NX PX)."""

@@ -1,49 +1,113 @@
 """Saving sessions to a snapshot store, with the event log either embedded or archived.
 
-Without an archive the head embeds the whole log (simple, fine for small in-process use). With an
-archive, the head carries only the *outbox*: committed events not yet known to be archived. The
-head is written first (compare-and-set), then the outbox is archived as one immutable segment, so
-a segment is only ever written for committed events and a crash between the two steps is repaired
-by the next save (the outbox is still in the head).
+Without an archive the head embeds the whole log (simple, fine for small in-process use).
+
+With an archive the head carries only the *outbox*: committed events not yet archived. The head
+is written first (compare-and-set: the commit point), and only when the outbox holds at least
+``archive_batch_events`` events (or an event that copies the whole memory) is it written to the
+archive, as one immutable segment named by
+its sequence range. Archiving in batches saves object-store requests on most runs, while the
+head stays bounded (the outbox never exceeds one batch plus one run).
+
+Segments are always exactly the outbox of a committed head, so they never overlap: a session
+restored from a head whose outbox reached its writer's threshold cannot know whether the writer
+archived it before stopping, and writes that same segment again first (an identical rewrite is a
+no-op) before anything newer. A zombie's rewrite is harmless for the same reason: the content is
+committed history.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from shared.archive import EventArchive
-from shared.events import AgentEvent
+from shared.events import AgentEvent, CompactPayload, RestoredPayload
 from shared.store import SnapshotStore
 
 if TYPE_CHECKING:
     from shared.session import AgentSession
 
+ARCHIVE_BATCH_EVENTS = 32
+"""Default archiving threshold, in events (a few runs of a small agent)."""
 
-def save_session(session: AgentSession, store: SnapshotStore, archive: EventArchive | None) -> str:
-    """Save ``session`` with compare-and-set against its known version; return the new version."""
-    snapshot = session.snapshot()
+
+class ArchiveHint(Protocol):
+    """A fast, possibly lossy record of how far a session is archived (e.g. a Redis key).
+
+    Only an optimisation: a missing or stale hint costs one identical segment rewrite.
+    """
+
+    def archived_through(self, tenant: str, session_id: str) -> int:
+        """The highest sequence number known archived (0 when unknown)."""
+
+    def record(self, tenant: str, session_id: str, seq: int) -> None:
+        """Remember that events up to ``seq`` are archived."""
+
+
+def save_session(
+    session: AgentSession,
+    store: SnapshotStore,
+    archive: EventArchive | None,
+    *,
+    archive_batch_events: int = ARCHIVE_BATCH_EVENTS,
+    hint: ArchiveHint | None = None,
+) -> str:
+    """Save ``session`` with compare-and-set against its known version; return the new version.
+
+    Raises:
+        VersionConflict: someone else saved the session since this object loaded or saved it.
+    """
     if archive is None:
-        version = store.save(snapshot, session.version)
+        version = store.save(session.snapshot(), session.version)
         session.set_version(version)
         return version
+    batch = max(1, archive_batch_events)
+    reconcile_loaded_outbox(session, archive, hint)
+    snapshot = session.snapshot()
     outbox = [e for e in snapshot.events if e.seq > snapshot.archived_seq]
-    head = snapshot.model_copy(update={"events": outbox})
+    head = snapshot.model_copy(update={"events": outbox, "archive_batch_events": batch})
     version = store.save(head, session.version)
     session.set_version(version)
-    archive_outbox(session, archive, outbox)
+    if should_archive(outbox, batch):
+        archive.write_segment(session.tenant, session.session_id, outbox)
+        session.mark_archived(outbox[-1].seq)
+        if hint is not None:
+            hint.record(session.tenant, session.session_id, outbox[-1].seq)
     return version
 
 
-def archive_outbox(session: AgentSession, archive: EventArchive, outbox: list[AgentEvent]) -> None:
-    """Archive the committed outbox, skipping what an earlier, interrupted save already wrote."""
-    if not outbox:
+def should_archive(outbox: Sequence[AgentEvent], batch: int) -> bool:
+    """The archiving rule, a function of the outbox alone (a later reader re-derives it).
+
+    Archive once the outbox holds ``batch`` events, or as soon as it holds an event that copies
+    the whole memory (a compaction or a full restore), so heads stay small.
+    """
+    if len(outbox) >= batch:
+        return True
+    return any(
+        isinstance(e.payload, CompactPayload)
+        or (isinstance(e.payload, RestoredPayload) and e.payload.memory is not None)
+        for e in outbox
+    )
+
+
+def reconcile_loaded_outbox(
+    session: AgentSession, archive: EventArchive, hint: ArchiveHint | None = None
+) -> None:
+    """Make sure the outbox of the head this session was restored from is archived if its writer
+    would have archived it, so the next segment starts right after it."""
+    if session.archive_trusted:
         return
-    if not session.archive_trusted:
-        # a head loaded from storage may describe an outbox whose segment was written just
-        # before a crash: ask the archive instead of risking an overlapping segment
-        session.mark_archived(archive.last_seq(session.tenant, session.session_id))
-    pending = [e for e in outbox if e.seq > session.archived_seq]
-    if pending:
-        archive.write_segment(session.tenant, session.session_id, pending)
-        session.mark_archived(pending[-1].seq)
+    loaded = list(session.loaded_outbox)
+    if (
+        loaded
+        and session.loaded_archive_batch
+        and should_archive(loaded, session.loaded_archive_batch)
+    ):
+        last = loaded[-1].seq
+        known = hint.archived_through(session.tenant, session.session_id) if hint else 0
+        if known < last:
+            archive.write_segment(session.tenant, session.session_id, loaded)
+        session.mark_archived(last)
     session.archive_trusted = True

@@ -170,7 +170,15 @@ class SessionLogReader:
         )
         fork = head.model_copy(
             deep=True,
-            update={"metadata": metadata, "events": events, "applied": [], "archived_seq": 0},
+            # archive_batch_events=1: this outbox *is* archived below, and a later writer must
+            # know it (see shared.persistence)
+            update={
+                "metadata": metadata,
+                "events": events,
+                "applied": [],
+                "archived_seq": 0,
+                "archive_batch_events": 1,
+            },
         )
         self.store.save(fork, None)
         if self.archive is not None and events:

@@ -13,11 +13,13 @@ cluster where the caller pins both to one node); everything else is cluster-safe
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
 
+from shared.errors import TetherError
 from shared.events import now_ms
 from shared.keys import RedisKeys
 from shared.lease import Lease
@@ -26,10 +28,12 @@ from shared.runs import RunRequest, RunResult
 
 #: KEYS: req index, run hash, pending, active, lease.
 #: ARGV: run_id, request json, ttl_s, now_ms, active member, reject(0/1), tenant, session,
-#: request_id, submitted_at_ms. Returns {code, run_id}: 1 queued, 0 duplicate, 2 busy.
+#: request_id, submitted_at_ms. Returns {code, run_id}: 1 queued, 0 duplicate, 2 busy,
+#: 3 the run id is taken by another request (never re-queued: a finished run stays finished).
 SUBMIT_SCRIPT = """
 local existing = redis.call('GET', KEYS[1])
 if existing then return {0, existing} end
+if redis.call('EXISTS', KEYS[2]) == 1 then return {3, ARGV[1]} end
 if ARGV[6] == '1' and (redis.call('EXISTS', KEYS[5]) == 1 or redis.call('LLEN', KEYS[3]) > 0) then
   return {2, ARGV[1]}
 end
@@ -40,6 +44,17 @@ redis.call('EXPIRE', KEYS[2], ARGV[3])
 redis.call('RPUSH', KEYS[3], ARGV[1])
 redis.call('ZADD', KEYS[4], 'NX', ARGV[4], ARGV[5])
 return {1, ARGV[1]}
+"""
+
+#: KEYS: run hash, done. ARGV: status, result json, tenant, session, request_id, ttl_s, run_id,
+#: done maxlen. Returns 1 recorded, 0 refused (the run already has a result).
+RECORD_REJECTED_SCRIPT = """
+if redis.call('HEXISTS', KEYS[1], 'result') == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'status', ARGV[1], 'result', ARGV[2], 'tenant', ARGV[3],
+  'session_id', ARGV[4], 'request_id', ARGV[5])
+redis.call('EXPIRE', KEYS[1], ARGV[6])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[8], '*', 'run_id', ARGV[7], 'status', ARGV[1])
+return 1
 """
 
 #: KEYS: run hash, pending, active, done, attempts.
@@ -69,11 +84,13 @@ return 1
 """
 
 DONE_MAX_LEN = 100_000
+_SUBMIT_STATES = {1: "queued", 0: "duplicate", 2: "busy", 3: "taken"}
 
 
 @dataclass(frozen=True)
 class SubmitOutcome:
-    """What :meth:`RunBook.submit` did: ``queued``, ``duplicate`` (of ``run_id``) or ``busy``."""
+    """What :meth:`RunBook.submit` did: ``queued``, ``duplicate`` (of ``run_id``), ``busy``, or
+    ``taken`` (another request already used this run id; nothing was queued)."""
 
     run_id: str
     state: str
@@ -92,6 +109,8 @@ class RunView:
     result: RunResult | None
     submitted_at_ms: int
     started_at_ms: int
+    last_error: str | None = None
+    retry_at_ms: int = 0
 
 
 def _text(raw: Any) -> str:
@@ -115,6 +134,7 @@ class RunBook:
         self._submit = client.register_script(SUBMIT_SCRIPT)
         self._finish = client.register_script(FINISH_SCRIPT)
         self._release_if_idle = client.register_script(RELEASE_IF_IDLE_SCRIPT)
+        self._record_rejected = client.register_script(RECORD_REJECTED_SCRIPT)
 
     # --- submission --------------------------------------------------------------------------
 
@@ -147,7 +167,7 @@ class RunBook:
         keys, args = self._submit_args(request)
         with translate_errors(self._where):
             code, run_id = cast(Any, self._submit(keys=keys, args=args))
-        return SubmitOutcome(_text(run_id), {1: "queued", 0: "duplicate", 2: "busy"}[int(code)])
+        return SubmitOutcome(_text(run_id), _SUBMIT_STATES[int(code)])
 
     def submit_many(self, requests: list[RunRequest]) -> list[SubmitOutcome]:
         """:meth:`submit` for many requests in one pipelined round trip."""
@@ -158,7 +178,7 @@ class RunBook:
                 self._submit(keys=keys, args=args, client=pipe)
             replies = pipe.execute()
         return [
-            SubmitOutcome(_text(run_id), {1: "queued", 0: "duplicate", 2: "busy"}[int(code)])
+            SubmitOutcome(_text(run_id), _SUBMIT_STATES[int(code)])
             for code, run_id in replies
         ]
 
@@ -189,7 +209,39 @@ class RunBook:
             result=result,
             submitted_at_ms=int(fields.get("submitted_at_ms", 0)),
             started_at_ms=int(fields.get("started_at_ms", 0)),
+            last_error=fields.get("last_error"),
+            retry_at_ms=int(fields.get("retry_at_ms", 0)),
         )
+
+    def peek_many(self, run_ids: list[str]) -> dict[str, RunResult | None]:
+        """For each run id with a record: its result (None while unfinished), in one round trip.
+
+        Run ids without a record (unknown, expired, or lost with a Redis restart) are absent
+        from the answer.
+        """
+        if not run_ids:
+            return {}
+        with translate_errors(self._where):
+            pipe = self.client.pipeline(transaction=False)
+            for run_id in run_ids:
+                pipe.hmget(self.keys.run(run_id), ["status", "result"])
+            replies = cast(list[list[bytes | None]], pipe.execute())
+        out: dict[str, RunResult | None] = {}
+        for run_id, (status, result) in zip(run_ids, replies, strict=True):
+            if status is None and result is None:
+                continue
+            out[run_id] = RunResult.model_validate_json(result) if result is not None else None
+        return out
+
+    def note_failure(self, run_id: str, error: str, *, retry_after_ms: int = 0) -> None:
+        """Remember why an attempt of the run failed (and not to retry it for a while)."""
+        mapping: dict[Any, Any] = {"last_error": error[:1000]}
+        if retry_after_ms > 0:
+            mapping["retry_at_ms"] = now_ms() + retry_after_ms
+        key = self.keys.run(run_id)
+        with translate_errors(self._where):
+            if self.client.exists(key):  # never re-create a record that expired or was lost
+                self.client.hset(key, mapping=mapping)
 
     def mark_running(self, run_id: str, worker: str) -> None:
         """Record that ``worker`` started (another attempt of) the run."""
@@ -199,29 +251,25 @@ class RunBook:
                 mapping={"status": "RUNNING", "worker": worker, "started_at_ms": now_ms()},
             )
 
-    def record_rejected(self, result: RunResult) -> None:
-        """Record a run that never entered a session queue (invalid, unknown agent, busy)."""
-        key = self.keys.run(result.run_id)
+    def record_rejected(self, result: RunResult) -> bool:
+        """Record a run that never entered a session queue (invalid, unknown agent, busy).
+
+        A run that already has a result is never rewritten (a forged message reusing its id
+        cannot change it): then nothing is recorded and False is returned.
+        """
+        keys = [self.keys.run(result.run_id), self.keys.done()]
+        args = [
+            result.status.value,
+            result.model_dump_json(),
+            result.tenant,
+            result.session_id,
+            result.request_id,
+            self.result_ttl_s,
+            result.run_id,
+            DONE_MAX_LEN,
+        ]
         with translate_errors(self._where):
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hset(
-                key,
-                mapping={
-                    "status": result.status.value,
-                    "result": result.model_dump_json(),
-                    "tenant": result.tenant,
-                    "session_id": result.session_id,
-                    "request_id": result.request_id,
-                },
-            )
-            pipe.expire(key, self.result_ttl_s)
-            pipe.xadd(
-                self.keys.done(),
-                {"run_id": result.run_id, "status": result.status.value},
-                maxlen=DONE_MAX_LEN,
-                approximate=True,
-            )
-            pipe.execute()
+            return bool(self._record_rejected(keys=keys, args=args))
 
     def finish(self, result: RunResult) -> None:
         """Record the result, pop the run from its session queue and announce completion."""
@@ -354,3 +402,30 @@ class RunBook:
             for entry_id, fields in entries:
                 out.append((entry_id, _text(fields[b"run_id"])))
         return out
+
+
+class RedisArchiveHint:
+    """:class:`shared.persistence.ArchiveHint` on Redis: one small key per session.
+
+    Losing it (a Redis flush) only costs one identical segment rewrite on the next commit.
+    """
+
+    def __init__(self, client: redis.Redis, keys: RedisKeys, *, ttl_s: int = 7 * 24 * 3600) -> None:
+        self._client = client
+        self._keys = keys
+        self._ttl_s = ttl_s
+        self._where = describe_client(client)
+
+    def archived_through(self, tenant: str, session_id: str) -> int:
+        """The highest sequence number known archived (0 when unknown or unreachable)."""
+        try:
+            with translate_errors(self._where):
+                raw = self._client.get(self._keys.archived(tenant, session_id))
+        except TetherError:
+            return 0
+        return int(cast(bytes, raw)) if raw else 0
+
+    def record(self, tenant: str, session_id: str, seq: int) -> None:
+        """Remember that events up to ``seq`` are archived (best effort)."""
+        with contextlib.suppress(TetherError), translate_errors(self._where):
+            self._client.set(self._keys.archived(tenant, session_id), seq, ex=self._ttl_s)

@@ -74,8 +74,10 @@ class AgentSession:
         self._last_compact: CompactResult | None = None
         self._applied: list[RunRecord] = []
         self._version: str | None = None
-        self.archive_trusted = False
-        """True once this object itself archived events, so ``archived_seq`` is known exact."""
+        self.archive_trusted = True
+        """False while the outbox loaded from a head may or may not be archived yet."""
+        self.loaded_outbox: tuple[AgentEvent, ...] = ()
+        self.loaded_archive_batch = 0
         self._lock = threading.RLock()
 
     # --- identity and metadata -------------------------------------------------------------
@@ -199,6 +201,10 @@ class AgentSession:
                 step=step,
                 **kwargs,
             )
+            if self._agent.redact is not None:  # before memory, listeners and storage see it
+                from shared.redaction import redact_event
+
+                event = redact_event(event, self._agent.redact)
             if write:
                 apply_event(self._memory, event)
             self._events.append(event)
@@ -320,6 +326,8 @@ class AgentSession:
             self._last_compact = snap.last_compact
             self._applied = list(snap.applied)
             self.archive_trusted = False
+            self.loaded_outbox = tuple(e for e in snap.events if e.seq > snap.archived_seq)
+            self.loaded_archive_batch = snap.archive_batch_events
             self._memory.reset(snap.memory)
             if by_reference:
                 payload = RestoredPayload(

@@ -61,7 +61,10 @@ class SessionSnapshot(BaseModel):
 
     ``events`` holds the embedded log when the session has no event archive; with an archive it
     holds only the committed events not yet known to be archived (the outbox), so loading a head
-    never costs O(history).
+    never costs O(history). ``archive_batch_events`` records the writer's archiving threshold:
+    a writer archives its outbox exactly when it holds at least that many events, which tells a
+    later reader whether that outbox may already be in the archive (see
+    :mod:`shared.persistence`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -72,6 +75,7 @@ class SessionSnapshot(BaseModel):
     events: list[AgentEvent] = Field(default_factory=list)
     last_seq: int = 0
     archived_seq: int = 0
+    archive_batch_events: int = 0
     last_compact: CompactResult | None = None
     applied: list[RunRecord] = Field(default_factory=list)
 

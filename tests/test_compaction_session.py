@@ -20,6 +20,7 @@ from shared.compaction import KeepLastPolicy, StructuredSummaryPolicy
 from shared.context import CompactResult
 from shared.demo_agents import notes_agent
 from shared.events import CompactPayload, ErrorPayload, ProjectionPayload
+from shared.reader import SessionLogReader
 from shared.snapshot import SessionMetadata, SessionSnapshot
 from shared.stores.memory import InMemorySnapshotStore
 
@@ -139,6 +140,6 @@ def test_thousand_runs_keep_the_stored_head_bounded() -> None:
         sizes.append(len(dumps_snapshot(stored.snapshot)))
     assert max(sizes) < 36_000, max(sizes)
     assert max(sizes[900:]) <= max(sizes[100:200]) * 1.1
-    history = archive.read("default", "long")
-    assert len(history) == session.last_seq
+    history = SessionLogReader(store, archive).events("long")
+    assert [e.seq for e in history] == list(range(1, session.last_seq + 1))
     assert project_events(history) == session.memory_snapshot()

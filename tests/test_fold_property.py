@@ -19,6 +19,7 @@ from shared import (
     tool,
 )
 from shared.codec import dumps_event, loads_event
+from shared.archives.memory import InMemoryEventArchive
 from shared.compaction import KeepLastPolicy, StructuredSummaryPolicy
 from shared.items import ToolCall, ToolOutput
 from shared.projection import TypeAwareContextProjector
@@ -92,7 +93,8 @@ def test_fold_equals_memory_for_any_history(
     options = AgentOptions(
         context_budget=budget, projector=TypeAwareContextProjector(), compact_policy=policy
     )
-    agent = Agent(model, tools=[lookup], store=store, options=options)
+    archive = InMemoryEventArchive()
+    agent = Agent(model, tools=[lookup], store=store, archive=archive, options=options)
     session = agent.new_session("prop")
     forks = 0
     for op in ops:
@@ -111,8 +113,10 @@ def test_fold_equals_memory_for_any_history(
             session.compact(KeepLastPolicy(keep=op[1], summary=f"kept {op[1]}"))
         else:
             session.save()
+            reader = SessionLogReader(store, archive)
+            assert reader.verify(session.session_id).ok
             forks += 1
             new_id = f"fork-{forks}"
-            SessionLogReader(store).fork(session.session_id, new_id)
+            reader.fork(session.session_id, new_id)
             session = agent.resume_session(new_id)
         check(session)

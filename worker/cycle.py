@@ -21,6 +21,7 @@ from shared.agent import Agent
 from shared.context import CompactResult
 from shared.errors import (
     ConflictError,
+    DataError,
     InfrastructureError,
     RetriesExhausted,
     RunCancelled,
@@ -151,11 +152,16 @@ def _apply_one(rt: Runtime, lease: Lease, keeper: LeaseKeeper, held: _Held, run_
             _rejected(request, RunStatus.CANCELLED, "RunCancelled", "cancelled before it started")
         )
         return "done"
+    if view.retry_at_ms > now_ms():
+        # an infrastructure failure a moment ago: let the sweeper retry after the backoff rather
+        # than burn every attempt in a burst of drains (one per queued message of the session)
+        return "abort"
     attempts = rt.runbook.incr_attempts(run_id)
     if attempts > rt.settings.max_attempts:
+        cause = f"; last error: {view.last_error}" if view.last_error else ""
         message = (
-            f"run {run_id} was attempted {attempts - 1} times without committing; see the worker "
-            "logs, fix the cause and submit it again"
+            f"run {run_id} was attempted {attempts - 1} times without committing{cause}; see "
+            "the worker logs, fix the cause and submit it again"
         )
         rt.runbook.finish(_rejected(request, RunStatus.FAILED, RetriesExhausted.__name__, message))
         return "done"
@@ -171,6 +177,13 @@ def _apply_one(rt: Runtime, lease: Lease, keeper: LeaseKeeper, held: _Held, run_
         log.warning("run %s attempt %d aborted, will retry: %s", run_id, attempts, exc)
         held.session = None
         held.loaded = False
+        backoff_ms = rt.settings.lease_ttl_ms if isinstance(exc, InfrastructureError) else 0
+        try:
+            rt.runbook.note_failure(
+                run_id, f"{exc.error_type}: {exc}", retry_after_ms=backoff_ms
+            )
+        except TetherError as note_exc:  # Redis away too: the attempt is retried regardless
+            log.warning("could not record the failure of run %s: %s", run_id, note_exc)
         return "abort"
 
 
@@ -218,7 +231,15 @@ def _run_and_commit(
     agent: Agent,
     attempts: int,
 ) -> Outcome:
-    session = _session_for(rt, held, request, agent)
+    try:
+        session = _session_for(rt, held, request, agent)
+    except DataError as exc:
+        # the stored head is unreadable (corrupt, or a schema version this build does not
+        # know): retrying cannot help and writing would destroy it, so fail the run, touch nothing
+        log.error("run %s failed: session head unreadable: %s", request.run_id, exc)
+        failed = _rejected(request, RunStatus.FAILED, exc.error_type, str(exc))
+        rt.runbook.finish(failed.model_copy(update={"attempts": attempts}))
+        return "done"
     applied = session.find_applied(request.request_id)
     if applied is not None:  # redelivered after it committed
         rt.runbook.finish(_from_record(request, applied, duplicate=True, attempts=attempts))
@@ -258,11 +279,12 @@ def _run_and_commit(
             session, request, memory_before, compact_before, first_seq, RunStatus.FAILED, exc
         )
     record = record.model_copy(update={"last_seq": session.last_seq, "finished_at_ms": now_ms()})
+    record = _redacted(record, agent)
     session.record_applied(record, keep=MAX_APPLIED_RECORDS)
     publisher.flush()
     if publisher.failed is not None or keeper.lost:
         raise ConflictError(f"lease or stream lost before committing run {request.run_id}")
-    save_session(session, rt.store, rt.archive)
+    save_session(session, rt.store, rt.archive, hint=rt.archive_hint)
     session.prune_events(session.archived_seq)
     rt.runbook.finish(
         _from_record(
@@ -276,6 +298,20 @@ def _run_and_commit(
         )
     )
     return "done"
+
+
+def _redacted(record: RunRecord, agent: Agent) -> RunRecord:
+    """The record with the agent's redaction applied to its output and error message (the
+    head and the run result keep them, like events)."""
+    redact = agent.redact
+    if redact is None:
+        return record
+    return record.model_copy(
+        update={
+            "output": None if record.output is None else redact(record.output),
+            "error_message": None if record.error_message is None else redact(record.error_message),
+        }
+    )
 
 
 def _failed_record(

@@ -19,7 +19,7 @@ from shared.lease import LeaseManager
 from shared.leases.redis import RedisLeaseManager
 from shared.redis_conn import redis_from_url
 from shared.registry import AgentRegistry
-from shared.runbook import RunBook
+from shared.runbook import RedisArchiveHint, RunBook
 from shared.settings import Settings, load_settings
 from shared.storage_url import open_storage
 from shared.store import SnapshotStore
@@ -41,6 +41,7 @@ class Runtime:
     leases: LeaseManager
     registry: AgentRegistry
     worker_id: str
+    archive_hint: RedisArchiveHint
 
 
 def build_runtime(settings: Settings | None = None) -> Runtime:
@@ -66,6 +67,7 @@ def build_runtime(settings: Settings | None = None) -> Runtime:
         leases=RedisLeaseManager(client, keys=keys),
         registry=AgentRegistry.default(settings.agent_modules),
         worker_id=f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident() % 100000}",
+        archive_hint=RedisArchiveHint(client, keys, ttl_s=settings.result_ttl_s),
     )
 
 

@@ -143,3 +143,20 @@ def live_stack(stack: Stack) -> Stack:
     """The shared stack with every worker running."""
     stack.ensure_workers()
     return stack
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Attach the workers' warnings and errors to the report of a failed stack test."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    funcargs = getattr(item, "funcargs", {})
+    used = funcargs.get("live_stack") or funcargs.get("stack")
+    if report.when == "call" and report.failed and isinstance(used, Stack):
+        for worker in used.workers:
+            lines = [
+                line for line in worker.log_text().splitlines()
+                if any(mark in line for mark in ("WARNING", "ERROR", "Error", "Traceback"))
+                and "superuser" not in line and "security_error" not in line
+            ]
+            report.sections.append((f"worker {worker.name} log", "\n".join(lines[-60:])))
