@@ -9,12 +9,14 @@ variable. Secrets are :class:`pydantic.SecretStr` and never printed (see :func:`
 
 from __future__ import annotations
 
+import json
 import os
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pydantic
 from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings.exceptions import SettingsError
 
 from shared.errors import ConfigurationError
 
@@ -57,7 +59,7 @@ class Settings(BaseSettings):
     stream_max_len: int = Field(default=10_000, ge=100, description="Events kept per live stream.")
     result_ttl_s: int = Field(default=7 * 24 * 3600, ge=60, description="Run record lifetime.")
     sweep_interval_ms: int = Field(default=1_000, ge=50, description="Crash-recovery sweep period.")
-    agent_modules: list[str] = Field(
+    agent_modules: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Modules exposing TETHER_AGENTS (JSON or comma list)."
     )
     redis_server: str | None = Field(
@@ -72,7 +74,9 @@ class Settings(BaseSettings):
     @pydantic.field_validator("agent_modules", mode="before")
     @classmethod
     def _split_modules(cls, value: Any) -> Any:
-        if isinstance(value, str) and not value.strip().startswith("["):
+        if isinstance(value, str):
+            if value.strip().startswith("["):
+                return json.loads(value)
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
@@ -109,11 +113,17 @@ def load_settings(**overrides: Any) -> Settings:
         )
     try:
         return Settings(**overrides)
-    except pydantic.ValidationError as exc:
-        problems = "; ".join(
-            f"{ENV_PREFIX}{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors()
-        )
-        raise ConfigurationError(f"invalid settings: {problems}") from exc
+    except (SettingsError, ValueError) as exc:
+        if isinstance(exc, pydantic.ValidationError):
+            raise _invalid(exc) from exc
+        raise ConfigurationError(f"invalid settings: {exc}") from exc
+
+
+def _invalid(exc: pydantic.ValidationError) -> ConfigurationError:
+    problems = "; ".join(
+        f"{ENV_PREFIX}{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors()
+    )
+    return ConfigurationError(f"invalid settings: {problems}")
 
 
 def masked(settings: Settings) -> dict[str, Any]:
