@@ -26,7 +26,7 @@ from shared.lease import Lease
 from shared.redis_conn import describe_client, translate_errors
 from shared.runs import RunRequest, RunResult
 
-#: KEYS: req index, run hash, pending, active, lease.
+#: KEYS: req index, run hash, pending, active.
 #: ARGV: run_id, request json, ttl_s, now_ms, active member, reject(0/1), tenant, session,
 #: request_id, submitted_at_ms. Returns {code, run_id}: 1 queued, 0 duplicate, 2 busy,
 #: 3 the run id is taken by another request (never re-queued: a finished run stays finished).
@@ -34,7 +34,7 @@ SUBMIT_SCRIPT = """
 local existing = redis.call('GET', KEYS[1])
 if existing then return {0, existing} end
 if redis.call('EXISTS', KEYS[2]) == 1 then return {3, ARGV[1]} end
-if ARGV[6] == '1' and (redis.call('EXISTS', KEYS[5]) == 1 or redis.call('LLEN', KEYS[3]) > 0) then
+if ARGV[6] == '1' and redis.call('LLEN', KEYS[3]) > 0 then
   return {2, ARGV[1]}
 end
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[3])
@@ -146,7 +146,6 @@ class RunBook:
             k.run(request.run_id),
             k.pending(t, s),
             k.active(),
-            k.lease(t, s),
         ]
         args = [
             request.run_id,
