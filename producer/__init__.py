@@ -1,6 +1,26 @@
-"""Tether producer: the client SDK (:class:`Producer`, :class:`RunHandle`) and the CLI."""
+"""Tether producer: the client SDK (:class:`Producer`, :class:`RunHandle`) and the CLI.
 
-from producer.client import Producer, RunSpec
-from producer.handle import RunHandle
+Names are imported on first use, so ``tether --help`` does not pay for Celery's import.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from producer.client import Producer, RunSpec
+    from producer.handle import RunHandle
 
 __all__ = ["Producer", "RunHandle", "RunSpec"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Producer", "RunSpec"):
+        from producer import client
+
+        return getattr(client, name)
+    if name == "RunHandle":
+        from producer.handle import RunHandle
+
+        return RunHandle
+    raise AttributeError(f"module 'producer' has no attribute {name!r}")

@@ -11,9 +11,9 @@ head stays bounded (the outbox never exceeds one batch plus one run).
 
 Segments are always exactly the outbox of a committed head, so they never overlap: a session
 restored from a head whose outbox reached its writer's threshold cannot know whether the writer
-archived it before stopping, and writes that same segment again first (an identical rewrite is a
-no-op) before anything newer. A zombie's rewrite is harmless for the same reason: the content is
-committed history.
+archived it before stopping, so it asks (a Redis hint when there is one, else the archive's
+listing) before its own first segment; below the threshold the writer certainly did not archive,
+and no request is needed.
 """
 
 from __future__ import annotations
@@ -95,8 +95,12 @@ def should_archive(outbox: Sequence[AgentEvent], batch: int) -> bool:
 def reconcile_loaded_outbox(
     session: AgentSession, archive: EventArchive, hint: ArchiveHint | None = None
 ) -> None:
-    """Make sure the outbox of the head this session was restored from is archived if its writer
-    would have archived it, so the next segment starts right after it."""
+    """Learn how far the archive really goes before this session writes a segment.
+
+    A head's outbox is archived by its writer exactly when :func:`should_archive` said so; then
+    the writer may or may not have finished before stopping. Only in that case the archive is
+    asked (the hint first, else a listing), so the next segment starts right after the last one.
+    """
     if session.archive_trusted:
         return
     loaded = list(session.loaded_outbox)
@@ -108,6 +112,6 @@ def reconcile_loaded_outbox(
         last = loaded[-1].seq
         known = hint.archived_through(session.tenant, session.session_id) if hint else 0
         if known < last:
-            archive.write_segment(session.tenant, session.session_id, loaded)
-        session.mark_archived(last)
+            known = archive.last_seq(session.tenant, session.session_id)
+        session.mark_archived(min(known, last))
     session.archive_trusted = True

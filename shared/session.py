@@ -174,7 +174,12 @@ class AgentSession:
         return self._append(type_, payload, run_id=run_id, step=step, write=False)
 
     def _write(
-        self, type_: EventType, payload: Payload, *, run_id: str | None = None, step: int = 0,
+        self,
+        type_: EventType,
+        payload: Payload,
+        *,
+        run_id: str | None = None,
+        step: int = 0,
         touch: bool = True,
     ) -> AgentEvent:
         """Apply a memory-writing event to memory and append it: exactly one event per write."""
@@ -304,6 +309,9 @@ class AgentSession:
                 events=list(self._events),
                 last_seq=self._last_seq,
                 archived_seq=self._archived_seq,
+                # while unreconciled, pass on what the loaded head said about its archiving, so
+                # a session restored from this snapshot asks the archive too
+                archive_batch_events=0 if self.archive_trusted else self.loaded_archive_batch,
                 last_compact=self._last_compact,
                 applied=list(self._applied),
             )

@@ -80,6 +80,15 @@ class Settings(BaseSettings):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
+    @pydantic.field_validator("store_url")
+    @classmethod
+    def _absolute_file_url(cls, value: str) -> str:
+        # a relative file:// URL means "relative to where the process starts", resolved once
+        # here so every process (CLI, workers) agrees on one directory
+        if value.startswith("file://") and not value.startswith("file:///"):
+            return "file://" + os.path.abspath(value[len("file://") :])
+        return value
+
     @property
     def effective_redis_url(self) -> str:
         """Where streams, leases and run records live."""

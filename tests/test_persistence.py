@@ -63,7 +63,8 @@ def test_crash_between_head_and_archive_loses_nothing(batch: int) -> None:
         assert next_first == last + 1, distinct
     stored = store.load("default", "s")
     assert stored is not None
-    assert len(stored.snapshot.events) < batch + 12  # the outbox stays bounded
+    # bounded: below one batch, plus this run (8 events) and one run whose archiving failed
+    assert len(stored.snapshot.events) <= batch - 1 + 2 * 8
 
 
 class DictHint:
@@ -86,10 +87,8 @@ def test_batches_save_requests(with_hint: bool) -> None:
         session = agent.resume_session("s") if n else agent.new_session("s")
         session.run(f"turn {n}")
         save_session(session, store, archive, archive_batch_events=32, hint=hint)
-    distinct = len(set(archive.writes))
-    assert distinct <= 5  # 20 runs x 7 events / 32 per segment, instead of 20 writes
-    # without a hint, each archiving commit is confirmed once more by the next fresh load
-    assert len(archive.writes) == (distinct if with_hint else 2 * distinct)
+    assert len(archive.writes) <= 5  # 20 runs x 7 events / 32 per segment, not 20 writes
+    assert len(set(archive.writes)) == len(archive.writes)  # nothing written twice
     assert SessionLogReader(store, archive).verify("s").ok
 
 

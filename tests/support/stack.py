@@ -16,9 +16,9 @@ from typing import TypeVar
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from producer.client import Producer
+from shared.embedded.moto_server import MotoServer
 from shared.embedded.redis_server import RedisServer
 from shared.settings import Settings
 from worker.processes import WorkerFleet, WorkerProcess
@@ -108,10 +108,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """Redis + moto + 2 single-process prefork workers + a producer."""
     log_dir = tmp_path_factory.mktemp("stack")
     redis_server = RedisServer(unix_socket=False).start()
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    moto.start()
-    host, port = moto.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
+    # its own process: moto's state is per process, and other tests reset the in-process one
+    moto = MotoServer(log_dir).start()
+    endpoint = moto.endpoint
     bucket = "tether-stack"
     boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
                  aws_access_key_id="testing", aws_secret_access_key="testing").create_bucket(
