@@ -9,10 +9,11 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 from pydantic import JsonValue
@@ -30,6 +31,9 @@ from shared.runs import BusyPolicy, RunRequest, RunResult, parse_request
 from shared.settings import Settings, load_settings
 from shared.streams.redis import RedisEventStream
 from worker.config import celery_config
+
+if TYPE_CHECKING:
+    from producer.batch import BatchSummary, CasesSource
 
 RUN_TASK = "tether.run"
 
@@ -111,8 +115,8 @@ class Producer:
         run_id = new_id("run")
         doc = {
             "run_id": run_id,
-            "request_id": spec.request_id or run_id,
-            "tenant": spec.tenant or self.settings.tenant,
+            "request_id": run_id if spec.request_id is None else spec.request_id,
+            "tenant": self.settings.tenant if spec.tenant is None else spec.tenant,
             "session_id": spec.session_id,
             "agent": spec.agent,
             "input": spec.input,
@@ -169,7 +173,14 @@ class Producer:
             InvalidInput: a malformed id, oversized input, or bad option (nothing is enqueued).
         """
         spec = RunSpec(
-            session_id, input, agent, tenant, request_id, dict(metadata or {}), timeout_s, on_busy
+            session_id,
+            input,
+            agent,
+            tenant,
+            request_id,
+            {} if metadata is None else metadata,  # validated, never coerced (dict("ab") fails)
+            timeout_s,
+            on_busy,
         )
         return self.submit_many([spec])[0]
 
@@ -204,7 +215,7 @@ class Producer:
         requests = [self._request(spec) for spec in specs]
         if not requests:
             return []
-        outcomes = self.runbook.submit_many(requests)
+        outcomes = self.runbook.submit_many(requests, queue=self.settings.queue)
         app = self.celery
         with app.producer_or_acquire() as publisher:
             for request, outcome in zip(requests, outcomes, strict=True):
@@ -228,6 +239,36 @@ class Producer:
             kwargs={"request": view.request.model_dump(mode="json")},
             task_id=run_id,
             queue=self.settings.queue,
+        )
+
+    def run_batch(
+        self,
+        cases: CasesSource,
+        *,
+        agent: str | None = None,
+        concurrency: int = 8,
+        out: str | os.PathLike[str] | None = None,
+        batch_id: str | None = None,
+        skip_invalid: bool = False,
+        tenant: str | None = None,
+        progress: bool = False,
+    ) -> BatchSummary:
+        """Run a batch of evaluation cases (a JSONL file or an iterable); re-running resumes.
+
+        See :func:`producer.batch.run_batch` for the arguments and the guarantees.
+        """
+        from producer.batch import run_batch  # imported here: the batch engine imports us
+
+        return run_batch(
+            self,
+            cases,
+            agent=agent,
+            concurrency=concurrency,
+            out=out,
+            batch_id=batch_id,
+            skip_invalid=skip_invalid,
+            tenant=tenant,
+            progress=progress,
         )
 
     # --- following runs ------------------------------------------------------------------------

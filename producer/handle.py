@@ -92,6 +92,12 @@ class RunHandle:
         """Resolve the future from a recorded result (called by the listener, once)."""
         if self._future.done():
             return
+        # a result made up by the listener (a lost run) carries no ids: fill in what we know
+        known = {"request_id": self._request_id, "session_id": self._session_id,
+                 "tenant": self._tenant}
+        missing = {k: v for k, v in known.items() if v and not getattr(result, k)}
+        if missing:
+            result = result.model_copy(update=missing)
         self._request_id = self._request_id or result.request_id
         self._session_id = self._session_id or result.session_id
         self._tenant = self._tenant or result.tenant

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from shared.compaction import CompactPolicy
     from shared.context import ContextBudget
     from shared.projection import ContextProjector
+    from shared.redaction import TextRedactor
     from shared.store import SnapshotStore
 
 
@@ -87,6 +88,8 @@ class Agent:
         store: where sessions are saved and resumed from (None: no persistence).
         archive: where committed events are archived (None: events stay in the snapshot).
         name: the agent's name (registries, logs).
+        redact: applied to every text of every event before it is stored or published, and to
+            run outputs and error messages (see :mod:`shared.redaction`); None: no redaction.
     """
 
     def __init__(
@@ -102,6 +105,7 @@ class Agent:
         store: SnapshotStore | None = None,
         archive: EventArchive | None = None,
         name: str = "agent",
+        redact: TextRedactor | None = None,
     ) -> None:
         self.model = model
         self.model_name = model_name
@@ -113,6 +117,7 @@ class Agent:
         self.store = store
         self.archive = archive
         self.name = name
+        self.redact = redact
 
     def run(self, input: str, *, cancel_check: CancelCheck | None = None) -> AgentResult:
         """A one-shot run in a throwaway session (nothing is stored)."""

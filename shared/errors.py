@@ -118,6 +118,14 @@ class StreamUnavailable(InfrastructureError):
     """The event stream (Redis) could not be reached."""
 
 
+class RunLost(InfrastructureError):
+    """A run's record vanished from Redis (restarted without persistence, or expired).
+
+    Whether the run was applied is recorded in the session head; submitting it again with the
+    same request id applies it at most once.
+    """
+
+
 # --- agent and model ---------------------------------------------------------------------------
 
 

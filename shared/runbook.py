@@ -28,7 +28,8 @@ from shared.runs import RunRequest, RunResult
 
 #: KEYS: req index, run hash, pending, active.
 #: ARGV: run_id, request json, ttl_s, now_ms, active member, reject(0/1), tenant, session,
-#: request_id, submitted_at_ms. Returns {code, run_id}: 1 queued, 0 duplicate, 2 busy,
+#: request_id, submitted_at_ms, queue (the broker queue serving the run; '' when unknown).
+#: Returns {code, run_id}: 1 queued, 0 duplicate, 2 busy,
 #: 3 the run id is taken by another request (never re-queued: a finished run stays finished).
 SUBMIT_SCRIPT = """
 local existing = redis.call('GET', KEYS[1])
@@ -40,6 +41,7 @@ end
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[3])
 redis.call('HSET', KEYS[2], 'status', 'QUEUED', 'request', ARGV[2], 'tenant', ARGV[7],
   'session_id', ARGV[8], 'request_id', ARGV[9], 'submitted_at_ms', ARGV[10])
+if ARGV[11] ~= '' then redis.call('HSET', KEYS[2], 'queue', ARGV[11]) end
 redis.call('EXPIRE', KEYS[2], ARGV[3])
 redis.call('RPUSH', KEYS[3], ARGV[1])
 redis.call('ZADD', KEYS[4], 'NX', ARGV[4], ARGV[5])
@@ -111,6 +113,7 @@ class RunView:
     started_at_ms: int
     last_error: str | None = None
     retry_at_ms: int = 0
+    queue: str | None = None
 
 
 def _text(raw: Any) -> str:
@@ -138,7 +141,9 @@ class RunBook:
 
     # --- submission --------------------------------------------------------------------------
 
-    def _submit_args(self, request: RunRequest) -> tuple[list[str], list[Any]]:
+    def _submit_args(
+        self, request: RunRequest, queue: str | None
+    ) -> tuple[list[str], list[Any]]:
         k = self.keys
         t, s = request.tenant, request.session_id
         keys = [
@@ -158,22 +163,29 @@ class RunBook:
             s,
             request.request_id,
             request.submitted_at_ms,
+            queue or "",
         ]
         return keys, args
 
-    def submit(self, request: RunRequest) -> SubmitOutcome:
-        """Register and queue ``request`` unless its request id is known (idempotent)."""
-        keys, args = self._submit_args(request)
+    def submit(self, request: RunRequest, *, queue: str | None = None) -> SubmitOutcome:
+        """Register and queue ``request`` unless its request id is known (idempotent).
+
+        ``queue`` names the broker queue whose workers serve the run's agent: crash recovery
+        and hand-overs send the session's drain task there (None: the worker's own queue).
+        """
+        keys, args = self._submit_args(request, queue)
         with translate_errors(self._where):
             code, run_id = cast(Any, self._submit(keys=keys, args=args))
         return SubmitOutcome(_text(run_id), _SUBMIT_STATES[int(code)])
 
-    def submit_many(self, requests: list[RunRequest]) -> list[SubmitOutcome]:
+    def submit_many(
+        self, requests: list[RunRequest], *, queue: str | None = None
+    ) -> list[SubmitOutcome]:
         """:meth:`submit` for many requests in one pipelined round trip."""
         with translate_errors(self._where):
             pipe = self.client.pipeline(transaction=False)
             for request in requests:
-                keys, args = self._submit_args(request)
+                keys, args = self._submit_args(request, queue)
                 self._submit(keys=keys, args=args, client=pipe)
             replies = pipe.execute()
         return [
@@ -210,6 +222,7 @@ class RunBook:
             started_at_ms=int(fields.get("started_at_ms", 0)),
             last_error=fields.get("last_error"),
             retry_at_ms=int(fields.get("retry_at_ms", 0)),
+            queue=fields.get("queue") or None,
         )
 
     def peek_many(self, run_ids: list[str]) -> dict[str, RunResult | None]:

@@ -21,6 +21,11 @@ from shared.results import RunStatus
 
 RUN_SCHEMA_VERSION = 1
 MAX_METADATA_BYTES = 16_384
+#: Deeper metadata is refused: stored in the session head, it must stay serialisable and
+#: readable with room to spare (pydantic stops at about 250 levels).
+MAX_METADATA_DEPTH = 32
+#: Validation messages name at most this many invalid fields, each location shortened.
+_MAX_PROBLEMS = 5
 TERMINAL_STATUSES = frozenset(
     {
         RunStatus.COMPLETED,
@@ -52,9 +57,9 @@ class RunRequest(BaseModel):
     agent: str = Field(min_length=1, max_length=128)
     input: str | None
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
-    timeout_s: float | None = Field(default=None, gt=0, le=86_400)
+    timeout_s: float | None = Field(default=None, gt=0, le=86_400, strict=True)
     on_busy: BusyPolicy = BusyPolicy.ENQUEUE
-    submitted_at_ms: int = Field(default_factory=now_ms)
+    submitted_at_ms: int = Field(default_factory=now_ms, ge=0, le=2**53, strict=True)
 
     @pydantic.field_validator("run_id", "request_id", "session_id")
     @classmethod
@@ -66,10 +71,22 @@ class RunRequest(BaseModel):
     def _tenant(cls, value: str) -> str:
         return validate_tenant(value)
 
+    @pydantic.field_validator("input", "agent")
+    @classmethod
+    def _text(cls, value: str | None, info: pydantic.ValidationInfo) -> str | None:
+        if value is not None:
+            check_text(value, info.field_name or "text")
+        return value
+
     @pydantic.field_validator("metadata")
     @classmethod
     def _metadata_size(cls, value: dict[str, JsonValue]) -> dict[str, JsonValue]:
-        if len(json.dumps(value)) > MAX_METADATA_BYTES:
+        check_json_tree(value, "metadata")
+        try:
+            size = len(json.dumps(value, allow_nan=False))
+        except ValueError as exc:  # NaN or infinity: JSON has no such numbers
+            raise ValueError(f"metadata holds a number JSON cannot represent ({exc})") from exc
+        if size > MAX_METADATA_BYTES:
             raise ValueError(f"metadata is larger than {MAX_METADATA_BYTES} bytes of JSON")
         return value
 
@@ -93,11 +110,53 @@ def parse_request(doc: Any) -> RunRequest:
         return RunRequest.model_validate(doc)
     except pydantic.ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'request'}: {e['msg']}" for e in exc.errors()[:5]
+            f"{_where(e['loc'])}: {e['msg'][:300]}" for e in exc.errors()[:_MAX_PROBLEMS]
         )
         raise InvalidInput(f"invalid run request: {problems}") from exc
     except TetherError as exc:
         raise InvalidInput(f"invalid run request: {exc}") from exc
+
+
+def _where(loc: tuple[int | str, ...]) -> str:
+    """A field location for a message (a deep one is shortened, every part made printable)."""
+    parts = [ascii(p)[1:-1] if isinstance(p, str) else str(p) for p in loc]
+    if len(parts) > 6:
+        parts = [*parts[:3], "...", *parts[-2:]]
+    return ".".join(p[:40] for p in parts) or "request"
+
+
+def check_text(value: str, what: str) -> None:
+    """Refuse text that is not encodable as UTF-8 (lone surrogates from a JSON ``\\ud800``).
+
+    Raises:
+        ValueError: naming ``what`` and the position.
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{what} is not valid Unicode text (lone surrogate at position {exc.start}); "
+            "send UTF-8 text"
+        ) from None
+
+
+def check_json_tree(value: Any, what: str, depth: int = 0) -> None:
+    """Refuse JSON values nested deeper than :data:`MAX_METADATA_DEPTH` or with invalid text.
+
+    Raises:
+        ValueError: naming ``what``.
+    """
+    if depth > MAX_METADATA_DEPTH:
+        raise ValueError(f"{what} is nested deeper than {MAX_METADATA_DEPTH} levels")
+    if isinstance(value, str):
+        check_text(value, what)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_text(str(key), f"{what} key")
+            check_json_tree(item, what, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            check_json_tree(item, what, depth + 1)
 
 
 class RunResult(BaseModel):

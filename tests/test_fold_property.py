@@ -18,8 +18,8 @@ from shared import (
     project_events,
     tool,
 )
-from shared.codec import dumps_event, loads_event
 from shared.archives.memory import InMemoryEventArchive
+from shared.codec import dumps_event, loads_event
 from shared.compaction import KeepLastPolicy, StructuredSummaryPolicy
 from shared.items import ToolCall, ToolOutput
 from shared.projection import TypeAwareContextProjector

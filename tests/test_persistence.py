@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 from collections.abc import Sequence
 
 import pytest
@@ -49,17 +51,16 @@ def test_crash_between_head_and_archive_loses_nothing(batch: int) -> None:
     for n in range(40):
         if n % 7 == 3:
             archive.failures = 1
-        try:
+        # on failure the head committed; its outbox waits for the next writer
+        with contextlib.suppress(StoreUnavailable):
             cycle(agent, store, archive, f"turn {n}", batch)
-        except StoreUnavailable:
-            pass  # the head committed; its outbox waits for the next writer
     reader = SessionLogReader(store, archive)
     report = reader.verify("s")
     assert report.ok, report.problems
     events = reader.events("s")
     assert [e.seq for e in events] == list(range(1, events[-1].seq + 1))
     distinct = sorted(set(archive.writes))
-    for (_, last), (next_first, _) in zip(distinct, distinct[1:], strict=False):
+    for (_, last), (next_first, _) in itertools.pairwise(distinct):
         assert next_first == last + 1, distinct
     stored = store.load("default", "s")
     assert stored is not None
@@ -97,10 +98,8 @@ def test_segments_never_overlap() -> None:
     agent = Agent(ScriptedModel(default_text="ok"), store=store, archive=archive)
     for n in range(30):
         archive.failures = 1 if n % 4 == 0 else 0
-        try:
+        with contextlib.suppress(StoreUnavailable):
             cycle(agent, store, archive, f"turn {n}", 10)
-        except StoreUnavailable:
-            pass
     distinct = sorted(set(archive.writes))
-    for (_, last), (next_first, _) in zip(distinct, distinct[1:], strict=False):
+    for (_, last), (next_first, _) in itertools.pairwise(distinct):
         assert next_first == last + 1, distinct

@@ -55,7 +55,7 @@ _FLUSH_ON = frozenset(
     }
 )
 
-Outcome = Literal["done", "abort"]
+Outcome = Literal["done", "abort", "handover"]
 
 
 class StreamPublisher:
@@ -106,6 +106,7 @@ def drain(rt: Runtime, tenant: str, session_id: str) -> int:
     keeper = LeaseKeeper(rt.leases, lease, ttl_ms).start()
     held = _Held(publisher=StreamPublisher(rt, lease))
     released = False
+    hand_over = False
     started = time.monotonic()
     try:
         while not keeper.lost:
@@ -116,9 +117,13 @@ def drain(rt: Runtime, tenant: str, session_id: str) -> int:
                     break
                 continue
             if time.monotonic() - started > DRAIN_BUDGET_S:
-                _hand_over(rt, tenant, session_id)
+                hand_over = True
                 break
-            if _apply_one(rt, lease, keeper, held, run_id) == "abort":
+            outcome = _apply_one(rt, lease, keeper, held, run_id)
+            if outcome == "handover":
+                hand_over = True
+                break
+            if outcome == "abort":
                 break
             held.processed += 1
     finally:
@@ -128,6 +133,8 @@ def drain(rt: Runtime, tenant: str, session_id: str) -> int:
                 rt.leases.release(lease)
             except TetherError as exc:  # it expires by itself; recovery does not depend on this
                 log.warning("could not release lease of %s/%s: %s", tenant, session_id, exc)
+    if hand_over:  # only once the lease is free, or the next drain would find it held
+        _hand_over(rt, tenant, session_id)
     return held.processed
 
 
@@ -156,6 +163,15 @@ def _apply_one(rt: Runtime, lease: Lease, keeper: LeaseKeeper, held: _Held, run_
         # an infrastructure failure a moment ago: let the sweeper retry after the backoff rather
         # than burn every attempt in a burst of drains (one per queued message of the session)
         return "abort"
+    try:
+        agent = rt.registry.get(request.agent)
+    except UnknownAgent as exc:
+        if view.queue and view.queue != rt.settings.queue:
+            # submitted to another queue, whose workers know this agent: hand the session over
+            log.info("run %s is for queue %s; handing the session over", run_id, view.queue)
+            return "handover"
+        rt.runbook.finish(_rejected(request, RunStatus.FAILED, exc.error_type, str(exc)))
+        return "done"
     attempts = rt.runbook.incr_attempts(run_id)
     if attempts > rt.settings.max_attempts:
         cause = f"; last error: {view.last_error}" if view.last_error else ""
@@ -166,11 +182,6 @@ def _apply_one(rt: Runtime, lease: Lease, keeper: LeaseKeeper, held: _Held, run_
         rt.runbook.finish(_rejected(request, RunStatus.FAILED, RetriesExhausted.__name__, message))
         return "done"
     rt.runbook.mark_running(run_id, rt.worker_id)
-    try:
-        agent = rt.registry.get(request.agent)
-    except UnknownAgent as exc:
-        rt.runbook.finish(_rejected(request, RunStatus.FAILED, exc.error_type, str(exc)))
-        return "done"
     try:
         return _run_and_commit(rt, lease, keeper, held, request, agent, attempts)
     except (InfrastructureError, ConflictError) as exc:

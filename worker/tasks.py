@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery.signals import worker_ready, worker_shutdown
+from celery.signals import after_setup_logger, worker_process_init, worker_ready, worker_shutdown
 
 from shared.errors import InvalidInput, SessionBusy, TetherError, UnknownAgent
 from shared.ids import validate_id, validate_tenant
@@ -36,7 +36,13 @@ def _reject(rt: Runtime, request: RunRequest, exc: TetherError) -> dict[str, Any
         error_type=exc.error_type,
         error_message=str(exc),
     )
-    rt.runbook.record_rejected(result)
+    if not rt.runbook.record_rejected(result):
+        log.warning(
+            "run %s rejected (%s) but not recorded: that run id already has a result",
+            request.run_id,
+            exc.error_type,
+        )
+        return {"run_id": request.run_id, "state": "dropped", "error": exc.error_type}
     log.warning("run %s rejected: %s", request.run_id, exc)
     return {"run_id": request.run_id, "state": "rejected", "error": exc.error_type}
 
@@ -75,7 +81,10 @@ def run_task(self: Any, request: Any = None) -> dict[str, Any]:
         rt.registry.get(req.agent)
     except UnknownAgent as exc:
         return _reject(rt, req, exc)
-    outcome = rt.runbook.submit(req)
+    outcome = rt.runbook.submit(req, queue=rt.settings.queue)
+    if outcome.state == "taken":
+        log.warning("dropping run message %s: that run id belongs to another request", req.run_id)
+        return {"run_id": req.run_id, "state": "dropped"}
     if outcome.state == "busy":
         busy = SessionBusy(
             f"session {req.tenant}/{req.session_id} is busy and run {req.run_id} asked to be "
@@ -99,15 +108,35 @@ def drain_task(tenant: Any = None, session_id: Any = None) -> dict[str, Any]:
 
 
 def enqueue_drain(tenant: str, session_id: str) -> None:
-    """Send a drain task for the session."""
-    app.send_task(
-        DRAIN_TASK,
-        kwargs={"tenant": tenant, "session_id": session_id},
-        queue=get_runtime().settings.queue,
-    )
+    """Send a drain task for the session to the queue serving its next run.
+
+    Runs remember the queue they were submitted to (workers of different queues may know
+    different agents), so a sweeper or a hand-over never sends a session to workers that
+    cannot run its next request; without a record, this worker's own queue.
+    """
+    rt = get_runtime()
+    queue = rt.settings.queue
+    head = rt.runbook.pending_head(tenant, session_id)
+    view = rt.runbook.get(head) if head is not None else None
+    if view is not None and view.queue:
+        queue = view.queue
+    app.send_task(DRAIN_TASK, kwargs={"tenant": tenant, "session_id": session_id}, queue=queue)
 
 
 _sweeper: Any = None
+
+
+@after_setup_logger.connect
+@worker_process_init.connect
+def _redact_logs(**_: Any) -> None:
+    """Mask the configured secrets in every log line of the worker and its pool children."""
+    from shared.redaction import install_log_redaction, settings_redactor
+    from shared.settings import load_settings
+
+    try:
+        install_log_redaction(settings_redactor(load_settings()))
+    except TetherError as exc:
+        log.error("log redaction not installed: %s", exc)
 
 
 @worker_ready.connect

@@ -118,6 +118,15 @@ def fenced_out(tenant: str, session_id: str, fence: int, current: int) -> Fenced
     )
 
 
+def fence_not_granted(tenant: str, session_id: str, fence: int, current: int) -> FencedOut:
+    """The error for an append whose fence is newer than any lease grant (a forged token)."""
+    return FencedOut(
+        f"append to {tenant}/{session_id} with fence {fence} refused: no lease was ever granted "
+        f"with that fence (the newest grant is {current}); nothing was written. Append only "
+        "with the fence of a lease you hold"
+    )
+
+
 def sequence_gap(tenant: str, session_id: str, first_seq: int, last_seq: int) -> ConflictError:
     """The error for an append that would leave a hole after ``last_seq``."""
     return ConflictError(

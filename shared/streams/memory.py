@@ -19,6 +19,7 @@ from shared.lease import LeaseManager
 from shared.streams._common import (
     Entry,
     TailCursor,
+    fence_not_granted,
     fenced_out,
     plan_append,
     sequence_gap,
@@ -77,6 +78,8 @@ class InMemoryEventStream:
             newest = max(current, log.last_fence)
             if fence < newest:
                 raise fenced_out(tenant, session_id, fence, newest)
+            if current > 0 and fence > current:
+                raise fence_not_granted(tenant, session_id, fence, current)
             if not events:
                 return log.last_seq or 0
             skip = plan_append(events[0].seq, len(events), fence, log.last_seq, log.last_fence)

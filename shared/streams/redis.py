@@ -34,6 +34,7 @@ from shared.redis_conn import describe_client, max_block_ms, translate_errors
 from shared.streams._common import (
     Entry,
     TailCursor,
+    fence_not_granted,
     fenced_out,
     sequence_gap,
     tail_catch_up,
@@ -51,7 +52,8 @@ _RedisEntry = Entry[bytes, bytes]
 
 #: KEYS: stream, meta, fence counter. ARGV: fence, max_len (0 = unbounded), then seq/json pairs
 #: (seqs contiguous and ascending, checked by the caller). Returns {status, a, b}:
-#: {0, last_seq, written} | {1, current_fence, 0} (fenced out) | {2, last_seq, 0} (gap).
+#: {0, last_seq, written} | {1, current_fence, 0} (fenced out) | {2, last_seq, 0} (gap) |
+#: {3, current_fence, 0} (a fence newer than any grant: forged, refused).
 APPEND_SCRIPT = """
 local fence = tonumber(ARGV[1])
 local current = tonumber(redis.call('GET', KEYS[3]) or '0')
@@ -59,6 +61,9 @@ local meta = redis.call('HMGET', KEYS[2], 'last_seq', 'last_fence')
 local last_fence = tonumber(meta[2] or '0')
 if fence < current or fence < last_fence then
   return {1, math.max(current, last_fence), 0}
+end
+if current > 0 and fence > current then
+  return {3, current, 0}
 end
 local n = (#ARGV - 2) / 2
 local last_seq = 0
@@ -153,6 +158,8 @@ class RedisEventStream:
         status, value, _written = (int(x) for x in cast(list[Any], raw))
         if status == 1:
             raise fenced_out(tenant, session_id, fence, value)
+        if status == 3:
+            raise fence_not_granted(tenant, session_id, fence, value)
         if status == 2:
             raise sequence_gap(tenant, session_id, events[0].seq, value)
         return value

@@ -1,0 +1,27 @@
+# Tether worker image: `docker compose up --scale worker=N` runs N of these.
+# Settings come from the environment only (TETHER_* and AWS_*); see the README.
+FROM python:3.11.13-slim-bookworm AS base
+
+ENV PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY shared ./shared
+COPY producer ./producer
+COPY worker ./worker
+RUN pip install . \
+    && useradd --create-home --uid 10001 tether
+
+USER tether
+CMD ["tether", "worker"]
+
+# Flower (optional, `docker compose --profile flower up`): the same app, so it reads the same
+# broker settings (key prefix, JSON only) as the workers.
+FROM base AS flower
+USER root
+RUN pip install "flower==2.0.1"
+USER tether
+CMD ["python", "-m", "celery", "-A", "worker.app", "flower", "--port=5555"]

@@ -1,0 +1,36 @@
+"""Agents registered for the benchmarks (``TETHER_AGENT_MODULES=bench.agents``).
+
+``notes-compact`` is the ``notes`` demo agent with a compaction policy: once memory holds more
+than :data:`TRIGGER_ITEMS` items it is projected down to :data:`KEEP_ITEMS` (the first
+:data:`PINNED_ITEMS` pinned) plus a structured summary, so a long session's memory, and hence its
+head, stays bounded while its event log keeps growing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from shared.agent import Agent
+from shared.compaction import StructuredSummaryPolicy
+from shared.context import ContextBudget
+from shared.demo_agents import notes_agent
+
+KEEP_ITEMS = 40
+TRIGGER_ITEMS = 60
+PINNED_ITEMS = 2
+
+
+def notes_compact_agent() -> Agent:
+    """The ``notes`` demo agent plus a :class:`StructuredSummaryPolicy`."""
+    agent = notes_agent()
+    policy = StructuredSummaryPolicy(
+        ContextBudget(max_items=KEEP_ITEMS, pinned_prefix_items=PINNED_ITEMS),
+        trigger_items=TRIGGER_ITEMS,
+    )
+    agent.options = replace(agent.options, compact_policy=policy)
+    agent.name = "notes-compact"
+    return agent
+
+
+TETHER_AGENTS: dict[str, Callable[[], Agent]] = {"notes-compact": notes_compact_agent}

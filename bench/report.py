@@ -1,0 +1,271 @@
+"""Benchmark output: a markdown table, a JSON document, and the latency plot (PNG).
+
+The JSON holds every number of the table plus the machine (CPU count, platform, Python, package
+versions, Redis version), the exact command, the date and the git commit; the markdown is what
+the README quotes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+from dataclasses import asdict
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from bench.measures import Measure, Stats
+from shared.redis_conn import redis_from_url
+
+PACKAGES = ("tether", "celery", "kombu", "redis", "boto3", "botocore", "moto", "pydantic")
+MD_NAME, JSON_NAME, PLOT_NAME = "latest.md", "latest.json", "latency.png"
+
+
+def _version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _git(*args: str) -> str:
+    try:
+        out = subprocess.run(
+            ["git", *args], capture_output=True, text=True, timeout=10, check=False,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+    except OSError:
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def _mem_total_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        return None
+    return None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine_info(redis_url: str) -> dict[str, Any]:
+    """The machine and software the numbers come from."""
+    client = redis_from_url(redis_url)
+    try:
+        redis_version = str(client.info("server").get("redis_version", "unknown"))
+    finally:
+        client.close()
+    commit = _git("rev-parse", "--short", "HEAD")
+    dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+    return {
+        "cpu_count": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "mem_total_gib": _mem_total_gib(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "packages": {name: _version(name) for name in (*PACKAGES, "matplotlib")},
+        "redis_server": redis_version,
+        "git_commit": commit + ("+dirty" if commit and dirty else ""),
+        "load_average_1m_end": round(os.getloadavg()[0], 2),
+    }
+
+
+def command_line(argv: list[str] | None = None) -> str:
+    """The command as typed (``python -m bench ...``)."""
+    return " ".join(["python -m bench", *(sys.argv[1:] if argv is None else argv)])
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit in ("runs/s", "req/s"):
+        return f"{value:,.0f}"
+    if unit == "MiB":
+        return f"{value:.1f}"
+    return f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+
+
+def _cell(stats: Stats | None, unit: str) -> str:
+    if stats is None:
+        return "-"
+    if stats.n == 1:
+        return f"{_fmt(stats.median, unit)} {unit}"
+    return f"{_fmt(stats.median, unit)} / {_fmt(stats.p95, unit)} {unit}"
+
+
+def _value(m: Measure) -> str:
+    return f"{m.value:.2f}x" if m.value_unit == "x" else f"{m.value:.2f} {m.value_unit}"
+
+
+def _verdict(m: Measure) -> str:
+    met = m.met
+    return "info" if met is None else ("met" if met else "**missed**")
+
+
+def markdown(measures: list[Measure], meta: dict[str, Any]) -> str:
+    """The result table with its date, command and machine, and one note per measure."""
+    machine = meta["machine"]
+    pkgs = machine["packages"]
+    lines = [
+        f"Date: {meta['date']} · command: `{meta['command']}` · commit {machine['git_commit']}",
+        "",
+        f"Machine: {machine['cpu_count']} CPUs ({machine['cpu_model']}), "
+        f"{machine['mem_total_gib']} GiB, {machine['platform']}; Python {machine['python']}; "
+        f"redis-server {machine['redis_server']}; moto {pkgs['moto']} (S3 over HTTP, own "
+        f"process); celery {pkgs['celery']}, redis-py {pkgs['redis']}, boto3 {pkgs['boto3']}. "
+        f"Load average (1 min) at start / end: {meta.get('load_average_1m_start', '?')} / "
+        f"{machine.get('load_average_1m_end', '?')}.",
+        "",
+        "Cells are median / p95 (one number: a single pass). Every baseline ran in the same "
+        "run, on the same Redis and S3 endpoint.",
+        "",
+        "| id | measure | Tether | baseline | result | target | |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for m in measures:
+        lines.append(
+            f"| {m.id} | {m.name} | {_cell(m.tether, m.unit)} | {_cell(m.baseline, m.unit)} | "
+            f"{_value(m)} | {m.target or '-'} | {_verdict(m)} |"
+        )
+    lines.append("")
+    for m in measures:
+        lines.append(
+            f"- **{m.id}**: result = {m.value_of}; baseline = {m.baseline_name}. {m.note}."
+        )
+    p1 = next((m for m in measures if m.id == "P1"), None)
+    if p1 is not None:
+        lines.append(_requests_line(p1))
+    errors = meta.get("errors") or {}
+    for measure_id, error in errors.items():
+        lines.append(f"- **{measure_id} failed**: {error}")
+    return "\n".join(lines) + "\n"
+
+
+def _requests_line(p1: Measure) -> str:
+    """Per-run Redis commands and S3 requests of both sides (P1's counting phase)."""
+    parts = []
+    for side in ("tether", "hand-written"):
+        prefix = f"{side} per run: "
+        ops = {k[len(prefix) :]: v for k, v in p1.extra.items() if k.startswith(prefix)}
+        if not ops:
+            continue
+        s3 = ", ".join(
+            f"{k[3:]} {v:g}" for k, v in ops.items() if k.startswith("s3 ") and k != "s3 requests"
+        )
+        redis_ops = [
+            (k[6:], v) for k, v in ops.items() if k.startswith("redis ") and k != "redis commands"
+        ]
+        top = sorted(redis_ops, key=lambda kv: -float(kv[1]))[:6]
+        parts.append(
+            f"{side}: {ops.get('redis commands', 0):g} Redis commands "
+            f"(top: {', '.join(f'{k} {v:g}' for k, v in top)}), "
+            f"{ops.get('s3 requests', 0):g} S3 requests ({s3 or 'none'})"
+        )
+    return (
+        "- **Requests per run** (sequential echo runs; Redis INFO commandstats of every client, "
+        "commands inside Lua scripts included; S3 from moto's request log): "
+        + "; ".join(parts)
+        + "."
+    )
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or infinity: refuse them instead of writing an invalid document."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"non-finite number {value!r} in the benchmark results")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def to_json(measures: list[Measure], meta: dict[str, Any]) -> dict[str, Any]:
+    """The JSON document: meta plus every measure (stats, result, target, verdict, series)."""
+    rows = []
+    for m in measures:
+        row = asdict(m)
+        row["target"] = None if m.target is None else {
+            "op": m.target.op, "value": m.target.value, "unit": m.target.unit, "text": str(m.target)
+        }
+        row["met"] = m.met
+        rows.append(row)
+    document: dict[str, Any] = _finite({**meta, "measures": rows})
+    return document
+
+
+def plot_latency(measure: Measure, path: Path) -> Path:
+    """Per-run latency against session length (P3's series), Tether vs the hand-written task."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=90)
+    styles = {
+        "tether_notes_compact_ms": ("Tether, notes agent with compaction", "tab:blue"),
+        "handwritten_ms": (
+            "hand-written Celery task (S3 GET + PUT of one JSON blob)",
+            "tab:orange",
+        ),
+    }
+    for key, (label, color) in styles.items():
+        values = measure.series.get(key)
+        if not values:
+            continue
+        runs = list(range(1, len(values) + 1))
+        ax.scatter(runs, values, s=3, alpha=0.25, color=color, linewidths=0)
+        ax.plot(runs, _rolling_median(values, 25), color=color, linewidth=1.8, label=label)
+    ax.set_xlabel("session length (runs so far in the session)")
+    ax.set_ylabel("end-to-end latency per run (ms)")
+    ax.set_title("Per-run latency against session length (dots: runs, line: rolling median)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _rolling_median(values: list[float], width: int) -> list[float]:
+    out: list[float] = []
+    for i in range(len(values)):
+        window = sorted(values[max(0, i - width + 1) : i + 1])
+        out.append(window[len(window) // 2])
+    return out
+
+
+def write_reports(
+    measures: list[Measure], meta: dict[str, Any], out_dir: Path
+) -> dict[str, Path]:
+    """Write latest.md, latest.json and (when P3 ran) latency.png into ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"markdown": out_dir / MD_NAME, "json": out_dir / JSON_NAME}
+    paths["markdown"].write_text(markdown(measures, meta))
+    document = to_json(measures, meta)
+    paths["json"].write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n")
+    p3 = next((m for m in measures if m.id == "P3"), None)
+    if p3 is not None and p3.series:
+        paths["plot"] = plot_latency(p3, out_dir / PLOT_NAME)
+    return paths
+
+
+def now_iso() -> str:
+    """The current UTC time, to the second."""
+    return datetime.now(UTC).replace(microsecond=0).isoformat()

@@ -1,0 +1,47 @@
+"""Agents for the secrets test, loaded by workers through ``TETHER_AGENT_MODULES``.
+
+``openai-chat`` talks to an OpenAI-compatible server (the test's fake one) with the key from
+``TETHER_OPENAI_API_KEY``, has a deliberately leaky ``diagnostics`` tool that returns the
+worker's secrets, and redacts every secret of its settings (the API key, the broker and Redis
+passwords) from everything it stores, with :func:`shared.redaction.settings_redactor`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from shared.agent import Agent
+from shared.models.openai import OpenAIChatModel
+from shared.redaction import settings_redactor, url_password
+from shared.settings import load_settings
+from shared.tools import tool
+
+
+@tool
+def diagnostics() -> str:
+    """Report the worker's connection details (leaks secrets on purpose)."""
+    settings = load_settings()
+    key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else ""
+    return f"redis password {url_password(settings.redis_url)}; api key {key}"
+
+
+def openai_chat() -> Agent:
+    """The ``openai-chat`` agent (settings read when the worker first needs it)."""
+    settings = load_settings()
+    model = OpenAIChatModel(
+        settings.openai_base_url,
+        settings.openai_api_key,
+        timeout_s=10.0,
+        max_retries=1,
+        retry_backoff_s=0.01,
+    )
+    return Agent(
+        model,
+        settings.openai_model,
+        tools=[diagnostics],
+        name="openai-chat",
+        redact=settings_redactor(settings),
+    )
+
+
+TETHER_AGENTS: dict[str, Callable[[], Agent]] = {"openai-chat": openai_chat}

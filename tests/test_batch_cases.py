@@ -1,0 +1,294 @@
+"""Batch building blocks without workers: case validation, derived ids, grading, the results
+file, summary statistics, and the refusal to start on invalid cases (CLI and Python)."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from typer import Typer
+from typer.testing import CliRunner
+
+from producer import batch_cli
+from producer.batch_cases import (
+    MAX_REPORTED_PROBLEMS,
+    BatchCase,
+    CasesInvalid,
+    Grader,
+    iter_cases,
+    parse_case_line,
+    scan_cases,
+    spool_cases,
+)
+from producer.batch_grading import grade
+from producer.batch_ids import case_request_id, case_session_id, check_batch_id, derive_batch_id
+from producer.batch_results import CaseResult, ResultsFile
+from producer.batch_summary import SummaryStats, build_summary, percentile, render_summary
+from producer.client import Producer
+from shared.errors import InvalidId, InvalidInput
+from shared.ids import validate_id
+from shared.settings import Settings
+
+# --- cases ------------------------------------------------------------------------------------
+
+
+def write_lines(path: Path, lines: list[Any]) -> Path:
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+    return path
+
+
+def test_valid_cases_parse_with_defaults() -> None:
+    case = parse_case_line('{"id": 7, "input": "hi"}', default_agent="echo")
+    assert (case.id, case.turns, case.agent, case.grader, case.expected) == (
+        "7", ["hi"], None, Grader.EXACT, None
+    )
+    multi = parse_case_line(
+        '{"id": "m", "input": ["a", "b"], "agent": "notes", "expected": "x", "grader": "regex",'
+        ' "session_id": "s-1", "metadata": {"k": [1, 2]}}',
+        default_agent=None,
+    )
+    assert multi.turns == ["a", "b"]
+    assert (multi.session_id, multi.grader, multi.metadata) == ("s-1", Grader.REGEX, {"k": [1, 2]})
+
+
+@pytest.mark.parametrize(
+    ("line", "fragment"),
+    [
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "must be a JSON object"),
+        ('{"input": "x"}', "id: Field required"),
+        ('{"id": "", "input": "x"}', "id:"),
+        ('{"id": "a"}', "input: Field required"),
+        ('{"id": "a", "input": []}', "1 to 1000 strings"),
+        ('{"id": "a", "input": ["x", 3]}', "input"),
+        ('{"id": "a", "input": "x", "expect": "y"}', "expect: Extra inputs are not permitted"),
+        ('{"id": "a", "input": "x", "grader": "contains"}', "without 'expected'"),
+        ('{"id": "a", "input": "x", "expected": "(", "grader": "regex"}', "not a valid regex"),
+        ('{"id": "a", "input": "x", "expected": "y", "grader": "fuzzy"}', "exact, contains, regex"),
+        ('{"id": "a", "input": "x", "session_id": "a/b"}', "not allowed"),
+        ('{"id": "a", "input": "x", "agent": ""}', "agent"),
+    ],
+)
+def test_invalid_case_lines_say_what_is_wrong(line: str, fragment: str) -> None:
+    with pytest.raises(ValueError, match=None) as info:
+        parse_case_line(line, default_agent="echo")
+    assert fragment in str(info.value)
+
+
+def test_agent_and_input_size_are_checked() -> None:
+    with pytest.raises(ValueError, match="no agent"):
+        parse_case_line('{"id": "a", "input": "x"}', default_agent=None)
+    with pytest.raises(ValueError, match="input turn 1 is 11 bytes, over the limit of 10"):
+        parse_case_line('{"id": "a", "input": ["ok", "01234567890"]}', default_agent="e",
+                        max_input_bytes=10)
+
+
+def test_scan_lists_every_bad_line_with_its_number(tmp_path: Path) -> None:
+    path = write_lines(
+        tmp_path / "c.jsonl",
+        [
+            {"id": "a", "input": "1"},
+            "{broken",
+            "",
+            {"id": "b", "input": "2"},
+            {"id": "a", "input": "3"},  # duplicate of line 1
+            {"id": "c"},
+            {"id": "b", "input": "4"},  # duplicate of line 4
+        ],
+    )
+    scan = scan_cases(path, default_agent="echo")
+    assert scan.valid == 2
+    assert scan.invalid == 4
+    assert [n for n, _ in scan.problems] == [2, 5, 6, 7]
+    assert "already used on line 1" in dict(scan.problems)[5]
+    assert "already used on line 4" in dict(scan.problems)[7]
+    assert scan.duplicate_lines == {5, 7}
+    message = str(CasesInvalid(path, scan.problems, scan.invalid))
+    assert "4 invalid line(s)" in message and "line 6: input: Field required" in message
+    # with skip_invalid only the first occurrences of valid ids run
+    kept = list(iter_cases(path, default_agent="echo", skip_lines=scan.duplicate_lines))
+    assert [(c.line, c.case.id) for c in kept] == [(1, "a"), (4, "b")]
+
+
+def test_scan_reports_a_bounded_number_of_problems(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "c.jsonl", ["{bad"] * (MAX_REPORTED_PROBLEMS + 5))
+    scan = scan_cases(path, default_agent="echo")
+    assert scan.invalid == MAX_REPORTED_PROBLEMS + 5
+    assert len(scan.problems) == MAX_REPORTED_PROBLEMS
+    assert "... and 5 more" in str(CasesInvalid(path, scan.problems, scan.invalid))
+
+
+def test_spooled_iterables_and_content_hash(tmp_path: Path) -> None:
+    items: list[Any] = [BatchCase(id="a", input="x"), {"id": "b", "input": ["y", "z"]},
+                        '{"id": "c", "input": "w"}']
+    spool_cases(items, tmp_path / "s.jsonl")
+    cases = [c.case for c in iter_cases(tmp_path / "s.jsonl", default_agent="echo")]
+    assert [(c.id, c.turns) for c in cases] == [("a", ["x"]), ("b", ["y", "z"]), ("c", ["w"])]
+    first = scan_cases(tmp_path / "s.jsonl", default_agent="echo").sha256
+    spool_cases(items, tmp_path / "t.jsonl")
+    assert scan_cases(tmp_path / "t.jsonl", default_agent="echo").sha256 == first
+
+
+# --- derived ids ------------------------------------------------------------------------------
+
+
+def test_derived_ids_are_valid_stable_and_distinct() -> None:
+    plain = BatchCase(id="q-1", input="x")
+    assert case_session_id("b1", plain) == "b1:q-1"
+    assert case_request_id("b1", plain, 2) == "b1:q-1:2"
+    odd = [BatchCase(id=i, input="x") for i in ("with space", "a/b", "x" * 200, "..", "é")]
+    ids = {case_session_id("b1", c) for c in odd} | {case_request_id("b1", c, 0) for c in odd}
+    assert len(ids) == 2 * len(odd)
+    for value in ids:
+        assert validate_id(value) == value
+    assert case_session_id("b1", odd[0]) == case_session_id("b1", BatchCase(id="with space",
+                                                                            input="y"))
+    assert case_session_id("b1", BatchCase(id="q", input="x", session_id="mine")) == "mine"
+    assert case_request_id("b1", plain, 0) != case_request_id("b2", plain, 0)
+
+
+def test_batch_ids() -> None:
+    assert check_batch_id("nightly-2024_01") == "nightly-2024_01"
+    for bad in ("", "a:b", "a.b", "x" * 65, "sp ace"):
+        with pytest.raises(InvalidId):
+            check_batch_id(bad)
+    same = derive_batch_id("abc", "echo")
+    assert same == derive_batch_id("abc", "echo")
+    assert same != derive_batch_id("abd", "echo") != derive_batch_id("abc", "notes")
+    assert check_batch_id(same) == same
+
+
+# --- grading ----------------------------------------------------------------------------------
+
+
+def test_graders() -> None:
+    assert grade(Grader.EXACT, "4", "4")
+    assert not grade(Grader.EXACT, "4", "4 ")
+    assert grade(Grader.CONTAINS, "milk", "eggs\nmilk")
+    assert not grade(Grader.CONTAINS, "Milk", "milk")
+    assert grade(Grader.REGEX, r"^\d+$", "42")
+    assert not grade(Grader.REGEX, r"^\d+$", "42a")
+    assert not grade(Grader.CONTAINS, "", None)
+
+
+# --- results file -----------------------------------------------------------------------------
+
+
+def result(case_id: str, batch: str = "b1", **extra: Any) -> CaseResult:
+    fields: dict[str, Any] = {"batch_id": batch, "id": case_id, "line": 1, "session_id": "s",
+                              "agent": "echo", "status": "COMPLETED", "latency_ms": 5}
+    fields.update(extra)
+    return CaseResult(**fields)
+
+
+def test_results_file_appends_reads_back_and_drops_a_cut_line(tmp_path: Path) -> None:
+    path = tmp_path / "out" / "r.jsonl"
+    first = ResultsFile(path, "b1")
+    assert first.open(lambda r: None) == 0
+    first.append(result("a", passed=None))
+    first.append(result("b", passed=True, grader="exact"))
+    first.close()
+    lines = path.read_text().splitlines()
+    assert json.loads(lines[0])["passed"] is None and "grader" not in json.loads(lines[0])
+    with path.open("ab") as fh:  # a line cut short by SIGKILL
+        fh.write(b'{"v": 1, "batch_id": "b1", "id": "c", "li')
+    seen: list[str] = []
+    again = ResultsFile(path, "b1")
+    assert again.open(lambda r: seen.append(r.id)) == 2
+    assert again.dropped_partial_line
+    assert seen == ["a", "b"]
+    assert again.holds("a") and again.holds("b") and not again.holds("c")
+    again.append(result("c"))
+    again.close()
+    assert [json.loads(x)["id"] for x in path.read_text().splitlines()] == ["a", "b", "c"]
+
+
+def test_results_file_refuses_other_batches_garbage_and_a_second_writer(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    path.write_text(result("a", batch="other").model_dump_json() + "\n")
+    with pytest.raises(InvalidInput, match="pass --batch-id other"):
+        ResultsFile(path, "b1").open(lambda r: None)
+    path.write_text("hello\n")
+    with pytest.raises(InvalidInput, match="line 1 is not a batch result line"):
+        ResultsFile(path, "b1").open(lambda r: None)
+    path.write_text("")
+    with path.open("ab") as holder:
+        fcntl.flock(holder.fileno(), fcntl.LOCK_EX)
+        with pytest.raises(InvalidInput, match="another batch process"):
+            ResultsFile(path, "b1").open(lambda r: None)
+
+
+# --- summary ----------------------------------------------------------------------------------
+
+
+def test_percentiles_and_summary() -> None:
+    assert percentile([], 0.5) is None
+    values = list(range(1, 101))
+    assert (percentile(values, 0.5), percentile(values, 0.95), percentile(values, 1.0)) == (
+        50, 95, 100
+    )
+    assert percentile([7], 0.95) == 7
+    stats = SummaryStats()
+    for i in range(10):
+        stats.add(result(f"c{i}", latency_ms=i * 10, tokens=3, steps=1,
+                         passed=(i % 2 == 0) if i < 8 else None,
+                         status="FAILED" if i == 9 else "COMPLETED"))
+    summary = build_summary(stats, batch_id="b1", out="r.jsonl", total=12, resumed=0,
+                            invalid_skipped=1, runs=10, wall_s=2.0, concurrency=4,
+                            max_in_flight=4)
+    assert summary.by_status == {"COMPLETED": 9, "FAILED": 1}
+    assert (summary.graded, summary.passed, summary.pass_rate) == (8, 4, 0.5)
+    assert (summary.latency_p50_ms, summary.latency_p95_ms, summary.latency_max_ms) == (
+        40, 90, 90
+    )
+    assert (summary.total_tokens, summary.failed, summary.runs_per_s) == (30, 1, 5.0)
+    doc = summary.to_dict()
+    assert json.loads(json.dumps(doc))["pass_rate"] == 0.5
+    console = Console(record=True, width=100)
+    render_summary(summary, console)
+    text = console.export_text()
+    for fragment in ("10 / 12 finished", "FAILED", "4 / 8 (50.0%)", "40 ms / 90 ms / 90 ms",
+                     "invalid lines skipped"):
+        assert fragment in text
+
+
+# --- refusing to start --------------------------------------------------------------------------
+
+
+def unreachable_producer() -> Producer:
+    # port 9 (discard) is closed: any Redis or broker I/O would fail loudly
+    url = "redis://127.0.0.1:9/0"
+    return Producer(Settings(broker_url=url, redis_url=url, store_url="memory://"))
+
+
+def test_invalid_cases_refuse_to_start_before_any_io(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "c.jsonl", [{"id": "a", "input": "x"}, {"id": "a"}])
+    with unreachable_producer() as producer, pytest.raises(CasesInvalid) as info:
+        producer.run_batch(path, agent="echo", out=tmp_path / "r.jsonl")
+    assert info.value.problems == [(2, "input: Field required")]
+    assert not (tmp_path / "r.jsonl").exists()
+    with unreachable_producer() as producer, pytest.raises(CasesInvalid, match="no agent"):
+        producer.run_batch([{"id": "a", "input": "x"}], out=tmp_path / "r.jsonl")
+
+
+def test_cli_reports_bad_lines_and_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_lines(tmp_path / "c.jsonl", ["{oops", {"id": 1, "input": "x", "grader": "regex"}])
+    monkeypatch.setenv("TETHER_REDIS_URL", "redis://127.0.0.1:9/0")
+    monkeypatch.setenv("TETHER_BROKER_URL", "redis://127.0.0.1:9/0")
+    app = Typer()
+    batch_cli.register(app)
+
+    @app.callback()
+    def _root() -> None:
+        """Make `batch` a sub-command, as in the real CLI."""
+
+    outcome = CliRunner().invoke(app, ["batch", str(path), "--agent", "echo"])
+    assert outcome.exit_code == batch_cli.EXIT_INVALID, outcome.output
+    assert "2 invalid line(s)" in outcome.output
+    assert "line 1: not valid JSON" in outcome.output
+    assert "line 2: grader" not in outcome.output and "without 'expected'" in outcome.output
+    assert not (tmp_path / "c.results.jsonl").exists()

@@ -1,0 +1,323 @@
+"""The `tether` CLI, run as real subprocesses against the private test stack."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from shared.leases.redis import RedisLeaseManager
+from tests.support.stack import Stack, eventually, unique
+
+CLI_TIMEOUT_S = 90
+
+
+def tether_argv() -> list[str]:
+    """The installed console script, else the module."""
+    script = Path(sys.executable).parent / "tether"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "producer.cli"]
+
+
+def tether(
+    env: dict[str, str], *args: str, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    full_env = {**env, **(extra_env or {})}
+    return subprocess.run(
+        [*tether_argv(), *args],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
+        check=False,
+    )
+
+
+def parallel(
+    env: dict[str, str], *commands: Sequence[str], extra_env: dict[str, str] | None = None
+) -> list[subprocess.CompletedProcess[str]]:
+    """Run independent commands at once (each CLI start costs about a second of imports)."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(commands)) as pool:
+        futures = [pool.submit(tether, env, *cmd, extra_env=extra_env) for cmd in commands]
+        return [f.result() for f in futures]
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert result.returncode == 0, f"rc={result.returncode}\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+def one_error_line(result: subprocess.CompletedProcess[str], *needles: str) -> str:
+    """The command failed with exactly one line on stderr, no traceback, naming each needle."""
+    assert result.returncode != 0, result.stdout
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+class LineReader:
+    """Collect a subprocess's stdout lines in a thread (so a test can wait for one)."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        assert proc.stdout is not None
+        self._stdout = proc.stdout
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        for line in self._stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def join(self) -> list[str]:
+        self._thread.join(timeout=30)
+        return self.lines
+
+
+def spawn(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*tether_argv(), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def final_outputs(lines: Sequence[str]) -> dict[str, str]:
+    events = [json.loads(line) for line in lines]
+    return {e["run_id"]: e["payload"]["text"] for e in events if e["type"] == "FINAL_OUTPUT"}
+
+
+# --- runs ---------------------------------------------------------------------------------------
+
+
+def test_run_prints_the_answer_and_status(live_stack: Stack) -> None:
+    sid = unique("cli-run")
+    good, bad = parallel(
+        live_stack.env,
+        ["run", sid, "hello there", "--agent", "echo"],
+        ["run", sid, "hi", "--agent", "no-such-agent"],
+    )
+    assert ok(good).stdout == "echo: hello there\n"
+    assert "COMPLETED" in good.stderr
+    assert bad.returncode == 2
+    one_error_line(bad, "UnknownAgent", "no-such-agent")
+
+
+def test_submit_then_wait_with_json(live_stack: Stack) -> None:
+    notes, echo = unique("cli-submit"), unique("cli-submit")
+    plain, as_json, unknown = parallel(
+        live_stack.env,
+        ["submit", notes, "remember tea", "--agent", "notes"],
+        ["submit", echo, "ping", "--agent", "echo", "--json"],
+        ["wait", "run-does-not-exist"],
+    )
+    run_id = ok(plain).stdout.strip()
+    assert run_id.startswith("run-") and "\n" not in run_id
+    submitted = json.loads(ok(as_json).stdout)
+    assert submitted["session_id"] == echo
+    assert unknown.returncode == 2
+    one_error_line(unknown, "run-does-not-exist")
+    waited_json, waited_text = parallel(
+        live_stack.env, ["wait", run_id, "--json"], ["wait", submitted["run_id"]]
+    )
+    waited = json.loads(ok(waited_json).stdout)
+    assert (waited["run_id"], waited["status"], waited["output"]) == (
+        run_id,
+        "COMPLETED",
+        "noted: tea",
+    )
+    assert ok(waited_text).stdout == "echo: ping\n"
+
+
+def test_cancel_a_queued_run(live_stack: Stack) -> None:
+    sid = unique("cli-cancel")
+    # Hold the session's lease ourselves: the run stays queued for as long as the test needs.
+    leases = RedisLeaseManager(live_stack.redis.client(), keys=live_stack.producer.keys)
+    lease = leases.acquire("default", sid, "test-holder", ttl_ms=120_000)
+    assert lease is not None
+    handle = live_stack.producer.run_async(sid, "remember never", agent="notes")
+    try:
+        cancelled = ok(tether(live_stack.env, "cancel", handle.run_id))
+        assert f"cancel requested for run {handle.run_id} (was QUEUED)" in cancelled.stdout
+    finally:
+        leases.release(lease)  # the sweeper hands the session to a worker, which skips the run
+    waited = tether(live_stack.env, "wait", handle.run_id, "--wait-s", "60")
+    assert waited.returncode == 1
+    one_error_line(waited, handle.run_id, "cancelled")
+    again = tether(live_stack.env, "cancel", handle.run_id, "--json")
+    assert again.returncode == 1
+    assert json.loads(again.stdout) == {
+        "run_id": handle.run_id,
+        "cancel_requested": False,
+        "status": "CANCELLED",
+    }
+    recall = live_stack.producer.run(sid, "recall", agent="notes", wait_s=60)
+    assert recall.output == "(nothing remembered)"
+
+
+# --- tail ---------------------------------------------------------------------------------------
+
+
+def test_tail_sees_runs_submitted_by_another_process(live_stack: Stack) -> None:
+    sid = unique("cli-tail")
+    proc = spawn(live_stack.env, "tail", sid, "--json")
+    reader = LineReader(proc)
+    try:
+        first = live_stack.producer.run(sid, "remember one", agent="notes", wait_s=60)
+        eventually(lambda: first.run_id in final_outputs(reader.lines), timeout_s=60)
+        # tail is now following live; a different process submits the next run
+        second = json.loads(
+            ok(
+                tether(live_stack.env, "run", sid, "remember two", "--agent", "notes", "--json")
+            ).stdout
+        )
+        eventually(lambda: second["run_id"] in final_outputs(reader.lines), timeout_s=30)
+        proc.send_signal(signal.SIGINT)  # Ctrl-C
+        code = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.stderr is not None
+    stderr = proc.stderr.read()
+    assert code == 130, stderr
+    assert "Traceback" not in stderr
+    lines = reader.join()
+    outputs = final_outputs(lines)
+    assert outputs[first.run_id] == "noted: one"
+    assert outputs[second["run_id"]] == "noted: two"
+    assert [json.loads(line)["seq"] for line in lines] == list(range(1, second["last_seq"] + 1))
+    # --from-seq and --idle-timeout (for scripts): prints what is there, then exits 0
+    replay = ok(tether(live_stack.env, "tail", sid, "--from-seq", "3", "--idle-timeout", "0.5"))
+    shown = [line.split()[0] for line in replay.stdout.splitlines() if line.strip()]
+    assert shown == [str(n) for n in range(3, second["last_seq"] + 1)]
+    assert "noted: two" in replay.stdout
+
+
+# --- sessions -----------------------------------------------------------------------------------
+
+
+def test_sessions_read_commands(live_stack: Stack) -> None:
+    sid = unique("cli-sess")
+    for fact in ("alpha", "beta"):
+        live_stack.producer.run(sid, f"remember {fact}", agent="notes", wait_s=60)
+    listed, shown, history, finals, by_text, memory, verified, table, bad_type = parallel(
+        live_stack.env,
+        ["sessions", "list", "--json"],
+        ["sessions", "show", sid, "--json"],
+        ["sessions", "events", sid, "--json"],
+        ["sessions", "search", sid, "--type", "final_output", "--json"],
+        ["sessions", "search", sid, "--text", "BETA", "--json"],
+        ["sessions", "project", sid, "--json"],
+        ["sessions", "verify", sid],
+        ["sessions", "events", sid, "--type", "USER_INPUT"],
+        ["sessions", "events", sid, "--type", "NOPE"],
+    )
+    listing = json.loads(ok(listed).stdout)
+    assert sid in listing["sessions"] and listing["tenant"] == "default"
+    head = json.loads(ok(shown).stdout)
+    assert head["session_id"] == sid and head["last_seq"] > 0
+    assert [r["output"] for r in head["applied_runs"]] == ["noted: alpha", "noted: beta"]
+    events = json.loads(ok(history).stdout)
+    assert [e["seq"] for e in events] == list(range(1, head["last_seq"] + 1))
+    texts = [e["payload"]["text"] for e in json.loads(ok(finals).stdout)]
+    assert texts == ["noted: alpha", "noted: beta"]
+    matches = json.loads(ok(by_text).stdout)
+    assert matches and all("beta" in json.dumps(e) for e in matches)
+    items = json.loads(ok(memory).stdout)["items"]
+    assert [i["content"] for i in items if i["type"] == "user_message"] == [
+        "remember alpha",
+        "remember beta",
+    ]
+    assert ok(verified).stdout.startswith("PASS") and sid in verified.stdout
+    assert "remember alpha" in ok(table).stdout and "FINAL_OUTPUT" not in table.stdout
+    assert bad_type.returncode == 2
+    one_error_line(bad_type, "NOPE")
+
+
+def test_sessions_fork_refuses_existing_id_and_delete(live_stack: Stack) -> None:
+    sid, copy = unique("cli-fork"), unique("cli-copy")
+    live_stack.producer.run(sid, "remember kept", agent="notes", wait_s=60)
+    env = live_stack.env
+    assert "forked" in ok(tether(env, "sessions", "fork", sid, copy)).stdout
+    refused, verified = parallel(
+        env, ["sessions", "fork", sid, copy], ["sessions", "verify", sid, copy, "--json"]
+    )
+    assert refused.returncode == 2
+    one_error_line(refused, "SessionExists", copy)
+    assert [r["ok"] for r in json.loads(ok(verified).stdout)] == [True, True]
+    deleted = json.loads(ok(tether(env, "sessions", "delete", copy, "--yes", "--json")).stdout)
+    assert deleted["head_deleted"] is True
+    assert not [k for k in live_stack.s3_keys() if copy in k]
+    gone, delete_again, debug, source = parallel(
+        env,
+        ["sessions", "show", copy],
+        ["sessions", "delete", copy, "--yes"],
+        ["--debug", "sessions", "show", copy],
+        ["sessions", "verify", sid],
+    )
+    assert gone.returncode == 2
+    one_error_line(gone, "not found")
+    one_error_line(delete_again, "not found")
+    assert debug.returncode == 2 and "Traceback" in debug.stderr
+    assert ok(source).stdout.startswith("PASS")  # the source is untouched
+
+
+# --- configuration ------------------------------------------------------------------------------
+
+
+def test_config_masks_secrets(live_stack: Stack) -> None:
+    secrets = {
+        "TETHER_OPENAI_API_KEY": "sk-secret-abc123",
+        "TETHER_BROKER_URL": "redis://:hunter2-pass@broker.example:6379/0",
+    }
+    as_json, text = parallel(live_stack.env, ["config", "--json"], ["config"], extra_env=secrets)
+    values = json.loads(ok(as_json).stdout)
+    assert values["TETHER_OPENAI_API_KEY"] == "********"
+    assert values["TETHER_LEASE_TTL_MS"] == int(live_stack.env["TETHER_LEASE_TTL_MS"])
+    for output in (as_json, ok(text)):
+        assert "sk-secret" not in output.stdout + output.stderr
+        assert "hunter2" not in output.stdout + output.stderr
+    assert "TETHER_OPENAI_API_KEY" in text.stdout and "broker.example" in text.stdout
+
+
+def test_bad_or_unknown_settings_fail_with_one_line(live_stack: Stack) -> None:
+    env = live_stack.env
+    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+        not_int = pool.submit(tether, env, "config", extra_env={"TETHER_LEASE_TTL_MS": "abc"})
+        too_low = pool.submit(
+            tether,
+            env,
+            "run",
+            "s",
+            "x",
+            "--agent",
+            "echo",
+            extra_env={"TETHER_LEASE_TTL_MS": "10"},
+        )
+        unknown = pool.submit(tether, env, "sessions", "list", extra_env={"TETHER_FOO": "1"})
+    for future in (not_int, too_low):
+        assert future.result().returncode == 2
+        one_error_line(future.result(), "TETHER_LEASE_TTL_MS")
+    assert unknown.result().returncode == 2
+    one_error_line(unknown.result(), "TETHER_FOO")
+
+
+def test_unknown_option_or_command_is_a_usage_error() -> None:
+    for argv in (["--nope"], ["sessions", "nosuch"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "producer.cli", *argv],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2, (argv, done.stderr)
+        assert "Traceback" not in done.stderr
