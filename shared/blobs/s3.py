@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 import threading
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from botocore.exceptions import (
     BotoCoreError,
@@ -69,6 +69,22 @@ def _forget_session_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_session_after_fork)
+
+
+class S3Options(TypedDict, total=False):
+    """Keyword options of :class:`S3Blobs` (and the S3 store and archive built on it)."""
+
+    client: S3Client | None
+    endpoint_url: str | None
+    region_name: str | None
+    aws_access_key_id: str | None
+    aws_secret_access_key: str | None
+    aws_session_token: str | None
+    sse: SseMode | None
+    sse_kms_key_id: str | None
+    max_attempts: int
+    connect_timeout_s: float
+    read_timeout_s: float
 
 
 class S3Blobs:

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Unpack
 
-from shared.blobs.s3 import S3Blobs, SseMode
+from shared.blobs.s3 import S3Blobs, S3Options
 from shared.stores.base import BlobSnapshotStore
-
-if TYPE_CHECKING:
-    from mypy_boto3_s3 import S3Client
 
 
 class S3SnapshotStore(BlobSnapshotStore):
@@ -19,40 +16,8 @@ class S3SnapshotStore(BlobSnapshotStore):
 
     blobs: S3Blobs
 
-    def __init__(
-        self,
-        bucket: str,
-        prefix: str = "",
-        *,
-        client: S3Client | None = None,
-        endpoint_url: str | None = None,
-        region_name: str | None = None,
-        aws_access_key_id: str | None = None,
-        aws_secret_access_key: str | None = None,
-        aws_session_token: str | None = None,
-        sse: SseMode | None = None,
-        sse_kms_key_id: str | None = None,
-        max_attempts: int = 5,
-        connect_timeout_s: float = 5.0,
-        read_timeout_s: float = 30.0,
-    ) -> None:
-        super().__init__(
-            S3Blobs(
-                bucket,
-                prefix,
-                client=client,
-                endpoint_url=endpoint_url,
-                region_name=region_name,
-                aws_access_key_id=aws_access_key_id,
-                aws_secret_access_key=aws_secret_access_key,
-                aws_session_token=aws_session_token,
-                sse=sse,
-                sse_kms_key_id=sse_kms_key_id,
-                max_attempts=max_attempts,
-                connect_timeout_s=connect_timeout_s,
-                read_timeout_s=read_timeout_s,
-            )
-        )
+    def __init__(self, bucket: str, prefix: str = "", **options: Unpack[S3Options]) -> None:
+        super().__init__(S3Blobs(bucket, prefix, **options))
 
     @classmethod
     def sharing(cls, blobs: S3Blobs) -> S3SnapshotStore:
