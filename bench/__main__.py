@@ -17,7 +17,8 @@ import traceback
 from dataclasses import asdict
 from pathlib import Path
 
-from bench.measures import FULL, MEASURES, QUICK, Bench, Measure
+from bench.core import FULL, QUICK, Bench, Measure
+from bench.measures import MEASURES
 from bench.report import command_line, machine_info, now_iso, write_reports
 from bench.stack import start_stack
 

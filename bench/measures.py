@@ -1,304 +1,51 @@
 """The measures P1..P6 (plus P4w, informational), each run against its baseline in one go.
 
-Every measure starts from an empty bucket (moto is reset and the bucket re-created), so the
-amount of data earlier measures left in moto cannot slow a later one down (moto's LIST walks the
-whole bucket, real S3 does not). Session ids carry a per-run tag, so Redis state never collides.
-
-Latencies are wall-clock times measured in the benchmark client with ``time.perf_counter``:
-from just before the call that submits the run until its result is back in the client.
+Every measure starts from an empty bucket (moto is reset and the bucket re-created), so data an
+earlier measure left in moto cannot change a later one. Session ids carry a per-run tag, so Redis
+state never collides. See :mod:`bench.core` for how latencies are taken.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import multiprocessing
-import re
 import statistics
 import threading
 import time
-import urllib.request
-import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any
 
 from celery import Celery
 from celery.result import AsyncResult, ResultSet
 
 from bench import baselines
-from bench.stack import BUCKET, BenchStack, pool_children, rss_kib, s3_client
+from bench.core import (
+    RESULT_TIMEOUT_S,
+    TENANT,
+    Bench,
+    BenchFailure,
+    Measure,
+    P5State,
+    Stats,
+    Target,
+    baseline_run,
+    check_result,
+    ms,
+    ping_run,
+    tether_run,
+)
+from bench.counting import count_in_logs, count_requests, log_sizes
+from bench.stack import pool_children, rss_kib
 from producer.client import Producer, RunSpec
 from shared.events import AgentEvent, EventType, TextPayload
 from shared.keys import RedisKeys
 from shared.redis_conn import redis_from_url
 from shared.results import RunStatus
-from shared.runs import RunResult
 from shared.streams.redis import RedisEventStream
 
-#: Longest wait for one result; nothing here should come near it.
-RESULT_TIMEOUT_S = 120.0
 #: Redis namespace of P5/P6: its own active set, so the fleet's sweepers never touch those runs.
 P6_NAMESPACE = "bench-p6"
 #: A queue nobody consumes: bare Celery's bulk submit goes there and is purged afterwards.
 BULK_QUEUE = "bench-bulk"
-TENANT = "default"
-
-Op = Literal["<=", ">="]
-
-
-class BenchFailure(RuntimeError):
-    """A measure could not produce a valid figure (a wrong answer, a lost run, a timeout)."""
-
-
-@dataclass(frozen=True)
-class Sizes:
-    """How much each measure does (:data:`FULL` is the issue's definition)."""
-
-    p1_runs: int = 200
-    p1_warmup: int = 20
-    p1_sessions: int = 10
-    p2_runs: int = 2000
-    p2_sessions: int = 500
-    p2_trials: int = 1
-    p3_early: int = 10
-    p3_late: int = 1000
-    p3_window: int = 20
-    p4_events: int = 2000
-    p4_warmup: int = 50
-    p4_interval_s: float = 0.002
-    p4w_runs: int = 100
-    p5_requests: int = 10_000
-    p5_sessions: int = 1000
-    p5_warmup: int = 50
-    p6_first: int = 1000
-    p6_total: int = 10_000
-
-
-FULL = Sizes()
-QUICK = Sizes(
-    p1_runs=5,
-    p1_warmup=2,
-    p1_sessions=2,
-    p2_runs=20,
-    p2_sessions=5,
-    p3_early=2,
-    p3_late=8,
-    p3_window=2,
-    p4_events=40,
-    p4_warmup=5,
-    p4w_runs=3,
-    p5_requests=60,
-    p5_sessions=10,
-    p5_warmup=5,
-    p6_first=10,
-    p6_total=60,
-)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (0..100) with linear interpolation between closest ranks."""
-    if not values:
-        raise ValueError("percentile of no values")
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100
-    low = math.floor(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-
-@dataclass(frozen=True)
-class Stats:
-    """Summary of one sample."""
-
-    n: int
-    median: float
-    p95: float
-    p99: float
-    mean: float
-    min: float
-    max: float
-
-    @classmethod
-    def of(cls, values: Sequence[float]) -> Stats:
-        """Summarise ``values`` (at least one)."""
-        return cls(
-            n=len(values),
-            median=statistics.median(values),
-            p95=percentile(values, 95),
-            p99=percentile(values, 99),
-            mean=statistics.fmean(values),
-            min=min(values),
-            max=max(values),
-        )
-
-
-@dataclass(frozen=True)
-class Target:
-    """A target such as ``<= 1.25`` (x) or ``<= 5`` (ms)."""
-
-    op: Op
-    value: float
-    unit: str = "x"
-
-    def met(self, observed: float) -> bool:
-        """Whether ``observed`` meets the target."""
-        return observed <= self.value if self.op == "<=" else observed >= self.value
-
-    def __str__(self) -> str:
-        sign = "≤" if self.op == "<=" else "≥"
-        sep = "" if self.unit == "x" else " "
-        return f"{sign} {self.value:g}{sep}{self.unit}"
-
-
-@dataclass
-class Measure:
-    """One row of the result table.
-
-    ``value`` is the figure compared with ``target``: a Tether/baseline ratio for P1, P2, P5, a
-    late/early ratio for P3, a p99 in ms for P4, an RSS ratio for P6.
-    """
-
-    id: str
-    name: str
-    unit: str
-    tether: Stats
-    baseline: Stats | None
-    baseline_name: str
-    value: float
-    value_of: str
-    target: Target | None
-    value_unit: str = "x"
-    note: str = ""
-    extra: dict[str, float | int | str] = field(default_factory=dict)
-    series: dict[str, list[float]] = field(default_factory=dict)
-
-    @property
-    def met(self) -> bool | None:
-        """Whether the target is met (None: informational row)."""
-        return None if self.target is None else self.target.met(self.value)
-
-
-class Bench:
-    """The running stack plus what every measure shares (sizes, a run tag, clients)."""
-
-    def __init__(self, stack: BenchStack, sizes: Sizes) -> None:
-        self.stack = stack
-        self.sizes = sizes
-        self.tag = uuid.uuid4().hex[:6]
-        self.producer = stack.producer
-        self.baseline_app: Celery = baselines.configure(stack.redis_url)
-        self._s3 = s3_client(stack.s3_endpoint)
-        self.p5_state: P5State | None = None
-
-    def fresh_bucket(self) -> None:
-        """Reset moto and re-create the bucket (every measure starts from empty storage)."""
-        request = urllib.request.Request(self.stack.s3_endpoint + "/moto-api/reset", method="POST")
-        with urllib.request.urlopen(request, timeout=30):
-            pass
-        self._s3.create_bucket(Bucket=BUCKET)
-
-    def sid(self, measure: str, n: int | str) -> str:
-        """A session id unique to this benchmark run."""
-        return f"{self.tag}-{measure}-{n}"
-
-    def blob_messages(self, session_id: str) -> int:
-        """How many messages the hand-written task's blob of ``session_id`` holds."""
-        body = self._s3.get_object(Bucket=BUCKET, Key=baselines.blob_key(session_id))["Body"]
-        return len(json.loads(body.read())["messages"])
-
-
-def _ms(seconds: float) -> float:
-    return seconds * 1000.0
-
-
-def _check(result: RunResult, expected: str) -> None:
-    if result.status is not RunStatus.COMPLETED or result.output != expected:
-        raise BenchFailure(
-            f"run {result.run_id} ended {result.status} with {result.output!r}, "
-            f"expected {expected!r}: {result.error_type} {result.error_message}"
-        )
-
-
-def _tether_run(bench: Bench, session_id: str, text: str, agent: str, expected: str) -> float:
-    start = time.perf_counter()
-    result = bench.producer.run(session_id, text, agent=agent, wait_s=RESULT_TIMEOUT_S)
-    elapsed = time.perf_counter() - start
-    _check(result, expected)
-    return elapsed
-
-
-def _ping_run(i: int) -> float:
-    start = time.perf_counter()
-    out = baselines.ping.apply_async((i,)).get(timeout=RESULT_TIMEOUT_S)
-    elapsed = time.perf_counter() - start
-    if out != i:
-        raise BenchFailure(f"bench.ping answered {out!r} to {i!r}")
-    return elapsed
-
-
-def _baseline_run(session_id: str, text: str) -> float:
-    start = time.perf_counter()
-    out = baselines.handwritten.apply_async((session_id, text)).get(timeout=RESULT_TIMEOUT_S)
-    elapsed = time.perf_counter() - start
-    if out["output"] != baselines.scripted_answer(text):
-        raise BenchFailure(f"hand-written task answered {out!r} to {text!r}")
-    return elapsed
-
-
-# --- request counts ---------------------------------------------------------------------------
-
-_S3_LINE = re.compile(r'"(?:\x1b\[[0-9;]*m)?(GET|PUT|POST|HEAD|DELETE) (\S+) HTTP')
-
-
-def _s3_kind(method: str, path: str) -> str:
-    if method == "GET" and ("list-type=" in path or "prefix=" in path):
-        return "LIST"
-    if "/events/" in path:
-        return f"{method} segment"
-    if path.endswith("/head.json"):
-        return f"{method} head"
-    return f"{method} object"
-
-
-def _redis_calls(client: Any) -> dict[str, int]:
-    stats = client.info("commandstats")
-    return {str(k).removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
-
-
-def count_requests(bench: Bench, runs: int, one: Callable[[int], object]) -> dict[str, float]:
-    """Redis commands (all clients: producer, workers, idle polling) and S3 requests per run
-    while ``one(i)`` runs ``runs`` times in a row; approximate, for the profile, not a target."""
-    client = bench.stack.redis.client()
-    try:
-        log = bench.stack.moto_log
-        offset = log.stat().st_size
-        before = _redis_calls(client)
-        for i in range(runs):
-            one(i)
-        after = _redis_calls(client)
-        with log.open("rb") as handle:
-            handle.seek(offset)
-            lines = handle.read().decode(errors="replace").splitlines()
-    finally:
-        client.close()
-    out: dict[str, float] = {}
-    redis_total = 0
-    for name, calls in after.items():
-        delta = calls - before.get(name, 0)
-        if delta > 0 and name != "info":
-            redis_total += delta
-            out[f"redis {name}"] = round(delta / runs, 2)
-    out["redis commands"] = round(redis_total / runs, 2)
-    s3_total = 0
-    for line in lines:
-        match = _S3_LINE.search(line)
-        if match and "/moto-api" not in match.group(2):
-            s3_total += 1
-            key = f"s3 {_s3_kind(match.group(1), match.group(2))}"
-            out[key] = out.get(key, 0) + 1 / runs
-    out["s3 requests"] = round(s3_total / runs, 2)
-    return {k: round(v, 2) for k, v in sorted(out.items())}
 
 
 # --- P1 ---------------------------------------------------------------------------------------
@@ -314,25 +61,25 @@ def p1_latency(bench: Bench) -> Measure:
         sid, text = bench.sid("p1", i % sz.p1_sessions), f"hello {i}"
         # alternate who goes first, so neither side always runs right after the other
         if i % 2 == 0:
-            t = _tether_run(bench, sid, text, "echo", f"echo: {text}")
-            b = _baseline_run(sid, text)
+            t = tether_run(bench, sid, text, "echo", f"echo: {text}")
+            b = baseline_run(sid, text)
         else:
-            b = _baseline_run(sid, text)
-            t = _tether_run(bench, sid, text, "echo", f"echo: {text}")
-        p = _ping_run(i)
+            b = baseline_run(sid, text)
+            t = tether_run(bench, sid, text, "echo", f"echo: {text}")
+        p = ping_run(i)
         if i >= sz.p1_warmup:
-            tether.append(_ms(t))
-            baseline.append(_ms(b))
-            bare.append(_ms(p))
+            tether.append(ms(t))
+            baseline.append(ms(b))
+            bare.append(ms(p))
     ts, bs, ps = Stats.of(tether), Stats.of(baseline), Stats.of(bare)
     count = max(10, sz.p1_runs // 4)
     t_ops = count_requests(
         bench,
         count,
-        lambda i: _tether_run(bench, bench.sid("p1", i % sz.p1_sessions), "x", "echo", "echo: x"),
+        lambda i: tether_run(bench, bench.sid("p1", i % sz.p1_sessions), "x", "echo", "echo: x"),
     )
     b_ops = count_requests(
-        bench, count, lambda i: _baseline_run(bench.sid("p1", i % sz.p1_sessions), "x")
+        bench, count, lambda i: baseline_run(bench.sid("p1", i % sz.p1_sessions), "x")
     )
     return Measure(
         id="P1",
@@ -370,7 +117,7 @@ def _tether_batch(bench: Bench, prefix: str, runs: int, sessions: int) -> float:
     results = [h.result(timeout=RESULT_TIMEOUT_S * 5) for h in handles]
     elapsed = time.perf_counter() - start
     for spec, result in zip(specs, results, strict=True):
-        _check(result, f"echo: {spec.input}")
+        check_result(result, f"echo: {spec.input}")
     return elapsed
 
 
@@ -390,35 +137,21 @@ def _baseline_batch(bench: Bench, prefix: str, runs: int, sessions: int) -> tupl
     return elapsed, runs - stored
 
 
-def _log_sizes(bench: Bench) -> list[int]:
-    return [w.log_path.stat().st_size for w in bench.stack.tether.workers]
-
-
-def _count_in_logs(bench: Bench, offsets: list[int], pattern: str) -> int:
-    """Matches of ``pattern`` in the Tether workers' logs after ``offsets``."""
-    found = 0
-    for worker, offset in zip(bench.stack.tether.workers, offsets, strict=True):
-        with worker.log_path.open("rb") as handle:
-            handle.seek(offset)
-            found += len(re.findall(pattern, handle.read().decode(errors="replace")))
-    return found
-
-
 def p2_throughput(bench: Bench) -> Measure:
     """Runs per second for a burst over many sessions, 2 worker processes on each side."""
     sz = bench.sizes
     tether: list[float] = []
     baseline: list[float] = []
     lost = 0
-    offsets = _log_sizes(bench)
+    offsets = log_sizes(bench)
     for trial in range(sz.p2_trials):
         t = _tether_batch(bench, bench.sid("p2t", trial), sz.p2_runs, sz.p2_sessions)
         tether.append(sz.p2_runs / t)
         b, lost_now = _baseline_batch(bench, bench.sid("p2b", trial), sz.p2_runs, sz.p2_sessions)
         baseline.append(sz.p2_runs / b)
         lost += lost_now
-    kicks = _count_in_logs(bench, offsets, "sweeper re-enqueued")
-    drains = _count_in_logs(bench, offsets, r"Task tether\.drain\[[^\]]+\] received")
+    kicks = count_in_logs(bench, offsets, "sweeper re-enqueued")
+    drains = count_in_logs(bench, offsets, r"Task tether\.drain\[[^\]]+\] received")
     ts, bs = Stats.of(tether), Stats.of(baseline)
     return Measure(
         id="P2",
@@ -462,14 +195,14 @@ def p3_long_session(bench: Bench) -> Measure:
 
     def notes(session_id: str, n: int) -> float:
         text, expected = f"remember fact-{n}", f"noted: fact-{n}"
-        return _ms(_tether_run(bench, session_id, text, "notes-compact", expected))
+        return ms(tether_run(bench, session_id, text, "notes-compact", expected))
 
     for n in range(1, total + 1):
         if n == sz.p3_late:  # the young session catches up to just before its early window
             for m in range(1, sz.p3_early):
                 notes(young_sid, m)
         tether.append(notes(tether_sid, n))
-        baseline.append(_ms(_baseline_run(base_sid, f"remember fact-{n}")))
+        baseline.append(ms(baseline_run(base_sid, f"remember fact-{n}")))
         if n >= sz.p3_late:
             young.append(notes(young_sid, sz.p3_early + n - sz.p3_late))
 
@@ -612,7 +345,7 @@ def p4w_worker_path(bench: Bench) -> Measure:
     last_seq = 0
     for i in range(sz.p4w_runs):
         result = bench.producer.run(sid, f"hi {i}", agent="echo", wait_s=RESULT_TIMEOUT_S)
-        _check(result, f"echo: hi {i}")
+        check_result(result, f"echo: hi {i}")
         last_seq = result.last_seq
     deadline = time.monotonic() + 30
     while seen[0] < last_seq and time.monotonic() < deadline:
@@ -640,15 +373,6 @@ def p4w_worker_path(bench: Bench) -> Measure:
 
 
 # --- P5 / P6 ----------------------------------------------------------------------------------
-
-
-@dataclass
-class P5State:
-    """What P5 leaves for P6: a producer in P6's namespace and the handles of its queued runs."""
-
-    producer: Producer
-    handles: list[Any]
-    measure: Measure
 
 
 def _purge(app: Celery, queue: str) -> None:

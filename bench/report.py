@@ -11,6 +11,7 @@ import json
 import math
 import os
 import platform
+import re
 import subprocess
 import sys
 from dataclasses import asdict
@@ -19,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench.measures import Measure, Stats
+from bench.core import Measure, Stats
 from shared.redis_conn import redis_from_url
 
 PACKAGES = ("tether", "celery", "kombu", "redis", "boto3", "botocore", "moto", "pydantic")
@@ -251,6 +252,16 @@ def _rolling_median(values: list[float], width: int) -> list[float]:
     return out
 
 
+_NUMBER_LIST = re.compile(r"\[\s+(-?[0-9][-0-9.e+,\s]*?)\s+\]")
+
+
+def dump_json(document: dict[str, Any]) -> str:
+    """Indented JSON with each list of numbers on one line (small diffs between runs)."""
+    text = json.dumps(document, indent=1, ensure_ascii=False)
+    # the items keep their commas, so joining the tokens with spaces gives "[1, 2, 3]"
+    return _NUMBER_LIST.sub(lambda m: "[" + " ".join(m.group(1).split()) + "]", text) + "\n"
+
+
 def write_reports(
     measures: list[Measure], meta: dict[str, Any], out_dir: Path
 ) -> dict[str, Path]:
@@ -259,7 +270,7 @@ def write_reports(
     paths = {"markdown": out_dir / MD_NAME, "json": out_dir / JSON_NAME}
     paths["markdown"].write_text(markdown(measures, meta))
     document = to_json(measures, meta)
-    paths["json"].write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n")
+    paths["json"].write_text(dump_json(document))
     p3 = next((m for m in measures if m.id == "P3"), None)
     if p3 is not None and p3.series:
         paths["plot"] = plot_latency(p3, out_dir / PLOT_NAME)

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Iterable, Iterator
@@ -36,6 +37,11 @@ if TYPE_CHECKING:
     from producer.batch import BatchSummary, CasesSource
 
 RUN_TASK = "tether.run"
+
+
+def _short_repr(request: RunRequest) -> str:
+    """What Flower and logs show for a run message (never the input: it may be large or private)."""
+    return f"{{'request': <{request.run_id} on {request.tenant}/{request.session_id}>}}"
 
 
 @dataclass(frozen=True)
@@ -218,15 +224,22 @@ class Producer:
         outcomes = self.runbook.submit_many(requests, queue=self.settings.queue)
         app = self.celery
         with app.producer_or_acquire() as publisher:
-            for request, outcome in zip(requests, outcomes, strict=True):
-                if outcome.state == "queued":
-                    app.send_task(
-                        RUN_TASK,
-                        kwargs={"request": request.model_dump(mode="json")},
-                        task_id=request.run_id,
-                        queue=self.settings.queue,
-                        producer=publisher,
-                    )
+            # kombu >= 5.7 pipelines the pushes of a batch into one Redis round trip
+            batch = getattr(publisher, "batch", None)
+            with batch() if batch is not None else contextlib.nullcontext():
+                for request, outcome in zip(requests, outcomes, strict=True):
+                    if outcome.state == "queued":
+                        app.send_task(
+                            RUN_TASK,
+                            kwargs={"request": request.model_dump(mode="json")},
+                            task_id=request.run_id,
+                            queue=self.settings.queue,
+                            producer=publisher,
+                            # a short repr: Celery would otherwise render the whole request
+                            # (input included) into the message headers
+                            argsrepr="()",
+                            kwargsrepr=_short_repr(request),
+                        )
         return [self._handle_for(r, o) for r, o in zip(requests, outcomes, strict=True)]
 
     def resubmit(self, run_id: str) -> None:
@@ -239,6 +252,8 @@ class Producer:
             kwargs={"request": view.request.model_dump(mode="json")},
             task_id=run_id,
             queue=self.settings.queue,
+            argsrepr="()",
+            kwargsrepr=_short_repr(view.request),
         )
 
     def run_batch(

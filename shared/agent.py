@@ -140,16 +140,25 @@ class Agent:
         return AgentSession(self, self.memory_factory(), metadata, listeners=self.listeners)
 
     def session_from_snapshot(
-        self, snapshot: SessionSnapshot, *, version: str | None = None, by_reference: bool = False
+        self,
+        snapshot: SessionSnapshot,
+        *,
+        version: str | None = None,
+        by_reference: bool = False,
+        copy: bool = True,
     ) -> AgentSession:
-        """A session restored from ``snapshot`` (emits ``SESSION_RESTORED``)."""
+        """A session restored from ``snapshot`` (emits ``SESSION_RESTORED``).
+
+        ``copy=False`` skips the defensive copy when the caller owns ``snapshot`` and drops it
+        (a worker restoring a head it just parsed).
+        """
         session = AgentSession(
             self,
             self.memory_factory(),
-            snapshot.metadata.model_copy(deep=True),
+            snapshot.metadata if not copy else snapshot.metadata.model_copy(deep=True),
             listeners=self.listeners,
         )
-        session.restore(snapshot, by_reference=by_reference)
+        session.restore(snapshot, by_reference=by_reference, copy=copy)
         session.set_version(version)
         return session
 

@@ -316,7 +316,9 @@ class AgentSession:
                 applied=list(self._applied),
             )
 
-    def restore(self, snapshot: SessionSnapshot, *, by_reference: bool = False) -> AgentEvent:
+    def restore(
+        self, snapshot: SessionSnapshot, *, by_reference: bool = False, copy: bool = True
+    ) -> AgentEvent:
         """Install ``snapshot`` and emit ``SESSION_RESTORED``.
 
         Args:
@@ -324,9 +326,11 @@ class AgentSession:
             by_reference: the snapshot is the committed head of this same log, so the event only
                 names its sequence and memory checksum instead of copying the whole memory
                 (keeps per-run history O(new events)). The fold leaves memory unchanged.
+            copy: take a defensive deep copy (False when the caller gives up the snapshot).
         """
         with self._lock:
-            snap = snapshot.copy_deep()
+            # copy=False: the caller hands over a snapshot it just parsed and will not touch
+            snap = snapshot.copy_deep() if copy else snapshot
             self._metadata = snap.metadata
             self._events = list(snap.events)
             self._last_seq = snap.last_seq

@@ -44,14 +44,14 @@ log = logging.getLogger(__name__)
 #: Stop taking new runs from one session after this long, so one busy session cannot hold a
 #: worker forever; the rest of its queue is handed to a fresh drain task.
 DRAIN_BUDGET_S = 30.0
-#: Flush buffered events to the stream before anything that may block.
+#: Flush buffered events to the stream before anything that may block (FINAL_OUTPUT is always
+#: followed at once by STEP_END, which flushes both).
 _FLUSH_ON = frozenset(
     {
         EventType.MODEL_REQUEST,
         EventType.TOOL_CALL,
         EventType.STEP_END,
         EventType.ERROR,
-        EventType.FINAL_OUTPUT,
     }
 )
 
@@ -190,9 +190,7 @@ def _apply_one(rt: Runtime, lease: Lease, keeper: LeaseKeeper, held: _Held, run_
         held.loaded = False
         backoff_ms = rt.settings.lease_ttl_ms if isinstance(exc, InfrastructureError) else 0
         try:
-            rt.runbook.note_failure(
-                run_id, f"{exc.error_type}: {exc}", retry_after_ms=backoff_ms
-            )
+            rt.runbook.note_failure(run_id, f"{exc.error_type}: {exc}", retry_after_ms=backoff_ms)
         except TetherError as note_exc:  # Redis away too: the attempt is retried regardless
             log.warning("could not record the failure of run %s: %s", run_id, note_exc)
         return "abort"
@@ -218,7 +216,7 @@ def _session_for(rt: Runtime, held: _Held, request: RunRequest, agent: Agent) ->
                 held, agent.new_session(request.session_id, tenant=request.tenant), request.agent
             )
         session = agent.session_from_snapshot(
-            stored.snapshot, version=stored.version, by_reference=True
+            stored.snapshot, version=stored.version, by_reference=True, copy=False
         )
         session.mark_archived(stored.snapshot.archived_seq)
         return _adopt(held, session, request.agent)

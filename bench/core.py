@@ -1,0 +1,244 @@
+"""What every measure shares: sizes, statistics, targets, result rows, and the timed calls.
+
+Latencies are wall-clock times measured in the benchmark client with ``time.perf_counter``:
+from just before the call that submits the run until its result is back in the client.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+import urllib.request
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from celery import Celery
+
+from bench import baselines
+from bench.stack import BUCKET, BenchStack, s3_client
+from producer.client import Producer
+from shared.results import RunStatus
+from shared.runs import RunResult
+
+#: Longest wait for one result; nothing here should come near it.
+RESULT_TIMEOUT_S = 120.0
+TENANT = "default"
+
+Op = Literal["<=", ">="]
+
+
+class BenchFailure(RuntimeError):
+    """A measure could not produce a valid figure (a wrong answer, a lost run, a timeout)."""
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much each measure does (:data:`FULL` is the issue's definition)."""
+
+    p1_runs: int = 200
+    p1_warmup: int = 20
+    p1_sessions: int = 10
+    p2_runs: int = 2000
+    p2_sessions: int = 500
+    p2_trials: int = 1
+    p3_early: int = 10
+    p3_late: int = 1000
+    p3_window: int = 20
+    p4_events: int = 2000
+    p4_warmup: int = 50
+    p4_interval_s: float = 0.002
+    p4w_runs: int = 100
+    p5_requests: int = 10_000
+    p5_sessions: int = 1000
+    p5_warmup: int = 50
+    p6_first: int = 1000
+    p6_total: int = 10_000
+
+
+FULL = Sizes()
+QUICK = Sizes(
+    p1_runs=5,
+    p1_warmup=2,
+    p1_sessions=2,
+    p2_runs=20,
+    p2_sessions=5,
+    p3_early=2,
+    p3_late=8,
+    p3_window=2,
+    p4_events=40,
+    p4_warmup=5,
+    p4w_runs=3,
+    p5_requests=60,
+    p5_sessions=10,
+    p5_warmup=5,
+    p6_first=10,
+    p6_total=60,
+)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) with linear interpolation between closest ranks."""
+    if not values:
+        raise ValueError("percentile of no values")
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100
+    low = math.floor(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Summary of one sample."""
+
+    n: int
+    median: float
+    p95: float
+    p99: float
+    mean: float
+    min: float
+    max: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Stats:
+        """Summarise ``values`` (at least one)."""
+        return cls(
+            n=len(values),
+            median=statistics.median(values),
+            p95=percentile(values, 95),
+            p99=percentile(values, 99),
+            mean=statistics.fmean(values),
+            min=min(values),
+            max=max(values),
+        )
+
+
+@dataclass(frozen=True)
+class Target:
+    """A target such as ``<= 1.25`` (x) or ``<= 5`` (ms)."""
+
+    op: Op
+    value: float
+    unit: str = "x"
+
+    def met(self, observed: float) -> bool:
+        """Whether ``observed`` meets the target."""
+        return observed <= self.value if self.op == "<=" else observed >= self.value
+
+    def __str__(self) -> str:
+        sign = "≤" if self.op == "<=" else "≥"
+        sep = "" if self.unit == "x" else " "
+        return f"{sign} {self.value:g}{sep}{self.unit}"
+
+
+@dataclass
+class Measure:
+    """One row of the result table.
+
+    ``value`` is the figure compared with ``target``: a Tether/baseline ratio for P1, P2, P5, a
+    late/early ratio for P3, a p99 in ms for P4, an RSS ratio for P6.
+    """
+
+    id: str
+    name: str
+    unit: str
+    tether: Stats
+    baseline: Stats | None
+    baseline_name: str
+    value: float
+    value_of: str
+    target: Target | None
+    value_unit: str = "x"
+    note: str = ""
+    extra: dict[str, float | int | str] = field(default_factory=dict)
+    series: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def met(self) -> bool | None:
+        """Whether the target is met (None: informational row)."""
+        return None if self.target is None else self.target.met(self.value)
+
+
+@dataclass
+class P5State:
+    """What P5 leaves for P6: a producer in P6's namespace and the handles of its queued runs."""
+
+    producer: Producer
+    handles: list[Any]
+    measure: Measure
+
+
+class Bench:
+    """The running stack plus what every measure shares (sizes, a run tag, clients)."""
+
+    def __init__(self, stack: BenchStack, sizes: Sizes) -> None:
+        self.stack = stack
+        self.sizes = sizes
+        self.tag = uuid.uuid4().hex[:6]
+        self.producer = stack.producer
+        self.baseline_app: Celery = baselines.configure(stack.redis_url)
+        self._s3 = s3_client(stack.s3_endpoint)
+        self.p5_state: P5State | None = None
+
+    def fresh_bucket(self) -> None:
+        """Reset moto and re-create the bucket (every measure starts from empty storage)."""
+        request = urllib.request.Request(self.stack.s3_endpoint + "/moto-api/reset", method="POST")
+        with urllib.request.urlopen(request, timeout=30):
+            pass
+        self._s3.create_bucket(Bucket=BUCKET)
+
+    def sid(self, measure: str, n: int | str) -> str:
+        """A session id unique to this benchmark run."""
+        return f"{self.tag}-{measure}-{n}"
+
+    def blob_messages(self, session_id: str) -> int:
+        """How many messages the hand-written task's blob of ``session_id`` holds."""
+        body = self._s3.get_object(Bucket=BUCKET, Key=baselines.blob_key(session_id))["Body"]
+        return len(json.loads(body.read())["messages"])
+
+
+def ms(seconds: float) -> float:
+    """Seconds to milliseconds."""
+    return seconds * 1000.0
+
+
+def check_result(result: RunResult, expected: str) -> None:
+    """Fail unless ``result`` completed with the ``expected`` output."""
+    if result.status is not RunStatus.COMPLETED or result.output != expected:
+        raise BenchFailure(
+            f"run {result.run_id} ended {result.status} with {result.output!r}, "
+            f"expected {expected!r}: {result.error_type} {result.error_message}"
+        )
+
+
+def tether_run(bench: Bench, session_id: str, text: str, agent: str, expected: str) -> float:
+    """Seconds for one ``Producer.run`` (checked against ``expected``)."""
+    start = time.perf_counter()
+    result = bench.producer.run(session_id, text, agent=agent, wait_s=RESULT_TIMEOUT_S)
+    elapsed = time.perf_counter() - start
+    check_result(result, expected)
+    return elapsed
+
+
+def ping_run(i: int) -> float:
+    """Seconds for one bare Celery round trip (``bench.ping``)."""
+    start = time.perf_counter()
+    out = baselines.ping.apply_async((i,)).get(timeout=RESULT_TIMEOUT_S)
+    elapsed = time.perf_counter() - start
+    if out != i:
+        raise BenchFailure(f"bench.ping answered {out!r} to {i!r}")
+    return elapsed
+
+
+def baseline_run(session_id: str, text: str) -> float:
+    """Seconds for one hand-written task, ``apply_async().get()``."""
+    start = time.perf_counter()
+    out = baselines.handwritten.apply_async((session_id, text)).get(timeout=RESULT_TIMEOUT_S)
+    elapsed = time.perf_counter() - start
+    if out["output"] != baselines.scripted_answer(text):
+        raise BenchFailure(f"hand-written task answered {out!r} to {text!r}")
+    return elapsed
