@@ -18,19 +18,11 @@ from producer.batch_cases import BatchCase
 from producer.batch_ids import case_request_id, case_session_id
 from shared.items import UserMessage
 from shared.reader import SessionLogReader
-from shared.storage_url import open_storage
 from tests.support.stack import Stack, eventually, unique
 
 
 def reader(stack: Stack) -> SessionLogReader:
-    store, archive = open_storage(
-        f"s3://{stack.bucket}/tether",
-        endpoint_url=stack.s3_endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-    return SessionLogReader(store, archive)
+    return stack.reader()
 
 
 def write_cases(path: Path, cases: list[dict[str, Any]]) -> Path:

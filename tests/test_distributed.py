@@ -18,19 +18,11 @@ from shared.errors import InputTooLarge, InvalidInput, SessionBusy, UnknownAgent
 from shared.events import EventType
 from shared.reader import SessionLogReader
 from shared.results import RunStatus
-from shared.storage_url import open_storage
 from tests.support.stack import Stack, eventually, unique
 
 
 def reader(stack: Stack) -> SessionLogReader:
-    store, archive = open_storage(
-        f"s3://{stack.bucket}/tether",
-        endpoint_url=stack.s3_endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-    return SessionLogReader(store, archive)
+    return stack.reader()
 
 
 def facts(stack: Stack, session_id: str) -> list[str]:

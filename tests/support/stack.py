@@ -20,7 +20,9 @@ import pytest
 from producer.client import Producer
 from shared.embedded.moto_server import MotoServer
 from shared.embedded.redis_server import RedisServer
+from shared.reader import SessionLogReader
 from shared.settings import Settings
+from shared.storage_url import open_storage
 from worker.processes import WorkerFleet, WorkerProcess
 
 T = TypeVar("T")
@@ -71,10 +73,26 @@ class Stack:
             if not worker.alive():
                 worker.start()
 
+    def reader(self) -> SessionLogReader:
+        """A reader over the stack's S3 store and archive (fake credentials, moto endpoint)."""
+        store, archive = open_storage(
+            f"s3://{self.bucket}/tether",
+            endpoint_url=self.s3_endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+        return SessionLogReader(store, archive)
+
     def s3_keys(self) -> list[str]:
         """Every object key in the bucket."""
-        client = boto3.client("s3", endpoint_url=self.s3_endpoint, region_name="us-east-1",
-                              aws_access_key_id="testing", aws_secret_access_key="testing")
+        client = boto3.client(
+            "s3",
+            endpoint_url=self.s3_endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
         keys: list[str] = []
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket):
             keys.extend(obj["Key"] for obj in page.get("Contents", []))
@@ -84,22 +102,24 @@ class Stack:
 def stack_env(redis_url: str, s3_endpoint: str, bucket: str) -> dict[str, str]:
     """The environment of workers and producers of the test stack."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TETHER_", "AWS_"))}
-    env.update({
-        "TETHER_BROKER_URL": redis_url,
-        "TETHER_REDIS_URL": redis_url,
-        "TETHER_STORE_URL": f"s3://{bucket}/tether",
-        "TETHER_S3_ENDPOINT_URL": s3_endpoint,
-        "TETHER_LEASE_TTL_MS": str(LEASE_TTL_MS),
-        "TETHER_SWEEP_INTERVAL_MS": str(SWEEP_INTERVAL_MS),
-        "TETHER_MAX_INPUT_BYTES": "65536",
-        "TETHER_MAX_RUN_S": "60",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_CONFIG_FILE": "/dev/null",
-        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "TETHER_BROKER_URL": redis_url,
+            "TETHER_REDIS_URL": redis_url,
+            "TETHER_STORE_URL": f"s3://{bucket}/tether",
+            "TETHER_S3_ENDPOINT_URL": s3_endpoint,
+            "TETHER_LEASE_TTL_MS": str(LEASE_TTL_MS),
+            "TETHER_SWEEP_INTERVAL_MS": str(SWEEP_INTERVAL_MS),
+            "TETHER_MAX_INPUT_BYTES": "65536",
+            "TETHER_MAX_RUN_S": "60",
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_CONFIG_FILE": "/dev/null",
+            "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     return env
 
 
@@ -112,16 +132,23 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     moto = MotoServer(log_dir).start()
     endpoint = moto.endpoint
     bucket = "tether-stack"
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                 aws_access_key_id="testing", aws_secret_access_key="testing").create_bucket(
-        Bucket=bucket
-    )
+    boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    ).create_bucket(Bucket=bucket)
     env = stack_env(redis_server.url, endpoint, bucket)
     settings = Settings(
-        broker_url=redis_server.url, redis_url=redis_server.url,
-        store_url=f"s3://{bucket}/tether", s3_endpoint_url=endpoint,
-        lease_ttl_ms=LEASE_TTL_MS, sweep_interval_ms=SWEEP_INTERVAL_MS,
-        max_input_bytes=65536, max_run_s=60,
+        broker_url=redis_server.url,
+        redis_url=redis_server.url,
+        store_url=f"s3://{bucket}/tether",
+        s3_endpoint_url=endpoint,
+        lease_ttl_ms=LEASE_TTL_MS,
+        sweep_interval_ms=SWEEP_INTERVAL_MS,
+        max_input_bytes=65536,
+        max_run_s=60,
     )
     fleet = WorkerFleet(env, log_dir, count=2)
     producer: Producer | None = None
@@ -154,8 +181,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.when == "call" and report.failed and isinstance(used, Stack):
         for worker in used.workers:
             lines = [
-                line for line in worker.log_text().splitlines()
+                line
+                for line in worker.log_text().splitlines()
                 if any(mark in line for mark in ("WARNING", "ERROR", "Error", "Traceback"))
-                and "superuser" not in line and "security_error" not in line
+                and "superuser" not in line
+                and "security_error" not in line
             ]
             report.sections.append((f"worker {worker.name} log", "\n".join(lines[-60:])))
