@@ -32,9 +32,8 @@ from shared.embedded.redis_server import RedisServer
 from shared.reader import SessionLogReader
 from shared.redis_conn import redis_from_url
 from shared.settings import Settings
-from shared.storage_url import open_storage
 from tests.support.fault_proxy import FaultProxy
-from tests.support.stack import eventually, stack_env
+from tests.support.stack import eventually, s3_reader, stack_env
 from worker.processes import WorkerFleet, WorkerProcess
 
 #: Lease and sweep settings of the CI-sized stack (crash recovery in about 2.5 s).
@@ -108,14 +107,7 @@ class ChaosStack:
 
     def reader(self) -> SessionLogReader:
         """A reader on the S3 data, straight to moto (never through the fault proxy)."""
-        store, archive = open_storage(
-            f"s3://{self.bucket}/tether",
-            endpoint_url=self.moto_endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
-        return SessionLogReader(store, archive)
+        return s3_reader(self.bucket, self.moto_endpoint)
 
     def s3_client(self) -> Any:
         """A boto3 client straight to moto."""
@@ -170,9 +162,7 @@ class ChaosStack:
 
     def worker_logs(self) -> str:
         """The text of every worker log file of this stack."""
-        return "\n".join(
-            p.read_text(errors="replace") for p in sorted(self.log_dir.glob("*.log"))
-        )
+        return "\n".join(p.read_text(errors="replace") for p in sorted(self.log_dir.glob("*.log")))
 
     # --- observing workers ----------------------------------------------------------------------
 

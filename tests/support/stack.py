@@ -74,15 +74,8 @@ class Stack:
                 worker.start()
 
     def reader(self) -> SessionLogReader:
-        """A reader over the stack's S3 store and archive (fake credentials, moto endpoint)."""
-        store, archive = open_storage(
-            f"s3://{self.bucket}/tether",
-            endpoint_url=self.s3_endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
-        return SessionLogReader(store, archive)
+        """A reader over the stack's S3 store and archive."""
+        return s3_reader(self.bucket, self.s3_endpoint)
 
     def s3_keys(self) -> list[str]:
         """Every object key in the bucket."""
@@ -97,6 +90,18 @@ class Stack:
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket):
             keys.extend(obj["Key"] for obj in page.get("Contents", []))
         return keys
+
+
+def s3_reader(bucket: str, endpoint: str) -> SessionLogReader:
+    """A reader over a test bucket's store and archive (fake credentials, moto endpoint)."""
+    store, archive = open_storage(
+        f"s3://{bucket}/tether",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    return SessionLogReader(store, archive)
 
 
 def stack_env(redis_url: str, s3_endpoint: str, bucket: str) -> dict[str, str]:
