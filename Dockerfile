@@ -24,4 +24,4 @@ FROM base AS flower
 USER root
 RUN pip install "flower==2.0.1"
 USER tether
-CMD ["python", "-m", "celery", "-A", "worker.app", "flower", "--port=5555"]
+CMD ["python", "-m", "celery", "-A", "tether.worker.app", "flower", "--port=5555"]

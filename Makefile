@@ -5,13 +5,20 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The dev install maps the folders shared/, producer/, worker/ onto the one import root `tether`
+# with a tree of links (setuptools' strict editable mode: mypy and subprocesses see it too). A
+# link tree does not notice new modules, so the install is redone when the module list changes.
+MODULES := $(VENV)/.modules
+MODULE_LIST := $(shell find shared producer worker -name '*.py' 2>/dev/null | sort | md5sum)
+$(shell mkdir -p $(VENV); [ "$$(cat $(MODULES) 2>/dev/null)" = "$(MODULE_LIST)" ] || echo "$(MODULE_LIST)" > $(MODULES))
 
 .PHONY: demo test test-long lint typecheck bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(MODULES)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,embedded,bench]'
+	rm -rf build/__editable__.*
+	$(BIN)/python -m pip install --quiet -e '.[dev,embedded,bench]' --config-settings editable_mode=strict
 	@touch $(STAMP)
 
 demo: $(STAMP)
@@ -26,6 +33,7 @@ test-long: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check shared producer worker tests $(wildcard bench examples)
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 typecheck: lint
 
@@ -33,4 +41,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .tether .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build .tether .pytest_cache .mypy_cache .ruff_cache

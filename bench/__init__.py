@@ -2,6 +2,7 @@
 
 Run them with ``python -m bench`` (or ``make bench``).
 
-See :mod:`bench.measures` for what each measure (P1..P6) times and :mod:`bench.stack` for the
-private Redis, moto S3 server and worker processes they share.
+See :mod:`bench.latency` and :mod:`bench.capacity` for what each measure (P1..P6) times,
+:mod:`bench.measures` for the list a run executes, and :mod:`bench.stack` for the private Redis,
+moto S3 server and worker processes they share.
 """

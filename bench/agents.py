@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from shared.agent import Agent
-from shared.compaction import StructuredSummaryPolicy
-from shared.context import ContextBudget
-from shared.demo_agents import notes_agent
+from tether.core.context import ContextBudget
+from tether.runtime.agent import Agent
+from tether.runtime.compaction import StructuredSummaryPolicy
+from tether.runtime.demo_agents import notes_agent
 
 KEEP_ITEMS = 40
 TRIGGER_ITEMS = 60

@@ -20,9 +20,9 @@ from celery import Celery
 
 from bench import baselines
 from bench.stack import BUCKET, BenchStack, s3_client
-from producer.client import Producer
-from shared.results import RunStatus
-from shared.runs import RunResult
+from tether.core.results import RunStatus
+from tether.producer.client import Producer
+from tether.runs.contract import RunResult
 
 #: Longest wait for one result; nothing here should come near it.
 RESULT_TIMEOUT_S = 120.0

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.core import Measure, Stats
-from shared.redis_conn import redis_from_url
+from tether.persistence.redis_conn import redis_from_url
 
 PACKAGES = ("tether", "celery", "kombu", "redis", "boto3", "botocore", "moto", "pydantic")
 MD_NAME, JSON_NAME, PLOT_NAME = "latest.md", "latest.json", "latency.png"

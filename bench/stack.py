@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING
 
 import boto3
 
-from producer.client import Producer
-from shared.embedded.redis_server import RedisServer, free_port
-from shared.errors import ConfigurationError
-from shared.settings import Settings
-from worker.processes import WorkerFleet, WorkerProcess
+from tether.dev.redis_server import RedisServer, free_port
+from tether.dev.workers import WorkerFleet, WorkerProcess
+from tether.errors import ConfigurationError
+from tether.producer.client import Producer
+from tether.settings import Settings
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -56,7 +56,7 @@ class BaselineWorker(WorkerProcess):
     def command(self) -> list[str]:
         """The worker command line, with ``-A bench.baselines`` instead of Tether's app."""
         cmd = super().command()
-        cmd[cmd.index("worker.app")] = "bench.baselines"
+        cmd[cmd.index("tether.worker.app")] = "bench.baselines"
         return cmd
 
 

@@ -5,9 +5,9 @@ Run: .venv/bin/python examples/quickstart.py
 
 from __future__ import annotations
 
-from shared import Agent, ModelResponse, ScriptedModel, SessionLogReader, project_events, tool
-from shared.archives.memory import InMemoryEventArchive
-from shared.stores.memory import InMemorySnapshotStore
+from tether import Agent, ModelResponse, ScriptedModel, SessionLogReader, project_events, tool
+from tether.persistence.archives.memory import InMemoryEventArchive
+from tether.persistence.stores.memory import InMemorySnapshotStore
 
 
 @tool

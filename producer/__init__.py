@@ -8,19 +8,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from producer.client import Producer, RunSpec
-    from producer.handle import RunHandle
+    from tether.producer.client import Producer, RunSpec
+    from tether.producer.handle import RunHandle
 
 __all__ = ["Producer", "RunHandle", "RunSpec"]
 
 
 def __getattr__(name: str) -> Any:
     if name in ("Producer", "RunSpec"):
-        from producer import client
+        from tether.producer import client
 
         return getattr(client, name)
     if name == "RunHandle":
-        from producer.handle import RunHandle
+        from tether.producer.handle import RunHandle
 
         return RunHandle
-    raise AttributeError(f"module 'producer' has no attribute {name!r}")
+    raise AttributeError(f"module 'tether.producer' has no attribute {name!r}")

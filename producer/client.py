@@ -19,29 +19,31 @@ from typing import TYPE_CHECKING, Any
 from celery import Celery
 from pydantic import JsonValue
 
-from producer.handle import RunHandle
-from producer.listener import CompletionListener
-from shared.errors import InvalidInput, SessionBusy
-from shared.events import AgentEvent
-from shared.ids import new_id, validate_id, validate_tenant
-from shared.keys import RedisKeys
-from shared.redis_conn import redis_from_url
-from shared.results import RunStatus
-from shared.runbook import RunBook, SubmitOutcome
-from shared.runs import BusyPolicy, RunRequest, RunResult, parse_request
-from shared.settings import Settings, load_settings
-from shared.streams.redis import RedisEventStream
-from worker.config import celery_config
+from tether.core.events import AgentEvent
+from tether.core.results import RunStatus
+from tether.errors import InvalidInput, SessionBusy
+from tether.ids import new_id, validate_id, validate_tenant
+from tether.keys import RedisKeys
+from tether.persistence.redis_conn import redis_from_url
+from tether.persistence.streams.redis import RedisEventStream
+from tether.producer.handle import RunHandle
+from tether.producer.listener import CompletionListener
+from tether.runs.celery_config import celery_config
+from tether.runs.contract import (
+    RUN_TASK,
+    BusyPolicy,
+    RunRequest,
+    RunResult,
+    describe_request,
+    parse_request,
+)
+from tether.runs.queue.base import CancelOutcome, SubmitOutcome, SubmitState
+from tether.runs.queue.redis import RedisRunQueue
+from tether.settings import Settings, load_settings
 
 if TYPE_CHECKING:
-    from producer.batch import BatchSummary, CasesSource
+    from tether.producer.batch import BatchSummary, CasesSource
 
-RUN_TASK = "tether.run"
-
-
-def _short_repr(request: RunRequest) -> str:
-    """What Flower and logs show for a run message (never the input: it may be large or private)."""
-    return f"{{'request': <{request.run_id} on {request.tenant}/{request.session_id}>}}"
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,7 @@ class Producer:
         self.settings = settings or load_settings(**overrides)
         self.keys = RedisKeys(self.settings.namespace)
         self.redis = redis_from_url(self.settings.effective_redis_url)
-        self.runbook = RunBook(self.redis, self.keys, result_ttl_s=self.settings.result_ttl_s)
+        self.runs = RedisRunQueue(self.redis, self.keys, result_ttl_s=self.settings.result_ttl_s)
         self.stream = RedisEventStream(self.redis, keys=self.keys)
         self._celery = celery_app
         self._celery_lock = threading.Lock()
@@ -100,7 +102,7 @@ class Producer:
         """The single completion listener of this producer."""
         with self._celery_lock:
             if self._listener is None:
-                self._listener = CompletionListener(self.runbook)
+                self._listener = CompletionListener(self.runs)
             return self._listener
 
     def close(self) -> None:
@@ -135,21 +137,13 @@ class Producer:
         return request
 
     def _handle_for(self, request: RunRequest, outcome: SubmitOutcome) -> RunHandle:
-        if outcome.state == "busy":
+        if outcome.state is SubmitState.BUSY:
             busy = SessionBusy(
                 f"session {request.tenant}/{request.session_id} is running or has queued runs, "
                 "and on_busy='reject' was asked; retry later or use on_busy='enqueue'"
             )
-            result = RunResult(
-                run_id=request.run_id,
-                request_id=request.request_id,
-                session_id=request.session_id,
-                tenant=request.tenant,
-                status=RunStatus.FAILED,
-                error_type=busy.error_type,
-                error_message=str(busy),
-            )
-            self.runbook.record_rejected(result)
+            result = RunResult.failure(request, RunStatus.FAILED, busy.error_type, str(busy))
+            self.runs.record_rejected(result)
         return RunHandle(
             self,
             outcome.run_id,
@@ -221,14 +215,14 @@ class Producer:
         requests = [self._request(spec) for spec in specs]
         if not requests:
             return []
-        outcomes = self.runbook.submit_many(requests, queue=self.settings.queue)
+        outcomes = self.runs.submit_many(requests, queue=self.settings.queue)
         app = self.celery
         with app.producer_or_acquire() as publisher:
             # kombu >= 5.7 pipelines the pushes of a batch into one Redis round trip
             batch = getattr(publisher, "batch", None)
             with batch() if batch is not None else contextlib.nullcontext():
                 for request, outcome in zip(requests, outcomes, strict=True):
-                    if outcome.state == "queued":
+                    if outcome.state is SubmitState.QUEUED:
                         app.send_task(
                             RUN_TASK,
                             kwargs={"request": request.model_dump(mode="json")},
@@ -238,13 +232,13 @@ class Producer:
                             # a short repr: Celery would otherwise render the whole request
                             # (input included) into the message headers
                             argsrepr="()",
-                            kwargsrepr=_short_repr(request),
+                            kwargsrepr=describe_request(request),
                         )
         return [self._handle_for(r, o) for r, o in zip(requests, outcomes, strict=True)]
 
     def resubmit(self, run_id: str) -> None:
         """Publish the stored request of ``run_id`` again (harmless: it is idempotent)."""
-        view = self.runbook.get(run_id)
+        view = self.runs.get(run_id)
         if view is None or view.request is None:
             raise InvalidInput(f"run {run_id!r} is unknown or expired; nothing to resubmit")
         self.celery.send_task(
@@ -253,7 +247,7 @@ class Producer:
             task_id=run_id,
             queue=self.settings.queue,
             argsrepr="()",
-            kwargsrepr=_short_repr(view.request),
+            kwargsrepr=describe_request(view.request),
         )
 
     def run_batch(
@@ -270,9 +264,9 @@ class Producer:
     ) -> BatchSummary:
         """Run a batch of evaluation cases (a JSONL file or an iterable); re-running resumes.
 
-        See :func:`producer.batch.run_batch` for the arguments and the guarantees.
+        See :func:`tether.producer.batch.run_batch` for the arguments and the guarantees.
         """
-        from producer.batch import run_batch  # imported here: the batch engine imports us
+        from tether.producer.batch import run_batch  # imported here: the batch engine imports us
 
         return run_batch(
             self,
@@ -292,10 +286,12 @@ class Producer:
         """A handle on an existing run (from any process); does no I/O."""
         return RunHandle(self, validate_id(run_id, kind="run id"))
 
-    def cancel(self, run_id: str) -> bool:
-        """Ask a run to stop: a queued run never starts; a running one stops at its next step
-        boundary and commits nothing. False when the run already finished or is unknown."""
-        return self.runbook.request_cancel(validate_id(run_id, kind="run id"))
+    def cancel(self, run_id: str) -> CancelOutcome:
+        """Ask a run to stop. ``CANCELLED``: it was queued and will never start. ``REQUESTED``:
+        it is running and stops at its next step boundary, unless it finishes first (its events
+        stay in the log, followed by a rollback: nothing of it stays in memory). ``FINISHED``
+        or ``UNKNOWN``: nothing changed."""
+        return self.runs.request_cancel(validate_id(run_id, kind="run id"))
 
     def tail(
         self,

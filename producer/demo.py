@@ -22,13 +22,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from producer.client import Producer
-from producer.demo_scenario import Check, Scenario
-from producer.embedded import EmbeddedStack, Interrupted, SignalGuard
-from producer.render import pass_fail
-from shared.reader import SessionLogReader
-from shared.settings import load_settings
-from shared.storage_url import open_storage
+from tether.persistence.reader import SessionLogReader
+from tether.persistence.storage_url import open_storage
+from tether.producer.client import Producer
+from tether.producer.demo_scenario import Check, Scenario
+from tether.producer.embedded import EmbeddedStack, Interrupted, SignalGuard
+from tether.producer.render import pass_fail
+from tether.settings import load_settings
 
 
 def summary(console: Console, checks: list[Check], elapsed_s: float) -> int:

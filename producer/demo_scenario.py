@@ -1,4 +1,4 @@
-"""The steps of ``tether demo`` (see :mod:`producer.demo`), each printing as it goes and
+"""The steps of ``tether demo`` (see :mod:`tether.producer.demo`), each printing as it goes and
 recording PASS/FAIL :class:`Check` results."""
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from producer.client import Producer
-from producer.handle import RunHandle
-from producer.live_tail import LiveTail
-from producer.render import pass_fail, verify_line
-from shared.reader import SessionLogReader
-from shared.results import RunStatus
-from shared.runs import RunResult
+from tether.core.results import RunStatus
+from tether.persistence.reader import SessionLogReader
+from tether.producer.client import Producer
+from tether.producer.handle import RunHandle
+from tether.producer.live_tail import LiveTail
+from tether.producer.render import pass_fail, verify_line
+from tether.runs.contract import RunResult
 
 RUN_WAIT_S = 60.0
 FACTS = (

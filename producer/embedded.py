@@ -5,7 +5,8 @@
 - no ``TETHER_BROKER_URL`` / ``TETHER_REDIS_URL``: a private, password-protected
   ``redis-server`` on a free loopback port (its files in a fresh temporary directory);
 - no ``TETHER_STORE_URL``: the local-directory store under ``<base_dir>/store``;
-- unless told not to: worker processes (``python -m celery -A worker.app worker``), each in its
+- unless told not to: worker processes (``python -m celery -A tether.worker.app worker``), each in
+its
   own process group, logging to ``<base_dir>/logs``.
 
 Teardown (:meth:`EmbeddedStack.close`) stops the workers (warm shutdown, then SIGKILL of the
@@ -27,11 +28,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType, TracebackType
 
-from producer.cli_support import require_shared_storage, resolve_store_url
-from shared.embedded.redis_server import RedisServer
-from shared.redis_conn import redact_url
-from shared.settings import Settings
-from worker.processes import WorkerProcess
+from tether.dev.redis_server import RedisServer
+from tether.dev.workers import WorkerProcess
+from tether.persistence.redis_conn import redact_url
+from tether.producer.cli.support import require_shared_storage, resolve_store_url
+from tether.settings import Settings
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 WORKER_STOP_TIMEOUT_S = 10.0

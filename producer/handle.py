@@ -13,12 +13,13 @@ import time
 from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
-from shared.events import AgentEvent
-from shared.results import RunStatus
-from shared.runs import RunResult
+from tether.core.events import AgentEvent
+from tether.core.results import RunStatus
+from tether.runs.contract import RunResult
+from tether.runs.queue.base import CancelOutcome
 
 if TYPE_CHECKING:
-    from producer.client import Producer
+    from tether.producer.client import Producer
 
 
 class RunHandle:
@@ -56,7 +57,7 @@ class RunHandle:
 
     def _load_ids(self) -> None:
         if self._session_id is None:
-            view = self._producer.runbook.get(self.run_id)
+            view = self._producer.runs.get(self.run_id)
             if view is not None:
                 self._request_id = view.request_id
                 self._session_id = view.session_id
@@ -148,7 +149,7 @@ class RunHandle:
         """True while a worker is executing the run."""
         if self._future.done():
             return False
-        view = self._producer.runbook.get(self.run_id)
+        view = self._producer.runs.get(self.run_id)
         return view is not None and view.status == "RUNNING"
 
     def cancelled(self) -> bool:
@@ -156,10 +157,15 @@ class RunHandle:
         return self.done() and self._future.result().status is RunStatus.CANCELLED
 
     def cancel(self) -> bool:
-        """Ask the run to stop (cooperatively); False when it already finished."""
+        """Cancel the run if it has not started, like :meth:`concurrent.futures.Future.cancel`.
+
+        True only when the run was still queued: it will never start, and the handle resolves
+        ``CANCELLED``. A running run is asked to stop at its next step boundary, but this answers
+        False, because it may still finish (use :meth:`Producer.cancel` for the outcome).
+        """
         if self._future.done():
             return False
-        return self._producer.cancel(self.run_id)
+        return self._producer.cancel(self.run_id) is CancelOutcome.CANCELLED
 
     def add_done_callback(self, fn: Callable[[RunHandle], Any]) -> None:
         """Call ``fn(handle)`` once the run finished (immediately when it already has)."""

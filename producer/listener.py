@@ -6,7 +6,7 @@ run record at registration. Every :data:`RECHECK_INTERVAL_S` (and after a Redis 
 asks the run records of every awaited run directly, in one pipelined round trip: a completion
 announced while the stream was unreachable is then picked up, and a run whose record vanished
 (Redis restarted without persistence, or the record expired) is resolved with
-:class:`~shared.errors.RunLost` once it was missing at :data:`LOST_AFTER_MISSES` consecutive
+:class:`~tether.errors.RunLost` once it was missing at :data:`LOST_AFTER_MISSES` consecutive
 checks, so no handle waits forever for a run that no longer exists.
 """
 
@@ -16,11 +16,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
-from shared.errors import RunLost, TetherError
-from shared.results import RunStatus
-from shared.runbook import RunBook
-from shared.runs import RunResult
+from tether.core.results import RunStatus
+from tether.errors import RunLost, TetherError
+from tether.runs.contract import RunResult
+from tether.runs.queue.base import Completions, Submissions
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +52,15 @@ def lost_result(run_id: str) -> RunResult:
     )
 
 
+class RunFeed(Submissions, Completions, Protocol):
+    """What a listener reads: run records and the completion feed."""
+
+
 class CompletionListener:
     """Resolves handles from the completion stream."""
 
-    def __init__(self, runbook: RunBook, *, recheck_interval_s: float = RECHECK_INTERVAL_S) -> None:
-        self._runbook = runbook
+    def __init__(self, runs: RunFeed, *, recheck_interval_s: float = RECHECK_INTERVAL_S) -> None:
+        self._runs = runs
         self._waiting: dict[str, list[Settle]] = {}
         self._misses: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -66,7 +71,7 @@ class CompletionListener:
 
     def _start(self) -> None:
         if self._thread is None:
-            self._last_id = self._runbook.done_last_id()
+            self._last_id = self._runs.done_last_id()
             self._thread = threading.Thread(target=self._loop, name="tether-listener", daemon=True)
             self._thread.start()
 
@@ -78,7 +83,7 @@ class CompletionListener:
         self._check(run_id)
 
     def _check(self, run_id: str) -> None:
-        view = self._runbook.get(run_id)
+        view = self._runs.get(run_id)
         if view is not None and view.result is not None:
             self._resolve(run_id, view.result)
 
@@ -111,7 +116,7 @@ class CompletionListener:
                 next_recheck = time.monotonic() + self._recheck_interval_s
                 self._recheck_all()
             try:
-                entries = self._runbook.read_done(self._last_id, BLOCK_MS)
+                entries = self._runs.read_done(self._last_id, BLOCK_MS)
             except TetherError as exc:
                 log.warning("completion stream unavailable (%s); retrying", exc)
                 if self._stop.wait(0.5):
@@ -135,7 +140,7 @@ class CompletionListener:
         if not run_ids:
             return
         try:
-            found = self._runbook.peek_many(run_ids)
+            found = self._runs.peek_many(run_ids)
         except TetherError:
             return  # Redis still away: the next check tries again
         except Exception:

@@ -7,8 +7,8 @@ import time
 
 from rich.console import Console
 
-from producer.render import event_text
-from shared.stream import EventStream
+from tether.persistence.streams.base import EventStream
+from tether.producer.render import event_text
 
 POLL_IDLE_S = 0.3
 BLOCK_MS = 200

@@ -16,11 +16,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from shared.events import AgentEvent, EventType
-from shared.items import item_text
-from shared.memory import MemorySnapshot
-from shared.reader import VerifyReport
-from shared.runs import RunResult
+from tether.core.events import AgentEvent, EventType
+from tether.core.items import item_text
+from tether.core.memory import MemorySnapshot
+from tether.persistence.reader import VerifyReport
+from tether.runs.contract import RunResult
 
 #: Width used when output is not a terminal (pipes, CI logs, tests): wide enough not to wrap.
 PIPE_WIDTH = 160

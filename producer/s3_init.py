@@ -1,4 +1,5 @@
-"""Create the bucket of ``TETHER_STORE_URL`` if it is missing (``python -m producer.s3_init``).
+"""Create the bucket of ``TETHER_STORE_URL`` if it is missing (``python -m
+tether.producer.s3_init``).
 
 Used by the ``s3-init`` service of ``docker-compose.yml``: it waits for the S3 server to answer,
 creates the bucket once, and exits 0 (also when the bucket already exists), so the workers start
@@ -14,8 +15,8 @@ from urllib.parse import urlsplit
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from shared.errors import ConfigurationError
-from shared.settings import Settings, load_settings
+from tether.errors import ConfigurationError
+from tether.settings import Settings, load_settings
 
 WAIT_S = 120.0
 RETRY_S = 1.0

@@ -6,12 +6,12 @@ from dataclasses import dataclass
 
 import redis
 
-from shared.archive import EventArchive
-from shared.errors import SessionBusy, SessionNotFound
-from shared.ids import validate_id, validate_tenant
-from shared.keys import RedisKeys
-from shared.redis_conn import describe_client, translate_errors
-from shared.store import SnapshotStore
+from tether.errors import SessionBusy, SessionNotFound
+from tether.ids import validate_id, validate_tenant
+from tether.keys import RedisKeys
+from tether.persistence.archives.base import EventArchive
+from tether.persistence.redis_conn import describe_client, translate_errors
+from tether.persistence.stores.base import SnapshotStore
 
 
 @dataclass(frozen=True)

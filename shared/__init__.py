@@ -1,15 +1,15 @@
 """Tether's session runtime: agents, sessions, memory, events, stores and streams.
 
 No Celery here: everything in this package runs in one process as a plain library. The names
-below are the stable public API; backends live in ``shared.stores``, ``shared.archives``,
-``shared.streams`` and ``shared.leases``.
+below are the stable public API; backends live in ``tether.persistence.stores``,
+``tether.persistence.archives``,
+``tether.persistence.streams`` and ``tether.runs.leases``.
 """
 
-from shared.agent import Agent, AgentOptions
-from shared.context import CompactResult, ContextBudget, ContextReport
-from shared.events import AgentEvent, EventType, Usage
-from shared.fold import project_events
-from shared.items import (
+from tether.core.context import CompactResult, ContextBudget, ContextReport
+from tether.core.events import AgentEvent, EventType, Usage
+from tether.core.fold import project_events
+from tether.core.items import (
     AssistantMessage,
     Item,
     Reasoning,
@@ -18,15 +18,16 @@ from shared.items import (
     ToolOutput,
     UserMessage,
 )
-from shared.memory import InMemoryMemory, Memory, MemorySnapshot
-from shared.model import ModelClient, ModelRequest, ModelResponse, ToolSpec
-from shared.models.scripted import ScriptedModel
-from shared.reader import SessionLogReader, VerifyReport
-from shared.registry import AgentRegistry
-from shared.results import AgentResult, RunStatus
-from shared.session import AgentSession
-from shared.snapshot import RunRecord, SessionMetadata, SessionSnapshot
-from shared.tools import Tool, ToolRegistry, Waiting, tool
+from tether.core.memory import InMemoryMemory, Memory, MemorySnapshot
+from tether.core.results import AgentResult, RunStatus
+from tether.core.snapshot import RunRecord, SessionMetadata, SessionSnapshot
+from tether.models.base import ModelClient, ModelRequest, ModelResponse, ToolSpec
+from tether.models.scripted import ScriptedModel
+from tether.persistence.reader import SessionLogReader, VerifyReport
+from tether.runtime.agent import Agent, AgentOptions
+from tether.runtime.registry import AgentRegistry
+from tether.runtime.session import AgentSession
+from tether.runtime.tools import Tool, ToolRegistry, Waiting, tool
 
 __all__ = [
     "Agent",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import uuid
 
-from shared.errors import InvalidId
+from tether.errors import InvalidId
 
 MAX_ID_LENGTH = 128
 _ID_RE = re.compile(r"[A-Za-z0-9_\-.:]{1,128}")

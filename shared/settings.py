@@ -18,7 +18,7 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
-from shared.errors import ConfigurationError
+from tether.errors import ConfigurationError
 
 ENV_PREFIX = "TETHER_"
 
@@ -137,7 +137,7 @@ def _invalid(exc: pydantic.ValidationError) -> ConfigurationError:
 
 def masked(settings: Settings) -> dict[str, Any]:
     """The effective settings with secrets and URL passwords masked (for printing)."""
-    from shared.redis_conn import redact_url
+    from tether.persistence.redis_conn import redact_url
 
     out: dict[str, Any] = {}
     for name in Settings.model_fields:

@@ -10,15 +10,10 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from shared.archive import EventArchive
-from shared.archives import (
-    BlobEventArchive,
-    InMemoryEventArchive,
-    LocalEventArchive,
-    S3EventArchive,
-)
-from shared.codec import dumps_events
-from shared.errors import (
+from tests.support.moto_server import S3TestBucket
+from tests.support.storage_samples import sample_events
+from tether.core.events import AgentEvent, EventType, TextPayload
+from tether.errors import (
     InvalidId,
     InvalidInput,
     SnapshotCorrupt,
@@ -26,10 +21,15 @@ from shared.errors import (
     UnsupportedSchemaVersion,
     VersionConflict,
 )
-from shared.events import AgentEvent, EventType, TextPayload
-from shared.objects import SEGMENT_KIND, events_dir, seal, segment_name
-from tests.support.moto_server import S3TestBucket
-from tests.support.storage_samples import sample_events
+from tether.persistence.archives import (
+    BlobEventArchive,
+    InMemoryEventArchive,
+    LocalEventArchive,
+    S3EventArchive,
+)
+from tether.persistence.archives.base import EventArchive
+from tether.persistence.codec import dumps_events
+from tether.persistence.objects import SEGMENT_KIND, events_dir, seal, segment_name
 
 S3_PREFIX = "apps/tether"
 UNREACHABLE_ENDPOINT = "http://127.0.0.1:9"

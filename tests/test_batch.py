@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from producer.batch_cases import BatchCase
-from producer.batch_ids import case_request_id, case_session_id
-from shared.items import UserMessage
-from shared.reader import SessionLogReader
 from tests.support.stack import Stack, eventually, unique
+from tether.core.items import UserMessage
+from tether.persistence.reader import SessionLogReader
+from tether.producer.batch.cases import BatchCase
+from tether.producer.batch.ids import case_request_id, case_session_id
 
 
 def reader(stack: Stack) -> SessionLogReader:
@@ -152,7 +152,7 @@ def test_mixed_200_case_batch(live_stack: Stack, tmp_path: Path) -> None:
 
 RUN_BATCH = """
 import json, sys
-from producer.client import Producer
+from tether.producer.client import Producer
 with Producer() as producer:
     summary = producer.run_batch(sys.argv[1], agent=sys.argv[2], concurrency=int(sys.argv[3]),
                                  out=sys.argv[4])
@@ -232,7 +232,7 @@ def test_killed_producer_resumes_without_applying_anything_twice(
 MEASURE = """
 import gc, json, sys, threading, tracemalloc
 import pydantic_core
-from producer.client import Producer
+from tether.producer.client import Producer
 
 # pydantic-core keeps a global, fixed-size cache of up to 16,384 short strings met while parsing
 # JSON (ids of runs parsed by the completion listener end up there). Saturate it first, with
@@ -342,8 +342,10 @@ def test_cli_json_summary_and_rerun(live_stack: Stack, tmp_path: Path) -> None:
         [{"id": f"{tag}-{i}", "input": f"{i} + {i}", "expected": str(2 * i)} for i in range(6)]
         + [{"bad": True}],
     )
-    command = [sys.executable, "-m", "producer.batch_cli", str(path), "--agent", "calculator",
-               "--concurrency", "3", "--json"]
+    command = [
+        sys.executable, "-m", "tether.producer.cli.batch", str(path), "--agent", "calculator",
+        "--concurrency", "3", "--json",
+    ]
     refused = subprocess.run(command, env=live_stack.env, capture_output=True, text=True,
                              timeout=120)
     assert refused.returncode == 2 and "line 7: id: Field required" in refused.stderr
@@ -376,7 +378,7 @@ def test_iterable_cases_from_python(live_stack: Stack, tmp_path: Path) -> None:
 
 PEAK_RSS = """
 import json, resource, sys, time
-from producer.client import Producer
+from tether.producer.client import Producer
 
 def vm(field):
     for line in open("/proc/self/status"):

@@ -13,8 +13,9 @@ from rich.console import Console
 from typer import Typer
 from typer.testing import CliRunner
 
-from producer import batch_cli
-from producer.batch_cases import (
+from tether.errors import InvalidId, InvalidInput
+from tether.ids import validate_id
+from tether.producer.batch.cases import (
     MAX_REPORTED_PROBLEMS,
     BatchCase,
     CasesInvalid,
@@ -24,14 +25,18 @@ from producer.batch_cases import (
     scan_cases,
     spool_cases,
 )
-from producer.batch_grading import grade
-from producer.batch_ids import case_request_id, case_session_id, check_batch_id, derive_batch_id
-from producer.batch_results import CaseResult, ResultsFile
-from producer.batch_summary import SummaryStats, build_summary, percentile, render_summary
-from producer.client import Producer
-from shared.errors import InvalidId, InvalidInput
-from shared.ids import validate_id
-from shared.settings import Settings
+from tether.producer.batch.grading import grade
+from tether.producer.batch.ids import (
+    case_request_id,
+    case_session_id,
+    check_batch_id,
+    derive_batch_id,
+)
+from tether.producer.batch.results import CaseResult, ResultsFile
+from tether.producer.batch.summary import SummaryStats, build_summary, percentile, render_summary
+from tether.producer.cli import batch as batch_cli
+from tether.producer.client import Producer
+from tether.settings import Settings
 
 # --- cases ------------------------------------------------------------------------------------
 

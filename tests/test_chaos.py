@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from shared.events import EventType
-from shared.results import RunStatus
 from tests.support.chaos_engine import format_table, run_chaos
 from tests.support.chaos_stack import (
     DEFAULT_LEASE_TTL_MS,
@@ -22,6 +20,8 @@ from tests.support.chaos_stack import (
     open_chaos_stack,
 )
 from tests.support.stack import eventually, unique
+from tether.core.events import EventType
+from tether.core.results import RunStatus
 
 pytest_plugins = ["tests.support.chaos_fixtures"]  # the chaos_stack and chaos fixtures
 

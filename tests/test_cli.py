@@ -11,8 +11,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from shared.leases.redis import RedisLeaseManager
 from tests.support.stack import Stack, eventually, unique
+from tether.runs.leases.redis import RedisLeaseManager
 
 CLI_TIMEOUT_S = 90
 
@@ -20,7 +20,7 @@ CLI_TIMEOUT_S = 90
 def tether_argv() -> list[str]:
     """The installed console script, else the module."""
     script = Path(sys.executable).parent / "tether"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "producer.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "tether.producer.cli"]
 
 
 def tether(
@@ -147,7 +147,7 @@ def test_cancel_a_queued_run(live_stack: Stack) -> None:
     handle = live_stack.producer.run_async(sid, "remember never", agent="notes")
     try:
         cancelled = ok(tether(live_stack.env, "cancel", handle.run_id))
-        assert f"cancel requested for run {handle.run_id} (was QUEUED)" in cancelled.stdout
+        assert f"run {handle.run_id} cancelled before it started" in cancelled.stdout
     finally:
         leases.release(lease)  # the sweeper hands the session to a worker, which skips the run
     waited = tether(live_stack.env, "wait", handle.run_id, "--wait-s", "60")
@@ -158,6 +158,7 @@ def test_cancel_a_queued_run(live_stack: Stack) -> None:
     assert json.loads(again.stdout) == {
         "run_id": handle.run_id,
         "cancel_requested": False,
+        "outcome": "finished",
         "status": "CANCELLED",
     }
     recall = live_stack.producer.run(sid, "recall", agent="notes", wait_s=60)
@@ -314,7 +315,7 @@ def test_bad_or_unknown_settings_fail_with_one_line(live_stack: Stack) -> None:
 def test_unknown_option_or_command_is_a_usage_error() -> None:
     for argv in (["--nope"], ["sessions", "nosuch"]):
         done = subprocess.run(
-            [sys.executable, "-m", "producer.cli", *argv],
+            [sys.executable, "-m", "tether.producer.cli", *argv],
             capture_output=True,
             text=True,
             timeout=60,

@@ -9,18 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.compaction import (
-    AUTHORITATIVE_NOTE,
-    SUMMARY_MARKER,
-    CompactPolicy,
-    KeepLastPolicy,
-    LlmCompactPolicy,
-    StructuredSummaryPolicy,
-    find_safe_cut,
-)
-from shared.context import ContextBudget
-from shared.errors import ConfigurationError
-from shared.items import (
+from tether.core.context import ContextBudget
+from tether.core.items import (
     ITEMS_ADAPTER,
     AssistantMessage,
     Item,
@@ -31,10 +21,20 @@ from shared.items import (
     UserMessage,
     approx_chars,
 )
-from shared.llm_summary import extract_file_paths
-from shared.memory import MemorySnapshot
-from shared.model import ModelRequest, ModelResponse
-from shared.models.scripted import ScriptedModel
+from tether.core.memory import MemorySnapshot
+from tether.errors import ConfigurationError
+from tether.models.base import ModelRequest, ModelResponse
+from tether.models.scripted import ScriptedModel
+from tether.runtime.compaction import (
+    AUTHORITATIVE_NOTE,
+    SUMMARY_MARKER,
+    CompactPolicy,
+    KeepLastPolicy,
+    LlmCompactPolicy,
+    StructuredSummaryPolicy,
+    find_safe_cut,
+)
+from tether.runtime.llm_summary import extract_file_paths
 
 CONVERSATION_MARK = "Conversation to summarize:\n"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared import (
+from tether import (
     Agent,
     AgentOptions,
     AssistantMessage,
@@ -14,15 +14,15 @@ from shared import (
     UserMessage,
     project_events,
 )
-from shared.archives.memory import InMemoryEventArchive
-from shared.codec import dumps_snapshot
-from shared.compaction import KeepLastPolicy, StructuredSummaryPolicy
-from shared.context import CompactResult
-from shared.demo_agents import notes_agent
-from shared.events import CompactPayload, ErrorPayload, ProjectionPayload
-from shared.reader import SessionLogReader
-from shared.snapshot import SessionMetadata, SessionSnapshot
-from shared.stores.memory import InMemorySnapshotStore
+from tether.core.context import CompactResult
+from tether.core.events import CompactPayload, ErrorPayload, ProjectionPayload
+from tether.core.snapshot import SessionMetadata, SessionSnapshot
+from tether.persistence.archives.memory import InMemoryEventArchive
+from tether.persistence.codec import dumps_snapshot
+from tether.persistence.reader import SessionLogReader
+from tether.persistence.stores.memory import InMemorySnapshotStore
+from tether.runtime.compaction import KeepLastPolicy, StructuredSummaryPolicy
+from tether.runtime.demo_agents import notes_agent
 
 
 def seeded(agent: Agent, items: tuple) -> object:  # type: ignore[type-arg]

@@ -21,9 +21,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from producer.cli import app
-from producer.s3_init import bucket_of, ensure_bucket
-from shared.settings import ENV_PREFIX, Settings, load_settings
+from tether.producer.cli import app
+from tether.producer.s3_init import bucket_of, ensure_bucket
+from tether.settings import ENV_PREFIX, Settings, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
@@ -130,7 +130,7 @@ def test_worker_runs_the_real_cli_and_scales(compose: dict[str, Any]) -> None:
         assert option in helped.output
     built = runner.invoke(app, [*command[1:], "--print-command"], env=environment_for(worker))
     assert built.exit_code == 0, built.output
-    assert "-m celery -A worker.app worker" in built.output
+    assert "-m celery -A tether.worker.app worker" in built.output
     assert "--concurrency 2" in built.output and "--queues tether" in built.output
 
 
@@ -144,7 +144,7 @@ def test_s3_init_creates_the_bucket_once(
     compose: dict[str, Any], moto_endpoint: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     init = compose["services"]["s3-init"]
-    assert init["command"] == ["python", "-m", "producer.s3_init"]
+    assert init["command"] == ["python", "-m", "tether.producer.s3_init"]
     store_url = environment(compose["services"]["worker"])["TETHER_STORE_URL"]
     assert environment(init)["TETHER_STORE_URL"] == store_url
     assert bucket_of(store_url) == "tether"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared import AgentRegistry, project_events
-from shared.errors import UnknownAgent
+from tether import AgentRegistry, project_events
+from tether.errors import UnknownAgent
 
 
 @pytest.fixture(scope="module")

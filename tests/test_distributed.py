@@ -13,12 +13,13 @@ import time
 
 import pytest
 
-from producer.client import RunSpec
-from shared.errors import InputTooLarge, InvalidInput, SessionBusy, UnknownAgent
-from shared.events import EventType
-from shared.reader import SessionLogReader
-from shared.results import RunStatus
 from tests.support.stack import Stack, eventually, unique
+from tether.core.events import EventType
+from tether.core.results import RunStatus
+from tether.errors import InputTooLarge, InvalidInput, SessionBusy, UnknownAgent
+from tether.persistence.reader import SessionLogReader
+from tether.producer.client import RunSpec
+from tether.runs.queue.base import CancelOutcome
 
 
 def reader(stack: Stack) -> SessionLogReader:
@@ -129,7 +130,7 @@ def test_sigkill_mid_run_completes_elsewhere_once(live_stack: Stack) -> None:
 
 
 def _running_worker(stack: Stack, run_id: str):  # type: ignore[no-untyped-def]
-    view = stack.producer.runbook.get(run_id)
+    view = stack.producer.runs.get(run_id)
     if view is None or view.status != "RUNNING":
         return None
     pid = int(
@@ -178,8 +179,10 @@ def test_cancel_queued_and_running(live_stack: Stack) -> None:
     running = live_stack.producer.run_async(sid, "sleep 2", agent="sleepy")
     queued = live_stack.producer.run_async(sid, "remember never", agent="notes")
     eventually(lambda: running.running(), timeout_s=30)
-    assert queued.cancel() is True
-    assert running.cancel() is True
+    assert queued.cancel() is True  # queued: it will never start
+    # running: only a request (Future.cancel semantics: it may still finish), so False
+    assert running.cancel() is False
+    assert live_stack.producer.cancel(running.run_id) is CancelOutcome.REQUESTED
     with pytest.raises(concurrent.futures.CancelledError):
         queued.result(timeout=60)
     assert running.run_result(timeout=60).status is RunStatus.CANCELLED
@@ -257,9 +260,9 @@ def test_bad_requests_fail_clearly_and_workers_keep_serving(live_stack: Stack) -
             exchange="tether",
             headers={"task": "tether.unknown_type", "id": "unknown-task-1"},
         )
-    recorded = eventually(lambda: live_stack.producer.runbook.get("run-malformed-2"), timeout_s=30)
+    recorded = eventually(lambda: live_stack.producer.runs.get("run-malformed-2"), timeout_s=30)
     assert recorded.result is not None and recorded.result.error_type == "InvalidInput"
-    too_big = eventually(lambda: live_stack.producer.runbook.get("run-big-1"), timeout_s=30)
+    too_big = eventually(lambda: live_stack.producer.runs.get("run-big-1"), timeout_s=30)
     assert too_big.result is not None and too_big.result.error_type == "InputTooLarge"
     eventually(lambda: any("pickle" in w.log_text() for w in live_stack.workers), timeout_s=30)
     eventually(
@@ -302,7 +305,7 @@ def test_handle_from_second_process(live_stack: Stack) -> None:
     handle = live_stack.producer.run_async(sid, "sleep 0.5", agent="sleepy")
     code = (
         "import json,sys\n"
-        "from producer.client import Producer\n"
+        "from tether.producer.client import Producer\n"
         "p = Producer()\n"
         f"r = p.handle({handle.run_id!r}).result(timeout=60)\n"
         "print(json.dumps({'output': r.output, 'session': r.session_id}))\n"

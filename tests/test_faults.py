@@ -4,7 +4,7 @@ Expected outcomes (the contract these tests pin down):
 
 - Redis restarted without persistence loses the task queue, the run records and the live
   streams, never committed sessions (their heads and archive are in S3). A handle whose run
-  record vanished resolves with :class:`~shared.errors.RunLost` (it never hangs); a run that a
+  record vanished resolves with :class:`~tether.errors.RunLost` (it never hangs); a run that a
   worker was executing across the restart may still commit and then resolves normally. Whether a
   lost run was applied is answered by the session head: submitting it again with the same
   request id is applied at most once. New runs work as soon as Redis is back.
@@ -21,13 +21,13 @@ from collections.abc import Callable
 
 import pytest
 
-from producer.client import Producer
-from producer.handle import RunHandle
-from shared.errors import RetriesExhausted, RunLost, TetherError
-from shared.items import UserMessage
-from shared.results import RunStatus
 from tests.support.chaos_stack import ChaosStack, wait_broker_idle
 from tests.support.stack import eventually, unique
+from tether.core.items import UserMessage
+from tether.core.results import RunStatus
+from tether.errors import RetriesExhausted, RunLost, TetherError
+from tether.producer.client import Producer
+from tether.producer.handle import RunHandle
 
 pytest_plugins = ["tests.support.chaos_fixtures"]  # the chaos_stack and chaos fixtures
 
@@ -216,7 +216,7 @@ def test_recovery_is_sent_to_the_queue_that_knows_the_agent(chaos: ChaosStack) -
 
         eventually(kicked, timeout_s=30)
         wait_broker_idle(chaos)  # a drain sent to the fleet's queue would have run (and failed)
-        view = producer.runbook.get(handle.run_id)
+        view = producer.runs.get(handle.run_id)
         assert view is not None and view.result is None, view
         worker = chaos.start_worker(unique("shouty"), env, queue="shouty")
         try:

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared import (
+from tether import (
     Agent,
     AgentOptions,
     ContextBudget,
@@ -18,12 +18,12 @@ from shared import (
     project_events,
     tool,
 )
-from shared.archives.memory import InMemoryEventArchive
-from shared.codec import dumps_event, loads_event
-from shared.compaction import KeepLastPolicy, StructuredSummaryPolicy
-from shared.items import ToolCall, ToolOutput
-from shared.projection import TypeAwareContextProjector
-from shared.stores.memory import InMemorySnapshotStore
+from tether.core.items import ToolCall, ToolOutput
+from tether.persistence.archives.memory import InMemoryEventArchive
+from tether.persistence.codec import dumps_event, loads_event
+from tether.persistence.stores.memory import InMemorySnapshotStore
+from tether.runtime.compaction import KeepLastPolicy, StructuredSummaryPolicy
+from tether.runtime.projection import TypeAwareContextProjector
 
 
 @tool

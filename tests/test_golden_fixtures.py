@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shared.codec import loads_events, loads_snapshot
-from shared.events import (
+from tether.core.events import (
     CompactPayload,
     EmptyPayload,
     ErrorPayload,
@@ -18,7 +17,8 @@ from shared.events import (
     RestoredPayload,
     ToolResultPayload,
 )
-from shared.items import ToolCallsMessage, ToolOutput
+from tether.core.items import ToolCallsMessage, ToolOutput
+from tether.persistence.codec import loads_events, loads_snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -3,7 +3,7 @@ messages a client should never send; unreadable session heads.
 
 Every fuzz test prints ``FUZZ <name> cases=<n> crashes=<m>`` (see :mod:`tests.support.fuzz`;
 ``python -m tests.chaos_report`` sums them). A *crash* is anything but a clear
-:class:`~shared.errors.InvalidInput` (or, for the CLI, a usage exit code with one ``error:``
+:class:`~tether.errors.InvalidInput` (or, for the CLI, a usage exit code with one ``error:``
 line naming a usage error).
 """
 
@@ -27,14 +27,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from producer.client import Producer
-from shared.errors import FencedOut, InvalidInput, TetherError
-from shared.events import AgentEvent, EventType, TextPayload
-from shared.ids import validate_id
-from shared.objects import HEAD_KIND, seal, unseal
-from shared.runs import RunRequest, parse_request
-from shared.settings import Settings
-from shared.streams.redis import RedisEventStream
 from tests.support.chaos_stack import (
     ChaosStack,
     parent_pid,
@@ -42,6 +34,14 @@ from tests.support.chaos_stack import (
 )
 from tests.support.fuzz import Tally, fuzz, is_valid_id, valid_ids
 from tests.support.stack import eventually, unique
+from tether.core.events import AgentEvent, EventType, TextPayload
+from tether.errors import FencedOut, InvalidInput, TetherError
+from tether.ids import validate_id
+from tether.persistence.objects import HEAD_KIND, seal, unseal
+from tether.persistence.streams.redis import RedisEventStream
+from tether.producer.client import Producer
+from tether.runs.contract import RunRequest, parse_request
+from tether.settings import Settings
 
 pytest_plugins = ["tests.support.chaos_fixtures"]  # the chaos_stack and chaos fixtures
 
@@ -430,7 +430,7 @@ def test_fuzz_raw_messages_to_real_workers(chaos: ChaosStack) -> None:
     _publish(chaos, messages)
     wait_broker_idle(chaos, timeout_s=120)
     for run_id in salvageable:
-        view = eventually(functools.partial(chaos.producer.runbook.get, run_id), timeout_s=10)
+        view = eventually(functools.partial(chaos.producer.runs.get, run_id), timeout_s=10)
         result = view.result if view is not None else None
         if result is None or result.status.value != "FAILED" or not result.error_message:
             tally.crashes.append(f"{run_id}: not refused clearly: {view}")
@@ -488,7 +488,7 @@ def test_pickle_message_is_refused_and_never_loaded(chaos: ChaosStack, tmp_path:
     eventually(lambda: _log_line(chaos, "Refusing", "untrusted content of type pickle"), 30)
     wait_broker_idle(chaos)
     assert not marker.exists(), "a worker unpickled an untrusted message"
-    assert chaos.producer.runbook.get("pickled-evil") is None
+    assert chaos.producer.runs.get("pickled-evil") is None
     assert all(w.alive() for w in chaos.workers)
 
 
@@ -539,12 +539,12 @@ def test_forged_fence_tokens_are_refused(chaos: ChaosStack) -> None:
                      ("tether.run", [[], {"request": dict(doc, run_id=run_id + "b",
                                                           request_id=run_id + "b"),
                                           "fence": current + 1}, {}], {})])
-    view = eventually(lambda: chaos.producer.runbook.get(run_id), timeout_s=30)
+    view = eventually(lambda: chaos.producer.runs.get(run_id), timeout_s=30)
     assert view is not None and view.result is not None
     assert view.result.error_type == "InvalidInput"
     assert "fence" in (view.result.error_message or "")
     wait_broker_idle(chaos)
-    assert chaos.producer.runbook.get(run_id + "b") is None  # TypeError in the task: nothing ran
+    assert chaos.producer.runs.get(run_id + "b") is None  # TypeError in the task: nothing ran
     assert _head_bytes(chaos, sid) == head
     assert chaos.producer.run(sid, "recall", agent="notes", wait_s=60).output == "real"
 
@@ -570,11 +570,11 @@ def test_forged_message_cannot_rewrite_a_finished_run(chaos: ChaosStack) -> None
             for w in chaos.workers
             for line in w.log_text().splitlines()
             if done.run_id in line
-            and ("belongs to another request" in line or "already has a result" in line)
+            and ("belongs to another request" in line or "already has a record" in line)
         )
 
     eventually(lambda: refusals() == 3, timeout_s=30)
-    view = chaos.producer.runbook.get(done.run_id)
+    view = chaos.producer.runs.get(done.run_id)
     assert view is not None and view.result == done
     assert _head_bytes(chaos, sid) == head
     assert chaos.producer.run(sid, "recall", agent="notes", wait_s=60).output == "real"
@@ -702,7 +702,7 @@ cli_bad_ids = st.one_of(
 def test_fuzz_cli_arguments(
     cli_env: dict[str, str], capsys: pytest.CaptureFixture[str], bad: str, good: str, which: int
 ) -> None:
-    from producer.cli import run_cli
+    from tether.producer.cli import run_cli
 
     CLI.cases += 1
     argv = _cli_commands(bad, good)[which]
@@ -722,7 +722,7 @@ def test_fuzz_cli_arguments(
 
 def _usage_line(line: str) -> bool:
     """``error: <UsageError subclass>: <message>``: the CLI's one line for a usage error."""
-    from shared.errors import UsageError, error_from_record
+    from tether.errors import UsageError, error_from_record
 
     if not line.startswith("error: "):
         return False
@@ -746,7 +746,7 @@ def test_cli_invalid_utf8_argv_in_a_real_process(tmp_path: Path) -> None:
     ]
     for args in cases:
         proc = subprocess.run(
-            [sys.executable, "-m", "producer.cli", *args],
+            [sys.executable, "-m", "tether.producer.cli", *args],
             env=env,
             capture_output=True,
             timeout=60,

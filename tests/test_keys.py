@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from redis.crc import key_slot
 
-from shared.errors import ConfigurationError, InvalidId
-from shared.keys import DEFAULT_PREFIX, RedisKeys
+from tether.errors import ConfigurationError, InvalidId
+from tether.keys import DEFAULT_PREFIX, RedisKeys
 
 
 def slot(key: str) -> int:

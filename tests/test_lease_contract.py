@@ -1,4 +1,5 @@
-"""Contract of :class:`shared.lease.LeaseManager`: memory and Redis pass the same tests."""
+"""Contract of :class:`tether.runs.leases.base.LeaseManager`: memory and Redis pass the same
+tests."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ from typing import TypeVar
 
 import pytest
 
-from shared.errors import InvalidId, InvalidInput
-from shared.keys import RedisKeys
-from shared.lease import Lease, LeaseManager
-from shared.leases import InMemoryLeaseManager, RedisLeaseManager
-from shared.redis_conn import redis_from_url
+from tether.errors import InvalidId, InvalidInput
+from tether.keys import RedisKeys
+from tether.persistence.redis_conn import redis_from_url
+from tether.runs.leases import InMemoryLeaseManager, RedisLeaseManager
+from tether.runs.leases.base import Lease, LeaseManager
 
 T = "acme"
 S = "s-1"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pydantic import SecretStr
 
-from shared import Agent, ModelResponse, project_events, tool
-from shared.codec import dumps_event, dumps_snapshot
-from shared.models.openai import OpenAIChatModel
 from tests.support.fake_openai import FakeOpenAI
+from tether import Agent, ModelResponse, project_events, tool
+from tether.models.openai import OpenAIChatModel
+from tether.persistence.codec import dumps_event, dumps_snapshot
 
 
 @tool

@@ -14,9 +14,9 @@ from types import MappingProxyType
 import pytest
 from pydantic import SecretStr
 
-from shared.errors import ConfigurationError, ModelError
-from shared.events import Usage
-from shared.items import (
+from tests.support.fake_openai import FakeOpenAI, FakeReply, completion_body
+from tether.core.events import Usage
+from tether.core.items import (
     AssistantMessage,
     Reasoning,
     ToolCall,
@@ -24,9 +24,9 @@ from shared.items import (
     ToolOutput,
     UserMessage,
 )
-from shared.model import ModelClient, ModelRequest, ModelResponse, ToolSpec
-from shared.models.openai import OpenAIChatModel, retry_after_s
-from tests.support.fake_openai import FakeOpenAI, FakeReply, completion_body
+from tether.errors import ConfigurationError, ModelError
+from tether.models.base import ModelClient, ModelRequest, ModelResponse, ToolSpec
+from tether.models.openai import OpenAIChatModel, retry_after_s
 
 ADD_TOOL = ToolSpec(
     name="add",

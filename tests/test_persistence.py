@@ -1,4 +1,5 @@
-"""Batched archiving: heads carry the outbox, segments never overlap, a crash loses nothing."""
+"""Batched archiving through the library API (``save_session``): heads carry the outbox,
+segments never overlap, a failed segment write loses nothing."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ from collections.abc import Sequence
 
 import pytest
 
-from shared import Agent, ScriptedModel, SessionLogReader
-from shared.archives.memory import InMemoryEventArchive
-from shared.errors import StoreUnavailable
-from shared.events import AgentEvent
-from shared.persistence import save_session
-from shared.stores.memory import InMemorySnapshotStore
+from tether import Agent, ScriptedModel, SessionLogReader
+from tether.core.events import AgentEvent
+from tether.errors import StoreUnavailable
+from tether.persistence.archives.memory import InMemoryEventArchive
+from tether.persistence.saving import save_session
+from tether.persistence.stores.memory import InMemorySnapshotStore
 
 
 class FlakyArchive(InMemoryEventArchive):
@@ -32,10 +33,13 @@ class FlakyArchive(InMemoryEventArchive):
         super().write_segment(tenant, session_id, events)
 
 
-def cycle(
+def library_turn(
     agent: Agent, store: InMemorySnapshotStore, archive: FlakyArchive, text: str, batch: int
 ) -> None:
-    """One worker-style cycle: resume from the head, run, save."""
+    """One turn of the in-process library API: resume from the head, run, save.
+
+    (The worker's cycle is tested itself, crash at every commit step, in test_crash_steps.py.)
+    """
     try:
         session = agent.resume_session("s")
     except Exception:
@@ -53,7 +57,7 @@ def test_crash_between_head_and_archive_loses_nothing(batch: int) -> None:
             archive.failures = 1
         # on failure the head committed; its outbox waits for the next writer
         with contextlib.suppress(StoreUnavailable):
-            cycle(agent, store, archive, f"turn {n}", batch)
+            library_turn(agent, store, archive, f"turn {n}", batch)
     reader = SessionLogReader(store, archive)
     report = reader.verify("s")
     assert report.ok, report.problems
@@ -99,7 +103,7 @@ def test_segments_never_overlap() -> None:
     for n in range(30):
         archive.failures = 1 if n % 4 == 0 else 0
         with contextlib.suppress(StoreUnavailable):
-            cycle(agent, store, archive, f"turn {n}", 10)
+            library_turn(agent, store, archive, f"turn {n}", 10)
     distinct = sorted(set(archive.writes))
     for (_, last), (next_first, _) in itertools.pairwise(distinct):
         assert next_first == last + 1, distinct

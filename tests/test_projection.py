@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.context import ContextBudget
-from shared.items import (
+from tether.core.context import ContextBudget
+from tether.core.items import (
     AssistantMessage,
     Item,
     Reasoning,
@@ -17,7 +17,7 @@ from shared.items import (
     UserMessage,
     approx_chars,
 )
-from shared.projection import (
+from tether.runtime.projection import (
     CHARS_PER_TOKEN,
     DefaultContextProjector,
     Projection,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from producer.client import Producer
-from shared.embedded.redis_server import RedisServer
-from shared.settings import Settings
-from worker.processes import WorkerFleet
+from tether.dev.redis_server import RedisServer
+from tether.dev.workers import WorkerFleet
+from tether.producer.client import Producer
+from tether.settings import Settings
 
 
 def test_runs_over_a_rabbitmq_broker(rabbitmq_url: str, tmp_path: Path) -> None:

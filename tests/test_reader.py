@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from shared import Agent, EventType, ModelResponse, ScriptedModel, SessionLogReader, tool
-from shared.errors import InvalidId, SessionExists, SessionNotFound
-from shared.stores.memory import InMemorySnapshotStore
+from tether import Agent, EventType, ModelResponse, ScriptedModel, SessionLogReader, tool
+from tether.errors import InvalidId, SessionExists, SessionNotFound
+from tether.persistence.stores.memory import InMemorySnapshotStore
 
 
 @tool

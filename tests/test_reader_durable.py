@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import redis
 
-from shared import Agent, ModelResponse, ScriptedModel, SessionLogReader, tool
-from shared.keys import RedisKeys
-from shared.redis_conn import redis_from_url
-from shared.storage_url import open_storage
-from shared.streams.redis import RedisEventStream
 from tests.support.moto_server import S3TestBucket
+from tether import Agent, ModelResponse, ScriptedModel, SessionLogReader, tool
+from tether.keys import RedisKeys
+from tether.persistence.redis_conn import redis_from_url
+from tether.persistence.storage_url import open_storage
+from tether.persistence.streams.redis import RedisEventStream
 
 
 @tool

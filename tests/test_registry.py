@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from shared.errors import ConfigurationError, UnknownAgent
-from shared.registry import AgentRegistry
-from shared.settings import load_settings
+from tether.errors import ConfigurationError, UnknownAgent
+from tether.runtime.registry import AgentRegistry
+from tether.settings import load_settings
 
 
 def test_module_agents_are_registered_and_built_once() -> None:
@@ -28,7 +28,7 @@ def test_settings_name_the_modules(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_module_without_agents_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="TETHER_AGENTS"):
-        AgentRegistry.default(["shared.ids"])
+        AgentRegistry.default(["tether.ids"])
 
 
 def test_unknown_name_is_a_usage_error() -> None:

@@ -21,23 +21,23 @@ from cryptography.x509.oid import NameOID
 from hypothesis import given
 from hypothesis import strategies as st
 
-from producer.client import Producer
-from shared.embedded.redis_server import RedisServer, free_port
-from shared.errors import ConfigurationError, SessionNotFound
-from shared.events import EventType
-from shared.keys import RedisKeys
-from shared.model import ModelResponse
-from shared.objects import events_dir, head_key
-from shared.redaction import redact_event, secret_redactor
-from shared.redis_conn import redis_from_url
-from shared.results import RunStatus
-from shared.settings import Settings, masked
 from tests.support.chaos_stack import ChaosStack
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.fuzz import Tally, fuzz, valid_ids
 from tests.support.stack import unique
-from worker.config import celery_config
-from worker.processes import WorkerProcess
+from tether.core.events import EventType
+from tether.core.results import RunStatus
+from tether.dev.redis_server import RedisServer, free_port
+from tether.dev.workers import WorkerProcess
+from tether.errors import ConfigurationError, SessionNotFound
+from tether.keys import RedisKeys
+from tether.models.base import ModelResponse
+from tether.persistence.objects import events_dir, head_key
+from tether.persistence.redis_conn import redis_from_url
+from tether.producer.client import Producer
+from tether.runs.celery_config import celery_config
+from tether.runtime.redaction import redact_event, secret_redactor
+from tether.settings import Settings, masked
 
 pytest_plugins = ["tests.support.chaos_fixtures"]  # the chaos_stack and chaos fixtures
 
@@ -113,7 +113,7 @@ def test_cli_never_crosses_tenants(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from producer.cli import run_cli
+    from tether.producer.cli import run_cli
 
     names = two_tenants
     for key, value in chaos.env.items():
@@ -236,8 +236,8 @@ def test_secrets_never_stored_or_logged(
 
 
 def test_redaction_hook_applies_before_storage_and_keeps_the_fold() -> None:
-    from shared.demo_agents import notes_agent
-    from shared.fold import project_events
+    from tether.core.fold import project_events
+    from tether.runtime.demo_agents import notes_agent
 
     agent = notes_agent()
     agent.redact = secret_redactor(["hunter2-password"])

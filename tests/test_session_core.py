@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pydantic
 import pytest
 
-from shared import (
+from tether import (
     Agent,
     AgentOptions,
     CompactResult,
@@ -23,8 +23,8 @@ from shared import (
     project_events,
     tool,
 )
-from shared.codec import dumps_event, loads_event
-from shared.errors import (
+from tether.core.events import ErrorPayload, ToolResultPayload, Usage
+from tether.errors import (
     ModelError,
     RunCancelled,
     RunTimeout,
@@ -32,8 +32,8 @@ from shared.errors import (
     StoreNotConfigured,
     TokenBudgetExceeded,
 )
-from shared.events import ErrorPayload, ToolResultPayload, Usage
-from shared.stores.memory import InMemorySnapshotStore
+from tether.persistence.codec import dumps_event, loads_event
+from tether.persistence.stores.memory import InMemorySnapshotStore
 
 
 @tool
@@ -321,7 +321,7 @@ def test_parallel_tools_respect_cap_and_call_order() -> None:
             running -= 1
         return f"result-{n}"
 
-    from shared.items import ToolCall
+    from tether.core.items import ToolCall
 
     calls = [ToolCall(id=f"c{n}", name="work", arguments=f'{{"n": {n}}}') for n in range(4)]
     model = ScriptedModel([ModelResponse.calls(*calls), ModelResponse.final("done")])
@@ -344,7 +344,7 @@ def test_tool_over_timeout_fails_while_others_complete() -> None:
             gate.wait(5)
         return "fast" if not slow else "slow"
 
-    from shared.items import ToolCall
+    from tether.core.items import ToolCall
 
     calls = [
         ToolCall(id="a", name="maybe_slow", arguments='{"slow": false}'),

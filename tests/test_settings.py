@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.errors import ConfigurationError
-from shared.settings import load_settings, masked
+from tether.errors import ConfigurationError
+from tether.settings import load_settings, masked
 
 
 def test_defaults_and_overrides(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from shared.archives import InMemoryEventArchive, LocalEventArchive, S3EventArchive
-from shared.errors import ConfigurationError
-from shared.storage_url import ACCEPTED_FORMS, open_storage
-from shared.stores import InMemorySnapshotStore, LocalSnapshotStore, S3SnapshotStore
 from tests.support.moto_server import S3TestBucket
 from tests.support.storage_samples import sample_events, sample_snapshot
+from tether.errors import ConfigurationError
+from tether.persistence.archives import InMemoryEventArchive, LocalEventArchive, S3EventArchive
+from tether.persistence.storage_url import ACCEPTED_FORMS, open_storage
+from tether.persistence.stores import InMemorySnapshotStore, LocalSnapshotStore, S3SnapshotStore
 
 
 def test_memory_url() -> None:

@@ -14,9 +14,13 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from shared.archives.base import BlobEventArchive
-from shared.codec import dumps_snapshot
-from shared.errors import (
+from tests.support.cas_worker import increment_counter
+from tests.support.moto_server import S3TestBucket
+from tests.support.storage_samples import sample_events, sample_snapshot
+from tether.core.items import UserMessage
+from tether.core.memory import MemorySnapshot
+from tether.core.snapshot import SessionSnapshot
+from tether.errors import (
     InvalidId,
     InvalidInput,
     SnapshotCorrupt,
@@ -24,20 +28,16 @@ from shared.errors import (
     UnsupportedSchemaVersion,
     VersionConflict,
 )
-from shared.items import UserMessage
-from shared.memory import MemorySnapshot
-from shared.objects import HEAD_KIND, head_key, listing_order, seal
-from shared.snapshot import SessionSnapshot
-from shared.store import SnapshotStore, iter_session_ids
-from shared.stores import (
+from tether.persistence.archives.blob import BlobEventArchive
+from tether.persistence.codec import dumps_snapshot
+from tether.persistence.objects import HEAD_KIND, head_key, listing_order, seal
+from tether.persistence.stores import (
     BlobSnapshotStore,
     InMemorySnapshotStore,
     LocalSnapshotStore,
     S3SnapshotStore,
 )
-from tests.support.cas_worker import increment_counter
-from tests.support.moto_server import S3TestBucket
-from tests.support.storage_samples import sample_events, sample_snapshot
+from tether.persistence.stores.base import SnapshotStore, iter_session_ids
 
 S3_PREFIX = "apps/tether"
 UNREACHABLE_ENDPOINT = "http://127.0.0.1:9"  # the discard port: connection refused at once
@@ -568,7 +568,7 @@ def test_s3_server_side_encryption_is_requested(s3_bucket: S3TestBucket) -> None
 
 
 def test_s3_missing_bucket_is_a_configuration_error(s3_bucket: S3TestBucket) -> None:
-    from shared.errors import ConfigurationError
+    from tether.errors import ConfigurationError
 
     store = S3SnapshotStore(
         "no-such-bucket",

@@ -1,4 +1,5 @@
-"""Contract of :class:`shared.stream.EventStream`: memory and Redis pass the same tests."""
+"""Contract of :class:`tether.persistence.streams.base.EventStream`: memory and Redis pass the same
+tests."""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ from typing import TypeVar
 
 import pytest
 
-from shared.errors import ConflictError, FencedOut, InvalidId, InvalidInput
-from shared.events import AgentEvent, EventType, TextPayload
-from shared.keys import RedisKeys
-from shared.lease import LeaseManager
-from shared.leases import InMemoryLeaseManager, RedisLeaseManager
-from shared.redis_conn import redis_from_url
-from shared.stream import EventStream
-from shared.streams import InMemoryEventStream, RedisEventStream
+from tether.core.events import AgentEvent, EventType, TextPayload
+from tether.errors import ConflictError, FencedOut, InvalidId, InvalidInput
+from tether.keys import RedisKeys
+from tether.persistence.redis_conn import redis_from_url
+from tether.persistence.streams import InMemoryEventStream, RedisEventStream
+from tether.persistence.streams.base import EventStream
+from tether.runs.leases import InMemoryLeaseManager, RedisLeaseManager
+from tether.runs.leases.base import LeaseManager
 
 T = "acme"
 S = "s-1"

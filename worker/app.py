@@ -1,4 +1,4 @@
-"""The Celery application: ``celery -A worker.app worker`` (or ``tether worker``).
+"""The Celery application: ``celery -A tether.worker.app worker`` (or ``tether worker``).
 
 The app object exists at import, but its configuration is read lazily from the environment the
 first time Celery needs it, so importing this module reads no settings and opens no connection.
@@ -10,10 +10,10 @@ from typing import Any
 
 from celery import Celery
 
-from shared.settings import load_settings
-from worker.config import celery_config
+from tether.runs.celery_config import celery_config
+from tether.settings import load_settings
 
-app = Celery("tether", include=["worker.tasks"])
+app = Celery("tether", include=["tether.worker.tasks"])
 
 
 def _lazy_config() -> dict[str, Any]:

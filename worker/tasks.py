@@ -8,37 +8,36 @@ empty, does nothing.
 from __future__ import annotations
 
 import logging
+import os
+import threading
 from typing import Any
 
 from celery.signals import after_setup_logger, worker_process_init, worker_ready, worker_shutdown
 
-from shared.errors import InvalidInput, SessionBusy, TetherError, UnknownAgent
-from shared.ids import validate_id, validate_tenant
-from shared.results import RunStatus
-from shared.runs import RunRequest, RunResult, parse_request
-from worker.app import app
-from worker.cycle import drain
-from worker.runtime import Runtime, get_runtime
+from tether.core.results import RunStatus
+from tether.errors import InvalidInput, SessionBusy, TetherError, UnknownAgent
+from tether.ids import validate_id, validate_tenant
+from tether.runs.contract import (
+    DRAIN_TASK,
+    RUN_TASK,
+    RunRequest,
+    RunResult,
+    describe_drain,
+    parse_request,
+)
+from tether.runs.cycle import drain
+from tether.runs.queue.base import SubmitState, submit
+from tether.runs.runtime import Runtime, build_runtime
+from tether.worker.app import app
 
 log = logging.getLogger(__name__)
 
-RUN_TASK = "tether.run"
-DRAIN_TASK = "tether.drain"
-
 
 def _reject(rt: Runtime, request: RunRequest, exc: TetherError) -> dict[str, Any]:
-    result = RunResult(
-        run_id=request.run_id,
-        request_id=request.request_id,
-        session_id=request.session_id,
-        tenant=request.tenant,
-        status=RunStatus.FAILED,
-        error_type=exc.error_type,
-        error_message=str(exc),
-    )
-    if not rt.runbook.record_rejected(result):
+    result = RunResult.failure(request, RunStatus.FAILED, exc.error_type, str(exc))
+    if not rt.runs.record_rejected(result):
         log.warning(
-            "run %s rejected (%s) but not recorded: that run id already has a result",
+            "run %s rejected (%s) but not recorded: that run id already has a record",
             request.run_id,
             exc.error_type,
         )
@@ -64,7 +63,7 @@ def _salvage_ids(doc: Any) -> RunRequest | None:
         return None
 
 
-@app.task(name=RUN_TASK, bind=True, ignore_result=True, Strategy="worker.strategy:guarded")
+@app.task(name=RUN_TASK, bind=True, ignore_result=True, Strategy="tether.worker.strategy:guarded")
 def run_task(self: Any, request: Any = None) -> dict[str, Any]:
     """Register one run request (idempotently) and drain its session."""
     rt = get_runtime()
@@ -81,21 +80,21 @@ def run_task(self: Any, request: Any = None) -> dict[str, Any]:
         rt.registry.get(req.agent)
     except UnknownAgent as exc:
         return _reject(rt, req, exc)
-    outcome = rt.runbook.submit(req, queue=rt.settings.queue)
-    if outcome.state == "taken":
+    outcome = submit(rt.runs, req, on=rt.settings.queue)
+    if outcome.state is SubmitState.TAKEN:
         log.warning("dropping run message %s: that run id belongs to another request", req.run_id)
         return {"run_id": req.run_id, "state": "dropped"}
-    if outcome.state == "busy":
+    if outcome.state is SubmitState.BUSY:
         busy = SessionBusy(
             f"session {req.tenant}/{req.session_id} is busy and run {req.run_id} asked to be "
             "rejected then (on_busy='reject'); retry later or use on_busy='enqueue'"
         )
         return _reject(rt, req, busy)
     processed = drain(rt, req.tenant, req.session_id)
-    return {"run_id": outcome.run_id, "state": outcome.state, "processed": processed}
+    return {"run_id": outcome.run_id, "state": outcome.state.value, "processed": processed}
 
 
-@app.task(name=DRAIN_TASK, ignore_result=True, Strategy="worker.strategy:guarded")
+@app.task(name=DRAIN_TASK, ignore_result=True, Strategy="tether.worker.strategy:guarded")
 def drain_task(tenant: Any = None, session_id: Any = None) -> dict[str, Any]:
     """Apply a session's queued runs (sent by the sweeper and by long drains handing over)."""
     try:
@@ -116,11 +115,32 @@ def enqueue_drain(tenant: str, session_id: str) -> None:
     """
     rt = get_runtime()
     queue = rt.settings.queue
-    head = rt.runbook.pending_head(tenant, session_id)
-    view = rt.runbook.get(head) if head is not None else None
+    head = rt.runs.head(tenant, session_id)
+    view = rt.runs.get(head) if head is not None else None
     if view is not None and view.queue:
         queue = view.queue
-    app.send_task(DRAIN_TASK, kwargs={"tenant": tenant, "session_id": session_id}, queue=queue)
+    app.send_task(
+        DRAIN_TASK,
+        kwargs={"tenant": tenant, "session_id": session_id},
+        queue=queue,
+        kwargsrepr=describe_drain(tenant, session_id, head),
+    )
+
+
+_runtime: Runtime | None = None
+_runtime_pid: int | None = None
+_runtime_lock = threading.Lock()
+
+
+def get_runtime() -> Runtime:
+    """This process's runtime: built on first use, rebuilt in a forked pool child (children
+    must not share the parent's sockets), so importing this module opens no connection."""
+    global _runtime, _runtime_pid
+    with _runtime_lock:
+        if _runtime is None or _runtime_pid != os.getpid():
+            _runtime = build_runtime(enqueue_drain)
+            _runtime_pid = os.getpid()
+        return _runtime
 
 
 _sweeper: Any = None
@@ -130,8 +150,8 @@ _sweeper: Any = None
 @worker_process_init.connect
 def _redact_logs(**_: Any) -> None:
     """Mask the configured secrets in every log line of the worker and its pool children."""
-    from shared.redaction import install_log_redaction, settings_redactor
-    from shared.settings import load_settings
+    from tether.runtime.redaction import install_log_redaction, settings_redactor
+    from tether.settings import load_settings
 
     try:
         install_log_redaction(settings_redactor(load_settings()))
@@ -142,7 +162,7 @@ def _redact_logs(**_: Any) -> None:
 @worker_ready.connect
 def _start_sweeper(**_: Any) -> None:
     global _sweeper
-    from worker.sweeper import Sweeper
+    from tether.worker.sweeper import Sweeper
 
     try:
         _sweeper = Sweeper(get_runtime()).start()

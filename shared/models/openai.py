@@ -28,9 +28,8 @@ from typing import Any
 import httpx
 from pydantic import SecretStr
 
-from shared.errors import ConfigurationError, ModelError
-from shared.events import Usage
-from shared.items import (
+from tether.core.events import Usage
+from tether.core.items import (
     AssistantMessage,
     Item,
     Reasoning,
@@ -39,7 +38,8 @@ from shared.items import (
     ToolOutput,
     UserMessage,
 )
-from shared.model import ModelRequest, ModelResponse, ToolSpec
+from tether.errors import ConfigurationError, ModelError
+from tether.models.base import ModelRequest, ModelResponse, ToolSpec
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class _Retryable:
 
 
 class OpenAIChatModel:
-    """A :class:`shared.model.ModelClient` for OpenAI-compatible chat-completion endpoints.
+    """A :class:`tether.models.base.ModelClient` for OpenAI-compatible chat-completion endpoints.
 
     Args:
         base_url: the API root including the version prefix, e.g. ``https://api.openai.com/v1``.

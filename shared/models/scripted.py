@@ -6,8 +6,8 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from shared.errors import ModelError
-from shared.model import ModelRequest, ModelResponse
+from tether.errors import ModelError
+from tether.models.base import ModelRequest, ModelResponse
 
 Responder = Callable[[ModelRequest], ModelResponse]
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from shared.errors import VersionConflict
-from shared.stores.local import LocalSnapshotStore
+from tether.errors import VersionConflict
+from tether.persistence.stores.local import LocalSnapshotStore
 
 
 def increment_counter(root: str, tenant: str, session_id: str, times: int) -> int:

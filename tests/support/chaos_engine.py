@@ -22,10 +22,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from producer.handle import RunHandle
-from shared.results import RunStatus
 from tests.support.chaos_stack import ChaosStack
-from worker.processes import WorkerProcess
+from tether.core.results import RunStatus
+from tether.dev.workers import WorkerProcess
+from tether.producer.handle import RunHandle
 
 
 @dataclass

@@ -26,15 +26,15 @@ from typing import Any
 
 import boto3
 
-from producer.client import Producer
-from shared.embedded.moto_server import MotoServer
-from shared.embedded.redis_server import RedisServer
-from shared.reader import SessionLogReader
-from shared.redis_conn import redis_from_url
-from shared.settings import Settings
 from tests.support.fault_proxy import FaultProxy
 from tests.support.stack import eventually, s3_reader, stack_env
-from worker.processes import WorkerFleet, WorkerProcess
+from tether.dev.moto_server import MotoServer
+from tether.dev.redis_server import RedisServer
+from tether.dev.workers import WorkerFleet, WorkerProcess
+from tether.persistence.reader import SessionLogReader
+from tether.persistence.redis_conn import redis_from_url
+from tether.producer.client import Producer
+from tether.settings import Settings
 
 #: Lease and sweep settings of the CI-sized stack (crash recovery in about 2.5 s).
 SHORT_LEASE_TTL_MS = 2000
@@ -186,7 +186,7 @@ class ChaosStack:
 
     def running_worker(self, run_id: str) -> WorkerProcess | None:
         """The worker executing ``run_id`` right now (None when it is not running)."""
-        view = self.producer.runbook.get(run_id)
+        view = self.producer.runs.get(run_id)
         if view is None or view.status != "RUNNING":
             return None
         client = self.redis_client()

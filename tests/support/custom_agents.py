@@ -1,6 +1,6 @@
 """A module of agents for registry tests (loaded through TETHER_AGENT_MODULES)."""
 
-from shared import Agent, ModelResponse, ScriptedModel
+from tether import Agent, ModelResponse, ScriptedModel
 
 
 def shout() -> Agent:

@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from shared.model import ModelResponse
+from tether.models.base import ModelResponse
 
 CHAT_PATH = "/v1/chat/completions"
 

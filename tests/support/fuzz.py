@@ -9,8 +9,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from shared.errors import TetherError
-from shared.ids import validate_id
+from tether.errors import TetherError
+from tether.ids import validate_id
 
 
 def fuzz(max_examples: int) -> settings:
@@ -44,7 +44,7 @@ class Tally:
 
 
 def is_valid_id(value: object) -> bool:
-    """Whether ``value`` passes :func:`shared.ids.validate_id`."""
+    """Whether ``value`` passes :func:`tether.ids.validate_id`."""
     try:
         validate_id(value)
     except TetherError:
@@ -55,4 +55,4 @@ def is_valid_id(value: object) -> bool:
 valid_ids = st.from_regex(r"[A-Za-z0-9_:-][A-Za-z0-9_.:-]{0,15}", fullmatch=True).filter(
     lambda s: ".." not in s
 )
-"""Ids :func:`shared.ids.validate_id` accepts."""
+"""Ids :func:`tether.ids.validate_id` accepts."""

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.embedded.redis_server import free_port
+from tether.dev.redis_server import free_port
 
 
 def _wait_port(port: int, timeout_s: float, proc: subprocess.Popen[bytes], log: Path) -> None:

@@ -1,6 +1,6 @@
 """Pytest fixtures for a private redis-server (loaded as a plugin by tests/conftest.py).
 
-- ``redis_server`` (session): one :class:`~shared.embedded.redis_server.RedisServer` on
+- ``redis_server`` (session): one :class:`~tether.dev.redis_server.RedisServer` on
   127.0.0.1 with a free port and a unix socket in a temporary directory, no persistence.
 - ``redis_url`` (function): FLUSHALL, then the server's TCP URL.
 - ``redis_client`` (function): a bytes client on ``redis_url``, closed after the test.
@@ -17,9 +17,9 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from shared.embedded.redis_server import RedisServer, find_redis_server_binary
-from shared.errors import ConfigurationError
-from shared.redis_conn import redis_from_url
+from tether.dev.redis_server import RedisServer, find_redis_server_binary
+from tether.errors import ConfigurationError
+from tether.persistence.redis_conn import redis_from_url
 
 __all__ = ["RedisServer", "redis_binary", "redis_client", "redis_server", "redis_url"]
 

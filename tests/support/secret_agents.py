@@ -3,18 +3,18 @@
 ``openai-chat`` talks to an OpenAI-compatible server (the test's fake one) with the key from
 ``TETHER_OPENAI_API_KEY``, has a deliberately leaky ``diagnostics`` tool that returns the
 worker's secrets, and redacts every secret of its settings (the API key, the broker and Redis
-passwords) from everything it stores, with :func:`shared.redaction.settings_redactor`.
+passwords) from everything it stores, with :func:`tether.runtime.redaction.settings_redactor`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from shared.agent import Agent
-from shared.models.openai import OpenAIChatModel
-from shared.redaction import settings_redactor, url_password
-from shared.settings import load_settings
-from shared.tools import tool
+from tether.models.openai import OpenAIChatModel
+from tether.runtime.agent import Agent
+from tether.runtime.redaction import settings_redactor, url_password
+from tether.runtime.tools import tool
+from tether.settings import load_settings
 
 
 @tool

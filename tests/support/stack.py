@@ -17,13 +17,13 @@ from typing import TypeVar
 import boto3
 import pytest
 
-from producer.client import Producer
-from shared.embedded.moto_server import MotoServer
-from shared.embedded.redis_server import RedisServer
-from shared.reader import SessionLogReader
-from shared.settings import Settings
-from shared.storage_url import open_storage
-from worker.processes import WorkerFleet, WorkerProcess
+from tether.dev.moto_server import MotoServer
+from tether.dev.redis_server import RedisServer
+from tether.dev.workers import WorkerFleet, WorkerProcess
+from tether.persistence.reader import SessionLogReader
+from tether.persistence.storage_url import open_storage
+from tether.producer.client import Producer
+from tether.settings import Settings
 
 T = TypeVar("T")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import JsonValue
 
-from shared.context import CompactResult, ContextReport
-from shared.events import (
+from tether.core.context import CompactResult, ContextReport
+from tether.core.events import (
     AgentEvent,
     ErrorPayload,
     EventType,
@@ -18,7 +18,7 @@ from shared.events import (
     Usage,
     UserInputPayload,
 )
-from shared.items import (
+from tether.core.items import (
     AssistantMessage,
     Item,
     Reasoning,
@@ -27,8 +27,8 @@ from shared.items import (
     ToolOutput,
     UserMessage,
 )
-from shared.memory import MemorySnapshot
-from shared.snapshot import RunRecord, SessionMetadata, SessionSnapshot
+from tether.core.memory import MemorySnapshot
+from tether.core.snapshot import RunRecord, SessionMetadata, SessionSnapshot
 
 BASE_MS = 1_700_000_000_000
 

@@ -1,0 +1,240 @@
+"""``tether run | submit | wait | cancel | tail``: runs on a deployment, from the shell.
+
+``run`` and ``wait`` print the answer on stdout and a status line on stderr, so that
+``answer=$(tether run s1 "hi" --agent echo)`` captures just the answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from tether.core.events import AgentEvent, event_to_dict
+from tether.core.results import RunStatus
+from tether.errors import InvalidInput
+from tether.keys import RedisKeys
+from tether.persistence.redis_conn import redis_from_url
+from tether.persistence.streams.redis import RedisEventStream
+from tether.producer.cli.support import (
+    EXIT_FAILED,
+    JsonOption,
+    TenantOption,
+    cli_settings,
+    exit_code_for,
+    one_line,
+)
+from tether.producer.client import Producer
+from tether.producer.handle import RunHandle
+from tether.producer.render import emit_json, event_text, make_console, result_line
+from tether.runs.contract import RunResult
+from tether.runs.queue.base import CancelOutcome
+
+SessionArg = Annotated[str, typer.Argument(metavar="SESSION", help="Session id.")]
+InputArg = Annotated[str, typer.Argument(metavar="INPUT", help="The run's input text.")]
+AgentOption = Annotated[str, typer.Option("--agent", "-a", help="Agent name, e.g. notes.")]
+RunIdArg = Annotated[str, typer.Argument(metavar="RUN_ID", help="The run id.")]
+WaitOption = Annotated[
+    float | None,
+    typer.Option("--wait-s", min=0, help="Give up waiting after this many seconds (exit 124)."),
+]
+RequestIdOption = Annotated[
+    str | None, typer.Option("--request-id", help="Idempotency key (default: the run id).")
+]
+RunTimeoutOption = Annotated[
+    float | None, typer.Option("--timeout-s", min=0.001, help="The run's own time limit.")
+]
+BusyOption = Annotated[
+    str, typer.Option("--on-busy", help="enqueue (default) or reject when the session is busy.")
+]
+
+
+def register(app: typer.Typer) -> None:
+    """Add the run commands to ``app``."""
+    app.command("run")(run_command)
+    app.command()(submit)
+    app.command()(wait)
+    app.command()(cancel)
+    app.command()(tail)
+
+
+def _submit(
+    producer: Producer,
+    session_id: str,
+    text: str,
+    agent: str,
+    tenant: str | None,
+    request_id: str | None,
+    timeout_s: float | None,
+    on_busy: str,
+) -> RunHandle:
+    return producer.run_async(
+        session_id,
+        text,
+        agent=agent,
+        tenant=tenant,
+        request_id=request_id,
+        timeout_s=timeout_s,
+        on_busy=on_busy,
+    )
+
+
+def run_command(
+    session_id: SessionArg,
+    text: InputArg,
+    agent: AgentOption,
+    tenant: TenantOption = None,
+    request_id: RequestIdOption = None,
+    timeout_s: RunTimeoutOption = None,
+    on_busy: BusyOption = "enqueue",
+    wait_s: WaitOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Run an agent on a session, wait, and print the answer."""
+    with Producer(cli_settings()) as producer:
+        handle = _submit(producer, session_id, text, agent, tenant, request_id, timeout_s, on_busy)
+        _print_outcome(handle, wait_s, as_json)
+
+
+def submit(
+    session_id: SessionArg,
+    text: InputArg,
+    agent: AgentOption,
+    tenant: TenantOption = None,
+    request_id: RequestIdOption = None,
+    timeout_s: RunTimeoutOption = None,
+    on_busy: BusyOption = "enqueue",
+    as_json: JsonOption = False,
+) -> None:
+    """Enqueue a run and print its run id (follow it with `tether wait RUN_ID`)."""
+    with Producer(cli_settings()) as producer:
+        handle = _submit(producer, session_id, text, agent, tenant, request_id, timeout_s, on_busy)
+        if as_json:
+            emit_json(
+                {
+                    "run_id": handle.run_id,
+                    "request_id": handle.request_id,
+                    "session_id": handle.session_id,
+                    "tenant": handle.tenant,
+                }
+            )
+        else:
+            typer.echo(handle.run_id)
+
+
+def wait(run_id: RunIdArg, wait_s: WaitOption = None, as_json: JsonOption = False) -> None:
+    """Wait for a run and print its answer."""
+    with Producer(cli_settings()) as producer:
+        _known(producer, run_id)
+        _print_outcome(producer.handle(run_id), wait_s, as_json)
+
+
+def cancel(run_id: RunIdArg, as_json: JsonOption = False) -> None:
+    """Ask a run to stop (queued: never starts; running: stops at its next step and rolls back).
+
+    Exits 1 when the run had already finished.
+    """
+    with Producer(cli_settings()) as producer:
+        status = _known(producer, run_id)
+        outcome = producer.cancel(run_id)
+        requested = outcome in (CancelOutcome.CANCELLED, CancelOutcome.REQUESTED)
+        if as_json:
+            emit_json(
+                {
+                    "run_id": run_id,
+                    "cancel_requested": requested,
+                    "outcome": outcome.value,
+                    "status": status,
+                }
+            )
+        elif outcome is CancelOutcome.CANCELLED:
+            typer.echo(f"run {run_id} cancelled before it started")
+        elif requested:
+            typer.echo(f"cancel requested for run {run_id} (was {status})")
+        else:
+            typer.echo(f"run {run_id} already finished ({status}); nothing to cancel", err=True)
+        if not requested:
+            raise typer.Exit(EXIT_FAILED)
+
+
+def tail(
+    session_id: SessionArg,
+    tenant: TenantOption = None,
+    from_seq: Annotated[
+        int, typer.Option("--from-seq", min=1, help="First sequence number to show.")
+    ] = 1,
+    idle_timeout_s: Annotated[
+        float | None,
+        typer.Option(
+            "--idle-timeout", "--idle-timeout-s", min=0.001,
+            help="Stop after this many seconds without events (default: follow forever).",
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Follow a session's events live, coloured by type (Ctrl-C to stop)."""
+    settings = cli_settings()
+    client = redis_from_url(settings.effective_redis_url)
+    stream = RedisEventStream(client, keys=RedisKeys(settings.namespace))
+    console = make_console()
+    events = stream.tail(
+        tenant or settings.tenant,
+        session_id,
+        after_seq=from_seq - 1,
+        block_ms=1000,
+        idle_timeout_s=idle_timeout_s,
+    )
+    try:
+        _print_events(events, as_json, console)
+    finally:
+        client.close()
+
+
+def _print_events(events: Iterator[AgentEvent], as_json: bool, console: Console) -> None:
+    for event in events:
+        if as_json:
+            emit_json(event_to_dict(event), lines=True)
+        else:
+            console.print(event_text(event))
+
+
+def _known(producer: Producer, run_id: str) -> str:
+    view = producer.runs.get(run_id)
+    if view is None:
+        raise InvalidInput(
+            f"run {run_id!r} is unknown or its record expired (records live "
+            "TETHER_RESULT_TTL_S seconds); check the id"
+        )
+    return view.status
+
+
+def _print_outcome(handle: RunHandle, wait_s: float | None, as_json: bool) -> None:
+    try:
+        result = handle.run_result(timeout=wait_s)
+    except TimeoutError:
+        raise TimeoutError(
+            f"run {handle.run_id} did not finish within {wait_s} s; it goes on: "
+            f"`tether wait {handle.run_id}`"
+        ) from None
+    if as_json:
+        emit_json(result.model_dump(mode="json"))
+    elif result.ok:
+        typer.echo(result.output or "")
+        make_console(stderr=True).print(result_line(result))
+    else:
+        typer.echo(one_line(f"error: run {result.run_id} {_failure(result)}"), err=True)
+    if not result.ok:
+        raise typer.Exit(_exit_code(result))
+
+
+def _failure(result: RunResult) -> str:
+    if result.status is RunStatus.CANCELLED:
+        return "was cancelled"
+    return f"failed: {result.error_type}: {result.error_message}"
+
+
+def _exit_code(result: RunResult) -> int:
+    error = result.error()
+    return exit_code_for(error) if error is not None else EXIT_FAILED

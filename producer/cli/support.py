@@ -1,0 +1,128 @@
+"""Plumbing shared by the CLI commands: settings, storage, error lines and exit codes.
+
+Exit codes of ``tether`` (documented in the README):
+
+- 0: success.
+- 1: a run failed or was cancelled, a check or verification failed, or a service error.
+- 2: a usage or configuration error (:class:`~tether.errors.UsageError`: bad setting, invalid
+  id, unknown agent, unknown or existing session, bad command-line option).
+- 124: gave up waiting for a run (``--wait-s``); the run itself goes on.
+- 130 (or 128 + signal number): interrupted by Ctrl-C / SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+from urllib.parse import unquote, urlsplit
+
+import typer
+
+from tether.errors import ConfigurationError, TetherError, UsageError
+from tether.settings import Settings, load_settings
+
+if TYPE_CHECKING:  # storage modules import boto3: only commands that read sessions pay for it
+    from tether.persistence.archives.base import EventArchive
+    from tether.persistence.reader import SessionLogReader
+    from tether.persistence.stores.base import SnapshotStore
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_WAIT_TIMEOUT = 124
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+
+
+@dataclass
+class CliState:
+    """Options of the top-level ``tether`` command."""
+
+    debug: bool = False
+
+
+STATE = CliState()
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line (messages may embed logs or pydantic details)."""
+    return " ".join(text.split())
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """The process exit code for an error (see the module docstring)."""
+    if isinstance(exc, UsageError):
+        return EXIT_USAGE
+    if isinstance(exc, TimeoutError):
+        return EXIT_WAIT_TIMEOUT
+    return EXIT_FAILED
+
+
+def error_line(exc: BaseException) -> str:
+    """``error: <Class>: <message>`` on one line."""
+    name = exc.error_type if isinstance(exc, TetherError) else type(exc).__name__
+    return one_line(f"error: {name}: {exc}")
+
+
+def cli_settings() -> Settings:
+    """Settings from the environment with a relative ``file://`` store made absolute.
+
+    Raises:
+        ConfigurationError: naming the variable to fix.
+    """
+    settings = load_settings()
+    absolute = resolve_store_url(settings.store_url)
+    if absolute != settings.store_url:
+        settings = settings.model_copy(update={"store_url": absolute})
+    return settings
+
+
+def resolve_store_url(url: str, base: Path | None = None) -> str:
+    """``file://./dir`` or ``file://dir`` (relative to ``base``, default the working directory)
+    as an absolute ``file:///...`` URL; any other URL unchanged."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "file" or parts.netloc in ("", "localhost"):
+        return url
+    relative = unquote(parts.netloc + parts.path)
+    root = (base or Path.cwd()) / relative
+    return f"file://{os.path.normpath(root)}"
+
+
+def open_store(settings: Settings) -> tuple[SnapshotStore, EventArchive]:
+    """The snapshot store and event archive named by the settings."""
+    from tether.persistence.storage_url import open_storage
+
+    return open_storage(
+        resolve_store_url(settings.store_url),
+        endpoint_url=settings.s3_endpoint_url,
+        region_name=settings.s3_region,
+        sse=settings.s3_sse,
+        sse_kms_key_id=settings.s3_kms_key_id,
+    )
+
+
+def open_reader(settings: Settings) -> SessionLogReader:
+    """An offline reader over the store and archive of the settings."""
+    from tether.persistence.reader import SessionLogReader
+
+    store, archive = open_store(settings)
+    return SessionLogReader(store, archive)
+
+
+def require_shared_storage(store_url: str) -> None:
+    """Refuse a store that worker processes cannot share (``memory://``)."""
+    if store_url.startswith("memory:"):
+        raise ConfigurationError(
+            "TETHER_STORE_URL=memory:// lives inside one process, so workers and this command "
+            "would not see the same sessions; use file:///abs/path or s3://bucket/prefix"
+        )
+
+
+# --- options shared by several commands -------------------------------------------------------
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+TenantOption = Annotated[
+    str | None, typer.Option("--tenant", help="Tenant (default: TETHER_TENANT).")
+]

@@ -1,0 +1,64 @@
+"""The outcome of one agent run."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+from tether.core.events import Usage
+from tether.core.items import ToolCall
+
+
+class RunStatus(StrEnum):
+    """How a run ended.
+
+    ``COMPLETED``: final answer. ``WAITING``: an async tool parked the run.
+    ``CONTINUATION_REQUIRED``: the step limit was reached. ``FAILED`` and ``CANCELLED`` are
+    recorded by the distributed layer (in-process runs raise instead).
+    """
+
+    COMPLETED = "COMPLETED"
+    WAITING = "WAITING"
+    CONTINUATION_REQUIRED = "CONTINUATION_REQUIRED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+class ToolResultRecord(BaseModel):
+    """One tool result as reported in :class:`AgentResult`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    call_id: str
+    name: str
+    output: str
+    ok: bool
+    status: str
+    error: str | None = None
+
+
+class RunOutcome(BaseModel):
+    """The fields every run result has, in-process (:class:`AgentResult`) or distributed
+    (:class:`~tether.runs.contract.RunResult`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_id: str
+    session_id: str | None
+    tenant: str
+    status: RunStatus
+    output: str | None = None
+    steps: int = 0
+    usage: Usage = Usage()
+    first_seq: int = 0
+    last_seq: int = 0
+
+
+class AgentResult(RunOutcome):
+    """What :meth:`AgentSession.run` returns."""
+
+    output: str | None
+    steps: int
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_results: tuple[ToolResultRecord, ...] = ()

@@ -1,0 +1,64 @@
+"""The snapshot-store seam: versioned session heads with compare-and-set writes.
+
+Implementations live in :mod:`tether.persistence.stores` (``memory``, ``local`` directory, ``s3``)
+and all
+pass ``tests/test_store_contract.py``. Versions are opaque strings (an S3 ETag, a counter...).
+A loaded head never contains the whole event history; see
+:class:`tether.core.snapshot.SessionSnapshot`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol, runtime_checkable
+
+from tether.core.snapshot import SessionSnapshot
+
+
+class StoredSnapshot(NamedTuple):
+    """A snapshot with the version it was stored under."""
+
+    snapshot: SessionSnapshot
+    version: str
+
+
+@runtime_checkable
+class SnapshotStore(Protocol):
+    """Versioned storage of session heads, scoped by tenant."""
+
+    def load(self, tenant: str, session_id: str) -> StoredSnapshot | None:
+        """The head and its version, or None when the session does not exist.
+
+        Raises:
+            InvalidId: a malformed tenant or session id (before any I/O).
+            SnapshotCorrupt: the stored bytes fail their checksum or do not parse.
+            UnsupportedSchemaVersion: the head was written by an unknown format version.
+        """
+
+    def save(self, snapshot: SessionSnapshot, expected_version: str | None) -> str:
+        """Write the head if the stored version equals ``expected_version``; return the new one.
+
+        ``expected_version=None`` means the session must not exist yet.
+
+        Raises:
+            VersionConflict: the stored version differs; nothing was written.
+        """
+
+    def delete(self, tenant: str, session_id: str) -> bool:
+        """Delete the head; True when something was deleted."""
+
+    def list_session_ids(
+        self, tenant: str, *, after: str | None = None, limit: int = 1000
+    ) -> list[str]:
+        """Session ids of ``tenant``, ascending, greater than ``after``, at most ``limit``."""
+
+
+def iter_session_ids(store: SnapshotStore, tenant: str, *, page_size: int = 1000) -> list[str]:
+    """Every session id of ``tenant``, walking the pages."""
+    out: list[str] = []
+    after: str | None = None
+    while True:
+        page = store.list_session_ids(tenant, after=after, limit=page_size)
+        out.extend(page)
+        if len(page) < page_size:
+            return out
+        after = page[-1]

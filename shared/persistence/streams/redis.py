@@ -1,0 +1,300 @@
+"""Event stream on Redis Streams: one stream per session, fenced appends in one Lua script.
+
+Layout (see :mod:`tether.keys`): the stream ``<p>:{t/s}:events`` holds one entry per appended
+event with fields ``seq``, ``fence`` and ``event`` (JSON from
+:func:`tether.persistence.codec.dumps_event`);
+the hash ``<p>:{t/s}:meta`` holds ``last_seq`` and ``last_fence``; the fence counter
+``<p>:{t/s}:fence`` is the one :class:`~tether.runs.leases.redis.RedisLeaseManager` INCRs per grant.
+
+``append`` is a single ``EVALSHA`` of :data:`APPEND_SCRIPT` (Redis 6.2 compatible; no functions),
+so the fence check, the sequence rules, every ``XADD`` and the meta update are atomic, and a
+whole batch costs one round trip. Reads walk the stream backwards (``XREVRANGE``) to build the
+view described in :mod:`tether.persistence.streams._common`. ``tail`` catches up the same way and
+then
+``XREAD BLOCK``s from the newest entry ID it has seen, so a consumer that resumes with its last
+seq gets no gaps and no duplicates.
+
+Trims drop a prefix of the log: ``max_len`` with ``XTRIM MAXLEN``; ``min_seq`` with ``XTRIM
+MINID`` at the entry ID of the first visible event whose ``seq >= min_seq`` (entries are appended
+in seq order within a fence, and rewinds only add later entries, so everything before that ID
+is either older events or superseded ones).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any, cast
+
+import redis
+
+from tether.core.events import AgentEvent
+from tether.errors import ConfigurationError
+from tether.keys import RedisKeys
+from tether.persistence.codec import dumps_event, loads_event
+from tether.persistence.redis_conn import describe_client, max_block_ms, translate_errors
+from tether.persistence.streams._common import (
+    Entry,
+    TailCursor,
+    fence_not_granted,
+    fenced_out,
+    sequence_gap,
+    tail_catch_up,
+    validate_batch,
+    validate_fence,
+    validate_max_len,
+    validate_read_args,
+    validate_session,
+    validate_tail_args,
+    validate_trim_args,
+    view_suffix,
+)
+
+_RedisEntry = Entry[bytes, bytes]
+
+#: KEYS: stream, meta, fence counter. ARGV: fence, max_len (0 = unbounded), then seq/json pairs
+#: (seqs contiguous and ascending, checked by the caller). Returns {status, a, b}:
+#: {0, last_seq, written} | {1, current_fence, 0} (fenced out) | {2, last_seq, 0} (gap) |
+#: {3, current_fence, 0} (a fence newer than any grant: forged, refused).
+APPEND_SCRIPT = """
+local fence = tonumber(ARGV[1])
+local current = tonumber(redis.call('GET', KEYS[3]) or '0')
+local meta = redis.call('HMGET', KEYS[2], 'last_seq', 'last_fence')
+local last_fence = tonumber(meta[2] or '0')
+if fence < current or fence < last_fence then
+  return {1, math.max(current, last_fence), 0}
+end
+if current > 0 and fence > current then
+  return {3, current, 0}
+end
+local n = (#ARGV - 2) / 2
+local last_seq = 0
+if meta[1] then last_seq = tonumber(meta[1]) end
+if n == 0 then return {0, last_seq, 0} end
+local first = tonumber(ARGV[3])
+local skip = 0
+if meta[1] then
+  if first > last_seq + 1 then return {2, last_seq, 0} end
+  if fence == last_fence then
+    skip = math.min(n, last_seq + 1 - first)
+  end
+end
+if skip >= n then return {0, last_seq, 0} end
+local max_len = tonumber(ARGV[2])
+for i = skip + 1, n do
+  local seq = ARGV[1 + 2 * i]
+  local body = ARGV[2 + 2 * i]
+  if max_len > 0 then
+    redis.call('XADD', KEYS[1], 'MAXLEN', '~', max_len, '*',
+               'seq', seq, 'fence', ARGV[1], 'event', body)
+  else
+    redis.call('XADD', KEYS[1], '*', 'seq', seq, 'fence', ARGV[1], 'event', body)
+  end
+end
+local new_last = ARGV[2 * n + 1]
+redis.call('HSET', KEYS[2], 'last_seq', new_last, 'last_fence', ARGV[1])
+return {0, tonumber(new_last), n - skip}
+"""
+
+_PAGE = 512
+
+
+def _parse(entry_id: bytes, fields: dict[bytes, bytes]) -> _RedisEntry:
+    return Entry(entry_id, int(fields[b"seq"]), int(fields[b"fence"]), fields[b"event"])
+
+
+def _next_id(entry_id: bytes) -> bytes:
+    """The smallest stream ID greater than ``entry_id``."""
+    ms, _, seq = entry_id.partition(b"-")
+    return ms + b"-" + str(int(seq or b"0") + 1).encode()
+
+
+class RedisEventStream:
+    """The :class:`~tether.persistence.streams.base.EventStream` on Redis.
+
+    Args:
+        client: a bytes client, e.g. from :func:`tether.persistence.redis_conn.redis_from_url`.
+        keys: the key schema (namespace); default prefix ``tether``.
+        max_len: approximate per-session retention applied on every append (``XADD MAXLEN ~``);
+            None keeps everything until :meth:`trim`.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        keys: RedisKeys | None = None,
+        max_len: int | None = None,
+    ) -> None:
+        validate_max_len(max_len)
+        self._client = client
+        self._keys = keys or RedisKeys()
+        self._max_len = max_len
+        self._where = describe_client(client)
+        self._append_script = client.register_script(APPEND_SCRIPT)
+        self._max_block_ms = max_block_ms(client)
+
+    def __repr__(self) -> str:
+        return f"RedisEventStream({self._where}, {self._keys!r})"
+
+    def append(
+        self, tenant: str, session_id: str, events: Sequence[AgentEvent], fence: int
+    ) -> int:
+        """Append ``events`` under ``fence`` in one script call; return the last seq afterwards.
+
+        Raises:
+            FencedOut: ``fence`` is older than the session's current fence; nothing written.
+            ConflictError: the batch would leave a gap; nothing written.
+            InvalidInput: the batch is malformed.
+            StreamUnavailable: Redis cannot be reached.
+        """
+        validate_batch(tenant, session_id, events)
+        validate_fence(fence)
+        keys = self._keys.session(tenant, session_id)
+        args: list[str | int] = [fence, self._max_len or 0]
+        for ev in events:
+            args.append(ev.seq)
+            args.append(dumps_event(ev))
+        with translate_errors(self._where):
+            raw = self._append_script(keys=[keys.events, keys.meta, keys.fence], args=args)
+        status, value, _written = (int(x) for x in cast(list[Any], raw))
+        if status == 1:
+            raise fenced_out(tenant, session_id, fence, value)
+        if status == 3:
+            raise fence_not_granted(tenant, session_id, fence, value)
+        if status == 2:
+            raise sequence_gap(tenant, session_id, events[0].seq, value)
+        return value
+
+    def _newest_first(self, key: str) -> Iterator[_RedisEntry]:
+        """Entries of ``key`` from the newest, fetched page by page as the caller iterates."""
+        end: bytes = b"+"
+        while True:
+            with translate_errors(self._where):
+                page = cast(
+                    "list[tuple[bytes, dict[bytes, bytes]]] | None",
+                    self._client.xrevrange(key, max=end, min="-", count=_PAGE),
+                )
+            for entry_id, fields in page or []:
+                yield _parse(entry_id, fields)
+            if not page or len(page) < _PAGE:
+                return
+            end = b"(" + page[-1][0]
+
+    def _decode(self, key: str, entry: _RedisEntry) -> AgentEvent:
+        return loads_event(entry.data, where=f"redis stream {key} entry {entry.entry_id!r}")
+
+    def read(
+        self, tenant: str, session_id: str, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[AgentEvent]:
+        """Visible events with ``seq > after_seq``, ascending, at most ``limit``.
+
+        Walks back from the newest entry only until ``after_seq``; a full read scans the stream.
+        """
+        validate_session(tenant, session_id)
+        validate_read_args(after_seq, limit)
+        key = self._keys.events(tenant, session_id)
+        kept, _top = view_suffix(self._newest_first(key), after_seq)
+        if limit is not None:
+            kept = kept[:limit]
+        return [self._decode(key, e) for e in kept]
+
+    def tail(
+        self,
+        tenant: str,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        block_ms: int = 1000,
+        idle_timeout_s: float | None = None,
+    ) -> Iterator[AgentEvent]:
+        """Yield events after ``after_seq`` as they arrive; see :class:`TailCursor` for rewinds.
+
+        Each wait is one ``XREAD BLOCK`` of at most ``block_ms`` (it must stay below the client's
+        socket timeout). Stops once nothing arrived for ``idle_timeout_s`` (None: never). A
+        connection failure raises :class:`StreamUnavailable`; call ``tail`` again with the last
+        seq received to resume.
+
+        Raises:
+            ConfigurationError: ``block_ms`` is not below the client's socket timeout.
+        """
+        validate_session(tenant, session_id)
+        validate_tail_args(after_seq, block_ms, idle_timeout_s)
+        if self._max_block_ms is not None and block_ms > self._max_block_ms:
+            raise ConfigurationError(
+                f"block_ms={block_ms} is too close to the Redis socket timeout of {self._where}; "
+                f"use block_ms <= {self._max_block_ms} or raise socket_timeout"
+            )
+        return self._tail(tenant, session_id, after_seq, block_ms, idle_timeout_s)
+
+    def _tail(
+        self,
+        tenant: str,
+        session_id: str,
+        after_seq: int,
+        block_ms: int,
+        idle_timeout_s: float | None,
+    ) -> Iterator[AgentEvent]:
+        key = self._keys.events(tenant, session_id)
+        kept, top, start_seq = tail_catch_up(self._newest_first(key), after_seq)
+        cursor = TailCursor(start_seq, top)
+        last_id: bytes = b"0-0" if top is None else top.entry_id
+        for entry in kept:
+            if cursor.accept(entry):
+                yield self._decode(key, entry)
+        idle_since = time.monotonic()
+        while True:
+            wait_ms = block_ms
+            if idle_timeout_s is not None:
+                remaining_ms = int((idle_timeout_s - (time.monotonic() - idle_since)) * 1000)
+                if remaining_ms <= 0:
+                    return
+                wait_ms = min(wait_ms, remaining_ms)  # >= 1: BLOCK 0 would mean forever
+            with translate_errors(self._where):
+                resp = self._client.xread({key: last_id}, count=_PAGE, block=wait_ms)
+            new = self._entries_of(resp, key)
+            if not new:
+                continue
+            for entry in new:
+                last_id = entry.entry_id
+                if cursor.accept(entry):
+                    yield self._decode(key, entry)
+            idle_since = time.monotonic()
+
+    @staticmethod
+    def _entries_of(resp: Any, key: str) -> list[_RedisEntry]:
+        """The entries of ``key`` in an XREAD reply (RESP2 list or RESP3 dict)."""
+        if not resp:
+            return []
+        if isinstance(resp, dict):
+            raw = resp.get(key.encode()) or resp.get(key) or []
+            entries = raw[0] if raw and isinstance(raw[0], list) else raw
+        else:
+            entries = next((e for k, e in resp if k in (key, key.encode())), [])
+        return [_parse(entry_id, fields) for entry_id, fields in entries]
+
+    def trim(
+        self,
+        tenant: str,
+        session_id: str,
+        *,
+        max_len: int | None = None,
+        min_seq: int | None = None,
+    ) -> int:
+        """Drop the oldest entries: keep at most ``max_len`` and those from the first visible
+        event with ``seq >= min_seq`` on; return how many entries were dropped (exact)."""
+        validate_session(tenant, session_id)
+        validate_trim_args(max_len, min_seq)
+        key = self._keys.events(tenant, session_id)
+        dropped = 0
+        if min_seq is not None:
+            kept, top = view_suffix(self._newest_first(key), min_seq - 1)
+            if top is not None:
+                # Nothing visible at or above min_seq: drop everything up to the newest entry.
+                min_id = kept[0].entry_id if kept else _next_id(top.entry_id)
+                with translate_errors(self._where):
+                    dropped += int(self._client.xtrim(key, minid=min_id, approximate=False))
+        if max_len is not None:
+            with translate_errors(self._where):
+                dropped += int(self._client.xtrim(key, maxlen=max_len, approximate=False))
+        return dropped

@@ -1,0 +1,223 @@
+"""The commit of one run, in named steps.
+
+A run's events reach the live stream while it runs (fenced by the lease, see
+:class:`StreamPublisher`); its commit then takes these steps, in this order:
+
+1. ``stream_flush``: append the events still buffered to the stream (fenced).
+2. ``fence_check``: the lease is still ours and the stream accepted every event; else abort
+   (the next holder retries the run from the last committed head).
+3. ``head_put``: write the session head with compare-and-set on its version. **The commit
+   point**: before it nothing of the run is committed, after it all of it is.
+4. ``archive_segment``: when the head's outbox is full (a batch), write it to the archive as one
+   immutable segment. Not every commit writes one.
+5. ``archive_hint``: remember how far the archive goes (a lossy optimisation).
+6. ``finish``: record the run's result, pop it from the session queue, announce completion.
+
+The drain then takes ``lease_release`` when the queue is empty. A crash between any two steps is
+recovered by the next lease holder: before ``head_put`` it reruns the request from the previous
+head (the dead attempt's stream events are superseded by a higher fence); after it, the request
+id is in the head's applied set, so the run is finished as recorded without running again.
+
+A *probe* (:func:`install_probe`) is called before and after every step; tests use it to stop a
+worker at each step and check that recovery gives exactly-once effect.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+from tether.core.events import AgentEvent, EventType
+from tether.errors import ConflictError, TetherError
+from tether.persistence.archives.base import EventArchive
+from tether.persistence.saving import (
+    ARCHIVE_BATCH_EVENTS,
+    ArchiveHint,
+    archive_outbox,
+    put_head,
+)
+from tether.persistence.stores.base import SnapshotStore
+from tether.persistence.streams.base import EventStream
+from tether.runs.contract import RunResult
+from tether.runs.leases.base import Lease
+from tether.runs.queue.base import SessionQueue
+from tether.runtime.session import AgentSession
+
+log = logging.getLogger(__name__)
+
+
+class CommitStep(StrEnum):
+    """The named steps of a commit, in order (``lease_release`` is the drain's last)."""
+
+    STREAM_FLUSH = "stream_flush"
+    FENCE_CHECK = "fence_check"
+    HEAD_PUT = "head_put"
+    ARCHIVE_SEGMENT = "archive_segment"
+    ARCHIVE_HINT = "archive_hint"
+    FINISH = "finish"
+    LEASE_RELEASE = "lease_release"
+
+
+Phase = Literal["before", "after"]
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """Where a probe is called: the step, its phase, and whose run."""
+
+    step: CommitStep
+    phase: Phase
+    worker_id: str
+    tenant: str
+    session_id: str
+    run_id: str | None
+
+
+Probe = Callable[[StepContext], None]
+_probes: list[Probe] = []
+_probes_lock = threading.Lock()
+
+
+def install_probe(probe: Probe) -> Callable[[], None]:
+    """Call ``probe`` around every commit step of this process; returns its uninstaller."""
+    with _probes_lock:
+        _probes.append(probe)
+
+    def uninstall() -> None:
+        with _probes_lock:
+            if probe in _probes:
+                _probes.remove(probe)
+
+    return uninstall
+
+
+def probe(ctx: StepContext) -> None:
+    """Call the installed probes (none in production)."""
+    for installed in tuple(_probes):
+        installed(ctx)
+
+
+#: Flush buffered events to the stream before anything that may block (FINAL_OUTPUT is always
+#: followed at once by STEP_END, which flushes both).
+_FLUSH_ON = frozenset(
+    {EventType.MODEL_REQUEST, EventType.TOOL_CALL, EventType.STEP_END, EventType.ERROR}
+)
+
+
+class StreamPublisher:
+    """A session listener that appends its events to the live stream under the lease's fence."""
+
+    def __init__(self, stream: EventStream, lease: Lease) -> None:
+        self._stream = stream
+        self._lease = lease
+        self._buffer: list[AgentEvent] = []
+        self.failed: TetherError | None = None
+
+    def __call__(self, event: AgentEvent) -> None:
+        self._buffer.append(event)
+        if event.type in _FLUSH_ON:
+            self.flush()
+
+    def flush(self) -> None:
+        """Append buffered events; remember (not raise) a failure so the run can stop cleanly."""
+        if not self._buffer or self.failed is not None:
+            return
+        batch, self._buffer = self._buffer, []
+        try:
+            self._stream.append(
+                self._lease.tenant, self._lease.session_id, batch, self._lease.fence
+            )
+        except TetherError as exc:
+            log.warning("stream append failed for %s: %s", self._lease.session_id, exc)
+            self.failed = exc
+
+
+@dataclass(frozen=True)
+class CommitTarget:
+    """The backends one commit writes to."""
+
+    store: SnapshotStore
+    archive: EventArchive | None
+    hint: ArchiveHint | None
+    queue: SessionQueue
+    worker_id: str
+    archive_batch_events: int = ARCHIVE_BATCH_EVENTS
+
+
+class Commit:
+    """Runs the steps of one commit, calling the probes around each."""
+
+    def __init__(self, target: CommitTarget, lease: Lease, run_id: str | None) -> None:
+        self._target = target
+        self._lease = lease
+        self._run_id = run_id
+
+    def _step(self, step: CommitStep, phase: Phase) -> None:
+        probe(
+            StepContext(
+                step=step,
+                phase=phase,
+                worker_id=self._target.worker_id,
+                tenant=self._lease.tenant,
+                session_id=self._lease.session_id,
+                run_id=self._run_id,
+            )
+        )
+
+    def run(
+        self,
+        session: AgentSession,
+        publisher: StreamPublisher,
+        lease_lost: Callable[[], bool],
+        result: RunResult,
+    ) -> None:
+        """Commit ``session`` (the run applied) and finish ``result``.
+
+        Raises:
+            ConflictError: the lease or the stream was lost; nothing was committed.
+            VersionConflict: another writer saved the head first; nothing was committed.
+        """
+        t = self._target
+        self._step(CommitStep.STREAM_FLUSH, "before")
+        publisher.flush()
+        self._step(CommitStep.STREAM_FLUSH, "after")
+        self._step(CommitStep.FENCE_CHECK, "before")
+        if publisher.failed is not None or lease_lost():
+            raise ConflictError(
+                f"lease or stream of {self._lease.tenant}/{self._lease.session_id} lost before "
+                f"committing run {self._run_id}; the next lease holder retries it"
+            )
+        self._step(CommitStep.FENCE_CHECK, "after")
+        self._step(CommitStep.HEAD_PUT, "before")
+        outbox = put_head(
+            session, t.store, t.archive, archive_batch_events=t.archive_batch_events, hint=t.hint
+        )
+        self._step(CommitStep.HEAD_PUT, "after")
+        if outbox:
+            assert t.archive is not None
+            self._step(CommitStep.ARCHIVE_SEGMENT, "before")
+            archive_outbox(session, t.archive, outbox)
+            self._step(CommitStep.ARCHIVE_SEGMENT, "after")
+            if t.hint is not None:
+                self._step(CommitStep.ARCHIVE_HINT, "before")
+                t.hint.record(session.tenant, session.session_id, outbox[-1].seq)
+                self._step(CommitStep.ARCHIVE_HINT, "after")
+        session.prune_events(session.archived_seq)
+        self.finish(result)
+
+    def finish(self, result: RunResult) -> None:
+        """The ``finish`` step alone (also for runs that end without a commit)."""
+        self._step(CommitStep.FINISH, "before")
+        self._target.queue.finish(result)
+        self._step(CommitStep.FINISH, "after")
+
+    def release(self, release: Callable[[], object]) -> object:
+        """The ``lease_release`` step around ``release``."""
+        self._step(CommitStep.LEASE_RELEASE, "before")
+        outcome = release()
+        self._step(CommitStep.LEASE_RELEASE, "after")
+        return outcome

@@ -1,0 +1,245 @@
+"""The wire contract between producers and workers: names, queues, requests, results, keys.
+
+Producers and workers import this module, never each other. It holds the Celery task names and
+the default queue, the run request a producer enqueues and the run result it gets back (versioned
+JSON documents validated with pydantic at every edge), and the Redis key layout
+(:class:`~tether.keys.RedisKeys`). None of these names change between releases without a
+migration: sessions and queued runs written by 0.1 are read by this version.
+
+Schema versions (field ``v``):
+- 1: initial format.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from typing import Any, Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from tether.core.events import now_ms
+from tether.core.results import RunOutcome, RunStatus
+from tether.errors import InputTooLarge, InvalidInput, TetherError, error_from_record
+from tether.ids import validate_id, validate_tenant
+from tether.keys import RedisKeys
+
+#: The Celery task that carries one :class:`RunRequest` (its only keyword argument: ``request``).
+RUN_TASK = "tether.run"
+#: The Celery task that asks a worker to drain one session's queue (``tenant``, ``session_id``).
+DRAIN_TASK = "tether.drain"
+#: The broker queue producers send to and workers consume when none is configured.
+DEFAULT_QUEUE = "tether"
+
+RUN_SCHEMA_VERSION = 1
+MAX_METADATA_BYTES = 16_384
+#: Deeper metadata is refused: stored in the session head, it must stay serialisable and
+#: readable with room to spare (pydantic stops at about 250 levels).
+MAX_METADATA_DEPTH = 32
+#: Validation messages name at most this many invalid fields, each location shortened.
+_MAX_PROBLEMS = 5
+TERMINAL_STATUSES = frozenset(
+    {
+        RunStatus.COMPLETED,
+        RunStatus.WAITING,
+        RunStatus.CONTINUATION_REQUIRED,
+        RunStatus.FAILED,
+        RunStatus.CANCELLED,
+    }
+)
+
+
+class BusyPolicy(StrEnum):
+    """What to do when the session is already running or has queued runs."""
+
+    ENQUEUE = "enqueue"
+    REJECT = "reject"
+
+
+class RunRequest(BaseModel):
+    """One request to run an agent on a session."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
+
+    v: Literal[1] = 1
+    run_id: str
+    request_id: str
+    tenant: str = "default"
+    session_id: str
+    agent: str = Field(min_length=1, max_length=128)
+    input: str | None
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    timeout_s: float | None = Field(default=None, gt=0, le=86_400, strict=True)
+    on_busy: BusyPolicy = BusyPolicy.ENQUEUE
+    submitted_at_ms: int = Field(default_factory=now_ms, ge=0, le=2**53, strict=True)
+
+    @pydantic.field_validator("run_id", "request_id", "session_id")
+    @classmethod
+    def _ids(cls, value: str, info: pydantic.ValidationInfo) -> str:
+        return validate_id(value, kind=(info.field_name or "id").replace("_", " "))
+
+    @pydantic.field_validator("tenant")
+    @classmethod
+    def _tenant(cls, value: str) -> str:
+        return validate_tenant(value)
+
+    @pydantic.field_validator("input", "agent")
+    @classmethod
+    def _text(cls, value: str | None, info: pydantic.ValidationInfo) -> str | None:
+        if value is not None:
+            check_text(value, info.field_name or "text")
+        return value
+
+    @pydantic.field_validator("metadata")
+    @classmethod
+    def _metadata_size(cls, value: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        check_json_tree(value, "metadata")
+        try:
+            size = len(json.dumps(value, allow_nan=False))
+        except ValueError as exc:  # NaN or infinity: JSON has no such numbers
+            raise ValueError(f"metadata holds a number JSON cannot represent ({exc})") from exc
+        if size > MAX_METADATA_BYTES:
+            raise ValueError(f"metadata is larger than {MAX_METADATA_BYTES} bytes of JSON")
+        return value
+
+    def check_input_size(self, max_input_bytes: int) -> None:
+        """Raise :class:`InputTooLarge` when the input exceeds the configured limit."""
+        size = len((self.input or "").encode("utf-8", "surrogatepass"))
+        if size > max_input_bytes:
+            raise InputTooLarge(
+                f"run {self.run_id!r}: input is {size} bytes, over the limit of {max_input_bytes}; "
+                "send large material by reference or raise TETHER_MAX_INPUT_BYTES"
+            )
+
+
+def describe_request(request: RunRequest) -> str:
+    """What Flower, ``celery inspect active`` and logs show for a run message: the run, its
+    session, tenant and agent; never the input (it may be large or private)."""
+    return (
+        f"{{'request': <{request.run_id} on {request.tenant}/{request.session_id} "
+        f"agent={request.agent}>}}"
+    )
+
+
+def describe_drain(tenant: str, session_id: str, run_id: str | None) -> str:
+    """What Celery's tools show for a drain message: the session and the run it will apply."""
+    head = f" next={run_id}" if run_id else ""
+    return f"{{'session': <{tenant}/{session_id}{head}>}}"
+
+
+def parse_request(doc: Any) -> RunRequest:
+    """Validate an untrusted request document.
+
+    Raises:
+        InvalidInput: naming every invalid field.
+    """
+    try:
+        return RunRequest.model_validate(doc)
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(
+            f"{_where(e['loc'])}: {e['msg'][:300]}" for e in exc.errors()[:_MAX_PROBLEMS]
+        )
+        raise InvalidInput(f"invalid run request: {problems}") from exc
+    except TetherError as exc:
+        raise InvalidInput(f"invalid run request: {exc}") from exc
+
+
+def _where(loc: tuple[int | str, ...]) -> str:
+    """A field location for a message (a deep one is shortened, every part made printable)."""
+    parts = [ascii(p)[1:-1] if isinstance(p, str) else str(p) for p in loc]
+    if len(parts) > 6:
+        parts = [*parts[:3], "...", *parts[-2:]]
+    return ".".join(p[:40] for p in parts) or "request"
+
+
+def check_text(value: str, what: str) -> None:
+    """Refuse text that is not encodable as UTF-8 (lone surrogates from a JSON ``\\ud800``).
+
+    Raises:
+        ValueError: naming ``what`` and the position.
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{what} is not valid Unicode text (lone surrogate at position {exc.start}); "
+            "send UTF-8 text"
+        ) from None
+
+
+def check_json_tree(value: Any, what: str, depth: int = 0) -> None:
+    """Refuse JSON values nested deeper than :data:`MAX_METADATA_DEPTH` or with invalid text.
+
+    Raises:
+        ValueError: naming ``what``.
+    """
+    if depth > MAX_METADATA_DEPTH:
+        raise ValueError(f"{what} is nested deeper than {MAX_METADATA_DEPTH} levels")
+    if isinstance(value, str):
+        check_text(value, what)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_text(str(key), f"{what} key")
+            check_json_tree(item, what, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            check_json_tree(item, what, depth + 1)
+
+
+class RunResult(RunOutcome):
+    """The recorded outcome of a distributed run."""
+
+    v: Literal[1] = 1
+    request_id: str
+    session_id: str
+    error_type: str | None = None
+    error_message: str | None = None
+    duplicate: bool = False
+    attempts: int = 0
+    queue_ms: int = 0
+    run_ms: int = 0
+    worker: str | None = None
+
+    @classmethod
+    def failure(
+        cls, request: RunRequest, status: RunStatus, error_type: str, message: str, **extra: Any
+    ) -> RunResult:
+        """The result of a run that failed or was cancelled without output (built only here)."""
+        return cls(
+            run_id=request.run_id,
+            request_id=request.request_id,
+            session_id=request.session_id,
+            tenant=request.tenant,
+            status=status,
+            error_type=error_type,
+            error_message=message,
+            **extra,
+        )
+
+    @property
+    def ok(self) -> bool:
+        """True unless the run failed or was cancelled."""
+        return self.status not in (RunStatus.FAILED, RunStatus.CANCELLED)
+
+    def error(self) -> TetherError | None:
+        """The recorded error as an exception of its original class (None when ok)."""
+        if self.error_type is None:
+            return None
+        exc = error_from_record(self.error_type, self.error_message or "")
+        exc.result = self  # type: ignore[attr-defined]
+        return exc
+
+
+__all__ = [
+    "DEFAULT_QUEUE",
+    "DRAIN_TASK",
+    "RUN_TASK",
+    "BusyPolicy",
+    "RedisKeys",
+    "RunRequest",
+    "RunResult",
+    "describe_drain",
+    "describe_request",
+    "parse_request",
+]

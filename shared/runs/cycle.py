@@ -1,0 +1,287 @@
+"""The restore → run → save cycle, applied to one session's queue under its lease.
+
+:func:`drain` takes the session lease (fencing token included), then applies the session's
+queued runs in order. For each run it loads the snapshot head (once per lease; later runs reuse
+the session it already holds), finishes a request id the head already applied without running it
+again, runs the agent while publishing events to the stream (fenced), then commits in the named
+steps of :mod:`tether.runs.commit`. Any failure before the head write leaves the run queued for
+another attempt; a zombie worker (lease lost) fails the head's compare-and-set and the stream's
+fence, so it cannot overwrite newer state.
+
+The cycle takes only seams (:class:`~tether.runs.runtime.Runtime`): it runs the same in a
+Celery worker and in-process in tests.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from enum import Enum
+
+from tether.core.events import EventType, now_ms
+from tether.core.results import RunStatus
+from tether.core.snapshot import MAX_APPLIED_RECORDS, RunRecord
+from tether.errors import (
+    ConflictError,
+    DataError,
+    InfrastructureError,
+    RetriesExhausted,
+    RunCancelled,
+    TetherError,
+    UnknownAgent,
+)
+from tether.runs.commit import Commit, CommitTarget, StreamPublisher
+from tether.runs.contract import RunRequest, RunResult
+from tether.runs.lease_keeper import LeaseKeeper
+from tether.runs.leases.base import Lease
+from tether.runs.queue.base import IdleRelease, RunView
+from tether.runs.records import (
+    applied_record,
+    redacted,
+    result_from_record,
+    rolled_back_record,
+)
+from tether.runs.runtime import Runtime
+from tether.runtime.agent import Agent
+from tether.runtime.session import AgentSession
+
+log = logging.getLogger(__name__)
+
+#: Stop taking new runs from one session after this long, so one busy session cannot hold a
+#: worker forever; the rest of its queue is handed to a fresh drain task.
+DRAIN_BUDGET_S = 30.0
+
+
+class Outcome(Enum):
+    """How applying one queued run ended."""
+
+    DONE = "done"
+    ABORT = "abort"
+    HANDOVER = "handover"
+
+
+@dataclass
+class _Drain:
+    """One drain's state: its lease, and the session it holds between runs."""
+
+    rt: Runtime
+    lease: Lease
+    keeper: LeaseKeeper
+    publisher: StreamPublisher
+    target: CommitTarget
+    session: AgentSession | None = None
+    agent_name: str | None = None
+    loaded: bool = False
+    processed: int = 0
+
+    def commit(self, run_id: str | None) -> Commit:
+        return Commit(self.target, self.lease, run_id)
+
+
+def drain(rt: Runtime, tenant: str, session_id: str) -> int:
+    """Apply the session's queued runs; return how many were finished (0 when the lease is busy)."""
+    ttl_ms = rt.settings.lease_ttl_ms
+    lease = rt.leases.acquire(tenant, session_id, rt.worker_id, ttl_ms)
+    if lease is None:
+        return 0
+    keeper = LeaseKeeper(rt.leases, lease, ttl_ms).start()
+    target = CommitTarget(
+        rt.store, rt.archive, rt.archive_hint, rt.runs, rt.worker_id, rt.archive_batch_events
+    )
+    d = _Drain(rt, lease, keeper, StreamPublisher(rt.stream, lease), target)
+    released = hand_over = False
+    try:
+        released, hand_over = _drain_queue(d)
+    finally:
+        keeper.stop()
+        if not released:
+            try:
+                rt.leases.release(lease)
+            except TetherError as exc:  # it expires by itself; recovery does not depend on this
+                log.warning("could not release lease of %s/%s: %s", tenant, session_id, exc)
+    if hand_over:  # only once the lease is free, or the next drain would find it held
+        rt.wake(tenant, session_id)
+    return d.processed
+
+
+def _drain_queue(d: _Drain) -> tuple[bool, bool]:
+    """Apply queued runs until the queue is empty; return (lease released, hand over)."""
+    rt, lease = d.rt, d.lease
+    started = time.monotonic()
+    while not d.keeper.lost:
+        run_id = rt.runs.head(lease.tenant, lease.session_id)
+        if run_id is None:
+            if d.commit(None).release(lambda: rt.runs.release_if_idle(lease)) != IdleRelease.BUSY:
+                return True, False  # released, or lost: either way not ours to release
+            continue
+        if time.monotonic() - started > DRAIN_BUDGET_S:
+            return False, True
+        outcome = _apply_one(d, run_id)
+        if outcome is not Outcome.DONE:
+            return False, outcome is Outcome.HANDOVER
+        d.processed += 1
+    return False, False
+
+
+def _apply_one(d: _Drain, run_id: str) -> Outcome:
+    rt = d.rt
+    view = rt.runs.get(run_id)
+    if view is None or view.request is None:
+        log.warning("dropping queued run %s without a record", run_id)
+        rt.runs.drop(d.lease.tenant, d.lease.session_id, run_id)
+        return Outcome.DONE
+    if view.result is not None:  # finished before a crash popped it
+        d.commit(run_id).finish(view.result)
+        return Outcome.DONE
+    request = view.request
+    if view.retry_at_ms > now_ms():
+        # an infrastructure failure a moment ago: let the sweeper retry after the backoff rather
+        # than burn every attempt in a burst of drains (one per queued message of the session)
+        return Outcome.ABORT
+    try:
+        agent = rt.registry.get(request.agent)
+    except UnknownAgent as exc:
+        if view.queue and view.queue != rt.settings.queue:
+            # submitted to another queue, whose workers know this agent: hand the session over
+            log.info("run %s is for queue %s; handing the session over", run_id, view.queue)
+            return Outcome.HANDOVER
+        failed = RunResult.failure(request, RunStatus.FAILED, exc.error_type, str(exc))
+        d.commit(run_id).finish(failed)
+        return Outcome.DONE
+    attempts = rt.runs.begin(run_id, rt.worker_id)
+    if attempts is None:  # cancelled while queued: it never starts
+        cancelled = RunResult.failure(
+            request, RunStatus.CANCELLED, "RunCancelled", "cancelled before it started"
+        )
+        d.commit(run_id).finish(cancelled)
+        return Outcome.DONE
+    try:
+        return _attempt(d, view, request, agent, attempts)
+    except (InfrastructureError, ConflictError) as exc:
+        _abandon(d, run_id, attempts, exc)
+        return Outcome.ABORT
+
+
+def _abandon(d: _Drain, run_id: str, attempts: int, exc: TetherError) -> None:
+    """Forget the held session (it may be stale) and note why the attempt failed."""
+    log.warning("run %s attempt %d aborted, will retry: %s", run_id, attempts, exc)
+    d.session = None
+    d.loaded = False
+    backoff_ms = d.rt.settings.lease_ttl_ms if isinstance(exc, InfrastructureError) else 0
+    try:
+        d.rt.runs.note_failure(run_id, f"{exc.error_type}: {exc}", retry_after_ms=backoff_ms)
+    except TetherError as note_exc:  # Redis away too: the attempt is retried regardless
+        log.warning("could not record the failure of run %s: %s", run_id, note_exc)
+
+
+def _attempt(
+    d: _Drain, view: RunView, request: RunRequest, agent: Agent, attempts: int
+) -> Outcome:
+    commit = d.commit(request.run_id)
+    try:
+        session = _session_for(d, request, agent)
+    except DataError as exc:
+        # the stored head is unreadable (corrupt, or a schema version this build does not
+        # know): retrying cannot help and writing would destroy it, so fail the run, touch nothing
+        log.error("run %s failed: session head unreadable: %s", request.run_id, exc)
+        failed = RunResult.failure(
+            request, RunStatus.FAILED, exc.error_type, str(exc), attempts=attempts
+        )
+        commit.finish(failed)
+        return Outcome.DONE
+    # the head decides before the attempt budget does: a run that committed on its last
+    # allowed attempt, then lost its worker before finishing, is finished as committed
+    applied = session.find_applied(request.request_id)
+    if applied is not None:
+        commit.finish(result_from_record(request, applied, duplicate=True, attempts=attempts))
+        return Outcome.DONE
+    if attempts > d.rt.settings.max_attempts:
+        cause = f"; last error: {view.last_error}" if view.last_error else ""
+        message = (
+            f"run {request.run_id} was attempted {attempts - 1} times without committing{cause}; "
+            "see the worker logs, fix the cause and submit it again"
+        )
+        failed = RunResult.failure(request, RunStatus.FAILED, RetriesExhausted.__name__, message)
+        commit.finish(failed)
+        return Outcome.DONE
+    started_ms = now_ms()
+    record = _execute(d, session, request, agent)
+    result = result_from_record(
+        request,
+        record,
+        duplicate=False,
+        attempts=attempts,
+        queue_ms=max(0, started_ms - request.submitted_at_ms),
+        run_ms=now_ms() - started_ms,
+        worker=d.rt.worker_id,
+    )
+    commit.run(session, d.publisher, lambda: d.keeper.lost, result)
+    return Outcome.DONE
+
+
+def _execute(d: _Drain, session: AgentSession, request: RunRequest, agent: Agent) -> RunRecord:
+    """Run the agent on ``session``; the record of how it ended, applied to the session."""
+    first_seq = session.last_seq + 1
+    before = session.memory_snapshot(), session.last_compact
+    for key, value in request.metadata.items():
+        session.put_metadata(key, value)
+
+    def should_stop() -> bool:
+        return (
+            d.keeper.lost
+            or d.publisher.failed is not None
+            or d.rt.runs.cancel_requested(request.run_id)
+        )
+
+    timeout_s = min(request.timeout_s or d.rt.settings.max_run_s, d.rt.settings.max_run_s)
+    try:
+        result = session.run(
+            request.input, run_id=request.run_id, cancel_check=should_stop, timeout_s=timeout_s
+        )
+        record = applied_record(request, result, first_seq)
+    except RunCancelled as exc:
+        if d.keeper.lost or d.publisher.failed is not None:
+            raise ConflictError(f"lease or stream lost during run {request.run_id}") from exc
+        record = rolled_back_record(session, request, before, first_seq, RunStatus.CANCELLED, exc)
+    except (InfrastructureError, ConflictError):
+        raise
+    except Exception as exc:  # the agent failed: record it once, never retry
+        record = rolled_back_record(session, request, before, first_seq, RunStatus.FAILED, exc)
+    record = record.model_copy(update={"last_seq": session.last_seq, "finished_at_ms": now_ms()})
+    record = redacted(record, agent)
+    session.record_applied(record, keep=MAX_APPLIED_RECORDS)
+    return record
+
+
+def _adopt(d: _Drain, session: AgentSession, agent_name: str) -> AgentSession:
+    """Make ``session`` the held one, publishing from now on (its restore event included)."""
+    session.add_listener(d.publisher)
+    if session.events and session.events[-1].type is EventType.SESSION_RESTORED:
+        d.publisher(session.events[-1])
+    d.session, d.agent_name = session, agent_name
+    return session
+
+
+def _session_for(d: _Drain, request: RunRequest, agent: Agent) -> AgentSession:
+    """The session to run on: loaded once per lease, then kept between runs."""
+    if not d.loaded:
+        stored = d.rt.store.load(request.tenant, request.session_id)
+        d.loaded = True
+        if stored is None:
+            fresh = agent.new_session(request.session_id, tenant=request.tenant)
+            return _adopt(d, fresh, request.agent)
+        session = agent.session_from_snapshot(
+            stored.snapshot, version=stored.version, by_reference=True, copy=False
+        )
+        session.mark_archived(stored.snapshot.archived_seq)
+        return _adopt(d, session, request.agent)
+    previous = d.session
+    assert previous is not None
+    if d.agent_name == request.agent:
+        return previous
+    session = agent.session_from_snapshot(
+        previous.snapshot(), version=previous.version, by_reference=True
+    )
+    session.mark_archived(previous.archived_seq)
+    return _adopt(d, session, request.agent)

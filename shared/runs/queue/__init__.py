@@ -1,0 +1,1 @@
+"""Run queues: :class:`RunQueue` (the Protocol) with Redis and in-memory implementations."""

@@ -1,0 +1,194 @@
+"""The run-queue seam: run records, per-session FIFO queues, cancel flags, completions.
+
+A run request enters through :meth:`Submissions.submit_many` (idempotent per request id): it is
+indexed by ``(tenant, session, request_id)``, gets a run record, and its run id is appended to
+the session's queue. The worker holding the session's lease applies queued runs in queue order
+(:class:`SessionQueue`), so runs of one session apply in submission order; :meth:`finish` records
+the result, pops the run and announces it on the completion feed producers read
+(:class:`Completions`). :class:`Recovery` finds sessions whose worker died.
+
+Implementations: :class:`~tether.runs.queue.redis.RedisRunQueue` (production) and
+:class:`~tether.runs.queue.memory.InMemoryRunQueue` (tests, in-process cycles); both pass
+``tests/test_run_queue_contract.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from tether.runs.contract import RunRequest, RunResult
+from tether.runs.leases.base import Lease
+
+#: Completion feeds keep about this many newest entries.
+DONE_MAX_LEN = 100_000
+
+
+class SubmitState(StrEnum):
+    """What a submission did."""
+
+    QUEUED = "queued"
+    DUPLICATE = "duplicate"
+    """The request id was known: ``run_id`` is the run it created first."""
+    BUSY = "busy"
+    """``on_busy='reject'`` and the session had queued runs: nothing was queued."""
+    TAKEN = "taken"
+    """Another request already used this run id: nothing was queued."""
+
+
+class RunState(StrEnum):
+    """The status a run record holds while it is not finished (then: the result's status)."""
+
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+
+
+class IdleRelease(StrEnum):
+    """What :meth:`SessionQueue.release_if_idle` did."""
+
+    RELEASED = "released"
+    BUSY = "busy"
+    """Runs are queued: the lease is kept."""
+    LOST = "lost"
+    """The lease is no longer ours."""
+
+
+class CancelOutcome(StrEnum):
+    """What :meth:`Cancellation.request_cancel` did."""
+
+    CANCELLED = "cancelled"
+    """The run was queued: it will never start (``begin`` refuses it)."""
+    REQUESTED = "requested"
+    """The run is running: it stops at its next step boundary, unless it finishes first."""
+    FINISHED = "finished"
+    """The run already has a result: nothing changes."""
+    UNKNOWN = "unknown"
+    """No such run (or its record expired)."""
+
+
+@dataclass(frozen=True)
+class SubmitOutcome:
+    """What :meth:`Submissions.submit_many` did for one request."""
+
+    run_id: str
+    state: SubmitState
+
+
+@dataclass(frozen=True)
+class RunView:
+    """A run record."""
+
+    run_id: str
+    status: str
+    tenant: str
+    session_id: str
+    request_id: str
+    request: RunRequest | None
+    result: RunResult | None
+    submitted_at_ms: int
+    started_at_ms: int
+    last_error: str | None = None
+    retry_at_ms: int = 0
+    queue: str | None = None
+
+
+class Submissions(Protocol):
+    """The producer's side: submit runs and read their records."""
+
+    def submit_many(
+        self, requests: Sequence[RunRequest], *, queue: str | None = None
+    ) -> list[SubmitOutcome]:
+        """Register and queue each request unless its request id is known (idempotent).
+
+        ``queue`` names the broker queue whose workers serve the runs' agents: crash recovery
+        and hand-overs send the session's drain task there (None: the worker's own queue).
+        """
+
+    def record_rejected(self, result: RunResult) -> bool:
+        """Record a run that never entered a session queue (invalid, unknown agent, busy).
+
+        A run id that already has a record is never rewritten (a forged message reusing a
+        queued run's id cannot fail it): then nothing is recorded and False is returned.
+        """
+
+    def get(self, run_id: str) -> RunView | None:
+        """The run record, or None when unknown or expired."""
+
+    def peek_many(self, run_ids: Sequence[str]) -> dict[str, RunResult | None]:
+        """For each run id with a record: its result (None while unfinished), in one call.
+
+        Run ids without a record (unknown, expired, lost) are absent from the answer.
+        """
+
+
+class SessionQueue(Protocol):
+    """The worker's side, under the session's lease: claim, apply and finish runs in order."""
+
+    def head(self, tenant: str, session_id: str) -> str | None:
+        """The run id at the head of the session's queue."""
+
+    def begin(self, run_id: str, worker: str) -> int | None:
+        """Count one more attempt of the run and mark it running on ``worker``; the attempt
+        count, or None (nothing changed) when a cancel was requested before it started. One
+        atomic step with :meth:`Cancellation.request_cancel`, so a run reported ``CANCELLED``
+        never starts. Never creates a record for an unknown run."""
+
+    def note_failure(self, run_id: str, error: str, *, retry_after_ms: int = 0) -> None:
+        """Remember why an attempt failed (and not to retry it before ``retry_after_ms``)."""
+
+    def finish(self, result: RunResult) -> None:
+        """Record the result, pop the run from its session queue and announce its completion."""
+
+    def drop(self, tenant: str, session_id: str, run_id: str) -> None:
+        """Remove a run id from the session queue (an orphan without a record)."""
+
+    def release_if_idle(self, lease: Lease) -> IdleRelease:
+        """Release the lease only when the session queue is empty."""
+
+
+class Cancellation(Protocol):
+    """Cooperative cancel: a flag the running attempt checks at its step boundaries."""
+
+    def request_cancel(self, run_id: str) -> CancelOutcome:
+        """Ask the run to stop (see :class:`CancelOutcome`)."""
+
+    def cancel_requested(self, run_id: str) -> bool:
+        """True when someone asked the run to stop."""
+
+
+class Recovery(Protocol):
+    """Finding sessions whose worker died with runs queued."""
+
+    def pending_count(self, tenant: str, session_id: str) -> int:
+        """How many runs are queued for the session."""
+
+    def stale_sessions(self, idle_ms: int, limit: int = 100) -> list[tuple[str, str]]:
+        """Active sessions without progress for ``idle_ms`` (oldest first)."""
+
+    def claim_kick(self, tenant: str, session_id: str, ttl_ms: int) -> bool:
+        """Claim the right to re-enqueue the session for ``ttl_ms`` (one sweeper wins) and
+        record progress on it; False when another sweeper claimed it."""
+
+    def forget_if_idle(self, tenant: str, session_id: str) -> None:
+        """Drop the session from the active set when it has no queue and no lease."""
+
+
+class Completions(Protocol):
+    """The feed of finished runs that producers' listeners read."""
+
+    def done_last_id(self) -> bytes:
+        """The position of the newest completion (``0-0`` when none)."""
+
+    def read_done(self, after_id: bytes, block_ms: int) -> list[tuple[bytes, str]]:
+        """``(position, run_id)`` of completions after ``after_id`` (blocks up to ``block_ms``)."""
+
+
+class RunQueue(Submissions, SessionQueue, Cancellation, Recovery, Completions, Protocol):
+    """Everything distributed runs keep outside the session store, as one seam."""
+
+
+def submit(queue: Submissions, request: RunRequest, *, on: str | None = None) -> SubmitOutcome:
+    """Submit one request (see :meth:`Submissions.submit_many`)."""
+    return queue.submit_many([request], queue=on)[0]

@@ -1,0 +1,79 @@
+"""What a worker needs to execute runs: its seams (store, archive, stream, leases, run queue),
+settings and agents. :func:`build_runtime` connects the production backends from settings;
+tests build a :class:`Runtime` from in-memory backends and run the same cycle in-process.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tether.keys import RedisKeys
+from tether.persistence.archives.base import EventArchive
+from tether.persistence.redis_conn import redis_from_url
+from tether.persistence.saving import ARCHIVE_BATCH_EVENTS, ArchiveHint
+from tether.persistence.storage_url import open_storage
+from tether.persistence.stores.base import SnapshotStore
+from tether.persistence.streams.base import EventStream
+from tether.persistence.streams.redis import RedisEventStream
+from tether.runs.leases.base import LeaseManager
+from tether.runs.leases.redis import RedisLeaseManager
+from tether.runs.queue.base import RunQueue
+from tether.runs.queue.redis import RedisArchiveHint, RedisRunQueue
+from tether.runtime.registry import AgentRegistry
+from tether.settings import Settings, load_settings
+
+
+@dataclass
+class Runtime:
+    """Everything the drain cycle needs, as seams."""
+
+    settings: Settings
+    runs: RunQueue
+    store: SnapshotStore
+    archive: EventArchive
+    stream: EventStream
+    leases: LeaseManager
+    registry: AgentRegistry
+    worker_id: str
+    archive_hint: ArchiveHint | None
+    wake: Callable[[str, str], None]
+    """Have a worker drain ``(tenant, session_id)`` soon (the Celery worker sends a drain task)."""
+    archive_batch_events: int = ARCHIVE_BATCH_EVENTS
+    """Archive a head's outbox as one segment once it holds this many events."""
+
+
+def default_worker_id() -> str:
+    """``host:pid:thread``: unique per executing thread, readable in logs and run records."""
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident() % 100000}"
+
+
+def build_runtime(
+    wake: Callable[[str, str], None], settings: Settings | None = None
+) -> Runtime:
+    """Connect the production backends from settings (environment when None)."""
+    settings = settings or load_settings()
+    client = redis_from_url(settings.effective_redis_url)
+    keys = RedisKeys(settings.namespace)
+    store, archive = open_storage(
+        settings.store_url,
+        endpoint_url=settings.s3_endpoint_url,
+        region_name=settings.s3_region,
+        sse=settings.s3_sse,
+        sse_kms_key_id=settings.s3_kms_key_id,
+    )
+    return Runtime(
+        settings=settings,
+        runs=RedisRunQueue(client, keys, result_ttl_s=settings.result_ttl_s),
+        store=store,
+        archive=archive,
+        stream=RedisEventStream(client, keys=keys, max_len=settings.stream_max_len),
+        leases=RedisLeaseManager(client, keys=keys),
+        registry=AgentRegistry.default(settings.agent_modules),
+        worker_id=default_worker_id(),
+        archive_hint=RedisArchiveHint(client, keys, ttl_s=settings.result_ttl_s),
+        wake=wake,
+    )

@@ -1,0 +1,288 @@
+"""The ReAct loop: model request, tool calls, tool results, repeat until a final answer.
+
+One step is: auto-compact (when the policy says so) → ``STEP_START`` → project context →
+``MODEL_REQUEST`` → model → ``MODEL_RESPONSE`` → ``MEMORY_ITEMS_APPENDED`` → either
+``FINAL_OUTPUT`` or tool calls (``TOOL_CALL`` each, then ``TOOL_RESULT`` each in call order) →
+``STEP_END``. The loop is a small ``while`` over tagged outcomes of :func:`_step`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from tether.core.events import (
+    EventType,
+    ItemsAppendedPayload,
+    ModelRequestPayload,
+    ModelResponsePayload,
+    ProjectionPayload,
+    TextPayload,
+    ToolCallPayload,
+    ToolResultPayload,
+    Usage,
+    UserInputPayload,
+)
+from tether.core.items import Item, ToolCall, ToolOutput, UserMessage
+from tether.core.results import AgentResult, RunStatus, ToolResultRecord
+from tether.errors import ModelError, RunCancelled, RunTimeout, TetherError, TokenBudgetExceeded
+from tether.models.base import ModelRequest, ModelResponse
+from tether.runtime.tool_runner import execute_calls
+from tether.runtime.tools import Tool, ToolOutcome, failed
+
+if TYPE_CHECKING:
+    from tether.runtime.session import AgentSession, CancelCheck
+
+RUNTIME_NAME = "react"
+
+
+@dataclass
+class _RunState:
+    run_id: str
+    started_s: float
+    first_seq: int
+    timeout_s: float
+    usage: Usage = field(default_factory=Usage)
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_results: list[ToolResultRecord] = field(default_factory=list)
+    last_text: str | None = None
+
+
+StepOutcome = Literal["final", "again", "waiting"]
+
+
+def run_loop(
+    session: AgentSession,
+    input: str | None,
+    *,
+    run_id: str,
+    cancel_check: CancelCheck | None,
+    timeout_s: float | None = None,
+) -> AgentResult:
+    """Run one request on ``session`` (the caller holds the session lock)."""
+    state = _RunState(
+        run_id=run_id,
+        started_s=time.monotonic(),
+        first_seq=session.last_seq + 1,
+        timeout_s=session.agent.options.timeout_s if timeout_s is None else timeout_s,
+    )
+    step = 0
+    try:
+        if input is not None:
+            session.write(
+                EventType.USER_INPUT,
+                UserInputPayload(item=UserMessage(content=input)),
+                run_id=run_id,
+            )
+        max_steps = session.agent.options.max_steps
+        while max_steps == 0 or step < max_steps:
+            _check_limits(session, state, cancel_check)
+            outcome = _step(session, state, step)
+            step += 1
+            if outcome == "final":
+                return _result(session, state, RunStatus.COMPLETED, step)
+            if outcome == "waiting":
+                return _result(session, state, RunStatus.WAITING, step)
+        return _result(session, state, RunStatus.CONTINUATION_REQUIRED, step)
+    except BaseException as exc:
+        session.emit_error(exc, run_id=run_id, step=step)
+        raise
+
+
+def _check_limits(
+    session: AgentSession, state: _RunState, cancel_check: CancelCheck | None
+) -> None:
+    if cancel_check is not None and cancel_check():
+        raise RunCancelled(f"run {state.run_id!r} of session {session.session_id!r} was cancelled")
+    timeout_s = state.timeout_s
+    if timeout_s and time.monotonic() - state.started_s >= timeout_s:
+        raise RunTimeout(
+            f"run {state.run_id!r} exceeded its wall-clock timeout of {timeout_s} s; "
+            "raise AgentOptions.timeout_s or split the task"
+        )
+
+
+def _step(session: AgentSession, state: _RunState, step: int) -> StepOutcome:
+    _auto_compact(session, state, step)
+    session.emit(
+        EventType.STEP_START, TextPayload(text=RUNTIME_NAME), run_id=state.run_id, step=step
+    )
+    response = _call_model(session, state, step)
+    calls = _normalize_calls(response.tool_calls, step)
+    if calls != list(response.tool_calls):
+        response = ModelResponse(text=response.text, tool_calls=tuple(calls), usage=response.usage)
+    session.write(
+        EventType.MEMORY_ITEMS_APPENDED,
+        ItemsAppendedPayload(items=response.items_for_memory()),
+        run_id=state.run_id,
+        step=step,
+    )
+    state.last_text = response.text
+    if not calls:
+        session.emit(
+            EventType.FINAL_OUTPUT,
+            TextPayload(text=response.text or ""),
+            run_id=state.run_id,
+            step=step,
+        )
+        session.emit(
+            EventType.STEP_END, TextPayload(text=RUNTIME_NAME), run_id=state.run_id, step=step
+        )
+        return "final"
+    waiting = _run_tools(session, state, calls, step)
+    session.emit(EventType.STEP_END, TextPayload(text=RUNTIME_NAME), run_id=state.run_id, step=step)
+    return "waiting" if waiting else "again"
+
+
+def _auto_compact(session: AgentSession, state: _RunState, step: int) -> None:
+    policy = session.agent.options.compact_policy
+    if policy is None:
+        return
+    try:
+        snapshot = session.memory_snapshot()
+        if policy.should_compact(snapshot):
+            session.apply_compact(policy.compact(snapshot), run_id=state.run_id, step=step)
+    except Exception as exc:  # a broken policy must not break the run; memory stays as it was
+        session.emit_error(exc, run_id=state.run_id, step=step)
+
+
+def _prompt_items(session: AgentSession, state: _RunState, step: int) -> tuple[Item, ...]:
+    options = session.agent.options
+    items = session.memory_snapshot().items
+    if options.context_budget is None:
+        return items
+    from tether.runtime.projection import DefaultContextProjector
+
+    projector = options.projector or DefaultContextProjector()
+    projected, report = projector.project(items, options.context_budget)
+    session.emit(
+        EventType.MEMORY_COMPRESS, ProjectionPayload(report=report), run_id=state.run_id, step=step
+    )
+    return projected
+
+
+def _call_model(session: AgentSession, state: _RunState, step: int) -> ModelResponse:
+    agent = session.agent
+    summary = session.memory_snapshot().summary
+    request = ModelRequest(
+        model=agent.model_name,
+        items=_prompt_items(session, state, step),
+        system_prompt=agent.system_prompt,
+        summary=summary or None,
+        tools=agent.tools.specs(),
+        parallel_tool_calls=agent.options.parallel_tool_calls,
+    )
+    session.emit(
+        EventType.MODEL_REQUEST,
+        ModelRequestPayload(
+            model=request.model,
+            item_count=len(request.items),
+            tool_names=agent.tools.names(),
+            has_summary=bool(summary),
+        ),
+        run_id=state.run_id,
+        step=step,
+    )
+    try:
+        response = agent.model.complete(request)
+    except TetherError:
+        raise
+    except Exception as exc:
+        raise ModelError(f"model {request.model!r} failed: {type(exc).__name__}: {exc}") from exc
+    session.emit(
+        EventType.MODEL_RESPONSE,
+        ModelResponsePayload(
+            text=response.text, tool_calls=response.tool_calls, usage=response.usage
+        ),
+        run_id=state.run_id,
+        step=step,
+    )
+    state.usage = state.usage + response.usage
+    budget = agent.options.token_budget
+    if budget is not None and state.usage.total_tokens >= budget:
+        raise TokenBudgetExceeded(
+            f"run {state.run_id!r} used {state.usage.total_tokens} tokens, over its budget of "
+            f"{budget}; raise AgentOptions.token_budget"
+        )
+    return response
+
+
+def _normalize_calls(calls: tuple[ToolCall, ...], step: int) -> list[ToolCall]:
+    out = []
+    for index, call in enumerate(calls):
+        call_id = call.id.strip() or f"tool_step_{step}_{index}"
+        out.append(call.model_copy(update={"id": call_id, "name": call.name.strip()}))
+    return out
+
+
+def _run_tools(session: AgentSession, state: _RunState, calls: list[ToolCall], step: int) -> bool:
+    """Emit calls, execute the valid ones, write results in call order; True when one waits."""
+    agent = session.agent
+    valid: list[tuple[Tool, ToolCall]] = []
+    for call in calls:
+        session.emit(
+            EventType.TOOL_CALL, ToolCallPayload(call=call), run_id=state.run_id, step=step
+        )
+        state.tool_calls.append(call)
+        tool = agent.tools.get(call.name)
+        problem: ToolOutcome | None = None
+        if tool is None:
+            known = ", ".join(agent.tools.names()) or "none"
+            problem = failed(
+                call, "UnknownTool", f"no tool named {call.name!r}; known tools: {known}"
+            )
+        else:
+            parsed = tool.parse(call)
+            problem = parsed if isinstance(parsed, ToolOutcome) else None
+        if problem is not None:
+            _write_result(session, state, problem, step)
+        else:
+            assert tool is not None
+            valid.append((tool, call))
+    options = agent.options
+    outcomes = execute_calls(
+        valid,
+        parallel=options.parallel_tool_calls,
+        max_parallel=options.max_parallel_tool_calls,
+        timeout_s=options.tool_timeout_s,
+    )
+    for outcome in outcomes:
+        _write_result(session, state, outcome, step)
+    return any(o.status == "WAITING" for o in outcomes)
+
+
+def _write_result(session: AgentSession, state: _RunState, outcome: ToolOutcome, step: int) -> None:
+    item = ToolOutput(call_id=outcome.call.id, name=outcome.call.name, output=outcome.output)
+    session.write(
+        EventType.TOOL_RESULT,
+        ToolResultPayload(item=item, ok=outcome.ok, status=outcome.status, error=outcome.error),
+        run_id=state.run_id,
+        step=step,
+    )
+    state.tool_results.append(
+        ToolResultRecord(
+            call_id=item.call_id,
+            name=item.name,
+            output=item.output,
+            ok=outcome.ok,
+            status=outcome.status,
+            error=outcome.error,
+        )
+    )
+
+
+def _result(session: AgentSession, state: _RunState, status: RunStatus, steps: int) -> AgentResult:
+    return AgentResult(
+        run_id=state.run_id,
+        session_id=session.session_id,
+        tenant=session.tenant,
+        status=status,
+        output=state.last_text,
+        steps=steps,
+        tool_calls=tuple(state.tool_calls),
+        tool_results=tuple(state.tool_results),
+        usage=state.usage,
+        first_seq=state.first_seq,
+        last_seq=session.last_seq,
+    )

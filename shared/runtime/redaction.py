@@ -1,0 +1,165 @@
+"""Redaction of secrets from event payloads before anything is stored or published.
+
+An :class:`~tether.runtime.agent.Agent` built with ``redact=`` applies that function to every text
+of
+every event its sessions append (user input, model output, tool arguments and results, error
+messages...), before the event reaches memory, listeners (the live stream), the snapshot or the
+archive; the distributed worker applies it to a run's recorded output and error message too.
+Memory is written from the redacted event, so folding the stored log still gives the memory.
+
+>>> redact = secret_redactor(["sk-live-123456"])
+>>> redact("the key is sk-live-123456")
+'the key is ***'
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Callable, Iterable
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from pydantic import SecretStr
+
+from tether.core.events import AgentEvent
+from tether.errors import ConfigurationError
+
+log = logging.getLogger(__name__)
+
+TextRedactor = Callable[[str], str]
+"""Maps a text to the same text with secrets masked (must be idempotent)."""
+
+MASK = "***"
+#: Shorter values would mask ordinary words; refuse them rather than mangle every event.
+MIN_SECRET_CHARS = 6
+
+
+def secret_redactor(
+    secrets: Iterable[str | SecretStr | None], *, mask: str = MASK
+) -> TextRedactor:
+    """A redactor replacing every occurrence of each secret value with ``mask``.
+
+    ``None`` and empty values are ignored, so settings can be passed as they are.
+
+    Raises:
+        ConfigurationError: a secret is shorter than :data:`MIN_SECRET_CHARS` characters.
+    """
+    values: set[str] = set()
+    for secret in secrets:
+        text = secret.get_secret_value() if isinstance(secret, SecretStr) else secret
+        if not text:
+            continue
+        if len(text) < MIN_SECRET_CHARS:
+            raise ConfigurationError(
+                f"a secret to redact has {len(text)} characters; redaction needs at least "
+                f"{MIN_SECRET_CHARS} (shorter ones would mask ordinary text): use a longer secret"
+            )
+        values.add(text)
+    ordered = sorted(values, key=len, reverse=True)  # a longer secret may contain a shorter one
+
+    def redact(text: str) -> str:
+        for value in ordered:
+            if value in text:
+                text = text.replace(value, mask)
+        return text
+
+    return redact
+
+
+def url_password(url: str | None) -> str | None:
+    """The password in a ``redis://:pw@host`` or ``unix://...?password=pw`` URL, if any."""
+    if not url:
+        return None
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    if parts.password:
+        return unquote(parts.password)
+    for pair in parts.query.split("&"):
+        name, _, value = pair.partition("=")
+        if name.lower() == "password" and value:
+            return unquote(value)
+    return None
+
+
+def settings_redactor(settings: Any, extra: Iterable[str | None] = ()) -> TextRedactor:
+    """A redactor for the secrets a :class:`~tether.settings.Settings` holds (the OpenAI key and
+    the broker and Redis passwords), plus ``extra`` values.
+
+    Secrets shorter than :data:`MIN_SECRET_CHARS` cannot be redacted safely; they are skipped
+    with a warning (use longer ones).
+    """
+    values = []
+    for secret in (
+        settings.openai_api_key,
+        url_password(settings.broker_url),
+        url_password(settings.redis_url),
+        *extra,
+    ):
+        text = secret.get_secret_value() if isinstance(secret, SecretStr) else secret
+        if text and len(text) < MIN_SECRET_CHARS:
+            log.warning(
+                "a configured secret has fewer than %d characters and cannot be redacted",
+                MIN_SECRET_CHARS,
+            )
+        elif text:
+            values.append(text)
+    return secret_redactor(values)
+
+
+def redact_event(event: AgentEvent, redact: TextRedactor) -> AgentEvent:
+    """``event`` with ``redact`` applied to every text of its payload (the same object when
+    nothing changed)."""
+    doc = event.payload.model_dump(mode="json")
+    cleaned = _walk(doc, redact)
+    if cleaned == doc:
+        return event
+    return event.model_copy(update={"payload": type(event.payload).model_validate(cleaned)})
+
+
+def _walk(value: Any, redact: TextRedactor) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: v if k == "kind" else _walk(v, redact) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_walk(v, redact) for v in value]
+    return value
+
+
+_installed: list[TextRedactor] = []
+
+
+def install_log_redaction(redact: TextRedactor) -> None:
+    """Redact every log record of this process (any logger, any handler) with ``redact``.
+
+    Installed as the log-record factory, so it also covers libraries that log what a server
+    echoed back, and it is inherited by forked children (Celery's prefork pool). Calling it again
+    replaces the redactor; it never stacks.
+    """
+    if _installed:
+        _installed[0] = redact
+        return
+    _installed.append(redact)
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        try:
+            current = _installed[0]
+            message = record.getMessage()
+            cleaned = current(message)
+            if cleaned != message:
+                record.msg, record.args = cleaned, None
+            if record.exc_info and record.exc_info[1] is not None:
+                text = "".join(traceback.format_exception(*record.exc_info))
+                cleaned = current(text.rstrip("\n"))
+                if cleaned != text.rstrip("\n"):
+                    record.exc_text = cleaned
+        except Exception:  # a log line must never fail because of redaction
+            pass
+        return record
+
+    logging.setLogRecordFactory(factory)

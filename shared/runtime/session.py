@@ -1,0 +1,423 @@
+"""Agent sessions: a stable id, metadata, memory, an event log, snapshot and restore.
+
+Every memory write goes through :meth:`AgentSession._write`, which applies the event to memory
+with :func:`tether.core.fold.apply_event` and appends it to the log, so folding the log always
+gives the
+memory (the event contract).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from pydantic import JsonValue
+
+from tether.core.context import CompactResult
+from tether.core.events import (
+    AgentEvent,
+    CompactPayload,
+    ErrorPayload,
+    EventType,
+    Payload,
+    RestoredPayload,
+    ToolOutputReplacedPayload,
+)
+from tether.core.fold import apply_event
+from tether.core.memory import Memory, MemorySnapshot
+from tether.core.snapshot import RunRecord, SessionMetadata, SessionSnapshot
+from tether.errors import StoreNotConfigured, TetherError
+from tether.ids import new_id, validate_id, validate_tenant
+from tether.persistence.codec import sha256_hex
+
+if TYPE_CHECKING:
+    from tether.core.results import AgentResult
+    from tether.runtime.agent import Agent
+    from tether.runtime.compaction import CompactPolicy
+
+log = logging.getLogger(__name__)
+
+Listener = Callable[[AgentEvent], None]
+CancelCheck = Callable[[], bool]
+
+
+def memory_checksum(memory: MemorySnapshot) -> str:
+    """A stable digest of a memory value (used by by-reference restores)."""
+    return sha256_hex(memory.model_dump_json().encode())
+
+
+class AgentSession:
+    """One conversation with an agent.
+
+    Build sessions with :meth:`Agent.new_session` or :meth:`Agent.resume_session`; do not call the
+    constructor directly.
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        memory: Memory,
+        metadata: SessionMetadata,
+        *,
+        listeners: Sequence[Listener] = (),
+    ) -> None:
+        validate_id(metadata.session_id)
+        validate_tenant(metadata.tenant)
+        self._agent = agent
+        self._memory = memory
+        self._metadata = metadata
+        self._listeners: list[Listener] = list(listeners)
+        self._events: list[AgentEvent] = []
+        self._last_seq = 0
+        self._archived_seq = 0
+        self._last_compact: CompactResult | None = None
+        self._applied: list[RunRecord] = []
+        self._version: str | None = None
+        # False while the outbox loaded from a head may or may not be archived yet
+        self._archive_trusted = True
+        self._loaded_outbox: tuple[AgentEvent, ...] = ()
+        self._loaded_archive_batch = 0
+        self._lock = threading.RLock()
+
+    # --- identity and metadata -------------------------------------------------------------
+
+    @property
+    def session_id(self) -> str:
+        """The stable session id."""
+        return self._metadata.session_id
+
+    @property
+    def tenant(self) -> str:
+        """The tenant this session belongs to."""
+        return self._metadata.tenant
+
+    @property
+    def agent(self) -> Agent:
+        """The agent running this session."""
+        return self._agent
+
+    @property
+    def metadata(self) -> SessionMetadata:
+        """A copy of the metadata (mutating it changes nothing)."""
+        return self._metadata.model_copy(deep=True)
+
+    def put_metadata(self, key: str, value: JsonValue) -> None:
+        """Set a metadata attribute and touch ``updated_at_ms``."""
+        with self._lock:
+            self._metadata.attributes[key] = value
+            self.touch()
+
+    def touch(self) -> None:
+        """Set ``updated_at_ms`` to now."""
+        from tether.core.events import now_ms
+
+        self._metadata.updated_at_ms = max(now_ms(), self._metadata.updated_at_ms)
+
+    @property
+    def version(self) -> str | None:
+        """The store version this session was loaded from or last saved as (None: never stored)."""
+        return self._version
+
+    @property
+    def last_seq(self) -> int:
+        """Sequence number of the newest event."""
+        return self._last_seq
+
+    @property
+    def last_compact(self) -> CompactResult | None:
+        """The result of the most recent compaction, if any."""
+        return self._last_compact
+
+    @property
+    def applied(self) -> list[RunRecord]:
+        """Records of recently applied requests (distributed runs use them for idempotency)."""
+        return list(self._applied)
+
+    # --- events ------------------------------------------------------------------------------
+
+    @property
+    def events(self) -> list[AgentEvent]:
+        """A copy of the event log held by this session object."""
+        with self._lock:
+            return list(self._events)
+
+    @property
+    def listeners(self) -> tuple[Listener, ...]:
+        """The listeners called with every event."""
+        return tuple(self._listeners)
+
+    def find_applied(self, request_id: str) -> RunRecord | None:
+        """The record of ``request_id`` if this session already applied it."""
+        for record in reversed(self._applied):
+            if record.request_id == request_id:
+                return record
+        return None
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener`` with every future event (exceptions in it are logged, never raised)."""
+        self._listeners.append(listener)
+
+    def memory_snapshot(self) -> MemorySnapshot:
+        """The current memory value."""
+        return self._memory.snapshot()
+
+    def emit(
+        self,
+        type_: EventType,
+        payload: Payload | None = None,
+        *,
+        run_id: str | None = None,
+        step: int = 0,
+    ) -> AgentEvent:
+        """Append an event that does not write memory and notify listeners."""
+        return self._append(type_, payload, run_id=run_id, step=step, write=False)
+
+    def write(
+        self,
+        type_: EventType,
+        payload: Payload,
+        *,
+        run_id: str | None = None,
+        step: int = 0,
+        touch: bool = True,
+    ) -> AgentEvent:
+        """Apply a memory-writing event to memory and append it: exactly one event per write.
+
+        The only way memory changes (the agent loop writes through it too), which is what makes
+        folding the event log reproduce memory.
+        """
+        return self._append(type_, payload, run_id=run_id, step=step, write=True, touch=touch)
+
+    def _append(
+        self,
+        type_: EventType,
+        payload: Payload | None,
+        *,
+        run_id: str | None,
+        step: int,
+        write: bool,
+        touch: bool = True,
+    ) -> AgentEvent:
+        with self._lock:
+            kwargs = {} if payload is None else {"payload": payload}
+            event = AgentEvent(
+                type=type_,
+                tenant=self.tenant,
+                session_id=self.session_id,
+                seq=self._last_seq + 1,
+                run_id=run_id,
+                step=step,
+                **kwargs,
+            )
+            if self._agent.redact is not None:  # before memory, listeners and storage see it
+                from tether.runtime.redaction import redact_event
+
+                event = redact_event(event, self._agent.redact)
+            if write:
+                apply_event(self._memory, event)
+            self._events.append(event)
+            self._last_seq = event.seq
+            if touch:
+                self.touch()
+        for listener in list(self._listeners):
+            try:
+                listener(event)
+            except Exception:  # a listener must never break a run
+                log.exception("event listener %r failed on %s; ignored", listener, event.type)
+        return event
+
+    def emit_error(self, exc: BaseException, *, run_id: str | None, step: int = 0) -> AgentEvent:
+        """Record a run-ending failure as an ``ERROR`` event."""
+        retryable = isinstance(exc, TetherError) and exc.retryable
+        return self.emit(
+            EventType.ERROR,
+            ErrorPayload(error_type=type(exc).__name__, message=str(exc), retryable=retryable),
+            run_id=run_id,
+            step=step,
+        )
+
+    # --- running -----------------------------------------------------------------------------
+
+    def run(
+        self,
+        input: str | None,
+        *,
+        run_id: str | None = None,
+        cancel_check: CancelCheck | None = None,
+        timeout_s: float | None = None,
+    ) -> AgentResult:
+        """Run the agent loop on ``input`` (None continues from memory, e.g. after a patch).
+
+        Args:
+            input: the user input, or None to continue from memory.
+            run_id: the run id recorded on every event (default: a new one).
+            cancel_check: polled between steps; when it returns True the run stops.
+            timeout_s: wall-clock limit of this run (default: the agent's ``timeout_s``).
+
+        Raises:
+            AgentError: the model failed, the run timed out or was cancelled (after an ``ERROR``
+                event is logged).
+        """
+        from tether.runtime.loop import run_loop
+
+        with self._lock:
+            return run_loop(
+                self,
+                input,
+                run_id=run_id or new_id("run"),
+                cancel_check=cancel_check,
+                timeout_s=timeout_s,
+            )
+
+    def replace_tool_output(self, call_id: str, output: str) -> bool:
+        """Patch a tool output (e.g. a WAITING placeholder); False when no output has that id."""
+        with self._lock:
+            if not any(
+                getattr(item, "call_id", None) == call_id for item in self._memory.snapshot().items
+            ):
+                return False
+            self.write(
+                EventType.TOOL_OUTPUT_REPLACED,
+                ToolOutputReplacedPayload(call_id=call_id, output=output),
+            )
+            return True
+
+    def compact(
+        self, policy: CompactPolicy, *, run_id: str | None = None, step: int = 0
+    ) -> CompactResult:
+        """Compact memory with ``policy`` now; emits ``MEMORY_COMPRESS`` with the result."""
+        with self._lock:
+            result = policy.compact(self._memory.snapshot())
+            self.apply_compact(result, run_id=run_id, step=step)
+            return result
+
+    def apply_compact(
+        self, result: CompactResult, *, run_id: str | None = None, step: int = 0
+    ) -> None:
+        """Install a compaction result (one ``MEMORY_COMPRESS`` event) and remember it."""
+        with self._lock:
+            self.write(
+                EventType.MEMORY_COMPRESS, CompactPayload(result=result), run_id=run_id, step=step
+            )
+            self._last_compact = result
+
+    # --- snapshot, restore, save -------------------------------------------------------------
+
+    def snapshot(self) -> SessionSnapshot:
+        """A deep, defensive copy of everything needed to restore this session."""
+        with self._lock:
+            return SessionSnapshot(
+                metadata=self._metadata.model_copy(deep=True),
+                memory=self._memory.snapshot(),
+                events=list(self._events),
+                last_seq=self._last_seq,
+                archived_seq=self._archived_seq,
+                # while unreconciled, pass on what the loaded head said about its archiving, so
+                # a session restored from this snapshot asks the archive too
+                archive_batch_events=0 if self._archive_trusted else self._loaded_archive_batch,
+                last_compact=self._last_compact,
+                applied=list(self._applied),
+            )
+
+    def restore(
+        self, snapshot: SessionSnapshot, *, by_reference: bool = False, copy: bool = True
+    ) -> AgentEvent:
+        """Install ``snapshot`` and emit ``SESSION_RESTORED``.
+
+        Args:
+            snapshot: the state to install (its events become this session's log).
+            by_reference: the snapshot is the committed head of this same log, so the event only
+                names its sequence and memory checksum instead of copying the whole memory
+                (keeps per-run history O(new events)). The fold leaves memory unchanged.
+            copy: take a defensive deep copy (False when the caller gives up the snapshot).
+        """
+        with self._lock:
+            # copy=False: the caller hands over a snapshot it just parsed and will not touch
+            snap = snapshot.copy_deep() if copy else snapshot
+            self._metadata = snap.metadata
+            self._events = list(snap.events)
+            self._last_seq = snap.last_seq
+            self._archived_seq = snap.archived_seq
+            self._last_compact = snap.last_compact
+            self._applied = list(snap.applied)
+            self._archive_trusted = False
+            self._loaded_outbox = tuple(e for e in snap.events if e.seq > snap.archived_seq)
+            self._loaded_archive_batch = snap.archive_batch_events
+            self._memory.reset(snap.memory)
+            if by_reference:
+                payload = RestoredPayload(
+                    memory=None, base_seq=snap.last_seq, checksum=memory_checksum(snap.memory)
+                )
+            else:
+                payload = RestoredPayload(memory=snap.memory, base_seq=snap.last_seq)
+            # restoring is not activity: updated_at_ms stays what the snapshot says
+            return self.write(EventType.SESSION_RESTORED, payload, touch=False)
+
+    def rollback(
+        self, memory: MemorySnapshot, last_compact: CompactResult | None, *, run_id: str | None
+    ) -> AgentEvent:
+        """Undo a failed or cancelled run: reset memory with one full ``SESSION_RESTORED``.
+
+        The aborted run's events stay in the log (sequence numbers keep counting) and the fold
+        resets past them, so nothing of the run survives in memory.
+        """
+        with self._lock:
+            self._last_compact = last_compact
+            return self.write(
+                EventType.SESSION_RESTORED,
+                RestoredPayload(memory=memory, base_seq=self._last_seq),
+                run_id=run_id,
+            )
+
+    def prune_events(self, up_to_seq: int) -> None:
+        """Forget events up to ``up_to_seq`` held by this object (they are archived)."""
+        with self._lock:
+            self._events = [e for e in self._events if e.seq > up_to_seq]
+
+    def record_applied(self, record: RunRecord, *, keep: int) -> None:
+        """Remember an applied request (the newest ``keep`` are kept)."""
+        with self._lock:
+            self._applied.append(record)
+            del self._applied[:-keep]
+
+    def set_version(self, version: str | None) -> None:
+        """Record the store version this session corresponds to."""
+        self._version = version
+
+    def mark_archived(self, seq: int) -> None:
+        """Record that events up to ``seq`` are in the event archive."""
+        self._archived_seq = max(self._archived_seq, seq)
+
+    def unreconciled_outbox(self) -> tuple[tuple[AgentEvent, ...], int] | None:
+        """The outbox loaded with this session's head and its writer's archive batch size, while
+        it is unknown whether that writer archived it; None once reconciled."""
+        if self._archive_trusted:
+            return None
+        return self._loaded_outbox, self._loaded_archive_batch
+
+    def mark_reconciled(self) -> None:
+        """Record that the archive's extent is known (see :mod:`tether.persistence.saving`)."""
+        self._archive_trusted = True
+
+    @property
+    def archived_seq(self) -> int:
+        """Events up to this sequence number are known to be archived."""
+        return self._archived_seq
+
+    def save(self) -> str:
+        """Write this session to the agent's store (compare-and-set against the loaded version).
+
+        Raises:
+            StoreNotConfigured: the agent has no store.
+            VersionConflict: someone else saved this session since it was loaded.
+        """
+        from tether.persistence.saving import save_session
+
+        if self._agent.store is None:
+            raise StoreNotConfigured(
+                f"session {self.session_id!r} cannot be saved: the agent has no snapshot store; "
+                "pass store=InMemorySnapshotStore() (or another store) to Agent(...)"
+            )
+        return save_session(self, self._agent.store, self._agent.archive)

@@ -1,0 +1,192 @@
+"""Tools: plain Python functions the model can call, with JSON schemas from type hints.
+
+>>> @tool
+... def add(a: int, b: int) -> int:
+...     '''Add two integers.'''
+...     return a + b
+
+A call's arguments are validated against the schema (pydantic) before the function runs. A call
+that fails validation or raises becomes a ``TOOL_ERROR: {...}`` result the model sees; it never
+crashes the run. A tool may return :class:`Waiting` to park the run until the output is patched
+with ``session.replace_tool_output``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, get_type_hints, overload
+
+import pydantic
+
+from tether.core.items import ToolCall
+from tether.errors import ToolError
+from tether.models.base import ToolSpec
+
+WAITING_OUTPUT = "ASYNC_TOOL_WAITING"
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """Returned by an async tool: the real output comes later via ``replace_tool_output``."""
+
+    output: str = WAITING_OUTPUT
+    operation_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """The normalised result of executing one call."""
+
+    call: ToolCall
+    output: str
+    ok: bool
+    status: Literal["COMPLETED", "FAILED", "WAITING"]
+    error: str | None = None
+
+
+def tool_error_text(call: ToolCall, error_type: str, message: str) -> str:
+    """The ``TOOL_ERROR: {...}`` text the model sees for a failed call."""
+    body = {"errorType": error_type, "error": message, "tool": call.name, "callId": call.id}
+    return "TOOL_ERROR: " + json.dumps(body, sort_keys=True)
+
+
+def failed(call: ToolCall, error_type: str, message: str) -> ToolOutcome:
+    """A FAILED outcome for ``call``."""
+    return ToolOutcome(
+        call=call,
+        output=tool_error_text(call, error_type, message),
+        ok=False,
+        status="FAILED",
+        error=message,
+    )
+
+
+class Tool:
+    """A callable tool with a derived argument model and JSON schema."""
+
+    def __init__(
+        self, fn: Callable[..., Any], *, name: str | None = None, description: str | None = None
+    ) -> None:
+        self.fn = fn
+        self.name = name or fn.__name__
+        self.description = (description or inspect.getdoc(fn) or self.name).strip()
+        self.args_model = _args_model(fn, self.name)
+        schema = self.args_model.model_json_schema()
+        schema.pop("title", None)
+        self.parameters: dict[str, Any] = schema
+
+    @property
+    def spec(self) -> ToolSpec:
+        """What the model is told about this tool."""
+        return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
+
+    def parse(self, call: ToolCall) -> dict[str, Any] | ToolOutcome:
+        """Validate a call's arguments; a FAILED outcome when they do not fit the schema."""
+        try:
+            raw = json.loads(call.arguments) if call.arguments.strip() else None
+        except ValueError as exc:
+            return failed(call, "InvalidArguments", f"arguments are not valid JSON: {exc}")
+        if not isinstance(raw, dict):
+            return failed(call, "InvalidArguments", "arguments must be a JSON object")
+        try:
+            model = self.args_model.model_validate(raw)
+        except pydantic.ValidationError as exc:
+            detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            return failed(call, "InvalidArguments", f"arguments do not match schema: {detail}")
+        return {field: getattr(model, field) for field in type(model).model_fields}
+
+    def execute(self, call: ToolCall) -> ToolOutcome:
+        """Validate and run one call, turning every failure into a FAILED outcome."""
+        parsed = self.parse(call)
+        if isinstance(parsed, ToolOutcome):
+            return parsed
+        try:
+            value = self.fn(**parsed)
+        except Exception as exc:  # a tool's failure is data for the model, never a crash
+            return failed(call, type(exc).__name__, str(exc))
+        if isinstance(value, Waiting):
+            return ToolOutcome(call=call, output=value.output, ok=True, status="WAITING")
+        output = value if isinstance(value, str) else json.dumps(value, default=str)
+        if output.startswith("TOOL_ERROR"):
+            return ToolOutcome(call=call, output=output, ok=False, status="FAILED", error=output)
+        return ToolOutcome(call=call, output=output, ok=True, status="COMPLETED")
+
+
+def _args_model(fn: Callable[..., Any], name: str) -> type[pydantic.BaseModel]:
+    try:
+        hints = get_type_hints(fn)
+    except Exception as exc:
+        raise ToolError(
+            f"tool {name!r}: cannot resolve type hints ({exc}); annotate every parameter"
+        ) from exc
+    fields: dict[str, Any] = {}
+    for param in inspect.signature(fn).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ToolError(f"tool {name!r}: *args/**kwargs are not supported; name each parameter")
+        if param.name not in hints:
+            raise ToolError(f"tool {name!r}: parameter {param.name!r} needs a type hint")
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (hints[param.name], default)
+    config = pydantic.ConfigDict(extra="forbid")
+    return pydantic.create_model(f"{name}_args", __config__=config, **fields)
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+
+
+@overload
+def tool(
+    *, name: str | None = None, description: str | None = None
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Decorator turning a typed function into a :class:`Tool`."""
+    if fn is not None:
+        return Tool(fn)
+
+    def wrap(f: Callable[..., Any]) -> Tool:
+        return Tool(f, name=name, description=description)
+
+    return wrap
+
+
+class ToolRegistry:
+    """Tools by name."""
+
+    def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for t in tools:
+            self.add(t if isinstance(t, Tool) else Tool(t))
+
+    def add(self, t: Tool) -> None:
+        """Register a tool; a duplicate name is an error."""
+        if t.name in self._tools:
+            raise ToolError(f"tool name {t.name!r} registered twice; give one of them another name")
+        self._tools[t.name] = t
+
+    def get(self, name: str) -> Tool | None:
+        """The tool called ``name``, or None."""
+        return self._tools.get(name)
+
+    def specs(self) -> tuple[ToolSpec, ...]:
+        """Specs of every tool, in registration order."""
+        return tuple(t.spec for t in self._tools.values())
+
+    def names(self) -> tuple[str, ...]:
+        """Registered names, in order."""
+        return tuple(self._tools)
+
+    def as_mapping(self) -> Mapping[str, Tool]:
+        """A read-only view."""
+        return dict(self._tools)

@@ -1,0 +1,771 @@
+"""Contract of :class:`tether.runs.queue.base.RunQueue`: memory and Redis pass the same tests.
+
+The memory queue runs on a fake clock shared with its lease manager (sessions age instantly);
+the Redis queue ages by real time, so :meth:`Case.age` polls the wall clock for it. Windows the
+tests compare against are a few hundred milliseconds, so a loaded machine does not flake them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import redis
+
+from tests.support.stack import eventually
+from tether.core.events import now_ms
+from tether.core.results import RunStatus
+from tether.errors import InvalidId
+from tether.keys import RedisKeys
+from tether.runs.contract import BusyPolicy, RunRequest, RunResult
+from tether.runs.leases.base import Lease, LeaseManager
+from tether.runs.leases.memory import InMemoryLeaseManager
+from tether.runs.leases.redis import RedisLeaseManager
+from tether.runs.queue.base import (
+    CancelOutcome,
+    IdleRelease,
+    RunQueue,
+    RunState,
+    SubmitOutcome,
+    SubmitState,
+    submit,
+)
+from tether.runs.queue.memory import InMemoryRunQueue
+from tether.runs.queue.redis import RedisRunQueue
+
+T = "acme"
+S = "s-1"
+S2 = "s-2"
+#: The idle window of the recovery tests (real milliseconds on Redis).
+IDLE_MS = 300
+#: The sweeper's claim TTL in the claim tests (real milliseconds on Redis).
+KICK_TTL_MS = 300
+#: A short block for "nothing new on the feed" reads.
+SHORT_BLOCK_MS = 50
+
+
+class FakeClock:
+    """Milliseconds that only move when the test says so."""
+
+    def __init__(self) -> None:
+        self.ms = 1_700_000_000_000
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+@dataclass
+class Case:
+    """One backend under test: the queue, its lease manager and how to let time pass."""
+
+    kind: str
+    runs: RunQueue
+    leases: LeaseManager
+    clock: FakeClock | None = None
+
+    def now_ms(self) -> int:
+        """The queue's notion of now."""
+        return self.clock.ms if self.clock is not None else now_ms()
+
+    def age(self, ms: int) -> None:
+        """Let at least ``ms`` milliseconds pass for the queue and its leases."""
+        if self.clock is not None:
+            self.clock.ms += ms
+            return
+        target = now_ms() + ms
+        eventually(lambda: now_ms() > target, timeout_s=ms / 1000 + 10, interval_s=0.005)
+
+
+@pytest.fixture(params=["memory", "redis"])
+def case(request: pytest.FixtureRequest) -> Iterator[Case]:
+    if request.param == "memory":
+        clock = FakeClock()
+        mem_leases = InMemoryLeaseManager(clock=lambda: clock.ms / 1000)
+        yield Case("memory", InMemoryRunQueue(mem_leases, clock=clock), mem_leases, clock)
+        return
+    client: redis.Redis = request.getfixturevalue("redis_client")
+    keys = RedisKeys("tether-test")
+    yield Case(
+        "redis",
+        RedisRunQueue(client, keys, result_ttl_s=3600),
+        RedisLeaseManager(client, keys=keys),
+    )
+
+
+_serial = itertools.count(1)
+
+
+def req(
+    run_id: str | None = None,
+    *,
+    request_id: str | None = None,
+    session: str = S,
+    tenant: str = T,
+    on_busy: BusyPolicy = BusyPolicy.ENQUEUE,
+) -> RunRequest:
+    """A valid run request; fresh run and request ids unless given."""
+    run_id = run_id or f"run-{next(_serial)}"
+    return RunRequest(
+        run_id=run_id,
+        request_id=request_id or f"req-{run_id}",
+        tenant=tenant,
+        session_id=session,
+        agent="echo",
+        input=f"input of {run_id}",
+        metadata={"n": 1, "tags": ["a", "b"]},
+        on_busy=on_busy,
+    )
+
+
+def completed(request: RunRequest, output: str = "done") -> RunResult:
+    return RunResult(
+        run_id=request.run_id,
+        request_id=request.request_id,
+        session_id=request.session_id,
+        tenant=request.tenant,
+        status=RunStatus.COMPLETED,
+        output=output,
+        steps=1,
+        attempts=1,
+    )
+
+
+def failed(
+    request: RunRequest, error_type: str = "SessionBusy", message: str = "busy"
+) -> RunResult:
+    return RunResult.failure(request, RunStatus.FAILED, error_type, message)
+
+
+def queued(runs: RunQueue, *requests: RunRequest) -> None:
+    """Submit and check that every request was queued."""
+    outcomes = runs.submit_many(requests)
+    assert outcomes == [SubmitOutcome(r.run_id, SubmitState.QUEUED) for r in requests]
+
+
+def feed(runs: RunQueue, after: bytes = b"0-0") -> list[str]:
+    """The run ids announced after ``after``."""
+    return [run_id for _, run_id in runs.read_done(after, SHORT_BLOCK_MS)]
+
+
+# --- submissions --------------------------------------------------------------------------------
+
+
+def test_submit_queues_in_fifo_order_per_session(case: Case) -> None:
+    runs = case.runs
+    a, b, c = req(), req(), req()
+    other = req(session=S2)
+    for r in (a, other, b, c):
+        assert submit(runs, r) == SubmitOutcome(r.run_id, SubmitState.QUEUED)
+    assert runs.head(T, S) == a.run_id
+    runs.finish(completed(a))
+    assert runs.head(T, S) == b.run_id
+    runs.finish(completed(b))
+    assert runs.head(T, S) == c.run_id
+    runs.finish(completed(c))
+    assert runs.head(T, S) is None
+    assert runs.head(T, S2) == other.run_id  # sessions queue independently
+
+
+def test_resubmitting_a_request_id_is_duplicate_with_the_first_run_id(case: Case) -> None:
+    runs = case.runs
+    first = req("run-a", request_id="req-1")
+    again = req("run-b", request_id="req-1")
+    queued(runs, first)
+    assert submit(runs, again) == SubmitOutcome("run-a", SubmitState.DUPLICATE)
+    assert runs.pending_count(T, S) == 1
+    assert runs.get("run-b") is None
+    # Still a duplicate once the first run finished: the request is never applied twice.
+    runs.finish(completed(first))
+    assert submit(runs, again) == SubmitOutcome("run-a", SubmitState.DUPLICATE)
+    assert runs.pending_count(T, S) == 0
+    assert runs.get("run-b") is None
+
+
+def test_new_request_reusing_a_taken_run_id_is_taken(case: Case) -> None:
+    runs = case.runs
+    first = req("run-a", request_id="req-1")
+    thief = req("run-a", request_id="req-2")
+    queued(runs, first)
+    assert submit(runs, thief) == SubmitOutcome("run-a", SubmitState.TAKEN)
+    assert runs.pending_count(T, S) == 1
+    view = runs.get("run-a")
+    assert view is not None and view.request_id == "req-1" and view.request == first
+    # A finished run stays finished: its id is not queued again either.
+    runs.finish(completed(first))
+    assert submit(runs, thief) == SubmitOutcome("run-a", SubmitState.TAKEN)
+    assert runs.pending_count(T, S) == 0
+    assert runs.get("run-a").result == completed(first)  # type: ignore[union-attr]
+
+
+def test_reject_policy_with_runs_queued_is_busy_and_queues_nothing(case: Case) -> None:
+    runs = case.runs
+    first = req()
+    eager = req(on_busy=BusyPolicy.REJECT)
+    queued(runs, first)
+    assert submit(runs, eager) == SubmitOutcome(eager.run_id, SubmitState.BUSY)
+    assert runs.pending_count(T, S) == 1
+    assert runs.head(T, S) == first.run_id
+    assert runs.get(eager.run_id) is None
+    # Its request id was not taken: once the session is idle the same request is queued.
+    runs.finish(completed(first))
+    assert submit(runs, eager) == SubmitOutcome(eager.run_id, SubmitState.QUEUED)
+
+
+def test_reject_policy_on_an_empty_queue_is_queued(case: Case) -> None:
+    runs = case.runs
+    eager = req(on_busy=BusyPolicy.REJECT)
+    assert submit(runs, eager) == SubmitOutcome(eager.run_id, SubmitState.QUEUED)
+    assert runs.head(T, S) == eager.run_id
+    # Another session's queue does not make this one busy.
+    elsewhere = req(session=S2, on_busy=BusyPolicy.REJECT)
+    assert submit(runs, elsewhere) == SubmitOutcome(elsewhere.run_id, SubmitState.QUEUED)
+
+
+def test_submit_many_returns_outcomes_in_order(case: Case) -> None:
+    runs = case.runs
+    a = req("run-a", request_id="req-a")
+    dup = req("run-x", request_id="req-a")
+    b = req("run-b", request_id="req-b", session=S2)
+    taken = req("run-a", request_id="req-c")
+    busy = req("run-d", request_id="req-d", on_busy=BusyPolicy.REJECT)
+    c = req("run-c", request_id="req-e")
+    assert runs.submit_many([a, dup, b, taken, busy, c]) == [
+        SubmitOutcome("run-a", SubmitState.QUEUED),
+        SubmitOutcome("run-a", SubmitState.DUPLICATE),
+        SubmitOutcome("run-b", SubmitState.QUEUED),
+        SubmitOutcome("run-a", SubmitState.TAKEN),
+        SubmitOutcome("run-d", SubmitState.BUSY),
+        SubmitOutcome("run-c", SubmitState.QUEUED),
+    ]
+    assert runs.pending_count(T, S) == 2
+    assert runs.pending_count(T, S2) == 1
+    assert runs.submit_many([]) == []
+
+
+def test_get_returns_the_queued_record(case: Case) -> None:
+    runs = case.runs
+    request = req()
+    assert submit(runs, request, on="gpu-agents") == SubmitOutcome(
+        request.run_id, SubmitState.QUEUED
+    )
+    view = runs.get(request.run_id)
+    assert view is not None
+    assert view.run_id == request.run_id
+    assert view.status == RunState.QUEUED
+    assert (view.tenant, view.session_id, view.request_id) == (T, S, request.request_id)
+    assert view.request == request
+    assert view.result is None
+    assert view.submitted_at_ms == request.submitted_at_ms
+    assert view.started_at_ms == 0
+    assert view.last_error is None
+    assert view.retry_at_ms == 0
+    assert view.queue == "gpu-agents"
+    # Without a queue name the record names none.
+    plain = req()
+    queued(runs, plain)
+    assert runs.get(plain.run_id).queue is None  # type: ignore[union-attr]
+
+
+def test_get_unknown_run_is_none(case: Case) -> None:
+    assert case.runs.get("run-unknown") is None
+
+
+def test_peek_many_omits_unknown_ids_and_gives_none_for_unfinished(case: Case) -> None:
+    runs = case.runs
+    waiting, done = req(), req()
+    queued(runs, waiting, done)
+    result = completed(done)
+    runs.finish(result)
+    assert runs.peek_many([waiting.run_id, "run-unknown", done.run_id]) == {
+        waiting.run_id: None,
+        done.run_id: result,
+    }
+    assert runs.peek_many(["run-unknown"]) == {}
+    assert runs.peek_many([]) == {}
+
+
+# --- the session queue ----------------------------------------------------------------------------
+
+
+def test_begin_counts_attempts_and_marks_the_run_running(case: Case) -> None:
+    runs = case.runs
+    request = req()
+    queued(runs, request)
+    before = case.now_ms()
+    assert [runs.begin(request.run_id, "worker-a") for _ in range(3)] == [1, 2, 3]
+    view = runs.get(request.run_id)
+    assert view is not None
+    assert view.status == RunState.RUNNING
+    assert before <= view.started_at_ms <= case.now_ms()
+    assert view.request == request
+    assert runs.head(T, S) == request.run_id  # running is still queued until finished
+
+
+def test_note_failure_records_last_error_and_retry_time(case: Case) -> None:
+    runs = case.runs
+    request = req()
+    queued(runs, request)
+    before = case.now_ms()
+    runs.note_failure(request.run_id, "StreamUnavailable: redis away", retry_after_ms=5000)
+    after = case.now_ms()
+    view = runs.get(request.run_id)
+    assert view is not None
+    assert view.last_error == "StreamUnavailable: redis away"
+    assert before + 5000 <= view.retry_at_ms <= after + 5000
+    # A failure without backoff replaces the error and keeps the retry time.
+    runs.note_failure(request.run_id, "FencedOut: lost the lease")
+    again = runs.get(request.run_id)
+    assert again is not None
+    assert again.last_error == "FencedOut: lost the lease"
+    assert again.retry_at_ms == view.retry_at_ms
+    assert again.status == RunState.QUEUED
+
+
+def test_begin_never_creates_a_record_for_an_unknown_run(case: Case) -> None:
+    runs = case.runs
+    runs.begin("run-unknown", "worker-a")
+    assert runs.get("run-unknown") is None
+    assert runs.peek_many(["run-unknown"]) == {}
+
+
+def test_note_failure_never_creates_a_record_for_an_unknown_run(case: Case) -> None:
+    runs = case.runs
+    runs.note_failure("run-unknown", "boom", retry_after_ms=1000)
+    assert runs.get("run-unknown") is None
+    assert runs.peek_many(["run-unknown"]) == {}
+
+
+def test_finish_records_the_result_with_its_status(case: Case) -> None:
+    runs = case.runs
+    good, bad = req(), req()
+    queued(runs, good, bad)
+    runs.begin(good.run_id, "worker-a")
+    ok = completed(good, "all good")
+    runs.finish(ok)
+    view = runs.get(good.run_id)
+    assert view is not None
+    assert view.status == RunStatus.COMPLETED
+    assert view.result == ok
+    assert view.request == good  # the request stays on the record
+    failure = failed(bad, "ModelError", "the model said no")
+    runs.finish(failure)
+    bad_view = runs.get(bad.run_id)
+    assert bad_view is not None
+    assert bad_view.status == RunStatus.FAILED
+    assert bad_view.result == failure
+    assert runs.peek_many([good.run_id, bad.run_id]) == {good.run_id: ok, bad.run_id: failure}
+
+
+def test_finish_of_a_run_without_a_record_records_its_ids(case: Case) -> None:
+    runs = case.runs
+    lost = req()  # never submitted here: its record expired or was lost with Redis
+    result = completed(lost)
+    runs.finish(result)
+    view = runs.get(lost.run_id)
+    assert view is not None
+    assert view.result == result
+    assert view.status == RunStatus.COMPLETED
+    assert (view.tenant, view.session_id, view.request_id) == (T, S, lost.request_id)
+
+
+def test_finish_pops_the_run_even_when_it_is_not_at_the_head(case: Case) -> None:
+    runs = case.runs
+    a, b, c = req(), req(), req()
+    queued(runs, a, b, c)
+    runs.finish(completed(b))
+    assert runs.pending_count(T, S) == 2
+    assert runs.head(T, S) == a.run_id
+    runs.finish(completed(a))
+    assert runs.head(T, S) == c.run_id
+    assert runs.pending_count(T, S) == 1
+
+
+def test_finish_announces_the_run_once_on_the_completion_feed(case: Case) -> None:
+    runs = case.runs
+    assert runs.done_last_id() == b"0-0"
+    start = runs.done_last_id()
+    a, b = req(), req()
+    queued(runs, a, b)
+    runs.finish(completed(a))
+    entries = runs.read_done(start, 1000)
+    assert [run_id for _, run_id in entries] == [a.run_id]
+    pos_a = entries[0][0]
+    assert isinstance(pos_a, bytes)
+    assert runs.done_last_id() == pos_a
+    assert runs.read_done(pos_a, SHORT_BLOCK_MS) == []
+    runs.finish(completed(b))
+    later = runs.read_done(pos_a, 1000)
+    assert [run_id for _, run_id in later] == [b.run_id]  # only what came after the position
+    assert runs.done_last_id() == later[0][0]
+    assert feed(runs, start) == [a.run_id, b.run_id]  # each run announced once
+
+
+def test_read_done_with_nothing_new_returns_empty(case: Case) -> None:
+    runs = case.runs
+    assert runs.read_done(runs.done_last_id(), SHORT_BLOCK_MS) == []
+    request = req()
+    queued(runs, request)
+    runs.finish(completed(request))
+    assert runs.read_done(runs.done_last_id(), SHORT_BLOCK_MS) == []
+
+
+def test_record_rejected_records_and_announces_a_never_queued_run(case: Case) -> None:
+    runs = case.runs
+    request = req()
+    rejection = failed(request, "UnknownAgent", "no agent 'echo'")
+    assert runs.record_rejected(rejection)
+    view = runs.get(request.run_id)
+    assert view is not None
+    assert view.status == RunStatus.FAILED
+    assert view.result == rejection
+    assert view.request is None
+    assert (view.tenant, view.session_id, view.request_id) == (T, S, request.request_id)
+    assert runs.peek_many([request.run_id]) == {request.run_id: rejection}
+    assert runs.pending_count(T, S) == 0
+    assert feed(runs) == [request.run_id]
+
+
+def test_record_rejected_cannot_fail_a_queued_run(case: Case) -> None:
+    runs = case.runs
+    request = req()
+    queued(runs, request)
+    before = runs.get(request.run_id)
+    last = runs.done_last_id()
+    forged = failed(request, "InvalidInput", "forged message reusing the run id")
+    assert runs.record_rejected(forged) is False
+    assert runs.get(request.run_id) == before
+    assert runs.head(T, S) == request.run_id
+    assert runs.pending_count(T, S) == 1
+    assert runs.read_done(last, SHORT_BLOCK_MS) == []
+
+
+def test_record_rejected_cannot_rewrite_a_finished_run(case: Case) -> None:
+    runs = case.runs
+    request = req()
+    queued(runs, request)
+    result = completed(request)
+    runs.finish(result)
+    before = runs.get(request.run_id)
+    last = runs.done_last_id()
+    assert runs.record_rejected(failed(request)) is False
+    assert runs.get(request.run_id) == before
+    assert runs.peek_many([request.run_id]) == {request.run_id: result}
+    assert runs.read_done(last, SHORT_BLOCK_MS) == []
+    # A rejected run is not rejected twice either.
+    other = req()
+    assert runs.record_rejected(failed(other, "SessionBusy", "first"))
+    assert runs.record_rejected(failed(other, "SessionBusy", "second")) is False
+    assert runs.get(other.run_id).result.error_message == "first"  # type: ignore[union-attr]
+
+
+def test_drop_removes_a_queued_run(case: Case) -> None:
+    runs = case.runs
+    a, b = req(), req()
+    queued(runs, a, b)
+    runs.drop(T, S, a.run_id)
+    assert runs.head(T, S) == b.run_id
+    assert runs.pending_count(T, S) == 1
+    runs.drop(T, S, "run-unknown")  # nothing to drop: nothing happens
+    runs.drop(T, S2, b.run_id)  # another session's queue does not hold it
+    assert runs.head(T, S) == b.run_id
+    assert runs.pending_count(T, S) == 1
+
+
+def test_release_if_idle_releases_the_lease_of_an_empty_queue(case: Case) -> None:
+    runs, leases = case.runs, case.leases
+    request = req()
+    queued(runs, request)
+    lease = leases.acquire(T, S, "worker-a", 60_000)
+    assert lease is not None
+    runs.finish(completed(request))
+    assert runs.stale_sessions(0) == [(T, S)]
+    assert runs.release_if_idle(lease) is IdleRelease.RELEASED
+    assert leases.holder(T, S) is None
+    assert runs.stale_sessions(0) == []  # an idle session is no longer active
+    taken = leases.acquire(T, S, "worker-b", 60_000)
+    assert taken is not None and taken.fence == lease.fence + 1
+
+
+def test_release_if_idle_keeps_the_lease_while_runs_are_queued(case: Case) -> None:
+    runs, leases = case.runs, case.leases
+    queued(runs, req())
+    lease = leases.acquire(T, S, "worker-a", 60_000)
+    assert lease is not None
+    assert runs.release_if_idle(lease) is IdleRelease.BUSY
+    assert leases.holder(T, S) == "worker-a"
+    assert leases.acquire(T, S, "worker-b", 60_000) is None
+    assert leases.renew(lease, 60_000)
+
+
+def test_release_if_idle_is_lost_when_the_lease_is_someone_elses(case: Case) -> None:
+    runs, leases = case.runs, case.leases
+    old = leases.acquire(T, S, "worker-a", 60_000)
+    assert old is not None and leases.release(old)
+    other = leases.acquire(T, S, "worker-b", 60_000)
+    assert other is not None
+    assert runs.release_if_idle(old) is IdleRelease.LOST  # an earlier grant of ours
+    # Neither the current fence under our name nor our name under another fence is the grant.
+    assert runs.release_if_idle(Lease(T, S, "worker-a", other.fence)) is IdleRelease.LOST
+    assert runs.release_if_idle(Lease(T, S, "worker-b", old.fence)) is IdleRelease.LOST
+    assert leases.holder(T, S) == "worker-b"
+    assert leases.renew(other, 60_000)
+
+
+def test_release_if_idle_is_lost_when_the_lease_expired(case: Case) -> None:
+    runs, leases = case.runs, case.leases
+    lease = leases.acquire(T, S, "worker-a", 100)
+    assert lease is not None
+    case.age(250)
+    assert leases.holder(T, S) is None
+    assert runs.release_if_idle(lease) is IdleRelease.LOST
+    assert leases.current_fence(T, S) == lease.fence
+
+
+# --- cancellation ---------------------------------------------------------------------------------
+
+
+def test_cancelling_a_queued_run_means_it_never_starts(case: Case) -> None:
+    runs = case.runs
+    request, bystander = req(), req()
+    queued(runs, request, bystander)
+    assert runs.cancel_requested(request.run_id) is False
+    assert runs.request_cancel(request.run_id) is CancelOutcome.CANCELLED
+    assert runs.cancel_requested(request.run_id) is True
+    assert runs.cancel_requested(bystander.run_id) is False
+    assert runs.begin(request.run_id, "worker-a") is None  # refused: it never starts
+    view = runs.get(request.run_id)
+    assert view is not None and view.status == RunState.QUEUED
+
+
+def test_cancelling_a_running_run_is_only_a_request(case: Case) -> None:
+    runs = case.runs
+    request = req()
+    queued(runs, request)
+    assert runs.begin(request.run_id, "worker-a") == 1
+    assert runs.request_cancel(request.run_id) is CancelOutcome.REQUESTED
+    assert runs.cancel_requested(request.run_id) is True
+
+
+def test_request_cancel_changes_nothing_for_unknown_or_finished_runs(case: Case) -> None:
+    runs = case.runs
+    assert runs.request_cancel("run-unknown") is CancelOutcome.UNKNOWN
+    assert runs.cancel_requested("run-unknown") is False
+    request = req()
+    queued(runs, request)
+    runs.finish(completed(request))
+    assert runs.request_cancel(request.run_id) is CancelOutcome.FINISHED
+    assert runs.cancel_requested(request.run_id) is False
+    rejected = req()
+    assert runs.record_rejected(failed(rejected))
+    assert runs.request_cancel(rejected.run_id) is CancelOutcome.FINISHED
+    assert runs.cancel_requested(rejected.run_id) is False
+
+
+# --- recovery -------------------------------------------------------------------------------------
+
+
+def test_pending_count_counts_the_queued_runs(case: Case) -> None:
+    runs = case.runs
+    assert runs.pending_count(T, S) == 0
+    a, b, c = req(), req(), req()
+    queued(runs, a, b, c, req(session=S2))
+    assert runs.pending_count(T, S) == 3
+    assert runs.pending_count(T, S2) == 1
+    assert runs.pending_count("other", S) == 0
+    runs.finish(completed(a))
+    assert runs.pending_count(T, S) == 2
+    runs.drop(T, S, c.run_id)
+    assert runs.pending_count(T, S) == 1
+
+
+def test_stale_sessions_lists_a_session_only_after_it_aged_past_idle_ms(case: Case) -> None:
+    runs = case.runs
+    queued(runs, req())
+    assert runs.stale_sessions(60_000) == []
+    assert runs.stale_sessions(IDLE_MS) == []
+    case.age(IDLE_MS)
+    assert runs.stale_sessions(IDLE_MS) == [(T, S)]
+    assert runs.stale_sessions(0) == [(T, S)]
+    assert runs.stale_sessions(3_600_000) == []
+
+
+def test_stale_sessions_lists_the_oldest_first_up_to_limit(case: Case) -> None:
+    runs = case.runs
+    sessions = [("t-1", "s-c"), ("t-2", "s-a"), ("t-1", "s-b")]
+    requests = [req(tenant=tenant, session=session) for tenant, session in sessions]
+    for request in requests:
+        queued(runs, request)
+        case.age(10)
+    assert runs.stale_sessions(0) == sessions
+    assert runs.stale_sessions(0, limit=2) == sessions[:2]
+    # Progress on a session (a finished run) makes it the youngest.
+    runs.finish(completed(requests[0]))
+    assert runs.stale_sessions(0) == [sessions[1], sessions[2], sessions[0]]
+
+
+def test_stale_sessions_of_the_same_age_are_ordered_by_member_name(case: Case) -> None:
+    # Redis orders equal scores by member "<tenant>/<session>": "a-b/x" before "a/x" ('-' < '/')
+    # although ("a", "x") < ("a-b", "x"). Submitted in that order, Redis lists them so whether
+    # their scores tie or not; the memory queue's clock always ties.
+    runs = case.runs
+    queued(runs, req(tenant="a-b", session="x"), req(tenant="a", session="x"))
+    assert runs.stale_sessions(0) == [("a-b", "x"), ("a", "x")]
+
+
+def test_claim_kick_succeeds_once_per_ttl(case: Case) -> None:
+    runs = case.runs
+    queued(runs, req())
+    assert runs.claim_kick(T, S, KICK_TTL_MS) is True
+    assert runs.claim_kick(T, S, KICK_TTL_MS) is False
+    assert runs.claim_kick(T, S2, KICK_TTL_MS) is True  # per session
+    case.age(KICK_TTL_MS)
+    assert runs.claim_kick(T, S, KICK_TTL_MS) is True
+    assert runs.claim_kick(T, S, KICK_TTL_MS) is False
+
+
+def test_claim_kick_refreshes_the_session_activity(case: Case) -> None:
+    runs = case.runs
+    queued(runs, req())
+    case.age(IDLE_MS)
+    assert runs.stale_sessions(IDLE_MS) == [(T, S)]
+    assert runs.claim_kick(T, S, 60_000) is True
+    assert runs.stale_sessions(IDLE_MS) == []  # not stale again within that idle window
+    case.age(IDLE_MS)
+    assert runs.stale_sessions(IDLE_MS) == [(T, S)]
+    assert runs.claim_kick(T, S, 60_000) is False  # the claim outlives the window
+    assert runs.stale_sessions(IDLE_MS) == [(T, S)]  # a refused claim records nothing
+
+
+def test_claim_kick_does_not_make_an_unknown_session_active(case: Case) -> None:
+    runs = case.runs
+    assert runs.claim_kick(T, S, 60_000) is True
+    assert runs.stale_sessions(0) == []
+
+
+def test_forget_if_idle_removes_an_empty_unleased_session(case: Case) -> None:
+    runs = case.runs
+    request = req()
+    queued(runs, request, req(session=S2))
+    runs.finish(completed(request))
+    assert sorted(runs.stale_sessions(0)) == [(T, S), (T, S2)]
+    runs.forget_if_idle(T, S)
+    assert runs.stale_sessions(0) == [(T, S2)]
+    runs.forget_if_idle(T, "never-seen")  # nothing to forget: nothing happens
+    assert runs.stale_sessions(0) == [(T, S2)]
+
+
+def test_forget_if_idle_keeps_a_session_with_queued_runs(case: Case) -> None:
+    runs = case.runs
+    queued(runs, req())
+    runs.forget_if_idle(T, S)
+    assert runs.stale_sessions(0) == [(T, S)]
+    assert runs.pending_count(T, S) == 1
+
+
+def test_forget_if_idle_keeps_a_session_whose_lease_is_held(case: Case) -> None:
+    runs, leases = case.runs, case.leases
+    request = req()
+    queued(runs, request)
+    lease = leases.acquire(T, S, "worker-a", 60_000)
+    assert lease is not None
+    runs.finish(completed(request))
+    runs.forget_if_idle(T, S)
+    assert runs.stale_sessions(0) == [(T, S)]
+    assert leases.holder(T, S) == "worker-a"
+    assert leases.release(lease)
+    runs.forget_if_idle(T, S)
+    assert runs.stale_sessions(0) == []
+
+
+# --- id validation --------------------------------------------------------------------------------
+
+
+def _bad_run_result(**overrides: Any) -> RunResult:
+    fields: dict[str, Any] = {
+        "run_id": "run-ok",
+        "request_id": "req-ok",
+        "session_id": S,
+        "tenant": T,
+        "status": RunStatus.FAILED,
+        "error_type": "InvalidInput",
+        "error_message": "x",
+    }
+    fields.update(overrides)
+    return RunResult(**fields)
+
+
+def _assert_nothing_written(case: Case) -> None:
+    runs = case.runs
+    assert runs.done_last_id() == b"0-0"
+    assert runs.stale_sessions(0) == []
+    assert runs.pending_count(T, S) == 0
+    assert runs.peek_many(["run-ok", "run-good"]) == {}
+
+
+BAD_RUN_ID = "run/1"
+BAD_TENANT = "../x"
+BAD_SESSION = "a/b"
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        pytest.param(lambda q: q.get(BAD_RUN_ID), id="get"),
+        pytest.param(lambda q: q.peek_many(["run-ok", BAD_RUN_ID]), id="peek_many"),
+        pytest.param(lambda q: q.begin(BAD_RUN_ID, "worker-a"), id="begin"),
+        pytest.param(lambda q: q.note_failure(BAD_RUN_ID, "boom"), id="note_failure"),
+        pytest.param(lambda q: q.finish(_bad_run_result(run_id=BAD_RUN_ID)), id="finish"),
+        pytest.param(
+            lambda q: q.record_rejected(_bad_run_result(run_id=BAD_RUN_ID)), id="record_rejected"
+        ),
+        pytest.param(lambda q: q.request_cancel(BAD_RUN_ID), id="request_cancel"),
+        pytest.param(lambda q: q.cancel_requested(BAD_RUN_ID), id="cancel_requested"),
+    ],
+)
+def test_run_ids_are_validated_before_anything_is_written(
+    case: Case, call: Callable[[RunQueue], object]
+) -> None:
+    with pytest.raises(InvalidId, match="run id"):
+        call(case.runs)
+    _assert_nothing_written(case)
+
+
+@pytest.mark.parametrize("tenant, session", [(BAD_TENANT, S), (T, BAD_SESSION)])
+@pytest.mark.parametrize(
+    "call",
+    [
+        pytest.param(lambda q, t, s: q.head(t, s), id="head"),
+        pytest.param(lambda q, t, s: q.pending_count(t, s), id="pending_count"),
+        pytest.param(lambda q, t, s: q.drop(t, s, "run-ok"), id="drop"),
+        pytest.param(lambda q, t, s: q.release_if_idle(Lease(t, s, "w", 1)), id="release"),
+        pytest.param(lambda q, t, s: q.claim_kick(t, s, 1000), id="claim_kick"),
+        pytest.param(lambda q, t, s: q.forget_if_idle(t, s), id="forget_if_idle"),
+        pytest.param(
+            lambda q, t, s: q.finish(_bad_run_result(tenant=t, session_id=s)), id="finish"
+        ),
+    ],
+)
+def test_tenants_and_session_ids_are_validated_before_anything_is_written(
+    case: Case, call: Callable[[RunQueue, str, str], object], tenant: str, session: str
+) -> None:
+    with pytest.raises(InvalidId):
+        call(case.runs, tenant, session)
+    _assert_nothing_written(case)
+
+
+def test_submit_many_validates_every_request_before_queueing_any(case: Case) -> None:
+    # RunRequest validates its ids; model_construct skips that, as a bug or a forged object
+    # might: the queue must still refuse the whole batch before writing anything.
+    good = req("run-good", request_id="req-good")
+    for bad in (
+        good.model_copy(update={"run_id": BAD_RUN_ID, "request_id": "req-2"}),
+        good.model_copy(update={"run_id": "run-2", "tenant": BAD_TENANT}),
+        good.model_copy(update={"run_id": "run-2", "session_id": BAD_SESSION}),
+    ):
+        with pytest.raises(InvalidId):
+            case.runs.submit_many([good, bad])
+        _assert_nothing_written(case)
+        assert case.runs.get("run-good") is None
