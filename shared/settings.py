@@ -57,6 +57,9 @@ class Settings(BaseSettings):
     max_attempts: int = Field(default=3, ge=1, description="Attempts per run before it fails.")
     max_input_bytes: int = Field(default=256_000, ge=1, description="Largest accepted run input.")
     stream_max_len: int = Field(default=10_000, ge=100, description="Events kept per live stream.")
+    archive_batch_events: int = Field(
+        default=32, ge=1, le=10_000, description="Events per archive segment (head outbox size)."
+    )
     result_ttl_s: int = Field(default=7 * 24 * 3600, ge=60, description="Run record lifetime.")
     sweep_interval_ms: int = Field(default=1_000, ge=50, description="Crash-recovery sweep period.")
     agent_modules: Annotated[list[str], NoDecode] = Field(

@@ -76,4 +76,5 @@ def build_runtime(
         worker_id=default_worker_id(),
         archive_hint=RedisArchiveHint(client, keys, ttl_s=settings.result_ttl_s),
         wake=wake,
+        archive_batch_events=settings.archive_batch_events,
     )

@@ -1,0 +1,65 @@
+"""The crash suite's scenarios once more with real worker processes, redis-server and S3 over HTTP.
+
+Each of the 14 crash points (every commit step, before and after) gets its own session; a worker
+process SIGKILLs itself there (see tests/support/crash_agents.py), and the run must still be
+applied exactly once: the handle resolves COMPLETED with the right answer, the head records the
+request once, and `verify` passes (gapless history, fold == stored memory).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.support.crash_agents import session_for
+from tests.support.stack import Stack, unique
+from tether.core.items import UserMessage
+from tether.dev.workers import WorkerFleet
+from tether.producer import Producer
+from tether.runs.commit import CommitStep
+
+QUEUE = "crashq"
+
+
+def test_sigkill_at_every_commit_step_applies_each_run_once(
+    live_stack: Stack, tmp_path: Path
+) -> None:
+    crash_dir = tmp_path / "crashes"
+    crash_dir.mkdir()
+    env = dict(
+        live_stack.env,
+        TETHER_AGENT_MODULES="tests.support.crash_agents",
+        CRASH_TEST_DIR=str(crash_dir),
+        TETHER_QUEUE=QUEUE,
+        TETHER_ARCHIVE_BATCH_EVENTS="1",  # every commit archives, so every step is reached
+    )
+    suffix = unique("k")
+    sessions = {
+        session_for(step.value, phase, suffix): (step, phase)
+        for step in CommitStep
+        for phase in ("before", "after")
+    }
+    producer = Producer(live_stack.settings.model_copy(update={"queue": QUEUE}))
+    fleet = WorkerFleet(env, tmp_path, count=2, queue=QUEUE, prefix="crash")
+    try:
+        fleet.start()
+        warm = [producer.run_async(sid, "1+1", agent="calculator") for sid in sessions]
+        assert all(h.result(timeout=120).output == "2" for h in warm)
+        doomed = {sid: producer.run_async(sid, "6*7", agent="calculator") for sid in sessions}
+        results = {sid: h.result(timeout=180) for sid, h in doomed.items()}
+    finally:
+        fleet.stop()
+        producer.close()
+    crashed = {p.name for p in crash_dir.iterdir()}
+    missed = [sessions[sid] for sid in sessions if sid not in crashed]
+    assert not missed, f"no worker died at {missed}"
+    reader = live_stack.reader()
+    for sid, result in results.items():
+        assert result.output == "42", (sessions[sid], result)
+        head = reader.read(sid)
+        assert head is not None
+        applied = [r.request_id for r in head.applied]
+        assert applied.count(doomed[sid].request_id) == 1, (sessions[sid], applied)
+        inputs = [i.content for i in head.memory.items if isinstance(i, UserMessage)]
+        assert inputs == ["1+1", "6*7"], (sessions[sid], inputs)
+        report = reader.verify(sid)
+        assert report.ok, (sessions[sid], report.problems)
