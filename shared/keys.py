@@ -6,13 +6,17 @@ share a Redis without seeing each other. The prefix is 1-64 characters from ``[A
 
 Per-session keys carry the Redis Cluster hash tag ``{<tenant>/<session>}``: every key of one
 session hashes to the same slot, so one Lua script may touch all of them. The separator is ``/``
-and not ``:`` because ids may contain ``:`` (see :mod:`shared.ids`) and ``/`` is refused in ids;
+and not ``:`` because ids may contain ``:`` (see :mod:`tether.ids`) and ``/`` is refused in ids;
 ``{a:b/c}`` and ``{a/b:c}`` are therefore always different sessions.
+
+Redis Cluster is **not supported yet**: the hash tags keep one session's keys in one slot, but the
+submit and finish scripts also touch run-scoped and namespace-wide keys (other slots), and the
+namespace-wide ``done`` stream and ``active`` zset are single keys.
 
 Per-session keys (``T`` = ``{<tenant>/<session>}``):
 
 - ``<p>:T:events`` (stream): the live event log; entry fields ``seq``, ``fence`` and ``event``
-  (the event JSON from :mod:`shared.codec`).
+  (the event JSON from :mod:`tether.persistence.codec`).
 - ``<p>:T:meta`` (hash): stream meta, ``last_seq`` and ``last_fence`` of the last append.
 - ``<p>:T:fence`` (string): the fencing-token counter, INCR-ed on every lease grant and read by
   the stream's append script.
@@ -21,6 +25,7 @@ Per-session keys (``T`` = ``{<tenant>/<session>}``):
 - ``<p>:T:req:<request_id>``: the request-id index (dedup of client requests).
 - ``<p>:T:kick`` (string): the sweeper's claim, one re-enqueue per lease TTL.
 - ``<p>:T:archived`` (string): archive hint, the highest seq known archived.
+- ``<p>:T:ckpt`` (hash): step checkpoints of the session's running attempts, field = run id.
 
 Global keys (run-scoped ones carry the hash tag ``{<run_id>}`` so one run's keys share a slot; a
 script that mixes session keys and run keys therefore needs a non-cluster Redis):
@@ -31,7 +36,7 @@ script that mixes session keys and run keys therefore needs a non-cluster Redis)
 - ``<p>:done`` (stream): the completion stream, one entry per finished run.
 - ``<p>:active`` (zset): active sessions, member ``<tenant>/<session>``, score a timestamp.
 
-Ids are validated with :mod:`shared.ids` before any name is built, so no id can inject a brace,
+Ids are validated with :mod:`tether.ids` before any name is built, so no id can inject a brace,
 a separator or whitespace into a key.
 """
 
@@ -40,8 +45,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from shared.errors import ConfigurationError
-from shared.ids import validate_id, validate_tenant
+from tether.errors import ConfigurationError
+from tether.ids import validate_id, validate_tenant
 
 DEFAULT_PREFIX = "tether"
 _PREFIX_RE = re.compile(r"[A-Za-z0-9_\-.]{1,64}")
@@ -154,6 +159,10 @@ class RedisKeys:
     def archived(self, tenant: str, session_id: str) -> str:
         """The archive hint: the highest sequence number known archived (an optimisation)."""
         return self._session_key(tenant, session_id, "archived")
+
+    def checkpoints(self, tenant: str, session_id: str) -> str:
+        """The step checkpoints of the session's runs (hash, field = run id)."""
+        return self._session_key(tenant, session_id, "ckpt")
 
     def kick(self, tenant: str, session_id: str) -> str:
         """The sweeper's short-lived claim on re-enqueueing a session (SET NX PX)."""

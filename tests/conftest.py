@@ -8,6 +8,7 @@ pytest_plugins = [
     "tests.support.stack",
     "tests.support.fake_openai",
     "tests.support.rabbitmq_server",
+    "tests.support.crash",
 ]
 
 # moto's embedded werkzeug server logs every request at INFO; keep test output readable

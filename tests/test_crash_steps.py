@@ -10,114 +10,28 @@ S3 over HTTP (moto).
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 
 import pytest
-import redis
 
-from tests.support.crash import Backends, PowerSwitch, SimulatedCrash, crash_at, worker_runtime
+from tests.support.crash import (
+    TENANT,
+    Backends,
+    PowerSwitch,
+    SimulatedCrash,
+    crash_at,
+    memory_backends,
+    request_for,
+    worker_runtime,
+)
 from tether import SessionLogReader
 from tether.core.items import UserMessage
-from tether.ids import new_id
-from tether.keys import RedisKeys
-from tether.persistence.archives.memory import InMemoryEventArchive
-from tether.persistence.storage_url import open_storage
-from tether.persistence.stores.memory import InMemorySnapshotStore
-from tether.persistence.streams.memory import InMemoryEventStream
-from tether.persistence.streams.redis import RedisEventStream
 from tether.runs.commit import CommitStep
 from tether.runs.contract import RunRequest
 from tether.runs.cycle import drain
-from tether.runs.leases.memory import InMemoryLeaseManager
-from tether.runs.leases.redis import RedisLeaseManager
 from tether.runs.queue.base import SubmitState, submit
-from tether.runs.queue.memory import InMemoryRunQueue
-from tether.runs.queue.redis import RedisArchiveHint, RedisRunQueue
 
-TENANT = "acme"
 CRASH_POINTS = [(step, phase) for step in CommitStep for phase in ("before", "after")]
-
-
-class FakeClock:
-    """Milliseconds that only move when the test says so."""
-
-    def __init__(self) -> None:
-        self.ms = 1_000_000
-
-    def __call__(self) -> int:
-        return self.ms
-
-
-class DictHint:
-    def __init__(self) -> None:
-        self.seen: dict[tuple[str, str], int] = {}
-
-    def archived_through(self, tenant: str, session_id: str) -> int:
-        return self.seen.get((tenant, session_id), 0)
-
-    def record(self, tenant: str, session_id: str, seq: int) -> None:
-        self.seen[(tenant, session_id)] = seq
-
-
-def memory_backends() -> Backends:
-    clock = FakeClock()
-    leases = InMemoryLeaseManager(clock=lambda: clock.ms / 1000)
-
-    def expire(tenant: str, session_id: str) -> None:
-        clock.ms += 60_001  # one lease TTL of the worker runtime
-
-    return Backends(
-        name="memory",
-        store=InMemorySnapshotStore(),
-        archive=InMemoryEventArchive(),
-        stream=InMemoryEventStream(leases),
-        leases=leases,
-        runs=InMemoryRunQueue(leases, clock=clock),
-        hint=DictHint(),
-        expire_lease=expire,
-    )
-
-
-@pytest.fixture(params=["memory", "redis+s3"])
-def make_backends(request: pytest.FixtureRequest) -> Callable[[], Backends]:
-    if request.param == "memory":
-        return memory_backends
-    client: redis.Redis = request.getfixturevalue("redis_client")
-    bucket = request.getfixturevalue("s3_bucket")
-
-    def real() -> Backends:
-        keys = RedisKeys(f"crash-{new_id('c')[-8:]}")
-        store, archive = open_storage(
-            f"s3://{bucket.bucket}/{keys.prefix}", endpoint_url=bucket.endpoint_url
-        )
-        return Backends(
-            name="redis+s3",
-            store=store,
-            archive=archive,
-            stream=RedisEventStream(client, keys=keys),
-            leases=RedisLeaseManager(client, keys=keys),
-            runs=RedisRunQueue(client, keys, result_ttl_s=3600),
-            hint=RedisArchiveHint(client, keys),
-            expire_lease=lambda t, s: client.delete(keys.lease(t, s)),
-        )
-
-    return real
-
-
-_counter = itertools.count()
-
-
-def request_for(session_id: str, text: str) -> RunRequest:
-    n = next(_counter)
-    return RunRequest(
-        run_id=f"run-{n}-{new_id('x')[-6:]}",
-        request_id=f"req-{n}",
-        tenant=TENANT,
-        session_id=session_id,
-        agent="calculator",
-        input=text,
-    )
 
 
 def apply(backends: Backends, worker_id: str, request: RunRequest, **kw: int) -> None:
@@ -178,7 +92,7 @@ def test_crash_at_commit_step_is_recovered_exactly_once(
 def test_every_commit_step_is_covered() -> None:
     """The suite above crashes at each step the commit names, before and after it."""
     assert {s for s, _ in CRASH_POINTS} == set(CommitStep)
-    assert len(CRASH_POINTS) == 2 * len(CommitStep) == 14
+    assert len(CRASH_POINTS) == 2 * len(CommitStep) == 16
 
 
 def test_crash_without_archiving_keeps_the_outbox_in_the_head() -> None:

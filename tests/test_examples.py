@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,3 +21,19 @@ def test_quickstart_runs() -> None:
     )
     assert "COMPLETED: a is value-of-a in 2 steps" in out.stdout
     assert "ok=True" in out.stdout
+
+
+def test_durable_run_example_resumes_after_a_sigkill(tmp_path: Path) -> None:
+    """examples/durable_run.py: the worker is killed after step 2, the other one finishes."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "durable_run.py")],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "after 2 attempts" in out.stdout
+    assert "ledger: 5 entries, 5 distinct keys" in out.stdout

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from tests.support.crash import DictHint
 from tether import Agent, ScriptedModel, SessionLogReader
 from tether.core.events import AgentEvent
 from tether.errors import StoreUnavailable
@@ -70,17 +71,6 @@ def test_crash_between_head_and_archive_loses_nothing(batch: int) -> None:
     assert stored is not None
     # bounded: below one batch, plus this run (8 events) and one run whose archiving failed
     assert len(stored.snapshot.events) <= batch - 1 + 2 * 8
-
-
-class DictHint:
-    def __init__(self) -> None:
-        self.seen: dict[tuple[str, str], int] = {}
-
-    def archived_through(self, tenant: str, session_id: str) -> int:
-        return self.seen.get((tenant, session_id), 0)
-
-    def record(self, tenant: str, session_id: str, seq: int) -> None:
-        self.seen[(tenant, session_id)] = seq
 
 
 @pytest.mark.parametrize("with_hint", [False, True])

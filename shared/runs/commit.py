@@ -12,6 +12,8 @@ A run's events reach the live stream while it runs (fenced by the lease, see
    immutable segment. Not every commit writes one.
 5. ``archive_hint``: remember how far the archive goes (a lossy optimisation).
 6. ``finish``: record the run's result, pop it from the session queue, announce completion.
+7. ``checkpoint_clear``: forget the run's step checkpoint, when it wrote one (a leftover is
+   harmless: the next attempt finds the head moved past it and drops it).
 
 The drain then takes ``lease_release`` when the queue is empty. A crash between any two steps is
 recovered by the next lease holder: before ``head_put`` it reruns the request from the previous
@@ -42,6 +44,7 @@ from tether.persistence.saving import (
 )
 from tether.persistence.stores.base import SnapshotStore
 from tether.persistence.streams.base import EventStream
+from tether.runs.checkpoints.base import CheckpointStore
 from tether.runs.contract import RunResult
 from tether.runs.leases.base import Lease
 from tether.runs.queue.base import SessionQueue
@@ -59,6 +62,7 @@ class CommitStep(StrEnum):
     ARCHIVE_SEGMENT = "archive_segment"
     ARCHIVE_HINT = "archive_hint"
     FINISH = "finish"
+    CHECKPOINT_CLEAR = "checkpoint_clear"
     LEASE_RELEASE = "lease_release"
 
 
@@ -145,6 +149,7 @@ class CommitTarget:
     hint: ArchiveHint | None
     queue: SessionQueue
     worker_id: str
+    checkpoints: CheckpointStore
     archive_batch_events: int = ARCHIVE_BATCH_EVENTS
 
 
@@ -174,8 +179,11 @@ class Commit:
         publisher: StreamPublisher,
         lease_lost: Callable[[], bool],
         result: RunResult,
+        *,
+        checkpointed: bool = False,
     ) -> None:
-        """Commit ``session`` (the run applied) and finish ``result``.
+        """Commit ``session`` (the run applied) and finish ``result``; forget the run's step
+        checkpoint when it has one (``checkpointed``).
 
         Raises:
             ConflictError: the lease or the stream was lost; nothing was committed.
@@ -208,6 +216,10 @@ class Commit:
                 self._step(CommitStep.ARCHIVE_HINT, "after")
         session.prune_events(session.archived_seq)
         self.finish(result)
+        if checkpointed:
+            self._step(CommitStep.CHECKPOINT_CLEAR, "before")
+            t.checkpoints.clear(self._lease.tenant, self._lease.session_id, result.run_id)
+            self._step(CommitStep.CHECKPOINT_CLEAR, "after")
 
     def finish(self, result: RunResult) -> None:
         """The ``finish`` step alone (also for runs that end without a commit)."""

@@ -72,6 +72,8 @@ class RunRequest(BaseModel):
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
     timeout_s: float | None = Field(default=None, gt=0, le=86_400, strict=True)
     on_busy: BusyPolicy = BusyPolicy.ENQUEUE
+    durability: Literal["run", "step"] | None = None
+    """Override the agent's ``AgentOptions.durability`` for this run (None: the agent's)."""
     submitted_at_ms: int = Field(default_factory=now_ms, ge=0, le=2**53, strict=True)
 
     @pydantic.field_validator("run_id", "request_id", "session_id")

@@ -42,6 +42,7 @@ from tether.runs.records import (
     result_from_record,
     rolled_back_record,
 )
+from tether.runs.resume import Checkpointer, Resumed, resume_point
 from tether.runs.runtime import Runtime
 from tether.runtime.agent import Agent
 from tether.runtime.session import AgentSession
@@ -72,8 +73,13 @@ class _Drain:
     target: CommitTarget
     session: AgentSession | None = None
     agent_name: str | None = None
+    checkpointer: Checkpointer | None = None
     loaded: bool = False
     processed: int = 0
+    base_seq: int = 0
+    """The committed head's last_seq under the session held now."""
+    resumed: Resumed | None = None
+    """Set when the session was rebuilt at the next run's last checkpoint."""
 
     def commit(self, run_id: str | None) -> Commit:
         return Commit(self.target, self.lease, run_id)
@@ -87,7 +93,13 @@ def drain(rt: Runtime, tenant: str, session_id: str) -> int:
         return 0
     keeper = LeaseKeeper(rt.leases, lease, ttl_ms).start()
     target = CommitTarget(
-        rt.store, rt.archive, rt.archive_hint, rt.runs, rt.worker_id, rt.archive_batch_events
+        rt.store,
+        rt.archive,
+        rt.archive_hint,
+        rt.runs,
+        rt.worker_id,
+        rt.checkpoints,
+        rt.archive_batch_events,
     )
     d = _Drain(rt, lease, keeper, StreamPublisher(rt.stream, lease), target)
     released = hand_over = False
@@ -216,32 +228,44 @@ def _attempt(
         run_ms=now_ms() - started_ms,
         worker=d.rt.worker_id,
     )
-    commit.run(session, d.publisher, lambda: d.keeper.lost, result)
+    checkpointed = d.checkpointer is not None and d.checkpointer.saved
+    commit.run(session, d.publisher, lambda: d.keeper.lost, result, checkpointed=checkpointed)
     return Outcome.DONE
 
 
 def _execute(d: _Drain, session: AgentSession, request: RunRequest, agent: Agent) -> RunRecord:
-    """Run the agent on ``session``; the record of how it ended, applied to the session."""
-    first_seq = session.last_seq + 1
-    before = session.memory_snapshot(), session.last_compact
+    """Run (or resume) the agent on ``session``; the record of how it ended, applied to it."""
+    resumed, d.resumed = d.resumed, None
+    first_seq = resumed.progress.first_seq if resumed else session.last_seq + 1
+    before = resumed.before if resumed else (session.memory_snapshot(), session.last_compact)
     for key, value in request.metadata.items():
         session.put_metadata(key, value)
+    durability = request.durability or agent.options.durability
+    checkpointer = (
+        Checkpointer(d.rt, d.lease, d.publisher, session, request.run_id, d.base_seq)
+        if durability == "step"
+        else None
+    )
+    d.checkpointer = checkpointer
 
-    def should_stop() -> bool:
-        return (
-            d.keeper.lost
-            or d.publisher.failed is not None
-            or d.rt.runs.cancel_requested(request.run_id)
+    def lost() -> bool:
+        return d.keeper.lost or d.publisher.failed is not None or (
+            checkpointer is not None and checkpointer.failed is not None
         )
 
     timeout_s = min(request.timeout_s or d.rt.settings.max_run_s, d.rt.settings.max_run_s)
     try:
         result = session.run(
-            request.input, run_id=request.run_id, cancel_check=should_stop, timeout_s=timeout_s
+            request.input,
+            run_id=request.run_id,
+            cancel_check=lambda: lost() or d.rt.runs.cancel_requested(request.run_id),
+            timeout_s=timeout_s,
+            checkpoint=checkpointer,
+            resume=resumed.progress if resumed else None,
         )
         record = applied_record(request, result, first_seq)
     except RunCancelled as exc:
-        if d.keeper.lost or d.publisher.failed is not None:
+        if lost():
             raise ConflictError(f"lease or stream lost during run {request.run_id}") from exc
         record = rolled_back_record(session, request, before, first_seq, RunStatus.CANCELLED, exc)
     except (InfrastructureError, ConflictError):
@@ -264,10 +288,18 @@ def _adopt(d: _Drain, session: AgentSession, agent_name: str) -> AgentSession:
 
 
 def _session_for(d: _Drain, request: RunRequest, agent: Agent) -> AgentSession:
-    """The session to run on: loaded once per lease, then kept between runs."""
+    """The session to run on: loaded once per lease (at the run's checkpoint, when it has
+    one), then kept between runs."""
     if not d.loaded:
         stored = d.rt.store.load(request.tenant, request.session_id)
         d.loaded = True
+        d.base_seq = stored.snapshot.last_seq if stored is not None else 0
+        d.resumed = resume_point(d.rt, agent, request, stored)
+        if d.resumed is not None:
+            session = d.resumed.session
+            session.add_listener(d.publisher)  # replayed events were published when they happened
+            d.session, d.agent_name = session, request.agent
+            return session
         if stored is None:
             fresh = agent.new_session(request.session_id, tenant=request.tenant)
             return _adopt(d, fresh, request.agent)
@@ -278,6 +310,7 @@ def _session_for(d: _Drain, request: RunRequest, agent: Agent) -> AgentSession:
         return _adopt(d, session, request.agent)
     previous = d.session
     assert previous is not None
+    d.base_seq = previous.last_seq
     if d.agent_name == request.agent:
         return previous
     session = agent.session_from_snapshot(

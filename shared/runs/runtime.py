@@ -1,4 +1,5 @@
-"""What a worker needs to execute runs: its seams (store, archive, stream, leases, run queue),
+"""What a worker needs to execute runs: its seams (store, archive, stream, leases, run queue,
+checkpoints),
 settings and agents. :func:`build_runtime` connects the production backends from settings;
 tests build a :class:`Runtime` from in-memory backends and run the same cycle in-process.
 """
@@ -19,6 +20,8 @@ from tether.persistence.storage_url import open_storage
 from tether.persistence.stores.base import SnapshotStore
 from tether.persistence.streams.base import EventStream
 from tether.persistence.streams.redis import RedisEventStream
+from tether.runs.checkpoints.base import CheckpointStore
+from tether.runs.checkpoints.redis import RedisCheckpointStore
 from tether.runs.leases.base import LeaseManager
 from tether.runs.leases.redis import RedisLeaseManager
 from tether.runs.queue.base import RunQueue
@@ -37,6 +40,7 @@ class Runtime:
     archive: EventArchive
     stream: EventStream
     leases: LeaseManager
+    checkpoints: CheckpointStore
     registry: AgentRegistry
     worker_id: str
     archive_hint: ArchiveHint | None
@@ -72,6 +76,7 @@ def build_runtime(
         archive=archive,
         stream=RedisEventStream(client, keys=keys, max_len=settings.stream_max_len),
         leases=RedisLeaseManager(client, keys=keys),
+        checkpoints=RedisCheckpointStore(client, keys, ttl_s=settings.result_ttl_s),
         registry=AgentRegistry.default(settings.agent_modules),
         worker_id=default_worker_id(),
         archive_hint=RedisArchiveHint(client, keys, ttl_s=settings.result_ttl_s),

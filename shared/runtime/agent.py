@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from tether.core.events import now_ms
 from tether.core.memory import InMemoryMemory, Memory
@@ -33,6 +33,10 @@ if TYPE_CHECKING:
     from tether.runtime.redaction import TextRedactor
 
 
+Durability = Literal["run", "step"]
+"""When a distributed run records progress: only at its end, or at every step boundary."""
+
+
 @dataclass(frozen=True)
 class AgentOptions:
     """Limits and behaviour of the agent loop.
@@ -47,6 +51,9 @@ class AgentOptions:
         context_budget: shape each prompt with the projector (None: send all memory).
         projector: the projector (None: :class:`tether.runtime.projection.DefaultContextProjector`).
         compact_policy: checked before every step; compacts memory when it says so.
+        durability: on a worker, ``"step"`` records a checkpoint at every step boundary so a
+            run cut short (crash, lost lease) resumes there on another worker instead of being
+            redone; ``"run"`` only commits at the end. A request may override it.
     """
 
     max_steps: int = 20
@@ -58,6 +65,9 @@ class AgentOptions:
     context_budget: ContextBudget | None = None
     projector: ContextProjector | None = None
     compact_policy: CompactPolicy | None = None
+    # the default: a resumed run never asks the model again for a step it answered nor reruns
+    # a recorded tool call, and it costs nothing for runs that end in their first step
+    durability: Durability = "step"
 
 
 _shared_pool: ThreadPoolExecutor | None = None
@@ -147,11 +157,13 @@ class Agent:
         version: str | None = None,
         by_reference: bool = False,
         copy: bool = True,
+        announce: bool = True,
     ) -> AgentSession:
         """A session restored from ``snapshot`` (emits ``SESSION_RESTORED``).
 
         ``copy=False`` skips the defensive copy when the caller owns ``snapshot`` and drops it
-        (a worker restoring a head it just parsed).
+        (a worker restoring a head it just parsed). ``announce=False`` emits nothing: the caller
+        replays recorded events that hold the restore (a worker resuming a run).
         """
         session = AgentSession(
             self,
@@ -159,7 +171,7 @@ class Agent:
             snapshot.metadata if not copy else snapshot.metadata.model_copy(deep=True),
             listeners=self.listeners,
         )
-        session.restore(snapshot, by_reference=by_reference, copy=copy)
+        session.restore(snapshot, by_reference=by_reference, copy=copy, announce=announce)
         session.set_version(version)
         return session
 

@@ -4,11 +4,18 @@ One step is: auto-compact (when the policy says so) → ``STEP_START`` → proje
 ``MODEL_REQUEST`` → model → ``MODEL_RESPONSE`` → ``MEMORY_ITEMS_APPENDED`` → either
 ``FINAL_OUTPUT`` or tool calls (``TOOL_CALL`` each, then ``TOOL_RESULT`` each in call order) →
 ``STEP_END``. The loop is a small ``while`` over tagged outcomes of :func:`_step`.
+
+With a *checkpoint* hook (``durability="step"`` on a worker) the loop calls it at every point a
+crashed run can be resumed from: once a step's tool calls are recorded (before any runs), after
+each tool result, and after each step that is not the last. A run resumed from a
+:class:`~tether.runtime.progress.RunProgress` first finishes the step that was cut short (only
+its calls without a result run, under the same idempotency keys), then goes on with the next.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -28,11 +35,15 @@ from tether.core.items import Item, ToolCall, ToolOutput, UserMessage
 from tether.core.results import AgentResult, RunStatus, ToolResultRecord
 from tether.errors import ModelError, RunCancelled, RunTimeout, TetherError, TokenBudgetExceeded
 from tether.models.base import ModelRequest, ModelResponse
-from tether.runtime.tool_runner import execute_calls
-from tether.runtime.tools import Tool, ToolOutcome, failed
+from tether.runtime.progress import RunProgress
+from tether.runtime.tool_runner import Call, execute_parallel, run_with_timeout
+from tether.runtime.tools import ToolContext, ToolOutcome, failed
 
 if TYPE_CHECKING:
     from tether.runtime.session import AgentSession, CancelCheck
+
+#: Called at every point a run can be resumed from (see the module docstring).
+Checkpoint = Callable[[], None]
 
 RUNTIME_NAME = "react"
 
@@ -47,6 +58,12 @@ class _RunState:
     tool_calls: list[ToolCall] = field(default_factory=list)
     tool_results: list[ToolResultRecord] = field(default_factory=list)
     last_text: str | None = None
+    checkpoint: Checkpoint | None = None
+
+    def mark(self) -> None:
+        """A point this run can be resumed from."""
+        if self.checkpoint is not None:
+            self.checkpoint()
 
 
 StepOutcome = Literal["final", "again", "waiting"]
@@ -59,17 +76,25 @@ def run_loop(
     run_id: str,
     cancel_check: CancelCheck | None,
     timeout_s: float | None = None,
+    checkpoint: Checkpoint | None = None,
+    resume: RunProgress | None = None,
 ) -> AgentResult:
-    """Run one request on ``session`` (the caller holds the session lock)."""
+    """Run one request on ``session`` (the caller holds the session lock), or go on with one
+    whose recorded ``resume`` progress the session already holds."""
     state = _RunState(
         run_id=run_id,
         started_s=time.monotonic(),
-        first_seq=session.last_seq + 1,
+        first_seq=session.last_seq + 1 if resume is None else resume.first_seq,
         timeout_s=session.agent.options.timeout_s if timeout_s is None else timeout_s,
+        checkpoint=checkpoint,
     )
     step = 0
     try:
-        if input is not None:
+        if resume is not None:
+            step = resume.next_step
+            if _resume(session, state, resume) == "waiting":
+                return _result(session, state, RunStatus.WAITING, step)
+        elif input is not None:
             session.write(
                 EventType.USER_INPUT,
                 UserInputPayload(item=UserMessage(content=input)),
@@ -84,10 +109,27 @@ def run_loop(
                 return _result(session, state, RunStatus.COMPLETED, step)
             if outcome == "waiting":
                 return _result(session, state, RunStatus.WAITING, step)
+            state.mark()
         return _result(session, state, RunStatus.CONTINUATION_REQUIRED, step)
     except BaseException as exc:
         session.emit_error(exc, run_id=run_id, step=step)
         raise
+
+
+def _resume(session: AgentSession, state: _RunState, progress: RunProgress) -> StepOutcome:
+    """Take over what ``progress`` recorded; finish the step it cut short, if any."""
+    state.usage = progress.usage
+    state.tool_calls = list(progress.tool_calls)
+    state.tool_results = list(progress.tool_results)
+    state.last_text = progress.last_text
+    if progress.open_step is None:
+        return "again"
+    step = progress.open_step
+    waiting = _execute(session, state, _validated(session, state, progress.pending, step), step)
+    session.emit(EventType.STEP_END, TextPayload(text=RUNTIME_NAME), run_id=state.run_id, step=step)
+    if not waiting:
+        state.mark()
+    return "waiting" if waiting else "again"
 
 
 def _check_limits(
@@ -218,13 +260,23 @@ def _normalize_calls(calls: tuple[ToolCall, ...], step: int) -> list[ToolCall]:
 
 def _run_tools(session: AgentSession, state: _RunState, calls: list[ToolCall], step: int) -> bool:
     """Emit calls, execute the valid ones, write results in call order; True when one waits."""
-    agent = session.agent
-    valid: list[tuple[Tool, ToolCall]] = []
     for call in calls:
         session.emit(
             EventType.TOOL_CALL, ToolCallPayload(call=call), run_id=state.run_id, step=step
         )
         state.tool_calls.append(call)
+    valid = _validated(session, state, calls, step)
+    state.mark()  # the calls are recorded: a resumed run executes these same calls
+    return _execute(session, state, valid, step)
+
+
+def _validated(
+    session: AgentSession, state: _RunState, calls: Sequence[ToolCall], step: int
+) -> list[Call]:
+    """The calls that name a known tool with valid arguments; a FAILED result for the rest."""
+    agent = session.agent
+    valid: list[Call] = []
+    for call in calls:
         tool = agent.tools.get(call.name)
         problem: ToolOutcome | None = None
         if tool is None:
@@ -237,19 +289,36 @@ def _run_tools(session: AgentSession, state: _RunState, calls: list[ToolCall], s
             problem = parsed if isinstance(parsed, ToolOutcome) else None
         if problem is not None:
             _write_result(session, state, problem, step)
-        else:
-            assert tool is not None
-            valid.append((tool, call))
-    options = agent.options
-    outcomes = execute_calls(
-        valid,
-        parallel=options.parallel_tool_calls,
-        max_parallel=options.max_parallel_tool_calls,
-        timeout_s=options.tool_timeout_s,
-    )
-    for outcome in outcomes:
+            continue
+        assert tool is not None
+        context = ToolContext(session.tenant, session.session_id, state.run_id, step, call.id)
+        valid.append((tool, call, context))
+    return valid
+
+
+def _execute(session: AgentSession, state: _RunState, calls: list[Call], step: int) -> bool:
+    """Run the calls and write their results; True when one of them waits.
+
+    Sequential calls are recorded one by one, so a crash never repeats a finished call;
+    parallel calls are recorded together, in call order, when all have finished.
+    """
+    options = session.agent.options
+    timeout_s = options.tool_timeout_s
+    waiting = False
+    if options.parallel_tool_calls and len(calls) > 1:
+        outcomes = execute_parallel(
+            calls, max_parallel=options.max_parallel_tool_calls, timeout_s=timeout_s
+        )
+        for outcome in outcomes:
+            _write_result(session, state, outcome, step)
+        state.mark()
+        return any(o.status == "WAITING" for o in outcomes)
+    for tool, call, context in calls:
+        outcome = run_with_timeout(tool, call, context, timeout_s)
         _write_result(session, state, outcome, step)
-    return any(o.status == "WAITING" for o in outcomes)
+        state.mark()
+        waiting = waiting or outcome.status == "WAITING"
+    return waiting
 
 
 def _write_result(session: AgentSession, state: _RunState, outcome: ToolOutcome, step: int) -> None:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from tether.core.results import AgentResult
     from tether.runtime.agent import Agent
     from tether.runtime.compaction import CompactPolicy
+    from tether.runtime.progress import RunProgress
 
 log = logging.getLogger(__name__)
 
@@ -247,6 +248,8 @@ class AgentSession:
         run_id: str | None = None,
         cancel_check: CancelCheck | None = None,
         timeout_s: float | None = None,
+        checkpoint: Callable[[], None] | None = None,
+        resume: RunProgress | None = None,
     ) -> AgentResult:
         """Run the agent loop on ``input`` (None continues from memory, e.g. after a patch).
 
@@ -255,6 +258,10 @@ class AgentSession:
             run_id: the run id recorded on every event (default: a new one).
             cancel_check: polled between steps; when it returns True the run stops.
             timeout_s: wall-clock limit of this run (default: the agent's ``timeout_s``).
+            checkpoint: called at every point the run could be resumed from (see
+                :mod:`tether.runtime.loop`).
+            resume: go on with ``run_id`` from this progress, which :meth:`replay` put in
+                this session, instead of starting it (``input`` is then ignored).
 
         Raises:
             AgentError: the model failed, the run timed out or was cancelled (after an ``ERROR``
@@ -269,6 +276,8 @@ class AgentSession:
                 run_id=run_id or new_id("run"),
                 cancel_check=cancel_check,
                 timeout_s=timeout_s,
+                checkpoint=checkpoint,
+                resume=resume,
             )
 
     def replace_tool_output(self, call_id: str, output: str) -> bool:
@@ -322,8 +331,13 @@ class AgentSession:
             )
 
     def restore(
-        self, snapshot: SessionSnapshot, *, by_reference: bool = False, copy: bool = True
-    ) -> AgentEvent:
+        self,
+        snapshot: SessionSnapshot,
+        *,
+        by_reference: bool = False,
+        copy: bool = True,
+        announce: bool = True,
+    ) -> AgentEvent | None:
         """Install ``snapshot`` and emit ``SESSION_RESTORED``.
 
         Args:
@@ -332,6 +346,8 @@ class AgentSession:
                 names its sequence and memory checksum instead of copying the whole memory
                 (keeps per-run history O(new events)). The fold leaves memory unchanged.
             copy: take a defensive deep copy (False when the caller gives up the snapshot).
+            announce: emit ``SESSION_RESTORED`` (False: the caller replays events
+                that already hold one, to resume a run).
         """
         with self._lock:
             # copy=False: the caller hands over a snapshot it just parsed and will not touch
@@ -346,6 +362,8 @@ class AgentSession:
             self._loaded_outbox = tuple(e for e in snap.events if e.seq > snap.archived_seq)
             self._loaded_archive_batch = snap.archive_batch_events
             self._memory.reset(snap.memory)
+            if not announce:
+                return None
             if by_reference:
                 payload = RestoredPayload(
                     memory=None, base_seq=snap.last_seq, checksum=memory_checksum(snap.memory)
@@ -354,6 +372,30 @@ class AgentSession:
                 payload = RestoredPayload(memory=snap.memory, base_seq=snap.last_seq)
             # restoring is not activity: updated_at_ms stays what the snapshot says
             return self.write(EventType.SESSION_RESTORED, payload, touch=False)
+
+    def replay(self, events: Sequence[AgentEvent]) -> None:
+        """Append events recorded by another process, applying their memory writes.
+
+        For resuming a run: ``events`` continue this session's log (gapless from
+        ``last_seq + 1``) and were produced by this same session's code, so applying them
+        through the fold reproduces the memory they left. Listeners are not called: the events
+        were published when they happened.
+
+        Raises:
+            ValueError: the events do not continue the log.
+        """
+        with self._lock:
+            for event in events:
+                if event.seq != self._last_seq + 1 or event.session_id != self.session_id:
+                    raise ValueError(
+                        f"event {event.seq} of {event.session_id!r} does not continue "
+                        f"{self.session_id!r} at seq {self._last_seq + 1}"
+                    )
+                apply_event(self._memory, event)
+                if isinstance(event.payload, CompactPayload):
+                    self._last_compact = event.payload.result
+                self._events.append(event)
+                self._last_seq = event.seq
 
     def rollback(
         self, memory: MemorySnapshot, last_compact: CompactResult | None, *, run_id: str | None

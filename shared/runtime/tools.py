@@ -9,10 +9,17 @@ A call's arguments are validated against the schema (pydantic) before the functi
 that fails validation or raises becomes a ``TOOL_ERROR: {...}`` result the model sees; it never
 crashes the run. A tool may return :class:`Waiting` to park the run until the output is patched
 with ``session.replace_tool_output``.
+
+A tool that declares a parameter annotated :class:`ToolContext` (any name; it is not part of
+the schema the model sees) receives the call's context, whose :attr:`ToolContext.idempotency_key`
+is the same every time this call is executed, across retries and across workers resuming the
+run, so the tool can make its own side effect exactly-once (e.g. pass it on as an HTTP
+``Idempotency-Key``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 from collections.abc import Callable, Iterable, Mapping
@@ -34,6 +41,31 @@ class Waiting:
 
     output: str = WAITING_OUTPUT
     operation_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """Who is calling a tool: the run, the step and the call.
+
+    ``idempotency_key`` is derived from tenant, session, run, step and call id only, so every
+    execution of the same recorded call (a retry, a resume on another worker after a crash) sees
+    the same key, and no other call does. A call that had started but whose result was not
+    recorded when its worker died is executed again with the same key: a tool with side
+    effects should deduplicate by it.
+    """
+
+    tenant: str
+    session_id: str | None
+    run_id: str
+    step: int
+    call_id: str
+
+    @property
+    def idempotency_key(self) -> str:
+        """A stable 40-hex-digit key for this call (``tk-`` prefixed)."""
+        parts = (self.tenant, self.session_id or "", self.run_id, str(self.step), self.call_id)
+        digest = hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()
+        return "tk-" + digest[:40]
 
 
 @dataclass(frozen=True)
@@ -73,7 +105,8 @@ class Tool:
         self.fn = fn
         self.name = name or fn.__name__
         self.description = (description or inspect.getdoc(fn) or self.name).strip()
-        self.args_model = _args_model(fn, self.name)
+        self.context_param = _context_param(fn)
+        self.args_model = _args_model(fn, self.name, skip=self.context_param)
         schema = self.args_model.model_json_schema()
         schema.pop("title", None)
         self.parameters: dict[str, Any] = schema
@@ -98,11 +131,15 @@ class Tool:
             return failed(call, "InvalidArguments", f"arguments do not match schema: {detail}")
         return {field: getattr(model, field) for field in type(model).model_fields}
 
-    def execute(self, call: ToolCall) -> ToolOutcome:
+    def execute(self, call: ToolCall, context: ToolContext | None = None) -> ToolOutcome:
         """Validate and run one call, turning every failure into a FAILED outcome."""
         parsed = self.parse(call)
         if isinstance(parsed, ToolOutcome):
             return parsed
+        if self.context_param is not None:
+            if context is None:  # a direct call outside a run: still a usable, unique key
+                context = ToolContext("default", None, "no-run", 0, call.id)
+            parsed[self.context_param] = context
         try:
             value = self.fn(**parsed)
         except Exception as exc:  # a tool's failure is data for the model, never a crash
@@ -115,7 +152,21 @@ class Tool:
         return ToolOutcome(call=call, output=output, ok=True, status="COMPLETED")
 
 
-def _args_model(fn: Callable[..., Any], name: str) -> type[pydantic.BaseModel]:
+def _context_param(fn: Callable[..., Any]) -> str | None:
+    """The name of the parameter annotated :class:`ToolContext`, if any."""
+    try:
+        hints = get_type_hints(fn)
+    except Exception:
+        return None  # _args_model reports unresolvable hints
+    for param in inspect.signature(fn).parameters.values():
+        if hints.get(param.name) is ToolContext:
+            return param.name
+    return None
+
+
+def _args_model(
+    fn: Callable[..., Any], name: str, *, skip: str | None = None
+) -> type[pydantic.BaseModel]:
     try:
         hints = get_type_hints(fn)
     except Exception as exc:
@@ -124,6 +175,8 @@ def _args_model(fn: Callable[..., Any], name: str) -> type[pydantic.BaseModel]:
         ) from exc
     fields: dict[str, Any] = {}
     for param in inspect.signature(fn).parameters.values():
+        if param.name == skip:
+            continue
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise ToolError(f"tool {name!r}: *args/**kwargs are not supported; name each parameter")
         if param.name not in hints:

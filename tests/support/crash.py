@@ -1,5 +1,8 @@
 """Crash a worker in-process at a named commit step, then recover it the way a second one would.
 
+Also a pytest plugin: the ``make_backends`` fixture gives in-memory and real (redis-server + S3
+over HTTP) backends to the same test.
+
 A :class:`SimulatedCrash` is a ``BaseException``: no handler in the cycle catches it, just as no
 handler runs when a process dies. Once the crash fires, the dead worker's backends are switched
 off (:class:`Powered`), so even its ``finally`` blocks cannot reach storage: its lease stays held
@@ -8,15 +11,33 @@ until it expires, as a killed worker's would.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
+import redis
+
+from tether.ids import new_id
+from tether.keys import RedisKeys
+from tether.persistence.archives.memory import InMemoryEventArchive
+from tether.persistence.storage_url import open_storage
+from tether.persistence.stores.memory import InMemorySnapshotStore
+from tether.persistence.streams.memory import InMemoryEventStream
+from tether.persistence.streams.redis import RedisEventStream
+from tether.runs.checkpoints.memory import InMemoryCheckpointStore
+from tether.runs.checkpoints.redis import RedisCheckpointStore
 from tether.runs.commit import CommitStep, Phase, StepContext, install_probe
+from tether.runs.contract import RunRequest
 from tether.runs.leases.base import LeaseManager
+from tether.runs.leases.memory import InMemoryLeaseManager
+from tether.runs.leases.redis import RedisLeaseManager
 from tether.runs.queue.base import RunQueue
+from tether.runs.queue.memory import InMemoryRunQueue
+from tether.runs.queue.redis import RedisArchiveHint, RedisRunQueue
 from tether.runs.runtime import Runtime
 from tether.runtime.registry import AgentRegistry
 from tether.settings import Settings
@@ -64,6 +85,7 @@ class Backends:
     leases: LeaseManager
     runs: RunQueue
     hint: Any
+    checkpoints: Any
     expire_lease: Callable[[str, str], None]
     """Make the session's lease expire now (the TTL passing, without waiting for it)."""
 
@@ -74,6 +96,7 @@ def worker_runtime(
     *,
     switch: PowerSwitch | None = None,
     archive_batch_events: int = 1,
+    registry: AgentRegistry | None = None,
 ) -> Runtime:
     """A worker's runtime over ``backends`` (behind ``switch`` when given)."""
     switch = switch or PowerSwitch()
@@ -88,7 +111,8 @@ def worker_runtime(
         archive=wrap(backends.archive),
         stream=wrap(backends.stream),
         leases=wrap(backends.leases),
-        registry=AgentRegistry.default(entry_points_enabled=False),
+        checkpoints=wrap(backends.checkpoints),
+        registry=registry or AgentRegistry.default(entry_points_enabled=False),
         worker_id=worker_id,
         archive_hint=wrap(backends.hint),
         wake=lambda tenant, session_id: None,
@@ -119,3 +143,87 @@ def crash_at(
         yield fired
     finally:
         uninstall()
+
+
+class FakeClock:
+    """Milliseconds that only move when the test says so."""
+
+    def __init__(self) -> None:
+        self.ms = 1_000_000
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+class DictHint:
+    def __init__(self) -> None:
+        self.seen: dict[tuple[str, str], int] = {}
+
+    def archived_through(self, tenant: str, session_id: str) -> int:
+        return self.seen.get((tenant, session_id), 0)
+
+    def record(self, tenant: str, session_id: str, seq: int) -> None:
+        self.seen[(tenant, session_id)] = seq
+
+
+def memory_backends() -> Backends:
+    clock = FakeClock()
+    leases = InMemoryLeaseManager(clock=lambda: clock.ms / 1000)
+
+    def expire(tenant: str, session_id: str) -> None:
+        clock.ms += 60_001  # one lease TTL of the worker runtime
+
+    return Backends(
+        name="memory",
+        store=InMemorySnapshotStore(),
+        archive=InMemoryEventArchive(),
+        stream=InMemoryEventStream(leases),
+        leases=leases,
+        runs=InMemoryRunQueue(leases, clock=clock),
+        hint=DictHint(),
+        checkpoints=InMemoryCheckpointStore(leases),
+        expire_lease=expire,
+    )
+
+
+@pytest.fixture(params=["memory", "redis+s3"])
+def make_backends(request: pytest.FixtureRequest) -> Callable[[], Backends]:
+    if request.param == "memory":
+        return memory_backends
+    client: redis.Redis = request.getfixturevalue("redis_client")
+    bucket = request.getfixturevalue("s3_bucket")
+
+    def real() -> Backends:
+        keys = RedisKeys(f"crash-{new_id('c')[-8:]}")
+        store, archive = open_storage(
+            f"s3://{bucket.bucket}/{keys.prefix}", endpoint_url=bucket.endpoint_url
+        )
+        return Backends(
+            name="redis+s3",
+            store=store,
+            archive=archive,
+            stream=RedisEventStream(client, keys=keys),
+            leases=RedisLeaseManager(client, keys=keys),
+            runs=RedisRunQueue(client, keys, result_ttl_s=3600),
+            hint=RedisArchiveHint(client, keys),
+            checkpoints=RedisCheckpointStore(client, keys, ttl_s=3600),
+            expire_lease=lambda t, s: client.delete(keys.lease(t, s)),
+        )
+
+    return real
+
+
+TENANT = "acme"
+_counter = itertools.count()
+
+
+def request_for(session_id: str, text: str) -> RunRequest:
+    n = next(_counter)
+    return RunRequest(
+        run_id=f"run-{n}-{new_id('x')[-6:]}",
+        request_id=f"req-{n}",
+        tenant=TENANT,
+        session_id=session_id,
+        agent="calculator",
+        input=text,
+    )

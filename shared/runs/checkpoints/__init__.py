@@ -1,0 +1,1 @@
+"""Step checkpoints: :class:`CheckpointStore` (the Protocol) with Redis and in-memory backends."""

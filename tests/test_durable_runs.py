@@ -1,0 +1,183 @@
+"""Step durability: a run cut short resumes at its last checkpoint on another worker.
+
+In-process, with the real drain cycle on in-memory backends (and once on redis-server + S3 over
+HTTP): a 10-step run whose tool counts outside Tether dies in its 7th tool call; the next worker
+resumes it. The model is asked 11 times in all (not 7 + 11), the counter ends at 10 (the call cut
+short is invoked again with the same idempotency key and deduplicated), and the session folds to
+its stored memory with a gapless history. With ``durability="run"`` the same crash redoes the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from tests.support.crash import (
+    TENANT,
+    Backends,
+    PowerSwitch,
+    SimulatedCrash,
+    memory_backends,
+    request_for,
+    worker_runtime,
+)
+from tests.support.durable_agents import STEPS, MemoryCounter, counting_agent
+from tether import SessionLogReader
+from tether.core.events import EventType
+from tether.errors import FencedOut
+from tether.runs.checkpoints.base import Checkpoint
+from tether.runs.contract import RunRequest
+from tether.runs.cycle import drain
+from tether.runs.queue.base import submit
+from tether.runtime.agent import Durability
+from tether.runtime.registry import AgentRegistry
+
+
+def registry_for(counter: MemoryCounter, durability: Durability, crash_at: int | None,
+                 switch: PowerSwitch | None) -> AgentRegistry:
+    def before_apply(n: int) -> None:
+        if crash_at is not None and n == crash_at and switch is not None and not switch.dead:
+            switch.dead = True
+            raise SimulatedCrash(f"worker died in tool call {n}")
+
+    registry = AgentRegistry({})
+    registry.register(
+        "counter",
+        lambda: counting_agent(counter, durability=durability, before_apply=before_apply),
+    )
+    return registry
+
+
+def counting_request(session_id: str, durability: Durability | None = None) -> RunRequest:
+    request = request_for(session_id, "count to ten")
+    return request.model_copy(update={"agent": "counter", "durability": durability})
+
+
+def crash_then_resume(
+    backends: Backends, durability: Durability, crash_at: int = 7
+) -> tuple[MemoryCounter, RunRequest]:
+    counter = MemoryCounter()
+    request = counting_request("s-durable")
+    switch = PowerSwitch()
+    dying = worker_runtime(
+        backends, "w1", switch=switch,
+        registry=registry_for(counter, durability, crash_at, switch),
+    )
+    submit(dying.runs, request)
+    with pytest.raises(SimulatedCrash):
+        drain(dying, TENANT, request.session_id)
+    backends.expire_lease(TENANT, request.session_id)
+    taker = worker_runtime(backends, "w2", registry=registry_for(counter, durability, None, None))
+    submit(taker.runs, request)  # the broker redelivers the message
+    drain(taker, TENANT, request.session_id)
+    return counter, request
+
+
+def assert_committed_once(backends: Backends, request: RunRequest) -> None:
+    view = backends.runs.get(request.run_id)
+    assert view is not None and view.result is not None
+    assert view.result.status == "COMPLETED" and view.result.output == f"counted {STEPS}"
+    assert view.result.attempts == 2
+    reader = SessionLogReader(backends.store, backends.archive)
+    report = reader.verify(request.session_id, tenant=TENANT)
+    assert report.ok, report.problems
+    head = reader.read(request.session_id, tenant=TENANT)
+    assert head is not None
+    assert [r.request_id for r in head.applied] == [request.request_id]
+    assert backends.checkpoints.load(TENANT, request.session_id, request.run_id) is None
+
+
+def test_step_durability_resumes_without_redoing_steps_or_tool_calls() -> None:
+    backends = memory_backends()
+    counter, request = crash_then_resume(backends, "step")
+    assert counter.total == STEPS  # every increment applied exactly once
+    assert counter.model_calls == STEPS + 1  # 7 before the crash, 4 after: not 7 + 11
+    # the call cut short was invoked again with the same key; no other call ran twice
+    assert sorted(counter.invocations.values()) == [1] * (STEPS - 1) + [2]
+    assert_committed_once(backends, request)
+    history = SessionLogReader(backends.store, backends.archive).events(
+        request.session_id, tenant=TENANT
+    )
+    results = [e for e in history if e.type is EventType.TOOL_RESULT]
+    assert len(results) == STEPS  # one recorded result per call in the committed history
+
+
+def test_run_durability_redoes_the_run() -> None:
+    backends = memory_backends()
+    counter, request = crash_then_resume(backends, "run")
+    assert counter.model_calls == 7 + STEPS + 1
+    # fresh model call ids on the redo: new keys, so the tool cannot deduplicate them
+    assert counter.total == 6 + STEPS
+    assert_committed_once(backends, request)
+
+
+def test_request_durability_overrides_the_agent() -> None:
+    backends = memory_backends()
+    counter = MemoryCounter()
+    request = counting_request("s-override", durability="run")
+    rt = worker_runtime(backends, "w1", registry=registry_for(counter, "step", None, None))
+    saved: list[Checkpoint] = []
+    original = backends.checkpoints.save
+    backends.checkpoints.save = lambda t, s, c: (saved.append(c), original(t, s, c))[1]
+    submit(rt.runs, request)
+    drain(rt, TENANT, request.session_id)
+    assert saved == []
+    step_request = counting_request("s-override-2")
+    submit(rt.runs, step_request)
+    drain(rt, TENANT, step_request.session_id)
+    # calls recorded + result + step end for each of the 10 tool steps
+    assert len(saved) == 3 * STEPS
+
+
+@pytest.mark.parametrize("crash_at", [1, 4, 10])
+def test_resume_from_any_step(crash_at: int) -> None:
+    backends = memory_backends()
+    counter, request = crash_then_resume(backends, "step", crash_at=crash_at)
+    assert counter.total == STEPS
+    assert counter.model_calls == STEPS + 1
+    assert_committed_once(backends, request)
+
+
+def test_resume_on_real_redis_and_s3(make_backends: Callable[[], Backends]) -> None:
+    backends = make_backends()
+    counter, request = crash_then_resume(backends, "step")
+    assert (counter.total, counter.model_calls) == (STEPS, STEPS + 1)
+    assert_committed_once(backends, request)
+
+
+def test_a_lost_stream_falls_back_to_redoing_the_run() -> None:
+    backends = memory_backends()
+    counter = MemoryCounter()
+    request = counting_request("s-lost")
+    switch = PowerSwitch()
+    dying = worker_runtime(
+        backends, "w1", switch=switch, registry=registry_for(counter, "step", 7, switch)
+    )
+    submit(dying.runs, request)
+    with pytest.raises(SimulatedCrash):
+        drain(dying, TENANT, request.session_id)
+    backends.stream.trim(TENANT, request.session_id, max_len=0)  # Redis lost the run's events
+    backends.expire_lease(TENANT, request.session_id)
+    taker = worker_runtime(backends, "w2", registry=registry_for(counter, "step", None, None))
+    drain(taker, TENANT, request.session_id)
+    assert counter.model_calls == 7 + STEPS + 1  # redone from the head, not resumed
+    assert_committed_once(backends, request)
+
+
+def test_a_zombie_cannot_checkpoint_after_a_takeover() -> None:
+    backends = memory_backends()
+    first = backends.leases.acquire(TENANT, "s-zombie", "w1", 60_000)
+    assert first is not None
+    backends.expire_lease(TENANT, "s-zombie")
+    second = backends.leases.acquire(TENANT, "s-zombie", "w2", 60_000)
+    assert second is not None and second.fence > first.fence
+    backends.checkpoints.save(
+        TENANT, "s-zombie", Checkpoint(run_id="r1", fence=second.fence, base_seq=0, last_seq=5)
+    )
+    with pytest.raises(FencedOut):
+        backends.checkpoints.save(
+            TENANT, "s-zombie", Checkpoint(run_id="r1", fence=first.fence, base_seq=0, last_seq=9)
+        )
+    kept = backends.checkpoints.load(TENANT, "s-zombie", "r1")
+    assert kept is not None and kept.last_seq == 5
