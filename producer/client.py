@@ -20,7 +20,7 @@ from celery import Celery
 from pydantic import JsonValue
 
 from tether.core.events import AgentEvent
-from tether.core.results import RunStatus
+from tether.core.results import Resolution, RunStatus
 from tether.errors import InvalidInput, SessionBusy
 from tether.ids import new_id, validate_id, validate_tenant
 from tether.keys import RedisKeys
@@ -58,6 +58,8 @@ class RunSpec:
     metadata: dict[str, JsonValue] = field(default_factory=dict)
     timeout_s: float | None = None
     on_busy: str = "enqueue"
+    durability: str | None = None
+    resolutions: tuple[Resolution, ...] = ()
 
 
 class Producer:
@@ -131,6 +133,8 @@ class Producer:
             "metadata": spec.metadata,
             "timeout_s": spec.timeout_s,
             "on_busy": spec.on_busy,
+            "durability": spec.durability,
+            "resolutions": [r.model_dump() for r in spec.resolutions],
         }
         request = parse_request(doc)
         request.check_input_size(self.settings.max_input_bytes)
@@ -163,11 +167,13 @@ class Producer:
         metadata: dict[str, JsonValue] | None = None,
         timeout_s: float | None = None,
         on_busy: str = "enqueue",
+        durability: str | None = None,
     ) -> RunHandle:
         """Enqueue a run; returns at once with its handle.
 
         Submitting a ``request_id`` that was already submitted returns a handle on the original
-        run (the input is applied once).
+        run (the input is applied once). ``durability`` (``"step"`` or ``"run"``) overrides the
+        agent's (see the README's long-running runs).
 
         Raises:
             InvalidInput: a malformed id, oversized input, or bad option (nothing is enqueued).
@@ -181,8 +187,59 @@ class Producer:
             {} if metadata is None else metadata,  # validated, never coerced (dict("ab") fails)
             timeout_s,
             on_busy,
+            durability,
         )
         return self.submit_many([spec])[0]
+
+    # --- human in the loop ---------------------------------------------------------------------
+
+    def resolve(
+        self,
+        session_id: str,
+        resolutions: Iterable[Resolution],
+        *,
+        agent: str,
+        tenant: str | None = None,
+        request_id: str | None = None,
+    ) -> RunHandle:
+        """Continue the session's ``WAITING`` run, from any process: settle its pending calls
+        (see :class:`~tether.core.results.Resolution`), then run on. Returns the continuation's
+        handle (the waiting run's handle stays resolved with its ``WAITING`` result).
+
+        Raises:
+            InvalidInput: a malformed id or resolution (nothing is enqueued). A call id that is
+                not pending fails the continuation run (``InvalidInput``); nothing changes.
+        """
+        spec = RunSpec(session_id, None, agent, tenant, request_id, resolutions=tuple(resolutions))
+        return self.submit_many([spec])[0]
+
+    def approve(
+        self, session_id: str, call_id: str, *, agent: str, tenant: str | None = None
+    ) -> RunHandle:
+        """Approve a pending call: the tool runs, then the run goes on."""
+        return self.resolve(
+            session_id, [Resolution(call_id=call_id, action="approve")], agent=agent, tenant=tenant
+        )
+
+    def reject(
+        self,
+        session_id: str,
+        call_id: str,
+        reason: str = "rejected by a person",
+        *,
+        agent: str,
+        tenant: str | None = None,
+    ) -> RunHandle:
+        """Refuse a pending call: the model sees ``reason``, then the run goes on."""
+        resolution = Resolution(call_id=call_id, action="reject", text=reason)
+        return self.resolve(session_id, [resolution], agent=agent, tenant=tenant)
+
+    def submit_tool_output(
+        self, session_id: str, call_id: str, output: str, *, agent: str, tenant: str | None = None
+    ) -> RunHandle:
+        """Give the output of a call that waits for one, then the run goes on."""
+        resolution = Resolution(call_id=call_id, action="output", text=output)
+        return self.resolve(session_id, [resolution], agent=agent, tenant=tenant)
 
     def run(
         self,

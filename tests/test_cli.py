@@ -322,3 +322,25 @@ def test_unknown_option_or_command_is_a_usage_error() -> None:
         )
         assert done.returncode == 2, (argv, done.stderr)
         assert "Traceback" not in done.stderr
+
+
+def test_approve_a_waiting_run_from_the_shell(live_stack: Stack) -> None:
+    sid, other = unique("cli-approve"), unique("cli-reject")
+    waiting = ok(tether(live_stack.env, "run", sid, "transfer 7", "--agent", "approver", "--json"))
+    result = json.loads(waiting.stdout)
+    assert result["status"] == "WAITING"
+    (call,) = result["pending"]
+    assert (call["tool"], call["reason"]) == ("transfer", "approval")
+    text = ok(tether(live_stack.env, "run", other, "transfer 8", "--agent", "approver"))
+    hint = next(line for line in text.stderr.splitlines() if line.startswith("waiting on"))
+    second = hint.split()[2].rstrip(":")
+    assert f"tether approve {other} {second}" in hint
+    approved = ok(tether(live_stack.env, "approve", sid, call["call_id"], "--agent", "approver"))
+    assert approved.stdout.strip() == "transferred 7"
+    rejected = ok(
+        tether(live_stack.env, "reject", other, second, "--agent", "approver",
+               "--reason", "not today")
+    )
+    assert "not today" in rejected.stdout
+    again = tether(live_stack.env, "approve", sid, call["call_id"], "--agent", "approver")
+    one_error_line(again, "InvalidInput", "does not wait for approval")

@@ -19,7 +19,7 @@ from typing import Annotated
 import click
 import typer
 
-from tether.producer.cli import batch, runs, sessions
+from tether.producer.cli import approvals, batch, runs, sessions
 from tether.producer.cli.support import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -136,6 +136,7 @@ def worker(
 
 
 runs.register(app)
+approvals.register(app)
 sessions.register(app)
 batch.register(app)
 

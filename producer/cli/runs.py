@@ -95,7 +95,7 @@ def run_command(
     """Run an agent on a session, wait, and print the answer."""
     with Producer(cli_settings()) as producer:
         handle = _submit(producer, session_id, text, agent, tenant, request_id, timeout_s, on_busy)
-        _print_outcome(handle, wait_s, as_json)
+        print_outcome(handle, wait_s, as_json)
 
 
 def submit(
@@ -128,7 +128,7 @@ def wait(run_id: RunIdArg, wait_s: WaitOption = None, as_json: JsonOption = Fals
     """Wait for a run and print its answer."""
     with Producer(cli_settings()) as producer:
         _known(producer, run_id)
-        _print_outcome(producer.handle(run_id), wait_s, as_json)
+        print_outcome(producer.handle(run_id), wait_s, as_json)
 
 
 def cancel(run_id: RunIdArg, as_json: JsonOption = False) -> None:
@@ -210,7 +210,8 @@ def _known(producer: Producer, run_id: str) -> str:
     return view.status
 
 
-def _print_outcome(handle: RunHandle, wait_s: float | None, as_json: bool) -> None:
+def print_outcome(handle: RunHandle, wait_s: float | None, as_json: bool) -> None:
+    """Wait for ``handle`` and print its answer (a WAITING run: the calls it waits on)."""
     try:
         result = handle.run_result(timeout=wait_s)
     except TimeoutError:
@@ -223,6 +224,13 @@ def _print_outcome(handle: RunHandle, wait_s: float | None, as_json: bool) -> No
     elif result.ok:
         typer.echo(result.output or "")
         make_console(stderr=True).print(result_line(result))
+        for call in result.pending:
+            verb = "approve" if call.reason == "approval" else "answer"
+            typer.echo(
+                f"waiting on {call.call_id}: {call.tool}({call.arguments}) -> "
+                f"tether {verb} {result.session_id} {call.call_id} ...",
+                err=True,
+            )
     else:
         typer.echo(one_line(f"error: run {result.run_id} {_failure(result)}"), err=True)
     if not result.ok:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from tether.core.events import Usage
 from tether.core.items import ToolCall
@@ -38,6 +39,30 @@ class ToolResultRecord(BaseModel):
     error: str | None = None
 
 
+class PendingCall(BaseModel):
+    """A tool call a ``WAITING`` run waits on: a person's approval, or an output from outside."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    call_id: str
+    tool: str
+    arguments: str
+    """The call's JSON arguments, as the model wrote them."""
+    reason: Literal["approval", "output"]
+
+
+class Resolution(BaseModel):
+    """What to do with a pending call when the run goes on: approve it (the tool runs now),
+    reject it (the model sees ``reason``), or give its output."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    call_id: str = Field(min_length=1, max_length=256)
+    action: Literal["approve", "reject", "output"]
+    text: str | None = Field(default=None, max_length=1_000_000)
+    """The output (``output``) or the reason (``reject``)."""
+
+
 class RunOutcome(BaseModel):
     """The fields every run result has, in-process (:class:`AgentResult`) or distributed
     (:class:`~tether.runs.contract.RunResult`)."""
@@ -53,6 +78,8 @@ class RunOutcome(BaseModel):
     usage: Usage = Usage()
     first_seq: int = 0
     last_seq: int = 0
+    pending: tuple[PendingCall, ...] = ()
+    """For a ``WAITING`` run: the calls it waits on."""
 
 
 class AgentResult(RunOutcome):

@@ -20,7 +20,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from tether.core.events import now_ms
-from tether.core.results import RunOutcome, RunStatus
+from tether.core.results import Resolution, RunOutcome, RunStatus
 from tether.errors import InputTooLarge, InvalidInput, TetherError, error_from_record
 from tether.ids import validate_id, validate_tenant
 from tether.keys import RedisKeys
@@ -74,6 +74,8 @@ class RunRequest(BaseModel):
     on_busy: BusyPolicy = BusyPolicy.ENQUEUE
     durability: Literal["run", "step"] | None = None
     """Override the agent's ``AgentOptions.durability`` for this run (None: the agent's)."""
+    resolutions: tuple[Resolution, ...] = Field(default=(), max_length=64)
+    """Settle pending calls of the session's ``WAITING`` run first, then go on (input None)."""
     submitted_at_ms: int = Field(default_factory=now_ms, ge=0, le=2**53, strict=True)
 
     @pydantic.field_validator("run_id", "request_id", "session_id")
@@ -104,6 +106,12 @@ class RunRequest(BaseModel):
         if size > MAX_METADATA_BYTES:
             raise ValueError(f"metadata is larger than {MAX_METADATA_BYTES} bytes of JSON")
         return value
+
+    @pydantic.model_validator(mode="after")
+    def _continuation(self) -> RunRequest:
+        if self.resolutions and self.input is not None:
+            raise ValueError("a request that settles pending calls takes no input (input=None)")
+        return self
 
     def check_input_size(self, max_input_bytes: int) -> None:
         """Raise :class:`InputTooLarge` when the input exceeds the configured limit."""

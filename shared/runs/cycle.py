@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from tether.core.events import EventType, now_ms
-from tether.core.results import RunStatus
+from tether.core.results import PendingCall, RunStatus
 from tether.core.snapshot import MAX_APPLIED_RECORDS, RunRecord
 from tether.errors import (
     ConflictError,
@@ -78,6 +78,8 @@ class _Drain:
     processed: int = 0
     base_seq: int = 0
     """The committed head's last_seq under the session held now."""
+    pending: tuple[PendingCall, ...] = ()
+    """The calls the run just applied waits on (when it ended WAITING)."""
     resumed: Resumed | None = None
     """Set when the session was rebuilt at the next run's last checkpoint."""
 
@@ -218,6 +220,7 @@ def _attempt(
         commit.finish(failed)
         return Outcome.DONE
     started_ms = now_ms()
+    d.pending = ()
     record = _execute(d, session, request, agent)
     result = result_from_record(
         request,
@@ -227,7 +230,7 @@ def _attempt(
         queue_ms=max(0, started_ms - request.submitted_at_ms),
         run_ms=now_ms() - started_ms,
         worker=d.rt.worker_id,
-    )
+    ).model_copy(update={"pending": d.pending})
     checkpointed = d.checkpointer is not None and d.checkpointer.saved
     commit.run(session, d.publisher, lambda: d.keeper.lost, result, checkpointed=checkpointed)
     return Outcome.DONE
@@ -255,6 +258,8 @@ def _execute(d: _Drain, session: AgentSession, request: RunRequest, agent: Agent
 
     timeout_s = min(request.timeout_s or d.rt.settings.max_run_s, d.rt.settings.max_run_s)
     try:
+        if request.resolutions and resumed is None:  # a resumed run settled them before
+            session.resolve(request.resolutions, run_id=request.run_id)
         result = session.run(
             request.input,
             run_id=request.run_id,
@@ -264,6 +269,7 @@ def _execute(d: _Drain, session: AgentSession, request: RunRequest, agent: Agent
             resume=resumed.progress if resumed else None,
         )
         record = applied_record(request, result, first_seq)
+        d.pending = result.pending
     except RunCancelled as exc:
         if lost():
             raise ConflictError(f"lease or stream lost during run {request.run_id}") from exc

@@ -51,6 +51,9 @@ class AgentOptions:
         context_budget: shape each prompt with the projector (None: send all memory).
         projector: the projector (None: :class:`tether.runtime.projection.DefaultContextProjector`).
         compact_policy: checked before every step; compacts memory when it says so.
+        require_approval: names of tools that run only once a person approved the call: the
+            run ends ``WAITING`` with the call pending, and goes on when it is approved
+            (the tool runs then) or rejected (the model sees why).
         durability: on a worker, ``"step"`` records a checkpoint at every step boundary so a
             run cut short (crash, lost lease) resumes there on another worker instead of being
             redone; ``"run"`` only commits at the end. A request may override it.
@@ -68,6 +71,7 @@ class AgentOptions:
     # the default: a resumed run never asks the model again for a step it answered nor reruns
     # a recorded tool call, and it costs nothing for runs that end in their first step
     durability: Durability = "step"
+    require_approval: frozenset[str] = frozenset()
 
 
 _shared_pool: ThreadPoolExecutor | None = None

@@ -5,6 +5,8 @@
 - ``notes``: ``remember <fact>`` stores the fact in memory (as the user message) and answers
   ``noted: <fact>``; ``recall`` answers with every remembered fact, in order, read from memory.
 - ``sleepy``: ``sleep <seconds>`` runs a tool that sleeps (cancellation and crash tests).
+- ``approver``: ``transfer <amount>`` asks to run the ``transfer`` tool, which needs a person's
+  approval: the run ends ``WAITING`` until ``tether approve`` (or ``reject``) settles the call.
 """
 
 from __future__ import annotations
@@ -151,7 +153,32 @@ def sleepy_agent() -> Agent:
     )
 
 
+@tool
+def transfer(amount: int) -> str:
+    """Pretend to move money (the demo's side effect that needs approval)."""
+    return f"transferred {amount}"
+
+
+def approver_agent() -> Agent:
+    """The ``approver`` demo agent."""
+    return Agent(
+        ScriptedModel(responder=_tool_round("transfer", "amount", _amount)),
+        "scripted-approver",
+        tools=[transfer],
+        name="approver",
+        options=AgentOptions(require_approval=frozenset({"transfer"})),
+    )
+
+
+def _amount(text: str) -> int:
+    parts = text.split()
+    if len(parts) != 2 or parts[0] != "transfer" or not parts[1].isdigit():
+        raise ValueError("input must be 'transfer <amount>'")
+    return int(parts[1])
+
+
 DEMO_AGENTS: dict[str, Callable[[], Agent]] = {
+    "approver": approver_agent,
     "echo": echo_agent,
     "calculator": calculator_agent,
     "notes": notes_agent,

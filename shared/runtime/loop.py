@@ -32,12 +32,12 @@ from tether.core.events import (
     UserInputPayload,
 )
 from tether.core.items import Item, ToolCall, ToolOutput, UserMessage
-from tether.core.results import AgentResult, RunStatus, ToolResultRecord
+from tether.core.results import AgentResult, PendingCall, RunStatus, ToolResultRecord
 from tether.errors import ModelError, RunCancelled, RunTimeout, TetherError, TokenBudgetExceeded
 from tether.models.base import ModelRequest, ModelResponse
 from tether.runtime.progress import RunProgress
 from tether.runtime.tool_runner import Call, execute_parallel, run_with_timeout
-from tether.runtime.tools import ToolContext, ToolOutcome, failed
+from tether.runtime.tools import APPROVAL_OUTPUT, ToolContext, ToolOutcome, failed
 
 if TYPE_CHECKING:
     from tether.runtime.session import AgentSession, CancelCheck
@@ -125,7 +125,8 @@ def _resume(session: AgentSession, state: _RunState, progress: RunProgress) -> S
     if progress.open_step is None:
         return "again"
     step = progress.open_step
-    waiting = _execute(session, state, _validated(session, state, progress.pending, step), step)
+    valid, parked = _validated(session, state, progress.pending, step)
+    waiting = _execute(session, state, valid, step) or parked
     session.emit(EventType.STEP_END, TextPayload(text=RUNTIME_NAME), run_id=state.run_id, step=step)
     if not waiting:
         state.mark()
@@ -265,18 +266,25 @@ def _run_tools(session: AgentSession, state: _RunState, calls: list[ToolCall], s
             EventType.TOOL_CALL, ToolCallPayload(call=call), run_id=state.run_id, step=step
         )
         state.tool_calls.append(call)
-    valid = _validated(session, state, calls, step)
+    valid, parked = _validated(session, state, calls, step)
     state.mark()  # the calls are recorded: a resumed run executes these same calls
-    return _execute(session, state, valid, step)
+    return _execute(session, state, valid, step) or parked
 
 
 def _validated(
     session: AgentSession, state: _RunState, calls: Sequence[ToolCall], step: int
-) -> list[Call]:
-    """The calls that name a known tool with valid arguments; a FAILED result for the rest."""
+) -> tuple[list[Call], bool]:
+    """The calls to run now: those naming a known tool with valid arguments. The rest get a
+    FAILED result, and calls needing approval a WAITING placeholder (then True)."""
     agent = session.agent
     valid: list[Call] = []
+    parked = False
     for call in calls:
+        if call.name in agent.options.require_approval:
+            placeholder = ToolOutcome(call=call, output=APPROVAL_OUTPUT, ok=True, status="WAITING")
+            _write_result(session, state, placeholder, step)
+            parked = True
+            continue
         tool = agent.tools.get(call.name)
         problem: ToolOutcome | None = None
         if tool is None:
@@ -293,7 +301,7 @@ def _validated(
         assert tool is not None
         context = ToolContext(session.tenant, session.session_id, state.run_id, step, call.id)
         valid.append((tool, call, context))
-    return valid
+    return valid, parked
 
 
 def _execute(session: AgentSession, state: _RunState, calls: list[Call], step: int) -> bool:
@@ -354,4 +362,21 @@ def _result(session: AgentSession, state: _RunState, status: RunStatus, steps: i
         usage=state.usage,
         first_seq=state.first_seq,
         last_seq=session.last_seq,
+        pending=_pending(state) if status is RunStatus.WAITING else (),
+    )
+
+
+def _pending(state: _RunState) -> tuple[PendingCall, ...]:
+    """The calls whose latest result is a WAITING placeholder."""
+    calls = {c.id: c for c in state.tool_calls}
+    latest = {r.call_id: r for r in state.tool_results}
+    return tuple(
+        PendingCall(
+            call_id=r.call_id,
+            tool=r.name,
+            arguments=calls[r.call_id].arguments if r.call_id in calls else "{}",
+            reason="approval" if r.output == APPROVAL_OUTPUT else "output",
+        )
+        for r in latest.values()
+        if r.status == "WAITING"
     )

@@ -27,6 +27,7 @@ from tether.core.events import (
 )
 from tether.core.fold import apply_event
 from tether.core.memory import Memory, MemorySnapshot
+from tether.core.results import Resolution
 from tether.core.snapshot import RunRecord, SessionMetadata, SessionSnapshot
 from tether.errors import StoreNotConfigured, TetherError
 from tether.ids import new_id, validate_id, validate_tenant
@@ -280,7 +281,7 @@ class AgentSession:
                 resume=resume,
             )
 
-    def replace_tool_output(self, call_id: str, output: str) -> bool:
+    def replace_tool_output(self, call_id: str, output: str, *, run_id: str | None = None) -> bool:
         """Patch a tool output (e.g. a WAITING placeholder); False when no output has that id."""
         with self._lock:
             if not any(
@@ -290,8 +291,34 @@ class AgentSession:
             self.write(
                 EventType.TOOL_OUTPUT_REPLACED,
                 ToolOutputReplacedPayload(call_id=call_id, output=output),
+                run_id=run_id,
             )
             return True
+
+    def resolve(self, resolutions: Sequence[Resolution], *, run_id: str | None = None) -> None:
+        """Settle pending calls of a ``WAITING`` run (see :mod:`tether.runtime.approvals`);
+        then :meth:`run` with input None goes on.
+
+        Raises:
+            InvalidInput: a call id is not pending (unknown, or already settled); nothing of
+                the later resolutions is applied.
+        """
+        from tether.runtime.approvals import resolve_calls
+
+        with self._lock:
+            resolve_calls(self, resolutions, run_id=run_id or new_id("run"))
+
+    def approve(self, call_id: str) -> None:
+        """Run a call that waits for approval, and record its output."""
+        self.resolve([Resolution(call_id=call_id, action="approve")])
+
+    def reject(self, call_id: str, reason: str = "rejected by a person") -> None:
+        """Refuse a call that waits for approval; the model sees ``reason``."""
+        self.resolve([Resolution(call_id=call_id, action="reject", text=reason)])
+
+    def submit_tool_output(self, call_id: str, output: str) -> None:
+        """Give the output of a call that waits for one (a tool that returned ``Waiting``)."""
+        self.resolve([Resolution(call_id=call_id, action="output", text=output)])
 
     def compact(
         self, policy: CompactPolicy, *, run_id: str | None = None, step: int = 0

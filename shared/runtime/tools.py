@@ -33,6 +33,8 @@ from tether.errors import ToolError
 from tether.models.base import ToolSpec
 
 WAITING_OUTPUT = "ASYNC_TOOL_WAITING"
+#: The placeholder output of a call that waits for a person's approval.
+APPROVAL_OUTPUT = "APPROVAL_REQUIRED"
 
 
 @dataclass(frozen=True)

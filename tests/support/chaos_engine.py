@@ -134,19 +134,23 @@ class _Killer(threading.Thread):
         self.gap_s = gap_s
         self.inflight = inflight
         self.stop = threading.Event()
+        self.finished = threading.Event()
         self.kills: list[tuple[float, list[str]]] = []  # (when, run ids interrupted)
         self._restarting: set[str] = set()
         self._lock = threading.Lock()
         self.restarters: list[threading.Thread] = []
 
     def run(self) -> None:
-        while len(self.kills) < self.kills_wanted and not self.stop.wait(
-            self.rng.uniform(*self.gap_s)
-        ):
-            ready = self._ready()
-            if len(ready) < 2:  # keep one worker serving: recovery is measured, not restarts
-                continue
-            self._kill(self.rng.choice(ready))
+        try:
+            while len(self.kills) < self.kills_wanted and not self.stop.wait(
+                self.rng.uniform(*self.gap_s)
+            ):
+                ready = self._ready()
+                if len(ready) < 2:  # keep one worker serving: recovery is measured, not restarts
+                    continue
+                self._kill(self.rng.choice(ready))
+        finally:
+            self.finished.set()
 
     def _ready(self) -> list[WorkerProcess]:
         with self._lock:
@@ -246,6 +250,10 @@ def run_chaos(
         while i < len(facts):
             burst = facts[i : i + local.randint(1, 4)]
             i += len(burst)
+            if i >= len(facts):
+                # a fast fleet would finish before the last kills: keep the last burst back
+                # until every kill happened, so the kill count never depends on the machine
+                killer.finished.wait(timeout=120)
             items = []
             for fact in burst:
                 handle = stack.producer.run_async(sid, f"remember {fact}", agent="notes")
