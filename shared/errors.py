@@ -97,6 +97,15 @@ class FencedOut(ConflictError):
     """A writer's fencing token is older than the current lease holder's; nothing was written."""
 
 
+class StreamGap(ConflictError):
+    """An append would leave a hole in the live stream (it ends before the batch starts);
+    nothing was written. ``last_seq`` is where the stream ends."""
+
+    def __init__(self, message: str, *, last_seq: int = 0) -> None:
+        super().__init__(message)
+        self.last_seq = last_seq
+
+
 class SessionBusy(ConflictError):
     """The session is running another request and the busy policy is ``reject``."""
 

@@ -34,7 +34,7 @@ from enum import StrEnum
 from typing import Literal
 
 from tether.core.events import AgentEvent, EventType
-from tether.errors import ConflictError, TetherError
+from tether.errors import ConflictError, StreamGap, TetherError
 from tether.persistence.archives.base import EventArchive
 from tether.persistence.saving import (
     ARCHIVE_BATCH_EVENTS,
@@ -112,12 +112,22 @@ _FLUSH_ON = frozenset(
 )
 
 
-class StreamPublisher:
-    """A session listener that appends its events to the live stream under the lease's fence."""
+#: ``backfill(after_seq, before_seq)``: the committed events strictly between the two.
+Backfill = Callable[[int, int], list[AgentEvent]]
 
-    def __init__(self, stream: EventStream, lease: Lease) -> None:
+
+class StreamPublisher:
+    """A session listener that appends its events to the live stream under the lease's fence.
+
+    When the stream ends before the events start (the head moved on without it: an in-process
+    save, or a Redis restored from an older snapshot), the missing committed events are filled
+    in from ``backfill`` first, so the stream is whole again and the session is never stuck.
+    """
+
+    def __init__(self, stream: EventStream, lease: Lease, backfill: Backfill | None = None) -> None:
         self._stream = stream
         self._lease = lease
+        self._backfill = backfill
         self._buffer: list[AgentEvent] = []
         self.failed: TetherError | None = None
 
@@ -132,12 +142,27 @@ class StreamPublisher:
             return
         batch, self._buffer = self._buffer, []
         try:
-            self._stream.append(
-                self._lease.tenant, self._lease.session_id, batch, self._lease.fence
-            )
+            try:
+                self._append(batch)
+            except StreamGap as gap:
+                self._append([*self._missing(gap, batch[0].seq), *batch])
         except TetherError as exc:
             log.warning("stream append failed for %s: %s", self._lease.session_id, exc)
             self.failed = exc
+
+    def _append(self, events: list[AgentEvent]) -> None:
+        self._stream.append(self._lease.tenant, self._lease.session_id, events, self._lease.fence)
+
+    def _missing(self, gap: StreamGap, before_seq: int) -> list[AgentEvent]:
+        """The committed events the stream lacks, or the gap itself when they are gone too."""
+        missing = self._backfill(gap.last_seq, before_seq) if self._backfill else []
+        if [e.seq for e in missing] != list(range(gap.last_seq + 1, before_seq)):
+            raise gap
+        log.info(
+            "repairing the live stream of %s/%s: seq %d-%d from the head and the archive",
+            self._lease.tenant, self._lease.session_id, gap.last_seq + 1, before_seq - 1,
+        )
+        return missing
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from enum import Enum
 
-from tether.core.events import EventType, now_ms
+from tether.core.events import AgentEvent, EventType, now_ms
 from tether.core.results import PendingCall, RunStatus
 from tether.core.snapshot import MAX_APPLIED_RECORDS, RunRecord
 from tether.errors import (
@@ -69,7 +69,6 @@ class _Drain:
     rt: Runtime
     lease: Lease
     keeper: LeaseKeeper
-    publisher: StreamPublisher
     target: CommitTarget
     session: AgentSession | None = None
     agent_name: str | None = None
@@ -83,8 +82,25 @@ class _Drain:
     resumed: Resumed | None = None
     """Set when the session was rebuilt at the next run's last checkpoint."""
 
+    def __post_init__(self) -> None:
+        self.publisher = StreamPublisher(
+            self.rt.stream, self.lease, backfill=self.committed_between
+        )
+
     def commit(self, run_id: str | None) -> Commit:
         return Commit(self.target, self.lease, run_id)
+
+    def committed_between(self, after_seq: int, before_seq: int) -> list[AgentEvent]:
+        """Committed events with ``after_seq < seq < before_seq``: from the held session's log
+        (the head's outbox), the rest from the archive."""
+        held = [e for e in (self.session.events if self.session else []) if e.seq < before_seq]
+        found = {e.seq: e for e in held if e.seq > after_seq}
+        if len(found) < before_seq - after_seq - 1:
+            t, s = self.lease.tenant, self.lease.session_id
+            for event in self.rt.archive.read(t, s, after_seq=after_seq):
+                if event.seq < before_seq:
+                    found.setdefault(event.seq, event)
+        return [found[seq] for seq in sorted(found)]
 
 
 def drain(rt: Runtime, tenant: str, session_id: str) -> int:
@@ -103,7 +119,7 @@ def drain(rt: Runtime, tenant: str, session_id: str) -> int:
         rt.checkpoints,
         rt.archive_batch_events,
     )
-    d = _Drain(rt, lease, keeper, StreamPublisher(rt.stream, lease), target)
+    d = _Drain(rt, lease, keeper, target)
     released = hand_over = False
     try:
         released, hand_over = _drain_queue(d)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from tether.core.events import AgentEvent
-from tether.errors import ConflictError, FencedOut, InvalidInput
+from tether.errors import FencedOut, InvalidInput, StreamGap
 from tether.ids import validate_id, validate_tenant
 
 I = TypeVar("I")  # noqa: E741 - entry id type (int in memory, bytes in Redis)
@@ -128,12 +128,14 @@ def fence_not_granted(tenant: str, session_id: str, fence: int, current: int) ->
     )
 
 
-def sequence_gap(tenant: str, session_id: str, first_seq: int, last_seq: int) -> ConflictError:
+def sequence_gap(tenant: str, session_id: str, first_seq: int, last_seq: int) -> StreamGap:
     """The error for an append that would leave a hole after ``last_seq``."""
-    return ConflictError(
+    return StreamGap(
         f"append to {tenant}/{session_id} starting at seq {first_seq} would leave a gap: the "
         f"stream ends at seq {last_seq}, so the next seq must be {last_seq + 1} (or lower, by a "
-        "writer with a newer fence); nothing was written. Reload the session and retry"
+        "writer with a newer fence); nothing was written. Append the missing events first "
+        "(a worker does, from the head and the archive)",
+        last_seq=last_seq,
     )
 
 
