@@ -34,3 +34,36 @@ def notes_compact_agent() -> Agent:
 
 
 TETHER_AGENTS: dict[str, Callable[[], Agent]] = {"notes-compact": notes_compact_agent}
+
+
+STEPS10_ANSWER = "ten steps"
+
+
+def _steps10(delay_s: float) -> Agent:
+    """Ten tool steps (one ``tick`` each, ``delay_s`` long), then an answer."""
+    import time
+
+    from tether import ModelResponse, ScriptedModel, tool
+    from tether.core.items import ToolOutput, UserMessage
+    from tether.models.base import ModelRequest
+
+    @tool
+    def tick(n: int) -> str:
+        """One step of work."""
+        if delay_s:
+            time.sleep(delay_s)
+        return f"tick {n}"
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        items = request.items
+        last_input = max(i for i, item in enumerate(items) if isinstance(item, UserMessage))
+        done = sum(isinstance(item, ToolOutput) for item in items[last_input:])
+        if done >= 10:
+            return ModelResponse.final(STEPS10_ANSWER)
+        return ModelResponse.call(f"call_{len(items)}", "tick", {"n": done + 1})
+
+    return Agent(ScriptedModel(responder=respond), "scripted-steps10", tools=[tick], name="steps10")
+
+
+TETHER_AGENTS["steps10"] = lambda: _steps10(0.0)
+TETHER_AGENTS["steps10-slow"] = lambda: _steps10(0.3)

@@ -57,6 +57,9 @@ class Sizes:
     p5_warmup: int = 50
     p6_first: int = 1000
     p6_total: int = 10_000
+    p7_runs: int = 100
+    p7_warmup: int = 10
+    p8_kills: int = 10
 
 
 FULL = Sizes()
@@ -77,6 +80,9 @@ QUICK = Sizes(
     p5_warmup=5,
     p6_first=10,
     p6_total=60,
+    p7_runs=3,
+    p7_warmup=1,
+    p8_kills=1,
 )
 
 

@@ -1,9 +1,10 @@
-"""The measures P1..P6 (plus P4w, informational), each run against its baseline in one go.
+"""The measures P1..P8 (plus P4w, informational), each run against its baseline in one go.
 
 The latency measures are in :mod:`bench.latency`, the throughput and resource measures in
-:mod:`bench.capacity`. Every measure starts from an empty bucket (moto is reset and the bucket
-re-created), so data an earlier measure left in moto cannot change a later one. Session ids carry
-a per-run tag, so Redis state never collides. See :mod:`bench.core` for how latencies are taken.
+:mod:`bench.capacity`, the durability measures in :mod:`bench.durability`. Every measure starts
+from an empty bucket (moto is reset and the bucket re-created), so data an earlier measure left
+in moto cannot change a later one. Session ids carry a per-run tag, so Redis state never
+collides. See :mod:`bench.core` for how latencies are taken.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Callable
 
 from bench.capacity import p2_throughput, p5_submit_rate, p6_worker_rss
 from bench.core import Bench, Measure
+from bench.durability import p7_step_durability, p8_resume_after_kill
 from bench.latency import p1_latency, p3_long_session, p4_tail_latency, p4w_worker_path
 
 #: Every measure, in the order a full run executes them.
@@ -23,4 +25,6 @@ MEASURES: dict[str, Callable[[Bench], Measure]] = {
     "P2": p2_throughput,
     "P5": p5_submit_rate,
     "P6": p6_worker_rss,
+    "P7": p7_step_durability,
+    "P8": p8_resume_after_kill,
 }

@@ -37,7 +37,7 @@ from tether.runs.contract import (
     describe_request,
     parse_request,
 )
-from tether.runs.queue.base import CancelOutcome, SubmitOutcome, SubmitState
+from tether.runs.queue.base import CancelOutcome, SubmitOutcome, SubmitState, preempt_for
 from tether.runs.queue.redis import RedisRunQueue
 from tether.settings import Settings, load_settings
 
@@ -253,6 +253,7 @@ class Producer:
         timeout_s: float | None = None,
         on_busy: str = "enqueue",
         wait_s: float | None = None,
+        durability: str | None = None,
     ) -> RunResult:
         """Enqueue a run and wait for its result (see :meth:`RunHandle.result`)."""
         handle = self.run_async(
@@ -264,6 +265,7 @@ class Producer:
             metadata=metadata,
             timeout_s=timeout_s,
             on_busy=on_busy,
+            durability=durability,
         )
         return handle.result(timeout=wait_s)
 
@@ -273,6 +275,9 @@ class Producer:
         if not requests:
             return []
         outcomes = self.runs.submit_many(requests, queue=self.settings.queue)
+        for request, outcome in zip(requests, outcomes, strict=True):
+            if outcome.state is SubmitState.QUEUED:
+                preempt_for(self.runs, request)
         app = self.celery
         with app.producer_or_acquire() as publisher:
             # kombu >= 5.7 pipelines the pushes of a batch into one Redis round trip

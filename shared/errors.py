@@ -162,6 +162,11 @@ class RunCancelled(AgentError):
     """The run was cancelled; nothing of it was committed."""
 
 
+class RunInterrupted(RunCancelled):
+    """The run was stopped at a step boundary for a newer run (``on_busy='interrupt'``); the
+    steps it finished are kept."""
+
+
 class RetriesExhausted(AgentError):
     """A run was attempted the maximum number of times and never committed."""
 

@@ -29,6 +29,7 @@ from tether.runs.queue.base import (
     IdleRelease,
     RunQueue,
     RunState,
+    StopMode,
     SubmitOutcome,
     SubmitState,
     submit,
@@ -769,3 +770,37 @@ def test_submit_many_validates_every_request_before_queueing_any(case: Case) -> 
             case.runs.submit_many([good, bad])
         _assert_nothing_written(case)
         assert case.runs.get("run-good") is None
+
+
+# --- multitask: preempting the running run -------------------------------------------------------
+
+
+def test_preempt_asks_the_running_head_to_stop_in_the_given_mode(case: Case) -> None:
+    runs = case.runs
+    running, newcomer = req(), req()
+    queued(runs, running, newcomer)
+    assert runs.preempt(T, S, newcomer.run_id, StopMode.INTERRUPT) is None  # not started yet
+    assert runs.stop_mode(running.run_id) is None
+    assert runs.begin(running.run_id, "worker-a") == 1
+    assert runs.preempt(T, S, newcomer.run_id, StopMode.INTERRUPT) == running.run_id
+    assert runs.stop_mode(running.run_id) is StopMode.INTERRUPT
+    assert runs.stop_mode(newcomer.run_id) is None
+
+
+def test_preempt_never_targets_the_newcomer_itself(case: Case) -> None:
+    runs = case.runs
+    only = req()
+    queued(runs, only)
+    runs.begin(only.run_id, "worker-a")
+    assert runs.preempt(T, S, only.run_id, StopMode.CANCEL) is None
+    assert runs.stop_mode(only.run_id) is None
+
+
+def test_a_cancel_is_never_softened_into_an_interrupt(case: Case) -> None:
+    runs = case.runs
+    running, newcomer = req(), req()
+    queued(runs, running, newcomer)
+    runs.begin(running.run_id, "worker-a")
+    assert runs.request_cancel(running.run_id) is CancelOutcome.REQUESTED
+    runs.preempt(T, S, newcomer.run_id, StopMode.INTERRUPT)
+    assert runs.stop_mode(running.run_id) is StopMode.CANCEL

@@ -26,7 +26,7 @@ from tether.runs.contract import (
     parse_request,
 )
 from tether.runs.cycle import drain
-from tether.runs.queue.base import SubmitState, submit
+from tether.runs.queue.base import SubmitState, preempt_for, submit
 from tether.runs.runtime import Runtime, build_runtime
 from tether.worker.app import app
 
@@ -84,6 +84,8 @@ def run_task(self: Any, request: Any = None) -> dict[str, Any]:
     if outcome.state is SubmitState.TAKEN:
         log.warning("dropping run message %s: that run id belongs to another request", req.run_id)
         return {"run_id": req.run_id, "state": "dropped"}
+    if outcome.state is SubmitState.QUEUED:  # sent without a producer registering it first
+        preempt_for(rt.runs, req)
     if outcome.state is SubmitState.BUSY:
         busy = SessionBusy(
             f"session {req.tenant}/{req.session_id} is busy and run {req.run_id} asked to be "

@@ -47,7 +47,12 @@ RunTimeoutOption = Annotated[
     float | None, typer.Option("--timeout-s", min=0.001, help="The run's own time limit.")
 ]
 BusyOption = Annotated[
-    str, typer.Option("--on-busy", help="enqueue (default) or reject when the session is busy.")
+    str,
+    typer.Option(
+        "--on-busy",
+        help="When the session is busy: enqueue (default), reject, interrupt (stop the running "
+        "run at its next step, keep its steps) or rollback (stop it, discard its steps).",
+    ),
 ]
 
 

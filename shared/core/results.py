@@ -15,8 +15,9 @@ class RunStatus(StrEnum):
     """How a run ended.
 
     ``COMPLETED``: final answer. ``WAITING``: an async tool parked the run.
-    ``CONTINUATION_REQUIRED``: the step limit was reached. ``FAILED`` and ``CANCELLED`` are
-    recorded by the distributed layer (in-process runs raise instead).
+    ``CONTINUATION_REQUIRED``: the step limit was reached. ``FAILED``, ``CANCELLED`` and
+    ``INTERRUPTED`` (stopped for a newer run, its finished steps kept) are recorded by the
+    distributed layer (in-process runs raise instead).
     """
 
     COMPLETED = "COMPLETED"
@@ -24,6 +25,7 @@ class RunStatus(StrEnum):
     CONTINUATION_REQUIRED = "CONTINUATION_REQUIRED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
+    INTERRUPTED = "INTERRUPTED"
 
 
 class ToolResultRecord(BaseModel):

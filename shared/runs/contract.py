@@ -51,10 +51,19 @@ TERMINAL_STATUSES = frozenset(
 
 
 class BusyPolicy(StrEnum):
-    """What to do when the session is already running or has queued runs."""
+    """What to do when the session is already running or has queued runs (LangGraph's
+    multitask strategies)."""
 
     ENQUEUE = "enqueue"
+    """Queue behind the runs before it (FIFO)."""
     REJECT = "reject"
+    """Refuse the run (``SessionBusy``) when the session has queued or running runs."""
+    INTERRUPT = "interrupt"
+    """Queue it, and stop the running run at its next step boundary: it ends ``INTERRUPTED``
+    with the steps it finished kept in memory."""
+    ROLLBACK = "rollback"
+    """Queue it, and stop the running run at its next step boundary: it ends ``CANCELLED``
+    and nothing of it stays in memory."""
 
 
 class RunRequest(BaseModel):

@@ -28,6 +28,7 @@ from tether.errors import (
     InfrastructureError,
     RetriesExhausted,
     RunCancelled,
+    RunInterrupted,
     TetherError,
     UnknownAgent,
 )
@@ -35,9 +36,10 @@ from tether.runs.commit import Commit, CommitTarget, StreamPublisher
 from tether.runs.contract import RunRequest, RunResult
 from tether.runs.lease_keeper import LeaseKeeper
 from tether.runs.leases.base import Lease
-from tether.runs.queue.base import IdleRelease, RunView
+from tether.runs.queue.base import IdleRelease, RunView, StopMode
 from tether.runs.records import (
     applied_record,
+    interrupted_record,
     redacted,
     result_from_record,
     rolled_back_record,
@@ -267,11 +269,7 @@ def _execute(d: _Drain, session: AgentSession, request: RunRequest, agent: Agent
     )
     d.checkpointer = checkpointer
 
-    def lost() -> bool:
-        return d.keeper.lost or d.publisher.failed is not None or (
-            checkpointer is not None and checkpointer.failed is not None
-        )
-
+    stops = _Stops(d, request, checkpointer)
     timeout_s = min(request.timeout_s or d.rt.settings.max_run_s, d.rt.settings.max_run_s)
     try:
         if request.resolutions and resumed is None:  # a resumed run settled them before
@@ -279,7 +277,7 @@ def _execute(d: _Drain, session: AgentSession, request: RunRequest, agent: Agent
         result = session.run(
             request.input,
             run_id=request.run_id,
-            cancel_check=lambda: lost() or d.rt.runs.cancel_requested(request.run_id),
+            cancel_check=stops,
             timeout_s=timeout_s,
             checkpoint=checkpointer,
             resume=resumed.progress if resumed else None,
@@ -287,9 +285,14 @@ def _execute(d: _Drain, session: AgentSession, request: RunRequest, agent: Agent
         record = applied_record(request, result, first_seq)
         d.pending = result.pending
     except RunCancelled as exc:
-        if lost():
+        if stops.lost():
             raise ConflictError(f"lease or stream lost during run {request.run_id}") from exc
-        record = rolled_back_record(session, request, before, first_seq, RunStatus.CANCELLED, exc)
+        if isinstance(exc, RunInterrupted):  # its finished steps stay: no rollback
+            record = interrupted_record(request, session, first_seq, exc)
+        else:
+            record = rolled_back_record(
+                session, request, before, first_seq, RunStatus.CANCELLED, exc
+            )
     except (InfrastructureError, ConflictError):
         raise
     except Exception as exc:  # the agent failed: record it once, never retry
@@ -298,6 +301,34 @@ def _execute(d: _Drain, session: AgentSession, request: RunRequest, agent: Agent
     record = redacted(record, agent)
     session.record_applied(record, keep=MAX_APPLIED_RECORDS)
     return record
+
+
+@dataclass
+class _Stops:
+    """The loop's cancel check for one run: stop when the lease, the stream or a checkpoint
+    was lost, or when someone asked (an interrupt raises, to keep the finished steps)."""
+
+    d: _Drain
+    request: RunRequest
+    checkpointer: Checkpointer | None
+
+    def lost(self) -> bool:
+        d, checkpointer = self.d, self.checkpointer
+        return d.keeper.lost or d.publisher.failed is not None or (
+            checkpointer is not None and checkpointer.failed is not None
+        )
+
+    def __call__(self) -> bool:
+        if self.lost():
+            return True
+        request = self.request
+        mode = self.d.rt.runs.stop_mode(request.run_id)
+        if mode is StopMode.INTERRUPT:
+            raise RunInterrupted(
+                f"run {request.run_id} was interrupted at a step boundary for a newer run of "
+                f"{request.tenant}/{request.session_id} (on_busy='interrupt')"
+            )
+        return mode is not None
 
 
 def _adopt(d: _Drain, session: AgentSession, agent_name: str) -> AgentSession:

@@ -50,6 +50,21 @@ def rolled_back_record(
     )
 
 
+def interrupted_record(
+    request: RunRequest, session: AgentSession, first_seq: int, exc: BaseException
+) -> RunRecord:
+    """A run stopped for a newer one: memory keeps what its finished steps wrote."""
+    return RunRecord(
+        request_id=request.request_id,
+        run_id=request.run_id,
+        status=RunStatus.INTERRUPTED.value,
+        error_type=type(exc).__name__,
+        error_message=str(exc)[:2000],
+        first_seq=first_seq,
+        last_seq=session.last_seq,
+    )
+
+
 def redacted(record: RunRecord, agent: Agent) -> RunRecord:
     """The record with the agent's redaction applied to its output and error message (the
     head and the run result keep them, like events)."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from tether.runs.contract import RunRequest, RunResult
+from tether.runs.contract import BusyPolicy, RunRequest, RunResult
 from tether.runs.leases.base import Lease
 
 #: Completion feeds keep about this many newest entries.
@@ -66,6 +66,15 @@ class CancelOutcome(StrEnum):
     """The run already has a result: nothing changes."""
     UNKNOWN = "unknown"
     """No such run (or its record expired)."""
+
+
+class StopMode(StrEnum):
+    """How a running run is asked to stop at its next step boundary."""
+
+    CANCEL = "cancel"
+    """Roll it back: nothing of it stays in memory (a cancel, ``on_busy='rollback'``)."""
+    INTERRUPT = "interrupt"
+    """Keep the steps it finished (``on_busy='interrupt'``)."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +166,13 @@ class Cancellation(Protocol):
     def cancel_requested(self, run_id: str) -> bool:
         """True when someone asked the run to stop."""
 
+    def stop_mode(self, run_id: str) -> StopMode | None:
+        """How the run was asked to stop, or None."""
+
+    def preempt(self, tenant: str, session_id: str, run_id: str, mode: StopMode) -> str | None:
+        """Ask the session's running run (the queue's head, when it is not ``run_id`` and has
+        started) to stop in ``mode``; its run id, or None when no other run is running."""
+
 
 class Recovery(Protocol):
     """Finding sessions whose worker died with runs queued."""
@@ -187,6 +203,16 @@ class Completions(Protocol):
 
 class RunQueue(Submissions, SessionQueue, Cancellation, Recovery, Completions, Protocol):
     """Everything distributed runs keep outside the session store, as one seam."""
+
+
+def preempt_for(queue: Cancellation, request: RunRequest) -> str | None:
+    """Apply ``request``'s multitask strategy to the session's running run, once it is queued:
+    ``interrupt`` and ``rollback`` ask it to stop at its next step boundary."""
+    modes = {BusyPolicy.INTERRUPT: StopMode.INTERRUPT, BusyPolicy.ROLLBACK: StopMode.CANCEL}
+    mode = modes.get(request.on_busy)
+    if mode is None:
+        return None
+    return queue.preempt(request.tenant, request.session_id, request.run_id, mode)
 
 
 def submit(queue: Submissions, request: RunRequest, *, on: str | None = None) -> SubmitOutcome:

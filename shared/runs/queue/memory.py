@@ -21,6 +21,7 @@ from tether.runs.queue.base import (
     IdleRelease,
     RunState,
     RunView,
+    StopMode,
     SubmitOutcome,
     SubmitState,
 )
@@ -35,7 +36,7 @@ class _State:
     pending: dict[_Session, list[str]] = field(default_factory=dict)
     active: dict[_Session, int] = field(default_factory=dict)
     attempts: dict[str, int] = field(default_factory=dict)
-    cancels: set[str] = field(default_factory=set)
+    cancels: dict[str, StopMode] = field(default_factory=dict)
     kicks: dict[_Session, int] = field(default_factory=dict)
     done: list[tuple[int, str]] = field(default_factory=list)
     next_done: int = 1
@@ -205,7 +206,7 @@ class InMemoryRunQueue:
                 return CancelOutcome.UNKNOWN
             if view.result is not None:
                 return CancelOutcome.FINISHED
-            self._state.cancels.add(run_id)
+            self._state.cancels[run_id] = StopMode.CANCEL  # a cancel overrides an interrupt
             if view.status == RunState.QUEUED:
                 return CancelOutcome.CANCELLED
             return CancelOutcome.REQUESTED
@@ -215,6 +216,25 @@ class InMemoryRunQueue:
         validate_id(run_id, kind="run id")
         with self._lock:
             return run_id in self._state.cancels
+
+    def stop_mode(self, run_id: str) -> StopMode | None:
+        """How the run was asked to stop, or None."""
+        validate_id(run_id, kind="run id")
+        with self._lock:
+            return self._state.cancels.get(run_id)
+
+    def preempt(self, tenant: str, session_id: str, run_id: str, mode: StopMode) -> str | None:
+        """Ask the session's running run (not ``run_id``) to stop in ``mode``."""
+        with self._lock:
+            pending = self._state.pending.get(_key(tenant, session_id))
+            head = pending[0] if pending else None
+            view = self._state.runs.get(head) if head is not None else None
+            if head is None or head == run_id or view is None:
+                return None
+            if view.status != RunState.RUNNING:
+                return None
+            self._state.cancels.setdefault(head, mode)
+            return head
 
     # --- recovery ----------------------------------------------------------------------------
 

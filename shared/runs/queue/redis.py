@@ -25,7 +25,9 @@ from tether.runs.queue.base import (
     DONE_MAX_LEN,
     CancelOutcome,
     IdleRelease,
+    RunState,
     RunView,
+    StopMode,
     SubmitOutcome,
     SubmitState,
 )
@@ -81,7 +83,7 @@ CANCEL_SCRIPT = """
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return 'unknown' end
 if redis.call('HEXISTS', KEYS[1], 'result') == 1 then return 'finished' end
-redis.call('SET', KEYS[2], '1', 'EX', ARGV[1])
+redis.call('SET', KEYS[2], 'cancel', 'EX', ARGV[1])
 if status == 'QUEUED' then return 'cancelled' end
 return 'requested'
 """
@@ -353,8 +355,30 @@ class RedisRunQueue:
 
     def cancel_requested(self, run_id: str) -> bool:
         """True when someone asked the run to stop."""
+        return self.stop_mode(run_id) is not None
+
+    def stop_mode(self, run_id: str) -> StopMode | None:
+        """How the run was asked to stop, or None."""
         with translate_errors(self._where):
-            return bool(self.client.exists(self.keys.cancel(run_id)))
+            raw = self.client.get(self.keys.cancel(run_id))
+        if raw is None:
+            return None
+        # 0.1 wrote '1' for a cancel
+        return StopMode.INTERRUPT if raw == b"interrupt" else StopMode.CANCEL
+
+    def preempt(self, tenant: str, session_id: str, run_id: str, mode: StopMode) -> str | None:
+        """Ask the session's running run (not ``run_id``) to stop in ``mode``."""
+        k = self.keys
+        with translate_errors(self._where):
+            raw = self.client.lindex(k.pending(tenant, session_id), 0)
+            head = _text(raw) if raw is not None else None
+            if head is None or head == run_id:
+                return None
+            if self.client.hget(k.run(head), "status") != RunState.RUNNING.value.encode():
+                return None
+            # NX: an interrupt never softens a cancel already asked for
+            self.client.set(k.cancel(head), mode.value, nx=True, ex=self.result_ttl_s)
+        return head
 
     # --- crash recovery ----------------------------------------------------------------------
 
