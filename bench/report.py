@@ -146,7 +146,9 @@ def markdown(measures: list[Measure], meta: dict[str, Any]) -> str:
     lines.append("")
     for m in measures:
         lines.append(
-            f"- **{m.id}**: result = {m.value_of}; baseline = {m.baseline_name}. {m.note}."
+            f"- **{m.id}**: result = {m.value_of}"
+            + (f"; baseline = {m.baseline_name}" if m.baseline_name else "")
+            + f". {m.note}."
         )
     p1 = next((m for m in measures if m.id == "P1"), None)
     if p1 is not None:

@@ -106,6 +106,11 @@ class StreamGap(ConflictError):
         self.last_seq = last_seq
 
 
+class RunHandedBack(ConflictError):
+    """The worker is shutting down: the run stopped at a step boundary after its checkpoint,
+    uncommitted, for another worker to resume."""
+
+
 class SessionBusy(ConflictError):
     """The session is running another request and the busy policy is ``reject``."""
 

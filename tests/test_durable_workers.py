@@ -8,6 +8,8 @@ the model was asked 11 times in all (not 17), and the session verifies (gapless,
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -78,3 +80,40 @@ def test_sigkill_after_step_six_resumes_on_another_worker(
     history = reader.events(sid)
     calls = [e for e in history if e.type is EventType.MODEL_REQUEST]
     assert len(calls) == STEPS + 1  # the committed history asks the model once per step
+
+
+def test_warm_shutdown_hands_the_run_back_at_its_last_checkpoint(
+    live_stack: Stack, tmp_path: Path
+) -> None:
+    """SIGTERM (a warm shutdown, as `docker stop` sends) to the worker running a 10-step run:
+    the worker hands the run back at its next step boundary and exits without finishing it;
+    the other worker resumes it. No step is redone: the model is asked 11 times in all."""
+    prefix = unique("counter")
+    counter = RedisCounter(live_stack.redis.url, prefix)
+    env = dict(
+        live_stack.env,
+        TETHER_AGENT_MODULES="tests.support.durable_agents",
+        TETHER_QUEUE=QUEUE,
+        COUNTER_REDIS_URL=live_stack.redis.url,
+        COUNTER_PREFIX=prefix,
+    )
+    producer = Producer(live_stack.settings.model_copy(update={"queue": QUEUE}))
+    fleet = WorkerFleet(env, tmp_path, count=2, queue=QUEUE, prefix="handback")
+    try:
+        fleet.start()
+        handle = producer.run_async(unique("handback"), "count to ten", agent="counter-slow")
+        eventually(lambda: counter.read("total") >= 3, timeout_s=60)
+        victim = eventually(lambda: _holder(fleet, live_stack, handle.run_id), timeout_s=10)
+        assert victim.proc is not None
+        os.kill(victim.proc.pid, signal.SIGTERM)  # the main process only, as `docker stop` does
+        victim.proc.wait(timeout=30)  # it left without running the 7 remaining steps
+        steps_done_at_exit = counter.read("total")
+        result = handle.result(timeout=90)
+    finally:
+        fleet.stop()
+        producer.close()
+    assert steps_done_at_exit < STEPS
+    assert result.status is RunStatus.COMPLETED and result.output == f"counted {STEPS}"
+    assert counter.read("total") == STEPS
+    assert counter.read("model_calls") == STEPS + 1  # resumed, not redone
+    assert "handed back at its last checkpoint" in victim.log_text()

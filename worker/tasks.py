@@ -8,11 +8,19 @@ empty, does nothing.
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import threading
 from typing import Any
 
-from celery.signals import after_setup_logger, worker_process_init, worker_ready, worker_shutdown
+from celery.signals import (
+    after_setup_logger,
+    worker_init,
+    worker_process_init,
+    worker_ready,
+    worker_shutdown,
+    worker_shutting_down,
+)
 
 from tether.core.results import RunStatus
 from tether.errors import InvalidInput, SessionBusy, TetherError, UnknownAgent
@@ -141,6 +149,7 @@ def get_runtime() -> Runtime:
     with _runtime_lock:
         if _runtime is None or _runtime_pid != os.getpid():
             _runtime = build_runtime(enqueue_drain)
+            _runtime.draining = _is_draining
             _runtime_pid = os.getpid()
         return _runtime
 
@@ -159,6 +168,28 @@ def _redact_logs(**_: Any) -> None:
         install_log_redaction(settings_redactor(load_settings()))
     except TetherError as exc:
         log.error("log redaction not installed: %s", exc)
+
+
+# Set by the main process when a warm shutdown starts, read by the pool children (created here,
+# before the pool forks them, so they share it): a run with step checkpoints is handed back at
+# its next step boundary instead of holding the shutdown until it ends (or being killed).
+_draining: Any = None
+
+
+@worker_init.connect
+def _make_drain_flag(**_: Any) -> None:
+    global _draining
+    _draining = multiprocessing.get_context("fork").Event()
+
+
+@worker_shutting_down.connect
+def _start_draining(**_: Any) -> None:
+    if _draining is not None:
+        _draining.set()
+
+
+def _is_draining() -> bool:
+    return _draining is not None and bool(_draining.is_set())
 
 
 @worker_ready.connect

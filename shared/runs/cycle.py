@@ -28,6 +28,7 @@ from tether.errors import (
     InfrastructureError,
     RetriesExhausted,
     RunCancelled,
+    RunHandedBack,
     RunInterrupted,
     TetherError,
     UnknownAgent,
@@ -147,7 +148,7 @@ def _drain_queue(d: _Drain) -> tuple[bool, bool]:
             if d.commit(None).release(lambda: rt.runs.release_if_idle(lease)) != IdleRelease.BUSY:
                 return True, False  # released, or lost: either way not ours to release
             continue
-        if time.monotonic() - started > DRAIN_BUDGET_S:
+        if time.monotonic() - started > DRAIN_BUDGET_S or rt.draining():
             return False, True
         outcome = _apply_one(d, run_id)
         if outcome is not Outcome.DONE:
@@ -190,6 +191,10 @@ def _apply_one(d: _Drain, run_id: str) -> Outcome:
         return Outcome.DONE
     try:
         return _attempt(d, view, request, agent, attempts)
+    except RunHandedBack:
+        log.info("run %s handed back at its last checkpoint: this worker is shutting down", run_id)
+        d.session, d.loaded = None, False
+        return Outcome.HANDOVER
     except (InfrastructureError, ConflictError) as exc:
         _abandon(d, run_id, attempts, exc)
         return Outcome.ABORT
@@ -284,6 +289,8 @@ def _execute(d: _Drain, session: AgentSession, request: RunRequest, agent: Agent
         )
         record = applied_record(request, result, first_seq)
         d.pending = result.pending
+    except RunHandedBack:
+        raise
     except RunCancelled as exc:
         if stops.lost():
             raise ConflictError(f"lease or stream lost during run {request.run_id}") from exc
@@ -322,6 +329,11 @@ class _Stops:
         if self.lost():
             return True
         request = self.request
+        if self.checkpointer is not None and self.checkpointer.saved and self.d.rt.draining():
+            # at a step boundary right after a checkpoint: another worker resumes from here
+            raise RunHandedBack(
+                f"run {request.run_id} handed back: worker {self.d.rt.worker_id} is shutting down"
+            )
         mode = self.d.rt.runs.stop_mode(request.run_id)
         if mode is StopMode.INTERRUPT:
             raise RunInterrupted(

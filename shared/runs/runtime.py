@@ -48,6 +48,9 @@ class Runtime:
     """Have a worker drain ``(tenant, session_id)`` soon (the Celery worker sends a drain task)."""
     archive_batch_events: int = ARCHIVE_BATCH_EVENTS
     """Archive a head's outbox as one segment once it holds this many events."""
+    draining: Callable[[], bool] = lambda: False
+    """True once this worker is shutting down: runs with step checkpoints are handed back at
+    their next step boundary, and no new run is started."""
 
 
 def default_worker_id() -> str:

@@ -129,4 +129,9 @@ def _worker_agent() -> Agent:
     return counting_agent(counter, before_apply=_block_on_seventh(counter))
 
 
-TETHER_AGENTS = {"counter": _worker_agent}
+def _slow_worker_agent() -> Agent:
+    counter = RedisCounter(os.environ["COUNTER_REDIS_URL"], os.environ["COUNTER_PREFIX"])
+    return counting_agent(counter, before_apply=lambda n: time.sleep(0.3))
+
+
+TETHER_AGENTS = {"counter": _worker_agent, "counter-slow": _slow_worker_agent}
