@@ -52,11 +52,17 @@ class Settings(BaseSettings):
     namespace: str = Field(default="tether", description="Prefix of every Redis key and queue.")
     tenant: str = Field(default="default", description="Default tenant.")
     queue: str = Field(default="tether", description="Celery queue for run tasks.")
-    lease_ttl_ms: int = Field(default=10_000, ge=500, description="Session lease TTL.")
+    # 6 s: a dead worker's run is taken over within about one TTL (renewed every TTL/3)
+    lease_ttl_ms: int = Field(default=6_000, ge=500, description="Session lease TTL.")
     max_run_s: float = Field(default=600.0, gt=0, description="Longest allowed run.")
     max_attempts: int = Field(default=3, ge=1, description="Attempts per run before it fails.")
     max_input_bytes: int = Field(default=256_000, ge=1, description="Largest accepted run input.")
     stream_max_len: int = Field(default=10_000, ge=100, description="Events kept per live stream.")
+    broker_visibility_timeout_s: int | None = Field(
+        default=None,
+        ge=1,
+        description="Broker visibility timeout (default: 2 x TETHER_MAX_RUN_S + 300).",
+    )
     archive_batch_events: int = Field(
         default=32, ge=1, le=10_000, description="Events per archive segment (head outbox size)."
     )
@@ -106,7 +112,11 @@ class Settings(BaseSettings):
 
     @property
     def visibility_timeout_s(self) -> int:
-        """Broker visibility timeout: longer than the longest run plus a margin for queueing."""
+        """Broker visibility timeout: by default longer than the longest run plus a margin for
+        queueing. A shorter one only costs redeliveries: each finds the run's lease held and its
+        request already registered, and does nothing."""
+        if self.broker_visibility_timeout_s is not None:
+            return self.broker_visibility_timeout_s
         return int(self.max_run_s * 2 + 300)
 
 

@@ -21,7 +21,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     transport = {
         "visibility_timeout": vt,
         "global_keyprefix": f"{settings.namespace}-celery:",
-        "unacked_restore_interval": 10,
+        "unacked_restore_interval": min(10, vt),
         "unacked_restore_throttle": 1,
     }
     is_redis = settings.broker_url.startswith(("redis://", "rediss://", "unix://"))
