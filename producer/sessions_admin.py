@@ -57,6 +57,9 @@ def delete_session(
     head = store.delete(tenant, session_id)
     with translate_errors(describe_client(client)):
         stream_keys = int(client.delete(names.events, names.meta))
+        # hints about the deleted incarnation must not steer a new session with the same id:
+        # a stale archive hint would make it prune events it never archived
+        client.delete(keys.archived(tenant, session_id), keys.checkpoints(tenant, session_id))
     if not head and not segments and not stream_keys:
         raise SessionNotFound(
             f"session {tenant}/{session_id} not found; list sessions with "

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.durable_agents import counter_env
 from tests.support.stack import Stack, unique
 from tether.core.events import EventType
 from tether.core.results import RunStatus
@@ -56,16 +57,10 @@ def _disrupt(workers: list[WorkerProcess], kills: int, terms: int, stop: threadi
         victim.start()
 
 
-def _chaos(stack: Stack, tmp_path: Path, *, sessions: int, runs_each: int, kills: int,
+def _check_chaos(stack: Stack, tmp_path: Path, *, sessions: int, runs_each: int, kills: int,
            terms: int) -> None:
     prefix = unique("chaos")
-    env = dict(
-        stack.env,
-        TETHER_AGENT_MODULES="tests.support.steps_agents",
-        TETHER_QUEUE=QUEUE,
-        COUNTER_REDIS_URL=stack.redis.url,
-        COUNTER_PREFIX=prefix,
-    )
+    env = counter_env(stack.env, stack.redis.url, prefix, QUEUE, "tests.support.steps_agents")
     sids = [unique(f"c{n}") for n in range(sessions)]
     fleet = WorkerFleet(env, tmp_path, count=3, queue=QUEUE, prefix="chaos-steps")
     faults, stop = Faults(), threading.Event()
@@ -121,9 +116,9 @@ def _chaos(stack: Stack, tmp_path: Path, *, sessions: int, runs_each: int, kills
 
 
 def test_durable_chaos_ci_sized(live_stack: Stack, tmp_path: Path) -> None:
-    _chaos(live_stack, tmp_path, sessions=8, runs_each=3, kills=4, terms=2)
+    _check_chaos(live_stack, tmp_path, sessions=8, runs_each=3, kills=4, terms=2)
 
 
 @pytest.mark.slow
 def test_durable_chaos_issue_sized(live_stack: Stack, tmp_path: Path) -> None:
-    _chaos(live_stack, tmp_path, sessions=20, runs_each=5, kills=20, terms=5)
+    _check_chaos(live_stack, tmp_path, sessions=20, runs_each=5, kills=20, terms=5)

@@ -13,7 +13,7 @@ import signal
 import time
 from pathlib import Path
 
-from tests.support.durable_agents import STEPS, RedisCounter
+from tests.support.durable_agents import STEPS, RedisCounter, counter_env
 from tests.support.stack import Stack, eventually, unique
 from tether.core.events import EventType
 from tether.core.results import RunStatus
@@ -47,13 +47,7 @@ def test_sigkill_after_step_six_resumes_on_another_worker(
 ) -> None:
     prefix = unique("counter")
     counter = RedisCounter(live_stack.redis.url, prefix)
-    env = dict(
-        live_stack.env,
-        TETHER_AGENT_MODULES="tests.support.durable_agents",
-        TETHER_QUEUE=QUEUE,
-        COUNTER_REDIS_URL=live_stack.redis.url,
-        COUNTER_PREFIX=prefix,
-    )
+    env = counter_env(live_stack.env, live_stack.redis.url, prefix, QUEUE)
     producer = Producer(live_stack.settings.model_copy(update={"queue": QUEUE}))
     fleet = WorkerFleet(env, tmp_path, count=2, queue=QUEUE, prefix="durable")
     sid = unique("durable")
@@ -90,13 +84,7 @@ def test_warm_shutdown_hands_the_run_back_at_its_last_checkpoint(
     the other worker resumes it. No step is redone: the model is asked 11 times in all."""
     prefix = unique("counter")
     counter = RedisCounter(live_stack.redis.url, prefix)
-    env = dict(
-        live_stack.env,
-        TETHER_AGENT_MODULES="tests.support.durable_agents",
-        TETHER_QUEUE=QUEUE,
-        COUNTER_REDIS_URL=live_stack.redis.url,
-        COUNTER_PREFIX=prefix,
-    )
+    env = counter_env(live_stack.env, live_stack.redis.url, prefix, QUEUE)
     producer = Producer(live_stack.settings.model_copy(update={"queue": QUEUE}))
     fleet = WorkerFleet(env, tmp_path, count=2, queue=QUEUE, prefix="handback")
     try:

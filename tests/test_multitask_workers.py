@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.durable_agents import STEPS, RedisCounter
+from tests.support.durable_agents import STEPS, RedisCounter, counter_env
 from tests.support.stack import Stack, eventually, unique
 from tether.core.items import ToolOutput, UserMessage
 from tether.core.results import RunStatus
@@ -34,13 +34,7 @@ def test_a_second_run_races_a_running_one(
 ) -> None:
     prefix = unique("counter")
     counter = RedisCounter(live_stack.redis.url, prefix)
-    env = dict(
-        live_stack.env,
-        TETHER_AGENT_MODULES="tests.support.durable_agents",
-        TETHER_QUEUE=QUEUE,
-        COUNTER_REDIS_URL=live_stack.redis.url,
-        COUNTER_PREFIX=prefix,
-    )
+    env = counter_env(live_stack.env, live_stack.redis.url, prefix, QUEUE)
     sid = unique(f"race-{policy}")
     fleet = WorkerFleet(env, tmp_path, count=2, queue=QUEUE, prefix="multi")
     try:

@@ -188,29 +188,29 @@ def memory_backends() -> Backends:
 
 @pytest.fixture(params=["memory", "redis+s3"])
 def make_backends(request: pytest.FixtureRequest) -> Callable[[], Backends]:
+    """In-memory backends, or redis-server + S3 over HTTP (moto): the same test runs on both."""
     if request.param == "memory":
         return memory_backends
     client: redis.Redis = request.getfixturevalue("redis_client")
     bucket = request.getfixturevalue("s3_bucket")
+    return lambda: real_backends(client, bucket.bucket, bucket.endpoint_url)
 
-    def real() -> Backends:
-        keys = RedisKeys(f"crash-{new_id('c')[-8:]}")
-        store, archive = open_storage(
-            f"s3://{bucket.bucket}/{keys.prefix}", endpoint_url=bucket.endpoint_url
-        )
-        return Backends(
-            name="redis+s3",
-            store=store,
-            archive=archive,
-            stream=RedisEventStream(client, keys=keys),
-            leases=RedisLeaseManager(client, keys=keys),
-            runs=RedisRunQueue(client, keys, result_ttl_s=3600),
-            hint=RedisArchiveHint(client, keys),
-            checkpoints=RedisCheckpointStore(client, keys, ttl_s=3600),
-            expire_lease=lambda t, s: client.delete(keys.lease(t, s)),
-        )
 
-    return real
+def real_backends(client: redis.Redis, bucket: str, endpoint_url: str) -> Backends:
+    """Backends on a real Redis and an S3 endpoint, in a fresh namespace and prefix."""
+    keys = RedisKeys(f"crash-{new_id('c')[-8:]}")
+    store, archive = open_storage(f"s3://{bucket}/{keys.prefix}", endpoint_url=endpoint_url)
+    return Backends(
+        name="redis+s3",
+        store=store,
+        archive=archive,
+        stream=RedisEventStream(client, keys=keys),
+        leases=RedisLeaseManager(client, keys=keys),
+        runs=RedisRunQueue(client, keys, result_ttl_s=3600),
+        hint=RedisArchiveHint(client, keys),
+        checkpoints=RedisCheckpointStore(client, keys, ttl_s=3600),
+        expire_lease=lambda t, s: client.delete(keys.lease(t, s)),
+    )
 
 
 TENANT = "acme"

@@ -82,6 +82,19 @@ class RedisCounter:
         return int(self.client.get(f"{self.prefix}:{name}") or 0)
 
 
+def counter_env(
+    base: dict[str, str], redis_url: str, prefix: str, queue: str, module: str = __name__
+) -> dict[str, str]:
+    """Worker environment: ``module``'s agents, their own queue, the counter in Redis."""
+    return dict(
+        base,
+        TETHER_AGENT_MODULES=module,
+        TETHER_QUEUE=queue,
+        COUNTER_REDIS_URL=redis_url,
+        COUNTER_PREFIX=prefix,
+    )
+
+
 def counting_agent(
     counter: Counter,
     *,
