@@ -102,6 +102,7 @@ def test_warm_shutdown_hands_the_run_back_at_its_last_checkpoint(
         producer.close()
     assert steps_done_at_exit < STEPS
     assert result.status is RunStatus.COMPLETED and result.output == f"counted {STEPS}"
+    assert result.attempts == 1  # a hand-back is no failed attempt: the budget is untouched
     assert counter.read("total") == STEPS
     assert counter.read("model_calls") == STEPS + 1  # resumed, not redone
     assert "handed back at its last checkpoint" in victim.log_text()

@@ -804,3 +804,18 @@ def test_a_cancel_is_never_softened_into_an_interrupt(case: Case) -> None:
     assert runs.request_cancel(running.run_id) is CancelOutcome.REQUESTED
     runs.preempt(T, S, newcomer.run_id, StopMode.INTERRUPT)
     assert runs.stop_mode(running.run_id) is StopMode.CANCEL
+
+
+def test_a_handed_back_attempt_does_not_count(case: Case) -> None:
+    runs = case.runs
+    request = req()
+    queued(runs, request)
+    assert runs.begin(request.run_id, "worker-a") == 1
+    runs.hand_back(request.run_id)
+    view = runs.get(request.run_id)
+    assert view is not None and view.status == RunState.QUEUED
+    assert runs.begin(request.run_id, "worker-b") == 1  # the budget is untouched
+    runs.finish(completed(request))
+    runs.hand_back(request.run_id)  # a finished run is never reopened
+    view = runs.get(request.run_id)
+    assert view is not None and view.status == RunStatus.COMPLETED

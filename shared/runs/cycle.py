@@ -194,6 +194,7 @@ def _apply_one(d: _Drain, run_id: str) -> Outcome:
     except RunHandedBack:
         log.info("run %s handed back at its last checkpoint: this worker is shutting down", run_id)
         d.session, d.loaded = None, False
+        rt.runs.hand_back(run_id)  # no failure: the attempt does not count
         return Outcome.HANDOVER
     except (InfrastructureError, ConflictError) as exc:
         _abandon(d, run_id, attempts, exc)

@@ -144,6 +144,10 @@ class SessionQueue(Protocol):
         atomic step with :meth:`Cancellation.request_cancel`, so a run reported ``CANCELLED``
         never starts. Never creates a record for an unknown run."""
 
+    def hand_back(self, run_id: str) -> None:
+        """Undo :meth:`begin` for an attempt handed back unfinished (a worker shutting down):
+        it was no failure, so it does not count against the attempt budget."""
+
     def note_failure(self, run_id: str, error: str, *, retry_after_ms: int = 0) -> None:
         """Remember why an attempt failed (and not to retry it before ``retry_after_ms``)."""
 

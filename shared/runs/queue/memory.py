@@ -143,6 +143,17 @@ class InMemoryRunQueue:
                 )
             return st.attempts[run_id]
 
+    def hand_back(self, run_id: str) -> None:
+        """Undo :meth:`begin`: one attempt fewer, status QUEUED again."""
+        validate_id(run_id, kind="run id")
+        with self._lock:
+            st = self._state
+            view = st.runs.get(run_id)
+            if view is None or view.result is not None:
+                return
+            st.attempts[run_id] = max(0, st.attempts.get(run_id, 0) - 1)
+            st.runs[run_id] = replace(view, status=RunState.QUEUED.value)
+
     def note_failure(self, run_id: str, error: str, *, retry_after_ms: int = 0) -> None:
         """Remember why an attempt failed; never re-create a missing record."""
         validate_id(run_id, kind="run id")

@@ -78,6 +78,16 @@ end
 return n
 """
 
+#: KEYS: run hash, attempts. Undoes BEGIN_SCRIPT for an attempt handed back unfinished.
+HAND_BACK_SCRIPT = """
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[1], 'result') == 1 then
+  return 0
+end
+if tonumber(redis.call('GET', KEYS[2]) or '0') > 0 then redis.call('DECR', KEYS[2]) end
+redis.call('HSET', KEYS[1], 'status', 'QUEUED')
+return 1
+"""
+
 #: KEYS: run hash, cancel. ARGV: ttl_s. Returns a CancelOutcome value.
 CANCEL_SCRIPT = """
 local status = redis.call('HGET', KEYS[1], 'status')
@@ -148,6 +158,7 @@ class RedisRunQueue:
         self._release_if_idle = client.register_script(RELEASE_IF_IDLE_SCRIPT)
         self._record_rejected = client.register_script(RECORD_REJECTED_SCRIPT)
         self._begin = client.register_script(BEGIN_SCRIPT)
+        self._hand_back = client.register_script(HAND_BACK_SCRIPT)
         self._cancel = client.register_script(CANCEL_SCRIPT)
 
     # --- submission --------------------------------------------------------------------------
@@ -265,6 +276,12 @@ class RedisRunQueue:
             )
         count = int(cast(Any, count))
         return None if count < 0 else count
+
+    def hand_back(self, run_id: str) -> None:
+        """Undo :meth:`begin`: one attempt fewer, status QUEUED again."""
+        k = self.keys
+        with translate_errors(self._where):
+            self._hand_back(keys=[k.run(run_id), k.attempts(run_id)])
 
     def record_rejected(self, result: RunResult) -> bool:
         """Record a run that never entered a session queue (invalid, unknown agent, busy).
