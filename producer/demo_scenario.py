@@ -112,7 +112,7 @@ class Scenario:
                 f"[bold]recall[/] [cyan]\\[{self.label(recall.worker)}][/] -> "
                 + escape(repr(recall.output))
             )
-            head = self.reader.read(sid, self.tenant)
+            head = self.reader.read(sid, tenant=self.tenant)
             last_seq = head.last_seq if head else 0
             tail.wait_for(last_seq, timeout_s=10.0)
         finally:
@@ -221,7 +221,7 @@ class Scenario:
         self.console.rule("4. sessions verify: gapless logs whose fold equals the stored memory")
         ok = True
         for sid in self.sessions:
-            report = self.reader.verify(sid, self.tenant)
+            report = self.reader.verify(sid, tenant=self.tenant)
             ok &= report.ok
             self.console.print(verify_line(report))
         self.check("sessions verify: every session passes", ok, f"{len(self.sessions)} sessions")

@@ -103,7 +103,7 @@ def test_fixture_has_a_segment_an_outbox_a_tool_call_and_applied_records(
 ) -> None:
     # guards the other tests: they are only meaningful if the fixture covers each case
     assert storage.keys() == {HEAD_KEY, V01_SEGMENT_KEY}
-    head = storage.reader().read(SESSION_ID, TENANT)
+    head = storage.reader().read(SESSION_ID, tenant=TENANT)
     assert head is not None
     assert (head.last_seq, head.archived_seq) == (V01_LAST_SEQ, V01_ARCHIVED_SEQ)
     outbox = [e.seq for e in head.events]
@@ -119,14 +119,14 @@ def test_reader_reads_and_verifies_the_v01_session(storage: Storage) -> None:
     reader = storage.reader()
 
     assert reader.list_session_ids(TENANT) == [SESSION_ID]
-    report = reader.verify(SESSION_ID, TENANT)
+    report = reader.verify(SESSION_ID, tenant=TENANT)
     assert report.ok, report.problems
     assert (report.event_count, report.last_seq) == (V01_LAST_SEQ, V01_LAST_SEQ)
-    head = reader.read(SESSION_ID, TENANT)
+    head = reader.read(SESSION_ID, tenant=TENANT)
     assert head is not None and head.schema_version == 1
-    events = reader.events(SESSION_ID, TENANT)
+    events = reader.events(SESSION_ID, tenant=TENANT)
     assert [e.seq for e in events] == list(range(1, V01_LAST_SEQ + 1))
-    assert reader.project(SESSION_ID, TENANT) == head.memory
+    assert reader.project(SESSION_ID, tenant=TENANT) == head.memory
 
 
 def test_v01_session_resumes_keeps_its_applied_records_and_takes_a_saved_run(
@@ -150,14 +150,14 @@ def test_v01_session_resumes_keeps_its_applied_records_and_takes_a_saved_run(
     with pytest.raises(VersionConflict):
         stale.save()
     head = stored.snapshot
-    events = storage.reader().events(SESSION_ID, TENANT)
+    events = storage.reader().events(SESSION_ID, tenant=TENANT)
     assert [e.seq for e in events] == list(range(1, head.last_seq + 1))
     assert head.last_seq == session.last_seq > V01_LAST_SEQ
     assert project_events(events) == head.memory
     # the fold is the whole conversation: the 0.1 runs and the new one
     contents = [getattr(item, "content", None) for item in head.memory.items]
     assert contents[0] == "2 + 3" and contents[-1] == "42"
-    assert storage.reader().verify(SESSION_ID, TENANT).ok
+    assert storage.reader().verify(SESSION_ID, tenant=TENANT).ok
 
 
 def test_wire_names_unchanged_after_a_run_with_the_current_code(storage: Storage) -> None:

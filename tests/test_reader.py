@@ -92,3 +92,18 @@ def test_fork_copies_and_leaves_source_untouched() -> None:
         reader.fork("s-1", "s-1-fork")
     with pytest.raises(SessionNotFound):
         reader.fork("ghost", "new")
+
+
+def test_a_misplaced_positional_argument_is_a_type_error_not_an_empty_answer() -> None:
+    """``reader.search(sid, EventType.TOOL_RESULT)`` once bound the event type to ``tenant`` and
+    silently returned []: every argument after the session id is keyword-only now."""
+    reader = SessionLogReader(InMemorySnapshotStore())
+    for call in (
+        lambda: reader.search("s-1", EventType.TOOL_RESULT),  # type: ignore[misc]
+        lambda: reader.events("s-1", "acme"),  # type: ignore[misc]
+        lambda: reader.read("s-1", "acme"),  # type: ignore[misc]
+        lambda: reader.verify("s-1", "acme"),  # type: ignore[misc]
+        lambda: reader.fork("s-1", "s-2", "acme"),  # type: ignore[misc]
+    ):
+        with pytest.raises(TypeError):
+            call()

@@ -44,15 +44,15 @@ def test_history_survives_a_redis_flush(s3_bucket: S3TestBucket, redis_url: str)
     session.save()
     committed = session.events
     reader = SessionLogReader(store, archive, stream)
-    assert reader.events("dur-1", "acme") == committed
-    assert reader.events("dur-1", "acme", include_live=True) == committed
+    assert reader.events("dur-1", tenant="acme") == committed
+    assert reader.events("dur-1", tenant="acme", include_live=True) == committed
     client.flushall()
     assert stream.read("acme", "dur-1") == []
-    assert reader.events("dur-1", "acme") == committed
-    assert reader.verify("dur-1", "acme").ok
-    fork = reader.fork("dur-1", "dur-2", "acme")
-    assert reader.events("dur-2", "acme")[-1].seq == committed[-1].seq
-    assert reader.project("dur-2", "acme") == fork.memory
+    assert reader.events("dur-1", tenant="acme") == committed
+    assert reader.verify("dur-1", tenant="acme").ok
+    fork = reader.fork("dur-1", "dur-2", tenant="acme")
+    assert reader.events("dur-2", tenant="acme")[-1].seq == committed[-1].seq
+    assert reader.project("dur-2", tenant="acme") == fork.memory
     resumed = agent.resume_session("dur-1", "acme")
     assert resumed.memory_snapshot() == session.memory_snapshot()
     assert reader.list_session_ids("acme") == ["dur-1", "dur-2"]

@@ -68,13 +68,13 @@ def test_reader_and_archive_never_cross_tenants(
     reader = chaos.reader()
     assert names["beta"] not in reader.list_session_ids("alpha")
     assert names["alpha"] not in reader.list_session_ids("beta")
-    assert reader.read(names["beta"], "alpha") is None
+    assert reader.read(names["beta"], tenant="alpha") is None
     for call in (reader.events, reader.project, reader.verify):
         with pytest.raises(SessionNotFound):
-            call(names["beta"], "alpha")
+            call(names["beta"], tenant="alpha")
     with pytest.raises(SessionNotFound):
         reader.fork(names["beta"], unique("stolen"), tenant="alpha")
-    shared_alpha = reader.events(names["shared"], "alpha")
+    shared_alpha = reader.events(names["shared"], tenant="alpha")
     assert {e.tenant for e in shared_alpha} == {"alpha"}
     dumped = json.dumps([e.model_dump(mode="json") for e in shared_alpha])
     assert not any(mark in dumped for mark in _beta_marks(names))
@@ -82,7 +82,7 @@ def test_reader_and_archive_never_cross_tenants(
     fork = reader.fork(names["shared"], fork_id, tenant="alpha")
     assert fork.tenant == "alpha"
     assert not any(mark in fork.model_dump_json() for mark in _beta_marks(names))
-    assert reader.read(fork_id, "beta") is None
+    assert reader.read(fork_id, tenant="beta") is None
     assert reader.archive is not None
     assert reader.archive.read("alpha", names["beta"]) == []
     assert reader.archive.last_seq("alpha", names["beta"]) == 0

@@ -95,7 +95,7 @@ def show(session_id: SessionArg, tenant: TenantOption = None, as_json: JsonOptio
     """Show a session's head: metadata, sequence numbers, memory size and recent runs."""
     settings, tenant = _context(tenant)
     reader = open_reader(settings)
-    head = reader.read(session_id, tenant)
+    head = reader.read(session_id, tenant=tenant)
     if head is None:
         raise SessionNotFound(
             f"session {tenant}/{session_id} not found; list sessions with "
@@ -139,7 +139,7 @@ def events(
     """Print a session's committed events (archive plus head), in sequence order."""
     settings, tenant = _context(tenant)
     wanted = _event_types(types)
-    history = open_reader(settings).events(session_id, tenant)
+    history = open_reader(settings).events(session_id, tenant=tenant)
     chosen = [e for e in history if e.seq > after_seq and (wanted is None or e.type in wanted)]
     _print_events(chosen[:limit] if limit else chosen, f"{tenant}/{session_id}", as_json)
 
@@ -166,7 +166,7 @@ def search(
 
     predicate: Callable[[AgentEvent], bool] = match
     found = open_reader(settings).search(
-        session_id, tenant, types=_event_types(types), predicate=predicate
+        session_id, tenant=tenant, types=_event_types(types), predicate=predicate
     )
     _print_events(found, f"{len(found)} matching events in {tenant}/{session_id}", as_json)
 
@@ -177,7 +177,7 @@ def project(
 ) -> None:
     """Fold a session's history into the memory it describes."""
     settings, tenant = _context(tenant)
-    memory = open_reader(settings).project(session_id, tenant)
+    memory = open_reader(settings).project(session_id, tenant=tenant)
     if as_json:
         emit_json(memory.model_dump(mode="json"))
     else:
@@ -195,7 +195,8 @@ def verify(
     """Check the event contract: gapless sequence, fold equals stored memory. Exits 1 on FAIL."""
     settings, tenant = _context(tenant)
     reader = open_reader(settings)
-    reports = [reader.verify(s, tenant) for s in session_ids or reader.list_session_ids(tenant)]
+    names = session_ids or reader.list_session_ids(tenant)
+    reports = [reader.verify(s, tenant=tenant) for s in names]
     if as_json:
         emit_json([asdict(r) for r in reports])
     else:
@@ -215,7 +216,7 @@ def fork(
 ) -> None:
     """Copy a session under a new id (refuses an existing id)."""
     settings, tenant = _context(tenant)
-    head = open_reader(settings).fork(session_id, new_session_id, tenant)
+    head = open_reader(settings).fork(session_id, new_session_id, tenant=tenant)
     if as_json:
         emit_json(_head_summary(head))
     else:

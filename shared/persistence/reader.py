@@ -55,13 +55,13 @@ class SessionLogReader:
         """Every session id of ``tenant``, ascending."""
         return iter_session_ids(self.store, validate_tenant(tenant))
 
-    def read(self, session_id: str, tenant: str = "default") -> SessionSnapshot | None:
+    def read(self, session_id: str, *, tenant: str = "default") -> SessionSnapshot | None:
         """The stored head, or None when the session does not exist."""
         stored = self.store.load(validate_tenant(tenant), validate_id(session_id))
         return stored.snapshot if stored else None
 
     def _require(self, session_id: str, tenant: str) -> SessionSnapshot:
-        head = self.read(session_id, tenant)
+        head = self.read(session_id, tenant=tenant)
         if head is None:
             raise SessionNotFound(
                 f"session {tenant}/{session_id} not found; list sessions with "
@@ -70,7 +70,7 @@ class SessionLogReader:
         return head
 
     def events(
-        self, session_id: str, tenant: str = "default", *, include_live: bool = False
+        self, session_id: str, *, tenant: str = "default", include_live: bool = False
     ) -> list[AgentEvent]:
         """The committed history in sequence order (plus in-flight events when asked)."""
         head = self._require(session_id, tenant)
@@ -91,8 +91,8 @@ class SessionLogReader:
     def search(
         self,
         session_id: str,
-        tenant: str = "default",
         *,
+        tenant: str = "default",
         types: Iterable[EventType] | None = None,
         predicate: Callable[[AgentEvent], bool] | None = None,
     ) -> list[AgentEvent]:
@@ -105,15 +105,15 @@ class SessionLogReader:
             return []
         return [
             e
-            for e in self.events(session_id, tenant)
+            for e in self.events(session_id, tenant=tenant)
             if (wanted is None or e.type in wanted) and (predicate is None or predicate(e))
         ]
 
-    def project(self, session_id: str, tenant: str = "default") -> MemorySnapshot:
+    def project(self, session_id: str, *, tenant: str = "default") -> MemorySnapshot:
         """Fold the committed history into the memory it describes."""
-        return project_events(self.events(session_id, tenant))
+        return project_events(self.events(session_id, tenant=tenant))
 
-    def verify(self, session_id: str, tenant: str = "default") -> VerifyReport:
+    def verify(self, session_id: str, *, tenant: str = "default") -> VerifyReport:
         """Check the event contract on stored data: gapless sequence, fold equals stored memory."""
         head = self._require(session_id, tenant)
         events = self._history(head)
@@ -141,7 +141,7 @@ class SessionLogReader:
         )
 
     def fork(
-        self, session_id: str, new_session_id: str, tenant: str = "default"
+        self, session_id: str, new_session_id: str, *, tenant: str = "default"
     ) -> SessionSnapshot:
         """Copy a session under a new id; the source is untouched.
 
