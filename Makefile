@@ -12,13 +12,13 @@ MODULES := $(VENV)/.modules
 MODULE_LIST := $(shell find shared producer worker -name '*.py' 2>/dev/null | sort | md5sum)
 $(shell mkdir -p $(VENV); [ "$$(cat $(MODULES) 2>/dev/null)" = "$(MODULE_LIST)" ] || echo "$(MODULE_LIST)" > $(MODULES))
 
-.PHONY: demo test test-long lint typecheck bench clean
+.PHONY: demo test test-long lint typecheck docs bench clean
 
 $(STAMP): pyproject.toml $(MODULES)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	rm -rf build/__editable__.*
-	$(BIN)/python -m pip install --quiet -e '.[dev,embedded,bench]' --config-settings editable_mode=strict
+	$(BIN)/python -m pip install --quiet -e '.[dev,embedded,bench,agents,docs]' --config-settings editable_mode=strict
 	@touch $(STAMP)
 
 demo: $(STAMP)
@@ -36,6 +36,10 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 typecheck: lint
+
+# The API reference and guides; warnings are errors (as in CI).
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --site-dir build/site
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

@@ -1,4 +1,5 @@
-"""Tether producer: the client SDK (:class:`Producer`, :class:`RunHandle`) and the CLI.
+"""Tether producer: the client SDK (:class:`Producer`, :class:`RunHandle`, and for asyncio
+:class:`AsyncProducer`, :class:`AsyncRunHandle`) and the CLI.
 
 Names are imported on first use, so ``tether --help`` does not pay for Celery's import.
 """
@@ -8,10 +9,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tether.producer.aio import AsyncProducer
+    from tether.producer.aio_handle import AsyncRunHandle
     from tether.producer.client import Producer, RunSpec
     from tether.producer.handle import RunHandle
 
-__all__ = ["Producer", "RunHandle", "RunSpec"]
+__all__ = ["AsyncProducer", "AsyncRunHandle", "Producer", "RunHandle", "RunSpec"]
 
 
 def __getattr__(name: str) -> Any:
@@ -23,4 +26,12 @@ def __getattr__(name: str) -> Any:
         from tether.producer.handle import RunHandle
 
         return RunHandle
+    if name == "AsyncProducer":
+        from tether.producer.aio import AsyncProducer
+
+        return AsyncProducer
+    if name == "AsyncRunHandle":
+        from tether.producer.aio_handle import AsyncRunHandle
+
+        return AsyncRunHandle
     raise AttributeError(f"module 'tether.producer' has no attribute {name!r}")

@@ -9,57 +9,34 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 from pydantic import JsonValue
 
 from tether.core.events import AgentEvent
-from tether.core.results import Resolution, RunStatus
-from tether.errors import InvalidInput, SessionBusy
-from tether.ids import new_id, validate_id, validate_tenant
+from tether.core.results import Resolution
+from tether.errors import InvalidInput
+from tether.ids import validate_tenant
 from tether.keys import RedisKeys
+from tether.observability.tracing import traced
 from tether.persistence.redis_conn import redis_from_url
 from tether.persistence.streams.redis import RedisEventStream
+from tether.producer import core
+from tether.producer.core import RunSpec, Submitted
 from tether.producer.handle import RunHandle
 from tether.producer.listener import CompletionListener
-from tether.runs.celery_config import celery_config
-from tether.runs.contract import (
-    RUN_TASK,
-    BusyPolicy,
-    RunRequest,
-    RunResult,
-    describe_request,
-    parse_request,
-)
-from tether.runs.queue.base import CancelOutcome, SubmitOutcome, SubmitState, preempt_for
+from tether.producer.publish import build_celery_app, publish_runs
+from tether.runs.contract import BusyPolicy, RunResult
+from tether.runs.queue.base import CancelOutcome
 from tether.runs.queue.redis import RedisRunQueue
 from tether.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from tether.producer.batch import BatchSummary, CasesSource
-
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """One request for :meth:`Producer.submit_many`."""
-
-    session_id: str
-    input: str | None
-    agent: str
-    tenant: str | None = None
-    request_id: str | None = None
-    metadata: dict[str, JsonValue] = field(default_factory=dict)
-    timeout_s: float | None = None
-    on_busy: str = "enqueue"
-    durability: str | None = None
-    resolutions: tuple[Resolution, ...] = ()
 
 
 class Producer:
@@ -94,9 +71,7 @@ class Producer:
         """The Celery app used to publish (built on first use)."""
         with self._celery_lock:
             if self._celery is None:
-                app = Celery("tether-producer", set_as_current=False)
-                app.conf.update(celery_config(self.settings))
-                self._celery = app
+                self._celery = build_celery_app(self.settings)
             return self._celery
 
     @property
@@ -121,36 +96,11 @@ class Producer:
 
     # --- submitting ----------------------------------------------------------------------------
 
-    def _request(self, spec: RunSpec) -> RunRequest:
-        run_id = new_id("run")
-        doc = {
-            "run_id": run_id,
-            "request_id": run_id if spec.request_id is None else spec.request_id,
-            "tenant": self.settings.tenant if spec.tenant is None else spec.tenant,
-            "session_id": spec.session_id,
-            "agent": spec.agent,
-            "input": spec.input,
-            "metadata": spec.metadata,
-            "timeout_s": spec.timeout_s,
-            "on_busy": spec.on_busy,
-            "durability": spec.durability,
-            "resolutions": [r.model_dump() for r in spec.resolutions],
-        }
-        request = parse_request(doc)
-        request.check_input_size(self.settings.max_input_bytes)
-        return request
-
-    def _handle_for(self, request: RunRequest, outcome: SubmitOutcome) -> RunHandle:
-        if outcome.state is SubmitState.BUSY:
-            busy = SessionBusy(
-                f"session {request.tenant}/{request.session_id} is running or has queued runs, "
-                "and on_busy='reject' was asked; retry later or use on_busy='enqueue'"
-            )
-            result = RunResult.failure(request, RunStatus.FAILED, busy.error_type, str(busy))
-            self.runs.record_rejected(result)
+    def _handle_for(self, submitted: Submitted) -> RunHandle:
+        request = submitted.request
         return RunHandle(
             self,
-            outcome.run_id,
+            submitted.run_id,
             request_id=request.request_id,
             session_id=request.session_id,
             tenant=request.tenant,
@@ -178,16 +128,16 @@ class Producer:
         Raises:
             InvalidInput: a malformed id, oversized input, or bad option (nothing is enqueued).
         """
-        spec = RunSpec(
+        spec = core.run_spec(
             session_id,
             input,
-            agent,
-            tenant,
-            request_id,
-            {} if metadata is None else metadata,  # validated, never coerced (dict("ab") fails)
-            timeout_s,
-            on_busy,
-            durability,
+            agent=agent,
+            tenant=tenant,
+            request_id=request_id,
+            metadata=metadata,
+            timeout_s=timeout_s,
+            on_busy=on_busy,
+            durability=durability,
         )
         return self.submit_many([spec])[0]
 
@@ -210,16 +160,16 @@ class Producer:
             InvalidInput: a malformed id or resolution (nothing is enqueued). A call id that is
                 not pending fails the continuation run (``InvalidInput``); nothing changes.
         """
-        spec = RunSpec(session_id, None, agent, tenant, request_id, resolutions=tuple(resolutions))
+        spec = core.resolution_spec(
+            session_id, resolutions, agent=agent, tenant=tenant, request_id=request_id
+        )
         return self.submit_many([spec])[0]
 
     def approve(
         self, session_id: str, call_id: str, *, agent: str, tenant: str | None = None
     ) -> RunHandle:
         """Approve a pending call: the tool runs, then the run goes on."""
-        return self.resolve(
-            session_id, [Resolution(call_id=call_id, action="approve")], agent=agent, tenant=tenant
-        )
+        return self.resolve(session_id, [core.approval(call_id)], agent=agent, tenant=tenant)
 
     def reject(
         self,
@@ -231,15 +181,17 @@ class Producer:
         tenant: str | None = None,
     ) -> RunHandle:
         """Refuse a pending call: the model sees ``reason``, then the run goes on."""
-        resolution = Resolution(call_id=call_id, action="reject", text=reason)
-        return self.resolve(session_id, [resolution], agent=agent, tenant=tenant)
+        return self.resolve(
+            session_id, [core.rejection(call_id, reason)], agent=agent, tenant=tenant
+        )
 
     def submit_tool_output(
         self, session_id: str, call_id: str, output: str, *, agent: str, tenant: str | None = None
     ) -> RunHandle:
         """Give the output of a call that waits for one, then the run goes on."""
-        resolution = Resolution(call_id=call_id, action="output", text=output)
-        return self.resolve(session_id, [resolution], agent=agent, tenant=tenant)
+        return self.resolve(
+            session_id, [core.tool_output(call_id, output)], agent=agent, tenant=tenant
+        )
 
     def run(
         self,
@@ -267,50 +219,38 @@ class Producer:
             on_busy=on_busy,
             durability=durability,
         )
-        return handle.result(timeout=wait_s)
+        from tether.producer.worker_watch import watch_for_workers  # warns if no worker consumes
 
+        with watch_for_workers(self, handle.run_id):
+            return handle.result(timeout=wait_s)
+
+    @traced("tether.submit")
     def submit_many(self, specs: Iterable[RunSpec]) -> list[RunHandle]:
         """Enqueue many runs with one Redis round trip and one broker connection."""
-        requests = [self._request(spec) for spec in specs]
+        requests = [core.build_request(self.settings, spec) for spec in specs]
         if not requests:
             return []
         outcomes = self.runs.submit_many(requests, queue=self.settings.queue)
-        for request, outcome in zip(requests, outcomes, strict=True):
-            if outcome.state is SubmitState.QUEUED:
-                preempt_for(self.runs, request)
-        app = self.celery
-        with app.producer_or_acquire() as publisher:
-            # kombu >= 5.7 pipelines the pushes of a batch into one Redis round trip
-            batch = getattr(publisher, "batch", None)
-            with batch() if batch is not None else contextlib.nullcontext():
-                for request, outcome in zip(requests, outcomes, strict=True):
-                    if outcome.state is SubmitState.QUEUED:
-                        app.send_task(
-                            RUN_TASK,
-                            kwargs={"request": request.model_dump(mode="json")},
-                            task_id=request.run_id,
-                            queue=self.settings.queue,
-                            producer=publisher,
-                            # a short repr: Celery would otherwise render the whole request
-                            # (input included) into the message headers
-                            argsrepr="()",
-                            kwargsrepr=describe_request(request),
-                        )
-        return [self._handle_for(r, o) for r, o in zip(requests, outcomes, strict=True)]
+        submitted = core.plan_submission(requests, outcomes)
+        for item in submitted:
+            mode = item.stop_mode
+            if mode is not None:
+                self.runs.preempt(item.request.tenant, item.request.session_id, item.run_id, mode)
+        publish_runs(
+            self.celery,
+            [core.run_message(s.request, self.settings.queue) for s in submitted if s.queued],
+        )
+        for item in submitted:
+            if item.rejection is not None:
+                self.runs.record_rejected(item.rejection)
+        return [self._handle_for(item) for item in submitted]
 
     def resubmit(self, run_id: str) -> None:
         """Publish the stored request of ``run_id`` again (harmless: it is idempotent)."""
         view = self.runs.get(run_id)
         if view is None or view.request is None:
             raise InvalidInput(f"run {run_id!r} is unknown or expired; nothing to resubmit")
-        self.celery.send_task(
-            RUN_TASK,
-            kwargs={"request": view.request.model_dump(mode="json")},
-            task_id=run_id,
-            queue=self.settings.queue,
-            argsrepr="()",
-            kwargsrepr=describe_request(view.request),
-        )
+        publish_runs(self.celery, [core.run_message(view.request, self.settings.queue)])
 
     def run_batch(
         self,
@@ -344,16 +284,22 @@ class Producer:
 
     # --- following runs ------------------------------------------------------------------------
 
-    def handle(self, run_id: str) -> RunHandle:
-        """A handle on an existing run (from any process); does no I/O."""
-        return RunHandle(self, validate_id(run_id, kind="run id"))
+    def handle(self, run_id: str, *, tenant: str | None = None) -> RunHandle:
+        """A handle on an existing run of ``tenant`` (default: this producer's) from any
+        process; does no I/O. Another tenant's run settles with :class:`RunNotFound`."""
+        scope = validate_tenant(tenant or self.settings.tenant)
+        return RunHandle(self, core.run_id_arg(run_id), tenant=scope)
 
-    def cancel(self, run_id: str) -> CancelOutcome:
+    def cancel(self, run_id: str, *, tenant: str | None = None) -> CancelOutcome:
         """Ask a run to stop. ``CANCELLED``: it was queued and will never start. ``REQUESTED``:
         it is running and stops at its next step boundary, unless it finishes first (its events
         stay in the log, followed by a rollback: nothing of it stays in memory). ``FINISHED``
         or ``UNKNOWN``: nothing changed."""
-        return self.runs.request_cancel(validate_id(run_id, kind="run id"))
+        run_id = core.run_id_arg(run_id)
+        scope = validate_tenant(tenant or self.settings.tenant)
+        if core.scoped_view(self.runs.get(run_id), scope) is None:
+            return CancelOutcome.UNKNOWN  # another tenant's run is not found: nothing changes
+        return self.runs.request_cancel(run_id)
 
     def tail(
         self,
@@ -364,10 +310,10 @@ class Producer:
         idle_timeout_s: float | None = None,
     ) -> Iterator[AgentEvent]:
         """Follow a session's live events (resume with the last seen ``seq``)."""
-        tenant = validate_tenant(tenant or self.settings.tenant)
+        tenant, session_id = core.tail_target(self.settings, session_id, tenant)
         return self.stream.tail(
             tenant,
-            validate_id(session_id),
+            session_id,
             after_seq=after_seq,
             block_ms=1000,
             idle_timeout_s=idle_timeout_s,

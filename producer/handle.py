@@ -1,34 +1,67 @@
-"""RunHandle: a future-like, awaitable handle on a distributed run.
+"""RunHandle: a :class:`concurrent.futures.Future` of a distributed run, also awaitable.
 
-A handle is cheap: building one does no I/O. The first blocking call (or ``await``, or
-``add_done_callback``) registers it with its producer's single completion listener, which
-resolves every handle of that producer from one ``XREAD`` loop (no thread per handle, no polling).
+A handle is cheap: building one does no I/O. The first call that needs the outcome
+(``result``, ``done``, ``add_done_callback``, ``await``, or ``concurrent.futures.wait`` /
+``as_completed`` installing their waiter) registers it with its producer's single completion
+listener, which settles every handle of that producer through ``Future.set_result`` /
+``set_exception`` / cancellation (no thread per handle, no polling).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import logging
+import threading
 import time
 from collections.abc import Callable, Generator, Iterator
+from concurrent.futures._base import CANCELLED
 from typing import TYPE_CHECKING, Any
 
 from tether.core.events import AgentEvent
-from tether.core.results import RunStatus
+from tether.errors import TetherError
+from tether.producer.core import (
+    RunIds,
+    cancelled_before_start,
+    cancelled_error,
+    failure_of,
+    is_cancelled,
+)
 from tether.runs.contract import RunResult
 from tether.runs.queue.base import CancelOutcome
 
 if TYPE_CHECKING:
     from tether.producer.client import Producer
 
+log = logging.getLogger(__name__)
 
-class RunHandle:
-    """The handle of one run, with :class:`concurrent.futures.Future` semantics.
+_Future = concurrent.futures.Future
+
+
+class _RegisteringWaiters(list[Any]):
+    """The future's waiter list: ``wait`` and ``as_completed`` read a future's state and append
+    their waiter without calling any method of it, so appending is where a handle nobody asked
+    yet gets registered with the listener."""
+
+    def __init__(self, on_append: Callable[[], None]) -> None:
+        super().__init__()
+        self._on_append = on_append
+
+    def append(self, waiter: Any) -> None:
+        super().append(waiter)  # first: a settlement during registration must notify it
+        self._on_append()
+
+
+class RunHandle(concurrent.futures.Future[RunResult]):
+    """The handle of one run: a real :class:`concurrent.futures.Future`.
 
     ``result()`` returns the :class:`RunResult` of a run that completed (also ``WAITING`` or
     ``CONTINUATION_REQUIRED``), raises the recorded error (a :class:`TetherError` subclass whose
     ``.result`` is the RunResult) for a failed run, and raises
-    :class:`concurrent.futures.CancelledError` for a cancelled one.
+    :class:`concurrent.futures.CancelledError` for a cancelled one (``cancelled()`` is then
+    True). ``concurrent.futures.wait``, ``as_completed`` and ``asyncio.wrap_future`` accept
+    handles; ``await handle`` works too (cancelling the awaiting task does not cancel the run).
     """
 
     def __init__(
@@ -39,83 +72,116 @@ class RunHandle:
         request_id: str | None = None,
         session_id: str | None = None,
         tenant: str | None = None,
-        future: concurrent.futures.Future[RunResult] | None = None,
     ) -> None:
+        super().__init__()
         self._producer = producer
-        self.run_id = run_id
-        self._request_id = request_id
-        self._session_id = session_id
-        self._tenant = tenant
-        self._future: concurrent.futures.Future[RunResult] = future or concurrent.futures.Future()
-        self._registered = future is not None and future.done()
+        self._ids = RunIds(run_id, request_id, session_id, tenant)
+        self._register_lock = threading.Lock()
+        self._registered = False
+        self._recorded: RunResult | None = None  # the result of a cancelled run
+        self._waiters = _RegisteringWaiters(self._ensure_quietly)
+
+    @property
+    def run_id(self) -> str:
+        """The run id."""
+        return self._ids.run_id
 
     def __repr__(self) -> str:
-        state = "done" if self._future.done() else "pending"
+        state = "done" if _Future.done(self) else "pending"
         return f"<RunHandle {self.run_id} {state}>"
 
     # --- identity (loaded lazily for handles reattached by run id) ---------------------------
 
     def _load_ids(self) -> None:
-        if self._session_id is None:
+        if not self._ids.known:
             view = self._producer.runs.get(self.run_id)
             if view is not None:
-                self._request_id = view.request_id
-                self._session_id = view.session_id
-                self._tenant = view.tenant
+                self._ids.learn(view.request_id, view.session_id, view.tenant)
 
     @property
     def request_id(self) -> str | None:
         """The request id (idempotency key)."""
         self._load_ids()
-        return self._request_id
+        return self._ids.request_id
 
     @property
     def session_id(self) -> str | None:
         """The session the run applies to."""
         self._load_ids()
-        return self._session_id
+        return self._ids.session_id
 
     @property
     def tenant(self) -> str | None:
         """The session's tenant."""
         self._load_ids()
-        return self._tenant
+        return self._ids.tenant
 
-    # --- future protocol ---------------------------------------------------------------------
+    # --- settlement ----------------------------------------------------------------------------
 
-    def _ensure(self) -> concurrent.futures.Future[RunResult]:
-        if not self._registered:
+    def _ensure(self) -> None:
+        """Register with the producer's listener once (it settles the handle)."""
+        with self._register_lock:
+            if self._registered:
+                return
             self._registered = True
-            self._producer.listener.register(self.run_id, self._settle)
-        return self._future
+        self._producer.listener.register(self.run_id, self._settle)
+
+    def _ensure_quietly(self) -> None:
+        try:
+            self._ensure()
+        except TetherError as exc:  # registered: the listener settles it once Redis answers
+            log.warning("checking run %s failed (%s); the listener will settle it", self.run_id,
+                        exc)
 
     def _settle(self, result: RunResult) -> None:
         """Resolve the future from a recorded result (called by the listener, once)."""
-        if self._future.done():
+        result = self._ids.complete(result)
+        if is_cancelled(result):
+            self._cancel_locally(result)
             return
-        # a result made up by the listener (a lost run) carries no ids: fill in what we know
-        known = {"request_id": self._request_id, "session_id": self._session_id,
-                 "tenant": self._tenant}
-        missing = {k: v for k, v in known.items() if v and not getattr(result, k)}
-        if missing:
-            result = result.model_copy(update=missing)
-        self._request_id = self._request_id or result.request_id
-        self._session_id = self._session_id or result.session_id
-        self._tenant = self._tenant or result.tenant
-        if result.status is RunStatus.CANCELLED:
-            self._future.set_result(result)
-        elif result.status is RunStatus.FAILED:
-            error = result.error()
-            self._future.set_exception(error or RuntimeError(result.error_message))
-        else:
-            self._future.set_result(result)
+        error = failure_of(result)
+        try:
+            if error is None:
+                self.set_result(result)
+            else:
+                self.set_exception(error)
+        except concurrent.futures.InvalidStateError:
+            pass  # this handle's own cancel() got there first
+
+    def _cancel_locally(self, result: RunResult) -> bool:
+        """Make the future cancelled (notifying ``wait``/``as_completed`` waiters)."""
+        with self._condition:
+            if not _Future.done(self):
+                self._recorded = result
+        if not _Future.cancel(self):
+            return False
+        with self._condition:  # reentrant: one caller moves it on, exactly once
+            if self._state == CANCELLED:
+                _Future.set_running_or_notify_cancel(self)
+        return True
+
+    def _never_started(self) -> bool:
+        recorded = self._recorded
+        return recorded is not None and recorded.attempts == 0
+
+    # --- the future protocol -----------------------------------------------------------------
+
+    def result(self, timeout: float | None = None) -> RunResult:
+        """Wait for the run; see the class docstring for what is raised."""
+        self._ensure()
+        try:
+            return super().result(timeout=timeout)
+        except concurrent.futures.CancelledError:
+            raise cancelled_error(self.run_id) from None
 
     def run_result(self, timeout: float | None = None) -> RunResult:
         """The recorded :class:`RunResult` whatever the status (never raises the run's error)."""
-        future = self._ensure()
+        self._ensure()
         try:
-            return future.result(timeout=timeout)
-        except concurrent.futures.TimeoutError:
+            return super().result(timeout=timeout)
+        except concurrent.futures.CancelledError:
+            return self._recorded or cancelled_before_start(self._ids)
+        except TimeoutError:
             raise
         except Exception as exc:
             recorded = getattr(exc, "result", None)
@@ -123,61 +189,67 @@ class RunHandle:
                 return recorded
             raise
 
-    def result(self, timeout: float | None = None) -> RunResult:
-        """Wait for the run; see the class docstring for what is raised."""
-        result = self._ensure().result(timeout=timeout)
-        if result.status is RunStatus.CANCELLED:
-            raise concurrent.futures.CancelledError(f"run {self.run_id} was cancelled")
-        return result
-
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        """The run's error (None when it succeeded); CancelledError when cancelled."""
-        future = self._ensure()
-        exc = future.exception(timeout=timeout)
-        if exc is None and future.result().status is RunStatus.CANCELLED:
-            return concurrent.futures.CancelledError(f"run {self.run_id} was cancelled")
-        return exc
+        """The run's error (None when it succeeded); raises CancelledError when cancelled."""
+        self._ensure()
+        try:
+            return super().exception(timeout=timeout)
+        except concurrent.futures.CancelledError:
+            raise cancelled_error(self.run_id) from None
 
     def done(self) -> bool:
         """True when the run finished (any terminal status)."""
-        if self._future.done():
+        if _Future.done(self):
             return True
         self._ensure()
-        return self._future.done()
+        return _Future.done(self)
 
     def running(self) -> bool:
         """True while a worker is executing the run."""
-        if self._future.done():
+        if _Future.done(self):
             return False
         view = self._producer.runs.get(self.run_id)
         return view is not None and view.status == "RUNNING"
 
     def cancelled(self) -> bool:
         """True when the run ended cancelled."""
-        return self.done() and self._future.result().status is RunStatus.CANCELLED
+        return self.done() and _Future.cancelled(self)
 
     def cancel(self) -> bool:
         """Cancel the run if it has not started, like :meth:`concurrent.futures.Future.cancel`.
 
-        True only when the run was still queued: it will never start, and the handle resolves
-        ``CANCELLED``. A running run is asked to stop at its next step boundary, but this answers
-        False, because it may still finish (use :meth:`Producer.cancel` for the outcome).
+        True when the run was still queued: it will never start, and the handle is cancelled at
+        once. A running run is asked to stop at its next step boundary, but this answers False,
+        because it may still finish (use :meth:`Producer.cancel` for the outcome). On a finished
+        handle: True only if the run was cancelled before it started.
         """
-        if self._future.done():
+        if _Future.done(self):
+            return _Future.cancelled(self) and self._never_started()
+        if self._producer.cancel(self.run_id) is not CancelOutcome.CANCELLED:
             return False
-        return self._producer.cancel(self.run_id) is CancelOutcome.CANCELLED
+        return self._cancel_locally(cancelled_before_start(self._ids))
 
-    def add_done_callback(self, fn: Callable[[RunHandle], Any]) -> None:
+    def add_done_callback(self, fn: Callable[[_Future[RunResult]], object]) -> None:
         """Call ``fn(handle)`` once the run finished (immediately when it already has)."""
-        self._ensure().add_done_callback(lambda _f: fn(self))
+        super().add_done_callback(fn)
+        self._ensure_quietly()
 
     def __await__(self) -> Generator[Any, None, RunResult]:
         """``await handle`` waits without blocking the event loop."""
-        wrapped = asyncio.wrap_future(self._ensure())
-        result = yield from wrapped.__await__()
-        if result.status is RunStatus.CANCELLED:
-            raise concurrent.futures.CancelledError(f"run {self.run_id} was cancelled")
-        return result
+        loop = asyncio.get_running_loop()
+        wakeup: asyncio.Future[None] = loop.create_future()
+
+        def wake(_: object) -> None:
+            if not wakeup.done():
+                wakeup.set_result(None)
+
+        def from_any_thread(_: object) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody awaits any more
+                loop.call_soon_threadsafe(wake, None)
+
+        self.add_done_callback(from_any_thread)
+        yield from wakeup.__await__()
+        return self.result(timeout=0)
 
     # --- live events ---------------------------------------------------------------------------
 
@@ -190,7 +262,7 @@ class RunHandle:
         tenant, session_id = self.tenant, self.session_id
         if tenant is None or session_id is None:
             return
-        future = self._ensure()
+        self._ensure()
         last_seq = 0
         idle_since = time.monotonic()
         while True:
@@ -201,7 +273,7 @@ class RunHandle:
                 idle_since = time.monotonic()
                 if event.run_id == self.run_id:
                     yield event
-            if future.done():
+            if _Future.done(self):
                 final = self.run_result()
                 if final.last_seq == 0 or last_seq >= final.last_seq:
                     return

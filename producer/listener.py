@@ -1,25 +1,35 @@
-"""One background thread per producer that resolves every pending handle.
+"""Completion delivery: one listener per producer resolves every awaited run.
 
-It reads the completion stream with ``XREAD BLOCK`` from the position it had when it started,
-so a completion is never missed; a handle registered after its run finished is resolved from the
-run record at registration. Every :data:`RECHECK_INTERVAL_S` (and after a Redis outage) it also
-asks the run records of every awaited run directly, in one pipelined round trip: a completion
-announced while the stream was unreachable is then picked up, and a run whose record vanished
-(Redis restarted without persistence, or the record expired) is resolved with
-:class:`~tether.errors.RunLost` once it was missing at :data:`LOST_AFTER_MISSES` consecutive
-checks, so no handle waits forever for a run that no longer exists.
+:class:`CompletionListener` (a background thread, for :class:`~tether.producer.client.Producer`)
+and :class:`AsyncCompletionListener` (an asyncio task, for
+:class:`~tether.producer.aio.AsyncProducer`) do the same thing around one sans-IO book of awaited
+runs (:class:`AwaitedRuns`):
+
+- they read the completion stream with ``XREAD BLOCK`` from the position it had when they
+  started, so a completion is never missed, and ask the records of the awaited runs among each
+  batch of completions in one pipelined round trip;
+- a run registered after it finished is resolved from its record at registration;
+- every :data:`RECHECK_INTERVAL_S` (and after a Redis outage) they ask the records of every
+  awaited run directly: a completion announced while the stream was unreachable is then picked
+  up, and a run whose record vanished (Redis restarted without persistence, or the record
+  expired) is resolved with :class:`~tether.errors.RunLost` once it was missing at
+  :data:`LOST_AFTER_MISSES` consecutive checks, so no handle waits forever for a run that no
+  longer exists.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from tether.core.results import RunStatus
 from tether.errors import RunLost, TetherError
+from tether.producer.aio_batch import TurnBatcher
 from tether.runs.contract import RunResult
 from tether.runs.queue.base import Completions, Submissions
 
@@ -32,6 +42,8 @@ RECHECK_INTERVAL_S = 2.0
 #: A run is declared lost after its record was missing at this many consecutive checks (the
 #: first check may come before a run submitted from another process has its record).
 LOST_AFTER_MISSES = 2
+#: Pause after a failed read of the completion stream.
+RETRY_PAUSE_S = 0.5
 
 
 def lost_result(run_id: str) -> RunResult:
@@ -52,17 +64,72 @@ def lost_result(run_id: str) -> RunResult:
     )
 
 
+class AwaitedRuns:
+    """The runs a listener resolves, who waits on each, and how often each was missing (no I/O,
+    no locking: the threaded listener locks around it, the asyncio one runs on one loop)."""
+
+    def __init__(self) -> None:
+        self._settles: dict[str, list[Settle]] = {}
+        self._misses: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._settles)
+
+    def add(self, run_id: str, settle: Settle) -> None:
+        """Await ``run_id`` on behalf of ``settle``."""
+        self._settles.setdefault(run_id, []).append(settle)
+
+    def wanted(self, run_ids: Sequence[str]) -> list[str]:
+        """Those of ``run_ids`` that are awaited."""
+        return [r for r in run_ids if r in self._settles]
+
+    def run_ids(self) -> list[str]:
+        """Every awaited run."""
+        return list(self._settles)
+
+    def take(self, run_id: str) -> list[Settle]:
+        """Stop awaiting ``run_id``; who waited on it."""
+        self._misses.pop(run_id, None)
+        return self._settles.pop(run_id, [])
+
+    def note_check(self, checked: Sequence[str], found: Mapping[str, object]) -> list[str]:
+        """Count the runs of a full check that had no record; those now deemed lost."""
+        lost: list[str] = []
+        for run_id in checked:
+            if run_id in found:
+                self._misses.pop(run_id, None)
+            elif run_id in self._settles:
+                misses = self._misses.get(run_id, 0) + 1
+                self._misses[run_id] = misses
+                if misses >= LOST_AFTER_MISSES:
+                    lost.append(run_id)
+        return lost
+
+
+def call_settles(run_id: str, settles: list[Settle], result: RunResult) -> None:
+    """Hand ``result`` to everyone who waited on the run (one failing callback stops none)."""
+    for settle in settles:
+        try:
+            settle(result)
+        except Exception:
+            log.exception("settling handle %s failed", run_id)
+
+
+def done_run_ids(entries: Sequence[tuple[bytes, str]]) -> list[str]:
+    """The run ids of a batch of completion entries, each once."""
+    return list(dict.fromkeys(run_id for _entry_id, run_id in entries))
+
+
 class RunFeed(Submissions, Completions, Protocol):
     """What a listener reads: run records and the completion feed."""
 
 
 class CompletionListener:
-    """Resolves handles from the completion stream."""
+    """Resolves handles from the completion stream, on one daemon thread."""
 
     def __init__(self, runs: RunFeed, *, recheck_interval_s: float = RECHECK_INTERVAL_S) -> None:
         self._runs = runs
-        self._waiting: dict[str, list[Settle]] = {}
-        self._misses: dict[str, int] = {}
+        self._awaited = AwaitedRuns()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -71,36 +138,59 @@ class CompletionListener:
 
     def _start(self) -> None:
         if self._thread is None:
-            self._last_id = self._runs.done_last_id()
+            try:
+                self._last_id = self._runs.done_last_id()
+            except TetherError as exc:  # the thread asks again; the rechecks cover the gap
+                log.warning("completion stream unavailable (%s); retrying", exc)
             self._thread = threading.Thread(target=self._loop, name="tether-listener", daemon=True)
             self._thread.start()
 
     def register(self, run_id: str, settle: Settle) -> None:
-        """Call ``settle`` once with the run's result (now, if it already finished)."""
-        with self._lock:
-            self._start()
-            self._waiting.setdefault(run_id, []).append(settle)
-        self._check(run_id)
+        """Call ``settle`` once with the run's result (now, if it already finished).
 
-    def _check(self, run_id: str) -> None:
-        view = self._runs.get(run_id)
-        if view is not None and view.result is not None:
-            self._resolve(run_id, view.result)
+        Raises:
+            StreamUnavailable: Redis did not answer the first check; the run stays registered
+                and is resolved once Redis answers.
+        """
+        with self._lock:
+            self._awaited.add(run_id, settle)
+            self._start()
+        self._check([run_id])
+
+    def _peek(self, run_ids: list[str]) -> dict[str, RunResult | None]:
+        try:
+            return self._runs.peek_many(run_ids)
+        except TetherError:
+            raise
+        except Exception:  # one unreadable record must not stop every other handle
+            found: dict[str, RunResult | None] = {}
+            for run_id in run_ids:
+                try:
+                    found.update(self._runs.peek_many([run_id]))
+                except TetherError:
+                    raise
+                except Exception:
+                    log.exception("reading run %s failed", run_id)
+                    found[run_id] = None  # it exists: never deemed lost
+            return found
+
+    def _check(self, run_ids: list[str]) -> None:
+        """Resolve those of ``run_ids`` whose record holds a result."""
+        if not run_ids:
+            return
+        for run_id, result in self._peek(run_ids).items():
+            if result is not None:
+                self._resolve(run_id, result)
 
     def _resolve(self, run_id: str, result: RunResult) -> None:
         with self._lock:
-            settles = self._waiting.pop(run_id, [])
-            self._misses.pop(run_id, None)
-        for settle in settles:
-            try:
-                settle(result)
-            except Exception:
-                log.exception("settling handle %s failed", run_id)
+            settles = self._awaited.take(run_id)
+        call_settles(run_id, settles, result)
 
     def pending(self) -> int:
         """How many runs are awaited."""
         with self._lock:
-            return len(self._waiting)
+            return len(self._awaited)
 
     def close(self) -> None:
         """Stop the thread (pending handles stay unresolved)."""
@@ -109,56 +199,175 @@ class CompletionListener:
             self._thread.join(timeout=BLOCK_MS / 1000 + 2)
 
     def _loop(self) -> None:
-        assert self._last_id is not None
         next_recheck = time.monotonic() + self._recheck_interval_s
         while not self._stop.is_set():
-            if time.monotonic() >= next_recheck:
-                next_recheck = time.monotonic() + self._recheck_interval_s
-                self._recheck_all()
             try:
+                if self._last_id is None:
+                    self._last_id = self._runs.done_last_id()
+                    next_recheck = 0.0  # completions before this position: ask each record
+                if time.monotonic() >= next_recheck:
+                    next_recheck = time.monotonic() + self._recheck_interval_s
+                    self._recheck_all()
                 entries = self._runs.read_done(self._last_id, BLOCK_MS)
+                if entries:
+                    self._last_id = entries[-1][0]
+                    with self._lock:
+                        wanted = self._awaited.wanted(done_run_ids(entries))
+                    self._check(wanted)
             except TetherError as exc:
                 log.warning("completion stream unavailable (%s); retrying", exc)
-                if self._stop.wait(0.5):
-                    return
                 next_recheck = 0.0  # the stream may have been lost: ask each run record
-                continue
-            for entry_id, run_id in entries:
-                self._last_id = entry_id
-                with self._lock:
-                    wanted = run_id in self._waiting
-                if wanted:
-                    try:
-                        self._check(run_id)
-                    except Exception:  # one bad record must not stop every other handle
-                        log.exception("reading run %s failed", run_id)
+                if self._stop.wait(RETRY_PAUSE_S):
+                    return
+            except Exception:
+                log.exception("resolving completed runs failed")
+                if self._stop.wait(RETRY_PAUSE_S):
+                    return
 
     def _recheck_all(self) -> None:
         """Ask every awaited run record directly; resolve finished runs and lost ones."""
         with self._lock:
-            run_ids = list(self._waiting)
+            run_ids = self._awaited.run_ids()
         if not run_ids:
             return
-        try:
-            found = self._runs.peek_many(run_ids)
-        except TetherError:
-            return  # Redis still away: the next check tries again
-        except Exception:
-            log.exception("re-checking %d awaited runs failed", len(run_ids))
-            return
-        lost: list[str] = []
+        found = self._peek(run_ids)
         with self._lock:
-            for run_id in run_ids:
-                if run_id in found:
-                    self._misses.pop(run_id, None)
-                elif run_id in self._waiting:
-                    misses = self._misses.get(run_id, 0) + 1
-                    self._misses[run_id] = misses
-                    if misses >= LOST_AFTER_MISSES:
-                        lost.append(run_id)
+            lost = self._awaited.note_check(run_ids, found)
         for run_id, result in found.items():
             if result is not None:
                 self._resolve(run_id, result)
         for run_id in lost:
             log.warning("run %s has no record any more; resolving its handle as lost", run_id)
             self._resolve(run_id, lost_result(run_id))
+
+
+class AsyncRunFeed(Protocol):
+    """What the asyncio listener reads (:class:`~tether.producer.aio_queue.AsyncRunQueue`)."""
+
+    async def peek_many(self, run_ids: Sequence[str]) -> dict[str, RunResult | None]:
+        """For each run id with a record: its result (None while unfinished)."""
+
+    async def done_last_id(self) -> bytes:
+        """The position of the newest completion."""
+
+    async def read_done(self, after_id: bytes, block_ms: int) -> list[tuple[bytes, str]]:
+        """Completions after ``after_id`` (blocks up to ``block_ms``)."""
+
+
+class AsyncCompletionListener:
+    """Resolves async handles from the completion stream, on one task of the event loop.
+
+    Settle callbacks run on the loop. Create and use it from one event loop.
+    """
+
+    def __init__(
+        self, runs: AsyncRunFeed, *, recheck_interval_s: float = RECHECK_INTERVAL_S
+    ) -> None:
+        self._runs = runs
+        self._awaited = AwaitedRuns()
+        self._task: asyncio.Task[None] | None = None
+        self._ready: asyncio.Future[None] | None = None
+        self._last_id: bytes | None = None
+        self._recheck_interval_s = recheck_interval_s
+        self._checks: TurnBatcher[str, None] = TurnBatcher(self._check)
+        self._closing = False
+
+    async def register(self, run_id: str, settle: Settle) -> None:
+        """Call ``settle`` once with the run's result (now, if it already finished).
+
+        Raises:
+            StreamUnavailable: Redis did not answer the first check; the run stays registered
+                and is resolved once Redis answers.
+        """
+        self._awaited.add(run_id, settle)
+        ready = self._start()
+        await asyncio.shield(ready)  # the stream position is known: no completion is missed
+        await self._checks.submit([run_id])  # one round trip for every run registered now
+
+    def pending(self) -> int:
+        """How many runs are awaited."""
+        return len(self._awaited)
+
+    def _start(self) -> asyncio.Future[None]:
+        if self._task is None or self._ready is None:
+            self._ready = asyncio.get_running_loop().create_future()
+            self._task = asyncio.create_task(self._loop(self._ready), name="tether-listener")
+        return self._ready
+
+    async def close(self) -> None:
+        """Stop the task (pending handles stay unresolved)."""
+        self._closing = True  # redis-py may absorb a cancel that lands in a blocking read
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(task, BLOCK_MS / 1000 + 2)
+
+    async def _peek(self, run_ids: list[str]) -> dict[str, RunResult | None]:
+        try:
+            return await self._runs.peek_many(run_ids)
+        except TetherError:
+            raise
+        except Exception:  # one unreadable record must not stop every other handle
+            found: dict[str, RunResult | None] = {}
+            for run_id in run_ids:
+                try:
+                    found.update(await self._runs.peek_many([run_id]))
+                except TetherError:
+                    raise
+                except Exception:
+                    log.exception("reading run %s failed", run_id)
+                    found[run_id] = None  # it exists: never deemed lost
+            return found
+
+    async def _check(self, run_ids: list[str]) -> list[None]:
+        if run_ids:
+            for run_id, result in (await self._peek(run_ids)).items():
+                if result is not None:
+                    call_settles(run_id, self._awaited.take(run_id), result)
+        return [None] * len(run_ids)
+
+    async def _position(self, ready: asyncio.Future[None]) -> None:
+        try:
+            self._last_id = await self._runs.done_last_id()
+        except TetherError as exc:  # asked again by the loop; the rechecks cover the gap
+            log.warning("completion stream unavailable (%s); retrying", exc)
+        finally:
+            if not ready.done():
+                ready.set_result(None)
+
+    async def _loop(self, ready: asyncio.Future[None]) -> None:
+        await self._position(ready)
+        next_recheck = time.monotonic() + self._recheck_interval_s
+        while not self._closing:
+            try:
+                if self._last_id is None:
+                    self._last_id = await self._runs.done_last_id()
+                    next_recheck = 0.0
+                if time.monotonic() >= next_recheck:
+                    next_recheck = time.monotonic() + self._recheck_interval_s
+                    await self._recheck_all()
+                entries = await self._runs.read_done(self._last_id, BLOCK_MS)
+                if entries:
+                    self._last_id = entries[-1][0]
+                    await self._check(self._awaited.wanted(done_run_ids(entries)))
+            except TetherError as exc:
+                log.warning("completion stream unavailable (%s); retrying", exc)
+                next_recheck = 0.0
+                await asyncio.sleep(RETRY_PAUSE_S)
+            except Exception:
+                log.exception("resolving completed runs failed")
+                await asyncio.sleep(RETRY_PAUSE_S)
+
+    async def _recheck_all(self) -> None:
+        run_ids = self._awaited.run_ids()
+        if not run_ids:
+            return
+        found = await self._peek(run_ids)
+        lost = self._awaited.note_check(run_ids, found)
+        for run_id, result in found.items():
+            if result is not None:
+                call_settles(run_id, self._awaited.take(run_id), result)
+        for run_id in lost:
+            log.warning("run %s has no record any more; resolving its handle as lost", run_id)
+            call_settles(run_id, self._awaited.take(run_id), lost_result(run_id))

@@ -47,12 +47,30 @@ class ConfigurationError(UsageError):
     """A setting is missing or malformed."""
 
 
+class SettingsError(ConfigurationError):
+    """A ``TETHER_*`` setting (environment, ``.env`` or ``.tether/env``) is invalid or unknown.
+
+    Raised once, by :func:`tether.settings.load_settings`, before any service is touched. The
+    one-line message names each variable, its value with secrets masked, and the fix;
+    ``variables`` lists the variables at fault.
+    """
+
+    def __init__(self, message: str, *, variables: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.variables = variables
+
+
 class StoreNotConfigured(UsageError):
     """An operation needs a snapshot store but the agent has none."""
 
 
 class SessionNotFound(UsageError):
     """No session with that id exists in the store."""
+
+
+class RunNotFound(UsageError):
+    """No run with that id exists for the caller's tenant (another tenant's run is "not found"
+    too, so an id never reveals that it exists)."""
 
 
 class SessionExists(UsageError):

@@ -21,6 +21,8 @@ Per-session keys (``T`` = ``{<tenant>/<session>}``):
 - ``<p>:T:fence`` (string): the fencing-token counter, INCR-ed on every lease grant and read by
   the stream's append script.
 - ``<p>:T:lease`` (string): ``"<owner>|<fence>"`` with a PX expiry (the lease).
+- ``<p>:T:released`` (string): the fence of the last grant that was released (not expired); a
+  grant whose predecessor expired instead is a *takeover* (see ``tether.runs.leases.base.Lease``).
 - ``<p>:T:pending`` (list): queued requests waiting for the session.
 - ``<p>:T:req:<request_id>``: the request-id index (dedup of client requests).
 - ``<p>:T:kick`` (string): the sweeper's claim, one re-enqueue per lease TTL.
@@ -35,6 +37,9 @@ script that mixes session keys and run keys therefore needs a non-cluster Redis)
 - ``<p>:attempts:{<run_id>}`` (string): the attempt counter of a run.
 - ``<p>:done`` (stream): the completion stream, one entry per finished run.
 - ``<p>:active`` (zset): active sessions, member ``<tenant>/<session>``, score a timestamp.
+- ``<p>:worker:{<worker_id>}`` (string): a worker's presence record (JSON, see
+  :mod:`tether.runs.presence`), rewritten every heartbeat with a PX expiry of a few heartbeats.
+- ``<p>:workers`` (zset): the presence index, member worker id, score its last heartbeat (ms).
 
 Ids are validated with :mod:`tether.ids` before any name is built, so no id can inject a brace,
 a separator or whitespace into a key.
@@ -110,6 +115,10 @@ class RedisKeys:
         """The lease key (``"<owner>|<fence>"`` with a TTL)."""
         return self._session_key(tenant, session_id, "lease")
 
+    def released(self, tenant: str, session_id: str) -> str:
+        """The fence of the session's last released (not expired) lease grant."""
+        return self._session_key(tenant, session_id, "released")
+
     def pending(self, tenant: str, session_id: str) -> str:
         """The list of pending requests of the session."""
         return self._session_key(tenant, session_id, "pending")
@@ -155,6 +164,14 @@ class RedisKeys:
     def active(self) -> str:
         """The active-sessions zset."""
         return f"{self.prefix}:active"
+
+    def worker(self, worker_id: str) -> str:
+        """The presence record of one worker process group (see :mod:`tether.runs.presence`)."""
+        return f"{self.prefix}:worker:{{{validate_id(worker_id, kind='worker id')}}}"
+
+    def workers(self) -> str:
+        """The presence index: worker ids scored by their last heartbeat (ms)."""
+        return f"{self.prefix}:workers"
 
     def archived(self, tenant: str, session_id: str) -> str:
         """The archive hint: the highest sequence number known archived (an optimisation)."""

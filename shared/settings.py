@@ -1,34 +1,85 @@
-"""Configuration, read from the environment in one place.
+"""Configuration, read and validated in one place, before any service is touched.
 
-Every setting is an environment variable with the prefix ``TETHER_`` (``TETHER_BROKER_URL``...),
-optionally from a ``.env`` file in the working directory. Precedence, highest first: explicit
-keyword arguments to :func:`load_settings`, environment variables, the ``.env`` file, defaults.
-An unknown ``TETHER_*`` variable or a malformed value fails at start with a message naming the
-variable. Secrets are :class:`pydantic.SecretStr` and never printed (see :func:`masked`).
+Every setting is an environment variable with the prefix ``TETHER_`` (``TETHER_BROKER_URL``...).
+Precedence, highest first:
+
+1. keyword arguments to :func:`load_settings` (or to :class:`Settings`),
+2. environment variables,
+3. a ``.env`` file in the working directory (written by you),
+4. ``.tether/env`` in the working directory (written by ``tether up`` for its local stack,
+   removed by ``tether down``),
+5. the defaults.
+
+:func:`load_settings` checks everything at once: unknown ``TETHER_*`` variables, numeric ranges,
+and the form of every URL (scheme, host, port, database), so a typo fails at start with one
+:class:`~tether.errors.SettingsError` line naming the variable, its value with secrets masked,
+and the fix, instead of a traceback from deep inside Redis, boto3 or Celery later. Secrets are
+:class:`pydantic.SecretStr` and never printed (see :func:`masked`).
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
-from typing import Annotated, Any, Literal
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
 
 import pydantic
+from dotenv import dotenv_values
 from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-from pydantic_settings.exceptions import SettingsError
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticCustomError
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+from pydantic_settings.exceptions import SettingsError as SourceError
 
-from tether.errors import ConfigurationError
+from tether.errors import ConfigurationError, InvalidId, SettingsError
+from tether.settings_checks import (
+    BROKER_SCHEMES,
+    check_http_url,
+    check_modules,
+    check_queue,
+    check_redis_url,
+    check_store_url,
+    mask_url,
+)
 
 ENV_PREFIX = "TETHER_"
+#: Written by ``tether up``: the settings of the local stack of the project in this folder.
+LOCAL_ENV_FILE = Path(".tether") / "env"
+#: Read after (so overridden by) ``.env``.
+ENV_FILES = (str(LOCAL_ENV_FILE), ".env")
+_SECRET = "********"
+_DAY_S = 86_400
+_T = TypeVar("_T")
+
+
+def _invalid_value(reason: str) -> PydanticCustomError:
+    # a custom error keeps the message exactly ours (no "Value error, " prefix)
+    return PydanticCustomError("tether_setting", "{reason}", {"reason": reason})
 
 
 class Settings(BaseSettings):
     """All of Tether's settings (see the README's configuration table)."""
 
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, env_file=".env", extra="forbid", frozen=True
-    )
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Keyword arguments, then the environment, then the env files (see the module)."""
+        return init_settings, env_settings, _EnvFiles(settings_cls), file_secret_settings
 
     broker_url: str = Field(
         default="redis://127.0.0.1:6379/0",
@@ -44,30 +95,50 @@ class Settings(BaseSettings):
         description="Snapshot store and event archive: file:///path, s3://bucket/prefix, memory://",
     )
     s3_endpoint_url: str | None = Field(default=None, description="S3 endpoint (non-AWS).")
-    s3_region: str = Field(default="us-east-1", description="S3 region.")
+    s3_region: str = Field(default="us-east-1", min_length=1, description="S3 region.")
     s3_sse: Literal["AES256", "aws:kms"] | None = Field(
         default=None, description="Server-side encryption for S3 objects."
     )
     s3_kms_key_id: str | None = Field(default=None, description="KMS key id when s3_sse=aws:kms.")
     namespace: str = Field(default="tether", description="Prefix of every Redis key and queue.")
     tenant: str = Field(default="default", description="Default tenant.")
+    redact_inputs: bool = Field(
+        default=True,
+        description="Producers mask common credential formats (sk-..., AKIA..., bearer tokens) "
+        "in run inputs before anything is stored or sent.",
+    )
     queue: str = Field(default="tether", description="Celery queue for run tasks.")
     # 6 s: a dead worker's run is taken over within about one TTL (renewed every TTL/3)
-    lease_ttl_ms: int = Field(default=6_000, ge=500, description="Session lease TTL.")
-    max_run_s: float = Field(default=600.0, gt=0, description="Longest allowed run.")
-    max_attempts: int = Field(default=3, ge=1, description="Attempts per run before it fails.")
-    max_input_bytes: int = Field(default=256_000, ge=1, description="Largest accepted run input.")
-    stream_max_len: int = Field(default=10_000, ge=100, description="Events kept per live stream.")
+    lease_ttl_ms: int = Field(
+        default=6_000, ge=500, le=3_600_000, description="Session lease TTL."
+    )
+    max_run_s: float = Field(
+        default=600.0, gt=0, le=30 * _DAY_S, description="Longest allowed run."
+    )
+    max_attempts: int = Field(
+        default=3, ge=1, le=100, description="Attempts per run before it fails."
+    )
+    max_input_bytes: int = Field(
+        default=256_000, ge=1, le=100_000_000, description="Largest accepted run input."
+    )
+    stream_max_len: int = Field(
+        default=10_000, ge=100, le=100_000_000, description="Events kept per live stream."
+    )
     broker_visibility_timeout_s: int | None = Field(
         default=None,
         ge=1,
+        le=60 * _DAY_S,
         description="Broker visibility timeout (default: 2 x TETHER_MAX_RUN_S + 300).",
     )
     archive_batch_events: int = Field(
         default=32, ge=1, le=10_000, description="Events per archive segment (head outbox size)."
     )
-    result_ttl_s: int = Field(default=7 * 24 * 3600, ge=60, description="Run record lifetime.")
-    sweep_interval_ms: int = Field(default=1_000, ge=50, description="Crash-recovery sweep period.")
+    result_ttl_s: int = Field(
+        default=7 * _DAY_S, ge=60, le=3650 * _DAY_S, description="Run record lifetime."
+    )
+    sweep_interval_ms: int = Field(
+        default=1_000, ge=50, le=600_000, description="Crash-recovery sweep period."
+    )
     agent_modules: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Modules exposing TETHER_AGENTS (JSON or comma list)."
     )
@@ -78,32 +149,106 @@ class Settings(BaseSettings):
         default="https://api.openai.com/v1", description="OpenAI-compatible endpoint."
     )
     openai_api_key: SecretStr | None = Field(default=None, description="API key (secret).")
-    openai_model: str = Field(default="gpt-4o-mini", description="Model name for the openai agent.")
+    openai_model: str = Field(
+        default="gpt-4o-mini", min_length=1, description="Model name for the openai agent."
+    )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65_535,
+        description="Worker: serve Prometheus metrics on this port (tether worker --metrics-port).",
+    )
+    metrics_host: str = Field(
+        default="127.0.0.1", min_length=1, description="Worker: address the metrics port binds."
+    )
 
     @pydantic.field_validator("agent_modules", mode="before")
     @classmethod
     def _split_modules(cls, value: Any) -> Any:
         if isinstance(value, str):
             if value.strip().startswith("["):
-                return json.loads(value)
+                try:
+                    return json.loads(value)
+                except ValueError as exc:
+                    raise _invalid_value(
+                        f"not a JSON list ({exc}); use a JSON list or a comma list of modules"
+                    ) from None
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
+    @pydantic.field_validator("agent_modules")
+    @classmethod
+    def _module_paths(cls, value: list[str]) -> list[str]:
+        return _checked(value, check_modules(value))
+
+    @pydantic.field_validator("broker_url")
+    @classmethod
+    def _broker(cls, value: str) -> str:
+        return _checked(value, check_redis_url(value, schemes=BROKER_SCHEMES))
+
+    @pydantic.field_validator("redis_url")
+    @classmethod
+    def _redis(cls, value: str | None) -> str | None:
+        return value if value is None else _checked(value, check_redis_url(value))
+
+    @pydantic.field_validator("s3_endpoint_url", "openai_base_url")
+    @classmethod
+    def _http(cls, value: str | None) -> str | None:
+        return value if value is None else _checked(value, check_http_url(value))
+
+    @pydantic.field_validator("queue")
+    @classmethod
+    def _queue(cls, value: str) -> str:
+        return _checked(value, check_queue(value))
+
+    @pydantic.field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str) -> str:
+        from tether.keys import RedisKeys
+
+        try:
+            RedisKeys(value)
+        except ConfigurationError as exc:
+            raise _invalid_value(str(exc)) from None
+        return value
+
+    @pydantic.field_validator("tenant")
+    @classmethod
+    def _tenant(cls, value: str) -> str:
+        from tether.ids import validate_tenant
+
+        try:
+            return validate_tenant(value)
+        except InvalidId as exc:
+            raise _invalid_value(str(exc)) from None
+
     @pydantic.field_validator("store_url")
     @classmethod
-    def _absolute_file_url(cls, value: str) -> str:
+    def _store(cls, value: str) -> str:
+        _checked(value, check_store_url(value))
         # a relative file:// URL means "relative to where the process starts", resolved once
         # here so every process (CLI, workers) agrees on one directory
-        if value.startswith("file://") and not value.startswith("file:///"):
+        if value.startswith("file://") and not value.startswith(("file:///", "file://localhost/")):
             return "file://" + os.path.abspath(value[len("file://") :])
         return value
+
+    @pydantic.model_validator(mode="after")
+    def _redis_for_streams(self) -> Settings:
+        if self.redis_url is None and not _is_redis(self.broker_url):
+            scheme = self.broker_url.split("://", 1)[0]
+            raise _invalid_value(
+                f"TETHER_REDIS_URL is required when TETHER_BROKER_URL is not a Redis URL "
+                f"(broker is {scheme}://): streams, leases and run records live in Redis; "
+                "set TETHER_REDIS_URL=redis://host:port/db"
+            )
+        return self
 
     @property
     def effective_redis_url(self) -> str:
         """Where streams, leases and run records live."""
         if self.redis_url:
             return self.redis_url
-        if self.broker_url.startswith(("redis://", "rediss://", "unix://")):
+        if _is_redis(self.broker_url):
             return self.broker_url
         raise ConfigurationError(
             "TETHER_REDIS_URL is required when TETHER_BROKER_URL is not a Redis URL "
@@ -120,44 +265,123 @@ class Settings(BaseSettings):
         return int(self.max_run_s * 2 + 300)
 
 
+class _EnvFiles(PydanticBaseSettingsSource):
+    """The ``TETHER_*`` lines of :data:`ENV_FILES` (later files win); other lines are left to
+    whoever else reads the file (a ``.env`` often holds ``AWS_*`` or an app's own variables)."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # __call__ reads the files whole
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for name in ENV_FILES:
+            path = Path(name)
+            if not path.is_file():
+                continue
+            for key, value in dotenv_values(path).items():
+                if value is not None and key.upper().startswith(ENV_PREFIX):
+                    # an unknown TETHER_* name stays in: `extra="forbid"` reports it
+                    values[key[len(ENV_PREFIX) :].lower()] = value
+        return values
+
+
+def _is_redis(url: str) -> bool:
+    return url.startswith(("redis://", "rediss://", "unix://"))
+
+
+def _checked(value: _T, problem: str | None) -> _T:
+    if problem is not None:
+        raise _invalid_value(problem)
+    return value
+
+
+def variable(field: str) -> str:
+    """The variable of a settings field (``lease_ttl_ms`` -> ``TETHER_LEASE_TTL_MS``)."""
+    return ENV_PREFIX + field.upper()
+
+
 def _unknown_variables() -> list[str]:
-    known = {ENV_PREFIX + name.upper() for name in Settings.model_fields}
+    known = {variable(name) for name in Settings.model_fields}
     return sorted(k for k in os.environ if k.startswith(ENV_PREFIX) and k not in known)
 
 
 def load_settings(**overrides: Any) -> Settings:
-    """Read settings; raise :class:`ConfigurationError` naming the variable on any problem."""
+    """Read and validate every setting (see the module docstring for the precedence).
+
+    Raises:
+        SettingsError: one line naming each bad or unknown variable, its value with secrets
+            masked, and the fix.
+    """
     unknown = _unknown_variables()
     if unknown:
-        raise ConfigurationError(
-            f"unknown setting(s) {', '.join(unknown)}; known: "
-            + ", ".join(ENV_PREFIX + n.upper() for n in Settings.model_fields)
-        )
+        raise SettingsError(_unknown_message(unknown), variables=tuple(unknown))
     try:
         return Settings(**overrides)
-    except (SettingsError, ValueError) as exc:
-        if isinstance(exc, pydantic.ValidationError):
-            raise _invalid(exc) from exc
-        raise ConfigurationError(f"invalid settings: {exc}") from exc
+    except pydantic.ValidationError as exc:
+        raise _invalid(exc) from None
+    except (SourceError, ValueError) as exc:
+        raise SettingsError(f"invalid settings: {exc}") from None
 
 
-def _invalid(exc: pydantic.ValidationError) -> ConfigurationError:
-    problems = "; ".join(
-        f"{ENV_PREFIX}{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors()
+def _unknown_message(unknown: list[str]) -> str:
+    known = [variable(n) for n in Settings.model_fields]
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=1)
+        hints.append(f"{name} (did you mean {close[0]}?)" if close else name)
+    return (
+        f"unknown setting(s) {', '.join(hints)}: fix the name or unset it; known settings: "
+        + ", ".join(known)
     )
-    return ConfigurationError(f"invalid settings: {problems}")
+
+
+def _invalid(exc: pydantic.ValidationError) -> SettingsError:
+    problems: list[str] = []
+    names: list[str] = []
+    for error in exc.errors():
+        field = "_".join(map(str, error["loc"][:1]))
+        if not field:  # a check across fields names its variables itself
+            problems.append(error["msg"])
+            continue
+        name = variable(field)
+        names.append(name)
+        shown = show_value(field, error.get("input"))
+        if error["type"] == "extra_forbidden":
+            problems.append(f"unknown setting {name} in .env or {LOCAL_ENV_FILE}: remove it")
+        elif error["type"] == "tether_setting":
+            problems.append(f"{name}={shown} is not valid: {error['msg']}")
+        else:
+            problems.append(f"{name}={shown} is not valid: {error['msg']}; {_default_hint(field)}")
+    return SettingsError("; ".join(problems), variables=tuple(names))
+
+
+def _default_hint(field: str) -> str:
+    info = Settings.model_fields.get(field)
+    default = None if info is None else info.get_default(call_default_factory=True)
+    if default in (None, [], ""):
+        return "fix the value or unset it"
+    return f"fix the value or unset it for the default {default}"
+
+
+def show_value(field: str, value: Any) -> str:
+    """``value`` of a settings field as safe to print: secrets and URL passwords masked."""
+    info = Settings.model_fields.get(field)
+    if info is not None and info.annotation in (SecretStr, SecretStr | None):
+        return _SECRET if value else "''"
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    if ":" in text:
+        text = mask_url(text)
+    return repr(text)
 
 
 def masked(settings: Settings) -> dict[str, Any]:
     """The effective settings with secrets and URL passwords masked (for printing)."""
-    from tether.persistence.redis_conn import redact_url
-
     out: dict[str, Any] = {}
     for name in Settings.model_fields:
         value = getattr(settings, name)
         if isinstance(value, SecretStr):
-            value = "********" if value.get_secret_value() else ""
+            value = _SECRET if value.get_secret_value() else ""
         elif isinstance(value, str) and "://" in value:
-            value = redact_url(value)
-        out[ENV_PREFIX + name.upper()] = value
+            value = mask_url(value)
+        out[variable(name)] = value
     return out

@@ -11,6 +11,7 @@ import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
 from tests.support.moto_server import S3TestBucket
+from tests.support.protocols import assert_conforms
 from tests.support.storage_samples import sample_events
 from tether.core.events import AgentEvent, EventType, TextPayload
 from tether.errors import (
@@ -129,7 +130,7 @@ def _key(first: int, last: int, session_id: str = "s-1") -> str:
 
 
 def test_implements_the_protocol(case: ArchiveCase) -> None:
-    assert isinstance(case.archive, EventArchive)
+    assert_conforms(case.archive, EventArchive)  # every method, with the Protocol's parameters
 
 
 def test_empty_archive(case: ArchiveCase) -> None:

@@ -97,6 +97,7 @@ def mixed_cases(n: int) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]
     return cases, want
 
 
+@pytest.mark.slow  # a long variant: `make test-long` (keeps `make test` under 10 min)
 def test_mixed_200_case_batch(live_stack: Stack, tmp_path: Path) -> None:
     cases, want = mixed_cases(200)
     path = write_cases(tmp_path / "mixed.jsonl", cases)
@@ -305,6 +306,7 @@ def echo_cases(path: Path, n: int, tag: str) -> Path:
     return write_cases(path, [{"id": f"{tag}-{i}", "input": f"{tag} {i}"} for i in range(n)])
 
 
+@pytest.mark.slow  # a long variant: `make test-long` (keeps `make test` under 10 min)
 def test_in_flight_cap_and_memory_do_not_grow_with_case_count(
     live_stack: Stack, tmp_path: Path
 ) -> None:

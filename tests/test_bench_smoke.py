@@ -30,6 +30,7 @@ def _numbers(value: Any) -> list[float]:
     return []
 
 
+@pytest.mark.slow  # a long variant: `make test-long` (keeps `make test` under 10 min)
 @pytest.mark.timeout(90)
 def test_quick_bench_writes_table_json_and_plot(tmp_path: Path) -> None:
     out = tmp_path / "results"

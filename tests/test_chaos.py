@@ -40,6 +40,22 @@ def test_sigkill_chaos_ci_sized(chaos: ChaosStack) -> None:
 
 
 @pytest.mark.slow
+def test_chaos_with_zombie_freezes_and_a_redis_rewind(chaos: ChaosStack) -> None:
+    """#18: SIGKILLs, workers frozen right before a head PUT (SIGSTOP, thawed after a takeover)
+    and Redis restarted from a snapshot a few seconds older, in one workload."""
+    figures = run_chaos(
+        chaos, runs=60, sessions=6, kills=2, freezes=2, rewinds=1, seed=18, gap_s=(0.4, 1.2)
+    )
+    print("\n" + format_table(figures, "chaos with freezes and a Redis rewind"))
+    assert (figures.kills, figures.freezes, figures.rewinds) == (2, 2, 1)
+    assert figures.unresolved == 0
+    assert figures.failed == []
+    assert (figures.lost, figures.duplicated, figures.out_of_order) == (0, 0, 0)
+    assert figures.status_mismatches == []  # every handle says what the head says
+    assert figures.verified == figures.sessions, figures.verify_problems  # none bricked
+
+
+@pytest.mark.slow
 def test_sigkill_chaos_full_size_default_leases(tmp_path: Path) -> None:
     with open_chaos_stack(
         tmp_path,

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.support.crash_agents import session_for
 from tests.support.stack import Stack, unique
 from tether.core.items import UserMessage
@@ -20,6 +22,7 @@ from tether.runs.commit import CommitStep
 QUEUE = "crashq"
 
 
+@pytest.mark.slow  # a long variant: `make test-long` (keeps `make test` under 10 min)
 def test_sigkill_at_every_commit_step_applies_each_run_once(
     live_stack: Stack, tmp_path: Path
 ) -> None:

@@ -115,6 +115,7 @@ def _check_chaos(stack: Stack, tmp_path: Path, *, sessions: int, runs_each: int,
     )
 
 
+@pytest.mark.slow  # a long variant: `make test-long` (keeps `make test` under 10 min)
 def test_durable_chaos_ci_sized(live_stack: Stack, tmp_path: Path) -> None:
     _check_chaos(live_stack, tmp_path, sessions=8, runs_each=3, kills=4, terms=2)
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -23,6 +25,7 @@ def test_quickstart_runs() -> None:
     assert "ok=True" in out.stdout
 
 
+@pytest.mark.slow  # a long variant: `make test-long` (keeps `make test` under 10 min)
 def test_durable_run_example_resumes_after_a_sigkill(tmp_path: Path) -> None:
     """examples/durable_run.py: the worker is killed after step 2, the other one finishes."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}

@@ -151,12 +151,18 @@ def test_s3_500s_for_a_while_retry_or_fail_clearly(chaos: ChaosStack) -> None:
 
 
 def test_s3_stopped_endpoint_retry_or_fail_clearly(chaos: ChaosStack) -> None:
+    before = chaos.proxy.stats["refuse"]
+
     def stopped() -> None:
         chaos.proxy.set_mode("refuse")
         time.sleep(3.0)
         chaos.proxy.passthrough()
 
+    # _s3_workload asserts each run COMPLETED or failed with a clear S3 error, and that every
+    # session recalls exactly its completed runs and verifies
     counts, seconds = _s3_workload(chaos, stopped)
+    assert chaos.proxy.stats["refuse"] - before > 0  # connections were really refused
+    assert sum(int(n) for n in counts.values()) == 4 * 3  # every handle resolved
     print(f"\nS3 refusing connections for 3 s: {counts} in {seconds:.1f} s")
 
 

@@ -103,8 +103,10 @@ def test_fixture_has_a_segment_an_outbox_a_tool_call_and_applied_records(
 ) -> None:
     # guards the other tests: they are only meaningful if the fixture covers each case
     assert storage.keys() == {HEAD_KEY, V01_SEGMENT_KEY}
-    head = storage.reader().read(SESSION_ID, tenant=TENANT)
-    assert head is not None
+    # the head as stored (reader.read() gives the whole history, not the outbox)
+    stored = storage.store.load(TENANT, SESSION_ID)
+    assert stored is not None
+    head = stored.snapshot
     assert (head.last_seq, head.archived_seq) == (V01_LAST_SEQ, V01_ARCHIVED_SEQ)
     outbox = [e.seq for e in head.events]
     assert outbox == list(range(V01_ARCHIVED_SEQ + 1, V01_LAST_SEQ + 1))

@@ -198,7 +198,7 @@ PARSE = Tally("parse_request")
 
 @fuzz(500)
 @given(doc=hostile_request_docs())
-def test_fuzz_parse_request(doc: Any) -> None:
+def _fuzz_parse_request(doc: Any) -> None:
     PARSE.cases += 1
     try:
         request = parse_request(doc)
@@ -215,7 +215,9 @@ def test_fuzz_parse_request(doc: Any) -> None:
         request.check_input_size(1000)
 
 
-def test_fuzz_parse_request_tally() -> None:
+def test_fuzz_parse_request() -> None:
+    """The cases run here (hypothesis) and their tally is checked by the same test."""
+    _fuzz_parse_request()
     assert PARSE.cases >= 500
     PARSE.report()
 
@@ -260,7 +262,7 @@ def hostile_run_args(draw: st.DrawFn) -> dict[str, Any]:
 
 @fuzz(300)
 @given(args=hostile_run_args())
-def test_fuzz_producer_arguments(offline_producer: Producer, args: dict[str, Any]) -> None:
+def _fuzz_producer_arguments(offline_producer: Producer, args: dict[str, Any]) -> None:
     PRODUCER.cases += 1
     session_id = args.pop("session_id")
     text = args.pop("input")
@@ -274,7 +276,8 @@ def test_fuzz_producer_arguments(offline_producer: Producer, args: dict[str, Any
     PRODUCER.crashes.append(f"accepted {session_id!r} {text!r:.40} {args}")
 
 
-def test_fuzz_producer_arguments_tally() -> None:
+def test_fuzz_producer_arguments(offline_producer: Producer) -> None:
+    _fuzz_producer_arguments(offline_producer)
     assert PRODUCER.cases >= 300
     PRODUCER.report()
 
@@ -699,7 +702,7 @@ cli_bad_ids = st.one_of(
     good=valid_ids.filter(lambda s: not s.startswith("-")),  # a leading "-" reads as an option
     which=st.integers(0, 15),
 )
-def test_fuzz_cli_arguments(
+def _fuzz_cli_arguments(
     cli_env: dict[str, str], capsys: pytest.CaptureFixture[str], bad: str, good: str, which: int
 ) -> None:
     from tether.producer.cli import run_cli
@@ -730,7 +733,8 @@ def _usage_line(line: str) -> bool:
     return isinstance(error_from_record(name, ""), UsageError) and len(line) < MAX_MESSAGE_CHARS
 
 
-def test_fuzz_cli_arguments_tally() -> None:
+def test_fuzz_cli_arguments(cli_env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    _fuzz_cli_arguments(cli_env, capsys)
     assert CLI.cases >= 150
     CLI.report()
 

@@ -10,6 +10,7 @@ from typing import TypeVar
 
 import pytest
 
+from tests.support.protocols import assert_conforms
 from tether.errors import InvalidId, InvalidInput
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import redis_from_url
@@ -46,7 +47,7 @@ def poll(fn: Callable[[], R | None], *, timeout_s: float = 5.0, interval_s: floa
 
 
 def test_lease_is_exclusive(leases: LeaseManager) -> None:
-    assert isinstance(leases, LeaseManager)
+    assert_conforms(leases, LeaseManager)
     assert leases.holder(T, S) is None
     assert leases.current_fence(T, S) == 0
     lease = leases.acquire(T, S, "worker-a", 10_000)
@@ -123,6 +124,26 @@ def test_fence_strictly_increases_per_grant(leases: LeaseManager) -> None:
         assert leases.release(lease)
     assert fences == [1, 2, 3, 4, 5]
     assert leases.current_fence(T, S) == 5  # release does not reset the counter
+
+
+def test_takeover_only_after_an_unreleased_grant_expired(leases: LeaseManager) -> None:
+    first = leases.acquire(T, S, "worker-a", 10_000)
+    assert first is not None and not first.takeover  # nobody held it before
+    assert leases.release(first)
+    clean = leases.acquire(T, S, "worker-b", 50)
+    assert clean is not None and not clean.takeover  # the previous grant was released
+    # worker-b never releases: its grant expires while it may still be running (a zombie)
+    taken = poll(lambda: leases.acquire(T, S, "worker-c", 10_000))
+    assert taken.takeover
+    assert taken.fence == clean.fence + 1
+    assert not leases.release(clean)  # the zombie's late release neither frees nor marks it
+    assert not leases.abandoned(T, S)  # held by the taker
+    assert leases.release(taken)
+    assert not leases.abandoned(T, S)  # released
+    after = leases.acquire(T, S, "worker-d", 50)
+    assert after is not None and not after.takeover
+    poll(lambda: leases.abandoned(T, S) or None)  # expired without a release
+    assert not leases.abandoned(T, "never-leased")
 
 
 def test_only_one_of_racing_acquirers_wins(leases: LeaseManager) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.support.stack import Stack, unique
 from tether.core.events import EventType
 from tether.core.results import RunStatus
@@ -22,6 +24,7 @@ VISIBILITY_S = 3
 RUN_S = 11  # > 3 x the visibility timeout
 
 
+@pytest.mark.slow  # a long variant: `make test-long` (keeps `make test` under 10 min)
 def test_a_run_longer_than_three_visibility_timeouts_completes_once(
     live_stack: Stack, tmp_path: Path
 ) -> None:

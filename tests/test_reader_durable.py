@@ -6,6 +6,7 @@ import redis
 
 from tests.support.moto_server import S3TestBucket
 from tether import Agent, ModelResponse, ScriptedModel, SessionLogReader, tool
+from tether.core.events import EventType
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import redis_from_url
 from tether.persistence.storage_url import open_storage
@@ -51,7 +52,10 @@ def test_history_survives_a_redis_flush(s3_bucket: S3TestBucket, redis_url: str)
     assert reader.events("dur-1", tenant="acme") == committed
     assert reader.verify("dur-1", tenant="acme").ok
     fork = reader.fork("dur-1", "dur-2", tenant="acme")
-    assert reader.events("dur-2", tenant="acme")[-1].seq == committed[-1].seq
+    forked = reader.events("dur-2", tenant="acme")
+    assert [e.seq for e in forked[:-1]] == [e.seq for e in committed]  # the whole history
+    assert forked[-1].type is EventType.SESSION_FORKED  # then where it came from
+    assert forked[-1].seq == committed[-1].seq + 1
     assert reader.project("dur-2", tenant="acme") == fork.memory
     resumed = agent.resume_session("dur-1", "acme")
     assert resumed.memory_snapshot() == session.memory_snapshot()

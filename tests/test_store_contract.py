@@ -16,6 +16,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 
 from tests.support.cas_worker import increment_counter
 from tests.support.moto_server import S3TestBucket
+from tests.support.protocols import assert_conforms
 from tests.support.storage_samples import sample_events, sample_snapshot
 from tether.core.items import UserMessage
 from tether.core.memory import MemorySnapshot
@@ -151,7 +152,7 @@ def _with_attribute(snapshot: SessionSnapshot, name: str, value: str) -> Session
 
 
 def test_implements_the_protocol(case: StoreCase) -> None:
-    assert isinstance(case.store, SnapshotStore)
+    assert_conforms(case.store, SnapshotStore)  # every method, with the Protocol's parameters
 
 
 def test_round_trip_keeps_every_field(case: StoreCase) -> None:

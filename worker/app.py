@@ -2,22 +2,38 @@
 
 The app object exists at import, but its configuration is read lazily from the environment the
 first time Celery needs it, so importing this module reads no settings and opens no connection.
+That first read validates every setting (:func:`tether.settings.load_settings`): a bad one ends
+the process there, before anything is consumed, with one line on stderr naming the variable
+(exit code 2, as ``tether`` uses for configuration errors), never a traceback.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from celery import Celery
 
+from tether.errors import ConfigurationError
 from tether.runs.celery_config import celery_config
 from tether.settings import load_settings
 
-app = Celery("tether", include=["tether.worker.tasks"])
+#: The exit code of a worker whose settings are invalid (``tether``'s usage/configuration code).
+EXIT_SETTINGS = 2
+
+app = Celery(
+    "tether", include=["tether.worker.tasks", "tether.worker.heartbeat", "tether.worker.canvas"]
+)
 
 
 def _lazy_config() -> dict[str, Any]:
-    return celery_config(load_settings())
+    try:
+        return celery_config(load_settings())
+    except ConfigurationError as exc:
+        # celery's CLI would print a traceback and, for some errors, start anyway
+        sys.stderr.write(f"error: {exc.error_type}: {' '.join(str(exc).split())}\n")
+        sys.stderr.flush()
+        raise SystemExit(EXIT_SETTINGS) from None
 
 
 app.add_defaults(_lazy_config)

@@ -37,6 +37,7 @@ from tether.runs.cycle import drain
 from tether.runs.queue.base import SubmitState, preempt_for, submit
 from tether.runs.runtime import Runtime, build_runtime
 from tether.worker.app import app
+from tether.worker.guardian import guard_for_this_process
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +151,7 @@ def get_runtime() -> Runtime:
         if _runtime is None or _runtime_pid != os.getpid():
             _runtime = build_runtime(enqueue_drain)
             _runtime.draining = _is_draining
+            _runtime.guard = guard_for_this_process()
             _runtime_pid = os.getpid()
         return _runtime
 
@@ -207,3 +209,29 @@ def _start_sweeper(**_: Any) -> None:
 def _stop_sweeper(**_: Any) -> None:
     if _sweeper is not None:
         _sweeper.stop()
+
+
+_metrics: Any = None
+
+
+@worker_init.connect
+def _serve_metrics(sender: Any = None, **_: Any) -> None:
+    """Serve ``/metrics`` from the main process when ``TETHER_METRICS_PORT`` is set."""
+    global _metrics
+    from tether.observability.worker_metrics import start_worker_metrics
+    from tether.settings import load_settings
+
+    try:
+        prefork = "prefork" in str(getattr(sender, "pool_cls", "")).lower()
+        _metrics = start_worker_metrics(load_settings(), prefork=prefork)
+    except TetherError as exc:
+        log.error("metrics not served: %s", exc)
+
+
+@worker_shutdown.connect
+def _stop_metrics(**_: Any) -> None:
+    from tether.observability.worker_metrics import remove_owned_multiprocess_dir
+
+    if _metrics is not None:
+        _metrics.close()
+    remove_owned_multiprocess_dir()

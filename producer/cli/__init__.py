@@ -4,8 +4,10 @@ This module only wires commands together and turns errors into one clear line an
 (see :mod:`tether.producer.cli.support` for the codes); the commands live in small modules:
 :mod:`tether.producer.cli.runs` (run, submit, wait, cancel, tail),
 :mod:`tether.producer.cli.sessions`
-(``tether sessions ...``), :mod:`tether.producer.demo` (``tether demo``), and, when installed,
-``tether.producer.cli.batch`` (``tether batch``).
+(``tether sessions ...``), :mod:`tether.producer.demo` (``tether demo``),
+:mod:`tether.producer.cli.stack` (``tether up | down | status``), and, when installed,
+``tether.producer.cli.batch`` (``tether batch``). Settings are validated once, by
+:func:`~tether.producer.cli.support.cli_settings`, before a command touches any service.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Annotated
 import click
 import typer
 
-from tether.producer.cli import approvals, batch, runs, sessions
+from tether.producer.cli import approvals, batch, runs, sessions, stack
 from tether.producer.cli.support import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -29,6 +31,7 @@ from tether.producer.cli.support import (
     error_line,
     exit_code_for,
 )
+from tether.producer.console import cli as console_cli
 from tether.producer.render import emit_json, make_console, settings_table
 
 try:  # typer bundles its own click from 0.2x on
@@ -116,6 +119,10 @@ def worker(
     print_command: Annotated[
         bool, typer.Option("--print-command", help="Print the celery command; do not run it.")
     ] = False,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option("--metrics-port", min=1, max=65535, help="Serve Prometheus /metrics here."),
+    ] = None,
 ) -> None:
     """Run a Celery worker with Tether's app; extra arguments go to `celery worker`."""
     settings = cli_settings()
@@ -132,6 +139,9 @@ def worker(
         return
     env = dict(os.environ)
     env["TETHER_STORE_URL"] = settings.store_url  # a relative file:// store, made absolute
+    from tether.observability.worker_metrics import worker_metrics_env
+
+    env.update(worker_metrics_env(settings, metrics_port))
     os.execve(sys.executable, argv, env)
 
 
@@ -139,6 +149,8 @@ runs.register(app)
 approvals.register(app)
 sessions.register(app)
 batch.register(app)
+console_cli.register(app)
+stack.register(app)
 
 
 def run_cli(argv: list[str] | None = None) -> int:

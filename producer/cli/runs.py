@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Annotated
 
@@ -14,7 +15,7 @@ from rich.console import Console
 
 from tether.core.events import AgentEvent, event_to_dict
 from tether.core.results import RunStatus
-from tether.errors import InvalidInput
+from tether.errors import RunNotFound
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import redis_from_url
 from tether.persistence.streams.redis import RedisEventStream
@@ -25,12 +26,15 @@ from tether.producer.cli.support import (
     cli_settings,
     exit_code_for,
     one_line,
+    warn_line,
 )
 from tether.producer.client import Producer
+from tether.producer.core import scoped_view
 from tether.producer.handle import RunHandle
 from tether.producer.render import emit_json, event_text, make_console, result_line
+from tether.producer.worker_watch import warn_if_unconsumed, watch_for_workers
 from tether.runs.contract import RunResult
-from tether.runs.queue.base import CancelOutcome
+from tether.runs.queue.base import CancelOutcome, RunState
 
 SessionArg = Annotated[str, typer.Argument(metavar="SESSION", help="Session id.")]
 InputArg = Annotated[str, typer.Argument(metavar="INPUT", help="The run's input text.")]
@@ -43,8 +47,16 @@ WaitOption = Annotated[
 RequestIdOption = Annotated[
     str | None, typer.Option("--request-id", help="Idempotency key (default: the run id).")
 ]
+#: How often a command past its start deadline checks that the run is still running.
+STATUS_RECHECK_S = 1.0
 RunTimeoutOption = Annotated[
-    float | None, typer.Option("--timeout-s", min=0.001, help="The run's own time limit.")
+    float | None,
+    typer.Option(
+        "--timeout-s",
+        min=0.001,
+        help="The run's own time limit; `run` also stops waiting (exit 124) when no worker has "
+        "started the run by then.",
+    ),
 ]
 BusyOption = Annotated[
     str,
@@ -97,10 +109,14 @@ def run_command(
     wait_s: WaitOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Run an agent on a session, wait, and print the answer."""
+    """Run an agent on a session, wait, and print the answer.
+
+    Warns on stderr within seconds when no live worker consumes the queue.
+    """
     with Producer(cli_settings()) as producer:
         handle = _submit(producer, session_id, text, agent, tenant, request_id, timeout_s, on_busy)
-        print_outcome(handle, wait_s, as_json)
+        with watch_for_workers(producer, handle.run_id, warn=warn_line):
+            print_outcome(handle, wait_s, as_json, start_by_s=timeout_s, producer=producer)
 
 
 def submit(
@@ -116,6 +132,7 @@ def submit(
     """Enqueue a run and print its run id (follow it with `tether wait RUN_ID`)."""
     with Producer(cli_settings()) as producer:
         handle = _submit(producer, session_id, text, agent, tenant, request_id, timeout_s, on_busy)
+        warn_if_unconsumed(producer, warn_line)
         if as_json:
             emit_json(
                 {
@@ -129,21 +146,31 @@ def submit(
             typer.echo(handle.run_id)
 
 
-def wait(run_id: RunIdArg, wait_s: WaitOption = None, as_json: JsonOption = False) -> None:
-    """Wait for a run and print its answer."""
+def wait(
+    run_id: RunIdArg,
+    wait_s: WaitOption = None,
+    tenant: TenantOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Wait for a run of the tenant and print its answer."""
     with Producer(cli_settings()) as producer:
-        _known(producer, run_id)
-        print_outcome(producer.handle(run_id), wait_s, as_json)
+        scope = tenant or producer.settings.tenant
+        _known(producer, run_id, scope)
+        with watch_for_workers(producer, run_id, warn=warn_line):
+            handle = producer.handle(run_id, tenant=scope)
+            print_outcome(handle, wait_s, as_json, producer=producer)
 
 
-def cancel(run_id: RunIdArg, as_json: JsonOption = False) -> None:
-    """Ask a run to stop (queued: never starts; running: stops at its next step and rolls back).
+def cancel(run_id: RunIdArg, tenant: TenantOption = None, as_json: JsonOption = False) -> None:
+    """Ask a run of the tenant to stop (queued: never starts; running: stops at its next step
+    and rolls back).
 
     Exits 1 when the run had already finished.
     """
     with Producer(cli_settings()) as producer:
-        status = _known(producer, run_id)
-        outcome = producer.cancel(run_id)
+        scope = tenant or producer.settings.tenant
+        status = _known(producer, run_id, scope)
+        outcome = producer.cancel(run_id, tenant=scope)
         requested = outcome in (CancelOutcome.CANCELLED, CancelOutcome.REQUESTED)
         if as_json:
             emit_json(
@@ -205,25 +232,81 @@ def _print_events(events: Iterator[AgentEvent], as_json: bool, console: Console)
             console.print(event_text(event))
 
 
-def _known(producer: Producer, run_id: str) -> str:
-    view = producer.runs.get(run_id)
-    if view is None:
-        raise InvalidInput(
-            f"run {run_id!r} is unknown or its record expired (records live "
-            "TETHER_RESULT_TTL_S seconds); check the id"
+def _known(producer: Producer, run_id: str, tenant: str) -> str:
+    view = scoped_view(producer.runs.get(run_id), tenant)
+    if view is None:  # another tenant's run reads exactly like an unknown one
+        raise RunNotFound(
+            f"run {run_id!r} not found for tenant {tenant!r} (unknown, another tenant's, or its "
+            "record expired after TETHER_RESULT_TTL_S); check the id and --tenant"
         )
     return view.status
 
 
-def print_outcome(handle: RunHandle, wait_s: float | None, as_json: bool) -> None:
-    """Wait for ``handle`` and print its answer (a WAITING run: the calls it waits on)."""
-    try:
-        result = handle.run_result(timeout=wait_s)
-    except TimeoutError:
-        raise TimeoutError(
-            f"run {handle.run_id} did not finish within {wait_s} s; it goes on: "
-            f"`tether wait {handle.run_id}`"
-        ) from None
+def await_result(
+    handle: RunHandle,
+    wait_s: float | None,
+    start_by_s: float | None = None,
+    *,
+    producer: Producer | None = None,
+) -> RunResult:
+    """The run's result, waiting at most ``wait_s``, and only ``start_by_s`` while it is queued.
+
+    Raises:
+        TimeoutError: a deadline passed; the message says whether the run is still queued or
+            running, and how to cancel it or wait for it.
+    """
+    started = time.monotonic()
+    wait_until = None if wait_s is None else started + wait_s
+    queued_until = None if start_by_s is None else started + start_by_s
+    while True:
+        now = time.monotonic()
+        pending = [d - now for d in (wait_until, queued_until) if d is not None and d > now]
+        slice_s = min(pending) if pending else None
+        if queued_until is not None and now >= queued_until:
+            # running past its start deadline: the worker enforces its limit; look again soon
+            slice_s = min(slice_s or STATUS_RECHECK_S, STATUS_RECHECK_S)
+        try:
+            return handle.run_result(timeout=slice_s)
+        except TimeoutError:
+            pass
+        status = _status(handle, producer)
+        waited_s = time.monotonic() - started
+        if wait_until is not None and started + waited_s >= wait_until:
+            raise _gave_up(handle.run_id, status, waited_s) from None
+        if queued_until is not None and status == RunState.QUEUED:
+            raise _gave_up(handle.run_id, status, waited_s) from None
+
+
+def _status(handle: RunHandle, producer: Producer | None) -> str:
+    if producer is None:
+        return RunState.RUNNING if handle.running() else RunState.QUEUED
+    view = producer.runs.get(handle.run_id)
+    return "UNKNOWN" if view is None else view.status
+
+
+def _gave_up(run_id: str, status: str, waited_s: float) -> TimeoutError:
+    how = f"cancel it with `tether cancel {run_id}` or wait for it with `tether wait {run_id}`"
+    if status == RunState.QUEUED:
+        return TimeoutError(
+            f"run {run_id} is still queued after {waited_s:.1f} s (no worker has started it); "
+            f"{how}"
+        )
+    return TimeoutError(
+        f"run {run_id} did not finish within {waited_s:.1f} s ({status.lower()}); it goes on: {how}"
+    )
+
+
+def print_outcome(
+    handle: RunHandle,
+    wait_s: float | None,
+    as_json: bool,
+    *,
+    start_by_s: float | None = None,
+    producer: Producer | None = None,
+) -> None:
+    """Wait for ``handle`` (see :func:`await_result`) and print its answer (a WAITING run: the
+    calls it waits on)."""
+    result = await_result(handle, wait_s, start_by_s, producer=producer)
     if as_json:
         emit_json(result.model_dump(mode="json"))
     elif result.ok:

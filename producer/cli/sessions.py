@@ -1,4 +1,4 @@
-"""``tether sessions ...``: read, check, fork and delete stored sessions.
+"""``tether sessions ...``: read, check, list fork points, fork and delete stored sessions.
 
 Reads go through :class:`tether.persistence.reader.SessionLogReader` over the store and archive
 named by
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict
+from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
@@ -208,19 +209,46 @@ def verify(
 
 
 @sessions_app.command()
+def history(
+    session_id: SessionArg, tenant: TenantOption = None, as_json: JsonOption = False
+) -> None:
+    """List the points a session can be forked from (`sessions fork --at-seq SEQ`): each user
+    input, each run's end, each memory write outside a run."""
+    settings, tenant = _context(tenant)
+    points = open_reader(settings).history(session_id, tenant=tenant)
+    if as_json:
+        emit_json([asdict(p) for p in points])
+        return
+    table = Table("seq", "time (UTC)", "run", "kind", "what happened",
+                  title=f"fork points of {tenant}/{session_id}")
+    for point in points:
+        when = datetime.fromtimestamp(point.ts_ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+        text = " | ".join(line for line in point.text.splitlines() if line.strip())
+        table.add_row(str(point.seq), when, point.run_id or "-", point.kind,
+                      text if len(text) <= 80 else text[:77] + "...")
+    make_console().print(table)
+
+
+@sessions_app.command()
 def fork(
     session_id: SessionArg,
     new_session_id: Annotated[str, typer.Argument(metavar="NEW_SESSION")],
     tenant: TenantOption = None,
+    at_seq: Annotated[
+        int | None,
+        typer.Option("--at-seq", min=0, help="Fork as the session was right after this event "
+                     "(see `sessions history`); default: as it is now."),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Copy a session under a new id (refuses an existing id)."""
+    """Copy a session under a new id, now or at an earlier point (refuses an existing id)."""
     settings, tenant = _context(tenant)
-    head = open_reader(settings).fork(session_id, new_session_id, tenant=tenant)
+    head = open_reader(settings).fork(session_id, new_session_id, tenant=tenant, at_seq=at_seq)
     if as_json:
         emit_json(_head_summary(head))
     else:
-        typer.echo(f"forked {tenant}/{session_id} -> {tenant}/{new_session_id}")
+        at = "" if at_seq is None else f" at seq {at_seq}"
+        typer.echo(f"forked {tenant}/{session_id}{at} -> {tenant}/{new_session_id}")
 
 
 @sessions_app.command()
@@ -230,7 +258,7 @@ def delete(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Delete a session: its head, archived events and live stream."""
+    """Delete a session: its head, archived events, live stream, run records and request ids."""
     from tether.keys import RedisKeys
     from tether.persistence.redis_conn import redis_from_url
     from tether.producer.sessions_admin import delete_session
@@ -252,5 +280,5 @@ def delete(
         typer.echo(
             f"deleted {tenant}/{session_id}: head {'yes' if report.head_deleted else 'no'}, "
             f"{report.segments_deleted} archive segments, "
-            f"{report.stream_keys_deleted} stream keys"
+            f"{report.stream_keys_deleted} stream keys, {report.runs_deleted} run records"
         )

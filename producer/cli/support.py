@@ -22,7 +22,7 @@ from urllib.parse import unquote, urlsplit
 import typer
 
 from tether.errors import ConfigurationError, TetherError, UsageError
-from tether.settings import Settings, load_settings
+from tether.settings import LOCAL_ENV_FILE, Settings, load_settings
 
 if TYPE_CHECKING:  # storage modules import boto3: only commands that read sessions pay for it
     from tether.persistence.archives.base import EventArchive
@@ -66,17 +66,36 @@ def error_line(exc: BaseException) -> str:
     return one_line(f"error: {name}: {exc}")
 
 
+def warn_line(message: str) -> None:
+    """``warning: <message>`` on one line on stderr (stdout keeps only the answer)."""
+    typer.echo(one_line(f"warning: {message}"), err=True)
+
+
 def cli_settings() -> Settings:
-    """Settings from the environment with a relative ``file://`` store made absolute.
+    """Settings (environment, ``.env``, ``.tether/env``) with a relative ``file://`` store made
+    absolute; validated before any service is touched.
 
     Raises:
-        ConfigurationError: naming the variable to fix.
+        SettingsError: one line naming the variable, its value (secrets masked) and the fix.
     """
     settings = load_settings()
+    _local_aws_env()
     absolute = resolve_store_url(settings.store_url)
     if absolute != settings.store_url:
         settings = settings.model_copy(update={"store_url": absolute})
     return settings
+
+
+def _local_aws_env() -> None:
+    """Export the AWS variables of a ``tether up --s3`` stack's ``.tether/env`` that the
+    environment lacks: boto3 reads only the environment, and its moto S3 needs some."""
+    if not LOCAL_ENV_FILE.is_file():
+        return
+    from dotenv import dotenv_values
+
+    for key, value in dotenv_values(LOCAL_ENV_FILE).items():
+        if key.startswith("AWS_") and value is not None and key not in os.environ:
+            os.environ[key] = value
 
 
 def resolve_store_url(url: str, base: Path | None = None) -> str:

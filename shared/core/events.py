@@ -6,6 +6,11 @@ that a log read back from JSON folds exactly like the live one.
 
 Schema versions (field ``v``):
 - 1: initial format.
+- 2: additive: the event types ``SESSION_FORKED`` and ``MEMORY_ITEMS_REMOVED``, and memory items
+  of type ``external`` (:class:`tether.core.items.ExternalItem`). Only an event that uses one of
+  them is written as v2, so every other event keeps its v1 bytes and older builds keep reading
+  it; an older build reading a v2 event fails with ``UnsupportedSchemaVersion`` ("upgrade
+  Tether") instead of misreading it.
 """
 
 from __future__ import annotations
@@ -14,18 +19,21 @@ import time
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tether.core.context import CompactResult, ContextReport
-from tether.core.items import Item, ToolCall, ToolOutput, UserMessage
+from tether.core.items import ExternalItem, Item, ToolCall, ToolOutput, UserMessage
 from tether.core.memory import MemorySnapshot
 
-EVENT_SCHEMA_VERSION = 1
-SUPPORTED_EVENT_VERSIONS = (1,)
+EVENT_SCHEMA_VERSION = 2
+"""The newest version this build writes (only for events that need it; see the module doc)."""
+SUPPORTED_EVENT_VERSIONS = (1, 2)
 
 
 class EventType(StrEnum):
-    """What happened. The last six change memory (see :mod:`tether.core.fold`)."""
+    """What happened. ``USER_INPUT`` to ``SESSION_RESTORED``, ``TOOL_RESULT`` and
+    ``MEMORY_ITEMS_REMOVED`` change memory (see :mod:`tether.core.fold`); ``SESSION_FORKED``
+    names where a forked session came from and changes nothing."""
 
     STEP_START = "STEP_START"
     MODEL_REQUEST = "MODEL_REQUEST"
@@ -40,6 +48,12 @@ class EventType(StrEnum):
     TOOL_OUTPUT_REPLACED = "TOOL_OUTPUT_REPLACED"
     MEMORY_COMPRESS = "MEMORY_COMPRESS"
     SESSION_RESTORED = "SESSION_RESTORED"
+    MEMORY_ITEMS_REMOVED = "MEMORY_ITEMS_REMOVED"
+    SESSION_FORKED = "SESSION_FORKED"
+
+
+#: Event types added in event schema v2.
+V2_EVENT_TYPES = frozenset({EventType.MEMORY_ITEMS_REMOVED, EventType.SESSION_FORKED})
 
 
 class _Payload(BaseModel):
@@ -158,6 +172,24 @@ class RestoredPayload(_Payload):
     checksum: str | None = None
 
 
+class ItemsRemovedPayload(_Payload):
+    """The last ``count`` memory items removed (``pop_item``, clearing a session)."""
+
+    kind: Literal["items_removed"] = "items_removed"
+    count: int = Field(ge=1)
+
+
+class ForkedPayload(_Payload):
+    """Where a forked session came from: the source and the sequence number it was forked at
+    (the events up to it are the fork's history). The fold ignores it."""
+
+    kind: Literal["forked"] = "forked"
+    source_tenant: str
+    source_session_id: str
+    at_seq: int = Field(ge=0)
+    source_last_seq: int = Field(ge=0)
+
+
 class ErrorPayload(_Payload):
     """A failure: which error class, its message, and whether the attempt may be retried."""
 
@@ -181,6 +213,8 @@ Payload = Annotated[
     | CompactPayload
     | ProjectionPayload
     | RestoredPayload
+    | ItemsRemovedPayload
+    | ForkedPayload
     | ErrorPayload,
     Field(discriminator="kind"),
 ]
@@ -196,7 +230,7 @@ class AgentEvent(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    v: Literal[1] = 1
+    v: Literal[1, 2] = 1
     type: EventType
     tenant: str = "default"
     session_id: str | None = None
@@ -206,9 +240,36 @@ class AgentEvent(BaseModel):
     ts_ms: int = Field(default_factory=now_ms)
     payload: Payload = EmptyPayload()
 
+    @model_validator(mode="after")
+    def _schema_version(self) -> AgentEvent:
+        # the version follows the content, so v1 events stay byte-identical for older readers
+        needed = 2 if _uses_v2(self) else 1
+        if self.v < needed:
+            if "v" in self.model_fields_set:
+                raise ValueError(
+                    f"a {self.type} event with this payload needs event schema v{needed}, "
+                    f"not v{self.v}; omit 'v' to let the event choose it"
+                )
+            object.__setattr__(self, "v", needed)  # frozen model: set once, while validating
+        return self
+
     def with_seq(self, seq: int) -> AgentEvent:
         """A copy with another sequence number."""
         return self.model_copy(update={"seq": seq})
+
+
+def _uses_v2(event: AgentEvent) -> bool:
+    if event.type in V2_EVENT_TYPES:
+        return True
+    payload = event.payload
+    items: tuple[Item, ...] = ()
+    if isinstance(payload, ItemsAppendedPayload):
+        items = payload.items
+    elif isinstance(payload, CompactPayload):
+        items = payload.result.memory.items
+    elif isinstance(payload, RestoredPayload) and payload.memory is not None:
+        items = payload.memory.items
+    return any(isinstance(item, ExternalItem) for item in items)
 
 
 def event_to_dict(event: AgentEvent) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
 
 
 class _Frozen(BaseModel):
@@ -65,8 +65,23 @@ class Reasoning(_Frozen):
     text: str
 
 
+class ExternalItem(_Frozen):
+    """An item in another framework's format, kept verbatim so it round-trips losslessly (e.g.
+    an OpenAI Agents SDK item, ``source="openai-agents"``; see :mod:`tether.integrations`).
+
+    ``text`` is a plain rendering for search and size estimates; ``data`` is the item itself.
+    Tether's own model clients do not send it (the framework that wrote it does). Added in
+    event schema v2.
+    """
+
+    type: Literal["external"] = "external"
+    source: str
+    text: str = ""
+    data: dict[str, JsonValue]
+
+
 Item = Annotated[
-    UserMessage | AssistantMessage | ToolCallsMessage | ToolOutput | Reasoning,
+    UserMessage | AssistantMessage | ToolCallsMessage | ToolOutput | Reasoning | ExternalItem,
     Field(discriminator="type"),
 ]
 """Any memory item (a tagged union)."""
@@ -82,7 +97,7 @@ def item_text(item: Item) -> str:
         return f"{item.content} {calls}".strip()
     if isinstance(item, ToolOutput):
         return item.output
-    if isinstance(item, Reasoning):
+    if isinstance(item, Reasoning | ExternalItem):
         return item.text
     return item.content
 

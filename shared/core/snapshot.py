@@ -64,7 +64,9 @@ class SessionSnapshot(BaseModel):
     never costs O(history). ``archive_batch_events`` records the writer's archiving threshold:
     a writer archives its outbox exactly when it holds at least that many events, which tells a
     later reader whether that outbox may already be in the archive (see
-    :mod:`tether.persistence.saving`).
+    :mod:`tether.persistence.saving`). ``writer_fence`` is the lease fence the head was written
+    under (0 outside a lease): rewriting it is how a lease taker fences out a frozen predecessor,
+    whose compare-and-set then fails (an additive field: older heads read as 0).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -78,6 +80,7 @@ class SessionSnapshot(BaseModel):
     archive_batch_events: int = 0
     last_compact: CompactResult | None = None
     applied: list[RunRecord] = Field(default_factory=list)
+    writer_fence: int = 0
 
     @property
     def session_id(self) -> str:

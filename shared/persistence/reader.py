@@ -1,4 +1,5 @@
-"""The offline reader: list, read, events, search, project, verify and fork stored sessions.
+"""The offline reader: list, read, events, search, project, verify, history and fork stored
+sessions.
 
 Works over any snapshot store, with an optional event archive (then the full history is the
 archive plus the head's outbox) and an optional live stream (for events of runs in flight).
@@ -9,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from tether.core.events import AgentEvent, EventType, now_ms
+from tether.core.context import CompactResult
+from tether.core.events import AgentEvent, EventType, ForkedPayload, now_ms
 from tether.core.fold import project_events
+from tether.core.history import HistoryPoint, history_points, memory_at
 from tether.core.memory import MemorySnapshot
 from tether.core.snapshot import SessionSnapshot
 from tether.errors import SessionExists, SessionNotFound
@@ -56,12 +59,22 @@ class SessionLogReader:
         return iter_session_ids(self.store, validate_tenant(tenant))
 
     def read(self, session_id: str, *, tenant: str = "default") -> SessionSnapshot | None:
-        """The stored head, or None when the session does not exist."""
+        """The stored head with its whole history, or None when the session does not exist.
+
+        ``events`` is every committed event (the archive's segments plus the head's outbox), not
+        only the outbox the stored head carries; everything else is the head as stored.
+        """
+        head = self._head(session_id, tenant)
+        if head is None:
+            return None
+        return head.model_copy(update={"events": self._history(head)})
+
+    def _head(self, session_id: str, tenant: str) -> SessionSnapshot | None:
         stored = self.store.load(validate_tenant(tenant), validate_id(session_id))
         return stored.snapshot if stored else None
 
     def _require(self, session_id: str, tenant: str) -> SessionSnapshot:
-        head = self.read(session_id, tenant=tenant)
+        head = self._head(session_id, tenant)
         if head is None:
             raise SessionNotFound(
                 f"session {tenant}/{session_id} not found; list sessions with "
@@ -140,17 +153,33 @@ class SessionLogReader:
             problems=tuple(problems),
         )
 
-    def fork(
-        self, session_id: str, new_session_id: str, *, tenant: str = "default"
-    ) -> SessionSnapshot:
-        """Copy a session under a new id; the source is untouched.
+    def history(self, session_id: str, *, tenant: str = "default") -> list[HistoryPoint]:
+        """The points the session can be forked from (see :mod:`tether.core.history`): each
+        user input, each run's end, each memory write outside a run, in sequence order."""
+        return history_points(self.events(session_id, tenant=tenant))
 
-        The fork gets the source's memory, history (events renamed to the new id) and metadata
-        attributes, a fresh ``updated_at_ms``, and ``parent_session_id`` set to the source.
+    def fork(
+        self,
+        session_id: str,
+        new_session_id: str,
+        *,
+        tenant: str = "default",
+        at_seq: int | None = None,
+    ) -> SessionSnapshot:
+        """Copy a session under a new id, as it is or as it was at ``at_seq``; the source is
+        untouched.
+
+        The fork's history is the source's events up to ``at_seq`` (all of them by default),
+        renamed to the new id, followed by one ``SESSION_FORKED`` event naming the source and
+        ``at_seq``; its memory is their fold. It keeps the metadata attributes, gets a fresh
+        ``updated_at_ms`` and ``parent_session_id`` set to the source, and no applied-request
+        records (its runs are its own).
 
         Raises:
             SessionNotFound: the source does not exist.
             SessionExists: ``new_session_id`` already exists (never overwritten).
+            InvalidInput: ``at_seq`` is past the end of the history or before its first
+                replayable point (``history`` lists the points one can fork from).
         """
         head = self._require(session_id, tenant)
         validate_id(new_session_id)
@@ -159,29 +188,58 @@ class SessionLogReader:
                 f"cannot fork {tenant}/{session_id} to {new_session_id!r}: that session exists; "
                 "choose another id or delete it first"
             )
-        events = [e.model_copy(update={"session_id": new_session_id}) for e in self._history(head)]
-        metadata = head.metadata.model_copy(
-            deep=True,
-            update={
-                "session_id": new_session_id,
-                "parent_session_id": session_id,
-                "updated_at_ms": max(now_ms(), head.metadata.updated_at_ms),
-            },
-        )
-        fork = head.model_copy(
-            deep=True,
-            # archive_batch_events=1: this outbox *is* archived below, and a later writer must
-            # know it (see tether.persistence.saving)
-            update={
-                "metadata": metadata,
-                "events": events,
-                "applied": [],
-                "archived_seq": 0,
-                "archive_batch_events": 1,
-            },
-        )
+        history = self._history(head)
+        if at_seq is None or at_seq == head.last_seq:
+            at, kept, memory, last_compact = head.last_seq, history, head.memory, head.last_compact
+        else:
+            at = at_seq
+            kept, memory, last_compact = memory_at(history, at, where=f"{tenant}/{session_id}")
+        fork = _fork_head(head, new_session_id, at, kept, memory, last_compact)
         self.store.save(fork, None)
-        if self.archive is not None and events:
+        if self.archive is not None:
             # the head keeps the history as its outbox until the fork's next save trims it
-            self.archive.write_segment(tenant, new_session_id, events)
+            self.archive.write_segment(tenant, new_session_id, fork.events)
         return fork
+
+
+def _fork_head(
+    head: SessionSnapshot,
+    new_session_id: str,
+    at: int,
+    kept: list[AgentEvent],
+    memory: MemorySnapshot,
+    last_compact: CompactResult | None,
+) -> SessionSnapshot:
+    """The head of a fork of ``head`` at ``at``: ``kept`` renamed, then ``SESSION_FORKED``."""
+    origin = AgentEvent(
+        type=EventType.SESSION_FORKED,
+        tenant=head.tenant,
+        session_id=new_session_id,
+        seq=at + 1,
+        payload=ForkedPayload(
+            source_tenant=head.tenant,
+            source_session_id=head.session_id,
+            at_seq=at,
+            source_last_seq=head.last_seq,
+        ),
+    )
+    events = [e.model_copy(update={"session_id": new_session_id}) for e in kept] + [origin]
+    metadata = head.metadata.model_copy(
+        deep=True,
+        update={
+            "session_id": new_session_id,
+            "parent_session_id": head.session_id,
+            "updated_at_ms": max(now_ms(), head.metadata.updated_at_ms),
+        },
+    )
+    # a new head, not a copy of the source's: nothing of its bookkeeping (applied requests,
+    # archive extent, writer) belongs to the fork. archive_batch_events=1: this outbox *is*
+    # archived, and a later writer must know it (see tether.persistence.saving)
+    return SessionSnapshot(
+        metadata=metadata,
+        memory=memory,
+        events=events,
+        last_seq=origin.seq,
+        archive_batch_events=1,
+        last_compact=last_compact,
+    )

@@ -11,13 +11,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import quote
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
 
 from tether.errors import ConfigurationError, StreamUnavailable
+from tether.settings_checks import mask_url
 
 SCHEMES = ("redis", "rediss", "unix")
 #: Read timeout of every socket. It must exceed the longest ``XREAD BLOCK`` we issue.
@@ -30,36 +31,9 @@ _REDACTED = "***"
 
 
 def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (user name, host, path and db kept).
-
-    Handles passwords in the user-info part (``redis://user:pw@host``) and in the query string
-    (``unix:///s.sock?password=pw``). A string that does not parse is reduced to its scheme.
-    """
-    try:
-        parts = urlsplit(url)
-        netloc = parts.netloc
-        if "@" in netloc:
-            userinfo, _, hostport = netloc.rpartition("@")
-            user, sep, _pw = userinfo.partition(":")
-            netloc = f"{user}:{_REDACTED}@{hostport}" if sep else f"{user}@{hostport}"
-        query = parts.query
-        if query:
-            pairs = [
-                (k, _REDACTED if k.lower() == "password" else v)
-                for k, v in parse_qsl(query, keep_blank_values=True)
-            ]
-            query = urlencode(pairs, safe="*/")
-        if netloc or "://" not in url:
-            return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-        # urlunsplit drops the empty authority of unix:///path URLs; keep the form we were given.
-        return (
-            f"{parts.scheme}://{parts.path}"
-            + (f"?{query}" if query else "")
-            + (f"#{parts.fragment}" if parts.fragment else "")
-        )
-    except ValueError:
-        scheme = url.split(":", 1)[0] if ":" in url else "?"
-        return f"{scheme}://<unparsable url>"
+    """``url`` with any password replaced by ``***`` (user name, host, path and db kept); see
+    :func:`tether.settings_checks.mask_url`, the one implementation."""
+    return mask_url(url)
 
 
 def redis_from_url(url: str, **kw: Any) -> redis.Redis:

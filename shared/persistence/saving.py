@@ -75,21 +75,26 @@ def put_head(
     *,
     archive_batch_events: int = ARCHIVE_BATCH_EVENTS,
     hint: ArchiveHint | None = None,
+    writer_fence: int = 0,
 ) -> list[AgentEvent]:
     """Write the head (compare-and-set: the commit point); return the outbox to archive now
-    (empty when the batch is not full yet, or without an archive).
+    (empty when the batch is not full yet, or without an archive). ``writer_fence`` is the
+    lease fence of the writer, recorded in the head.
 
     Raises:
         VersionConflict: someone else saved the session since this object loaded or saved it.
     """
     if archive is None:
-        session.set_version(store.save(session.snapshot(), session.version))
+        head = session.snapshot().model_copy(update={"writer_fence": writer_fence})
+        session.set_version(store.save(head, session.version))
         return []
     batch = max(1, archive_batch_events)
     reconcile_loaded_outbox(session, archive, hint)
     snapshot = session.snapshot()
     outbox = [e for e in snapshot.events if e.seq > snapshot.archived_seq]
-    head = snapshot.model_copy(update={"events": outbox, "archive_batch_events": batch})
+    head = snapshot.model_copy(
+        update={"events": outbox, "archive_batch_events": batch, "writer_fence": writer_fence}
+    )
     session.set_version(store.save(head, session.version))
     return outbox if should_archive(outbox, batch) else []
 

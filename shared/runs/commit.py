@@ -35,6 +35,7 @@ from typing import Literal
 
 from tether.core.events import AgentEvent, EventType
 from tether.errors import ConflictError, StreamGap, TetherError
+from tether.observability.metrics import run_finished
 from tether.persistence.archives.base import EventArchive
 from tether.persistence.saving import (
     ARCHIVE_BATCH_EVENTS,
@@ -227,7 +228,12 @@ class Commit:
         self._step(CommitStep.FENCE_CHECK, "after")
         self._step(CommitStep.HEAD_PUT, "before")
         outbox = put_head(
-            session, t.store, t.archive, archive_batch_events=t.archive_batch_events, hint=t.hint
+            session,
+            t.store,
+            t.archive,
+            archive_batch_events=t.archive_batch_events,
+            hint=t.hint,
+            writer_fence=self._lease.fence,
         )
         self._step(CommitStep.HEAD_PUT, "after")
         if outbox:
@@ -250,6 +256,7 @@ class Commit:
         """The ``finish`` step alone (also for runs that end without a commit)."""
         self._step(CommitStep.FINISH, "before")
         self._target.queue.finish(result)
+        run_finished(result)
         self._step(CommitStep.FINISH, "after")
 
     def release(self, release: Callable[[], object]) -> object:

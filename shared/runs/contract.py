@@ -7,7 +7,9 @@ JSON documents validated with pydantic at every edge), and the Redis key layout
 migration: sessions and queued runs written by 0.1 are read by this version.
 
 Schema versions (field ``v``):
-- 1: initial format.
+- 1: initial format. Later additive field: ``trace`` (optional, omitted when None; a worker
+  older than it refuses a request that carries one, so trace producers only once every worker
+  is upgraded).
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ MAX_METADATA_BYTES = 16_384
 #: Deeper metadata is refused: stored in the session head, it must stay serialisable and
 #: readable with room to spare (pydantic stops at about 250 levels).
 MAX_METADATA_DEPTH = 32
+#: A trace context is a few short W3C headers; anything bigger is refused.
+MAX_TRACE_HEADERS = 8
+MAX_TRACE_BYTES = 4096
 #: Validation messages name at most this many invalid fields, each location shortened.
 _MAX_PROBLEMS = 5
 TERMINAL_STATUSES = frozenset(
@@ -86,6 +91,26 @@ class RunRequest(BaseModel):
     resolutions: tuple[Resolution, ...] = Field(default=(), max_length=64)
     """Settle pending calls of the session's ``WAITING`` run first, then go on (input None)."""
     submitted_at_ms: int = Field(default_factory=now_ms, ge=0, le=2**53, strict=True)
+    trace: dict[str, str] | None = Field(default=None, max_length=MAX_TRACE_HEADERS)
+    """W3C trace context of the submit (``traceparent``, ``tracestate``), so the worker's spans
+    join the producer's trace (see :mod:`tether.observability.tracing`). Optional and omitted
+    from the JSON when None: requests of a producer that does not trace are unchanged."""
+
+    @pydantic.field_validator("trace")
+    @classmethod
+    def _trace_size(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is not None and sum(len(k) + len(v) for k, v in value.items()) > MAX_TRACE_BYTES:
+            raise ValueError(f"trace context is larger than {MAX_TRACE_BYTES} characters")
+        if value is not None:
+            check_json_tree(value, "trace")
+        return value
+
+    @pydantic.model_serializer(mode="wrap")
+    def _omit_no_trace(self, handler: pydantic.SerializerFunctionWrapHandler) -> dict[str, Any]:
+        doc: dict[str, Any] = handler(self)
+        if doc.get("trace", 0) is None:
+            del doc["trace"]
+        return doc
 
     @pydantic.field_validator("run_id", "request_id", "session_id")
     @classmethod

@@ -6,7 +6,8 @@ the session it already holds), finishes a request id the head already applied wi
 again, runs the agent while publishing events to the stream (fenced), then commits in the named
 steps of :mod:`tether.runs.commit`. Any failure before the head write leaves the run queued for
 another attempt; a zombie worker (lease lost) fails the head's compare-and-set and the stream's
-fence, so it cannot overwrite newer state.
+fence, so it cannot overwrite newer state: a holder that took the lease over from an expired
+grant first rewrites the head under its own fence (:mod:`tether.runs.fencing`).
 
 The cycle takes only seams (:class:`~tether.runs.runtime.Runtime`): it runs the same in a
 Celery worker and in-process in tests.
@@ -33,8 +34,11 @@ from tether.errors import (
     TetherError,
     UnknownAgent,
 )
+from tether.observability import metrics
+from tether.observability.tracing import run_span, span
 from tether.runs.commit import Commit, CommitTarget, StreamPublisher
 from tether.runs.contract import RunRequest, RunResult
+from tether.runs.fencing import load_head
 from tether.runs.lease_keeper import LeaseKeeper
 from tether.runs.leases.base import Lease
 from tether.runs.queue.base import IdleRelease, RunView, StopMode
@@ -112,6 +116,7 @@ def drain(rt: Runtime, tenant: str, session_id: str) -> int:
     lease = rt.leases.acquire(tenant, session_id, rt.worker_id, ttl_ms)
     if lease is None:
         return 0
+    metrics.lease_granted(lease.takeover)
     keeper = LeaseKeeper(rt.leases, lease, ttl_ms).start()
     target = CommitTarget(
         rt.store,
@@ -128,6 +133,7 @@ def drain(rt: Runtime, tenant: str, session_id: str) -> int:
         released, hand_over = _drain_queue(d)
     finally:
         keeper.stop()
+        rt.guard.clear(lease)
         if not released:
             try:
                 rt.leases.release(lease)
@@ -190,7 +196,8 @@ def _apply_one(d: _Drain, run_id: str) -> Outcome:
         d.commit(run_id).finish(cancelled)
         return Outcome.DONE
     try:
-        return _attempt(d, view, request, agent, attempts)
+        with run_span(request, attempts):
+            return _attempt(d, view, request, agent, attempts)
     except RunHandedBack:
         log.info("run %s handed back at its last checkpoint: this worker is shutting down", run_id)
         d.session, d.loaded = None, False
@@ -204,6 +211,7 @@ def _apply_one(d: _Drain, run_id: str) -> Outcome:
 def _abandon(d: _Drain, run_id: str, attempts: int, exc: TetherError) -> None:
     """Forget the held session (it may be stale) and note why the attempt failed."""
     log.warning("run %s attempt %d aborted, will retry: %s", run_id, attempts, exc)
+    metrics.attempt_aborted(exc)
     d.session = None
     d.loaded = False
     backoff_ms = d.rt.settings.lease_ttl_ms if isinstance(exc, InfrastructureError) else 0
@@ -256,7 +264,8 @@ def _attempt(
         worker=d.rt.worker_id,
     ).model_copy(update={"pending": d.pending})
     checkpointed = d.checkpointer is not None and d.checkpointer.saved
-    commit.run(session, d.publisher, lambda: d.keeper.lost, result, checkpointed=checkpointed)
+    with span("tether.commit", run_id=request.run_id):
+        commit.run(session, d.publisher, lambda: d.keeper.lost, result, checkpointed=checkpointed)
     return Outcome.DONE
 
 
@@ -277,6 +286,7 @@ def _execute(d: _Drain, session: AgentSession, request: RunRequest, agent: Agent
 
     stops = _Stops(d, request, checkpointer)
     timeout_s = min(request.timeout_s or d.rt.settings.max_run_s, d.rt.settings.max_run_s)
+    d.rt.guard.watch(d.lease, request.run_id, time.time() + timeout_s)
     try:
         if request.resolutions and resumed is None:  # a resumed run settled them before
             session.resolve(request.resolutions, run_id=request.run_id)
@@ -357,7 +367,8 @@ def _session_for(d: _Drain, request: RunRequest, agent: Agent) -> AgentSession:
     """The session to run on: loaded once per lease (at the run's checkpoint, when it has
     one), then kept between runs."""
     if not d.loaded:
-        stored = d.rt.store.load(request.tenant, request.session_id)
+        with span("tether.restore", session_id=request.session_id):
+            stored = load_head(d.rt, d.lease, agent, request)
         d.loaded = True
         d.base_seq = stored.snapshot.last_seq if stored is not None else 0
         d.resumed = resume_point(d.rt, agent, request, stored)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 
+from tether.observability.metrics import session_recovered
 from tether.runs.queue.base import RunState
 from tether.runs.runtime import Runtime
 
@@ -19,7 +20,8 @@ log = logging.getLogger(__name__)
 
 #: A session whose next run never started is woken only after this many lease TTLs: under a
 #: backlog its own message is on the way, and waking it would flood the queue with drains.
-#: A run a dead worker had started (status RUNNING) is woken after one TTL.
+#: A run a dead worker had started (status RUNNING), or any run of a session whose lease expired
+#: unreleased (its holder died between two runs), is woken after one TTL.
 BACKLOG_PATIENCE = 5
 
 
@@ -37,12 +39,16 @@ def sweep_once(rt: Runtime) -> int:
             continue
         view = rt.runs.get(head)
         never_started = view is not None and view.status == RunState.QUEUED
-        if never_started and (tenant, session_id) not in long_idle:
+        # a holder that died between two queued runs had taken the next run's message along
+        # with the session: nothing else will wake it, so do not wait for the backlog patience
+        died_holding = rt.leases.abandoned(tenant, session_id)
+        if never_started and not died_holding and (tenant, session_id) not in long_idle:
             # most likely its message is still waiting in a busy queue, not lost
             continue
         if not rt.runs.claim_kick(tenant, session_id, settings.lease_ttl_ms):
             continue
         rt.wake(tenant, session_id)
         woken += 1
+        session_recovered()
         log.info("sweeper re-enqueued %s/%s (lease expired with queued runs)", tenant, session_id)
     return woken

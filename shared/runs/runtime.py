@@ -10,7 +10,7 @@ import os
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tether.keys import RedisKeys
 from tether.persistence.archives.base import EventArchive
@@ -22,6 +22,7 @@ from tether.persistence.streams.base import EventStream
 from tether.persistence.streams.redis import RedisEventStream
 from tether.runs.checkpoints.base import CheckpointStore
 from tether.runs.checkpoints.redis import RedisCheckpointStore
+from tether.runs.guard import NoGuard, RunGuard
 from tether.runs.leases.base import LeaseManager
 from tether.runs.leases.redis import RedisLeaseManager
 from tether.runs.queue.base import RunQueue
@@ -51,6 +52,9 @@ class Runtime:
     draining: Callable[[], bool] = lambda: False
     """True once this worker is shutting down: runs with step checkpoints are handed back at
     their next step boundary, and no new run is started."""
+    guard: RunGuard = field(default_factory=NoGuard)
+    """Tells a guardian outside this process which lease to keep alive and when to give up on
+    the run (see :mod:`tether.runs.guard`); a no-op by default."""
 
 
 def default_worker_id() -> str:

@@ -7,12 +7,12 @@
 
 from __future__ import annotations
 
-import atexit
+import queue
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from tether.core.events import now_ms
 from tether.core.memory import InMemoryMemory, Memory
@@ -21,6 +21,7 @@ from tether.core.snapshot import SessionMetadata, SessionSnapshot
 from tether.errors import SessionNotFound, StoreNotConfigured
 from tether.ids import new_id, validate_id, validate_tenant
 from tether.models.base import ModelClient
+from tether.runtime.redaction import DEFAULT_REDACTOR, TextRedactor, chain
 from tether.runtime.session import AgentSession, CancelCheck, Listener
 from tether.runtime.tools import Tool, ToolRegistry
 
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
     from tether.persistence.stores.base import SnapshotStore
     from tether.runtime.compaction import CompactPolicy
     from tether.runtime.projection import ContextProjector
-    from tether.runtime.redaction import TextRedactor
 
 
 Durability = Literal["run", "step"]
@@ -74,17 +74,94 @@ class AgentOptions:
     require_approval: frozenset[str] = frozenset()
 
 
-_shared_pool: ThreadPoolExecutor | None = None
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+_WorkItem = tuple[Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+
+
+class DaemonThreadExecutor(Executor):
+    """A thread pool whose threads never delay interpreter exit.
+
+    ``ThreadPoolExecutor`` joins its threads at exit, so a process that got the result it
+    wanted still waits for every other submitted run. Here the threads are daemons: at exit a
+    run still in progress is abandoned, like any daemon thread's work. Wait on the futures whose
+    results you need. Threads start on demand, up to ``max_workers``, and are reused.
+    """
+
+    def __init__(self, max_workers: int = 8, thread_name_prefix: str = "tether-run") -> None:
+        if max_workers < 1:
+            raise ValueError(f"max_workers={max_workers} is not allowed; pass 1 or more")
+        self._max_workers = max_workers
+        self._prefix = thread_name_prefix
+        self._work: queue.SimpleQueue[_WorkItem | None] = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._shutdown = False
+
+    def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
+        """Schedule ``fn(*args, **kwargs)``; its future."""
+        future: Future[_T] = Future()
+        with self._lock:
+            if self._shutdown:
+                raise RuntimeError("cannot schedule new runs after shutdown(); make a new executor")
+            self._work.put((future, fn, args, kwargs))
+            # an idle thread takes the item; otherwise start one, up to max_workers
+            if not self._idle.acquire(blocking=False) and len(self._threads) < self._max_workers:
+                name = f"{self._prefix}_{len(self._threads)}"
+                thread = threading.Thread(target=self._worker, name=name, daemon=True)
+                thread.start()
+                self._threads.append(thread)
+        return future
+
+    def _worker(self) -> None:
+        while True:
+            item = self._work.get()
+            if item is None:
+                self._work.put(None)  # wake the next thread, which stops too
+                return
+            future, fn, args, kwargs = item
+            del item
+            if future.set_running_or_notify_cancel():
+                try:
+                    result = fn(*args, **kwargs)
+                except BaseException as exc:  # the future carries it to the caller
+                    future.set_exception(exc)
+                else:
+                    future.set_result(result)
+            del future, fn, args, kwargs
+            self._idle.release()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Stop taking work; ``cancel_futures`` cancels queued runs; ``wait`` joins the threads."""
+        with self._lock:
+            self._shutdown = True
+            if cancel_futures:
+                while True:
+                    try:
+                        item = self._work.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is not None:
+                        item[0].cancel()
+            self._work.put(None)
+            threads = list(self._threads)
+        if wait:
+            for thread in threads:
+                thread.join()
+
+
+_shared_pool: DaemonThreadExecutor | None = None
 _pool_lock = threading.Lock()
 
 
-def _default_executor() -> ThreadPoolExecutor:
-    """One daemon-thread pool per process for ``run_async`` without an executor."""
+def _default_executor() -> DaemonThreadExecutor:
+    """One daemon-thread pool per process for ``run_async`` without an executor (it never
+    delays interpreter exit)."""
     global _shared_pool
     with _pool_lock:
         if _shared_pool is None:
-            _shared_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="tether-run")
-            atexit.register(_shared_pool.shutdown, wait=False, cancel_futures=True)
+            _shared_pool = DaemonThreadExecutor(max_workers=8, thread_name_prefix="tether-run")
         return _shared_pool
 
 
@@ -103,8 +180,10 @@ class Agent:
         archive: where committed events are archived (None: events stay in the snapshot).
         name: the agent's name (registries, logs).
         redact: applied to every text of every event before it is stored or published, and to
-            run outputs and error messages (see :mod:`tether.runtime.redaction`); None: no
-            redaction.
+            run outputs and error messages (see :mod:`tether.runtime.redaction`), after the
+            default patterns for common credentials (``sk-…``, ``AKIA…``, bearer tokens...,
+            :data:`~tether.runtime.redaction.SECRET_PATTERNS`), which always apply; ``None``
+            turns all redaction off.
     """
 
     def __init__(
@@ -120,7 +199,7 @@ class Agent:
         store: SnapshotStore | None = None,
         archive: EventArchive | None = None,
         name: str = "agent",
-        redact: TextRedactor | None = None,
+        redact: TextRedactor | None = DEFAULT_REDACTOR,
     ) -> None:
         self.model = model
         self.model_name = model_name
@@ -132,14 +211,19 @@ class Agent:
         self.store = store
         self.archive = archive
         self.name = name
-        self.redact = redact
+        own = redact is not None and redact is not DEFAULT_REDACTOR
+        self.redact = chain(DEFAULT_REDACTOR, redact) if own and redact else redact
 
     def run(self, input: str, *, cancel_check: CancelCheck | None = None) -> AgentResult:
         """A one-shot run in a throwaway session (nothing is stored)."""
         return self.new_session().run(input, cancel_check=cancel_check)
 
     def run_async(self, input: str, executor: Executor | None = None) -> Future[AgentResult]:
-        """Run in the background; exceptions surface through the future."""
+        """Run in the background; exceptions surface through the future.
+
+        Without ``executor``, runs go to a shared pool of daemon threads (8 at most): they never
+        delay interpreter exit, so a run still in progress at exit is abandoned.
+        """
         return (executor or _default_executor()).submit(self.run, input)
 
     def new_session(self, session_id: str | None = None, tenant: str = "default") -> AgentSession:

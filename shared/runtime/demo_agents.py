@@ -34,16 +34,35 @@ _OPS: dict[type, Callable[..., float]] = {
     ast.UAdd: operator.pos,
 }
 MAX_EXPRESSION_CHARS = 200
+#: Integers stay below 2**4096: a bound on the *result*, checked before each power is computed,
+#: since an exponent bound alone lets nested powers, e.g. ((9**64)**64)**64, run for seconds while
+#: holding the GIL (and starve the worker's lease heartbeat).
+MAX_INT_BITS = 4096
+
+
+def _power(left: float, right: float) -> float:
+    if abs(right) > 64:
+        raise ValueError("exponent too large (max 64)")
+    grows = isinstance(left, int) and isinstance(right, int) and right > 0
+    if grows and abs(int(left)).bit_length() * int(right) > MAX_INT_BITS:
+        raise ValueError(f"result too large (max {MAX_INT_BITS} bits)")
+    return _OPS[ast.Pow](left, right)
+
+
+def _bounded(value: float) -> float:
+    if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
+        raise ValueError(f"result too large (max {MAX_INT_BITS} bits)")
+    return value
 
 
 def _eval(node: ast.AST) -> float:
     if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
-        return node.value
+        return _bounded(node.value)
     if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
         left, right = _eval(node.left), _eval(node.right)
-        if isinstance(node.op, ast.Pow) and abs(right) > 64:
-            raise ValueError("exponent too large (max 64)")
-        return _OPS[type(node.op)](left, right)
+        if isinstance(node.op, ast.Pow):
+            return _bounded(_power(left, right))
+        return _bounded(_OPS[type(node.op)](left, right))
     if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
         return _OPS[type(node.op)](_eval(node.operand))
     raise ValueError(f"unsupported expression element {type(node).__name__}; use + - * / ** % //")

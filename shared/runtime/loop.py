@@ -35,6 +35,7 @@ from tether.core.items import Item, ToolCall, ToolOutput, UserMessage
 from tether.core.results import AgentResult, PendingCall, RunStatus, ToolResultRecord
 from tether.errors import ModelError, RunCancelled, RunTimeout, TetherError, TokenBudgetExceeded
 from tether.models.base import ModelRequest, ModelResponse
+from tether.observability.tracing import record_usage, span
 from tether.runtime.progress import RunProgress
 from tether.runtime.tool_runner import Call, execute_parallel, run_with_timeout
 from tether.runtime.tools import APPROVAL_OUTPUT, ToolContext, ToolOutcome, failed
@@ -228,7 +229,9 @@ def _call_model(session: AgentSession, state: _RunState, step: int) -> ModelResp
         step=step,
     )
     try:
-        response = agent.model.complete(request)
+        with span("tether.model", {"gen_ai.request.model": request.model}, step=step) as call:
+            response = agent.model.complete(request)
+            record_usage(call, response.usage)
     except TetherError:
         raise
     except Exception as exc:

@@ -15,6 +15,7 @@ Memory is written from the redacted event, so folding the stored log still gives
 from __future__ import annotations
 
 import logging
+import re
 import traceback
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -65,6 +66,49 @@ def secret_redactor(
         return text
 
     return redact
+
+
+#: Common credential formats, as a user might paste them into an input or a tool might echo them:
+#: a well-known prefix followed by a long random-looking tail, so ordinary text is left alone.
+#: (Bare 40-character AWS secret keys have no prefix to tell them from other text: pass them to
+#: :func:`secret_redactor` when you know them.)
+SECRET_PATTERNS: tuple[str, ...] = (
+    r"\bsk-(?:proj-|live-|test-|ant-|svcacct-)?[A-Za-z0-9_\-]{20,}",  # OpenAI, Anthropic, Stripe
+    r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",  # AWS access key ids
+    r"(?<=[Bb][Ee][Aa][Rr][Ee][Rr] )[A-Za-z0-9\-._~+/]{16,}=*",  # HTTP bearer tokens
+    r"\bgh[pousr]_[A-Za-z0-9]{36,}\b",  # GitHub tokens
+    r"\bxox[abprs]-[A-Za-z0-9\-]{10,}",  # Slack tokens
+    r"\bAIza[0-9A-Za-z_\-]{35}\b",  # Google API keys
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
+)
+
+
+def pattern_redactor(
+    patterns: Iterable[str] = SECRET_PATTERNS, *, mask: str = MASK
+) -> TextRedactor:
+    """A redactor masking every match of ``patterns`` (regular expressions)."""
+    compiled = re.compile("|".join(f"(?:{p})" for p in patterns))
+
+    def redact(text: str) -> str:
+        return compiled.sub(mask, text) if text else text
+
+    return redact
+
+
+def chain(*redactors: TextRedactor) -> TextRedactor:
+    """One redactor applying each of ``redactors`` in turn."""
+
+    def redact(text: str) -> str:
+        for each in redactors:
+            text = each(text)
+        return text
+
+    return redact
+
+
+#: Applied by every :class:`~tether.runtime.agent.Agent` unless it is built with ``redact=None``;
+#: an agent's own ``redact=`` function runs after it.
+DEFAULT_REDACTOR: TextRedactor = pattern_redactor()
 
 
 def url_password(url: str | None) -> str | None:

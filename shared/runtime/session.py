@@ -23,7 +23,6 @@ from tether.core.events import (
     EventType,
     Payload,
     RestoredPayload,
-    ToolOutputReplacedPayload,
 )
 from tether.core.fold import apply_event
 from tether.core.memory import Memory, MemorySnapshot
@@ -32,11 +31,11 @@ from tether.core.snapshot import RunRecord, SessionMetadata, SessionSnapshot
 from tether.errors import StoreNotConfigured, TetherError
 from tether.ids import new_id, validate_id, validate_tenant
 from tether.persistence.codec import sha256_hex
+from tether.runtime.session_memory import SessionMemoryOps
 
 if TYPE_CHECKING:
     from tether.core.results import AgentResult
     from tether.runtime.agent import Agent
-    from tether.runtime.compaction import CompactPolicy
     from tether.runtime.progress import RunProgress
 
 log = logging.getLogger(__name__)
@@ -50,8 +49,12 @@ def memory_checksum(memory: MemorySnapshot) -> str:
     return sha256_hex(memory.model_dump_json().encode())
 
 
-class AgentSession:
+class AgentSession(SessionMemoryOps):
     """One conversation with an agent.
+
+    Memory verbs outside runs (``get_items``, ``add_items``, ``pop_item``, ``clear_items``,
+    ``replace_tool_output``, ``compact``) come from
+    :class:`~tether.runtime.session_memory.SessionMemoryOps`.
 
     Build sessions with :meth:`Agent.new_session` or :meth:`Agent.resume_session`; do not call the
     constructor directly.
@@ -281,20 +284,6 @@ class AgentSession:
                 resume=resume,
             )
 
-    def replace_tool_output(self, call_id: str, output: str, *, run_id: str | None = None) -> bool:
-        """Patch a tool output (e.g. a WAITING placeholder); False when no output has that id."""
-        with self._lock:
-            if not any(
-                getattr(item, "call_id", None) == call_id for item in self._memory.snapshot().items
-            ):
-                return False
-            self.write(
-                EventType.TOOL_OUTPUT_REPLACED,
-                ToolOutputReplacedPayload(call_id=call_id, output=output),
-                run_id=run_id,
-            )
-            return True
-
     def resolve(self, resolutions: Sequence[Resolution], *, run_id: str | None = None) -> None:
         """Settle pending calls of a ``WAITING`` run (see :mod:`tether.runtime.approvals`);
         then :meth:`run` with input None goes on.
@@ -319,25 +308,6 @@ class AgentSession:
     def submit_tool_output(self, call_id: str, output: str) -> None:
         """Give the output of a call that waits for one (a tool that returned ``Waiting``)."""
         self.resolve([Resolution(call_id=call_id, action="output", text=output)])
-
-    def compact(
-        self, policy: CompactPolicy, *, run_id: str | None = None, step: int = 0
-    ) -> CompactResult:
-        """Compact memory with ``policy`` now; emits ``MEMORY_COMPRESS`` with the result."""
-        with self._lock:
-            result = policy.compact(self._memory.snapshot())
-            self.apply_compact(result, run_id=run_id, step=step)
-            return result
-
-    def apply_compact(
-        self, result: CompactResult, *, run_id: str | None = None, step: int = 0
-    ) -> None:
-        """Install a compaction result (one ``MEMORY_COMPRESS`` event) and remember it."""
-        with self._lock:
-            self.write(
-                EventType.MEMORY_COMPRESS, CompactPayload(result=result), run_id=run_id, step=step
-            )
-            self._last_compact = result
 
     # --- snapshot, restore, save -------------------------------------------------------------
 

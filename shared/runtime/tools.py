@@ -99,12 +99,28 @@ def failed(call: ToolCall, error_type: str, message: str) -> ToolOutcome:
 
 
 class Tool:
-    """A callable tool with a derived argument model and JSON schema."""
+    """A callable tool with a derived argument model and JSON schema.
+
+    ``timeout_s`` limits each call of this tool (overriding the agent's ``tool_timeout_s``).
+    ``isolated`` runs each call in a child process killed at the limit: the only limit that holds
+    for code that never releases the GIL (see :mod:`tether.runtime.isolation`); it costs a fork
+    per call, and the tool's side effects on the worker's memory are lost with the child.
+    """
 
     def __init__(
-        self, fn: Callable[..., Any], *, name: str | None = None, description: str | None = None
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        isolated: bool = False,
+        timeout_s: float | None = None,
     ) -> None:
+        if timeout_s is not None and not timeout_s > 0:
+            raise ToolError(f"tool {name or fn.__name__!r}: timeout_s must be > 0, not {timeout_s}")
         self.fn = fn
+        self.isolated = isolated
+        self.timeout_s = timeout_s
         self.name = name or fn.__name__
         self.description = (description or inspect.getdoc(fn) or self.name).strip()
         self.context_param = _context_param(fn)
@@ -195,7 +211,11 @@ def tool(fn: Callable[..., Any], /) -> Tool: ...
 
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    isolated: bool = False,
+    timeout_s: float | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -205,13 +225,16 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
+    isolated: bool = False,
+    timeout_s: float | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
-    """Decorator turning a typed function into a :class:`Tool`."""
+    """Decorator turning a typed function into a :class:`Tool` (see its ``isolated`` and
+    ``timeout_s``)."""
     if fn is not None:
         return Tool(fn)
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return Tool(f, name=name, description=description)
+        return Tool(f, name=name, description=description, isolated=isolated, timeout_s=timeout_s)
 
     return wrap
 

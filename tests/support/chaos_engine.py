@@ -12,7 +12,6 @@ Used by ``tests/test_chaos.py`` (CI-sized and full-size) and ``python -m tests.c
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import random
 import secrets
@@ -22,10 +21,16 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from tests.support.chaos_faults import Freezer, Rewinder
 from tests.support.chaos_stack import ChaosStack
 from tether.core.results import RunStatus
 from tether.dev.workers import WorkerProcess
+from tether.errors import RunLost, TetherError
+from tether.persistence.reader import SessionLogReader
 from tether.producer.handle import RunHandle
+
+#: A request is submitted at most this many times (each Redis rewind may lose it once).
+MAX_SUBMISSIONS = 5
 
 
 @dataclass
@@ -52,6 +57,16 @@ class ChaosFigures:
     recovery_once_s: list[float] = field(default_factory=list)
     """Kill-to-completion of runs that only one kill interrupted (two attempts)."""
     duration_s: float = 0.0
+    freezes: int = 0
+    """Workers stopped right before a head PUT and thawed after their lease was taken over."""
+    rewinds: int = 0
+    """Times Redis was killed and started from a snapshot a few seconds older."""
+    resubmitted: int = 0
+    """Requests the client submitted again (same request id) after their run was lost."""
+    status_mismatches: list[str] = field(default_factory=list)
+    """Handles whose final status differs from what the session head recorded."""
+    stream_repairs: int = 0
+    """Live streams found behind their head (e.g. after a rewind) and refilled by a worker."""
 
     def recovery(self, which: str, *, once: bool = False) -> float:
         """``median``, ``p95`` or ``max`` of the kill-to-completion times (0 when none); with
@@ -74,6 +89,7 @@ class ChaosFigures:
             and self.out_of_order == 0
             and self.unresolved == 0
             and not self.failed
+            and not self.status_mismatches
             and self.verified == self.sessions
         )
 
@@ -104,6 +120,11 @@ class ChaosFigures:
                 f"{self.recovery('median'):.1f} s / {self.recovery('p95'):.1f} s / "
                 f"{self.recovery('max'):.1f} s ({len(self.recovery_s)} runs)",
             ),
+            ("zombie freezes at a head PUT (thawed after a takeover)", str(self.freezes)),
+            ("Redis restarts from an older snapshot", str(self.rewinds)),
+            ("requests resubmitted after RunLost (same request id)", str(self.resubmitted)),
+            ("handles whose status differs from the head", str(len(self.status_mismatches))),
+            ("live streams repaired from the head (worker log lines)", str(self.stream_repairs)),
             ("wall time", f"{self.duration_s:.0f} s"),
         ]
 
@@ -114,6 +135,8 @@ class _Submitted:
     session_id: str
     fact: str
     done_at: float | None = None
+    superseded: bool = False
+    """Lost, and submitted again under the same request id."""
 
 
 class _Killer(threading.Thread):
@@ -214,6 +237,82 @@ class _Inflight:
         return out
 
 
+@dataclass
+class _Workload:
+    """The producer side: one driver thread per session, resubmitting lost runs."""
+
+    stack: ChaosStack
+    figures: ChaosFigures
+    expected: dict[str, list[str]]
+    seeds: dict[str, int]
+    think_s: float
+    handle_timeout_s: float
+    inflight: _Inflight = field(default_factory=lambda: _Inflight())
+    submitted: list[_Submitted] = field(default_factory=list)
+    faults: tuple[threading.Thread, ...] = ()
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def drive(self, sid: str) -> None:
+        local = random.Random(self.seeds[sid])
+        facts = self.expected[sid]
+        i = 0
+        while i < len(facts):
+            burst = facts[i : i + local.randint(1, 4)]
+            i += len(burst)
+            if i >= len(facts):
+                # a fast fleet would finish before the last faults: keep the last burst back
+                # until every fault happened, so the fault count never depends on the machine
+                for fault in self.faults:
+                    fault.finished.wait(timeout=120)  # type: ignore[attr-defined]
+            self._submit_burst(sid, burst)
+            time.sleep(local.uniform(0, self.think_s))
+
+    def _submit_burst(self, sid: str, burst: list[str]) -> None:
+        pending = list(burst)
+        for _ in range(MAX_SUBMISSIONS):
+            items = [self._submit(sid, fact) for fact in pending]
+            with self._lock:
+                self.submitted.extend(items)
+            # a run lost with Redis (rewound) is submitted again under its request id, in
+            # order: the head's applied set makes that exactly-once
+            pending = [item.fact for item in items if not self._settled(item)]
+            if not pending:
+                return
+            with self._lock:
+                self.figures.resubmitted += len(pending)
+
+    def _submit(self, sid: str, fact: str) -> _Submitted:
+        for _ in range(MAX_SUBMISSIONS * 10):
+            try:
+                handle = self.stack.producer.run_async(
+                    sid, f"remember {fact}", agent="notes", request_id=f"req-{fact}"
+                )
+                break
+            except TetherError:  # Redis restarting: the client retries
+                time.sleep(0.5)
+        else:
+            raise AssertionError(f"could not submit {fact}")
+        item = _Submitted(handle, sid, fact)
+        self.inflight.add(item)
+        handle.add_done_callback(functools.partial(self._on_done, item))
+        return item
+
+    def _settled(self, item: _Submitted) -> bool:
+        """False when the run was lost and must be submitted again."""
+        try:
+            item.handle.run_result(timeout=self.handle_timeout_s)
+        except RunLost:
+            item.superseded = True
+            return False
+        except Exception:  # unresolved (timeout): counted by the audit
+            return True
+        return True
+
+    def _on_done(self, item: _Submitted, _handle: RunHandle) -> None:
+        item.done_at = time.monotonic()
+        self.inflight.done(item.handle.run_id)
+
+
 def run_chaos(
     stack: ChaosStack,
     *,
@@ -224,8 +323,11 @@ def run_chaos(
     gap_s: tuple[float, float] = (0.5, 2.0),
     think_s: float = 0.05,
     handle_timeout_s: float = 180.0,
+    freezes: int = 0,
+    rewinds: int = 0,
 ) -> ChaosFigures:
-    """Run the workload under kills and audit it (see the module docstring)."""
+    """Run the workload under kills (and freezes, rewinds) and audit it (see the module
+    docstring)."""
     rng = random.Random(seed)
     per_session = runs // sessions
     prefix = f"chaos-{secrets.token_hex(4)}"
@@ -238,56 +340,31 @@ def run_chaos(
         lease_ttl_ms=stack.settings.lease_ttl_ms,
         sweep_interval_ms=stack.settings.sweep_interval_ms,
     )
-    inflight = _Inflight()
-    submitted: list[_Submitted] = []
-    submitted_lock = threading.Lock()
     seeds = {sid: rng.randrange(2**32) for sid in session_ids}
-
-    def drive(sid: str) -> None:
-        local = random.Random(seeds[sid])
-        facts = expected[sid]
-        i = 0
-        while i < len(facts):
-            burst = facts[i : i + local.randint(1, 4)]
-            i += len(burst)
-            if i >= len(facts):
-                # a fast fleet would finish before the last kills: keep the last burst back
-                # until every kill happened, so the kill count never depends on the machine
-                killer.finished.wait(timeout=120)
-            items = []
-            for fact in burst:
-                handle = stack.producer.run_async(sid, f"remember {fact}", agent="notes")
-                item = _Submitted(handle, sid, fact)
-                inflight.add(item)
-                handle.add_done_callback(functools.partial(_on_done, item))
-                items.append(item)
-            with submitted_lock:
-                submitted.extend(items)
-            for item in items:
-                # unresolved (timeout) or lost: counted by the audit
-                with contextlib.suppress(Exception):
-                    item.handle.run_result(timeout=handle_timeout_s)
-            time.sleep(local.uniform(0, think_s))
-
-    def _on_done(item: _Submitted, _handle: RunHandle) -> None:
-        item.done_at = time.monotonic()
-        inflight.done(item.handle.run_id)
-
+    work = _Workload(stack, figures, expected, seeds, think_s, handle_timeout_s)
     started = time.monotonic()
-    killer = _Killer(stack, rng, kills, gap_s, inflight)
-    drivers = [threading.Thread(target=drive, args=(sid,), daemon=True) for sid in session_ids]
+    killer = _Killer(stack, rng, kills, gap_s, work.inflight)
+    freezer = Freezer(stack, random.Random(seed + 1), freezes, gap_s)
+    rewinder = Rewinder(stack, random.Random(seed + 2), rewinds, (gap_s[0] * 2, gap_s[1] * 2))
+    work.faults = (killer, freezer, rewinder)
+    drivers = [threading.Thread(target=work.drive, args=(sid,), daemon=True) for sid in session_ids]
     for thread in drivers:
         thread.start()
-    killer.start()
+    for fault in work.faults:
+        fault.start()
     for thread in drivers:
         thread.join()
-    killer.stop.set()
-    killer.join()
+    for fault in (killer, freezer, rewinder):
+        fault.stop.set()
+        fault.join()
+    figures.freezes = len(freezer.frozen)
+    figures.rewinds = len(rewinder.rewinds)
+    figures.stream_repairs = stack.worker_logs().count("repairing the live stream")
     for thread in killer.restarters:
         thread.join()
     figures.duration_s = time.monotonic() - started
     figures.kills = len(killer.kills)
-    _audit(stack, figures, submitted, expected, killer.kills)
+    _audit(stack, figures, work.submitted, expected, killer.kills)
     return figures
 
 
@@ -299,6 +376,7 @@ def _audit(
     kills: list[tuple[float, list[str]]],
 ) -> None:
     by_run = {item.handle.run_id: item for item in submitted}
+    submitted = [item for item in submitted if not item.superseded]
     for item in submitted:
         if not item.handle.done():
             figures.unresolved += 1
@@ -332,11 +410,29 @@ def _audit(
         figures.duplicated += sum((got - want).values())
         if recalled != facts and not (want - got) and not (got - want):
             figures.out_of_order += 1
+        _audit_statuses(figures, reader, sid, [i for i in submitted if i.session_id == sid])
         report = reader.verify(sid)
         if report.ok:
             figures.verified += 1
         else:
             figures.verify_problems.append(f"{sid}: {'; '.join(report.problems)}")
+
+
+def _audit_statuses(
+    figures: ChaosFigures, reader: SessionLogReader, sid: str, items: list[_Submitted]
+) -> None:
+    """Every resolved handle says what the session head recorded for its request."""
+    head = reader.read(sid)
+    for item in items:
+        if not item.handle.done():
+            continue
+        result = item.handle.run_result(timeout=0)
+        record = head.find_applied(result.request_id or "") if head is not None else None
+        recorded = record.status if record is not None else None
+        if recorded != result.status:
+            figures.status_mismatches.append(
+                f"{item.fact}: handle {result.status}, head {recorded}"
+            )
 
 
 def format_table(figures: ChaosFigures, title: str) -> str:

@@ -228,12 +228,21 @@ def parent_pid(pid: int) -> int | None:
 
 
 def chaos_env(
-    redis_url: str, s3_endpoint: str, *, lease_ttl_ms: int, sweep_interval_ms: int
+    redis_url: str,
+    s3_endpoint: str,
+    *,
+    lease_ttl_ms: int,
+    sweep_interval_ms: int,
+    freeze_dir: Path | None = None,
 ) -> dict[str, str]:
-    """The workers' environment (the stack's one, with our lease settings)."""
+    """The workers' environment (the stack's one, with our lease settings; with ``freeze_dir``,
+    the zombie-freeze probe of tests/support/chaos_freeze.py)."""
     env = stack_env(redis_url, s3_endpoint, BUCKET)
     env["TETHER_LEASE_TTL_MS"] = str(lease_ttl_ms)
     env["TETHER_SWEEP_INTERVAL_MS"] = str(sweep_interval_ms)
+    if freeze_dir is not None:
+        env["TETHER_AGENT_MODULES"] = "tests.support.chaos_freeze"
+        env["CHAOS_FREEZE_DIR"] = str(freeze_dir)
     return env
 
 
@@ -253,6 +262,8 @@ def open_chaos_stack(
     moto = MotoServer(log_dir).start()
     moto_endpoint = moto.endpoint
     proxy = FaultProxy(moto_endpoint).start()
+    freeze_dir = log_dir / "freeze"
+    freeze_dir.mkdir(parents=True, exist_ok=True)
     fleet: WorkerFleet | None = None
     producer: Producer | None = None
     stack: ChaosStack | None = None
@@ -269,6 +280,7 @@ def open_chaos_stack(
             proxy.url,
             lease_ttl_ms=lease_ttl_ms,
             sweep_interval_ms=sweep_interval_ms,
+            freeze_dir=freeze_dir,
         )
         settings = Settings(
             broker_url=redis_server.url,

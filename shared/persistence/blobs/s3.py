@@ -27,6 +27,7 @@ from botocore.exceptions import (
 
 from tether.errors import ConfigurationError, StoreUnavailable, TetherError, VersionConflict
 from tether.persistence.blobs import Blob
+from tether.settings_checks import mask_urls_in
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -364,7 +365,8 @@ class S3Blobs:
                 f"{self._config.max_attempts} attempt(s); retry later"
             )
         return StoreUnavailable(
-            f"cannot {action} {where}: {type(exc).__name__}: {exc}; check that the endpoint is "
+            f"cannot {action} {where}: {type(exc).__name__}: {mask_urls_in(str(exc))}; check "
+            "that the endpoint is "
             "reachable, then retry"
         )
 

@@ -13,12 +13,18 @@ from typing import Protocol, runtime_checkable
 
 @dataclass(frozen=True)
 class Lease:
-    """A granted lease: who holds it and its fencing token."""
+    """A granted lease: who holds it and its fencing token.
+
+    ``takeover`` is True when the previous grant was not released but expired: its holder may
+    still be running (frozen, or stuck in a tool) and may yet try to commit, so the new holder
+    fences the session head before it relies on it (see :func:`tether.runs.cycle.drain`).
+    """
 
     tenant: str
     session_id: str
     owner: str
     fence: int
+    takeover: bool = False
 
 
 @runtime_checkable
@@ -39,3 +45,7 @@ class LeaseManager(Protocol):
 
     def holder(self, tenant: str, session_id: str) -> str | None:
         """The current owner, or None when free."""
+
+    def abandoned(self, tenant: str, session_id: str) -> bool:
+        """True when the session's last grant is no longer held and was never released: its
+        holder died (or froze) holding it, so whatever it was draining needs a new holder."""

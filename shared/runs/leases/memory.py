@@ -34,6 +34,7 @@ class InMemoryLeaseManager:
         self._lock = threading.Lock()
         self._grants: dict[tuple[str, str], _Grant] = {}
         self._fences: dict[tuple[str, str], int] = {}
+        self._released: dict[tuple[str, str], int] = {}
 
     def _live(self, key: tuple[str, str]) -> _Grant | None:
         grant = self._grants.get(key)
@@ -49,10 +50,12 @@ class InMemoryLeaseManager:
         with self._lock:
             if self._live(key) is not None:
                 return None
-            fence = self._fences.get(key, 0) + 1
+            last = self._fences.get(key, 0)
+            takeover = last > 0 and self._released.get(key) != last
+            fence = last + 1
             self._fences[key] = fence
             self._grants[key] = _Grant(owner, fence, self._clock() + ttl_ms / 1000)
-            return Lease(tenant, session_id, owner, fence)
+            return Lease(tenant, session_id, owner, fence, takeover=takeover)
 
     def _is_held_by(self, lease: Lease) -> bool:
         validate_tenant(lease.tenant)
@@ -76,6 +79,7 @@ class InMemoryLeaseManager:
             if not self._is_held_by(lease):
                 return False
             del self._grants[(lease.tenant, lease.session_id)]
+            self._released[(lease.tenant, lease.session_id)] = lease.fence
             return True
 
     def current_fence(self, tenant: str, session_id: str) -> int:
@@ -92,3 +96,12 @@ class InMemoryLeaseManager:
         with self._lock:
             grant = self._live((tenant, session_id))
             return None if grant is None else grant.owner
+
+    def abandoned(self, tenant: str, session_id: str) -> bool:
+        """True when the last grant expired unreleased (see the Protocol)."""
+        validate_tenant(tenant)
+        validate_id(session_id)
+        key = (tenant, session_id)
+        with self._lock:
+            last = self._fences.get(key, 0)
+            return self._live(key) is None and last > 0 and self._released.get(key) != last

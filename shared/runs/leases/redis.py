@@ -18,12 +18,16 @@ from tether.persistence.redis_conn import describe_client, translate_errors
 from tether.runs.leases._common import validate_acquire, validate_ttl
 from tether.runs.leases.base import Lease
 
-#: KEYS: lease, fence counter. ARGV: owner, ttl_ms. Returns the new fence, or 0 when held.
+#: KEYS: lease, fence counter, released fence. ARGV: owner, ttl_ms.
+#: Returns {new fence, 1 when the previous grant expired unreleased}, or {0, 0} when held.
 ACQUIRE_SCRIPT = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 1 then return {0, 0} end
+local last = redis.call('GET', KEYS[2])
+local takeover = 0
+if last and last ~= redis.call('GET', KEYS[3]) then takeover = 1 end
 local fence = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], ARGV[1] .. '|' .. fence, 'PX', ARGV[2])
-return fence
+return {fence, takeover}
 """
 
 #: KEYS: lease. ARGV: expected value, ttl_ms. Returns 1 when extended.
@@ -34,9 +38,10 @@ end
 return 0
 """
 
-#: KEYS: lease. ARGV: expected value. Returns 1 when deleted.
+#: KEYS: lease, released fence. ARGV: expected value, fence. Returns 1 when deleted.
 RELEASE_SCRIPT = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[2], ARGV[2])
   return redis.call('DEL', KEYS[1])
 end
 return 0
@@ -75,11 +80,15 @@ class RedisLeaseManager:
             StreamUnavailable: Redis cannot be reached.
         """
         validate_acquire(tenant, session_id, owner, ttl_ms)
-        lease_key = self._keys.lease(tenant, session_id)
-        fence_key = self._keys.fence(tenant, session_id)
+        k = self._keys
+        keys = [
+            k.lease(tenant, session_id), k.fence(tenant, session_id), k.released(tenant, session_id)
+        ]
         with translate_errors(self._where):
-            fence = int(cast(Any, self._acquire(keys=[lease_key, fence_key], args=[owner, ttl_ms])))
-        return Lease(tenant, session_id, owner, fence) if fence else None
+            fence, takeover = cast(Any, self._acquire(keys=keys, args=[owner, ttl_ms]))
+        if not int(fence):
+            return None
+        return Lease(tenant, session_id, owner, int(fence), takeover=bool(int(takeover)))
 
     def renew(self, lease: Lease, ttl_ms: int) -> bool:
         """Extend the lease to ``ttl_ms`` from now; False when this grant no longer holds it."""
@@ -90,9 +99,10 @@ class RedisLeaseManager:
 
     def release(self, lease: Lease) -> bool:
         """Free the lease if this grant holds it; True when released."""
-        key = self._keys.lease(lease.tenant, lease.session_id)
+        t, s = lease.tenant, lease.session_id
+        keys = [self._keys.lease(t, s), self._keys.released(t, s)]
         with translate_errors(self._where):
-            return bool(self._release(keys=[key], args=[_value(lease)]))
+            return bool(self._release(keys=keys, args=[_value(lease), lease.fence]))
 
     def current_fence(self, tenant: str, session_id: str) -> int:
         """The newest fence granted for the session (0 when never leased)."""
@@ -110,3 +120,14 @@ class RedisLeaseManager:
             return None
         text = raw.decode() if isinstance(raw, bytes) else raw
         return text.rpartition("|")[0]
+
+    def abandoned(self, tenant: str, session_id: str) -> bool:
+        """True when the last grant expired unreleased (see the Protocol)."""
+        k = self._keys
+        with translate_errors(self._where):
+            pipe = self._client.pipeline(transaction=False)
+            pipe.exists(k.lease(tenant, session_id))
+            pipe.get(k.fence(tenant, session_id))
+            pipe.get(k.released(tenant, session_id))
+            held, last, released = pipe.execute()
+        return not held and last is not None and last != released

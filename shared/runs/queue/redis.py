@@ -116,11 +116,12 @@ redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[7], '*', 'run_id', ARGV[1], 'sta
 return 1
 """
 
-#: KEYS: lease, pending, active. ARGV: lease value, active member.
+#: KEYS: lease, pending, active, released fence. ARGV: lease value, active member, fence.
 #: Returns 1 released, 0 still work to do (lease kept), -1 lease not ours.
 RELEASE_IF_IDLE_SCRIPT = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 if redis.call('LLEN', KEYS[2]) > 0 then return 0 end
+redis.call('SET', KEYS[4], ARGV[3])
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[3], ARGV[2])
 return 1
@@ -137,6 +138,35 @@ _IDLE_RELEASE = {1: IdleRelease.RELEASED, 0: IdleRelease.BUSY, -1: IdleRelease.L
 
 def _text(raw: Any) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def run_view(run_id: str, raw: dict[bytes, bytes]) -> RunView | None:
+    """A run record from its hash (None when it has none); shared with the asyncio producer."""
+    if not raw:
+        return None
+    fields = {_text(k): _text(v) for k, v in raw.items()}
+    request = result = None
+    if "request" in fields:
+        try:
+            request = RunRequest.model_validate_json(fields["request"])
+        except ValueError:
+            request = None
+    if "result" in fields:
+        result = RunResult.model_validate_json(fields["result"])
+    return RunView(
+        run_id=run_id,
+        status=fields.get("status", "UNKNOWN"),
+        tenant=fields.get("tenant", ""),
+        session_id=fields.get("session_id", ""),
+        request_id=fields.get("request_id", ""),
+        request=request,
+        result=result,
+        submitted_at_ms=int(fields.get("submitted_at_ms", 0)),
+        started_at_ms=int(fields.get("started_at_ms", 0)),
+        last_error=fields.get("last_error"),
+        retry_at_ms=int(fields.get("retry_at_ms", 0)),
+        queue=fields.get("queue") or None,
+    )
 
 
 class RedisRunQueue:
@@ -210,31 +240,7 @@ class RedisRunQueue:
         """The run record, or None when unknown or expired."""
         with translate_errors(self._where):
             raw = cast(dict[bytes, bytes], self.client.hgetall(self.keys.run(run_id)))
-        if not raw:
-            return None
-        fields = {_text(k): _text(v) for k, v in raw.items()}
-        request = result = None
-        if "request" in fields:
-            try:
-                request = RunRequest.model_validate_json(fields["request"])
-            except ValueError:
-                request = None
-        if "result" in fields:
-            result = RunResult.model_validate_json(fields["result"])
-        return RunView(
-            run_id=run_id,
-            status=fields.get("status", "UNKNOWN"),
-            tenant=fields.get("tenant", ""),
-            session_id=fields.get("session_id", ""),
-            request_id=fields.get("request_id", ""),
-            request=request,
-            result=result,
-            submitted_at_ms=int(fields.get("submitted_at_ms", 0)),
-            started_at_ms=int(fields.get("started_at_ms", 0)),
-            last_error=fields.get("last_error"),
-            retry_at_ms=int(fields.get("retry_at_ms", 0)),
-            queue=fields.get("queue") or None,
-        )
+        return run_view(run_id, raw)
 
     def peek_many(self, run_ids: Sequence[str]) -> dict[str, RunResult | None]:
         """For each run id with a record: its result (None while unfinished), in one round trip.
@@ -354,8 +360,8 @@ class RedisRunQueue:
         t, s = lease.tenant, lease.session_id
         with translate_errors(self._where):
             code = self._release_if_idle(
-                keys=[k.lease(t, s), k.pending(t, s), k.active()],
-                args=[f"{lease.owner}|{lease.fence}", k.active_member(t, s)],
+                keys=[k.lease(t, s), k.pending(t, s), k.active(), k.released(t, s)],
+                args=[f"{lease.owner}|{lease.fence}", k.active_member(t, s), lease.fence],
             )
         return _IDLE_RELEASE[int(cast(Any, code))]
 

@@ -1,0 +1,291 @@
+"""AsyncProducer: the asyncio client of a Tether deployment.
+
+>>> async with AsyncProducer() as producer:              # settings from TETHER_* variables
+...     result = await producer.run("s-1", "remember milk", agent="notes")
+...     handle = await producer.run_async("s-1", "recall", agent="notes")
+...     print((await handle).output)
+...     async for event in producer.tail("s-1", idle_timeout_s=1):
+...         print(event.seq, event.type)
+
+Same methods and behaviour as :class:`~tether.producer.client.Producer`, through the same core
+(:mod:`tether.producer.core`): Redis I/O is ``redis.asyncio``, completions come from one asyncio
+task per producer, and no call makes a thread. Celery has no asyncio client, so run messages are
+published by one daemon thread per producer (:class:`~tether.producer.publish.BackgroundPublisher`);
+submissions made in the same event-loop turn (``asyncio.gather`` over many runs) share one Redis
+round trip and one publish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+from celery import Celery
+from pydantic import JsonValue
+
+from tether.core.events import AgentEvent
+from tether.core.results import Resolution
+from tether.ids import validate_tenant
+from tether.keys import RedisKeys
+from tether.persistence.redis_conn import redact_url
+from tether.producer import core
+from tether.producer.aio_batch import TurnBatcher
+from tether.producer.aio_handle import AsyncRunHandle
+from tether.producer.aio_queue import AsyncEventTail, AsyncRunQueue, async_redis_from_url
+from tether.producer.core import RunSpec, Submitted
+from tether.producer.listener import AsyncCompletionListener
+from tether.producer.publish import BackgroundPublisher, build_celery_app
+from tether.runs.contract import RunRequest, RunResult
+from tether.runs.queue.base import CancelOutcome
+from tether.settings import Settings, load_settings
+
+#: Calls whose requests are validated between two yields to the event loop.
+BUILD_CHUNK = 25
+
+
+class AsyncProducer:
+    """Client of a Tether deployment for asyncio code (one per event loop).
+
+    Args:
+        settings: settings (default: read from the environment).
+        celery_app: an existing Celery app to publish with (default: one built from settings).
+        **overrides: setting overrides, e.g. ``broker_url=...``, ``redis_url=...``.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        celery_app: Celery | None = None,
+        **overrides: Any,
+    ) -> None:
+        self.settings = settings or load_settings(**overrides)
+        self.keys = RedisKeys(self.settings.namespace)
+        url = self.settings.effective_redis_url
+        self.redis = async_redis_from_url(url)
+        where = redact_url(url)
+        self.runs = AsyncRunQueue(
+            self.redis, self.keys, result_ttl_s=self.settings.result_ttl_s, where=where
+        )
+        self.stream = AsyncEventTail(self.redis, self.keys, where=where)
+        self._celery = celery_app
+        self._celery_lock = threading.Lock()  # built on the publisher thread
+        self._publisher = BackgroundPublisher(lambda: self.celery)
+        self._submits: TurnBatcher[list[RunSpec], list[Submitted] | Exception] = TurnBatcher(
+            self._flush
+        )
+        self._listener: AsyncCompletionListener | None = None
+
+    # --- plumbing ----------------------------------------------------------------------------
+
+    @property
+    def celery(self) -> Celery:
+        """The Celery app used to publish (built on first use)."""
+        with self._celery_lock:
+            if self._celery is None:
+                self._celery = build_celery_app(self.settings)
+            return self._celery
+
+    @property
+    def listener(self) -> AsyncCompletionListener:
+        """The single completion listener of this producer."""
+        if self._listener is None:
+            self._listener = AsyncCompletionListener(self.runs)
+        return self._listener
+
+    async def aclose(self) -> None:
+        """Stop the listener and the publisher, and close connections."""
+        if self._listener is not None:
+            await self._listener.close()
+        self._publisher.close(timeout_s=0.0)  # every submit awaited its publish: nothing waits
+        await self.redis.aclose()
+
+    async def __aenter__(self) -> AsyncProducer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # --- submitting ----------------------------------------------------------------------------
+
+    async def _flush(self, calls: list[list[RunSpec]]) -> list[list[Submitted] | Exception]:
+        """Build the requests of concurrent ``submit_many`` calls, then submit the valid ones
+        together; per call, its submissions or why it was refused (nothing of it is queued)."""
+        built: list[list[RunRequest] | Exception] = []
+        for n, specs in enumerate(calls, start=1):
+            try:
+                built.append([core.build_request(self.settings, spec) for spec in specs])
+            except Exception as exc:  # this call's own error; the others go on
+                built.append(exc)
+            if n % BUILD_CHUNK == 0:
+                await asyncio.sleep(0)  # validating hundreds of requests must not hold the loop
+        valid = [r for requests in built if not isinstance(requests, Exception) for r in requests]
+        submitted = await self._submit_requests(valid) if valid else []
+        answers: list[list[Submitted] | Exception] = []
+        start = 0
+        for requests in built:
+            if isinstance(requests, Exception):
+                answers.append(requests)
+            else:
+                answers.append(submitted[start : start + len(requests)])
+                start += len(requests)
+        return answers
+
+    async def _submit_requests(self, requests: list[RunRequest]) -> list[Submitted]:
+        """Submit, preempt, publish, record refusals: what ``Producer.submit_many`` does."""
+        outcomes = await self.runs.submit_many(requests, queue=self.settings.queue)
+        submitted = core.plan_submission(requests, outcomes)
+        for item in submitted:
+            mode = item.stop_mode
+            if mode is not None:
+                r = item.request
+                await self.runs.preempt(r.tenant, r.session_id, item.run_id, mode)
+        await self._publisher.publish(
+            [core.run_message(s.request, self.settings.queue) for s in submitted if s.queued]
+        )
+        for item in submitted:
+            if item.rejection is not None:
+                await self.runs.record_rejected(item.rejection)
+        return submitted
+
+    def _handle_for(self, submitted: Submitted) -> AsyncRunHandle:
+        r = submitted.request
+        return AsyncRunHandle(
+            self, submitted.run_id, request_id=r.request_id, session_id=r.session_id,
+            tenant=r.tenant,
+        )
+
+    async def submit_many(self, specs: Iterable[RunSpec]) -> list[AsyncRunHandle]:
+        """Enqueue many runs (one Redis round trip and one publish with concurrent callers).
+
+        Raises:
+            InvalidInput: a malformed id, oversized input, or bad option (nothing is enqueued).
+        """
+        specs = list(specs)
+        if not specs:
+            return []
+        answer = (await self._submits.submit([specs]))[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return [self._handle_for(s) for s in answer]
+
+    async def run_async(
+        self,
+        session_id: str,
+        input: str | None,
+        *,
+        agent: str,
+        tenant: str | None = None,
+        request_id: str | None = None,
+        metadata: dict[str, JsonValue] | None = None,
+        timeout_s: float | None = None,
+        on_busy: str = "enqueue",
+        durability: str | None = None,
+    ) -> AsyncRunHandle:
+        """Enqueue a run; returns its handle once it is queued (see ``Producer.run_async``)."""
+        spec = core.run_spec(
+            session_id, input, agent=agent, tenant=tenant, request_id=request_id,
+            metadata=metadata, timeout_s=timeout_s, on_busy=on_busy, durability=durability,
+        )
+        return (await self.submit_many([spec]))[0]
+
+    submit = run_async
+
+    async def run(
+        self,
+        session_id: str,
+        input: str | None,
+        *,
+        agent: str,
+        tenant: str | None = None,
+        request_id: str | None = None,
+        metadata: dict[str, JsonValue] | None = None,
+        timeout_s: float | None = None,
+        on_busy: str = "enqueue",
+        wait_s: float | None = None,
+        durability: str | None = None,
+    ) -> RunResult:
+        """Enqueue a run and wait for its result (see :meth:`AsyncRunHandle.result`)."""
+        handle = await self.run_async(
+            session_id, input, agent=agent, tenant=tenant, request_id=request_id,
+            metadata=metadata, timeout_s=timeout_s, on_busy=on_busy, durability=durability,
+        )
+        return await handle.result(timeout=wait_s)
+
+    # --- human in the loop ---------------------------------------------------------------------
+
+    async def resolve(
+        self,
+        session_id: str,
+        resolutions: Iterable[Resolution],
+        *,
+        agent: str,
+        tenant: str | None = None,
+        request_id: str | None = None,
+    ) -> AsyncRunHandle:
+        """Continue the session's ``WAITING`` run (see ``Producer.resolve``)."""
+        spec = core.resolution_spec(
+            session_id, resolutions, agent=agent, tenant=tenant, request_id=request_id
+        )
+        return (await self.submit_many([spec]))[0]
+
+    async def approve(
+        self, session_id: str, call_id: str, *, agent: str, tenant: str | None = None
+    ) -> AsyncRunHandle:
+        """Approve a pending call: the tool runs, then the run goes on."""
+        return await self.resolve(session_id, [core.approval(call_id)], agent=agent, tenant=tenant)
+
+    async def reject(
+        self,
+        session_id: str,
+        call_id: str,
+        reason: str = "rejected by a person",
+        *,
+        agent: str,
+        tenant: str | None = None,
+    ) -> AsyncRunHandle:
+        """Refuse a pending call: the model sees ``reason``, then the run goes on."""
+        resolution = core.rejection(call_id, reason)
+        return await self.resolve(session_id, [resolution], agent=agent, tenant=tenant)
+
+    async def submit_tool_output(
+        self, session_id: str, call_id: str, output: str, *, agent: str, tenant: str | None = None
+    ) -> AsyncRunHandle:
+        """Give the output of a call that waits for one, then the run goes on."""
+        resolution = core.tool_output(call_id, output)
+        return await self.resolve(session_id, [resolution], agent=agent, tenant=tenant)
+
+    # --- following runs ------------------------------------------------------------------------
+
+    def handle(self, run_id: str, *, tenant: str | None = None) -> AsyncRunHandle:
+        """A handle on an existing run of ``tenant`` (default: this producer's); does no I/O.
+        Another tenant's run settles with :class:`RunNotFound`."""
+        scope = validate_tenant(tenant or self.settings.tenant)
+        return AsyncRunHandle(self, core.run_id_arg(run_id), tenant=scope)
+
+    async def cancel(self, run_id: str, *, tenant: str | None = None) -> CancelOutcome:
+        """Ask a run to stop (see ``Producer.cancel``); another tenant's run is not found."""
+        run_id = core.run_id_arg(run_id)
+        scope = validate_tenant(tenant or self.settings.tenant)
+        if core.scoped_view(await self.runs.get(run_id), scope) is None:
+            return CancelOutcome.UNKNOWN
+        return await self.runs.request_cancel(run_id)
+
+    def tail(
+        self,
+        session_id: str,
+        tenant: str | None = None,
+        after_seq: int = 0,
+        *,
+        idle_timeout_s: float | None = None,
+    ) -> AsyncIterator[AgentEvent]:
+        """Follow a session's live events: ``async for event in producer.tail(...)``."""
+        tenant, session_id = core.tail_target(self.settings, session_id, tenant)
+        return self.stream.tail(
+            tenant, session_id, after_seq=after_seq, block_ms=1000, idle_timeout_s=idle_timeout_s
+        )
+
+
+__all__ = ["AsyncProducer", "AsyncRunHandle"]

@@ -1,0 +1,178 @@
+"""AsyncRunHandle: an awaitable handle on a distributed run, for asyncio code.
+
+Like :class:`~tether.producer.handle.RunHandle`, building one does no I/O; the first wait
+registers it with its producer's single asyncio completion listener, which settles every handle
+of that producer from one ``XREAD`` loop on the event loop (no thread, no polling). What waiting
+returns or raises is decided by the same core functions as for ``RunHandle``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Generator
+from typing import TYPE_CHECKING, Any
+
+from tether.core.events import AgentEvent
+from tether.producer.core import RunIds, cancelled_before_start, is_cancelled, outcome
+from tether.runs.contract import RunResult
+from tether.runs.queue.base import CancelOutcome
+
+if TYPE_CHECKING:
+    from tether.producer.aio import AsyncProducer
+
+
+class AsyncRunHandle:
+    """The handle of one run submitted by an :class:`~tether.producer.aio.AsyncProducer`.
+
+    ``await handle`` (or ``await handle.result()``) returns the :class:`RunResult` of a run that
+    completed (also ``WAITING`` or ``CONTINUATION_REQUIRED``), raises the recorded error (a
+    :class:`TetherError` subclass whose ``.result`` is the RunResult) for a failed run, and raises
+    :class:`concurrent.futures.CancelledError` for a cancelled one. Cancelling the awaiting task
+    stops the wait only; the run goes on (use :meth:`cancel`). Use a handle on one event loop.
+    """
+
+    def __init__(
+        self,
+        producer: AsyncProducer,
+        run_id: str,
+        *,
+        request_id: str | None = None,
+        session_id: str | None = None,
+        tenant: str | None = None,
+    ) -> None:
+        self._producer = producer
+        self._ids = RunIds(run_id, request_id, session_id, tenant)
+        self._settled: asyncio.Future[RunResult] | None = None
+
+    def __repr__(self) -> str:
+        return f"<AsyncRunHandle {self.run_id} {'done' if self.done() else 'pending'}>"
+
+    @property
+    def run_id(self) -> str:
+        """The run id."""
+        return self._ids.run_id
+
+    @property
+    def request_id(self) -> str | None:
+        """The request id (None for a handle reattached by run id, until :meth:`load`)."""
+        return self._ids.request_id
+
+    @property
+    def session_id(self) -> str | None:
+        """The session (None for a handle reattached by run id, until :meth:`load`)."""
+        return self._ids.session_id
+
+    @property
+    def tenant(self) -> str | None:
+        """The tenant (None for a handle reattached by run id, until :meth:`load`)."""
+        return self._ids.tenant
+
+    async def load(self) -> AsyncRunHandle:
+        """Read the run's ids from its record (a handle reattached by run id knows only it)."""
+        if not self._ids.known:
+            view = await self._producer.runs.get(self.run_id)
+            if view is not None:
+                self._ids.learn(view.request_id, view.session_id, view.tenant)
+        return self
+
+    # --- settlement ----------------------------------------------------------------------------
+
+    async def _ensure(self) -> asyncio.Future[RunResult]:
+        if self._settled is None:
+            self._settled = asyncio.get_running_loop().create_future()
+            await self._producer.listener.register(self.run_id, self._settle)
+        return self._settled
+
+    def _settle(self, result: RunResult) -> None:
+        """Resolve from a recorded result (called on the loop by the listener, once)."""
+        result = self._ids.complete(result)
+        if self._settled is not None and not self._settled.done():
+            self._settled.set_result(result)
+
+    def done(self) -> bool:
+        """True once the handle was settled (no I/O: a handle nobody waited on stays False)."""
+        return self._settled is not None and self._settled.done()
+
+    def cancelled(self) -> bool:
+        """True when the run ended cancelled (known once settled)."""
+        return self.done() and is_cancelled(self._settled_result())
+
+    def _settled_result(self) -> RunResult:
+        assert self._settled is not None
+        return self._settled.result()
+
+    async def run_result(self, timeout: float | None = None) -> RunResult:
+        """The recorded :class:`RunResult` whatever the status (never raises the run's error).
+
+        Raises:
+            TimeoutError: the run did not finish within ``timeout`` seconds (it goes on).
+        """
+        settled = await self._ensure()
+        async with asyncio.timeout(timeout):
+            # shielded: a timeout or a cancelled caller must not settle the handle
+            return await asyncio.shield(settled)
+
+    async def result(self, timeout: float | None = None) -> RunResult:
+        """Wait for the run; see the class docstring for what is raised."""
+        return outcome(await self.run_result(timeout))
+
+    async def exception(self, timeout: float | None = None) -> BaseException | None:
+        """The run's error (None when it succeeded); raises CancelledError when cancelled."""
+        try:
+            await self.result(timeout)
+        except TimeoutError:
+            raise
+        except Exception as exc:
+            if is_cancelled(self._settled_result()):
+                raise
+            return exc
+        return None
+
+    def __await__(self) -> Generator[Any, None, RunResult]:
+        """``await handle`` is ``await handle.result()``."""
+        return self.result().__await__()
+
+    async def cancel(self) -> bool:
+        """Cancel the run if it has not started: True when it was still queued (it will never
+        start, and the handle is cancelled at once); a running run is asked to stop at its next
+        step boundary, and this answers False (see :meth:`AsyncProducer.cancel`)."""
+        if self.done():
+            result = self._settled_result()
+            return is_cancelled(result) and result.attempts == 0
+        if await self._producer.cancel(self.run_id) is not CancelOutcome.CANCELLED:
+            return False
+        settled = await self._ensure()
+        if not settled.done():
+            settled.set_result(cancelled_before_start(self._ids))
+        return True
+
+    # --- live events ---------------------------------------------------------------------------
+
+    async def events(self, *, idle_timeout_s: float | None = 60.0) -> AsyncIterator[AgentEvent]:
+        """This run's events, live, until the run has ended and all its events were seen.
+
+        Other runs' events are skipped. Stops after ``idle_timeout_s`` without any event while
+        the run is still unfinished (None: never).
+        """
+        await self.load()
+        tenant, session_id = self.tenant, self.session_id
+        if tenant is None or session_id is None:
+            return
+        settled = await self._ensure()
+        last_seq = 0
+        idle_since = time.monotonic()
+        while True:
+            async for event in self._producer.stream.tail(
+                tenant, session_id, after_seq=last_seq, block_ms=200, idle_timeout_s=0.3
+            ):
+                last_seq = event.seq  # a replacement after a retried attempt may go back
+                idle_since = time.monotonic()
+                if event.run_id == self.run_id:
+                    yield event
+            if settled.done():
+                final = settled.result()
+                if final.last_seq == 0 or last_seq >= final.last_seq:
+                    return
+            elif idle_timeout_s is not None and time.monotonic() - idle_since > idle_timeout_s:
+                return

@@ -1,0 +1,118 @@
+// Live updates for the console's pages (no build step, no framework). Data from the server is
+// only ever set as text, never parsed as HTML.
+"use strict";
+
+function badge(status) {
+  const span = document.createElement("span");
+  span.className = "badge s-" + String(status).toLowerCase();
+  span.textContent = String(status).toLowerCase();
+  return span;
+}
+
+function markLive(on) {
+  const dot = document.getElementById("live-dot");
+  if (dot) dot.classList.toggle("on", on);
+}
+
+function followSession(list) {
+  const session = list.dataset.session;
+  let after = list.dataset.after || "0";
+  let count = 0;
+  const source = new EventSource("/live/sessions/" + encodeURIComponent(session) + "?after=" + after);
+  source.onopen = () => markLive(true);
+  source.onerror = () => markLive(false);
+  source.addEventListener("event", (message) => {
+    const e = JSON.parse(message.data);
+    const item = document.createElement("li");
+    item.className = "fresh t-" + e.type.toLowerCase();
+    item.dataset.seq = e.seq;
+    item.dataset.type = e.type;
+    item.textContent = e.seq + "  " + e.type + "  " + (e.run_id || "-") + "  s" + e.step + "  " + e.summary;
+    list.prepend(item);
+    count += 1;
+    const counter = document.getElementById("live-count");
+    if (counter) counter.textContent = count + " new";
+  });
+}
+
+function link(href, text) {
+  const a = document.createElement("a");
+  a.href = href;
+  a.textContent = text;
+  return a;
+}
+
+function newRunRow(table, run) {
+  // one cell per column of the table's header; the feed fills what it knows
+  const row = document.createElement("tr");
+  row.dataset.runId = run.run_id;
+  for (const th of table.querySelectorAll("thead th")) {
+    const cell = document.createElement("td");
+    const col = th.dataset.col || "";
+    cell.className = col;
+    if (col === "run") cell.appendChild(link("/runs/" + encodeURIComponent(run.run_id), run.run_id));
+    if (col === "session") cell.appendChild(link("/sessions/" + encodeURIComponent(run.session_id), run.session_id));
+    if (col === "agent") cell.textContent = run.agent || "";
+    if (col === "submitted") cell.textContent = run.submitted || "";
+    row.appendChild(cell);
+  }
+  const body = table.querySelector("tbody");
+  const empty = body.querySelector("tr.empty");
+  if (empty) empty.remove();
+  body.prepend(row);
+  return row;
+}
+
+function updateRun(table, run) {
+  let row = table.querySelector('tr[data-run-id="' + CSS.escape(run.run_id) + '"]');
+  if (!row) {
+    if (!table.dataset.addNew) return;
+    if (table.dataset.session && table.dataset.session !== run.session_id) return;
+    row = newRunRow(table, run);
+  }
+  const status = row.querySelector(".status");
+  if (status) {
+    status.replaceChildren(badge(run.status));
+    if (run.cancel_requested) {
+      const note = document.createElement("span");
+      note.className = "dim";
+      note.textContent = " cancel requested";
+      status.appendChild(note);
+    }
+  }
+  const worker = row.querySelector(".worker");
+  if (worker && run.worker) worker.textContent = run.worker;
+  const attempts = row.querySelector(".attempts");
+  if (attempts) attempts.textContent = run.attempts;
+  if (run.status !== "QUEUED" && run.status !== "RUNNING") {
+    const form = row.querySelector("form.cancel-form");
+    if (form) form.remove();
+  }
+}
+
+function updateSessionStatus(run) {
+  // the session page's header follows the session's newest run
+  const header = document.getElementById("session-status");
+  if (!header || header.dataset.session !== run.session_id) return;
+  header.replaceChildren(badge(run.status));
+}
+
+function followRuns(tables) {
+  // from the completion-feed position of the page, so nothing finished in between is missed
+  const after = document.body.dataset.feedAfter || "";
+  const source = new EventSource("/live/runs?after=" + encodeURIComponent(after));
+  source.onopen = () => markLive(true);
+  source.onerror = () => markLive(false);
+  source.addEventListener("run", (message) => {
+    const run = JSON.parse(message.data);
+    for (const table of tables) updateRun(table, run);
+    updateSessionStatus(run);
+  });
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  const list = document.getElementById("live-events");
+  if (list) followSession(list);
+  const tables = document.querySelectorAll("table[data-runs-feed]");
+  if (tables.length) followRuns(Array.from(tables));
+});

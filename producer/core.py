@@ -1,0 +1,311 @@
+"""The sans-IO core of the producers: what :class:`~tether.producer.client.Producer` (blocking)
+and :class:`~tether.producer.aio.AsyncProducer` (asyncio) share.
+
+Everything here is pure: building and validating run requests, planning what a submission does
+with the run queue's answer, the Celery message of a run, and decoding a recorded
+:class:`RunResult` into what a handle resolves to. The two producers are thin shells that do the
+I/O (redis-py or ``redis.asyncio``, and a Celery publish) around these functions, so they
+behave the same by construction.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import JsonValue
+
+from tether.core.results import Resolution, RunStatus
+from tether.errors import RunNotFound, SessionBusy
+from tether.ids import new_id, validate_id, validate_tenant
+from tether.observability.tracing import current_trace_context
+from tether.runs.contract import RUN_TASK, RunRequest, RunResult, describe_request, parse_request
+from tether.runs.queue.base import RunView, StopMode, SubmitOutcome, SubmitState
+from tether.runtime.redaction import DEFAULT_REDACTOR
+from tether.settings import Settings
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One request for :meth:`Producer.submit_many` (and :meth:`AsyncProducer.submit_many`)."""
+
+    session_id: str
+    input: str | None
+    agent: str
+    tenant: str | None = None
+    request_id: str | None = None
+    metadata: dict[str, JsonValue] = field(default_factory=dict)
+    timeout_s: float | None = None
+    on_busy: str = "enqueue"
+    durability: str | None = None
+    resolutions: tuple[Resolution, ...] = ()
+
+
+def run_spec(
+    session_id: str,
+    input: str | None,
+    *,
+    agent: str,
+    tenant: str | None = None,
+    request_id: str | None = None,
+    metadata: dict[str, JsonValue] | None = None,
+    timeout_s: float | None = None,
+    on_busy: str = "enqueue",
+    durability: str | None = None,
+) -> RunSpec:
+    """The spec of ``run_async``'s arguments (validated later, by :func:`build_request`)."""
+    return RunSpec(
+        session_id,
+        input,
+        agent,
+        tenant,
+        request_id,
+        {} if metadata is None else metadata,  # validated, never coerced (dict("ab") fails)
+        timeout_s,
+        on_busy,
+        durability,
+    )
+
+
+def resolution_spec(
+    session_id: str,
+    resolutions: Iterable[Resolution],
+    *,
+    agent: str,
+    tenant: str | None = None,
+    request_id: str | None = None,
+) -> RunSpec:
+    """The spec of a continuation that settles a ``WAITING`` run's pending calls."""
+    return RunSpec(session_id, None, agent, tenant, request_id, resolutions=tuple(resolutions))
+
+
+def approval(call_id: str) -> Resolution:
+    """Approve a pending call: the tool runs, then the run goes on."""
+    return Resolution(call_id=call_id, action="approve")
+
+
+def rejection(call_id: str, reason: str) -> Resolution:
+    """Refuse a pending call: the model sees ``reason``."""
+    return Resolution(call_id=call_id, action="reject", text=reason)
+
+
+def tool_output(call_id: str, output: str) -> Resolution:
+    """The output of a call that waits for one."""
+    return Resolution(call_id=call_id, action="output", text=output)
+
+
+def _redacted(text: str | None) -> str | None:
+    return DEFAULT_REDACTOR(text) if text else text
+
+
+def build_request(settings: Settings, spec: RunSpec) -> RunRequest:
+    """Validate ``spec`` into a request with a fresh run id (no I/O).
+
+    Raises:
+        InvalidInput: a malformed id, oversized input, or bad option.
+    """
+    run_id = new_id("run")
+    doc = {
+        "run_id": run_id,
+        "request_id": run_id if spec.request_id is None else spec.request_id,
+        "tenant": settings.tenant if spec.tenant is None else spec.tenant,
+        "session_id": spec.session_id,
+        "agent": spec.agent,
+        # a secret pasted into an input never reaches the run record, the broker or the log
+        "input": _redacted(spec.input) if settings.redact_inputs else spec.input,
+        "metadata": spec.metadata,
+        "timeout_s": spec.timeout_s,
+        "on_busy": spec.on_busy,
+        "durability": spec.durability,
+        "resolutions": [r.model_dump() for r in spec.resolutions],
+        "trace": current_trace_context(),  # the worker's spans continue this trace
+    }
+    request = parse_request(doc)
+    request.check_input_size(settings.max_input_bytes)
+    return request
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """What the producer does after the run queue answered one submission."""
+
+    request: RunRequest
+    outcome: SubmitOutcome
+    rejection: RunResult | None
+    """The failed result to record (a busy session with ``on_busy='reject'``), else None."""
+
+    @property
+    def run_id(self) -> str:
+        """The run the handle follows (the first run of a duplicate request id)."""
+        return self.outcome.run_id
+
+    @property
+    def queued(self) -> bool:
+        """The request entered its session queue: publish it and apply its busy policy."""
+        return self.outcome.state is SubmitState.QUEUED
+
+    @property
+    def stop_mode(self) -> StopMode | None:
+        """How the session's running run is asked to stop for this one (None: it is not)."""
+        if not self.queued:
+            return None
+        return {"interrupt": StopMode.INTERRUPT, "rollback": StopMode.CANCEL}.get(
+            self.request.on_busy.value
+        )
+
+
+def plan_submission(
+    requests: Sequence[RunRequest], outcomes: Sequence[SubmitOutcome]
+) -> list[Submitted]:
+    """Pair each request with the queue's answer and what follows from it."""
+    return [
+        Submitted(r, o, busy_rejection(r) if o.state is SubmitState.BUSY else None)
+        for r, o in zip(requests, outcomes, strict=True)
+    ]
+
+
+def busy_rejection(request: RunRequest) -> RunResult:
+    """The failed result of a run refused because its session was busy."""
+    busy = SessionBusy(
+        f"session {request.tenant}/{request.session_id} is running or has queued runs, "
+        "and on_busy='reject' was asked; retry later or use on_busy='enqueue'"
+    )
+    return RunResult.failure(request, RunStatus.FAILED, busy.error_type, str(busy))
+
+
+def run_message(request: RunRequest, queue: str) -> dict[str, Any]:
+    """The keyword arguments of ``Celery.send_task`` for a run message."""
+    return {
+        "name": RUN_TASK,
+        "kwargs": {"request": request.model_dump(mode="json")},
+        "task_id": request.run_id,
+        "queue": queue,
+        # a short repr: Celery would otherwise render the whole request (input included) into
+        # the message headers
+        "argsrepr": "()",
+        "kwargsrepr": describe_request(request),
+        # no result is stored for a run message (a result backend would subscribe per run)
+        "ignore_result": True,
+    }
+
+
+def run_id_arg(run_id: str) -> str:
+    """Validate a run id given by a caller."""
+    return validate_id(run_id, kind="run id")
+
+
+def tail_target(settings: Settings, session_id: str, tenant: str | None) -> tuple[str, str]:
+    """``(tenant, session_id)`` of a tail, validated (the tenant defaults to the settings')."""
+    return validate_tenant(tenant or settings.tenant), validate_id(session_id)
+
+
+# --- what a handle resolves to ----------------------------------------------------------------
+
+
+@dataclass
+class RunIds:
+    """The ids a handle knows of its run (all but ``run_id`` are unknown for a handle
+    reattached by run id, until its record or result is read)."""
+
+    run_id: str
+    request_id: str | None = None
+    session_id: str | None = None
+    tenant: str | None = None
+
+    @property
+    def known(self) -> bool:
+        """Whether the session is known."""
+        return self.session_id is not None
+
+    def foreign(self, tenant: str | None) -> bool:
+        """Whether a record of ``tenant`` belongs to another tenant than the caller's: then the
+        run is "not found" for this handle (an id never reveals another tenant's run)."""
+        return bool(self.tenant and tenant and tenant != self.tenant)
+
+    def learn(self, request_id: str, session_id: str, tenant: str) -> None:
+        """Fill in ids read from the run's record or result (known ones are kept; another
+        tenant's record teaches nothing)."""
+        if self.foreign(tenant):
+            return
+        self.request_id = self.request_id or request_id or None
+        self.session_id = self.session_id or session_id or None
+        self.tenant = self.tenant or tenant or None
+
+    def complete(self, result: RunResult) -> RunResult:
+        """``result`` with the ids it lacks filled in (a result made up by the listener for a
+        lost run carries none), and learn the ids it has; another tenant's result becomes
+        :func:`not_found`."""
+        if self.foreign(result.tenant):
+            return not_found(self.run_id, self.tenant or "")
+        known = {"request_id": self.request_id, "session_id": self.session_id,
+                 "tenant": self.tenant}
+        missing = {k: v for k, v in known.items() if v and not getattr(result, k)}
+        if missing:
+            result = result.model_copy(update=missing)
+        self.learn(result.request_id, result.session_id, result.tenant)
+        return result
+
+
+def not_found(run_id: str, tenant: str) -> RunResult:
+    """The result a handle settles with for a run its tenant cannot see (nothing of the real
+    record: no output, no session)."""
+    return RunResult(
+        run_id=run_id,
+        request_id="",
+        session_id="",
+        tenant=tenant,
+        status=RunStatus.FAILED,
+        error_type=RunNotFound.__name__,
+        error_message=(
+            f"run {run_id} not found for tenant {tenant!r}; check the run id and the tenant "
+            "(`--tenant`, or the producer's TETHER_TENANT)"
+        ),
+    )
+
+
+def scoped_view(view: RunView | None, tenant: str) -> RunView | None:
+    """``view`` when it belongs to ``tenant``, else None (another tenant's run is not found)."""
+    return view if view is not None and view.tenant == tenant else None
+
+
+def is_cancelled(result: RunResult) -> bool:
+    """Whether the run ended cancelled (the handle is then a cancelled future)."""
+    return result.status is RunStatus.CANCELLED
+
+
+def failure_of(result: RunResult) -> BaseException | None:
+    """The exception a handle raises for a failed run (its ``.result`` is the RunResult)."""
+    if result.status is not RunStatus.FAILED:
+        return None
+    return result.error() or RuntimeError(result.error_message)
+
+
+def cancelled_error(run_id: str) -> concurrent.futures.CancelledError:
+    """What waiting on a cancelled run raises."""
+    return concurrent.futures.CancelledError(f"run {run_id} was cancelled")
+
+
+def outcome(result: RunResult) -> RunResult:
+    """What waiting returns for ``result``: the result itself, or the run's error raised."""
+    if is_cancelled(result):
+        raise cancelled_error(result.run_id)
+    error = failure_of(result)
+    if error is not None:
+        raise error
+    return result
+
+
+def cancelled_before_start(ids: RunIds) -> RunResult:
+    """The result a handle gives once its own cancel stopped the run before it started (the
+    worker records the same when it reaches the run)."""
+    return RunResult(
+        run_id=ids.run_id,
+        request_id=ids.request_id or "",
+        session_id=ids.session_id or "",
+        tenant=ids.tenant or "",
+        status=RunStatus.CANCELLED,
+        error_type="RunCancelled",
+        error_message="cancelled before it started",
+    )

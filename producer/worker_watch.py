@@ -1,0 +1,123 @@
+"""No silent hangs: warn when a run waits on a queue that no live worker consumes.
+
+While a caller waits for a run, :func:`watch_for_workers` checks every :data:`POLL_S` (after a
+grace of :data:`GRACE_S`, so a run taken at once costs one Redis read) whether the run is still
+queued and whether any live worker (see :mod:`tether.runs.presence`) consumes its queue. If none
+does, it warns once, within about :data:`GRACE_S` + :data:`POLL_S` seconds of the submission::
+
+    no worker is consuming queue `tether` on redis://127.0.0.1:6379/0: start one with
+    `tether worker` or `tether up`
+
+The warning goes to the ``tether.producer`` logger by default (printed on stderr when logging is
+not configured); the CLI passes its own callback. It never fails the wait: the run stays queued
+and starts as soon as a worker comes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from tether.errors import TetherError
+from tether.runs.presence import workers_for_queue
+from tether.runs.queue.base import RunState
+from tether.settings_checks import mask_url
+
+if TYPE_CHECKING:
+    from tether.producer.client import Producer
+
+log = logging.getLogger("tether.producer")
+
+GRACE_S = 0.0
+POLL_S = 1.0
+
+Warn = Callable[[str], None]
+
+
+def no_worker_message(queue: str, broker_url: str) -> str:
+    """The warning for ``queue`` on ``broker_url`` (its password masked)."""
+    return (
+        f"no worker is consuming queue `{queue}` on {mask_url(broker_url)}: start one with "
+        "`tether worker` or `tether up`"
+    )
+
+
+def live_consumers(producer: Producer, queue: str | None = None) -> int | None:
+    """How many live workers consume ``queue`` (default: the producer's); None when Redis
+    could not say."""
+    try:
+        queue = queue or producer.settings.queue
+        return len(workers_for_queue(producer.redis, producer.keys, queue))
+    except TetherError:
+        return None
+
+
+def warn_if_unconsumed(
+    producer: Producer, warn: Warn | None = None, *, queue: str | None = None
+) -> bool:
+    """Check once; warn and answer True when no live worker consumes ``queue`` (default: the
+    producer's)."""
+    queue = queue or producer.settings.queue
+    if live_consumers(producer, queue) != 0:
+        return False
+    (warn or log.warning)(no_worker_message(queue, producer.settings.broker_url))
+    return True
+
+
+class _Watch:
+    def __init__(self, producer: Producer, run_id: str, warn: Warn | None) -> None:
+        self._producer = producer
+        self._run_id = run_id
+        self._warn = warn
+        self._stop = threading.Event()
+        self.warned = False
+        self._thread = threading.Thread(target=self._loop, name="tether-worker-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _queued_on(self) -> str | None:
+        """The queue the run waits in, or None once it started or ended."""
+        view = self._producer.runs.get(self._run_id)
+        if view is None or view.status != RunState.QUEUED:
+            return None
+        return view.queue or self._producer.settings.queue
+
+    def _loop(self) -> None:
+        if self._stop.wait(GRACE_S):
+            return
+        try:
+            while (queue := self._queued_on()) is not None:
+                if warn_if_unconsumed(self._producer, self._warn, queue=queue):
+                    self.warned = True
+                    return
+                if self._stop.wait(POLL_S):
+                    return
+        except TetherError as exc:  # the wait itself reports Redis trouble
+            log.debug("worker watch stopped: %s", exc)
+
+
+@contextlib.contextmanager
+def watch_for_workers(
+    producer: Producer, run_id: str, *, warn: Warn | None = None
+) -> Iterator[None]:
+    """Within the block, warn once if ``run_id`` stays queued with no live worker for its queue.
+
+    Args:
+        producer: the producer that submitted the run (its Redis, keys and queue are used).
+        run_id: the run being waited for.
+        warn: called with the warning (default: ``logging.getLogger("tether.producer").warning``).
+    """
+    watch = _Watch(producer, run_id, warn)
+    watch.start()
+    try:
+        yield
+    finally:
+        watch.stop()

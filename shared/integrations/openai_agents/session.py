@@ -1,0 +1,206 @@
+"""``TetherSession``: the OpenAI Agents SDK ``Session`` protocol over Tether's store and log.
+
+>>> session = TetherSession.from_settings("support-42")           # doctest: +SKIP
+>>> result = await Runner.run(agent, "hello", session=session)    # doctest: +SKIP
+
+The conversation is a Tether session: its memory holds the SDK items (see
+:mod:`~tether.integrations.openai_agents.items`), and each write is exactly one event in its
+log (``MEMORY_ITEMS_APPENDED`` for ``add_items``, ``MEMORY_ITEMS_REMOVED`` for ``pop_item`` and
+``clear_session``), so ``tether sessions verify``, ``history``, ``fork --at-seq`` and the
+offline reader work on it like on any session.
+
+Every write loads the stored head, applies the change and saves it with compare-and-set, as
+:meth:`tether.runtime.session.AgentSession.save` does; a writer that lost the race (another
+thread or process saved first) reloads and applies its change again, so concurrent writers
+never lose items. Without a lease, a writer also finishes archiving the outbox it loaded when
+its predecessor may not have yet, so archive segments never overlap.
+
+Do not let a Tether worker run on the same session at the same time: a run's commit would then
+conflict and be retried, not merged.
+
+Storage calls block, so they run in a thread (``asyncio.to_thread``) and never stall the event
+loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from tether.errors import ModelError, VersionConflict
+from tether.ids import validate_id, validate_tenant
+from tether.integrations.openai_agents.items import SdkItem, from_memory, to_memory
+from tether.models.base import ModelRequest, ModelResponse
+from tether.persistence.archives.base import EventArchive
+from tether.persistence.saving import should_archive
+from tether.persistence.storage_url import open_storage
+from tether.persistence.stores.base import SnapshotStore
+from tether.runtime.agent import Agent
+from tether.runtime.redaction import TextRedactor
+from tether.runtime.session import AgentSession
+from tether.runtime.session_memory import last_items
+from tether.settings import Settings, load_settings
+
+T = TypeVar("T")
+
+MAX_WRITE_ATTEMPTS = 32
+"""Compare-and-set attempts of one write before it gives up (each loses only to a write that
+succeeded, so reaching it means dozens of writers on one session at once)."""
+
+
+class _NoModel:
+    """The model of the storage-only agent behind a :class:`TetherSession`: never called."""
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        raise ModelError(
+            "a TetherSession only stores items; run agents with the SDK's Runner, or on "
+            "workers with tether_agent()"
+        )
+
+
+class TetherSession:
+    """A durable OpenAI Agents SDK session (``agents.memory.Session`` protocol).
+
+    Args:
+        session_id: the Tether session id (created on the first write).
+        store: the snapshot store.
+        archive: the event archive (None: events stay in the head).
+        tenant: the tenant.
+        redact: applied to every text before it is stored (see
+            :mod:`tether.runtime.redaction`).
+        session_settings: the SDK's ``SessionSettings`` (its ``limit`` is the default of
+            :meth:`get_items`).
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        store: SnapshotStore,
+        archive: EventArchive | None = None,
+        tenant: str = "default",
+        redact: TextRedactor | None = None,
+        session_settings: Any = None,
+    ) -> None:
+        self.session_id = validate_id(session_id)
+        self.tenant = validate_tenant(tenant)
+        self.session_settings = session_settings
+        self._agent = Agent(
+            _NoModel(), "none", store=store, archive=archive, name="openai-agents", redact=redact
+        )
+
+    @classmethod
+    def from_settings(
+        cls, session_id: str, settings: Settings | None = None, *, tenant: str | None = None
+    ) -> TetherSession:
+        """A session on the store named by the settings (``TETHER_STORE_URL`` and the S3
+        settings; the environment when None), in ``tenant`` (default ``TETHER_TENANT``)."""
+        settings = settings or load_settings()
+        store, archive = open_storage(
+            settings.store_url,
+            endpoint_url=settings.s3_endpoint_url,
+            region_name=settings.s3_region,
+            sse=settings.s3_sse,
+            sse_kms_key_id=settings.s3_kms_key_id,
+        )
+        return cls(session_id, store=store, archive=archive, tenant=tenant or settings.tenant)
+
+    # --- the Session protocol ---------------------------------------------------------------
+
+    async def get_items(self, limit: int | None = None) -> list[SdkItem]:
+        """The last ``limit`` items, oldest first (all with None, unless the session settings
+        give a limit)."""
+        if limit is None and self.session_settings is not None:
+            limit = getattr(self.session_settings, "limit", None)
+        return await asyncio.to_thread(self.read_items, limit)
+
+    async def add_items(self, items: list[SdkItem]) -> None:
+        """Append ``items`` (one event; nothing for an empty list)."""
+        await asyncio.to_thread(self.append_items, items)
+
+    async def pop_item(self) -> SdkItem | None:
+        """Remove and return the newest item (one event); None when the session is empty."""
+        return await asyncio.to_thread(self.remove_last_item)
+
+    async def clear_session(self) -> None:
+        """Remove every item (one event; nothing when already empty)."""
+        await asyncio.to_thread(self.clear_items)
+
+    # --- the same, blocking -----------------------------------------------------------------
+
+    def read_items(self, limit: int | None = None) -> list[SdkItem]:
+        """Blocking :meth:`get_items`."""
+        session = self._load()
+        if session is None:
+            return last_items(list[SdkItem](), limit)  # validates limit
+        items = [sdk for item in session.memory_snapshot().items for sdk in from_memory(item)]
+        return last_items(items, limit)
+
+    def append_items(self, items: list[SdkItem] | tuple[Mapping[str, Any], ...]) -> None:
+        """Blocking :meth:`add_items`."""
+        if not items:
+            return
+        converted = tuple(to_memory(item) for item in items)  # refuse bad items before writing
+        self._write(lambda session: session.add_items(converted))
+
+    def remove_last_item(self) -> SdkItem | None:
+        """Blocking :meth:`pop_item`. A Tether-native item that stands for several SDK items
+        (a turn with several tool calls) is removed whole; its last SDK item is returned."""
+        popped = self._write(lambda session: session.pop_item())
+        if popped is None:
+            return None
+        forms = from_memory(popped)
+        return forms[-1] if forms else None
+
+    def clear_items(self) -> None:
+        """Blocking :meth:`clear_session`."""
+        self._write(lambda session: session.clear_items())
+
+    # --- storage ----------------------------------------------------------------------------
+
+    def _load(self) -> AgentSession | None:
+        store = self._agent.store
+        assert store is not None
+        stored = store.load(self.tenant, self.session_id)
+        if stored is None:
+            return None
+        head = stored.snapshot
+        outbox = list(head.events)  # a stored head carries only its outbox
+        # announce=False: loading is not a write, so it leaves no event behind
+        session = self._agent.session_from_snapshot(
+            head, version=stored.version, copy=False, announce=False
+        )
+        archive = self._agent.archive
+        if archive is not None and outbox and should_archive(outbox, head.archive_batch_events):
+            # The head's writer archives this outbox only after committing the head, so it may
+            # not have yet. Writing the same segment is idempotent (same events, same bytes),
+            # and it must exist before a head is committed on top of it: otherwise this
+            # writer's own segment would start at the same seq and overlap it.
+            archive.write_segment(self.tenant, self.session_id, outbox)
+            session.mark_archived(outbox[-1].seq)
+            session.mark_reconciled()
+        return session
+
+    def _write(self, change: Callable[[AgentSession], T]) -> T:
+        """Apply ``change`` to the newest stored state and save it with compare-and-set; on a
+        conflict start again from the state that won."""
+        for attempt in range(MAX_WRITE_ATTEMPTS):
+            session = self._load() or self._agent.new_session(self.session_id, self.tenant)
+            before = session.last_seq
+            result = change(session)
+            if session.last_seq == before:
+                return result  # nothing to write (pop or clear on an empty session)
+            try:
+                session.save()
+                return result
+            except VersionConflict:
+                # another writer won this round; back off a little so we do not collide again
+                time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
+        raise VersionConflict(
+            f"{self.tenant}/{self.session_id}: {MAX_WRITE_ATTEMPTS} writers in a row saved "
+            "before this one; nothing of this write was saved. Retry it, or give each "
+            "conversation its own session"
+        )

@@ -1,0 +1,95 @@
+"""Every Prometheus metric of Tether, defined once, and the one-line calls that record them.
+
+Recorded where things happen: :func:`run_finished` at a run's ``finish`` step,
+:func:`attempt_aborted` when an attempt is abandoned, :func:`lease_granted` when a drain takes
+a session's lease, :func:`session_recovered` when the sweeper wakes a session. Queue depth is
+not recorded here: it is read from Redis at scrape time (:mod:`tether.observability.queue_depth`).
+
+In a Celery prefork worker each pool process records into its own files under
+``PROMETHEUS_MULTIPROC_DIR`` (set before the worker starts: ``tether worker --metrics-port``
+does it), and the main process serves their sum (:mod:`tether.observability.exposition`).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from prometheus_client import Counter, Histogram
+
+from tether.errors import ConflictError
+
+#: Runs last from milliseconds (an echo) to hours (a long tool-using run).
+RUN_SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+QUEUE_SECONDS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
+
+RUNS_FINISHED = Counter(
+    "tether_runs_finished",
+    "Runs finished, by final status (a run finished again after a crash may count twice).",
+    ["status"],
+)
+RUN_DURATION = Histogram(
+    "tether_run_duration_seconds",
+    "Wall time of executed runs, from the agent loop's start to its end (commit excluded).",
+    buckets=RUN_SECONDS_BUCKETS,
+)
+QUEUE_WAIT = Histogram(
+    "tether_queue_wait_seconds",
+    "Time executed runs waited from submission to the start of the attempt that finished them.",
+    buckets=QUEUE_SECONDS_BUCKETS,
+)
+COMMIT_CONFLICTS = Counter(
+    "tether_commit_conflicts",
+    "Attempts abandoned because the lease, the stream fence or the head's compare-and-set "
+    "refused them (the run is retried), by error class.",
+    ["error"],
+)
+LEASE_TAKEOVERS = Counter(
+    "tether_lease_takeovers",
+    "Session leases granted after the previous grant expired unreleased (a dead or frozen "
+    "worker).",
+)
+RECOVERIES = Counter(
+    "tether_recoveries",
+    "Sessions the crash-recovery sweeper woke (a lease expired with runs queued).",
+)
+
+
+class FinishedRun(Protocol):
+    """What :func:`run_finished` reads of a run result."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def duplicate(self) -> bool: ...
+    @property
+    def worker(self) -> str | None: ...
+    @property
+    def run_ms(self) -> int: ...
+    @property
+    def queue_ms(self) -> int: ...
+
+
+def run_finished(result: FinishedRun) -> None:
+    """Count a finished run; time it when this worker executed it (not a duplicate, not a run
+    that ended before it started)."""
+    RUNS_FINISHED.labels(status=str(result.status)).inc()
+    if result.worker is not None and not result.duplicate:
+        RUN_DURATION.observe(result.run_ms / 1000)
+        QUEUE_WAIT.observe(result.queue_ms / 1000)
+
+
+def attempt_aborted(exc: BaseException) -> None:
+    """Count an abandoned attempt when a conflict (not an infrastructure failure) ended it."""
+    if isinstance(exc, ConflictError):
+        COMMIT_CONFLICTS.labels(error=type(exc).__name__).inc()
+
+
+def lease_granted(takeover: bool) -> None:
+    """Count a lease taken over from an expired holder."""
+    if takeover:
+        LEASE_TAKEOVERS.inc()
+
+
+def session_recovered() -> None:
+    """Count a session woken by the crash-recovery sweeper."""
+    RECOVERIES.inc()

@@ -1,0 +1,168 @@
+"""The checks behind :mod:`tether.settings`: URL forms, names, and masking of secrets.
+
+Pure functions on strings (no I/O, no imports of Redis, boto3 or Celery), so every process can
+validate its settings at start for the price of a few string operations. Each check returns
+``None`` when the value is fine, else the reason and the fix as one sentence; the settings turn
+that into one :class:`~tether.errors.SettingsError` line naming the variable.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
+
+MASK = "***"
+#: Query parameters whose values are secrets (``unix:///s.sock?password=...``).
+SECRET_PARAMS = frozenset({"password", "pass", "token", "secret", "key", "api_key", "apikey"})
+
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+BROKER_SCHEMES = (*REDIS_SCHEMES, "amqp", "amqps", "pyamqp")
+STORE_FORMS = "file:///abs/path, file://./relative/dir, s3://bucket[/prefix] or memory://"
+REDIS_FORMS = "redis://[:password@]host:port/db, rediss://... (TLS) or unix:///path/redis.sock"
+_SCHEME_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*")
+_MODULE_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+_QUEUE_RE = re.compile(r"[A-Za-z0-9_\-.:@]{1,200}")
+
+
+def mask_url(value: str) -> str:
+    """``value`` with passwords and secret query parameters replaced by ``***``.
+
+    Works on malformed URLs too (a typo such as ``redis:/:PW@host`` still hides ``PW``): a value
+    that does not parse keeps only its scheme.
+    """
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        head = value.split(":", 1)[0]
+        return f"{head}://<unparsable url>" if _SCHEME_RE.fullmatch(head) else "<unparsable>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hostport = netloc.rpartition("@")
+        user, sep, _pw = userinfo.partition(":")
+        netloc = f"{user}:{MASK}@{hostport}" if sep else f"{user}@{hostport}"
+    query = parts.query
+    if query:
+        pairs = [
+            (k, MASK if k.lower() in SECRET_PARAMS else v)
+            for k, v in parse_qsl(query, keep_blank_values=True)
+        ]
+        query = urlencode(pairs, safe="*/")
+    rest = parts.path
+    if "@" in rest:  # no authority (``scheme:/:pw@host``): whatever precedes '@' may be secret
+        rest = MASK + rest[rest.rindex("@") :]
+    masked = urlunsplit((parts.scheme, netloc, rest, query, parts.fragment))
+    if value.startswith(f"{parts.scheme}://") and not netloc:
+        masked = f"{parts.scheme}://{rest}" + (f"?{query}" if query else "")
+    return masked
+
+
+_URL_IN_TEXT_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:/{1,2}[^\s'\"<>]+")
+
+
+def mask_urls_in(text: str) -> str:
+    """``text`` (an error message, a log line) with every URL in it passed through
+    :func:`mask_url`, so an endpoint that carries credentials is never echoed whole."""
+    return _URL_IN_TEXT_RE.sub(lambda m: mask_url(m.group(0)), text)
+
+
+def _split(value: str, forms: str) -> SplitResult | str:
+    """The parts of a URL, or the reason it cannot be one."""
+    if value != value.strip() or any(c.isspace() for c in value):
+        return f"it contains whitespace; use {forms}"
+    head = value.split(":", 1)[0]
+    if ":" not in value or not _SCHEME_RE.fullmatch(head):
+        return f"it has no scheme; use {forms}"
+    if not value.startswith(f"{head}://"):
+        return f"'{head}:' must be followed by '//' (a typo such as '{head}:/'?); use {forms}"
+    try:
+        return urlsplit(value)
+    except ValueError as exc:
+        return f"it does not parse ({exc}); use {forms}"
+
+
+def _host_and_port(parts: SplitResult, forms: str) -> str | None:
+    try:
+        parts.port  # noqa: B018 - urllib validates the port only when it is read
+    except ValueError:
+        port = parts.netloc.rpartition(":")[2]
+        return f"port {port!r} is not a number from 1 to 65535; use {forms}"
+    if not parts.hostname:
+        return f"the host is missing; use {forms}"
+    if parts.port == 0:
+        return f"port 0 is not a valid port; use {forms}"
+    return None
+
+
+def check_redis_url(value: str, *, schemes: tuple[str, ...] = REDIS_SCHEMES) -> str | None:
+    """Why ``value`` is not a usable Redis (or, with ``schemes``, broker) URL, or None."""
+    forms = REDIS_FORMS if schemes == REDIS_SCHEMES else f"{REDIS_FORMS}, or amqp://host:port//"
+    parts = _split(value, forms)
+    if isinstance(parts, str):
+        return parts
+    scheme = parts.scheme.lower()
+    if scheme not in schemes:
+        return f"scheme {parts.scheme + '://'!r} is not supported; use {forms}"
+    if scheme == "unix":
+        if parts.netloc or not parts.path.startswith("/"):
+            return "a unix socket URL needs an absolute path: unix:///path/to/redis.sock?db=0"
+        return _check_db(dict(parse_qsl(parts.query)).get("db", "0"), forms)
+    problem = _host_and_port(parts, forms)
+    if problem is None and scheme in REDIS_SCHEMES:
+        problem = _check_db(parts.path.strip("/") or "0", forms)
+    return problem
+
+
+def _check_db(db: str, forms: str) -> str | None:
+    if not db.isdigit():
+        return f"database {db!r} is not a number (e.g. /0); use {forms}"
+    return None
+
+
+def check_http_url(value: str) -> str | None:
+    """Why ``value`` is not an ``http(s)://host[:port]/...`` URL, or None."""
+    forms = "http://host:port or https://host[/path]"
+    parts = _split(value, forms)
+    if isinstance(parts, str):
+        return parts
+    if parts.scheme.lower() not in ("http", "https"):
+        return f"scheme {parts.scheme + '://'!r} is not supported; use {forms}"
+    return _host_and_port(parts, forms)
+
+
+def check_store_url(value: str) -> str | None:
+    """Why ``value`` is not a storage URL (see :mod:`tether.persistence.storage_url`), or None.
+
+    Relative ``file://dir`` URLs are accepted here; the settings make them absolute.
+    """
+    parts = _split(value, STORE_FORMS)
+    if isinstance(parts, str):
+        return parts
+    scheme = parts.scheme.lower()
+    if parts.query or parts.fragment:
+        return f"query strings and fragments are not supported; use {STORE_FORMS}"
+    if scheme == "memory":
+        return None if not (parts.netloc or parts.path) else "memory:// takes no name or path"
+    if scheme == "file":
+        if not (parts.netloc + parts.path).strip("/"):
+            return "file URLs need a directory, e.g. file:///var/tether or file://./.tether/store"
+        return None
+    if scheme == "s3":
+        if "@" in parts.netloc or ":" in parts.netloc:
+            return "put S3 credentials and endpoints in AWS_* / TETHER_S3_ENDPOINT_URL, not here"
+        return None if parts.netloc else "the bucket name is missing: s3://bucket[/prefix]"
+    return f"scheme {parts.scheme + '://'!r} is not supported; use {STORE_FORMS}"
+
+
+def check_queue(value: str) -> str | None:
+    """Why ``value`` is not a queue name, or None."""
+    if _QUEUE_RE.fullmatch(value):
+        return None
+    return "use 1-200 characters from [A-Za-z0-9_-.:@], e.g. tether"
+
+
+def check_modules(values: list[str]) -> str | None:
+    """Why one of ``values`` is not a dotted module path, or None."""
+    bad = [v for v in values if not _MODULE_RE.fullmatch(v)]
+    if not bad:
+        return None
+    return f"{bad[0]!r} is not a module path; use e.g. my_project.agents (comma list or JSON list)"

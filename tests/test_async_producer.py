@@ -1,0 +1,266 @@
+"""AsyncProducer: the asyncio client, on real workers, and its agreement with Producer.
+
+The acceptance figure of issue #17: ``asyncio.gather`` over 200 runs on real workers while a
+ticker task measures the longest gap of the event loop (it must stay under 50 ms).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import pytest
+import redis
+
+from tests.support.stack import Stack, unique
+from tether.core.events import EventType
+from tether.core.results import RunStatus
+from tether.errors import InvalidInput, SessionBusy
+from tether.keys import RedisKeys
+from tether.producer import AsyncProducer, AsyncRunHandle
+from tether.producer.aio_queue import AsyncRunQueue, async_redis_from_url
+from tether.runs.contract import RunRequest, RunResult
+from tether.runs.queue.base import CancelOutcome, SubmitState
+from tether.runs.queue.redis import RedisRunQueue
+
+T = TypeVar("T")
+
+#: The longest the event loop may go without running the ticker (issue #17).
+MAX_LOOP_GAP_S = 0.050
+
+
+def run_async_test(stack: Stack, body: Callable[[AsyncProducer], Awaitable[T]]) -> T:
+    """Run ``body`` with a fresh AsyncProducer on the stack, in a new event loop."""
+
+    async def main() -> T:
+        async with AsyncProducer(stack.settings) as producer:
+            return await body(producer)
+
+    return asyncio.run(main())
+
+
+class LoopTicker:
+    """Measures how long the event loop goes without running a task: sleeps 10 ms in a loop and
+    records the longest gap between wake-ups beyond the sleep itself."""
+
+    def __init__(self, interval_s: float = 0.01) -> None:
+        self.interval_s = interval_s
+        self.max_gap_s = 0.0
+        self.max_gap_loop_cpu_s = 0.0
+        """CPU time the loop's thread used during the longest gap (the rest: other threads
+        holding the GIL, or the OS running other processes)."""
+        self.ticks = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        last, last_cpu = time.perf_counter(), time.thread_time()
+        while True:
+            await asyncio.sleep(self.interval_s)
+            now, cpu = time.perf_counter(), time.thread_time()
+            gap = now - last - self.interval_s
+            if gap > self.max_gap_s:
+                self.max_gap_s, self.max_gap_loop_cpu_s = gap, cpu - last_cpu
+            self.ticks += 1
+            last, last_cpu = now, cpu
+
+    def start(self) -> LoopTicker:
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def stop(self) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+
+def test_gather_200_runs_never_stalls_the_event_loop(live_stack: Stack) -> None:
+    sessions = [unique("aio") for _ in range(20)]
+    plan = [(sessions[i % 20], f"remember f{i // 20}") for i in range(200)]
+
+    async def body(producer: AsyncProducer) -> tuple[list[RunResult], LoopTicker, float]:
+        # warm up: connections, the Celery app and the publisher thread exist before measuring
+        await producer.run(unique("warm"), "hello", agent="echo", wait_s=60)
+        ticker = LoopTicker().start()
+        await asyncio.sleep(0.05)
+        started = time.perf_counter()
+        results = await asyncio.gather(
+            *(producer.run(sid, text, agent="notes", wait_s=120) for sid, text in plan)
+        )
+        elapsed = time.perf_counter() - started
+        await asyncio.sleep(0.05)
+        await ticker.stop()
+        return results, ticker, elapsed
+
+    results, ticker, elapsed_s = run_async_test(live_stack, body)
+    print(
+        f"\nasyncio.gather over {len(plan)} AsyncProducer runs: {elapsed_s:.2f} s, "
+        f"max event-loop gap {ticker.max_gap_s * 1000:.1f} ms over {ticker.ticks} ticks "
+        f"(the loop's thread ran {ticker.max_gap_loop_cpu_s * 1000:.1f} ms of it)"
+    )
+    assert [r.status for r in results] == [RunStatus.COMPLETED] * len(plan)
+    assert [r.output for r in results] == [f"noted: {text.split()[1]}" for _, text in plan]
+    assert ticker.ticks > 10
+    assert ticker.max_gap_s < MAX_LOOP_GAP_S
+    # submission order is each session's order: gather starts the coroutines in list order
+    for sid in sessions[:3]:
+        recalled = live_stack.producer.run(sid, "recall", agent="notes", wait_s=60).output
+        assert recalled == "\n".join(f"f{k}" for k in range(10))
+
+
+def test_async_handles_await_reattach_and_share_runs_with_producer(live_stack: Stack) -> None:
+    sid = unique("aio-share")
+    sync = live_stack.producer
+
+    async def body(producer: AsyncProducer) -> None:
+        handle = await producer.run_async(sid, "remember one", agent="notes", request_id="r-one")
+        assert isinstance(handle, AsyncRunHandle) and not handle.done()
+        result = await handle
+        assert result.output == "noted: one" and handle.done()
+        # the same request id from the blocking producer is the same run, applied once
+        again = sync.run_async(sid, "remember one", agent="notes", request_id="r-one")
+        assert again.run_id == handle.run_id
+        assert again.result(timeout=30).output == "noted: one"
+        # and a run submitted by the blocking producer is awaited by the async one
+        other = sync.run_async(sid, "recall", agent="notes")
+        reattached = producer.handle(other.run_id)
+        assert reattached.session_id is None
+        assert (await reattached.result(timeout=60)).output == "one"
+        assert reattached.session_id == sid and reattached.request_id == other.run_id
+        assert (await producer.handle(other.run_id).load()).tenant == "default"
+
+    run_async_test(live_stack, body)
+
+
+def test_async_errors_busy_reject_and_cancel(live_stack: Stack) -> None:
+    sid = unique("aio-cancel")
+
+    async def body(producer: AsyncProducer) -> None:
+        with pytest.raises(InvalidInput):
+            await producer.run_async("bad id", "x", agent="echo")
+        slow = await producer.run_async(sid, "sleep 1.5", agent="sleepy")
+        queued = await producer.run_async(sid, "hello", agent="echo")
+        busy = await producer.run_async(sid, "hello", agent="echo", on_busy="reject")
+        with pytest.raises(SessionBusy):
+            await busy
+        assert await queued.cancel() is True
+        assert queued.cancelled()
+        with pytest.raises(concurrent.futures.CancelledError):
+            await queued
+        assert (await queued.run_result()).status is RunStatus.CANCELLED
+        with pytest.raises(TimeoutError):
+            await slow.result(timeout=0.05)  # the run goes on
+        assert (await slow.result(timeout=60)).status is RunStatus.COMPLETED
+        assert await slow.cancel() is False
+        assert await producer.cancel(slow.run_id) is CancelOutcome.FINISHED
+        unknown = await producer.run_async(sid, "hello", agent="no-such-agent")
+        error = await unknown.exception(timeout=60)
+        assert error is not None and type(error).__name__ == "UnknownAgent"
+
+    run_async_test(live_stack, body)
+
+
+def test_async_tail_and_handle_events(live_stack: Stack) -> None:
+    sid = unique("aio-tail")
+
+    async def body(producer: AsyncProducer) -> None:
+        handle = await producer.run_async(sid, "2 + 3", agent="calculator")
+        seen = [event async for event in handle.events(idle_timeout_s=30)]
+        result = await handle
+        assert seen and all(e.run_id == handle.run_id for e in seen)
+        assert seen[-1].seq == result.last_seq
+        assert EventType.TOOL_RESULT in {e.type for e in seen}
+        tailed = [e async for e in producer.tail(sid, idle_timeout_s=0.5)]
+        synced = list(live_stack.producer.tail(sid, idle_timeout_s=0.5))
+        assert [(e.seq, e.type) for e in tailed] == [(e.seq, e.type) for e in synced]
+        assert [e.seq for e in tailed] == list(range(1, result.last_seq + 1))
+        later = [e async for e in producer.tail(sid, after_seq=2, idle_timeout_s=0.2)]
+        assert [e.seq for e in later] == list(range(3, result.last_seq + 1))
+
+    run_async_test(live_stack, body)
+
+
+def test_async_approve_continues_a_waiting_run(live_stack: Stack) -> None:
+    sid = unique("aio-approve")
+
+    async def body(producer: AsyncProducer) -> None:
+        waiting = await producer.run(sid, "transfer 50", agent="approver", wait_s=60)
+        assert waiting.status is RunStatus.WAITING
+        call_id = waiting.pending[0].call_id
+        handle = await producer.approve(sid, call_id, agent="approver")
+        done = await handle.result(timeout=60)
+        assert done.status is RunStatus.COMPLETED and "50" in (done.output or "")
+
+    run_async_test(live_stack, body)
+
+
+# --- the asyncio run queue agrees with the blocking one ----------------------------------------
+
+
+def _request(session_id: str, request_id: str, run_id: str, on_busy: str = "enqueue") -> RunRequest:
+    return RunRequest(
+        run_id=run_id, request_id=request_id, session_id=session_id, agent="echo", input="hi",
+        on_busy=on_busy,  # type: ignore[arg-type]
+    )
+
+
+def test_async_run_queue_agrees_with_the_redis_run_queue(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    keys = RedisKeys("agree")
+    sync = RedisRunQueue(redis_client, keys, result_ttl_s=60)
+
+    async def main() -> None:
+        client = async_redis_from_url(redis_url)
+        aio = AsyncRunQueue(client, keys, result_ttl_s=60, where="test")
+        try:
+            first = await aio.submit_many([_request("s1", "q1", "run-a")], queue="qa")
+            assert first[0].state is SubmitState.QUEUED
+            view = sync.get("run-a")
+            assert view is not None and view.queue == "qa" and view.request is not None
+            assert view.status == "QUEUED" and sync.head("default", "s1") == "run-a"
+            # a duplicate from either side is the first run
+            assert sync.submit_many([_request("s1", "q1", "run-b")])[0].run_id == "run-a"
+            dup = await aio.submit_many([_request("s1", "q1", "run-c")])
+            assert (dup[0].run_id, dup[0].state) == ("run-a", SubmitState.DUPLICATE)
+            assert (await aio.get("run-a")) == sync.get("run-a")
+            busy = await aio.submit_many([_request("s1", "q2", "run-d", on_busy="reject")])
+            assert busy[0].state is SubmitState.BUSY
+            last = await aio.done_last_id()
+            sync.finish(RunResult(run_id="run-a", request_id="q1", session_id="s1",
+                                  tenant="default", status=RunStatus.COMPLETED, output="ok"))
+            assert await aio.read_done(last, 100) == [(sync.done_last_id(), "run-a")]
+            peeked = await aio.peek_many(["run-a", "run-x"])
+            assert peeked == sync.peek_many(["run-a", "run-x"])
+            assert list(peeked) == ["run-a"] and peeked["run-a"] is not None
+            assert await aio.request_cancel("run-a") is CancelOutcome.FINISHED
+            await aio.submit_many([_request("s2", "q3", "run-e")])
+            assert await aio.request_cancel("run-e") is CancelOutcome.CANCELLED
+            assert sync.cancel_requested("run-e") and sync.begin("run-e", "w") is None
+            refused = RunResult(run_id="run-e", request_id="q3", session_id="s2",
+                                tenant="default", status=RunStatus.FAILED, error_type="X")
+            assert await aio.record_rejected(refused) is False  # never rewrites a record
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+
+
+def test_the_shared_core_builds_and_validates_requests_before_any_io() -> None:
+    from tether.producer import core
+    from tether.settings import Settings
+
+    settings = Settings(tenant="team-a", max_input_bytes=10)
+    spec = core.run_spec("s-1", "hi", agent="echo", request_id="r-1", on_busy="reject")
+    request = core.build_request(settings, spec)
+    assert (request.tenant, request.request_id, request.on_busy.value) == (
+        "team-a", "r-1", "reject"
+    )
+    with pytest.raises(InvalidInput, match="over the limit"):
+        core.build_request(settings, core.run_spec("s-1", "x" * 11, agent="echo"))
+    with pytest.raises(InvalidInput):
+        AsyncProducer(settings).handle("no/slash")

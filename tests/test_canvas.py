@@ -1,0 +1,120 @@
+"""Runs in Celery's canvas on real workers: group, chord, chain (issue #17).
+
+The canvas is driven from a separate process configured like a user's (the stack's ``TETHER_*``
+environment), so the worker app's configuration there is exactly what a user gets.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+from tests.support.stack import Stack, unique
+from tether.core.results import RunStatus
+
+CLIENT = textwrap.dedent(
+    """
+    import json, sys
+    from celery import chain, chord, group
+    from tether.errors import InvalidInput
+    from tether.worker.canvas import tether_collect, tether_run
+
+    plan = json.loads(sys.argv[1])
+    out = {}
+    if plan["kind"] == "fan-out":
+        sessions = plan["sessions"]
+        first = [tether_run.s(sessions[i % 10], f"remember g{i}", agent="notes")
+                 for i in range(50)]
+        out["group"] = group(first).apply_async().get(timeout=180)
+        second = [tether_run.s(sessions[i % 10], f"remember c{i}", agent="notes")
+                  for i in range(50)]
+        out["chord"] = chord(second)(tether_collect.s()).get(timeout=180)
+    elif plan["kind"] == "chain":
+        a, b = plan["sessions"]
+        steps = chain(tether_run.s(a, "remember x", agent="notes"), tether_run.s(b, agent="echo"),
+                      tether_run.s(session_id=b, agent="echo"))
+        out["chain"] = steps.apply_async().get(timeout=120)
+    elif plan["kind"] == "once":
+        sid = plan["sessions"][0]
+        sig = dict(args=(sid, "remember once"), kwargs={"agent": "notes"}, task_id="canvas-fixed-1")
+        first = tether_run.apply_async(**sig).get(timeout=60)
+        again = tether_run.apply_async(**sig).get(timeout=60)  # a redelivered message
+        out["results"] = [first, again]
+        out["failed"] = tether_run.delay(sid, "hi", agent="no-such-agent").get(timeout=60)
+        try:
+            tether_run.delay("bad/id", "hi", agent="echo")
+        except InvalidInput as exc:
+            out["invalid"] = str(exc)
+    print(json.dumps(out))
+    """
+)
+
+
+def run_client(stack: Stack, kind: str, sessions: list[str]) -> dict[str, Any]:
+    """Drive the canvas from a fresh process with the stack's environment."""
+    proc = subprocess.run(
+        [sys.executable, "-c", CLIENT, json.dumps({"kind": kind, "sessions": sessions})],
+        env=stack.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def recall(stack: Stack, session_id: str) -> list[str]:
+    output = stack.producer.run(session_id, "recall", agent="notes", wait_s=60).output or ""
+    return output.splitlines()
+
+
+def test_group_and_chord_of_50_runs_over_10_sessions_keep_session_order(
+    live_stack: Stack,
+) -> None:
+    sessions = [unique("canvas") for _ in range(10)]
+    out = run_client(live_stack, "fan-out", sessions)
+
+    grouped = out["group"]
+    assert len(grouped) == 50
+    assert [r["status"] for r in grouped] == [RunStatus.COMPLETED.value] * 50
+    assert [r["output"] for r in grouped] == [f"noted: g{i}" for i in range(50)]
+    assert [r["session_id"] for r in grouped] == [sessions[i % 10] for i in range(50)]
+
+    summary = out["chord"]
+    assert summary["count"] == 50 and summary["ok"] is True
+    assert summary["by_status"] == {RunStatus.COMPLETED.value: 50}
+    assert summary["outputs"] == [f"noted: c{i}" for i in range(50)]
+
+    # each session applied its runs in the order they were given in the group, then the chord
+    for k, sid in enumerate(sessions):
+        expected = [f"g{i}" for i in range(k, 50, 10)] + [f"c{i}" for i in range(k, 50, 10)]
+        assert recall(live_stack, sid) == expected
+    reader = live_stack.reader()
+    for sid in sessions:
+        assert reader.verify(sid).ok
+
+
+def test_chain_passes_the_previous_output_along(live_stack: Stack) -> None:
+    a, b = unique("chain-a"), unique("chain-b")
+    out = run_client(live_stack, "chain", [a, b])
+    last = out["chain"]
+    assert last["session_id"] == b and last["status"] == RunStatus.COMPLETED.value
+    assert last["output"] == "echo: echo: noted: x"
+    assert recall(live_stack, a) == ["x"]
+
+
+def test_a_redelivered_canvas_task_applies_once_and_failures_are_results(
+    live_stack: Stack,
+) -> None:
+    sid = unique("canvas-once")
+    out = run_client(live_stack, "once", [sid])
+    first, again = out["results"]
+    assert first["run_id"] == again["run_id"] == "run-canvas-fixed-1"
+    assert first["request_id"] == "canvas:canvas-fixed-1"
+    assert recall(live_stack, sid) == ["once"]  # applied once
+    failed = out["failed"]
+    assert failed["status"] == RunStatus.FAILED.value and failed["error_type"] == "UnknownAgent"
+    assert "session id" in out["invalid"]

@@ -1,0 +1,90 @@
+"""``tether console`` over HTTP (no browser): tenant scoping, the token, the bind rule, and the
+guards on actions. Real console processes on the test stack."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.support.console import Console
+from tests.support.stack import Stack, unique
+from tether.core.results import RunStatus
+
+TOKEN = "a-test-token-of-enough-length"
+
+
+@pytest.fixture(scope="module")
+def other_tenant_console(
+    stack: Stack, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Console]:
+    """A console of tenant ``other`` with a token and actions on."""
+    log_dir = tmp_path_factory.mktemp("console-auth")
+    with Console(stack.env, log_dir, "--tenant", "other", "--token", TOKEN, "--actions") as c:
+        yield c
+
+
+def _get(console: Console, path: str, **kwargs: object) -> httpx.Response:
+    return httpx.get(console.url + path, timeout=10, **kwargs)  # type: ignore[arg-type]
+
+
+def test_every_view_is_tenant_scoped(live_stack: Stack, other_tenant_console: Console) -> None:
+    sid = unique("scoped")
+    result = live_stack.producer.run(sid, "hi", agent="echo", wait_s=60)  # tenant "default"
+    assert result.status is RunStatus.COMPLETED
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    listing = _get(other_tenant_console, f"/sessions?q={sid}", headers=auth)
+    assert listing.status_code == 200 and f'data-session-id="{sid}"' not in listing.text
+    assert "0 session(s) match" in listing.text
+    assert _get(other_tenant_console, f"/sessions/{sid}", headers=auth).status_code == 404
+    assert _get(other_tenant_console, f"/runs/{result.run_id}", headers=auth).status_code == 404
+    assert result.run_id not in _get(other_tenant_console, "/runs", headers=auth).text
+    # an action on another tenant's run finds nothing either
+    form = {"form_key": "whatever"}
+    cancel = httpx.post(
+        f"{other_tenant_console.url}/runs/{result.run_id}/cancel", data=form, headers=auth
+    )
+    assert cancel.status_code == 403  # a foreign form key is refused before anything is read
+
+
+def test_the_token_is_required_by_header_or_by_the_cookie_it_sets(
+    other_tenant_console: Console,
+) -> None:
+    assert _get(other_tenant_console, "/sessions").status_code == 401
+    assert _get(other_tenant_console, "/metrics").status_code == 401
+    bad = {"Authorization": "Bearer not-the-token-at-all-no"}
+    assert _get(other_tenant_console, "/sessions", headers=bad).status_code == 401
+    assert _get(other_tenant_console, "/sessions?token=wrong").status_code == 401
+    with httpx.Client(base_url=other_tenant_console.url, timeout=10) as browser:
+        opened = browser.get(f"/sessions?token={TOKEN}&q=x")
+        assert opened.status_code == 303
+        assert opened.headers["location"] == "/sessions?q=x"  # the token leaves the address bar
+        assert "httponly" in opened.headers["set-cookie"].lower()
+        assert browser.get("/sessions").status_code == 200  # the cookie carries it
+    metrics = _get(other_tenant_console, "/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert metrics.status_code == 200 and 'tether_queue_depth{tenant="other"}' in metrics.text
+
+
+def test_actions_are_off_unless_asked(
+    stack: Stack, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    with Console(stack.env, tmp_path_factory.mktemp("console-ro")) as console:
+        page = _get(console, "/runs")
+        assert page.status_code == 200 and "data-cancel" not in page.text
+        refused = httpx.post(f"{console.url}/runs/run-x/cancel", data={"form_key": "k"})
+        assert refused.status_code == 403 and "--actions" in refused.text
+
+
+def test_binding_beyond_loopback_needs_a_token(stack: Stack) -> None:
+    command = [sys.executable, "-m", "tether.producer.cli", "console", "--host", "0.0.0.0"]
+    done = subprocess.run(command, env=stack.env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--token" in lines[0] and "0.0.0.0" in lines[0], done.stderr
+    short = subprocess.run(
+        [*command, "--token", "short"], env=stack.env, capture_output=True, text=True, timeout=60
+    )
+    assert short.returncode == 2 and "at least 16" in short.stderr

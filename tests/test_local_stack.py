@@ -1,0 +1,125 @@
+"""``tether up`` / ``status`` / ``down`` in a fresh project folder, as real processes.
+
+The stack's redis-server is its own (a free port, never 6379); every command runs in the
+project folder with no ``TETHER_*`` variable set, so it reaches the stack only through
+``.tether/env``. After ``down``, none of the recorded processes (nor a worker's pool child)
+may remain.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+from tether.producer.local_stack import console_available
+
+CLI_TIMEOUT_S = 180
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("TETHER_", "AWS_"))}
+
+
+def tether(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tether.producer.cli", *args],
+        env=_env(), cwd=project, capture_output=True, text=True, timeout=CLI_TIMEOUT_S,
+    )
+
+
+def ok(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert done.returncode == 0, f"rc={done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+def _alive(pid: int, create_time: float) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        return abs(proc.create_time() - create_time) < 0.05 and proc.status() != "zombie"
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_up_run_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
+    started = time.monotonic()
+    up = ok(tether(tmp_path, "up", "--workers", "1"))
+    up_s = time.monotonic() - started
+    assert "local stack up" in up.stdout
+    state = json.loads((tmp_path / ".tether" / "stack.json").read_text())
+    services = {s["name"]: s for s in state["services"]}
+    try:
+        assert services["redis"]["port"] not in (None, 6379)
+        assert set(services) == ({"redis", "w1", "console"} if console_available()
+                                 else {"redis", "w1"})
+        env_file = tmp_path / ".tether" / "env"
+        assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+        assert "export TETHER_BROKER_URL=" in env_file.read_text()
+        password = env_file.read_text().split("redis://:", 1)[1].split("@", 1)[0]
+        assert password and password not in up.stdout + up.stderr  # the output masks it
+        for service in services.values():  # detached: each leads a session of its own
+            assert os.getsid(service["pid"]) == service["pid"], service
+
+        again = ok(tether(tmp_path, "up"))
+        assert "already up" in again.stdout
+
+        run = ok(tether(tmp_path, "run", "s1", "hi", "--agent", "echo"))
+        assert run.stdout.strip() == "echo: hi"
+        assert "no worker is consuming" not in run.stderr
+
+        shown = json.loads(ok(tether(tmp_path, "status", "--json")).stdout)
+        assert [w["pid"] for w in shown["workers"]] == [services["w1"]["pid"]]
+        assert shown["workers"][0]["queues"] == ["tether"]
+        assert shown["workers"][0]["runs_done"] >= 1
+        assert shown["healthy"] and all(s["up"] for s in shown["services"])
+        assert shown["queue_depth"] == {"tether": 0}
+        text = ok(tether(tmp_path, "status")).stdout
+        assert "workers: 1" in text and "w1@" in text
+        if console_available():
+            with urllib.request.urlopen(state["console_url"], timeout=10) as page:
+                assert page.status == 200
+        family = {
+            (p.pid, p.create_time())
+            for s in services.values()
+            for p in [psutil.Process(s["pid"]), *psutil.Process(s["pid"]).children(True)]
+        }
+        assert len(family) > len(services)  # the worker's pool child is tracked too
+    finally:
+        down = tether(tmp_path, "down")
+    ok(down)
+    assert "local stack down" in down.stdout
+    remaining = [pid for pid, created in family if _alive(pid, created)]
+    assert remaining == []
+    assert not (tmp_path / ".tether" / "env").exists()
+    assert not (tmp_path / ".tether" / "stack.json").exists()
+    print(f"\ntether up with 1 worker took {up_s:.1f} s")
+
+
+def test_down_never_signals_a_process_it_did_not_start(tmp_path: Path) -> None:
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        created = psutil.Process(stranger.pid).create_time()
+        record = {"name": "w1", "kind": "worker", "pid": stranger.pid, "log": "x", "port": None}
+        state = {
+            "project": str(tmp_path),
+            "started_at_ms": 0,
+            # the same pid, another start time: the recorded worker is gone, the pid reused
+            "services": [{**record, "create_time": created - 100.0}],
+        }
+        (tmp_path / ".tether").mkdir()
+        (tmp_path / ".tether" / "stack.json").write_text(json.dumps(state))
+        (tmp_path / ".tether" / "env").write_text("export TETHER_QUEUE='gone'\n")
+        down = ok(tether(tmp_path, "down"))
+        assert "nothing was running" in down.stdout
+        assert stranger.poll() is None  # untouched
+        assert not (tmp_path / ".tether" / "env").exists()
+    finally:
+        stranger.kill()
+        stranger.wait()

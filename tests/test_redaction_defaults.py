@@ -1,0 +1,90 @@
+"""#19: common credential formats are masked by default, in inputs, outputs, tool arguments and
+tool results, before memory, events, snapshots or the archive see them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tether import Agent, ModelResponse, ScriptedModel, tool
+from tether.core.items import ToolOutput
+from tether.models.base import ModelRequest
+from tether.persistence.archives.memory import InMemoryEventArchive
+from tether.persistence.stores.memory import InMemorySnapshotStore
+from tether.runtime.redaction import DEFAULT_REDACTOR, secret_redactor
+
+PLANTED = {
+    "openai": "sk-proj-" + "Q7x" * 10,
+    "aws": "AKIA" + "IOSFODNN7EXAMPL1",
+    "bearer": "Bearer " + "eyJhbGciOiJIUzI1NiJ9.e30.c2lnbmF0dXJl",
+    "github": "ghp_" + "a1B2" * 9,
+}
+
+
+@tool
+def fetch(url: str, token: str) -> str:
+    """Fetch a URL (echoes what it was given, as a careless tool would)."""
+    return f"fetched {url} with {token}"
+
+
+def _agent(**kw: object) -> Agent:
+    def respond(request: ModelRequest) -> ModelResponse:
+        last = request.items[-1]
+        if isinstance(last, ToolOutput):
+            return ModelResponse.final(f"done: {last.output}")
+        return ModelResponse.call(
+            "call_1", "fetch", {"url": "https://api.example.com", "token": PLANTED["github"]}
+        )
+
+    return Agent(ScriptedModel(responder=respond), tools=[fetch], **kw)  # type: ignore[arg-type]
+
+
+def _planted_input() -> str:
+    return "use these: " + " ".join(PLANTED.values())
+
+
+def _leaks(text: str) -> list[str]:
+    secret_parts = [v.removeprefix("Bearer ") for v in PLANTED.values()]
+    return [part for part in secret_parts if part in text]
+
+
+def test_planted_secrets_never_reach_memory_events_snapshot_or_archive() -> None:
+    store, archive = InMemorySnapshotStore(), InMemoryEventArchive()
+    agent = _agent(store=store, archive=archive)
+    session = agent.new_session("s-secrets")
+    result = session.run(_planted_input())
+    session.save()
+    assert result.output is not None and not _leaks(result.output)
+    stored = store.load("default", "s-secrets")
+    assert stored is not None
+    everything = json.dumps(stored.snapshot.to_json_dict()) + "".join(
+        e.model_dump_json() for e in session.events
+    ) + "".join(e.model_dump_json() for e in archive.read("default", "s-secrets"))
+    assert _leaks(everything) == []
+    assert "***" in everything
+
+
+def test_the_tool_still_runs_and_the_model_sees_masked_text() -> None:
+    session = _agent().new_session("s-tool")
+    result = session.run(_planted_input())
+    assert result.output is not None and result.output.startswith("done: fetched")
+    assert "***" in result.output
+
+
+def test_own_redactor_runs_after_the_defaults_and_none_turns_redaction_off() -> None:
+    own = _agent(redact=secret_redactor(["example.com"])).new_session("s-own")
+    text = own.run(_planted_input()).output or ""
+    assert not _leaks(text) and "example.com" not in text
+    raw = _agent(redact=None).new_session("s-raw")
+    assert PLANTED["github"] in (raw.run("hi").output or "")
+
+
+@pytest.mark.parametrize("ordinary", ["ask the task-based skills", "sk-short", "AKIA1", "bearer x"])
+def test_ordinary_text_is_left_alone(ordinary: str) -> None:
+    assert DEFAULT_REDACTOR(ordinary) == ordinary
+
+
+def test_default_redaction_is_idempotent() -> None:
+    once = DEFAULT_REDACTOR(_planted_input())
+    assert DEFAULT_REDACTOR(once) == once

@@ -1,0 +1,178 @@
+"""Settings are validated once, before any service is touched: one line, no traceback.
+
+Each bad setting is tried on every entry point as a real process: ``tether worker``,
+``celery -A tether.worker.app worker`` (Celery's own CLI), ``tether run`` and ``tether config``.
+Every case also carries a password in a URL, which must never appear in the output. The broker
+of every case points at 127.0.0.1:1 (nothing listens there), so nothing could reach a real Redis
+even if validation let a command through.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tether.errors import SettingsError
+from tether.settings import load_settings, masked
+from tether.settings_checks import mask_url
+
+SECRET = "s3cret-pw-7f1c"
+SAFE_BROKER = f"redis://:{SECRET}@127.0.0.1:1/0"
+CASES = {
+    # name: (variable at fault, extra environment)
+    "unknown store scheme": ("TETHER_STORE_URL", {"TETHER_STORE_URL": "s4://x"}),
+    "bad port": (
+        "TETHER_REDIS_URL",
+        {"TETHER_REDIS_URL": f"redis://:{SECRET}@127.0.0.1:notaport/0"},
+    ),
+    "broker scheme typo": (
+        "TETHER_BROKER_URL",
+        {"TETHER_BROKER_URL": f"redis:/:{SECRET}@127.0.0.1:6379/0"},
+    ),
+}
+COMMANDS = {
+    "tether worker": ["-m", "tether.producer.cli", "worker", "-P", "solo"],
+    "celery worker": [
+        "-m", "celery", "-A", "tether.worker.app", "worker", "-P", "solo",
+        "--without-mingle", "--without-gossip",
+    ],
+    "tether run": ["-m", "tether.producer.cli", "run", "s1", "hi", "--agent", "echo"],
+    "tether config": ["-m", "tether.producer.cli", "config"],
+}
+
+
+def _env(extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    env.update({"TETHER_BROKER_URL": SAFE_BROKER, **extra})
+    return env
+
+
+def _run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_every_entry_point_refuses_each_bad_setting_with_one_line(tmp_path: Path) -> None:
+    jobs = {
+        (case, command): (args, _env(extra))
+        for case, (_, extra) in CASES.items()
+        for command, args in COMMANDS.items()
+    }
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {key: pool.submit(_run, args, env, tmp_path) for key, (args, env) in jobs.items()}
+        done = {key: future.result() for key, future in futures.items()}
+    for (case, command), proc in done.items():
+        variable = CASES[case][0]
+        where = f"{command} with {case}: rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert proc.returncode == 2, where
+        assert len(lines) == 1, where
+        assert lines[0].startswith("error: SettingsError: ") and variable in lines[0], where
+        assert "Traceback" not in proc.stdout + proc.stderr, where
+        assert SECRET not in proc.stdout + proc.stderr, where
+        assert "ready." not in proc.stdout + proc.stderr, where  # no worker ever started
+
+
+def test_the_message_names_the_value_masked_and_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TETHER_BROKER_URL", f"redis://:{SECRET}@cache.example:notaport/0")
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    message = str(caught.value)
+    assert "TETHER_BROKER_URL='redis://:***@cache.example:notaport/0'" in message
+    assert "port 'notaport' is not a number" in message and "use redis://" in message
+    assert SECRET not in message
+    assert caught.value.variables == ("TETHER_BROKER_URL",)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "needle"),
+    [
+        ("TETHER_STORE_URL", "s4://x", "scheme 's4://' is not supported"),
+        ("TETHER_STORE_URL", "s3://", "bucket name is missing"),
+        ("TETHER_REDIS_URL", "redis://127.0.0.1:6379/zero", "database 'zero' is not a number"),
+        ("TETHER_REDIS_URL", "amqp://guest@h//", "scheme 'amqp://' is not supported"),
+        ("TETHER_BROKER_URL", "redis://127.0.0.1:70000/0", "port '70000'"),
+        ("TETHER_BROKER_URL", "127.0.0.1:6379", "has no scheme"),
+        ("TETHER_S3_ENDPOINT_URL", "ftp://s3.local", "scheme 'ftp://'"),
+        ("TETHER_NAMESPACE", "a:b", "prefix 'a:b' is not allowed"),
+        ("TETHER_TENANT", "a/b", "tenant 'a/b' is not allowed"),
+        ("TETHER_QUEUE", "two words", "use 1-200 characters"),
+        ("TETHER_MAX_ATTEMPTS", "1000", "less than or equal to 100"),
+        ("TETHER_AGENT_MODULES", "good.mod,bad-mod", "'bad-mod' is not a module path"),
+    ],
+)
+def test_each_check_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, needle: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value).startswith(f"{variable}=") and needle in str(caught.value)
+
+
+def test_an_api_key_is_never_shown(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TETHER_OPENAI_API_KEY", "sk-hidden-123")
+    monkeypatch.setenv("TETHER_OPENAI_BASE_URL", "https://user:sk-hidden-123@api.example/v1")
+    assert "sk-hidden" not in repr(masked(load_settings()))
+    monkeypatch.setenv("TETHER_OPENAI_BASE_URL", "https://user:sk-hidden-123@api.example:x/v1")
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert "sk-hidden" not in str(caught.value) and "TETHER_OPENAI_BASE_URL" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:pw@h:6379/0", "redis://:***@h:6379/0"),
+        ("redis://user:pw@h:notaport/0", "redis://user:***@h:notaport/0"),
+        ("redis:/:pw@h", "redis:***@h"),
+        ("unix:///tmp/r.sock?db=0&password=pw", "unix:///tmp/r.sock?db=0&password=***"),
+        ("memory://", "memory://"),
+        ("file:///var/tether", "file:///var/tether"),
+    ],
+)
+def test_mask_url(url: str, shown: str) -> None:
+    assert mask_url(url) == shown
+
+
+def test_local_env_file_is_read_below_dotenv_and_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key in [k for k in os.environ if k.startswith("TETHER_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".tether").mkdir()
+    (tmp_path / ".tether" / "env").write_text(
+        "# written by tether up\n"
+        "export TETHER_BROKER_URL='redis://:pw@127.0.0.1:7001/0'\n"
+        "export TETHER_QUEUE='from-local'\n"
+        "export TETHER_TENANT='from-local'\n"
+        "export AWS_ACCESS_KEY_ID='testing'\n"
+    )
+    # other programs' lines in .env are theirs: ignored, not refused
+    (tmp_path / ".env").write_text(
+        "MY_APP_TOKEN=x\nTETHER_QUEUE=from-dotenv\nTETHER_TENANT=from-dotenv\n"
+    )
+    monkeypatch.setenv("TETHER_TENANT", "from-environment")
+    settings = load_settings()
+    assert settings.broker_url == "redis://:pw@127.0.0.1:7001/0"  # only .tether/env sets it
+    assert settings.queue == "from-dotenv"  # .env wins over .tether/env
+    assert settings.tenant == "from-environment"  # the environment wins over both
+
+
+def test_a_bad_value_in_the_local_env_file_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key in [k for k in os.environ if k.startswith("TETHER_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".tether").mkdir()
+    (tmp_path / ".tether" / "env").write_text("export TETHER_LEASE_TTL=5\n")
+    with pytest.raises(SettingsError, match=r"unknown setting TETHER_LEASE_TTL in \.env or"):
+        load_settings()

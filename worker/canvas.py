@@ -1,0 +1,253 @@
+"""Runs in Celery's canvas: ``tether_run.s(session_id, input, agent=...)`` in chain, group, chord.
+
+>>> from celery import chain, chord, group
+>>> from tether.worker.canvas import tether_collect, tether_run
+>>> chord(tether_run.s(f"s-{i % 10}", f"case {i}", agent="echo") for i in range(50))(
+...     tether_collect.s()).get(timeout=120)      # {"count": 50, "by_status": {...}, ...}
+>>> chain(tether_run.s("s-1", "draft", agent="writer"),
+...       tether_run.s("s-2", agent="critic")).delay().get()   # s-2's input: s-1's output
+
+The task result is the run's :class:`~tether.runs.contract.RunResult` as a JSON dict, whatever
+its status (a failed run is a result whose ``status`` is ``FAILED``, not a failed task; the task
+fails only when its arguments are invalid, or its run record is lost, or the wait runs out).
+
+How it keeps exactly-once and per-session order, without deadlocking the pool:
+
+- **Submitted when the signature is applied**, in the caller's process (:class:`CanvasRunTask`
+  overrides ``apply_async``): the run enters its session's FIFO queue then, so the runs of one
+  session in a group are applied in the group's order, whatever order the workers take the
+  task messages in. A chain applies each step when the previous one finished (its input is the
+  previous output), so steps on one session run in chain order.
+- **One request id per canvas task** (``canvas:<task id>``, run id ``run-<task id>``): a
+  redelivered task message, or the worker re-registering the request, finds it a duplicate and
+  gets the same run; it is applied once.
+- **The task drains the session itself**, as ``tether.run`` does, and returns its own run's
+  result. If another worker holds the session's lease, that worker applies the queue in order,
+  this run included, and the task waits for its run's completion (waking on the completion
+  stream, trying the lease again every second: a dead holder's lease expires and this task takes
+  over), for at most ``wait_s`` seconds (default and cap: ``TETHER_MAX_RUN_S + 60``, below the
+  task time limit). A waiting task never holds a lease, and a lease holder never waits, so no
+  set of canvas tasks can wait on each other.
+
+Results go to a Redis result backend on ``TETHER_REDIS_URL`` (keys prefixed
+``<namespace>-celery-results:``, expiring after ``TETHER_RESULT_TTL_S``), set on the worker app
+when this module is imported; ``tether.run`` and ``tether.drain`` still store no result.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+from celery import Task
+from celery.utils import uuid
+
+from tether.core.results import RunStatus
+from tether.errors import InvalidInput, RunLost, RunTimeout, SessionBusy
+from tether.keys import RedisKeys
+from tether.persistence.redis_conn import redis_from_url
+from tether.runs.contract import RunRequest, RunResult, parse_request
+from tether.runs.cycle import drain
+from tether.runs.queue.base import RunQueue, SubmitState, preempt_for, submit
+from tether.runs.queue.redis import RedisRunQueue
+from tether.runs.runtime import Runtime
+from tether.settings import Settings, load_settings
+from tether.worker.app import app
+from tether.worker.tasks import get_runtime
+
+CANVAS_RUN_TASK = "tether.canvas.run"
+CANVAS_COLLECT_TASK = "tether.canvas.collect"
+#: Margin between the longest run and the longest wait of a canvas task (its soft time limit
+#: is TETHER_MAX_RUN_S + 90).
+WAIT_MARGIN_S = 60.0
+_OPTIONS = frozenset({"agent", "tenant", "metadata", "timeout_s", "on_busy", "durability",
+                      "wait_s"})
+
+
+def _backend_url(redis_url: str) -> str:
+    """Celery's spelling of a Redis URL (it names unix sockets ``socket://``)."""
+    parts = urlsplit(redis_url)
+    if parts.scheme == "unix":
+        return "socket://" + redis_url.split("://", 1)[1]
+    return redis_url
+
+
+def _canvas_config() -> dict[str, Any]:
+    settings = load_settings()
+    return {
+        "result_backend": _backend_url(settings.effective_redis_url),
+        "result_expires": settings.result_ttl_s,
+        "result_backend_transport_options": {
+            "global_keyprefix": f"{settings.namespace}-celery-results:"
+        },
+    }
+
+
+# later defaults win over the app's own (lazy: nothing is read until Celery needs its config)
+app.add_defaults(_canvas_config)
+
+
+def canvas_request(args: tuple[Any, ...], kwargs: dict[str, Any], task_id: str,
+                   settings: Settings) -> RunRequest:
+    """The run request of a canvas task's call (validated; no I/O).
+
+    Accepts ``(session_id, input)`` (positional or by name), and in a chain
+    ``(previous_result, session_id[, input])``: without an input, the previous run's output is
+    the input.
+
+    Raises:
+        InvalidInput: arguments missing, unknown or malformed.
+    """
+    previous: dict[str, Any] | None = None
+    if args and isinstance(args[0], dict):
+        if "run_id" not in args[0] or "status" not in args[0]:
+            raise InvalidInput("tether_run's first argument is a dict but not a RunResult; "
+                               "call tether_run.s(session_id, input, agent=...)")
+        previous, args = args[0], args[1:]
+    named = dict(zip(("session_id", "input"), args, strict=False))
+    unknown = set(kwargs) - _OPTIONS - {"session_id", "input"}
+    if unknown or len(args) > 2 or set(named) & set(kwargs) or "agent" not in kwargs:
+        raise InvalidInput(
+            f"tether_run got {len(args)} positional arguments, options {sorted(kwargs)}; call "
+            "tether_run.s(session_id, input, agent=..., tenant=..., metadata=..., timeout_s=..., "
+            "wait_s=...)"
+        )
+    named.update(kwargs)
+    text = named.get("input")
+    if text is None and previous is not None:
+        text = previous.get("output")
+    if text is None:
+        raise InvalidInput("tether_run needs an input (or, in a chain, a previous run's output)")
+    doc = {
+        "run_id": f"run-{task_id}",
+        "request_id": f"canvas:{task_id}",
+        "tenant": named.get("tenant") or settings.tenant,
+        "session_id": named.get("session_id"),
+        "input": text,
+        **{k: v for k, v in named.items() if k in _OPTIONS - {"tenant", "wait_s"}},
+    }
+    request = parse_request(doc)
+    request.check_input_size(settings.max_input_bytes)
+    return request
+
+
+_caller_queue: tuple[Settings, RedisRunQueue] | None = None
+
+
+def _caller_runs() -> tuple[Settings, RedisRunQueue]:
+    """The run queue of a process applying signatures (no worker runtime needed there)."""
+    global _caller_queue
+    if _caller_queue is None:
+        settings = load_settings()
+        client = redis_from_url(settings.effective_redis_url)
+        queue = RedisRunQueue(client, RedisKeys(settings.namespace),
+                              result_ttl_s=settings.result_ttl_s)
+        _caller_queue = (settings, queue)
+    return _caller_queue
+
+
+def _submit(runs: RunQueue, request: RunRequest, queue: str) -> RunResult | None:
+    """Register the request (idempotent); the result of a run refused at once (busy), else None.
+
+    Raises:
+        InvalidInput: the run id belongs to another request.
+    """
+    recorded = runs.get(request.run_id)
+    if recorded is not None and recorded.result is not None:
+        return recorded.result  # finished, or refused when the signature was applied
+    outcome = submit(runs, request, on=queue)
+    if outcome.state is SubmitState.TAKEN:
+        raise InvalidInput(f"run id {request.run_id} belongs to another request; "
+                           "give each canvas task its own task id")
+    if outcome.state is SubmitState.QUEUED:
+        preempt_for(runs, request)
+    if outcome.state is SubmitState.BUSY:
+        busy = SessionBusy(
+            f"session {request.tenant}/{request.session_id} is running or has queued runs, and "
+            "on_busy='reject' was asked; retry later or use on_busy='enqueue'"
+        )
+        refused = RunResult.failure(request, RunStatus.FAILED, busy.error_type, str(busy))
+        runs.record_rejected(refused)
+        return refused
+    return None
+
+
+class CanvasRunTask(Task):  # type: ignore[misc]
+    """Submits the run when the signature is applied, so group order is session order."""
+
+    def apply_async(self, args: Any = None, kwargs: Any = None, task_id: str | None = None,
+                    *rest: Any, **options: Any) -> Any:
+        task_id = task_id or uuid()
+        settings, runs = _caller_runs()
+        request = canvas_request(tuple(args or ()), dict(kwargs or {}), task_id, settings)
+        _submit(runs, request, settings.queue)
+        return super().apply_async(args, kwargs, task_id, *rest, **options)
+
+
+def _wait_s(kwargs: dict[str, Any], settings: Settings) -> float:
+    cap = settings.max_run_s + WAIT_MARGIN_S
+    asked = kwargs.get("wait_s")
+    return cap if asked is None else max(0.0, min(float(asked), cap))
+
+
+def finish_own_run(rt: Runtime, request: RunRequest, wait_s: float) -> RunResult:
+    """Drain the run's session until the run has a result; wait while another worker drains it.
+
+    Raises:
+        RunLost: the run's record vanished.
+        RunTimeout: no result within ``wait_s`` seconds (the run goes on).
+    """
+    deadline = time.monotonic() + wait_s
+    position = rt.runs.done_last_id()
+    while True:
+        view = rt.runs.get(request.run_id)
+        if view is None:
+            raise RunLost(f"run {request.run_id}: its record vanished from Redis; apply the "
+                          "signature again (its request id makes it apply at most once)")
+        if view.result is not None:
+            return view.result
+        # 0 when another worker holds the lease: it applies the queue in order, ours included
+        if drain(rt, request.tenant, request.session_id) == 0:
+            remaining_s = deadline - time.monotonic()
+            if remaining_s <= 0:
+                raise RunTimeout(
+                    f"run {request.run_id} did not finish within {wait_s:.0f} s; it goes on "
+                    f"(`tether wait {request.run_id}`); pass a larger wait_s=... to tether_run"
+                )
+            done = rt.runs.read_done(position, max(1, int(min(1.0, remaining_s) * 1000)))
+            if done:
+                position = done[-1][0]
+
+
+@app.task(bind=True, base=CanvasRunTask, name=CANVAS_RUN_TASK, ignore_result=False,
+          Strategy="tether.worker.strategy:guarded")
+def tether_run(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """Apply one run to its session (see the module docstring); its RunResult as a dict."""
+    rt = get_runtime()
+    request = canvas_request(args, kwargs, self.request.id, rt.settings)
+    refused = _submit(rt.runs, request, rt.settings.queue)
+    result = refused or finish_own_run(rt, request, _wait_s(kwargs, rt.settings))
+    return result.model_dump(mode="json")
+
+
+@app.task(name=CANVAS_COLLECT_TASK, ignore_result=False)
+def tether_collect(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Aggregate the results of a group of runs (a chord's body): counts by status, run ids,
+    outputs and failures, in the group's order."""
+    parsed = [RunResult.model_validate(r) for r in results]
+    return {
+        "count": len(parsed),
+        "by_status": dict(collections.Counter(r.status.value for r in parsed)),
+        "ok": all(r.ok for r in parsed),
+        "run_ids": [r.run_id for r in parsed],
+        "outputs": [r.output for r in parsed],
+        "failed": [
+            {"run_id": r.run_id, "error_type": r.error_type, "error": r.error_message}
+            for r in parsed if not r.ok
+        ],
+    }
+
+
+__all__ = ["CANVAS_COLLECT_TASK", "CANVAS_RUN_TASK", "tether_collect", "tether_run"]
