@@ -96,8 +96,9 @@ def tool_output(call_id: str, output: str) -> Resolution:
     return Resolution(call_id=call_id, action="output", text=output)
 
 
-def _redacted(text: str | None) -> str | None:
-    return DEFAULT_REDACTOR(text) if text else text
+def _redacted(text: object) -> object:
+    # before validation: a wrong type is left for parse_request to refuse with a clear error
+    return DEFAULT_REDACTOR(text) if isinstance(text, str) and text else text
 
 
 def build_request(settings: Settings, spec: RunSpec) -> RunRequest:

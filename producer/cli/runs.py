@@ -162,10 +162,9 @@ def wait(
 
 
 def cancel(run_id: RunIdArg, tenant: TenantOption = None, as_json: JsonOption = False) -> None:
-    """Ask a run of the tenant to stop (queued: never starts; running: stops at its next step
-    and rolls back).
+    """Ask a run of the tenant to stop: queued, it never starts; running, it rolls back.
 
-    Exits 1 when the run had already finished.
+    A running run stops at its next step boundary. Exits 1 when the run had already finished.
     """
     with Producer(cli_settings()) as producer:
         scope = tenant or producer.settings.tenant
