@@ -37,6 +37,7 @@ from tether.persistence.streams._common import (
     Entry,
     TailCursor,
     tail_catch_up,
+    tail_wait_ms,
     validate_session,
     validate_tail_args,
 )
@@ -308,12 +309,9 @@ class AsyncEventTail:
                 yield self._decode(key, entry)
         idle_since = time.monotonic()
         while True:
-            wait_ms = block_ms
-            if idle_timeout_s is not None:
-                remaining_ms = int((idle_timeout_s - (time.monotonic() - idle_since)) * 1000)
-                if remaining_ms <= 0:
-                    return
-                wait_ms = min(wait_ms, remaining_ms)  # >= 1: BLOCK 0 would mean forever
+            wait_ms = tail_wait_ms(block_ms, idle_timeout_s, idle_since)
+            if wait_ms is None:
+                return
             with translate_errors(self._where):
                 resp = await self._client.xread({key: last_id}, count=PAGE, block=wait_ms)
             new = RedisEventStream._entries_of(resp, key)

@@ -19,6 +19,7 @@ entry visible again, because superseding entries are always later in the log.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -214,6 +215,17 @@ def tail_catch_up(
         low = min(low, entry.seq)
     kept, _top = view_suffix(rewritten, low - 1)
     return kept, top, low - 1
+
+
+def tail_wait_ms(block_ms: int, idle_timeout_s: float | None, idle_since: float) -> int | None:
+    """How long a tail's next blocking read may wait: ``block_ms``, cut to what is left of
+    ``idle_timeout_s`` since ``idle_since`` (``time.monotonic()``); None once that has run out."""
+    if idle_timeout_s is None:
+        return block_ms
+    remaining_ms = int((idle_timeout_s - (time.monotonic() - idle_since)) * 1000)
+    if remaining_ms <= 0:
+        return None
+    return min(block_ms, remaining_ms)  # >= 1: BLOCK 0 would mean forever
 
 
 class TailCursor:

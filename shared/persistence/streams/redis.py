@@ -40,6 +40,7 @@ from tether.persistence.streams._common import (
     fenced_out,
     sequence_gap,
     tail_catch_up,
+    tail_wait_ms,
     validate_batch,
     validate_fence,
     validate_max_len,
@@ -244,12 +245,9 @@ class RedisEventStream:
                 yield self._decode(key, entry)
         idle_since = time.monotonic()
         while True:
-            wait_ms = block_ms
-            if idle_timeout_s is not None:
-                remaining_ms = int((idle_timeout_s - (time.monotonic() - idle_since)) * 1000)
-                if remaining_ms <= 0:
-                    return
-                wait_ms = min(wait_ms, remaining_ms)  # >= 1: BLOCK 0 would mean forever
+            wait_ms = tail_wait_ms(block_ms, idle_timeout_s, idle_since)
+            if wait_ms is None:
+                return
             with translate_errors(self._where):
                 resp = self._client.xread({key: last_id}, count=_PAGE, block=wait_ms)
             new = self._entries_of(resp, key)
