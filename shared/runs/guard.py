@@ -155,6 +155,7 @@ class Guardian:
             if record.pid == os.getpid() or not _alive(record.pid):
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
+                self._ticks.pop(record.pid, None)  # pids are reused: forget its CPU reading
                 done["gone"] += 1
             elif self.clock() > record.deadline_s + self.grace_s:
                 self._kill(record, path)
@@ -195,6 +196,7 @@ class Guardian:
             self.kill(record.pid)
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+        self._ticks.pop(record.pid, None)
         try:
             self.on_kill(record)
         except TetherError as exc:
