@@ -60,6 +60,7 @@ class Sizes:
     p7_runs: int = 100
     p7_warmup: int = 10
     p8_kills: int = 10
+    p9_runs: int = 250
 
 
 FULL = Sizes()
@@ -83,6 +84,7 @@ QUICK = Sizes(
     p7_runs=3,
     p7_warmup=1,
     p8_kills=1,
+    p9_runs=10,
 )
 
 

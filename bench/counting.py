@@ -1,15 +1,21 @@
 """Counting what a run costs: Redis commands, S3 requests, and lines in worker logs.
 
 Redis numbers come from ``INFO commandstats`` (every client, commands inside Lua scripts
-included); S3 numbers from moto's request log (one line per request). Both are approximate
-(idle workers poll Redis too) and serve the profile, never a target.
+included) and from ``MONITOR`` (commands clients *sent*: a script call counts once, the commands
+it runs inside the server do not); S3 numbers from moto's request log (one line per request).
+All are approximate (idle workers poll Redis too: the sweeper, heartbeats, the broker's BRPOP)
+and serve the profile.
 """
 
 from __future__ import annotations
 
 import re
+import threading
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
+
+import redis
 
 from bench.core import Bench
 
@@ -79,3 +85,47 @@ def count_in_logs(bench: Bench, offsets: list[int], pattern: str) -> int:
             handle.seek(offset)
             found += len(re.findall(pattern, handle.read().decode(errors="replace")))
     return found
+
+
+_MONITOR_LINE = re.compile(r'^\d+\.\d+ \[\d+ (\S+)\] "([^"]+)"')
+
+
+def count_sent(bench: Bench, runs: int, one: Callable[[int], object]) -> dict[str, float]:
+    """Redis commands *sent by clients* per run while ``one(i)`` runs ``runs`` times in a row
+    (``MONITOR``: a script call counts once, what it does inside the server is not counted)."""
+    counts: Counter[str] = Counter()
+    stop = threading.Event()
+    monitor_client = redis.Redis.from_url(bench.stack.redis_url)
+    ready = threading.Event()
+
+    def watch() -> None:
+        with monitor_client.monitor() as monitor:  # type: ignore[no-untyped-call]
+            ready.set()
+            connection = monitor.connection
+            assert connection is not None
+            while not stop.is_set():
+                try:
+                    line = connection.read_response(timeout=0.2)
+                except (redis.TimeoutError, TimeoutError):
+                    continue
+                if line is None:
+                    continue
+                text = line.decode(errors="replace") if isinstance(line, bytes) else str(line)
+                match = _MONITOR_LINE.match(text)
+                if match and match.group(1) != "lua":
+                    counts[match.group(2).lower()] += 1
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    ready.wait(10)
+    try:
+        for i in range(runs):
+            one(i)
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        monitor_client.close()
+    counts.pop("monitor", None)
+    out = {f"sent {name}": round(n / runs, 2) for name, n in counts.most_common()}
+    out["sent commands"] = round(sum(counts.values()) / runs, 2)
+    return out

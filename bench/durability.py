@@ -122,7 +122,8 @@ def _wait_step_start(bench: Bench, session_id: str, old_fence: int, since: float
 
 
 def _holder(bench: Bench, run_id: str):  # type: ignore[no-untyped-def]
-    raw = bench.producer.redis.hget(bench.producer.keys.run(run_id), "worker")
+    ref = bench.producer.locate(run_id)
+    raw = bench.producer.redis.hget(bench.producer.keys.run(*ref), "worker") if ref else None
     text = raw.decode() if isinstance(raw, bytes) else str(raw or "")
     pid = int(text.split(":")[1]) if text.count(":") >= 1 else -1
     for worker in [*bench.stack.tether.workers, *bench.stack.extra_workers]:

@@ -25,7 +25,7 @@ from bench.core import (
     ping_run,
     tether_run,
 )
-from bench.counting import count_requests
+from bench.counting import count_requests, count_sent
 from tether.core.events import AgentEvent, EventType, TextPayload
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import redis_from_url
@@ -63,6 +63,14 @@ def p1_latency(bench: Bench) -> Measure:
     )
     b_ops = count_requests(
         bench, count, lambda i: baseline_run(bench.sid("p1", i % sz.p1_sessions), "x")
+    )
+    t_ops |= count_sent(
+        bench,
+        count,
+        lambda i: tether_run(bench, bench.sid("p1", i % sz.p1_sessions), "y", "echo", "echo: y"),
+    )
+    b_ops |= count_sent(
+        bench, count, lambda i: baseline_run(bench.sid("p1", i % sz.p1_sessions), "y")
     )
     return Measure(
         id="P1",
@@ -216,7 +224,10 @@ def p4_tail_latency(bench: Bench) -> Measure:
     appender = multiprocessing.get_context("spawn").Process(
         target=append_paced,
         args=(
-            bench.stack.redis_url, sid, sz.p4_events, sz.p4_interval_s,
+            bench.stack.redis_url,
+            sid,
+            sz.p4_events,
+            sz.p4_interval_s,
             bench.stack.settings.namespace,
         ),
     )

@@ -1,4 +1,4 @@
-"""The measures P1..P8 (plus P4w, informational), each run against its baseline in one go.
+"""The measures P1..P9 (plus P4w, informational), each run against its baseline in one go.
 
 The latency measures are in :mod:`bench.latency`, the throughput and resource measures in
 :mod:`bench.capacity`, the durability measures in :mod:`bench.durability`. Every measure starts
@@ -14,6 +14,7 @@ from collections.abc import Callable
 from bench.capacity import p2_throughput, p5_submit_rate, p6_worker_rss
 from bench.core import Bench, Measure
 from bench.durability import p7_step_durability, p8_resume_after_kill
+from bench.fanout import p9_producer_fanout
 from bench.latency import p1_latency, p3_long_session, p4_tail_latency, p4w_worker_path
 
 #: Every measure, in the order a full run executes them.
@@ -27,4 +28,5 @@ MEASURES: dict[str, Callable[[Bench], Measure]] = {
     "P6": p6_worker_rss,
     "P7": p7_step_durability,
     "P8": p8_resume_after_kill,
+    "P9": p9_producer_fanout,
 }

@@ -37,7 +37,11 @@ def _version(name: str) -> str:
 def _git(*args: str) -> str:
     try:
         out = subprocess.run(
-            ["git", *args], capture_output=True, text=True, timeout=10, check=False,
+            ["git", *args],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
             cwd=Path(__file__).resolve().parent.parent,
         )
     except OSError:
@@ -174,16 +178,23 @@ def _requests_line(p1: Measure) -> str:
             (k[6:], v) for k, v in ops.items() if k.startswith("redis ") and k != "redis commands"
         ]
         top = sorted(redis_ops, key=lambda kv: -float(kv[1]))[:6]
+        sent = [
+            (k[5:], v) for k, v in ops.items() if k.startswith("sent ") and k != "sent commands"
+        ]
+        top_sent = sorted((kv for kv in sent if kv[0] != "commands"), key=lambda kv: -float(kv[1]))
+        top_sent = top_sent[:8]
         parts.append(
-            f"{side}: {ops.get('redis commands', 0):g} Redis commands "
+            f"{side}: {ops.get('sent commands', 0):g} Redis commands sent "
+            f"(top: {', '.join(f'{k} {v:g}' for k, v in top_sent)}), "
+            f"{ops.get('redis commands', 0):g} executed "
             f"(top: {', '.join(f'{k} {v:g}' for k, v in top)}), "
             f"{ops.get('s3 requests', 0):g} S3 requests ({s3 or 'none'})"
         )
     return (
-        "- **Requests per run** (sequential echo runs; Redis INFO commandstats of every client, "
-        "commands inside Lua scripts included; S3 from moto's request log): "
-        + "; ".join(parts)
-        + "."
+        "- **Requests per run** (sequential echo runs, every client and the idle polling of "
+        "workers included; *sent* = commands clients sent (MONITOR: a script call counts once), "
+        "*executed* = INFO commandstats (commands inside Lua scripts included); S3 from moto's "
+        "request log): " + "; ".join(parts) + "."
     )
 
 
@@ -203,9 +214,16 @@ def to_json(measures: list[Measure], meta: dict[str, Any]) -> dict[str, Any]:
     rows = []
     for m in measures:
         row = asdict(m)
-        row["target"] = None if m.target is None else {
-            "op": m.target.op, "value": m.target.value, "unit": m.target.unit, "text": str(m.target)
-        }
+        row["target"] = (
+            None
+            if m.target is None
+            else {
+                "op": m.target.op,
+                "value": m.target.value,
+                "unit": m.target.unit,
+                "text": str(m.target),
+            }
+        )
         row["met"] = m.met
         rows.append(row)
     document: dict[str, Any] = _finite({**meta, "measures": rows})
@@ -264,9 +282,7 @@ def dump_json(document: dict[str, Any]) -> str:
     return _NUMBER_LIST.sub(lambda m: "[" + " ".join(m.group(1).split()) + "]", text) + "\n"
 
 
-def write_reports(
-    measures: list[Measure], meta: dict[str, Any], out_dir: Path
-) -> dict[str, Path]:
+def write_reports(measures: list[Measure], meta: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     """Write latest.md, latest.json and (when P3 ran) latency.png into ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"markdown": out_dir / MD_NAME, "json": out_dir / JSON_NAME}

@@ -38,7 +38,8 @@ def main() -> None:
         for event in handle.events():
             if event.type is EventType.STEP_END and event.step == 1:
                 break  # two steps are done and checkpointed
-        holder = producer.redis.hget(producer.keys.run(handle.run_id), "worker")
+        ref = producer.locate(handle.run_id)
+        holder = producer.redis.hget(producer.keys.run(*ref), "worker") if ref else None
         label = stack.worker_label(holder.decode() if holder else None)
         victim = next(w for w in stack.workers if w.name == label)
         victim.kill()

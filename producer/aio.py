@@ -18,6 +18,7 @@ round trip and one publish.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
@@ -27,7 +28,8 @@ from pydantic import JsonValue
 
 from tether.core.events import AgentEvent
 from tether.core.results import Resolution
-from tether.ids import validate_tenant
+from tether.errors import TetherError
+from tether.ids import new_id, validate_tenant
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import redact_url
 from tether.producer import core
@@ -37,7 +39,7 @@ from tether.producer.aio_queue import AsyncEventTail, AsyncRunQueue, async_redis
 from tether.producer.core import RunSpec, Submitted
 from tether.producer.listener import AsyncCompletionListener
 from tether.producer.publish import BackgroundPublisher, build_celery_app
-from tether.runs.contract import RunRequest, RunResult
+from tether.runs.contract import RunRef, RunRequest, RunResult
 from tether.runs.queue.base import CancelOutcome
 from tether.settings import Settings, load_settings
 
@@ -77,6 +79,9 @@ class AsyncProducer:
             self._flush
         )
         self._listener: AsyncCompletionListener | None = None
+        #: This producer's completion feed: workers announce its runs there (RunRequest.reply_to)
+        self.producer_id = new_id("p")
+        self.feed = self.keys.feed(self.settings.tenant, self.producer_id)
 
     # --- plumbing ----------------------------------------------------------------------------
 
@@ -92,13 +97,15 @@ class AsyncProducer:
     def listener(self) -> AsyncCompletionListener:
         """The single completion listener of this producer."""
         if self._listener is None:
-            self._listener = AsyncCompletionListener(self.runs)
+            self._listener = AsyncCompletionListener(self.runs, feed=self.feed)
         return self._listener
 
     async def aclose(self) -> None:
         """Stop the listener and the publisher, and close connections."""
         if self._listener is not None:
             await self._listener.close()
+            with contextlib.suppress(TetherError):  # it expires on its own otherwise
+                await self.runs.close_feed(self.feed)
         self._publisher.close(timeout_s=0.0)  # every submit awaited its publish: nothing waits
         await self.redis.aclose()
 
@@ -116,7 +123,9 @@ class AsyncProducer:
         built: list[list[RunRequest] | Exception] = []
         for n, specs in enumerate(calls, start=1):
             try:
-                built.append([core.build_request(self.settings, spec) for spec in specs])
+                built.append(
+                    [core.build_request(self.settings, spec, self.producer_id) for spec in specs]
+                )
             except Exception as exc:  # this call's own error; the others go on
                 built.append(exc)
             if n % BUILD_CHUNK == 0:
@@ -153,7 +162,10 @@ class AsyncProducer:
     def _handle_for(self, submitted: Submitted) -> AsyncRunHandle:
         r = submitted.request
         return AsyncRunHandle(
-            self, submitted.run_id, request_id=r.request_id, session_id=r.session_id,
+            self,
+            submitted.run_id,
+            request_id=r.request_id,
+            session_id=r.session_id,
             tenant=r.tenant,
         )
 
@@ -186,8 +198,15 @@ class AsyncProducer:
     ) -> AsyncRunHandle:
         """Enqueue a run; returns its handle once it is queued (see ``Producer.run_async``)."""
         spec = core.run_spec(
-            session_id, input, agent=agent, tenant=tenant, request_id=request_id,
-            metadata=metadata, timeout_s=timeout_s, on_busy=on_busy, durability=durability,
+            session_id,
+            input,
+            agent=agent,
+            tenant=tenant,
+            request_id=request_id,
+            metadata=metadata,
+            timeout_s=timeout_s,
+            on_busy=on_busy,
+            durability=durability,
         )
         return (await self.submit_many([spec]))[0]
 
@@ -209,8 +228,15 @@ class AsyncProducer:
     ) -> RunResult:
         """Enqueue a run and wait for its result (see :meth:`AsyncRunHandle.result`)."""
         handle = await self.run_async(
-            session_id, input, agent=agent, tenant=tenant, request_id=request_id,
-            metadata=metadata, timeout_s=timeout_s, on_busy=on_busy, durability=durability,
+            session_id,
+            input,
+            agent=agent,
+            tenant=tenant,
+            request_id=request_id,
+            metadata=metadata,
+            timeout_s=timeout_s,
+            on_busy=on_busy,
+            durability=durability,
         )
         return await handle.result(timeout=wait_s)
 
@@ -259,6 +285,11 @@ class AsyncProducer:
 
     # --- following runs ------------------------------------------------------------------------
 
+    async def locate(self, run_id: str, *, tenant: str | None = None) -> RunRef | None:
+        """Where run ``run_id`` of ``tenant`` (default: this producer's) lives, or None."""
+        scope = validate_tenant(tenant or self.settings.tenant)
+        return await self.runs.locate(scope, core.run_id_arg(run_id))
+
     def handle(self, run_id: str, *, tenant: str | None = None) -> AsyncRunHandle:
         """A handle on an existing run of ``tenant`` (default: this producer's); does no I/O.
         Another tenant's run settles with :class:`RunNotFound`."""
@@ -267,11 +298,10 @@ class AsyncProducer:
 
     async def cancel(self, run_id: str, *, tenant: str | None = None) -> CancelOutcome:
         """Ask a run to stop (see ``Producer.cancel``); another tenant's run is not found."""
-        run_id = core.run_id_arg(run_id)
-        scope = validate_tenant(tenant or self.settings.tenant)
-        if core.scoped_view(await self.runs.get(run_id), scope) is None:
-            return CancelOutcome.UNKNOWN
-        return await self.runs.request_cancel(run_id)
+        ref = await self.locate(run_id, tenant=tenant)
+        if ref is None:
+            return CancelOutcome.UNKNOWN  # another tenant's run is not found: nothing changes
+        return await self.runs.request_cancel(ref)
 
     def tail(
         self,

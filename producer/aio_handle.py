@@ -14,8 +14,14 @@ from collections.abc import AsyncIterator, Generator
 from typing import TYPE_CHECKING, Any
 
 from tether.core.events import AgentEvent
-from tether.producer.core import RunIds, cancelled_before_start, is_cancelled, outcome
-from tether.runs.contract import RunResult
+from tether.producer.core import (
+    RunIds,
+    cancelled_before_start,
+    is_cancelled,
+    not_found,
+    outcome,
+)
+from tether.runs.contract import RunRef, RunResult
 from tether.runs.queue.base import CancelOutcome
 
 if TYPE_CHECKING:
@@ -70,18 +76,32 @@ class AsyncRunHandle:
 
     async def load(self) -> AsyncRunHandle:
         """Read the run's ids from its record (a handle reattached by run id knows only it)."""
-        if not self._ids.known:
-            view = await self._producer.runs.get(self.run_id)
+        if self._ids.request_id is None:
+            ref = await self._ref()
+            view = await self._producer.runs.get(ref) if ref is not None else None
             if view is not None:
                 self._ids.learn(view.request_id, view.session_id, view.tenant)
         return self
+
+    async def _ref(self) -> RunRef | None:
+        """Where the run lives (see ``RunHandle._ref``)."""
+        ref = self._ids.ref()
+        if ref is None:
+            ref = await self._producer.locate(self.run_id, tenant=self._ids.tenant)
+            if ref is not None:
+                self._ids.learn("", ref.session_id, ref.tenant)
+        return ref
 
     # --- settlement ----------------------------------------------------------------------------
 
     async def _ensure(self) -> asyncio.Future[RunResult]:
         if self._settled is None:
             self._settled = asyncio.get_running_loop().create_future()
-            await self._producer.listener.register(self.run_id, self._settle)
+            ref = await self._ref()
+            if ref is None:
+                self._settle(not_found(self.run_id, self._ids.tenant or ""))
+            else:
+                await self._producer.listener.register(ref, self._settle)
         return self._settled
 
     def _settle(self, result: RunResult) -> None:

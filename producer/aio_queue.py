@@ -42,27 +42,29 @@ from tether.persistence.streams._common import (
     validate_tail_args,
 )
 from tether.persistence.streams.redis import RedisEventStream
-from tether.runs.contract import RunRequest, RunResult
+from tether.runs.contract import RunRef, RunRequest, RunResult
 from tether.runs.queue.base import (
-    DONE_MAX_LEN,
     CancelOutcome,
     RunState,
     RunView,
     StopMode,
     SubmitOutcome,
-    SubmitState,
 )
 from tether.runs.queue.redis import (
     CANCEL_SCRIPT,
     RECORD_REJECTED_SCRIPT,
     SUBMIT_SCRIPT,
+    announce,
+    done_entry,
+    rejected_args,
     run_view,
+    stray_index_keys,
+    submit_call,
+    submit_outcomes,
 )
 
 AsyncRedis = redis.asyncio.Redis
 T = TypeVar("T")
-_SUBMIT_STATES = {1: SubmitState.QUEUED, 0: SubmitState.DUPLICATE, 2: SubmitState.BUSY,
-                  3: SubmitState.TAKEN}
 #: Stream entries fetched per page while catching up.
 PAGE = 512
 #: Commands per pipeline: parsing a pipeline's replies holds the event loop, so a big batch is
@@ -143,58 +145,74 @@ class AsyncRunQueue:
     ) -> list[SubmitOutcome]:
         """Register and queue requests, idempotently, in one pipelined round trip."""
         k = self.keys
+        stamp = now_ms()
         replies: list[Any] = []
         for chunk in chunks(requests):
             with translate_errors(self._where):
                 pipe = self.client.pipeline(transaction=False)
-                for r in chunk:
+                for r in chunk:  # as RedisRunQueue.submit_many: script, run index, active index
                     t, s = r.tenant, r.session_id
-                    keys = [k.request(t, s, r.request_id), k.run(r.run_id), k.pending(t, s),
-                            k.active()]
-                    args: list[str | int] = [
-                        r.run_id, r.model_dump_json(), self.result_ttl_s, now_ms(),
-                        k.active_member(t, s), "1" if r.on_busy == "reject" else "0", t, s,
-                        r.request_id, r.submitted_at_ms, queue or "",
-                    ]
+                    keys, args = submit_call(k, r, queue, self.result_ttl_s)
                     await self._submit(keys=keys, args=args, client=pipe)
+                    pipe.set(k.run_index(t, r.run_id), s, nx=True, ex=self.result_ttl_s)
+                    pipe.zadd(k.active(t, s), {k.active_member(t, s): stamp}, nx=True)
                 replies.extend(await pipe.execute())
-        return [SubmitOutcome(_text(run_id), _SUBMIT_STATES[int(code)]) for code, run_id in replies]
+        outcomes = submit_outcomes(replies)
+        stray = stray_index_keys(k, requests, outcomes, replies)
+        if stray:  # rare (a duplicate or busy submission): one more round trip
+            with translate_errors(self._where):
+                await self.client.delete(*stray)
+        return outcomes
 
-    async def record_rejected(self, result: RunResult) -> bool:
+    async def record_rejected(self, result: RunResult, *, reply_to: str | None = None) -> bool:
         """Record a run that never entered a session queue (never rewrites a record)."""
-        keys = [self.keys.run(result.run_id), self.keys.done()]
-        args = [result.status.value, result.model_dump_json(), result.tenant, result.session_id,
-                result.request_id, self.result_ttl_s, result.run_id, DONE_MAX_LEN]
+        k = self.keys
+        t, s = result.tenant, result.session_id
+        args = rejected_args(result, self.result_ttl_s)
         with translate_errors(self._where):
-            return bool(await self._record_rejected(keys=keys, args=args))
+            recorded = bool(
+                await self._record_rejected(keys=[k.run(t, s, result.run_id)], args=args)
+            )
+            if recorded:
+                pipe = self.client.pipeline(transaction=False)
+                pipe.set(k.run_index(t, result.run_id), s, nx=True, ex=self.result_ttl_s)
+                announce(pipe, k, result, reply_to, self.result_ttl_s)
+                await pipe.execute()
+        return recorded
 
-    async def get(self, run_id: str) -> RunView | None:
+    async def locate(self, tenant: str, run_id: str) -> RunRef | None:
+        """Where ``tenant``'s run lives, from the tenant's run-id index."""
+        with translate_errors(self._where):
+            raw = await self.client.get(self.keys.run_index(tenant, run_id))
+        return RunRef(tenant, _text(raw), run_id) if raw is not None else None
+
+    async def get(self, ref: RunRef) -> RunView | None:
         """The run record, or None when unknown or expired."""
         with translate_errors(self._where):
-            raw = await self.client.hgetall(self.keys.run(run_id))
-        return run_view(run_id, cast(dict[bytes, bytes], raw))
+            raw = await self.client.hgetall(self.keys.run(*ref))
+        return run_view(ref.run_id, cast(dict[bytes, bytes], raw))
 
-    async def peek_many(self, run_ids: Sequence[str]) -> dict[str, RunResult | None]:
-        """For each run id with a record: its result (None while unfinished), in one round trip."""
+    async def peek_many(self, refs: Sequence[RunRef]) -> dict[str, RunResult | None]:
+        """For each run with a record: its result (None while unfinished), in one round trip."""
         out: dict[str, RunResult | None] = {}
-        for chunk in chunks(run_ids):
+        for chunk in chunks(refs):
             with translate_errors(self._where):
                 pipe = self.client.pipeline(transaction=False)
-                for run_id in chunk:
-                    pipe.hmget(self.keys.run(run_id), ["status", "result"])
+                for ref in chunk:
+                    pipe.hmget(self.keys.run(*ref), ["status", "result"])
                 replies = cast(list[list[bytes | None]], await pipe.execute())
-            for run_id, (status, result) in zip(chunk, replies, strict=True):
+            for ref, (status, result) in zip(chunk, replies, strict=True):
                 if status is None and result is None:
                     continue
-                out[run_id] = None if result is None else RunResult.model_validate_json(result)
+                out[ref.run_id] = None if result is None else RunResult.model_validate_json(result)
         return out
 
-    async def request_cancel(self, run_id: str) -> CancelOutcome:
+    async def request_cancel(self, ref: RunRef) -> CancelOutcome:
         """Ask the run to stop (see :class:`~tether.runs.queue.base.CancelOutcome`)."""
         k = self.keys
         with translate_errors(self._where):
             outcome = await self._cancel(
-                keys=[k.run(run_id), k.cancel(run_id)], args=[self.result_ttl_s]
+                keys=[k.run(*ref), k.cancel(*ref)], args=[self.result_ttl_s]
             )
         return CancelOutcome(_text(outcome))
 
@@ -208,29 +226,38 @@ class AsyncRunQueue:
             head = _text(raw) if raw is not None else None
             if head is None or head == run_id:
                 return None
-            if await self.client.hget(k.run(head), "status") != RunState.RUNNING.value.encode():
+            status = await self.client.hget(k.run(tenant, session_id, head), "status")
+            if status != RunState.RUNNING.value.encode():
                 return None
             # NX: an interrupt never softens a cancel already asked for
-            await self.client.set(k.cancel(head), mode.value, nx=True, ex=self.result_ttl_s)
+            await self.client.set(
+                k.cancel(tenant, session_id, head), mode.value, nx=True, ex=self.result_ttl_s
+            )
         return head
 
-    async def done_last_id(self) -> bytes:
-        """The id of the newest completion entry (``0-0`` when none)."""
+    def _feed(self, feed: str | None) -> str:
+        return self.keys.done() if feed is None else self.keys.producer_done(feed)
+
+    async def done_last_id(self, feed: str | None = None) -> bytes:
+        """The id of the newest completion entry of ``feed`` (``0-0`` when none)."""
         with translate_errors(self._where):
-            entries = await self.client.xrevrange(self.keys.done(), count=1)
+            entries = await self.client.xrevrange(self._feed(feed), count=1)
         return cast(bytes, entries[0][0]) if entries else b"0-0"
 
-    async def read_done(self, after_id: bytes, block_ms: int) -> list[tuple[bytes, str]]:
-        """Completion entries after ``after_id`` (blocks up to ``block_ms``)."""
+    async def close_feed(self, feed: str) -> None:
+        """Drop a producer's feed (the producer is closing)."""
+        with translate_errors(self._where):
+            await self.client.delete(self.keys.producer_done(feed))
+
+    async def read_done(
+        self, after_id: bytes, block_ms: int, feed: str | None = None
+    ) -> list[tuple[bytes, RunRef]]:
+        """Completion entries of ``feed`` after ``after_id`` (blocks up to ``block_ms``)."""
         with translate_errors(self._where):
             reply = await self.client.xread(
-                {self.keys.done(): after_id}, block=block_ms, count=1000
+                {self._feed(feed): after_id}, block=block_ms, count=1000
             )
-        out: list[tuple[bytes, str]] = []
-        for _key, entries in cast(Any, reply) or []:
-            for entry_id, fields in entries:
-                out.append((entry_id, _text(fields[b"run_id"])))
-        return out
+        return [done_entry(i, f) for _key, entries in cast(Any, reply) or [] for i, f in entries]
 
 
 class _Fetched:

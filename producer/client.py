@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Iterable, Iterator
@@ -19,8 +20,8 @@ from pydantic import JsonValue
 
 from tether.core.events import AgentEvent
 from tether.core.results import Resolution
-from tether.errors import InvalidInput
-from tether.ids import validate_tenant
+from tether.errors import InvalidInput, TetherError
+from tether.ids import new_id, validate_tenant
 from tether.keys import RedisKeys
 from tether.observability.tracing import traced
 from tether.persistence.redis_conn import redis_from_url
@@ -30,8 +31,8 @@ from tether.producer.core import RunSpec, Submitted
 from tether.producer.handle import RunHandle
 from tether.producer.listener import CompletionListener
 from tether.producer.publish import build_celery_app, publish_runs
-from tether.runs.contract import BusyPolicy, RunResult
-from tether.runs.queue.base import CancelOutcome
+from tether.runs.contract import BusyPolicy, RunRef, RunResult
+from tether.runs.queue.base import CancelOutcome, RunView
 from tether.runs.queue.redis import RedisRunQueue
 from tether.settings import Settings, load_settings
 
@@ -63,6 +64,9 @@ class Producer:
         self._celery = celery_app
         self._celery_lock = threading.Lock()
         self._listener: CompletionListener | None = None
+        #: This producer's completion feed: workers announce its runs there (RunRequest.reply_to)
+        self.producer_id = new_id("p")
+        self.feed = self.keys.feed(self.settings.tenant, self.producer_id)
 
     # --- plumbing ----------------------------------------------------------------------------
 
@@ -79,13 +83,15 @@ class Producer:
         """The single completion listener of this producer."""
         with self._celery_lock:
             if self._listener is None:
-                self._listener = CompletionListener(self.runs)
+                self._listener = CompletionListener(self.runs, feed=self.feed)
             return self._listener
 
     def close(self) -> None:
         """Stop the listener and close connections."""
         if self._listener is not None:
             self._listener.close()
+            with contextlib.suppress(TetherError):  # it expires on its own otherwise
+                self.runs.close_feed(self.feed)
         self.redis.close()
 
     def __enter__(self) -> Producer:
@@ -227,7 +233,7 @@ class Producer:
     @traced("tether.submit")
     def submit_many(self, specs: Iterable[RunSpec]) -> list[RunHandle]:
         """Enqueue many runs with one Redis round trip and one broker connection."""
-        requests = [core.build_request(self.settings, spec) for spec in specs]
+        requests = [core.build_request(self.settings, spec, self.producer_id) for spec in specs]
         if not requests:
             return []
         outcomes = self.runs.submit_many(requests, queue=self.settings.queue)
@@ -247,7 +253,7 @@ class Producer:
 
     def resubmit(self, run_id: str) -> None:
         """Publish the stored request of ``run_id`` again (harmless: it is idempotent)."""
-        view = self.runs.get(run_id)
+        view = self.record(run_id)
         if view is None or view.request is None:
             raise InvalidInput(f"run {run_id!r} is unknown or expired; nothing to resubmit")
         publish_runs(self.celery, [core.run_message(view.request, self.settings.queue)])
@@ -284,6 +290,17 @@ class Producer:
 
     # --- following runs ------------------------------------------------------------------------
 
+    def locate(self, run_id: str, *, tenant: str | None = None) -> RunRef | None:
+        """Where run ``run_id`` of ``tenant`` (default: this producer's) lives, or None when
+        that tenant has no such run (one read of the tenant's run index)."""
+        scope = validate_tenant(tenant or self.settings.tenant)
+        return self.runs.locate(scope, core.run_id_arg(run_id))
+
+    def record(self, run_id: str, *, tenant: str | None = None) -> RunView | None:
+        """The record of run ``run_id`` of ``tenant`` (default: this producer's), or None."""
+        ref = self.locate(run_id, tenant=tenant)
+        return self.runs.get(ref) if ref is not None else None
+
     def handle(self, run_id: str, *, tenant: str | None = None) -> RunHandle:
         """A handle on an existing run of ``tenant`` (default: this producer's) from any
         process; does no I/O. Another tenant's run settles with :class:`RunNotFound`."""
@@ -295,11 +312,10 @@ class Producer:
         it is running and stops at its next step boundary, unless it finishes first (its events
         stay in the log, followed by a rollback: nothing of it stays in memory). ``FINISHED``
         or ``UNKNOWN``: nothing changed."""
-        run_id = core.run_id_arg(run_id)
-        scope = validate_tenant(tenant or self.settings.tenant)
-        if core.scoped_view(self.runs.get(run_id), scope) is None:
+        ref = self.locate(run_id, tenant=tenant)
+        if ref is None:
             return CancelOutcome.UNKNOWN  # another tenant's run is not found: nothing changes
-        return self.runs.request_cancel(run_id)
+        return self.runs.request_cancel(ref)
 
     def tail(
         self,

@@ -21,7 +21,14 @@ from tether.core.results import Resolution, RunStatus
 from tether.errors import RunNotFound, SessionBusy
 from tether.ids import new_id, validate_id, validate_tenant
 from tether.observability.tracing import current_trace_context
-from tether.runs.contract import RUN_TASK, RunRequest, RunResult, describe_request, parse_request
+from tether.runs.contract import (
+    RUN_TASK,
+    RunRef,
+    RunRequest,
+    RunResult,
+    describe_request,
+    parse_request,
+)
 from tether.runs.queue.base import RunView, StopMode, SubmitOutcome, SubmitState
 from tether.runtime.redaction import DEFAULT_REDACTOR
 from tether.settings import Settings
@@ -101,8 +108,9 @@ def _redacted(text: object) -> object:
     return DEFAULT_REDACTOR(text) if isinstance(text, str) and text else text
 
 
-def build_request(settings: Settings, spec: RunSpec) -> RunRequest:
-    """Validate ``spec`` into a request with a fresh run id (no I/O).
+def build_request(settings: Settings, spec: RunSpec, reply_to: str | None = None) -> RunRequest:
+    """Validate ``spec`` into a request with a fresh run id (no I/O); its completion is
+    announced to producer ``reply_to``.
 
     Raises:
         InvalidInput: a malformed id, oversized input, or bad option.
@@ -122,6 +130,7 @@ def build_request(settings: Settings, spec: RunSpec) -> RunRequest:
         "durability": spec.durability,
         "resolutions": [r.model_dump() for r in spec.resolutions],
         "trace": current_trace_context(),  # the worker's spans continue this trace
+        "reply_to": reply_to,
     }
     request = parse_request(doc)
     request.check_input_size(settings.max_input_bytes)
@@ -220,6 +229,12 @@ class RunIds:
         """Whether the session is known."""
         return self.session_id is not None
 
+    def ref(self) -> RunRef | None:
+        """Where the run lives, when the session and tenant are known."""
+        if self.session_id is None or self.tenant is None:
+            return None
+        return RunRef(self.tenant, self.session_id, self.run_id)
+
     def foreign(self, tenant: str | None) -> bool:
         """Whether a record of ``tenant`` belongs to another tenant than the caller's: then the
         run is "not found" for this handle (an id never reveals another tenant's run)."""
@@ -240,8 +255,11 @@ class RunIds:
         :func:`not_found`."""
         if self.foreign(result.tenant):
             return not_found(self.run_id, self.tenant or "")
-        known = {"request_id": self.request_id, "session_id": self.session_id,
-                 "tenant": self.tenant}
+        known = {
+            "request_id": self.request_id,
+            "session_id": self.session_id,
+            "tenant": self.tenant,
+        }
         missing = {k: v for k, v in known.items() if v and not getattr(result, k)}
         if missing:
             result = result.model_copy(update=missing)

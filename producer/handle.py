@@ -27,8 +27,9 @@ from tether.producer.core import (
     cancelled_error,
     failure_of,
     is_cancelled,
+    not_found,
 )
-from tether.runs.contract import RunResult
+from tether.runs.contract import RunRef, RunResult
 from tether.runs.queue.base import CancelOutcome
 
 if TYPE_CHECKING:
@@ -92,9 +93,20 @@ class RunHandle(concurrent.futures.Future[RunResult]):
 
     # --- identity (loaded lazily for handles reattached by run id) ---------------------------
 
+    def _ref(self) -> RunRef | None:
+        """Where the run lives; a handle reattached by run id asks its tenant's run index once
+        (None: that tenant has no such run)."""
+        ref = self._ids.ref()
+        if ref is None:
+            ref = self._producer.locate(self.run_id, tenant=self._ids.tenant)
+            if ref is not None:
+                self._ids.learn("", ref.session_id, ref.tenant)
+        return ref
+
     def _load_ids(self) -> None:
-        if not self._ids.known:
-            view = self._producer.runs.get(self.run_id)
+        if self._ids.request_id is None:
+            ref = self._ref()
+            view = self._producer.runs.get(ref) if ref is not None else None
             if view is not None:
                 self._ids.learn(view.request_id, view.session_id, view.tenant)
 
@@ -124,14 +136,19 @@ class RunHandle(concurrent.futures.Future[RunResult]):
             if self._registered:
                 return
             self._registered = True
-        self._producer.listener.register(self.run_id, self._settle)
+        ref = self._ref()
+        if ref is None:
+            self._settle(not_found(self.run_id, self._ids.tenant or ""))
+            return
+        self._producer.listener.register(ref, self._settle)
 
     def _ensure_quietly(self) -> None:
         try:
             self._ensure()
         except TetherError as exc:  # registered: the listener settles it once Redis answers
-            log.warning("checking run %s failed (%s); the listener will settle it", self.run_id,
-                        exc)
+            log.warning(
+                "checking run %s failed (%s); the listener will settle it", self.run_id, exc
+            )
 
     def _settle(self, result: RunResult) -> None:
         """Resolve the future from a recorded result (called by the listener, once)."""
@@ -208,7 +225,8 @@ class RunHandle(concurrent.futures.Future[RunResult]):
         """True while a worker is executing the run."""
         if _Future.done(self):
             return False
-        view = self._producer.runs.get(self.run_id)
+        ref = self._ref()
+        view = self._producer.runs.get(ref) if ref is not None else None
         return view is not None and view.status == "RUNNING"
 
     def cancelled(self) -> bool:

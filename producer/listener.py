@@ -30,7 +30,7 @@ from typing import Protocol
 from tether.core.results import RunStatus
 from tether.errors import RunLost, TetherError
 from tether.producer.aio_batch import TurnBatcher
-from tether.runs.contract import RunResult
+from tether.runs.contract import RunRef, RunResult
 from tether.runs.queue.base import Completions, Submissions
 
 log = logging.getLogger(__name__)
@@ -70,32 +70,35 @@ class AwaitedRuns:
 
     def __init__(self) -> None:
         self._settles: dict[str, list[Settle]] = {}
+        self._refs: dict[str, RunRef] = {}
         self._misses: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._settles)
 
-    def add(self, run_id: str, settle: Settle) -> None:
-        """Await ``run_id`` on behalf of ``settle``."""
-        self._settles.setdefault(run_id, []).append(settle)
+    def add(self, ref: RunRef, settle: Settle) -> None:
+        """Await run ``ref`` on behalf of ``settle``."""
+        self._refs[ref.run_id] = ref
+        self._settles.setdefault(ref.run_id, []).append(settle)
 
-    def wanted(self, run_ids: Sequence[str]) -> list[str]:
+    def wanted(self, run_ids: Sequence[str]) -> list[RunRef]:
         """Those of ``run_ids`` that are awaited."""
-        return [r for r in run_ids if r in self._settles]
+        return [self._refs[r] for r in run_ids if r in self._settles]
 
-    def run_ids(self) -> list[str]:
+    def refs(self) -> list[RunRef]:
         """Every awaited run."""
-        return list(self._settles)
+        return [self._refs[r] for r in self._settles]
 
     def take(self, run_id: str) -> list[Settle]:
         """Stop awaiting ``run_id``; who waited on it."""
         self._misses.pop(run_id, None)
+        self._refs.pop(run_id, None)
         return self._settles.pop(run_id, [])
 
-    def note_check(self, checked: Sequence[str], found: Mapping[str, object]) -> list[str]:
+    def note_check(self, checked: Sequence[RunRef], found: Mapping[str, object]) -> list[str]:
         """Count the runs of a full check that had no record; those now deemed lost."""
         lost: list[str] = []
-        for run_id in checked:
+        for _, _, run_id in checked:
             if run_id in found:
                 self._misses.pop(run_id, None)
             elif run_id in self._settles:
@@ -115,9 +118,9 @@ def call_settles(run_id: str, settles: list[Settle], result: RunResult) -> None:
             log.exception("settling handle %s failed", run_id)
 
 
-def done_run_ids(entries: Sequence[tuple[bytes, str]]) -> list[str]:
+def done_run_ids(entries: Sequence[tuple[bytes, RunRef]]) -> list[str]:
     """The run ids of a batch of completion entries, each once."""
-    return list(dict.fromkeys(run_id for _entry_id, run_id in entries))
+    return list(dict.fromkeys(ref.run_id for _entry_id, ref in entries))
 
 
 class RunFeed(Submissions, Completions, Protocol):
@@ -127,8 +130,15 @@ class RunFeed(Submissions, Completions, Protocol):
 class CompletionListener:
     """Resolves handles from the completion stream, on one daemon thread."""
 
-    def __init__(self, runs: RunFeed, *, recheck_interval_s: float = RECHECK_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        runs: RunFeed,
+        *,
+        feed: str | None = None,
+        recheck_interval_s: float = RECHECK_INTERVAL_S,
+    ) -> None:
         self._runs = runs
+        self._feed = feed
         self._awaited = AwaitedRuns()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -139,13 +149,13 @@ class CompletionListener:
     def _start(self) -> None:
         if self._thread is None:
             try:
-                self._last_id = self._runs.done_last_id()
+                self._last_id = self._runs.done_last_id(self._feed)
             except TetherError as exc:  # the thread asks again; the rechecks cover the gap
                 log.warning("completion stream unavailable (%s); retrying", exc)
             self._thread = threading.Thread(target=self._loop, name="tether-listener", daemon=True)
             self._thread.start()
 
-    def register(self, run_id: str, settle: Settle) -> None:
+    def register(self, ref: RunRef, settle: Settle) -> None:
         """Call ``settle`` once with the run's result (now, if it already finished).
 
         Raises:
@@ -153,32 +163,32 @@ class CompletionListener:
                 and is resolved once Redis answers.
         """
         with self._lock:
-            self._awaited.add(run_id, settle)
+            self._awaited.add(ref, settle)
             self._start()
-        self._check([run_id])
+        self._check([ref])
 
-    def _peek(self, run_ids: list[str]) -> dict[str, RunResult | None]:
+    def _peek(self, refs: list[RunRef]) -> dict[str, RunResult | None]:
         try:
-            return self._runs.peek_many(run_ids)
+            return self._runs.peek_many(refs)
         except TetherError:
             raise
         except Exception:  # one unreadable record must not stop every other handle
             found: dict[str, RunResult | None] = {}
-            for run_id in run_ids:
+            for ref in refs:
                 try:
-                    found.update(self._runs.peek_many([run_id]))
+                    found.update(self._runs.peek_many([ref]))
                 except TetherError:
                     raise
                 except Exception:
-                    log.exception("reading run %s failed", run_id)
-                    found[run_id] = None  # it exists: never deemed lost
+                    log.exception("reading run %s failed", ref.run_id)
+                    found[ref.run_id] = None  # it exists: never deemed lost
             return found
 
-    def _check(self, run_ids: list[str]) -> None:
-        """Resolve those of ``run_ids`` whose record holds a result."""
-        if not run_ids:
+    def _check(self, refs: list[RunRef]) -> None:
+        """Resolve those of ``refs`` whose record holds a result."""
+        if not refs:
             return
-        for run_id, result in self._peek(run_ids).items():
+        for run_id, result in self._peek(refs).items():
             if result is not None:
                 self._resolve(run_id, result)
 
@@ -203,12 +213,12 @@ class CompletionListener:
         while not self._stop.is_set():
             try:
                 if self._last_id is None:
-                    self._last_id = self._runs.done_last_id()
+                    self._last_id = self._runs.done_last_id(self._feed)
                     next_recheck = 0.0  # completions before this position: ask each record
                 if time.monotonic() >= next_recheck:
                     next_recheck = time.monotonic() + self._recheck_interval_s
                     self._recheck_all()
-                entries = self._runs.read_done(self._last_id, BLOCK_MS)
+                entries = self._runs.read_done(self._last_id, BLOCK_MS, self._feed)
                 if entries:
                     self._last_id = entries[-1][0]
                     with self._lock:
@@ -227,12 +237,12 @@ class CompletionListener:
     def _recheck_all(self) -> None:
         """Ask every awaited run record directly; resolve finished runs and lost ones."""
         with self._lock:
-            run_ids = self._awaited.run_ids()
-        if not run_ids:
+            refs = self._awaited.refs()
+        if not refs:
             return
-        found = self._peek(run_ids)
+        found = self._peek(refs)
         with self._lock:
-            lost = self._awaited.note_check(run_ids, found)
+            lost = self._awaited.note_check(refs, found)
         for run_id, result in found.items():
             if result is not None:
                 self._resolve(run_id, result)
@@ -244,14 +254,16 @@ class CompletionListener:
 class AsyncRunFeed(Protocol):
     """What the asyncio listener reads (:class:`~tether.producer.aio_queue.AsyncRunQueue`)."""
 
-    async def peek_many(self, run_ids: Sequence[str]) -> dict[str, RunResult | None]:
-        """For each run id with a record: its result (None while unfinished)."""
+    async def peek_many(self, refs: Sequence[RunRef]) -> dict[str, RunResult | None]:
+        """For each run with a record, by run id: its result (None while unfinished)."""
 
-    async def done_last_id(self) -> bytes:
-        """The position of the newest completion."""
+    async def done_last_id(self, feed: str | None = None) -> bytes:
+        """The position of the newest completion of ``feed``."""
 
-    async def read_done(self, after_id: bytes, block_ms: int) -> list[tuple[bytes, str]]:
-        """Completions after ``after_id`` (blocks up to ``block_ms``)."""
+    async def read_done(
+        self, after_id: bytes, block_ms: int, feed: str | None = None
+    ) -> list[tuple[bytes, RunRef]]:
+        """Completions of ``feed`` after ``after_id`` (blocks up to ``block_ms``)."""
 
 
 class AsyncCompletionListener:
@@ -261,28 +273,33 @@ class AsyncCompletionListener:
     """
 
     def __init__(
-        self, runs: AsyncRunFeed, *, recheck_interval_s: float = RECHECK_INTERVAL_S
+        self,
+        runs: AsyncRunFeed,
+        *,
+        feed: str | None = None,
+        recheck_interval_s: float = RECHECK_INTERVAL_S,
     ) -> None:
         self._runs = runs
+        self._feed = feed
         self._awaited = AwaitedRuns()
         self._task: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None] | None = None
         self._last_id: bytes | None = None
         self._recheck_interval_s = recheck_interval_s
-        self._checks: TurnBatcher[str, None] = TurnBatcher(self._check)
+        self._checks: TurnBatcher[RunRef, None] = TurnBatcher(self._check)
         self._closing = False
 
-    async def register(self, run_id: str, settle: Settle) -> None:
+    async def register(self, ref: RunRef, settle: Settle) -> None:
         """Call ``settle`` once with the run's result (now, if it already finished).
 
         Raises:
             StreamUnavailable: Redis did not answer the first check; the run stays registered
                 and is resolved once Redis answers.
         """
-        self._awaited.add(run_id, settle)
+        self._awaited.add(ref, settle)
         ready = self._start()
         await asyncio.shield(ready)  # the stream position is known: no completion is missed
-        await self._checks.submit([run_id])  # one round trip for every run registered now
+        await self._checks.submit([ref])  # one round trip for every run registered now
 
     def pending(self) -> int:
         """How many runs are awaited."""
@@ -303,33 +320,33 @@ class AsyncCompletionListener:
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(task, BLOCK_MS / 1000 + 2)
 
-    async def _peek(self, run_ids: list[str]) -> dict[str, RunResult | None]:
+    async def _peek(self, refs: list[RunRef]) -> dict[str, RunResult | None]:
         try:
-            return await self._runs.peek_many(run_ids)
+            return await self._runs.peek_many(refs)
         except TetherError:
             raise
         except Exception:  # one unreadable record must not stop every other handle
             found: dict[str, RunResult | None] = {}
-            for run_id in run_ids:
+            for ref in refs:
                 try:
-                    found.update(await self._runs.peek_many([run_id]))
+                    found.update(await self._runs.peek_many([ref]))
                 except TetherError:
                     raise
                 except Exception:
-                    log.exception("reading run %s failed", run_id)
-                    found[run_id] = None  # it exists: never deemed lost
+                    log.exception("reading run %s failed", ref.run_id)
+                    found[ref.run_id] = None  # it exists: never deemed lost
             return found
 
-    async def _check(self, run_ids: list[str]) -> list[None]:
-        if run_ids:
-            for run_id, result in (await self._peek(run_ids)).items():
+    async def _check(self, refs: list[RunRef]) -> list[None]:
+        if refs:
+            for run_id, result in (await self._peek(refs)).items():
                 if result is not None:
                     call_settles(run_id, self._awaited.take(run_id), result)
-        return [None] * len(run_ids)
+        return [None] * len(refs)
 
     async def _position(self, ready: asyncio.Future[None]) -> None:
         try:
-            self._last_id = await self._runs.done_last_id()
+            self._last_id = await self._runs.done_last_id(self._feed)
         except TetherError as exc:  # asked again by the loop; the rechecks cover the gap
             log.warning("completion stream unavailable (%s); retrying", exc)
         finally:
@@ -342,12 +359,12 @@ class AsyncCompletionListener:
         while not self._closing:
             try:
                 if self._last_id is None:
-                    self._last_id = await self._runs.done_last_id()
+                    self._last_id = await self._runs.done_last_id(self._feed)
                     next_recheck = 0.0
                 if time.monotonic() >= next_recheck:
                     next_recheck = time.monotonic() + self._recheck_interval_s
                     await self._recheck_all()
-                entries = await self._runs.read_done(self._last_id, BLOCK_MS)
+                entries = await self._runs.read_done(self._last_id, BLOCK_MS, self._feed)
                 if entries:
                     self._last_id = entries[-1][0]
                     await self._check(self._awaited.wanted(done_run_ids(entries)))
@@ -360,11 +377,11 @@ class AsyncCompletionListener:
                 await asyncio.sleep(RETRY_PAUSE_S)
 
     async def _recheck_all(self) -> None:
-        run_ids = self._awaited.run_ids()
-        if not run_ids:
+        refs = self._awaited.refs()
+        if not refs:
             return
-        found = await self._peek(run_ids)
-        lost = self._awaited.note_check(run_ids, found)
+        found = await self._peek(refs)
+        lost = self._awaited.note_check(refs, found)
         for run_id, result in found.items():
             if result is not None:
                 call_settles(run_id, self._awaited.take(run_id), result)

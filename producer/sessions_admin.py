@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
@@ -103,14 +104,16 @@ def _delete_runs(client: redis.Redis, keys: RedisKeys, tenant: str, session_id: 
     for name in client.scan_iter(match=pattern, count=_SCAN_BATCH):
         batch.append(name)
         if len(batch) >= _SCAN_BATCH:
-            deleted += _delete_batch(client, keys, batch)
+            deleted += _delete_batch(client, keys, tenant, session_id, batch)
             batch = []
     if batch:
-        deleted += _delete_batch(client, keys, batch)
+        deleted += _delete_batch(client, keys, tenant, session_id, batch)
     return deleted
 
 
-def _delete_batch(client: redis.Redis, keys: RedisKeys, request_keys: list[bytes]) -> int:
+def _delete_batch(
+    client: redis.Redis, keys: RedisKeys, tenant: str, session_id: str, request_keys: list[bytes]
+) -> int:
     """Delete the finished runs among ``request_keys``; a run submitted while the delete was
     under way is still queued (it waits for the lease) and belongs to the next incarnation."""
     replies = client.mget(request_keys)
@@ -121,14 +124,20 @@ def _delete_batch(client: redis.Redis, keys: RedisKeys, request_keys: list[bytes
         if r is not None
     ]
     for _, run_id in named:
-        pipe.hmget(keys.run(run_id), ["status", "result"])
-    records = pipe.execute()
+        pipe.hmget(keys.run(tenant, session_id, run_id), ["status", "result"])
+        pipe.get(keys.run_index(tenant, run_id))
+    records: list[Any] = pipe.execute()
     doomed: list[str | bytes] = []
     count = 0
-    for (key, run_id), (status, result) in zip(named, records, strict=True):
+    for (key, run_id), (status, result), indexed in zip(
+        named, records[::2], records[1::2], strict=True
+    ):
         if status is None or result is not None:  # expired record, or a finished run
-            doomed += [key, keys.run(run_id), keys.cancel(run_id), keys.attempts(run_id)]
+            ref = (tenant, session_id, run_id)
+            doomed += [key, keys.run(*ref), keys.cancel(*ref), keys.attempts(*ref)]
+            if indexed == session_id.encode():  # the index entry is this session's, not a reuse
+                client.delete(keys.run_index(tenant, run_id))
             count += 1
     if doomed:
-        client.delete(*doomed)
+        client.delete(*doomed)  # one slot: the session's
     return count

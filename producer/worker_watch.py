@@ -68,9 +68,12 @@ def warn_if_unconsumed(
 
 
 class _Watch:
-    def __init__(self, producer: Producer, run_id: str, warn: Warn | None) -> None:
+    def __init__(
+        self, producer: Producer, run_id: str, warn: Warn | None, tenant: str | None
+    ) -> None:
         self._producer = producer
         self._run_id = run_id
+        self._tenant = tenant
         self._warn = warn
         self._stop = threading.Event()
         self.warned = False
@@ -85,7 +88,7 @@ class _Watch:
 
     def _queued_on(self) -> str | None:
         """The queue the run waits in, or None once it started or ended."""
-        view = self._producer.runs.get(self._run_id)
+        view = self._producer.record(self._run_id, tenant=self._tenant)
         if view is None or view.status != RunState.QUEUED:
             return None
         return view.queue or self._producer.settings.queue
@@ -106,7 +109,7 @@ class _Watch:
 
 @contextlib.contextmanager
 def watch_for_workers(
-    producer: Producer, run_id: str, *, warn: Warn | None = None
+    producer: Producer, run_id: str, *, warn: Warn | None = None, tenant: str | None = None
 ) -> Iterator[None]:
     """Within the block, warn once if ``run_id`` stays queued with no live worker for its queue.
 
@@ -114,8 +117,9 @@ def watch_for_workers(
         producer: the producer that submitted the run (its Redis, keys and queue are used).
         run_id: the run being waited for.
         warn: called with the warning (default: ``logging.getLogger("tether.producer").warning``).
+        tenant: the run's tenant (default: the producer's).
     """
-    watch = _Watch(producer, run_id, warn)
+    watch = _Watch(producer, run_id, warn, tenant)
     watch.start()
     try:
         yield

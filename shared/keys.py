@@ -9,9 +9,9 @@ session hashes to the same slot, so one Lua script may touch all of them. The se
 and not ``:`` because ids may contain ``:`` (see :mod:`tether.ids`) and ``/`` is refused in ids;
 ``{a:b/c}`` and ``{a/b:c}`` are therefore always different sessions.
 
-Redis Cluster is **not supported yet**: the hash tags keep one session's keys in one slot, but the
-submit and finish scripts also touch run-scoped and namespace-wide keys (other slots), and the
-namespace-wide ``done`` stream and ``active`` zset are single keys.
+Layout v2 (see ``docs/redis-key-layout-v2.md``): every key a Lua script touches is in one
+session's slot, so Tether runs on Redis Cluster; every key of a tenant starts
+``<p>:{<tenant>/`` (:meth:`RedisKeys.tenant_pattern`), so one ACL pattern scopes a tenant.
 
 Per-session keys (``T`` = ``{<tenant>/<session>}``):
 
@@ -28,18 +28,26 @@ Per-session keys (``T`` = ``{<tenant>/<session>}``):
 - ``<p>:T:kick`` (string): the sweeper's claim, one re-enqueue per lease TTL.
 - ``<p>:T:archived`` (string): archive hint, the highest seq known archived.
 - ``<p>:T:ckpt`` (hash): step checkpoints of the session's running attempts, field = run id.
+- ``<p>:T:run:<run_id>`` (hash): the run record; ``:cancel:<run_id>`` its cancel flag;
+  ``:attempts:<run_id>`` its attempt counter. In the session's slot, so the submit, begin,
+  finish and cancel scripts touch one slot.
 
-Global keys (run-scoped ones carry the hash tag ``{<run_id>}`` so one run's keys share a slot; a
-script that mixes session keys and run keys therefore needs a non-cluster Redis):
+Per-tenant keys:
 
-- ``<p>:run:{<run_id>}`` (hash): the run record.
-- ``<p>:cancel:{<run_id>}`` (string): the cancel flag of a run.
-- ``<p>:attempts:{<run_id>}`` (string): the attempt counter of a run.
-- ``<p>:done`` (stream): the completion stream, one entry per finished run.
-- ``<p>:active`` (zset): active sessions, member ``<tenant>/<session>``, score a timestamp.
-- ``<p>:worker:{<worker_id>}`` (string): a worker's presence record (JSON, see
+- ``<p>:{<tenant>/~runs:<k>}:<run_id>`` (string): the run-id index, run id to session id, so a
+  bare run id (``tether wait RUN_ID``) finds its session; ``k`` spreads it over
+  :data:`RUN_INDEX_SHARDS` slots. ``~`` is refused in ids, so this never names a session.
+
+Namespace-wide keys (each in its own slot, written beside a script, never inside one):
+
+- ``<p>:{~done}`` (stream): every completion, for observers (the console).
+- ``<p>:{~p:<producer_id>}:done`` (stream): the completions of one producer's runs.
+- ``<p>:{~active:<n>}`` (zset, :data:`ACTIVE_SHARDS` shards): active sessions, member
+  ``<tenant>/<session>``, score the last progress (ms); the sweeper reads every shard.
+- ``<p>:{~workers}:<worker_id>`` (string): a worker's presence record (JSON, see
   :mod:`tether.runs.presence`), rewritten every heartbeat with a PX expiry of a few heartbeats.
-- ``<p>:workers`` (zset): the presence index, member worker id, score its last heartbeat (ms).
+- ``<p>:{~workers}`` (zset): the presence index, member worker id, score its last heartbeat
+  (ms). One slot for all presence keys: listing workers is one MGET.
 
 Ids are validated with :mod:`tether.ids` before any name is built, so no id can inject a brace,
 a separator or whitespace into a key.
@@ -48,6 +56,7 @@ a separator or whitespace into a key.
 from __future__ import annotations
 
 import re
+import zlib
 from typing import NamedTuple
 
 from tether.errors import ConfigurationError
@@ -55,6 +64,15 @@ from tether.ids import validate_id, validate_tenant
 
 DEFAULT_PREFIX = "tether"
 _PREFIX_RE = re.compile(r"[A-Za-z0-9_\-.]{1,64}")
+#: Slots one tenant's run-id index is spread over.
+RUN_INDEX_SHARDS = 16
+#: Shards of the active-sessions index (each its own slot on a cluster).
+ACTIVE_SHARDS = 16
+
+
+def _glob_escape(text: str) -> str:
+    # ids allow none of these today; escaping keeps the pattern exact if that ever changes
+    return re.sub(r"([\\*?\[\]])", r"\\\1", text)
 
 
 class SessionKeys(NamedTuple):
@@ -143,35 +161,82 @@ class RedisKeys:
         """The member naming a session in the ``active`` zset: ``<tenant>/<session>``."""
         return f"{validate_tenant(tenant)}/{validate_id(session_id)}"
 
-    # --- global ------------------------------------------------------------------------------
+    # --- runs (in their session's slot) --------------------------------------------------------
 
-    def run(self, run_id: str) -> str:
-        """The run record hash of ``run_id``."""
-        return f"{self.prefix}:run:{{{validate_id(run_id, kind='run id')}}}"
+    def run(self, tenant: str, session_id: str, run_id: str) -> str:
+        """The run record hash of ``run_id`` (in its session's slot)."""
+        return self._session_key(tenant, session_id, f"run:{validate_id(run_id, kind='run id')}")
 
-    def cancel(self, run_id: str) -> str:
+    def cancel(self, tenant: str, session_id: str, run_id: str) -> str:
         """The cancel flag of ``run_id``."""
-        return f"{self.prefix}:cancel:{{{validate_id(run_id, kind='run id')}}}"
+        return self._session_key(tenant, session_id, f"cancel:{validate_id(run_id, kind='run id')}")
 
-    def attempts(self, run_id: str) -> str:
+    def attempts(self, tenant: str, session_id: str, run_id: str) -> str:
         """The attempt counter of ``run_id``."""
-        return f"{self.prefix}:attempts:{{{validate_id(run_id, kind='run id')}}}"
+        return self._session_key(
+            tenant, session_id, f"attempts:{validate_id(run_id, kind='run id')}"
+        )
+
+    def run_index(self, tenant: str, run_id: str) -> str:
+        """Where a bare run id of ``tenant`` finds its session: ``<p>:{<t>/~runs:<k>}:<run>``.
+
+        ``~`` is refused in ids, so this tag never names a session; ``k`` spreads one tenant's
+        index over :data:`RUN_INDEX_SHARDS` slots.
+        """
+        validate_tenant(tenant)
+        validate_id(run_id, kind="run id")
+        shard = zlib.crc32(run_id.encode()) % RUN_INDEX_SHARDS
+        return f"{self.prefix}:{{{tenant}/~runs:{shard}}}:{run_id}"
+
+    def tenant_pattern(self, tenant: str) -> str:
+        """A SCAN/ACL glob matching every key of ``tenant`` (sessions, runs, run index)."""
+        validate_tenant(tenant)
+        return f"{self.prefix}:{{{_glob_escape(tenant)}/*"
+
+    # --- namespace-wide (sharded) ----------------------------------------------------------------
 
     def done(self) -> str:
-        """The completion stream."""
-        return f"{self.prefix}:done"
+        """The namespace's completion feed, for observers (the console); producers read their
+        own :meth:`producer_done` instead. Its own slot, written beside (never inside) a
+        session script."""
+        return f"{self.prefix}:{{~done}}"
 
-    def active(self) -> str:
-        """The active-sessions zset."""
-        return f"{self.prefix}:active"
+    @staticmethod
+    def feed(tenant: str, producer_id: str) -> str:
+        """The name of producer ``producer_id``'s completion feed for ``tenant``'s runs."""
+        return f"{validate_tenant(tenant)}/{validate_id(producer_id, kind='producer id')}"
+
+    def producer_done(self, feed: str) -> str:
+        """The completion stream of one producer (``feed`` from :meth:`feed`): only its runs,
+        so its cost does not grow with other producers' traffic. Under the tenant's pattern
+        ``<p>:{~p:<tenant>/*``, so an ACL can give a tenant its own feeds and no other's."""
+        tenant, _, producer_id = feed.partition("/")
+        return f"{self.prefix}:{{~p:{self.feed(tenant, producer_id)}}}:done"
+
+    def active(self, tenant: str, session_id: str) -> str:
+        """The active-sessions zset shard holding ``<tenant>/<session>``."""
+        member = self.active_member(tenant, session_id)
+        return self.active_shard(zlib.crc32(member.encode()) % ACTIVE_SHARDS)
+
+    def active_shard(self, shard: int) -> str:
+        """Shard ``shard`` (0 <= shard < :data:`ACTIVE_SHARDS`) of the active-sessions index."""
+        if not 0 <= shard < ACTIVE_SHARDS:
+            raise ValueError(f"active shard {shard} out of range 0..{ACTIVE_SHARDS - 1}")
+        return f"{self.prefix}:{{~active:{shard}}}"
+
+    def active_shards(self) -> list[str]:
+        """Every shard of the active-sessions index."""
+        return [self.active_shard(n) for n in range(ACTIVE_SHARDS)]
 
     def worker(self, worker_id: str) -> str:
-        """The presence record of one worker process group (see :mod:`tether.runs.presence`)."""
-        return f"{self.prefix}:worker:{{{validate_id(worker_id, kind='worker id')}}}"
+        """The presence record of one worker process group (see :mod:`tether.runs.presence`);
+        every presence key shares one slot, so listing workers is one MGET on a cluster too
+        (a heartbeat every few seconds per worker is no hot spot)."""
+        return f"{self.prefix}:{{~workers}}:{validate_id(worker_id, kind='worker id')}"
 
     def workers(self) -> str:
         """The presence index: worker ids scored by their last heartbeat (ms)."""
-        return f"{self.prefix}:workers"
+        return f"{self.prefix}:{{~workers}}"
 
     def archived(self, tenant: str, session_id: str) -> str:
         """The archive hint: the highest sequence number known archived (an optimisation)."""

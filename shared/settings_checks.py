@@ -16,9 +16,14 @@ MASK = "***"
 SECRET_PARAMS = frozenset({"password", "pass", "token", "secret", "key", "api_key", "apikey"})
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+#: Where streams, leases and run records may live: one Redis or a Redis Cluster.
+STREAM_SCHEMES = (*REDIS_SCHEMES, *CLUSTER_SCHEMES)
+#: The Celery broker: one Redis (Celery cannot use a Redis Cluster) or RabbitMQ.
 BROKER_SCHEMES = (*REDIS_SCHEMES, "amqp", "amqps", "pyamqp")
 STORE_FORMS = "file:///abs/path, file://./relative/dir, s3://bucket[/prefix] or memory://"
 REDIS_FORMS = "redis://[:password@]host:port/db, rediss://... (TLS) or unix:///path/redis.sock"
+CLUSTER_FORMS = "redis+cluster://[:password@]host:port[,host:port...] (rediss+cluster:// for TLS)"
 _SCHEME_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*")
 _MODULE_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 _QUEUE_RE = re.compile(r"[A-Za-z0-9_\-.:@]{1,200}")
@@ -93,15 +98,23 @@ def _host_and_port(parts: SplitResult, forms: str) -> str | None:
     return None
 
 
-def check_redis_url(value: str, *, schemes: tuple[str, ...] = REDIS_SCHEMES) -> str | None:
-    """Why ``value`` is not a usable Redis (or, with ``schemes``, broker) URL, or None."""
-    forms = REDIS_FORMS if schemes == REDIS_SCHEMES else f"{REDIS_FORMS}, or amqp://host:port//"
+def check_redis_url(value: str, *, schemes: tuple[str, ...] = STREAM_SCHEMES) -> str | None:
+    """Why ``value`` is not a usable Redis or Redis Cluster (or, with ``schemes``, broker) URL,
+    or None."""
+    if schemes == BROKER_SCHEMES:
+        forms = f"{REDIS_FORMS}, or amqp://host:port//"
+    elif set(CLUSTER_SCHEMES) & set(schemes):
+        forms = f"{REDIS_FORMS}, or {CLUSTER_FORMS}"
+    else:
+        forms = REDIS_FORMS
     parts = _split(value, forms)
     if isinstance(parts, str):
         return parts
     scheme = parts.scheme.lower()
     if scheme not in schemes:
         return f"scheme {parts.scheme + '://'!r} is not supported; use {forms}"
+    if scheme in CLUSTER_SCHEMES:
+        return _check_cluster(parts)
     if scheme == "unix":
         if parts.netloc or not parts.path.startswith("/"):
             return "a unix socket URL needs an absolute path: unix:///path/to/redis.sock?db=0"
@@ -110,6 +123,22 @@ def check_redis_url(value: str, *, schemes: tuple[str, ...] = REDIS_SCHEMES) -> 
     if problem is None and scheme in REDIS_SCHEMES:
         problem = _check_db(parts.path.strip("/") or "0", forms)
     return problem
+
+
+def _check_cluster(parts: SplitResult) -> str | None:
+    """Every ``host:port`` of a cluster URL is well formed, and the database is 0 (or absent)."""
+    hosts = parts.netloc.rpartition("@")[2]
+    for item in hosts.split(","):
+        try:
+            node = urlsplit("//" + item)
+        except ValueError as exc:
+            return f"node {item!r} does not parse ({exc}); use {CLUSTER_FORMS}"
+        problem = _host_and_port(node, CLUSTER_FORMS)
+        if problem is not None:
+            return f"node {item!r}: {problem}"
+    if parts.path.strip("/") not in ("", "0"):
+        return f"a Redis Cluster has only database 0; drop the /db part: {CLUSTER_FORMS}"
+    return None
 
 
 def _check_db(db: str, forms: str) -> str | None:

@@ -4,6 +4,7 @@ import logging
 
 pytest_plugins = [
     "tests.support.redis_server",
+    "tests.support.redis_cluster",
     "tests.support.moto_server",
     "tests.support.stack",
     "tests.support.fake_openai",

@@ -23,7 +23,7 @@ def apply(backends: Backends, request: RunRequest, worker_id: str = "w1") -> Run
     rt = worker_runtime(backends, worker_id, registry=registry)
     submit(rt.runs, request)
     drain(rt, TENANT, request.session_id)
-    view = backends.runs.get(request.run_id)
+    view = backends.runs.get(request.ref)
     assert view is not None and view.result is not None
     return view.result
 
@@ -58,8 +58,11 @@ def test_approving_runs_the_tool_once_and_the_run_goes_on() -> None:
     assert len(approval_agents.TRANSFERS) == before + 1
     reader = SessionLogReader(backends.store, backends.archive)
     assert reader.verify("s-approve", tenant=TENANT).ok
-    replaced = [e for e in reader.events("s-approve", tenant=TENANT)
-                if e.type is EventType.TOOL_OUTPUT_REPLACED]
+    replaced = [
+        e
+        for e in reader.events("s-approve", tenant=TENANT)
+        if e.type is EventType.TOOL_OUTPUT_REPLACED
+    ]
     assert [(e.run_id, e.payload.output) for e in replaced] == [  # type: ignore[union-attr]
         (done.run_id, "transferred 5")
     ]

@@ -23,7 +23,7 @@ from tether.errors import InvalidInput, SessionBusy
 from tether.keys import RedisKeys
 from tether.producer import AsyncProducer, AsyncRunHandle
 from tether.producer.aio_queue import AsyncRunQueue, async_redis_from_url
-from tether.runs.contract import RunRequest, RunResult
+from tether.runs.contract import RunRef, RunRequest, RunResult
 from tether.runs.queue.base import CancelOutcome, SubmitState
 from tether.runs.queue.redis import RedisRunQueue
 
@@ -136,6 +136,7 @@ def test_async_handles_await_reattach_and_share_runs_with_producer(live_stack: S
     run_async_test(live_stack, body)
 
 
+@pytest.mark.slow  # waits on sleepy runs: ~13 s
 def test_async_errors_busy_reject_and_cancel(live_stack: Stack) -> None:
     sid = unique("aio-cancel")
 
@@ -203,7 +204,11 @@ def test_async_approve_continues_a_waiting_run(live_stack: Stack) -> None:
 
 def _request(session_id: str, request_id: str, run_id: str, on_busy: str = "enqueue") -> RunRequest:
     return RunRequest(
-        run_id=run_id, request_id=request_id, session_id=session_id, agent="echo", input="hi",
+        run_id=run_id,
+        request_id=request_id,
+        session_id=session_id,
+        agent="echo",
+        input="hi",
         on_busy=on_busy,  # type: ignore[arg-type]
     )
 
@@ -220,29 +225,50 @@ def test_async_run_queue_agrees_with_the_redis_run_queue(
         try:
             first = await aio.submit_many([_request("s1", "q1", "run-a")], queue="qa")
             assert first[0].state is SubmitState.QUEUED
-            view = sync.get("run-a")
+            a, e, x = (
+                RunRef("default", "s1", "run-a"),
+                RunRef("default", "s2", "run-e"),
+                RunRef("default", "s1", "run-x"),
+            )
+            view = sync.get(a)
             assert view is not None and view.queue == "qa" and view.request is not None
             assert view.status == "QUEUED" and sync.head("default", "s1") == "run-a"
             # a duplicate from either side is the first run
             assert sync.submit_many([_request("s1", "q1", "run-b")])[0].run_id == "run-a"
             dup = await aio.submit_many([_request("s1", "q1", "run-c")])
             assert (dup[0].run_id, dup[0].state) == ("run-a", SubmitState.DUPLICATE)
-            assert (await aio.get("run-a")) == sync.get("run-a")
+            assert (await aio.get(a)) == sync.get(a)
+            assert await aio.locate("default", "run-a") == sync.locate("default", "run-a") == a
+            assert await aio.locate("other", "run-a") is None  # another tenant's run
             busy = await aio.submit_many([_request("s1", "q2", "run-d", on_busy="reject")])
             assert busy[0].state is SubmitState.BUSY
             last = await aio.done_last_id()
-            sync.finish(RunResult(run_id="run-a", request_id="q1", session_id="s1",
-                                  tenant="default", status=RunStatus.COMPLETED, output="ok"))
-            assert await aio.read_done(last, 100) == [(sync.done_last_id(), "run-a")]
-            peeked = await aio.peek_many(["run-a", "run-x"])
-            assert peeked == sync.peek_many(["run-a", "run-x"])
+            sync.finish(
+                RunResult(
+                    run_id="run-a",
+                    request_id="q1",
+                    session_id="s1",
+                    tenant="default",
+                    status=RunStatus.COMPLETED,
+                    output="ok",
+                )
+            )
+            assert await aio.read_done(last, 100) == [(sync.done_last_id(), a)]
+            peeked = await aio.peek_many([a, x])
+            assert peeked == sync.peek_many([a, x])
             assert list(peeked) == ["run-a"] and peeked["run-a"] is not None
-            assert await aio.request_cancel("run-a") is CancelOutcome.FINISHED
+            assert await aio.request_cancel(a) is CancelOutcome.FINISHED
             await aio.submit_many([_request("s2", "q3", "run-e")])
-            assert await aio.request_cancel("run-e") is CancelOutcome.CANCELLED
-            assert sync.cancel_requested("run-e") and sync.begin("run-e", "w") is None
-            refused = RunResult(run_id="run-e", request_id="q3", session_id="s2",
-                                tenant="default", status=RunStatus.FAILED, error_type="X")
+            assert await aio.request_cancel(e) is CancelOutcome.CANCELLED
+            assert sync.cancel_requested(e) and sync.begin(e, "w") is None
+            refused = RunResult(
+                run_id="run-e",
+                request_id="q3",
+                session_id="s2",
+                tenant="default",
+                status=RunStatus.FAILED,
+                error_type="X",
+            )
             assert await aio.record_rejected(refused) is False  # never rewrites a record
         finally:
             await client.aclose()
@@ -258,7 +284,9 @@ def test_the_shared_core_builds_and_validates_requests_before_any_io() -> None:
     spec = core.run_spec("s-1", "hi", agent="echo", request_id="r-1", on_busy="reject")
     request = core.build_request(settings, spec)
     assert (request.tenant, request.request_id, request.on_busy.value) == (
-        "team-a", "r-1", "reject"
+        "team-a",
+        "r-1",
+        "reject",
     )
     with pytest.raises(InvalidInput, match="over the limit"):
         core.build_request(settings, core.run_spec("s-1", "x" * 11, agent="echo"))

@@ -10,6 +10,7 @@ import redis
 
 from tether.errors import FencedOut, InvalidInput
 from tether.keys import RedisKeys
+from tether.persistence.redis_conn import redis_from_url
 from tether.runs.checkpoints.base import Checkpoint, CheckpointStore
 from tether.runs.checkpoints.memory import InMemoryCheckpointStore
 from tether.runs.checkpoints.redis import RedisCheckpointStore
@@ -24,15 +25,26 @@ class Case:
     leases: LeaseManager
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 def case(request: pytest.FixtureRequest) -> Iterator[Case]:
     if request.param == "memory":
         leases = InMemoryLeaseManager()
         yield Case(InMemoryCheckpointStore(leases), leases)
         return
-    client: redis.Redis = request.getfixturevalue("redis_client")
     keys = RedisKeys("ckpt-contract")
-    yield Case(RedisCheckpointStore(client, keys, ttl_s=600), RedisLeaseManager(client, keys=keys))
+    if request.param == "redis":
+        client: redis.Redis = request.getfixturevalue("redis_client")
+        yield Case(
+            RedisCheckpointStore(client, keys, ttl_s=600), RedisLeaseManager(client, keys=keys)
+        )
+        return
+    cluster = redis_from_url(request.getfixturevalue("cluster_url"))
+    try:
+        yield Case(
+            RedisCheckpointStore(cluster, keys, ttl_s=600), RedisLeaseManager(cluster, keys=keys)
+        )
+    finally:
+        cluster.close()
 
 
 def ckpt(run_id: str, fence: int, last_seq: int, base_seq: int = 0) -> Checkpoint:

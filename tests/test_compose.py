@@ -178,3 +178,33 @@ def test_s3_server_credentials_file_is_valid_json(compose: dict[str, Any], tmp_p
     assert credentials["accessKey"] == worker_env["AWS_ACCESS_KEY_ID"]
     assert credentials["secretKey"] == worker_env["AWS_SECRET_ACCESS_KEY"]
     assert "-s3.config=/tmp/s3.json" in script
+
+
+def test_cluster_profile_joins_its_nodes_and_points_workers_at_them(
+    compose: dict[str, Any],
+) -> None:
+    services = compose["services"]
+    nodes = sorted(n for n, s in services.items() if n.startswith("redis-node-"))
+    assert nodes == ["redis-node-1", "redis-node-2", "redis-node-3"]
+    for name in [*nodes, "redis-cluster-init", "worker-cluster"]:
+        assert services[name].get("profiles") == ["cluster"], name
+    for name in nodes:
+        command = " ".join(services[name]["command"])
+        assert "--cluster-enabled yes" in command and "--appendonly yes" in command
+    create = " ".join(services["redis-cluster-init"]["command"])
+    assert "--cluster create" in create and "--cluster-replicas 0" in create
+    assert all(f"{n}:6379" in create for n in nodes)
+    worker = services["worker-cluster"]
+    env = {k: interpolate(v) for k, v in environment(worker).items()}
+    url = env["TETHER_REDIS_URL"]
+    assert url.startswith("redis+cluster://")
+    assert sorted(h.split(":")[0] for h in url.split("://", 1)[1].split(",")) == nodes
+    assert env["TETHER_BROKER_URL"] == "redis://redis:6379/0"  # the broker is no cluster
+    assert set(worker["depends_on"]) >= {"redis", "redis-cluster-init", "s3-init"}
+    with pytest.MonkeyPatch.context() as patch:
+        for key in [k for k in os.environ if k.startswith(ENV_PREFIX)]:
+            patch.delenv(key)
+        for key, value in env.items():
+            if key.startswith(ENV_PREFIX):
+                patch.setenv(key, value)
+        assert load_settings().effective_redis_url == url  # the cluster URL passes validation

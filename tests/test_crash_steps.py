@@ -52,13 +52,13 @@ def assert_exactly_once(backends: Backends, session_id: str, requests: list[RunR
     for request in requests:
         assert applied.count(request.request_id) == 1, (request.request_id, applied)
         assert inputs.count(request.input) == 1, (request.input, inputs)
-        view = backends.runs.get(request.run_id)
+        view = backends.runs.get(request.ref)
         assert view is not None and view.result is not None, request.run_id
         assert view.result.status == "COMPLETED"
         assert view.result.output == str(eval(request.input or "", {}))  # calculator's answer
-    done = [run_id for _, run_id in backends.runs.read_done(b"0-0", block_ms=0)]
+    done = [run for _, run in backends.runs.read_done(b"0-0", block_ms=0)]
     for request in requests:
-        assert done.count(request.run_id) == 1, (request.run_id, done)
+        assert done.count(request.ref) == 1, (request.ref, done)
     live = {e.seq: e for e in backends.stream.read(TENANT, session_id)}
     for event in reader.events(session_id, tenant=TENANT):
         # the live stream shows the committed attempt wherever the dead one had written

@@ -50,8 +50,9 @@ def test_a_recreated_session_ignores_the_deleted_ones_archive_hint(
     keys: RedisKeys = backends.stream._keys
     delete_session(backends.store, backends.archive, redis_client, keys, TENANT, sid)
     switch = PowerSwitch()
-    with crash_at(CommitStep.ARCHIVE_SEGMENT, "before", "dying", switch), pytest.raises(
-        SimulatedCrash
+    with (
+        crash_at(CommitStep.ARCHIVE_SEGMENT, "before", "dying", switch),
+        pytest.raises(SimulatedCrash),
     ):
         apply(backends, "5+5", sid, worker="dying", switch=switch)
     backends.expire_lease(TENANT, sid)
@@ -79,20 +80,20 @@ def test_delete_removes_run_records_and_request_ids(
     other = request_for("s-kept", "3+3")  # another session's runs stay
     submit(rt.runs, other)
     drain(rt, TENANT, "s-kept")
-    assert all(backends.runs.get(r.run_id) is not None for r in old)
+    assert all(backends.runs.get(r.ref) is not None for r in old)
 
     report = delete_session(backends.store, backends.archive, redis_client, keys, TENANT, sid)
     assert report.runs_deleted == 2
     for request in old:
-        assert backends.runs.get(request.run_id) is None  # not found
+        assert backends.runs.get(request.ref) is None  # not found
     left = {k.decode().rsplit(":", 1)[1] for k in redis_client.scan_iter(match=f"*{{*{sid}}}*")}
     assert left == {"fence", "released"}  # kept on purpose: a stale writer stays fenced out
-    assert backends.runs.get(other.run_id) is not None
+    assert backends.runs.get(other.ref) is not None
 
     again = old[0].model_copy(update={"run_id": "run-reborn-1"})  # same request id, new session
     assert submit(rt.runs, again).state is SubmitState.QUEUED  # new, not a duplicate
     drain(rt, TENANT, sid)
-    view = backends.runs.get(again.run_id)
+    view = backends.runs.get(again.ref)
     assert view is not None and view.result is not None and view.result.status == "COMPLETED"
     assert view.result.duplicate is False
     head = SessionLogReader(backends.store, backends.archive).read(sid, tenant=TENANT)

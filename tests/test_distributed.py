@@ -130,11 +130,13 @@ def test_sigkill_mid_run_completes_elsewhere_once(live_stack: Stack) -> None:
 
 
 def _running_worker(stack: Stack, run_id: str):  # type: ignore[no-untyped-def]
-    view = stack.producer.runs.get(run_id)
+    view = stack.producer.record(run_id)
     if view is None or view.status != "RUNNING":
         return None
     pid = int(
-        stack.redis.client().hget(stack.producer.keys.run(run_id), "worker").decode().split(":")[1]
+        stack.producer.redis.hget(stack.producer.keys.run(*view.ref), "worker")
+        .decode()
+        .split(":")[1]
     )  # type: ignore[union-attr]
     for worker in stack.workers:
         if worker.proc is not None and _is_child(pid, worker.proc.pid):
@@ -260,9 +262,9 @@ def test_bad_requests_fail_clearly_and_workers_keep_serving(live_stack: Stack) -
             exchange="tether",
             headers={"task": "tether.unknown_type", "id": "unknown-task-1"},
         )
-    recorded = eventually(lambda: live_stack.producer.runs.get("run-malformed-2"), timeout_s=30)
+    recorded = eventually(lambda: live_stack.producer.record("run-malformed-2"), timeout_s=30)
     assert recorded.result is not None and recorded.result.error_type == "InvalidInput"
-    too_big = eventually(lambda: live_stack.producer.runs.get("run-big-1"), timeout_s=30)
+    too_big = eventually(lambda: live_stack.producer.record("run-big-1"), timeout_s=30)
     assert too_big.result is not None and too_big.result.error_type == "InputTooLarge"
     eventually(lambda: any("pickle" in w.log_text() for w in live_stack.workers), timeout_s=30)
     eventually(

@@ -34,8 +34,9 @@ from tether.runtime.agent import Durability
 from tether.runtime.registry import AgentRegistry
 
 
-def registry_for(counter: MemoryCounter, durability: Durability, crash_at: int | None,
-                 switch: PowerSwitch | None) -> AgentRegistry:
+def registry_for(
+    counter: MemoryCounter, durability: Durability, crash_at: int | None, switch: PowerSwitch | None
+) -> AgentRegistry:
     def before_apply(n: int) -> None:
         if crash_at is not None and n == crash_at and switch is not None and not switch.dead:
             switch.dead = True
@@ -61,7 +62,9 @@ def crash_then_resume(
     request = counting_request("s-durable")
     switch = PowerSwitch()
     dying = worker_runtime(
-        backends, "w1", switch=switch,
+        backends,
+        "w1",
+        switch=switch,
         registry=registry_for(counter, durability, crash_at, switch),
     )
     submit(dying.runs, request)
@@ -75,7 +78,7 @@ def crash_then_resume(
 
 
 def assert_committed_once(backends: Backends, request: RunRequest) -> None:
-    view = backends.runs.get(request.run_id)
+    view = backends.runs.get(request.ref)
     assert view is not None and view.result is not None
     assert view.result.status == "COMPLETED" and view.result.output == f"counted {STEPS}"
     assert view.result.attempts == 2

@@ -24,7 +24,10 @@ QUEUE = "durableq"
 
 
 def _holder(fleet: WorkerFleet, stack: Stack, run_id: str) -> WorkerProcess | None:
-    raw = stack.redis.client().hget(stack.producer.keys.run(run_id), "worker")
+    ref = stack.producer.locate(run_id)
+    if ref is None:
+        return None
+    raw = stack.redis.client().hget(stack.producer.keys.run(*ref), "worker")
     if raw is None:
         return None
     pid = int(raw.decode().split(":")[1])

@@ -28,6 +28,7 @@ from tether.core.results import RunStatus
 from tether.errors import RetriesExhausted, RunLost, TetherError
 from tether.producer.client import Producer
 from tether.producer.handle import RunHandle
+from tether.runs.contract import RunRef
 
 pytest_plugins = ["tests.support.chaos_fixtures"]  # the chaos_stack and chaos fixtures
 
@@ -222,7 +223,7 @@ def test_recovery_is_sent_to_the_queue_that_knows_the_agent(chaos: ChaosStack) -
 
         eventually(kicked, timeout_s=30)
         wait_broker_idle(chaos)  # a drain sent to the fleet's queue would have run (and failed)
-        view = producer.runs.get(handle.run_id)
+        view = producer.runs.get(RunRef(producer.settings.tenant, sid, handle.run_id))
         assert view is not None and view.result is None, view
         worker = chaos.start_worker(unique("shouty"), env, queue="shouty")
         try:

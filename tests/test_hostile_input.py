@@ -40,7 +40,7 @@ from tether.ids import validate_id
 from tether.persistence.objects import HEAD_KIND, seal, unseal
 from tether.persistence.streams.redis import RedisEventStream
 from tether.producer.client import Producer
-from tether.runs.contract import RunRequest, parse_request
+from tether.runs.contract import RunRef, RunRequest, parse_request
 from tether.settings import Settings
 
 pytest_plugins = ["tests.support.chaos_fixtures"]  # the chaos_stack and chaos fixtures
@@ -76,12 +76,38 @@ def nested_list(depth: int) -> list[Any]:
 
 
 SPECIAL_IDS = [
-    "", ".", "..", "../etc/passwd", "..%2f..%2fetc", "a/b", "a\\b", "/abs", ".hidden", "a..b",
-    "x" * 129, "\u0455ession",  # Cyrillic dze, looks like "s"
+    "",
+    ".",
+    "..",
+    "../etc/passwd",
+    "..%2f..%2fetc",
+    "a/b",
+    "a\\b",
+    "/abs",
+    ".hidden",
+    "a..b",
+    "x" * 129,
+    "\u0455ession",  # Cyrillic dze, looks like "s"
     "\uff53\uff45\uff53\uff53",  # fullwidth "sess"
-    "s\u200bid", "s\x00id", "s\nid", "s id", "s\tid", "\ud800", "\udcff", "a{b}", "{t/s}",
-    "s\u2024\u2024x", "caf\u00e9", "\u212a",  # Kelvin sign
-    "a\r\nSET x 1", "*", "?", "a;b", "$(id)", "`id`", "%s%n",
+    "s\u200bid",
+    "s\x00id",
+    "s\nid",
+    "s id",
+    "s\tid",
+    "\ud800",
+    "\udcff",
+    "a{b}",
+    "{t/s}",
+    "s\u2024\u2024x",
+    "caf\u00e9",
+    "\u212a",  # Kelvin sign
+    "a\r\nSET x 1",
+    "*",
+    "?",
+    "a;b",
+    "$(id)",
+    "`id`",
+    "%s%n",
 ]
 hostile_ids_not_none: st.SearchStrategy[Any] = st.one_of(
     st.sampled_from(SPECIAL_IDS),
@@ -149,7 +175,10 @@ def hostile_request_docs(draw: st.DrawFn) -> Any:
     if draw(st.integers(0, 19)) == 0:
         return draw(
             st.one_of(
-                st.none(), st.integers(), st.text(max_size=10), st.lists(st.integers()),
+                st.none(),
+                st.integers(),
+                st.text(max_size=10),
+                st.lists(st.integers()),
                 st.binary(max_size=10),
             )
         )
@@ -328,8 +357,9 @@ def _mutations(rng: random.Random, sid: str) -> dict[str, Any]:
         "input": "remember hostile",
     }
     mutations: list[Callable[[], dict[str, Any]]] = [
-        lambda: {"session_id": rng.choice(["../" + sid, sid + "/../x", sid + "\u200b",
-                                           "\u0455" + sid])},
+        lambda: {
+            "session_id": rng.choice(["../" + sid, sid + "/../x", sid + "\u200b", "\u0455" + sid])
+        },
         lambda: {"tenant": rng.choice(["../default", "default/x", "", "DEF\u0410ULT", 7])},
         lambda: {"input": "remember " + "\ud800" * rng.randint(1, 3)},
         lambda: {"input": "remember " + "y" * (70_000 + rng.randrange(1000))},
@@ -397,12 +427,13 @@ def test_fuzz_raw_messages_to_real_workers(chaos: ChaosStack) -> None:
     before = {w.name: (w.pid, _pool_children(w.pid or 0)) for w in chaos.workers}
     rng = random.Random(20260)
     messages: list[tuple[str, Any, dict[str, Any]]] = []
-    salvageable: list[str] = []
+    salvageable: list[RunRef] = []
     for n in range(60):
         doc = _mutations(rng, sids[n % len(sids)])
         messages.append(("tether.run", [[], {"request": doc}, {}], {}))
-        if _salvageable(doc):
-            salvageable.append(doc["run_id"])
+        if _salvageable(doc):  # recorded under the ids the worker salvages (see _salvageable)
+            tenant = doc.get("tenant") or "default"
+            salvageable.append(RunRef(tenant, doc["session_id"], doc["run_id"]))
     # malformed at the envelope level: not a request, not a body triple, not even JSON
     envelope = [
         ("tether.run", {"not": "celery"}, {}),
@@ -420,8 +451,11 @@ def test_fuzz_raw_messages_to_real_workers(chaos: ChaosStack) -> None:
         ("tether.drain", [[], {}, {}], {}),
         ("tether.run", b"\xff\xfe\x00 not utf-8 {", _RAW_JSON),
         ("tether.run", b'{"unterminated": ', _RAW_JSON),
-        ("tether.run", b"\x80\x81", {"content_type": "application/x-unknown",
-                                     "content_encoding": "binary"}),
+        (
+            "tether.run",
+            b"\x80\x81",
+            {"content_type": "application/x-unknown", "content_encoding": "binary"},
+        ),
         ("tether.run", "\ud800", {}),
         ("tether.run", _deep_json_body(5000), _RAW_JSON),
         ("tether.run", _deep_json_body(100_000), _RAW_JSON),
@@ -432,8 +466,9 @@ def test_fuzz_raw_messages_to_real_workers(chaos: ChaosStack) -> None:
     tally.cases = len(messages)
     _publish(chaos, messages)
     wait_broker_idle(chaos, timeout_s=120)
-    for run_id in salvageable:
-        view = eventually(functools.partial(chaos.producer.runs.get, run_id), timeout_s=10)
+    for ref in salvageable:
+        run_id = ref.run_id
+        view = eventually(functools.partial(chaos.producer.runs.get, ref), timeout_s=10)
         result = view.result if view is not None else None
         if result is None or result.status.value != "FAILED" or not result.error_message:
             tally.crashes.append(f"{run_id}: not refused clearly: {view}")
@@ -491,14 +526,19 @@ def test_pickle_message_is_refused_and_never_loaded(chaos: ChaosStack, tmp_path:
     eventually(lambda: _log_line(chaos, "Refusing", "untrusted content of type pickle"), 30)
     wait_broker_idle(chaos)
     assert not marker.exists(), "a worker unpickled an untrusted message"
-    assert chaos.producer.runs.get("pickled-evil") is None
+    assert chaos.producer.runs.locate("default", "pickled-evil") is None
     assert all(w.alive() for w in chaos.workers)
 
 
 def test_unknown_task_type_is_refused(chaos: ChaosStack, tmp_path: Path) -> None:
-    _publish(chaos, [("tether.exec_shell", [["touch", str(tmp_path / "x")], {}, {}], {}),
-                     ("tether.admin", [[], {"cmd": "flushall"}, {}], {}),
-                     ("os.system", [[f"touch {tmp_path / 'y'}"], {}, {}], {})])
+    _publish(
+        chaos,
+        [
+            ("tether.exec_shell", [["touch", str(tmp_path / "x")], {}, {}], {}),
+            ("tether.admin", [[], {"cmd": "flushall"}, {}], {}),
+            ("os.system", [[f"touch {tmp_path / 'y'}"], {}, {}], {}),
+        ],
+    )
     for name in ("tether.exec_shell", "tether.admin", "os.system"):
         eventually(
             functools.partial(_log_line, chaos, "unregistered task", repr(name)), timeout_s=30
@@ -536,18 +576,40 @@ def test_forged_fence_tokens_are_refused(chaos: ChaosStack) -> None:
         client.close()
     # a fence smuggled into a run message: refused as an unknown field / unknown argument
     run_id = f"forged-{uuid.uuid4().hex[:8]}"
-    doc = {"run_id": run_id, "request_id": run_id, "session_id": sid, "agent": "notes",
-           "input": "remember forged", "fence": current + 1}
-    _publish(chaos, [("tether.run", [[], {"request": doc}, {}], {}),
-                     ("tether.run", [[], {"request": dict(doc, run_id=run_id + "b",
-                                                          request_id=run_id + "b"),
-                                          "fence": current + 1}, {}], {})])
-    view = eventually(lambda: chaos.producer.runs.get(run_id), timeout_s=30)
+    doc = {
+        "run_id": run_id,
+        "request_id": run_id,
+        "session_id": sid,
+        "agent": "notes",
+        "input": "remember forged",
+        "fence": current + 1,
+    }
+    _publish(
+        chaos,
+        [
+            ("tether.run", [[], {"request": doc}, {}], {}),
+            (
+                "tether.run",
+                [
+                    [],
+                    {
+                        "request": dict(doc, run_id=run_id + "b", request_id=run_id + "b"),
+                        "fence": current + 1,
+                    },
+                    {},
+                ],
+                {},
+            ),
+        ],
+    )
+    forged_ref = RunRef("default", sid, run_id)  # no tenant in the message: the default
+    view = eventually(lambda: chaos.producer.runs.get(forged_ref), timeout_s=30)
     assert view is not None and view.result is not None
     assert view.result.error_type == "InvalidInput"
     assert "fence" in (view.result.error_message or "")
     wait_broker_idle(chaos)
-    assert chaos.producer.runs.get(run_id + "b") is None  # TypeError in the task: nothing ran
+    # TypeError in the task: nothing ran
+    assert chaos.producer.runs.get(forged_ref._replace(run_id=run_id + "b")) is None
     assert _head_bytes(chaos, sid) == head
     assert chaos.producer.run(sid, "recall", agent="notes", wait_s=60).output == "real"
 
@@ -556,13 +618,28 @@ def test_forged_message_cannot_rewrite_a_finished_run(chaos: ChaosStack) -> None
     sid = unique("reuse")
     done = chaos.producer.run(sid, "remember real", agent="notes", wait_s=60)
     head = _head_bytes(chaos, sid)
-    forged_invalid = {"run_id": done.run_id, "request_id": done.request_id, "session_id": sid,
-                      "agent": "notes", "input": 7}
-    forged_valid = {"run_id": done.run_id, "request_id": "another-request", "session_id": sid,
-                    "agent": "notes", "input": "remember forged"}
+    forged_invalid = {
+        "run_id": done.run_id,
+        "request_id": done.request_id,
+        "session_id": sid,
+        "agent": "notes",
+        "input": 7,
+    }
+    forged_valid = {
+        "run_id": done.run_id,
+        "request_id": "another-request",
+        "session_id": sid,
+        "agent": "notes",
+        "input": "remember forged",
+    }
     forged_other_tenant = dict(forged_valid, tenant="other", request_id="third")
-    _publish(chaos, [("tether.run", [[], {"request": d}, {}], {})
-                     for d in (forged_invalid, forged_valid, forged_other_tenant)])
+    _publish(
+        chaos,
+        [
+            ("tether.run", [[], {"request": d}, {}], {})
+            for d in (forged_invalid, forged_valid, forged_other_tenant)
+        ],
+    )
     # a drain message for the session from outside only applies what was queued (nothing)
     _publish(chaos, [("tether.drain", [[], {"tenant": "default", "session_id": sid}, {}], {})])
     wait_broker_idle(chaos)
@@ -576,8 +653,15 @@ def test_forged_message_cannot_rewrite_a_finished_run(chaos: ChaosStack) -> None
             and ("belongs to another request" in line or "already has a record" in line)
         )
 
-    eventually(lambda: refusals() == 3, timeout_s=30)
-    view = chaos.producer.runs.get(done.run_id)
+    # Run ids are unique per session of a tenant: the other tenant's message is that tenant's
+    # own run, recorded there, and never touches this one; the other two are refused.
+    eventually(lambda: refusals() == 2, timeout_s=30)
+    abroad = chaos.producer.runs.locate("other", done.run_id)
+    assert abroad == RunRef("other", sid, done.run_id)
+    abroad_view = chaos.producer.runs.get(abroad)
+    assert abroad_view is not None and abroad_view.request_id == "third"
+    assert chaos.producer.runs.locate("default", done.run_id) == done.ref
+    view = chaos.producer.runs.get(done.ref)
     assert view is not None and view.result == done
     assert _head_bytes(chaos, sid) == head
     assert chaos.producer.run(sid, "recall", agent="notes", wait_s=60).output == "real"
@@ -742,8 +826,13 @@ def test_fuzz_cli_arguments(cli_env: dict[str, str], capsys: pytest.CaptureFixtu
 def test_cli_invalid_utf8_argv_in_a_real_process(tmp_path: Path) -> None:
     """Bytes that are not UTF-8 reach Python as lone surrogates: a clear usage error."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
-    env.update({"TETHER_STORE_URL": f"file://{tmp_path}",
-                "TETHER_BROKER_URL": "redis://127.0.0.1:1/0", "PYTHONIOENCODING": "utf-8"})
+    env.update(
+        {
+            "TETHER_STORE_URL": f"file://{tmp_path}",
+            "TETHER_BROKER_URL": "redis://127.0.0.1:1/0",
+            "PYTHONIOENCODING": "utf-8",
+        }
+    )
     cases: list[list[str | bytes]] = [
         ["run", b"s\xff\xfe", "remember x", "--agent", "notes"],
         ["run", "s1", b"remember \xff\xc0", "--agent", "notes"],
@@ -762,4 +851,3 @@ def test_cli_invalid_utf8_argv_in_a_real_process(tmp_path: Path) -> None:
         assert err.splitlines()[-1].startswith("error: Invalid"), err[-500:]
         assert "Traceback" not in err
     print(f"\nFUZZ CLI invalid UTF-8 argv (real process) cases={len(cases)} crashes=0")
-

@@ -22,12 +22,13 @@ S = "s-1"
 R = TypeVar("R")
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 def leases(request: pytest.FixtureRequest) -> Iterator[LeaseManager]:
     if request.param == "memory":
         yield InMemoryLeaseManager()
         return
-    client = redis_from_url(request.getfixturevalue("redis_url"))
+    url_fixture = "cluster_url" if request.param == "cluster" else "redis_url"
+    client = redis_from_url(request.getfixturevalue(url_fixture))
     try:
         yield RedisLeaseManager(client, keys=RedisKeys("tether-test"))
     finally:

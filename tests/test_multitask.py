@@ -41,7 +41,7 @@ def race(policy: BusyPolicy) -> tuple[Backends, RunResult, RunRequest, SubmitSta
     rt = worker_runtime(backends, "w1", registry=registry)
     submit(rt.runs, first)
     drain(rt, TENANT, first.session_id)  # applies the first run, then whatever was queued
-    view = backends.runs.get(first.run_id)
+    view = backends.runs.get(first.ref)
     assert view is not None and view.result is not None
     report = SessionLogReader(backends.store, backends.archive).verify("s-race", tenant=TENANT)
     assert report.ok, report.problems
@@ -49,7 +49,7 @@ def race(policy: BusyPolicy) -> tuple[Backends, RunResult, RunRequest, SubmitSta
 
 
 def result_of(backends: Backends, request: RunRequest) -> RunResult:
-    view = backends.runs.get(request.run_id)
+    view = backends.runs.get(request.ref)
     assert view is not None and view.result is not None
     return view.result
 
@@ -76,7 +76,7 @@ def test_reject_refuses_the_second_and_the_first_goes_on() -> None:
     backends, first, second, state = race(BusyPolicy.REJECT)
     assert state is SubmitState.BUSY
     assert first.status is RunStatus.COMPLETED
-    assert backends.runs.get(second.run_id) is None  # nothing was queued
+    assert backends.runs.get(second.ref) is None  # nothing was queued
     assert memory_of(backends) == (1, STEPS)
 
 
@@ -90,8 +90,9 @@ def test_interrupt_stops_the_first_at_a_step_boundary_keeping_its_steps() -> Non
     # the first run's 3 finished steps stayed; the second added the remaining 7
     assert memory_of(backends) == (2, STEPS)
     history = SessionLogReader(backends.store, backends.archive).events("s-race", tenant=TENANT)
-    first_results = [e for e in history if e.type is EventType.TOOL_RESULT
-                     and e.run_id == first.run_id]
+    first_results = [
+        e for e in history if e.type is EventType.TOOL_RESULT and e.run_id == first.run_id
+    ]
     assert len(first_results) == 3
 
 

@@ -73,6 +73,7 @@ def _cli(args: list[str], env: dict[str, str], cwd: Path) -> tuple[subprocess.Po
     return proc, start
 
 
+@pytest.mark.slow  # waits out a 10 s deadline; test_producer_run_warns_within_5_s stays fast
 def test_tether_run_warns_within_5_s_and_ends_at_its_deadline(
     lonely_redis: RedisServer, tmp_path: Path
 ) -> None:

@@ -170,6 +170,7 @@ print(Runner.run_sync(shouter(), sys.argv[2], session=session).final_output)
 """
 
 
+@pytest.mark.slow  # two interpreter starts: ~7 s
 def test_two_processes_in_turn_then_sessions_verify(tmp_path: Path) -> None:
     env = {
         "PATH": "/usr/bin:/bin",

@@ -86,7 +86,10 @@ def test_heartbeat_refreshes_then_withdraws(redis_client: redis.Redis) -> None:
 
 def test_worker_ids_are_safe_key_parts() -> None:
     assert worker_id_for("my host{1}/x", 42) == "my-host-1--x:42"
-    assert KEYS.worker(worker_id_for("node.example.com", 7)).endswith("{node.example.com:7}")
+    # every presence key in one slot: the worker id is outside the hash tag
+    assert KEYS.worker(worker_id_for("node.example.com", 7)) == (
+        f"{KEYS.prefix}:{{~workers}}:node.example.com:7"
+    )
 
 
 def test_queue_depth_counts_what_no_worker_took(redis_url: str, tmp_path: Path) -> None:

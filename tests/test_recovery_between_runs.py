@@ -41,7 +41,7 @@ def test_a_holder_dead_between_two_runs_is_woken_after_one_ttl(
     with crash_at(CommitStep.FINISH, "after", "dying", switch), pytest.raises(SimulatedCrash):
         drain(dying, TENANT, sid)  # finishes the first run, dies before starting the second
     backends.expire_lease(TENANT, sid)
-    view = backends.runs.get(second.run_id)
+    view = backends.runs.get(second.ref)
     assert view is not None and view.status == RunState.QUEUED  # never started
 
     woken: list[tuple[str, str]] = []
@@ -57,7 +57,7 @@ def test_a_holder_dead_between_two_runs_is_woken_after_one_ttl(
     assert woken == [(TENANT, sid)]
     taker = worker_runtime(backends, "taker")
     assert drain(taker, TENANT, sid) == 1
-    done = backends.runs.get(second.run_id)
+    done = backends.runs.get(second.ref)
     assert done is not None and done.result is not None and done.result.output == "4"
 
 

@@ -20,7 +20,8 @@ from tether.core.events import now_ms
 from tether.core.results import RunStatus
 from tether.errors import InvalidId
 from tether.keys import RedisKeys
-from tether.runs.contract import BusyPolicy, RunRequest, RunResult
+from tether.persistence.redis_conn import redis_from_url
+from tether.runs.contract import BusyPolicy, RunRef, RunRequest, RunResult
 from tether.runs.leases.base import Lease, LeaseManager
 from tether.runs.leases.memory import InMemoryLeaseManager
 from tether.runs.leases.redis import RedisLeaseManager
@@ -80,23 +81,37 @@ class Case:
         eventually(lambda: now_ms() > target, timeout_s=ms / 1000 + 10, interval_s=0.005)
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 def case(request: pytest.FixtureRequest) -> Iterator[Case]:
+    """The same tests on memory, a redis-server and a 3-master Redis Cluster (every script of
+    the queue touches one slot: a CROSSSLOT would fail the cluster case)."""
     if request.param == "memory":
         clock = FakeClock()
         mem_leases = InMemoryLeaseManager(clock=lambda: clock.ms / 1000)
         yield Case("memory", InMemoryRunQueue(mem_leases, clock=clock), mem_leases, clock)
         return
-    client: redis.Redis = request.getfixturevalue("redis_client")
+    if request.param == "cluster":
+        client: redis.Redis = redis_from_url(request.getfixturevalue("cluster_url"))
+    else:
+        client = request.getfixturevalue("redis_client")
     keys = RedisKeys("tether-test")
-    yield Case(
-        "redis",
-        RedisRunQueue(client, keys, result_ttl_s=3600),
-        RedisLeaseManager(client, keys=keys),
-    )
+    try:
+        yield Case(
+            request.param,
+            RedisRunQueue(client, keys, result_ttl_s=3600),
+            RedisLeaseManager(client, keys=keys),
+        )
+    finally:
+        if request.param == "cluster":
+            client.close()
 
 
 _serial = itertools.count(1)
+
+
+def ref(run_id: str, *, session: str = S, tenant: str = T) -> RunRef:
+    """Where a run of the default session (or the given one) lives."""
+    return RunRef(tenant, session, run_id)
 
 
 def req(
@@ -148,7 +163,7 @@ def queued(runs: RunQueue, *requests: RunRequest) -> None:
 
 def feed(runs: RunQueue, after: bytes = b"0-0") -> list[str]:
     """The run ids announced after ``after``."""
-    return [run_id for _, run_id in runs.read_done(after, SHORT_BLOCK_MS)]
+    return [run.run_id for _, run in runs.read_done(after, SHORT_BLOCK_MS)]
 
 
 # --- submissions --------------------------------------------------------------------------------
@@ -177,12 +192,12 @@ def test_resubmitting_a_request_id_is_duplicate_with_the_first_run_id(case: Case
     queued(runs, first)
     assert submit(runs, again) == SubmitOutcome("run-a", SubmitState.DUPLICATE)
     assert runs.pending_count(T, S) == 1
-    assert runs.get("run-b") is None
+    assert runs.get(ref("run-b")) is None
     # Still a duplicate once the first run finished: the request is never applied twice.
     runs.finish(completed(first))
     assert submit(runs, again) == SubmitOutcome("run-a", SubmitState.DUPLICATE)
     assert runs.pending_count(T, S) == 0
-    assert runs.get("run-b") is None
+    assert runs.get(ref("run-b")) is None
 
 
 def test_new_request_reusing_a_taken_run_id_is_taken(case: Case) -> None:
@@ -192,13 +207,39 @@ def test_new_request_reusing_a_taken_run_id_is_taken(case: Case) -> None:
     queued(runs, first)
     assert submit(runs, thief) == SubmitOutcome("run-a", SubmitState.TAKEN)
     assert runs.pending_count(T, S) == 1
-    view = runs.get("run-a")
+    view = runs.get(ref("run-a"))
     assert view is not None and view.request_id == "req-1" and view.request == first
     # A finished run stays finished: its id is not queued again either.
     runs.finish(completed(first))
     assert submit(runs, thief) == SubmitOutcome("run-a", SubmitState.TAKEN)
     assert runs.pending_count(T, S) == 0
-    assert runs.get("run-a").result == completed(first)  # type: ignore[union-attr]
+    assert runs.get(ref("run-a")).result == completed(first)  # type: ignore[union-attr]
+
+
+def test_a_run_id_is_unique_per_session_not_per_tenant(case: Case) -> None:
+    runs = case.runs
+    first = req("run-a", request_id="req-1")
+    twin = req("run-a", request_id="req-2", session=S2)
+    abroad = req("run-a", request_id="req-1", tenant="other")  # same session name too
+    queued(runs, first, twin, abroad)
+    assert (runs.head(T, S), runs.head(T, S2), runs.head("other", S)) == ("run-a",) * 3
+    views = [runs.get(r.ref) for r in (first, twin, abroad)]
+    assert [v.request if v is not None else None for v in views] == [first, twin, abroad]
+    # Each is its own run: attempts, cancel flags and results do not leak between them.
+    assert runs.begin(twin.ref, "worker-a") == 1
+    assert runs.request_cancel(first.ref) is CancelOutcome.CANCELLED
+    assert runs.cancel_requested(twin.ref) is False
+    assert runs.cancel_requested(abroad.ref) is False
+    assert runs.begin(first.ref, "worker-a") is None
+    assert runs.begin(abroad.ref, "worker-a") == 1
+    runs.finish(completed(twin))
+    assert runs.peek_many([twin.ref]) == {"run-a": completed(twin)}
+    assert runs.peek_many([first.ref]) == {"run-a": None}
+    assert runs.pending_count(T, S) == 1
+    # Within the twin's session its id is still taken, finished or not.
+    thief = req("run-a", request_id="req-3", session=S2)
+    assert submit(runs, thief) == SubmitOutcome("run-a", SubmitState.TAKEN)
+    assert runs.pending_count(T, S2) == 0
 
 
 def test_reject_policy_with_runs_queued_is_busy_and_queues_nothing(case: Case) -> None:
@@ -209,7 +250,7 @@ def test_reject_policy_with_runs_queued_is_busy_and_queues_nothing(case: Case) -
     assert submit(runs, eager) == SubmitOutcome(eager.run_id, SubmitState.BUSY)
     assert runs.pending_count(T, S) == 1
     assert runs.head(T, S) == first.run_id
-    assert runs.get(eager.run_id) is None
+    assert runs.get(eager.ref) is None
     # Its request id was not taken: once the session is idle the same request is queued.
     runs.finish(completed(first))
     assert submit(runs, eager) == SubmitOutcome(eager.run_id, SubmitState.QUEUED)
@@ -252,7 +293,7 @@ def test_get_returns_the_queued_record(case: Case) -> None:
     assert submit(runs, request, on="gpu-agents") == SubmitOutcome(
         request.run_id, SubmitState.QUEUED
     )
-    view = runs.get(request.run_id)
+    view = runs.get(request.ref)
     assert view is not None
     assert view.run_id == request.run_id
     assert view.status == RunState.QUEUED
@@ -267,11 +308,11 @@ def test_get_returns_the_queued_record(case: Case) -> None:
     # Without a queue name the record names none.
     plain = req()
     queued(runs, plain)
-    assert runs.get(plain.run_id).queue is None  # type: ignore[union-attr]
+    assert runs.get(plain.ref).queue is None  # type: ignore[union-attr]
 
 
 def test_get_unknown_run_is_none(case: Case) -> None:
-    assert case.runs.get("run-unknown") is None
+    assert case.runs.get(ref("run-unknown")) is None
 
 
 def test_peek_many_omits_unknown_ids_and_gives_none_for_unfinished(case: Case) -> None:
@@ -280,11 +321,11 @@ def test_peek_many_omits_unknown_ids_and_gives_none_for_unfinished(case: Case) -
     queued(runs, waiting, done)
     result = completed(done)
     runs.finish(result)
-    assert runs.peek_many([waiting.run_id, "run-unknown", done.run_id]) == {
+    assert runs.peek_many([waiting.ref, ref("run-unknown"), done.ref]) == {
         waiting.run_id: None,
         done.run_id: result,
     }
-    assert runs.peek_many(["run-unknown"]) == {}
+    assert runs.peek_many([ref("run-unknown")]) == {}
     assert runs.peek_many([]) == {}
 
 
@@ -296,8 +337,8 @@ def test_begin_counts_attempts_and_marks_the_run_running(case: Case) -> None:
     request = req()
     queued(runs, request)
     before = case.now_ms()
-    assert [runs.begin(request.run_id, "worker-a") for _ in range(3)] == [1, 2, 3]
-    view = runs.get(request.run_id)
+    assert [runs.begin(request.ref, "worker-a") for _ in range(3)] == [1, 2, 3]
+    view = runs.get(request.ref)
     assert view is not None
     assert view.status == RunState.RUNNING
     assert before <= view.started_at_ms <= case.now_ms()
@@ -310,15 +351,15 @@ def test_note_failure_records_last_error_and_retry_time(case: Case) -> None:
     request = req()
     queued(runs, request)
     before = case.now_ms()
-    runs.note_failure(request.run_id, "StreamUnavailable: redis away", retry_after_ms=5000)
+    runs.note_failure(request.ref, "StreamUnavailable: redis away", retry_after_ms=5000)
     after = case.now_ms()
-    view = runs.get(request.run_id)
+    view = runs.get(request.ref)
     assert view is not None
     assert view.last_error == "StreamUnavailable: redis away"
     assert before + 5000 <= view.retry_at_ms <= after + 5000
     # A failure without backoff replaces the error and keeps the retry time.
-    runs.note_failure(request.run_id, "FencedOut: lost the lease")
-    again = runs.get(request.run_id)
+    runs.note_failure(request.ref, "FencedOut: lost the lease")
+    again = runs.get(request.ref)
     assert again is not None
     assert again.last_error == "FencedOut: lost the lease"
     assert again.retry_at_ms == view.retry_at_ms
@@ -327,37 +368,37 @@ def test_note_failure_records_last_error_and_retry_time(case: Case) -> None:
 
 def test_begin_never_creates_a_record_for_an_unknown_run(case: Case) -> None:
     runs = case.runs
-    runs.begin("run-unknown", "worker-a")
-    assert runs.get("run-unknown") is None
-    assert runs.peek_many(["run-unknown"]) == {}
+    runs.begin(ref("run-unknown"), "worker-a")
+    assert runs.get(ref("run-unknown")) is None
+    assert runs.peek_many([ref("run-unknown")]) == {}
 
 
 def test_note_failure_never_creates_a_record_for_an_unknown_run(case: Case) -> None:
     runs = case.runs
-    runs.note_failure("run-unknown", "boom", retry_after_ms=1000)
-    assert runs.get("run-unknown") is None
-    assert runs.peek_many(["run-unknown"]) == {}
+    runs.note_failure(ref("run-unknown"), "boom", retry_after_ms=1000)
+    assert runs.get(ref("run-unknown")) is None
+    assert runs.peek_many([ref("run-unknown")]) == {}
 
 
 def test_finish_records_the_result_with_its_status(case: Case) -> None:
     runs = case.runs
     good, bad = req(), req()
     queued(runs, good, bad)
-    runs.begin(good.run_id, "worker-a")
+    runs.begin(good.ref, "worker-a")
     ok = completed(good, "all good")
     runs.finish(ok)
-    view = runs.get(good.run_id)
+    view = runs.get(good.ref)
     assert view is not None
     assert view.status == RunStatus.COMPLETED
     assert view.result == ok
     assert view.request == good  # the request stays on the record
     failure = failed(bad, "ModelError", "the model said no")
     runs.finish(failure)
-    bad_view = runs.get(bad.run_id)
+    bad_view = runs.get(bad.ref)
     assert bad_view is not None
     assert bad_view.status == RunStatus.FAILED
     assert bad_view.result == failure
-    assert runs.peek_many([good.run_id, bad.run_id]) == {good.run_id: ok, bad.run_id: failure}
+    assert runs.peek_many([good.ref, bad.ref]) == {good.run_id: ok, bad.run_id: failure}
 
 
 def test_finish_of_a_run_without_a_record_records_its_ids(case: Case) -> None:
@@ -365,7 +406,7 @@ def test_finish_of_a_run_without_a_record_records_its_ids(case: Case) -> None:
     lost = req()  # never submitted here: its record expired or was lost with Redis
     result = completed(lost)
     runs.finish(result)
-    view = runs.get(lost.run_id)
+    view = runs.get(lost.ref)
     assert view is not None
     assert view.result == result
     assert view.status == RunStatus.COMPLETED
@@ -392,14 +433,14 @@ def test_finish_announces_the_run_once_on_the_completion_feed(case: Case) -> Non
     queued(runs, a, b)
     runs.finish(completed(a))
     entries = runs.read_done(start, 1000)
-    assert [run_id for _, run_id in entries] == [a.run_id]
+    assert [run for _, run in entries] == [a.ref]
     pos_a = entries[0][0]
     assert isinstance(pos_a, bytes)
     assert runs.done_last_id() == pos_a
     assert runs.read_done(pos_a, SHORT_BLOCK_MS) == []
     runs.finish(completed(b))
     later = runs.read_done(pos_a, 1000)
-    assert [run_id for _, run_id in later] == [b.run_id]  # only what came after the position
+    assert [run for _, run in later] == [b.ref]  # only what came after the position
     assert runs.done_last_id() == later[0][0]
     assert feed(runs, start) == [a.run_id, b.run_id]  # each run announced once
 
@@ -413,18 +454,40 @@ def test_read_done_with_nothing_new_returns_empty(case: Case) -> None:
     assert runs.read_done(runs.done_last_id(), SHORT_BLOCK_MS) == []
 
 
+def test_read_done_entries_carry_the_run_ref(case: Case) -> None:
+    runs = case.runs
+    start = runs.done_last_id()
+    mine = req("run-a", request_id="req-1")
+    twin = req("run-a", request_id="req-2", session=S2)
+    abroad = req("run-a", request_id="req-1", tenant="other")
+    queued(runs, mine, twin, abroad)
+    results = [completed(abroad), completed(mine), failed(req("run-z", session=S2))]
+    results.append(completed(twin))
+    for result in results:
+        if result.run_id == "run-z":
+            assert runs.record_rejected(result)
+        else:
+            runs.finish(result)
+    refs = [run for _, run in runs.read_done(start, 1000)]
+    assert refs == [result.ref for result in results]
+    assert all(type(run) is RunRef for run in refs)
+    # Each entry leads a listener straight to its record, though three share a run id.
+    views = [runs.get(run) for run in refs]
+    assert [view.result if view is not None else None for view in views] == results
+
+
 def test_record_rejected_records_and_announces_a_never_queued_run(case: Case) -> None:
     runs = case.runs
     request = req()
     rejection = failed(request, "UnknownAgent", "no agent 'echo'")
     assert runs.record_rejected(rejection)
-    view = runs.get(request.run_id)
+    view = runs.get(request.ref)
     assert view is not None
     assert view.status == RunStatus.FAILED
     assert view.result == rejection
     assert view.request is None
     assert (view.tenant, view.session_id, view.request_id) == (T, S, request.request_id)
-    assert runs.peek_many([request.run_id]) == {request.run_id: rejection}
+    assert runs.peek_many([request.ref]) == {request.run_id: rejection}
     assert runs.pending_count(T, S) == 0
     assert feed(runs) == [request.run_id]
 
@@ -433,11 +496,11 @@ def test_record_rejected_cannot_fail_a_queued_run(case: Case) -> None:
     runs = case.runs
     request = req()
     queued(runs, request)
-    before = runs.get(request.run_id)
+    before = runs.get(request.ref)
     last = runs.done_last_id()
     forged = failed(request, "InvalidInput", "forged message reusing the run id")
     assert runs.record_rejected(forged) is False
-    assert runs.get(request.run_id) == before
+    assert runs.get(request.ref) == before
     assert runs.head(T, S) == request.run_id
     assert runs.pending_count(T, S) == 1
     assert runs.read_done(last, SHORT_BLOCK_MS) == []
@@ -449,17 +512,94 @@ def test_record_rejected_cannot_rewrite_a_finished_run(case: Case) -> None:
     queued(runs, request)
     result = completed(request)
     runs.finish(result)
-    before = runs.get(request.run_id)
+    before = runs.get(request.ref)
     last = runs.done_last_id()
     assert runs.record_rejected(failed(request)) is False
-    assert runs.get(request.run_id) == before
-    assert runs.peek_many([request.run_id]) == {request.run_id: result}
+    assert runs.get(request.ref) == before
+    assert runs.peek_many([request.ref]) == {request.run_id: result}
     assert runs.read_done(last, SHORT_BLOCK_MS) == []
     # A rejected run is not rejected twice either.
     other = req()
     assert runs.record_rejected(failed(other, "SessionBusy", "first"))
     assert runs.record_rejected(failed(other, "SessionBusy", "second")) is False
-    assert runs.get(other.run_id).result.error_message == "first"  # type: ignore[union-attr]
+    assert runs.get(other.ref).result.error_message == "first"  # type: ignore[union-attr]
+
+
+def test_record_rejected_makes_the_run_locatable(case: Case) -> None:
+    runs = case.runs
+    request = req(session=S2)
+    rejection = failed(request, "UnknownAgent", "no agent 'echo'")
+    assert runs.locate(T, request.run_id) is None
+    assert runs.record_rejected(rejection)
+    found = runs.locate(T, request.run_id)
+    assert found == request.ref
+    assert found is not None and runs.get(found) is not None
+    assert runs.get(found).result == rejection  # type: ignore[union-attr]
+    assert runs.locate("other", request.run_id) is None
+
+
+def test_record_rejected_in_another_session_keeps_the_first_location(case: Case) -> None:
+    # Run ids are unique per session: a rejection naming another session is that session's
+    # own run, recorded there; it neither touches the queued run nor moves the tenant's index.
+    runs = case.runs
+    request = req()
+    queued(runs, request)
+    elsewhere = failed(req(request.run_id, session=S2), "SessionBusy", "busy")
+    assert runs.record_rejected(elsewhere)
+    assert runs.get(ref(request.run_id, session=S2)).result == elsewhere  # type: ignore[union-attr]
+    view = runs.get(request.ref)
+    assert view is not None and view.status == RunState.QUEUED and view.result is None
+    assert runs.locate(T, request.run_id) == request.ref
+
+
+# --- locating a bare run id -----------------------------------------------------------------------
+
+
+def test_locate_finds_a_run_of_its_own_tenant(case: Case) -> None:
+    runs = case.runs
+    request = req(session=S2)
+    queued(runs, request)
+    assert runs.locate(T, request.run_id) == request.ref
+    found = runs.locate(T, request.run_id)
+    assert isinstance(found, RunRef)
+    assert runs.get(found) == runs.get(request.ref)
+    runs.finish(completed(request))
+    assert runs.locate(T, request.run_id) == request.ref  # still found once finished
+
+
+def test_locate_is_none_for_unknown_ids_and_other_tenants(case: Case) -> None:
+    runs = case.runs
+    request = req()
+    queued(runs, request)
+    assert runs.locate(T, "run-unknown") is None
+    assert runs.locate("other", request.run_id) is None
+    # A tenant whose name extends ours, or contains ours, sees nothing of ours either.
+    assert runs.locate(f"{T}x", request.run_id) is None
+    assert runs.locate(f"{T}:x", request.run_id) is None
+    # The other tenant's run of the same id is its own, found only by its own tenant.
+    abroad = req(request.run_id, tenant="other")
+    queued(runs, abroad)
+    assert runs.locate("other", request.run_id) == abroad.ref
+    assert runs.locate(T, request.run_id) == request.ref
+
+
+def test_locate_keeps_the_first_session_to_use_a_run_id(case: Case) -> None:
+    runs = case.runs
+    first = req("run-a", request_id="req-1")
+    later = req("run-a", request_id="req-2", session=S2)
+    queued(runs, first)
+    queued(runs, later)
+    assert runs.locate(T, "run-a") == first.ref
+    runs.finish(completed(later))
+    runs.finish(completed(first))
+    assert runs.locate(T, "run-a") == first.ref
+    # The later run is still reachable by its full reference.
+    assert runs.get(later.ref).result == completed(later)  # type: ignore[union-attr]
+    # In one batch too, the first request of the batch wins.
+    one = req("run-b", request_id="req-3", session=S2)
+    two = req("run-b", request_id="req-4")
+    queued(runs, one, two)
+    assert runs.locate(T, "run-b") == one.ref
 
 
 def test_drop_removes_a_queued_run(case: Case) -> None:
@@ -532,12 +672,12 @@ def test_cancelling_a_queued_run_means_it_never_starts(case: Case) -> None:
     runs = case.runs
     request, bystander = req(), req()
     queued(runs, request, bystander)
-    assert runs.cancel_requested(request.run_id) is False
-    assert runs.request_cancel(request.run_id) is CancelOutcome.CANCELLED
-    assert runs.cancel_requested(request.run_id) is True
-    assert runs.cancel_requested(bystander.run_id) is False
-    assert runs.begin(request.run_id, "worker-a") is None  # refused: it never starts
-    view = runs.get(request.run_id)
+    assert runs.cancel_requested(request.ref) is False
+    assert runs.request_cancel(request.ref) is CancelOutcome.CANCELLED
+    assert runs.cancel_requested(request.ref) is True
+    assert runs.cancel_requested(bystander.ref) is False
+    assert runs.begin(request.ref, "worker-a") is None  # refused: it never starts
+    view = runs.get(request.ref)
     assert view is not None and view.status == RunState.QUEUED
 
 
@@ -545,24 +685,24 @@ def test_cancelling_a_running_run_is_only_a_request(case: Case) -> None:
     runs = case.runs
     request = req()
     queued(runs, request)
-    assert runs.begin(request.run_id, "worker-a") == 1
-    assert runs.request_cancel(request.run_id) is CancelOutcome.REQUESTED
-    assert runs.cancel_requested(request.run_id) is True
+    assert runs.begin(request.ref, "worker-a") == 1
+    assert runs.request_cancel(request.ref) is CancelOutcome.REQUESTED
+    assert runs.cancel_requested(request.ref) is True
 
 
 def test_request_cancel_changes_nothing_for_unknown_or_finished_runs(case: Case) -> None:
     runs = case.runs
-    assert runs.request_cancel("run-unknown") is CancelOutcome.UNKNOWN
-    assert runs.cancel_requested("run-unknown") is False
+    assert runs.request_cancel(ref("run-unknown")) is CancelOutcome.UNKNOWN
+    assert runs.cancel_requested(ref("run-unknown")) is False
     request = req()
     queued(runs, request)
     runs.finish(completed(request))
-    assert runs.request_cancel(request.run_id) is CancelOutcome.FINISHED
-    assert runs.cancel_requested(request.run_id) is False
+    assert runs.request_cancel(request.ref) is CancelOutcome.FINISHED
+    assert runs.cancel_requested(request.ref) is False
     rejected = req()
     assert runs.record_rejected(failed(rejected))
-    assert runs.request_cancel(rejected.run_id) is CancelOutcome.FINISHED
-    assert runs.cancel_requested(rejected.run_id) is False
+    assert runs.request_cancel(rejected.ref) is CancelOutcome.FINISHED
+    assert runs.cancel_requested(rejected.ref) is False
 
 
 # --- recovery -------------------------------------------------------------------------------------
@@ -703,27 +843,33 @@ def _assert_nothing_written(case: Case) -> None:
     assert runs.done_last_id() == b"0-0"
     assert runs.stale_sessions(0) == []
     assert runs.pending_count(T, S) == 0
-    assert runs.peek_many(["run-ok", "run-good"]) == {}
+    assert runs.peek_many([ref("run-ok"), ref("run-good")]) == {}
+    assert runs.locate(T, "run-ok") is None
+    assert runs.locate(T, "run-good") is None
 
 
 BAD_RUN_ID = "run/1"
 BAD_TENANT = "../x"
 BAD_SESSION = "a/b"
+BAD_RUN = ref(BAD_RUN_ID)
 
 
 @pytest.mark.parametrize(
     "call",
     [
-        pytest.param(lambda q: q.get(BAD_RUN_ID), id="get"),
-        pytest.param(lambda q: q.peek_many(["run-ok", BAD_RUN_ID]), id="peek_many"),
-        pytest.param(lambda q: q.begin(BAD_RUN_ID, "worker-a"), id="begin"),
-        pytest.param(lambda q: q.note_failure(BAD_RUN_ID, "boom"), id="note_failure"),
+        pytest.param(lambda q: q.locate(T, BAD_RUN_ID), id="locate"),
+        pytest.param(lambda q: q.get(BAD_RUN), id="get"),
+        pytest.param(lambda q: q.peek_many([ref("run-ok"), BAD_RUN]), id="peek_many"),
+        pytest.param(lambda q: q.begin(BAD_RUN, "worker-a"), id="begin"),
+        pytest.param(lambda q: q.hand_back(BAD_RUN), id="hand_back"),
+        pytest.param(lambda q: q.note_failure(BAD_RUN, "boom"), id="note_failure"),
         pytest.param(lambda q: q.finish(_bad_run_result(run_id=BAD_RUN_ID)), id="finish"),
         pytest.param(
             lambda q: q.record_rejected(_bad_run_result(run_id=BAD_RUN_ID)), id="record_rejected"
         ),
-        pytest.param(lambda q: q.request_cancel(BAD_RUN_ID), id="request_cancel"),
-        pytest.param(lambda q: q.cancel_requested(BAD_RUN_ID), id="cancel_requested"),
+        pytest.param(lambda q: q.request_cancel(BAD_RUN), id="request_cancel"),
+        pytest.param(lambda q: q.cancel_requested(BAD_RUN), id="cancel_requested"),
+        pytest.param(lambda q: q.stop_mode(BAD_RUN), id="stop_mode"),
     ],
 )
 def test_run_ids_are_validated_before_anything_is_written(
@@ -747,6 +893,23 @@ def test_run_ids_are_validated_before_anything_is_written(
         pytest.param(
             lambda q, t, s: q.finish(_bad_run_result(tenant=t, session_id=s)), id="finish"
         ),
+        pytest.param(
+            lambda q, t, s: q.record_rejected(_bad_run_result(tenant=t, session_id=s)),
+            id="record_rejected",
+        ),
+        pytest.param(lambda q, t, s: q.get(RunRef(t, s, "run-ok")), id="get"),
+        pytest.param(lambda q, t, s: q.peek_many([RunRef(t, s, "run-ok")]), id="peek_many"),
+        pytest.param(lambda q, t, s: q.begin(RunRef(t, s, "run-ok"), "w"), id="begin"),
+        pytest.param(lambda q, t, s: q.hand_back(RunRef(t, s, "run-ok")), id="hand_back"),
+        pytest.param(
+            lambda q, t, s: q.note_failure(RunRef(t, s, "run-ok"), "boom"), id="note_failure"
+        ),
+        pytest.param(lambda q, t, s: q.request_cancel(RunRef(t, s, "run-ok")), id="request_cancel"),
+        pytest.param(
+            lambda q, t, s: q.cancel_requested(RunRef(t, s, "run-ok")), id="cancel_requested"
+        ),
+        pytest.param(lambda q, t, s: q.stop_mode(RunRef(t, s, "run-ok")), id="stop_mode"),
+        pytest.param(lambda q, t, s: q.preempt(t, s, "run-ok", StopMode.CANCEL), id="preempt"),
     ],
 )
 def test_tenants_and_session_ids_are_validated_before_anything_is_written(
@@ -754,6 +917,12 @@ def test_tenants_and_session_ids_are_validated_before_anything_is_written(
 ) -> None:
     with pytest.raises(InvalidId):
         call(case.runs, tenant, session)
+    _assert_nothing_written(case)
+
+
+def test_locate_validates_the_tenant(case: Case) -> None:
+    with pytest.raises(InvalidId):
+        case.runs.locate(BAD_TENANT, "run-ok")
     _assert_nothing_written(case)
 
 
@@ -769,7 +938,7 @@ def test_submit_many_validates_every_request_before_queueing_any(case: Case) -> 
         with pytest.raises(InvalidId):
             case.runs.submit_many([good, bad])
         _assert_nothing_written(case)
-        assert case.runs.get("run-good") is None
+        assert case.runs.get(ref("run-good")) is None
 
 
 # --- multitask: preempting the running run -------------------------------------------------------
@@ -780,42 +949,61 @@ def test_preempt_asks_the_running_head_to_stop_in_the_given_mode(case: Case) -> 
     running, newcomer = req(), req()
     queued(runs, running, newcomer)
     assert runs.preempt(T, S, newcomer.run_id, StopMode.INTERRUPT) is None  # not started yet
-    assert runs.stop_mode(running.run_id) is None
-    assert runs.begin(running.run_id, "worker-a") == 1
+    assert runs.stop_mode(running.ref) is None
+    assert runs.begin(running.ref, "worker-a") == 1
     assert runs.preempt(T, S, newcomer.run_id, StopMode.INTERRUPT) == running.run_id
-    assert runs.stop_mode(running.run_id) is StopMode.INTERRUPT
-    assert runs.stop_mode(newcomer.run_id) is None
+    assert runs.stop_mode(running.ref) is StopMode.INTERRUPT
+    assert runs.stop_mode(newcomer.ref) is None
 
 
 def test_preempt_never_targets_the_newcomer_itself(case: Case) -> None:
     runs = case.runs
     only = req()
     queued(runs, only)
-    runs.begin(only.run_id, "worker-a")
+    runs.begin(only.ref, "worker-a")
     assert runs.preempt(T, S, only.run_id, StopMode.CANCEL) is None
-    assert runs.stop_mode(only.run_id) is None
+    assert runs.stop_mode(only.ref) is None
 
 
 def test_a_cancel_is_never_softened_into_an_interrupt(case: Case) -> None:
     runs = case.runs
     running, newcomer = req(), req()
     queued(runs, running, newcomer)
-    runs.begin(running.run_id, "worker-a")
-    assert runs.request_cancel(running.run_id) is CancelOutcome.REQUESTED
+    runs.begin(running.ref, "worker-a")
+    assert runs.request_cancel(running.ref) is CancelOutcome.REQUESTED
     runs.preempt(T, S, newcomer.run_id, StopMode.INTERRUPT)
-    assert runs.stop_mode(running.run_id) is StopMode.CANCEL
+    assert runs.stop_mode(running.ref) is StopMode.CANCEL
 
 
 def test_a_handed_back_attempt_does_not_count(case: Case) -> None:
     runs = case.runs
     request = req()
     queued(runs, request)
-    assert runs.begin(request.run_id, "worker-a") == 1
-    runs.hand_back(request.run_id)
-    view = runs.get(request.run_id)
+    assert runs.begin(request.ref, "worker-a") == 1
+    runs.hand_back(request.ref)
+    view = runs.get(request.ref)
     assert view is not None and view.status == RunState.QUEUED
-    assert runs.begin(request.run_id, "worker-b") == 1  # the budget is untouched
+    assert runs.begin(request.ref, "worker-b") == 1  # the budget is untouched
     runs.finish(completed(request))
-    runs.hand_back(request.run_id)  # a finished run is never reopened
-    view = runs.get(request.run_id)
+    runs.hand_back(request.ref)  # a finished run is never reopened
+    view = runs.get(request.ref)
     assert view is not None and view.status == RunStatus.COMPLETED
+
+
+def test_locate_never_names_a_session_for_a_run_it_did_not_create(case: Case) -> None:
+    """A duplicate request (answered with its first run) or a busy rejection creates no run,
+    so the run id it carried stays unknown to the index (it may be used later, elsewhere)."""
+    runs = case.runs
+    first = req("run-first", request_id="rq-dup")
+    assert submit(runs, first).state is SubmitState.QUEUED
+    again = req("run-again", request_id="rq-dup")
+    assert submit(runs, again).run_id == "run-first"  # a duplicate of the first
+    assert runs.locate(T, "run-again") is None
+    busy = req("run-busy", on_busy=BusyPolicy.REJECT)
+    assert submit(runs, busy).state is SubmitState.BUSY
+    assert runs.locate(T, "run-busy") is None
+    # the ids are free: a later run with one of them, in another session, is found there
+    later = req("run-again", session=S2)
+    assert submit(runs, later).state is SubmitState.QUEUED
+    assert runs.locate(T, "run-again") == later.ref
+    assert runs.locate(T, "run-first") == first.ref

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -23,8 +24,8 @@ from tether.dev.workers import WorkerFleet
 from tether.producer import Producer
 
 QUEUE = "burnq"
-#: 7**8_000_000 holds the GIL for about 6 s here: three lease TTLs of the test stack.
-LONG_BURN = 8_000_000
+#: How long the GIL-holding tool should compute: three and a half lease TTLs of the test stack.
+LONG_BURN_S = 6.0
 FOREVER = 10**9
 
 
@@ -61,9 +62,10 @@ def test_gil_holding_tool_keeps_its_lease_and_completes_in_one_attempt(
     burners: tuple[Producer, WorkerFleet], live_stack: Stack
 ) -> None:
     producer, _ = burners
-    result = producer.run("runaway-long", f"burn {LONG_BURN}", agent="burner", timeout_s=120)
+    exponent = _burn_exponent(LONG_BURN_S)  # the same C call, sized for this machine's speed
+    result = producer.run("runaway-long", f"burn {exponent}", agent="burner", timeout_s=120)
     assert result.status == "COMPLETED", result
-    assert result.output == f"burned: {(7**LONG_BURN).bit_length()} bits"
+    assert result.output == f"burned: {int(exponent * math.log2(7)) + 1} bits"  # 7**n's length
     assert (result.run_ms or 0) > 2 * 2000  # it did hold the GIL for over two lease TTLs
     assert result.attempts == 1, result  # never taken over, never run twice
     head = live_stack.reader().read("runaway-long")
@@ -82,6 +84,16 @@ def test_isolated_tool_is_killed_at_its_limit_and_the_worker_goes_on(
     assert time.monotonic() - started < 30
     after = producer.run("runaway-iso", "burn 10", agent="burner-isolated", timeout_s=60)
     assert after.output == f"burned: {(7**10).bit_length()} bits"
+
+
+def _burn_exponent(seconds: float) -> int:
+    """An exponent ``n`` for which ``pow(7, n)`` takes about ``seconds`` on this machine: time a
+    quarter-size call and scale by Karatsuba's n**1.585."""
+    probe = 2_000_000
+    started = time.perf_counter()
+    pow(7, probe)
+    took_s = max(time.perf_counter() - started, 1e-3)
+    return int(probe * (seconds / took_s) ** (1 / 1.585))
 
 
 def _cpu_ticks(pid: int) -> int:
@@ -106,6 +118,7 @@ def _descendants(root: int) -> list[int]:
     return out
 
 
+@pytest.mark.slow  # waits out a deadline and the guardian's grace: ~15 s
 def test_never_yielding_tool_is_killed_past_its_deadline_and_the_run_fails(
     live_stack: Stack, tmp_path: Path
 ) -> None:

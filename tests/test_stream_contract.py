@@ -33,7 +33,7 @@ class Backend:
     make_stream: Callable[[int | None], EventStream]  # another stream (max_len) on the same data
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     if request.param == "memory":
         mem_leases = InMemoryLeaseManager()
@@ -43,7 +43,8 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
             lambda n: InMemoryEventStream(mem_leases, max_len=n),
         )
         return
-    client = redis_from_url(request.getfixturevalue("redis_url"))
+    url_fixture = "cluster_url" if request.param == "cluster" else "redis_url"
+    client = redis_from_url(request.getfixturevalue(url_fixture))
     keys = RedisKeys("tether-test")
     try:
         yield Backend(

@@ -26,7 +26,7 @@ def apply(backends: Backends, text: str, session_id: str) -> RunStatus:
     rt = worker_runtime(backends, "w1", archive_batch_events=4)
     submit(rt.runs, request)
     drain(rt, TENANT, session_id)
-    view = backends.runs.get(request.run_id)
+    view = backends.runs.get(request.ref)
     assert view is not None and view.result is not None
     return view.result.status
 

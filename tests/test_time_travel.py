@@ -45,7 +45,7 @@ def run_in_process(rt: Runtime, session_id: str, text: str) -> str:
     request = request_for(session_id, text)
     submit(rt.runs, request)
     drain(rt, TENANT, session_id)
-    view = rt.runs.get(request.run_id)
+    view = rt.runs.get(request.ref)
     assert view is not None and view.result is not None
     assert view.result.output is not None, view.result
     return view.result.output
@@ -146,8 +146,13 @@ def test_fork_refuses_points_past_the_end_or_before_the_first_replayable_one() -
 
 
 def _event(seq: int, **kwargs: object) -> AgentEvent:
-    return AgentEvent(type=kwargs.pop("type_", EventType.STEP_START), tenant=TENANT,  # type: ignore[arg-type]
-                      session_id="s-cut", seq=seq, **kwargs)  # type: ignore[arg-type]
+    return AgentEvent(
+        type=kwargs.pop("type_", EventType.STEP_START),
+        tenant=TENANT,  # type: ignore[arg-type]
+        session_id="s-cut",
+        seq=seq,
+        **kwargs,
+    )  # type: ignore[arg-type]
 
 
 def test_a_history_missing_its_start_is_replayable_only_from_a_full_restore() -> None:
@@ -158,12 +163,18 @@ def test_a_history_missing_its_start_is_replayable_only_from_a_full_restore() ->
         _event(5, run_id="r1"),
         _event(6, run_id="r1"),
         _event(7, type_=EventType.SESSION_RESTORED, payload=RestoredPayload(memory=baseline)),
-        _event(8, type_=EventType.USER_INPUT, run_id="r2",
-               payload=UserInputPayload(item=UserMessage(content="next"))),
+        _event(
+            8,
+            type_=EventType.USER_INPUT,
+            run_id="r2",
+            payload=UserInputPayload(item=UserMessage(content="next")),
+        ),
     ]
     assert replayable_seqs(events) == {7, 8}
     assert [(p.seq, p.kind) for p in history_points(events)] == [
-        (7, "write"), (8, "input"), (8, "run_end")
+        (7, "write"),
+        (8, "input"),
+        (8, "run_end"),
     ]
     store = InMemorySnapshotStore()
     metadata = SessionMetadata(session_id="s-cut", tenant=TENANT, created_at_ms=1, updated_at_ms=1)
@@ -228,7 +239,11 @@ def test_get_items_and_pop_item_keep_fold_equal_to_memory(monkeypatch: pytest.Mo
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
         [sys.executable, "-m", "tether.producer.cli", *args],
-        env=env, capture_output=True, text=True, timeout=90, check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
     )
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
     return done
@@ -248,8 +263,12 @@ def test_workers_history_cli_fork_at_seq_and_both_branches(live_stack: Stack) ->
 
     points = json.loads(_cli(live_stack.env, "sessions", "history", sid, "--json").stdout)
     ends = [p for p in points if p["kind"] == "run_end"]
-    assert [p["text"] for p in ends] == ["answered: 3", "answered: 12", "answered: 32",
-                                         "answered: 8"]
+    assert [p["text"] for p in ends] == [
+        "answered: 3",
+        "answered: 12",
+        "answered: 32",
+        "answered: 8",
+    ]
     at = ends[1]["seq"]
     _cli(live_stack.env, "sessions", "fork", sid, fork_id, "--at-seq", str(at))
 

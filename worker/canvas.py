@@ -62,8 +62,9 @@ CANVAS_COLLECT_TASK = "tether.canvas.collect"
 #: Margin between the longest run and the longest wait of a canvas task (its soft time limit
 #: is TETHER_MAX_RUN_S + 90).
 WAIT_MARGIN_S = 60.0
-_OPTIONS = frozenset({"agent", "tenant", "metadata", "timeout_s", "on_busy", "durability",
-                      "wait_s"})
+_OPTIONS = frozenset(
+    {"agent", "tenant", "metadata", "timeout_s", "on_busy", "durability", "wait_s"}
+)
 
 
 def _backend_url(redis_url: str) -> str:
@@ -74,10 +75,21 @@ def _backend_url(redis_url: str) -> str:
     return redis_url
 
 
+def _results_url(settings: Settings) -> str:
+    """Where canvas results go: ``TETHER_REDIS_URL``; Celery cannot use a Redis Cluster, so with
+    a ``redis+cluster://`` state store, the broker when it is a Redis, else Celery's ``rpc://``
+    (replies over the AMQP broker)."""
+    if "+cluster://" not in settings.effective_redis_url:
+        return _backend_url(settings.effective_redis_url)
+    if settings.broker_url.startswith(("redis://", "rediss://", "unix://")):
+        return _backend_url(settings.broker_url)
+    return "rpc://"
+
+
 def _canvas_config() -> dict[str, Any]:
     settings = load_settings()
     return {
-        "result_backend": _backend_url(settings.effective_redis_url),
+        "result_backend": _results_url(settings),
         "result_expires": settings.result_ttl_s,
         "result_backend_transport_options": {
             "global_keyprefix": f"{settings.namespace}-celery-results:"
@@ -89,8 +101,9 @@ def _canvas_config() -> dict[str, Any]:
 app.add_defaults(_canvas_config)
 
 
-def canvas_request(args: tuple[Any, ...], kwargs: dict[str, Any], task_id: str,
-                   settings: Settings) -> RunRequest:
+def canvas_request(
+    args: tuple[Any, ...], kwargs: dict[str, Any], task_id: str, settings: Settings
+) -> RunRequest:
     """The run request of a canvas task's call (validated; no I/O).
 
     Accepts ``(session_id, input)`` (positional or by name), and in a chain
@@ -103,8 +116,10 @@ def canvas_request(args: tuple[Any, ...], kwargs: dict[str, Any], task_id: str,
     previous: dict[str, Any] | None = None
     if args and isinstance(args[0], dict):
         if "run_id" not in args[0] or "status" not in args[0]:
-            raise InvalidInput("tether_run's first argument is a dict but not a RunResult; "
-                               "call tether_run.s(session_id, input, agent=...)")
+            raise InvalidInput(
+                "tether_run's first argument is a dict but not a RunResult; "
+                "call tether_run.s(session_id, input, agent=...)"
+            )
         previous, args = args[0], args[1:]
     named = dict(zip(("session_id", "input"), args, strict=False))
     unknown = set(kwargs) - _OPTIONS - {"session_id", "input"}
@@ -142,8 +157,9 @@ def _caller_runs() -> tuple[Settings, RedisRunQueue]:
     if _caller_queue is None:
         settings = load_settings()
         client = redis_from_url(settings.effective_redis_url)
-        queue = RedisRunQueue(client, RedisKeys(settings.namespace),
-                              result_ttl_s=settings.result_ttl_s)
+        queue = RedisRunQueue(
+            client, RedisKeys(settings.namespace), result_ttl_s=settings.result_ttl_s
+        )
         _caller_queue = (settings, queue)
     return _caller_queue
 
@@ -154,13 +170,15 @@ def _submit(runs: RunQueue, request: RunRequest, queue: str) -> RunResult | None
     Raises:
         InvalidInput: the run id belongs to another request.
     """
-    recorded = runs.get(request.run_id)
+    recorded = runs.get(request.ref)
     if recorded is not None and recorded.result is not None:
         return recorded.result  # finished, or refused when the signature was applied
     outcome = submit(runs, request, on=queue)
     if outcome.state is SubmitState.TAKEN:
-        raise InvalidInput(f"run id {request.run_id} belongs to another request; "
-                           "give each canvas task its own task id")
+        raise InvalidInput(
+            f"run id {request.run_id} belongs to another request; "
+            "give each canvas task its own task id"
+        )
     if outcome.state is SubmitState.QUEUED:
         preempt_for(runs, request)
     if outcome.state is SubmitState.BUSY:
@@ -169,7 +187,7 @@ def _submit(runs: RunQueue, request: RunRequest, queue: str) -> RunResult | None
             "on_busy='reject' was asked; retry later or use on_busy='enqueue'"
         )
         refused = RunResult.failure(request, RunStatus.FAILED, busy.error_type, str(busy))
-        runs.record_rejected(refused)
+        runs.record_rejected(refused, reply_to=request.reply_to)
         return refused
     return None
 
@@ -177,8 +195,14 @@ def _submit(runs: RunQueue, request: RunRequest, queue: str) -> RunResult | None
 class CanvasRunTask(Task):  # type: ignore[misc]
     """Submits the run when the signature is applied, so group order is session order."""
 
-    def apply_async(self, args: Any = None, kwargs: Any = None, task_id: str | None = None,
-                    *rest: Any, **options: Any) -> Any:
+    def apply_async(
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        task_id: str | None = None,
+        *rest: Any,
+        **options: Any,
+    ) -> Any:
         task_id = task_id or uuid()
         settings, runs = _caller_runs()
         request = canvas_request(tuple(args or ()), dict(kwargs or {}), task_id, settings)
@@ -202,10 +226,12 @@ def finish_own_run(rt: Runtime, request: RunRequest, wait_s: float) -> RunResult
     deadline = time.monotonic() + wait_s
     position = rt.runs.done_last_id()
     while True:
-        view = rt.runs.get(request.run_id)
+        view = rt.runs.get(request.ref)
         if view is None:
-            raise RunLost(f"run {request.run_id}: its record vanished from Redis; apply the "
-                          "signature again (its request id makes it apply at most once)")
+            raise RunLost(
+                f"run {request.run_id}: its record vanished from Redis; apply the "
+                "signature again (its request id makes it apply at most once)"
+            )
         if view.result is not None:
             return view.result
         # 0 when another worker holds the lease: it applies the queue in order, ours included
@@ -221,8 +247,13 @@ def finish_own_run(rt: Runtime, request: RunRequest, wait_s: float) -> RunResult
                 position = done[-1][0]
 
 
-@app.task(bind=True, base=CanvasRunTask, name=CANVAS_RUN_TASK, ignore_result=False,
-          Strategy="tether.worker.strategy:guarded")
+@app.task(
+    bind=True,
+    base=CanvasRunTask,
+    name=CANVAS_RUN_TASK,
+    ignore_result=False,
+    Strategy="tether.worker.strategy:guarded",
+)
 def tether_run(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     """Apply one run to its session (see the module docstring); its RunResult as a dict."""
     rt = get_runtime()
@@ -245,7 +276,8 @@ def tether_collect(results: list[dict[str, Any]]) -> dict[str, Any]:
         "outputs": [r.output for r in parsed],
         "failed": [
             {"run_id": r.run_id, "error_type": r.error_type, "error": r.error_message}
-            for r in parsed if not r.ok
+            for r in parsed
+            if not r.ok
         ],
     }
 

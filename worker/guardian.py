@@ -18,6 +18,7 @@ from typing import Any
 from celery.signals import worker_init, worker_ready, worker_shutdown
 
 from tether.errors import TetherError
+from tether.runs.contract import RunRef
 from tether.runs.guard import FileGuard, Guardian, NoGuard, RunGuard, WatchRecord
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ def _start_guardian(**_: Any) -> None:
 
     def note_kill(record: WatchRecord) -> None:
         rt.runs.note_failure(
-            record.run_id,
+            RunRef(record.tenant, record.session_id, record.run_id),
             f"RunTimeout: the run was still computing {MIN_GRACE_S:.0f}+ s after its deadline "
             "(a tool that never yields: declare it isolated=True to give it its own time limit); "
             "its worker process was killed",
@@ -71,7 +72,10 @@ def _start_guardian(**_: Any) -> None:
         )
 
     _guardian = Guardian(
-        _directory, rt.leases, ttl_ms, grace_s=max(MIN_GRACE_S, 2 * ttl_ms / 1000),
+        _directory,
+        rt.leases,
+        ttl_ms,
+        grace_s=max(MIN_GRACE_S, 2 * ttl_ms / 1000),
         on_kill=note_kill,
     )
     _guardian.start()

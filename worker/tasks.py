@@ -28,6 +28,7 @@ from tether.ids import validate_id, validate_tenant
 from tether.runs.contract import (
     DRAIN_TASK,
     RUN_TASK,
+    RunRef,
     RunRequest,
     RunResult,
     describe_drain,
@@ -44,7 +45,7 @@ log = logging.getLogger(__name__)
 
 def _reject(rt: Runtime, request: RunRequest, exc: TetherError) -> dict[str, Any]:
     result = RunResult.failure(request, RunStatus.FAILED, exc.error_type, str(exc))
-    if not rt.runs.record_rejected(result):
+    if not rt.runs.record_rejected(result, reply_to=request.reply_to):
         log.warning(
             "run %s rejected (%s) but not recorded: that run id already has a record",
             request.run_id,
@@ -127,7 +128,7 @@ def enqueue_drain(tenant: str, session_id: str) -> None:
     rt = get_runtime()
     queue = rt.settings.queue
     head = rt.runs.head(tenant, session_id)
-    view = rt.runs.get(head) if head is not None else None
+    view = rt.runs.get(RunRef(tenant, session_id, head)) if head is not None else None
     if view is not None and view.queue:
         queue = view.queue
     app.send_task(

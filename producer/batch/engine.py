@@ -18,7 +18,7 @@ from tether.producer.batch.results import CaseResult, ResultsFile
 from tether.producer.batch.summary import SummaryStats
 from tether.producer.client import Producer, RunSpec
 from tether.producer.handle import RunHandle
-from tether.runs.contract import RunResult
+from tether.runs.contract import RunRef, RunResult
 
 #: Back-off between attempts to submit while Redis or the broker is unreachable.
 SUBMIT_BACKOFF_S = (0.5, 1.0, 2.0, 4.0)
@@ -156,7 +156,7 @@ class BatchRunner:
         for state, handle in zip(states, handles, strict=True):
             if not state.run_ids or state.run_ids[-1] != handle.run_id:
                 state.run_ids.append(handle.run_id)
-            listener.register(handle.run_id, self._enqueue_for(state))
+            listener.register(_ref_of(handle), self._enqueue_for(state))
 
     def _enqueue_for(self, state: _CaseRun) -> Callable[[RunResult], None]:
         """The completion callback of a turn: runs on the listener thread, so it only enqueues."""
@@ -241,3 +241,8 @@ class BatchRunner:
 
 
 __all__ = ["BatchRunner"]
+
+
+def _ref_of(handle: RunHandle) -> RunRef:
+    """Where a submitted run lives (a handle from a submit knows its session and tenant)."""
+    return RunRef(handle.tenant or "", handle.session_id or "", handle.run_id)

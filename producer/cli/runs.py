@@ -199,7 +199,9 @@ def tail(
     idle_timeout_s: Annotated[
         float | None,
         typer.Option(
-            "--idle-timeout", "--idle-timeout-s", min=0.001,
+            "--idle-timeout",
+            "--idle-timeout-s",
+            min=0.001,
             help="Stop after this many seconds without events (default: follow forever).",
         ),
     ] = None,
@@ -232,7 +234,7 @@ def _print_events(events: Iterator[AgentEvent], as_json: bool, console: Console)
 
 
 def _known(producer: Producer, run_id: str, tenant: str) -> str:
-    view = scoped_view(producer.runs.get(run_id), tenant)
+    view = scoped_view(producer.record(run_id, tenant=tenant), tenant)
     if view is None:  # another tenant's run reads exactly like an unknown one
         raise RunNotFound(
             f"run {run_id!r} not found for tenant {tenant!r} (unknown, another tenant's, or its "
@@ -279,7 +281,7 @@ def await_result(
 def _status(handle: RunHandle, producer: Producer | None) -> str:
     if producer is None:
         return RunState.RUNNING if handle.running() else RunState.QUEUED
-    view = producer.runs.get(handle.run_id)
+    view = producer.record(handle.run_id, tenant=handle.tenant)
     return "UNKNOWN" if view is None else view.status
 
 
@@ -287,8 +289,7 @@ def _gave_up(run_id: str, status: str, waited_s: float) -> TimeoutError:
     how = f"cancel it with `tether cancel {run_id}` or wait for it with `tether wait {run_id}`"
     if status == RunState.QUEUED:
         return TimeoutError(
-            f"run {run_id} is still queued after {waited_s:.1f} s (no worker has started it); "
-            f"{how}"
+            f"run {run_id} is still queued after {waited_s:.1f} s (no worker has started it); {how}"
         )
     return TimeoutError(
         f"run {run_id} did not finish within {waited_s:.1f} s ({status.lower()}); it goes on: {how}"

@@ -1,8 +1,9 @@
-"""``tether sessions ...``: read, check, list fork points, fork and delete stored sessions.
+"""``tether sessions ...``: read, check, list fork points, fork, delete and purge stored sessions.
 
 Reads go through :class:`tether.persistence.reader.SessionLogReader` over the store and archive
 named by
-the settings (``TETHER_STORE_URL``); only ``delete`` also needs Redis (the live stream).
+the settings (``TETHER_STORE_URL``); only ``delete`` and ``purge`` also need Redis (the live
+stream).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from tether.core.snapshot import SessionSnapshot
 from tether.errors import InvalidInput, SessionNotFound
 from tether.producer.cli.support import (
     EXIT_FAILED,
+    EXIT_USAGE,
     JsonOption,
     TenantOption,
     cli_settings,
@@ -30,7 +32,7 @@ from tether.producer.render import emit_json, events_table, make_console, memory
 from tether.settings import Settings
 
 sessions_app = typer.Typer(
-    help="Read, verify, fork and delete stored sessions.", no_args_is_help=True
+    help="Read, verify, fork, delete and purge stored sessions.", no_args_is_help=True
 )
 SessionArg = Annotated[str, typer.Argument(metavar="SESSION", help="Session id.")]
 TypeOption = Annotated[
@@ -113,7 +115,9 @@ def show(session_id: SessionArg, tenant: TenantOption = None, as_json: JsonOptio
     runs = Table("run", "status", "output", "seq", title="recent runs")
     for record in head.applied[-10:]:
         runs.add_row(
-            record.run_id, record.status, (record.output or "")[:60],
+            record.run_id,
+            record.status,
+            (record.output or "")[:60],
             f"{record.first_seq}-{record.last_seq}",
         )
     console = make_console()
@@ -219,13 +223,24 @@ def history(
     if as_json:
         emit_json([asdict(p) for p in points])
         return
-    table = Table("seq", "time (UTC)", "run", "kind", "what happened",
-                  title=f"fork points of {tenant}/{session_id}")
+    table = Table(
+        "seq",
+        "time (UTC)",
+        "run",
+        "kind",
+        "what happened",
+        title=f"fork points of {tenant}/{session_id}",
+    )
     for point in points:
         when = datetime.fromtimestamp(point.ts_ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
         text = " | ".join(line for line in point.text.splitlines() if line.strip())
-        table.add_row(str(point.seq), when, point.run_id or "-", point.kind,
-                      text if len(text) <= 80 else text[:77] + "...")
+        table.add_row(
+            str(point.seq),
+            when,
+            point.run_id or "-",
+            point.kind,
+            text if len(text) <= 80 else text[:77] + "...",
+        )
     make_console().print(table)
 
 
@@ -236,8 +251,12 @@ def fork(
     tenant: TenantOption = None,
     at_seq: Annotated[
         int | None,
-        typer.Option("--at-seq", min=0, help="Fork as the session was right after this event "
-                     "(see `sessions history`); default: as it is now."),
+        typer.Option(
+            "--at-seq",
+            min=0,
+            help="Fork as the session was right after this event "
+            "(see `sessions history`); default: as it is now.",
+        ),
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -282,3 +301,40 @@ def delete(
             f"{report.segments_deleted} archive segments, "
             f"{report.stream_keys_deleted} stream keys, {report.runs_deleted} run records"
         )
+
+
+@sessions_app.command()
+def purge(
+    tenant: Annotated[str, typer.Option("--tenant", help="The tenant to remove entirely.")],
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Delete; without it only show what would go.")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete every session of a tenant (heads, archived events) and every Redis key under its
+    tags. Without --yes: show what would go and exit 2. Exits 1 when busy sessions were kept."""
+    from tether.keys import RedisKeys
+    from tether.persistence.redis_conn import redis_from_url
+    from tether.producer.tenant_purge import purge_tenant, report_lines
+
+    settings = cli_settings()
+    store, archive = open_store(settings)
+    client = redis_from_url(settings.effective_redis_url)
+    try:
+        keys = RedisKeys(settings.namespace)
+        report = purge_tenant(store, archive, client, keys, tenant, dry_run=not yes)
+    finally:
+        client.close()
+    if as_json:
+        emit_json({**asdict(report), "complete": report.complete})
+    else:
+        typer.echo("\n".join(report_lines(report)))
+    if not yes:
+        typer.echo(
+            f"refusing to purge tenant {tenant} without --yes: nothing was deleted; add --yes "
+            "to delete what is listed",
+            err=True,
+        )
+        raise typer.Exit(EXIT_USAGE)
+    if report.skipped:
+        raise typer.Exit(EXIT_FAILED)

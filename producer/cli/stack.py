@@ -20,6 +20,7 @@ from rich.table import Table
 
 from tether.errors import TetherError
 from tether.keys import RedisKeys
+from tether.persistence.active_index import active_count
 from tether.persistence.redis_conn import redis_from_url, translate_errors
 from tether.producer.cli.support import EXIT_FAILED, JsonOption, cli_settings, warn_line
 from tether.producer.local_procs import is_running
@@ -78,7 +79,10 @@ def up(
     console = make_console()
     stack = LocalStack(project, settings)
     options = UpOptions(
-        workers=workers, concurrency=concurrency, s3=s3, console=not no_console,
+        workers=workers,
+        concurrency=concurrency,
+        s3=s3,
+        console=not no_console,
         console_port=console_port,
     )
     result = stack.up(options, progress=lambda step: console.print(f"[dim]{escape(step)}...[/]"))
@@ -178,8 +182,11 @@ def collect_status(project: Path, settings: Settings) -> Status:
     if state is not None:
         info.console_url = state.console_url
         info.services = [
-            {**r.model_dump(include={"name", "kind", "pid", "port"}), "up": is_running(r),
-             "log": _rel(r.log, project)}
+            {
+                **r.model_dump(include={"name", "kind", "pid", "port"}),
+                "up": is_running(r),
+                "log": _rel(r.log, project),
+            }
             for r in state.services
         ]
     client = redis_from_url(settings.effective_redis_url, retry=None, socket_connect_timeout=2.0)
@@ -191,7 +198,7 @@ def collect_status(project: Path, settings: Settings) -> Status:
             info.queue_depth = queue_depth(client, settings.namespace, queues)
         info.running = sorted({r for w in info.workers for r in w.current_runs})
         with translate_errors(mask_url(settings.effective_redis_url)):
-            info.active_sessions = int(client.zcard(keys.active()))
+            info.active_sessions = active_count(client, keys)
     except TetherError as exc:
         info.error = str(exc)
     finally:
@@ -228,8 +235,12 @@ def _print_status(console: Console, info: Status, project: Path) -> None:
     now_ms = int(time.time() * 1000)
     for w in info.workers:
         table.add_row(
-            w.worker_id, w.node, ",".join(w.queues), str(w.runs_done),
-            ",".join(w.current_runs) or "-", f"{w.age_s(now_ms):.1f} s ago",
+            w.worker_id,
+            w.node,
+            ",".join(w.queues),
+            str(w.runs_done),
+            ",".join(w.current_runs) or "-",
+            f"{w.age_s(now_ms):.1f} s ago",
         )
     console.print(f"workers: {len(info.workers)}")
     if info.workers:

@@ -111,7 +111,7 @@ class LiveFeeds:
                 entries = b.runs.read_done(after, block_ms=BLOCK_MS)
                 if entries:
                     after = entries[-1][0]
-                finished = [run_id for _position, run_id in entries]
+                finished = [ref for _position, ref in entries]
                 for row in read_runs(b, tenant, finished):
                     known[row.run_id] = row.status
                     put({"event": "run", "data": json.dumps(run_doc(row))})

@@ -8,15 +8,24 @@ from typing import Any, cast
 
 from tether.errors import InvalidId
 from tether.ids import validate_id
+from tether.persistence.active_index import active_sessions as all_active_sessions
 from tether.producer.console.backends import Backends
+from tether.runs.contract import RunRef
 from tether.runs.queue.base import RunView
+from tether.runs.queue.redis import done_entry
 
 #: Finished runs looked at, newest first (the completion feed keeps far more).
 RECENT_FINISHED = 300
 #: Queued runs listed per session.
 MAX_QUEUED_PER_SESSION = 100
 RUN_STATUSES = (
-    "QUEUED", "RUNNING", "WAITING", "FAILED", "COMPLETED", "CANCELLED", "INTERRUPTED",
+    "QUEUED",
+    "RUNNING",
+    "WAITING",
+    "FAILED",
+    "COMPLETED",
+    "CANCELLED",
+    "INTERRUPTED",
     "CONTINUATION_REQUIRED",
 )
 
@@ -69,16 +78,17 @@ def _row(view: RunView, attempts: int, cancel_requested: bool, worker: str | Non
     )
 
 
-def read_runs(b: Backends, tenant: str, run_ids: list[str]) -> list[RunRow]:
-    """The rows of ``run_ids`` that belong to ``tenant`` (others and unknown ones left out)."""
-    views = [v for v in (b.runs.get(r) for r in run_ids) if v is not None and v.tenant == tenant]
+def read_runs(b: Backends, tenant: str, refs: list[RunRef]) -> list[RunRow]:
+    """The rows of ``refs`` that belong to ``tenant`` (others and unknown ones left out)."""
+    mine = [r for r in refs if r.tenant == tenant]
+    views = [v for v in (b.runs.get(r) for r in mine) if v is not None and v.tenant == tenant]
     if not views:
         return []
     pipe = b.client.pipeline(transaction=False)
     for view in views:
-        pipe.get(b.keys.attempts(view.run_id))
-        pipe.exists(b.keys.cancel(view.run_id))
-        pipe.hget(b.keys.run(view.run_id), "worker")  # the record's, while it runs
+        pipe.get(b.keys.attempts(*view.ref))
+        pipe.exists(b.keys.cancel(*view.ref))
+        pipe.hget(b.keys.run(*view.ref), "worker")  # the record's, while it runs
     replies: list[Any] = pipe.execute()
     return [
         _row(view, int(attempts or 0), bool(cancel), worker.decode() if worker else None)
@@ -94,22 +104,20 @@ def get_run(b: Backends, tenant: str, run_id: str) -> tuple[RunRow, RunView] | N
         validate_id(run_id, kind="run id")
     except InvalidId:
         return None
-    view = b.runs.get(run_id)
-    if view is None or view.tenant != tenant:
+    ref = b.runs.locate(tenant, run_id)
+    view = b.runs.get(ref) if ref is not None else None
+    if ref is None or view is None or view.tenant != tenant:
         return None
-    rows = read_runs(b, tenant, [run_id])
+    rows = read_runs(b, tenant, [ref])
     return (rows[0], view) if rows else None
 
 
 def active_sessions(b: Backends, tenant: str) -> list[str]:
     """Session ids of ``tenant`` with queued or running runs."""
-    members = cast(list[bytes], b.client.zrange(b.keys.active(), 0, -1))
-    prefix = tenant + "/"
-    names = (m.decode() for m in members)
-    return sorted(name[len(prefix) :] for name in names if name.startswith(prefix))
+    return sorted(s for t, s in all_active_sessions(b.client, b.keys) if t == tenant)
 
 
-def queued_run_ids(b: Backends, tenant: str, session_ids: list[str]) -> list[str]:
+def queued_run_ids(b: Backends, tenant: str, session_ids: list[str]) -> list[RunRef]:
     """Run ids in the queues of these sessions (head first; the head may be running)."""
     if not session_ids:
         return []
@@ -117,20 +125,23 @@ def queued_run_ids(b: Backends, tenant: str, session_ids: list[str]) -> list[str
     for session_id in session_ids:
         pipe.lrange(b.keys.pending(tenant, session_id), 0, MAX_QUEUED_PER_SESSION - 1)
     replies = cast(list[list[bytes]], pipe.execute())
-    return [run_id.decode() for ids in replies for run_id in ids]
+    return [
+        RunRef(tenant, session_id, run_id.decode())
+        for session_id, ids in zip(session_ids, replies, strict=True)
+        for run_id in ids
+    ]
 
 
-def recent_finished_ids(b: Backends, count: int = RECENT_FINISHED) -> list[str]:
-    """Run ids from the completion feed, newest first (every tenant's: filter after)."""
+def recent_finished_ids(b: Backends, count: int = RECENT_FINISHED) -> list[RunRef]:
+    """Runs from the completion feed, newest first (every tenant's: filter after)."""
     entries = cast(
         list[tuple[bytes, dict[bytes, bytes]]],
         b.client.xrevrange(b.keys.done(), "+", "-", count=count),
     )
-    seen: dict[str, None] = {}
-    for _entry_id, fields in entries:
-        run_id = fields.get(b"run_id")
-        if run_id is not None:
-            seen.setdefault(run_id.decode(), None)
+    seen: dict[RunRef, None] = {}
+    for entry_id, fields in entries:
+        if b"run_id" in fields:
+            seen.setdefault(done_entry(entry_id, fields)[1], None)
     return list(seen)
 
 
@@ -142,7 +153,7 @@ def list_runs(b: Backends, tenant: str, status: str = "", limit: int = 200) -> l
     ids = {r.run_id for r in in_flight}
     finished = [
         r
-        for r in read_runs(b, tenant, [i for i in recent_finished_ids(b) if i not in ids])
+        for r in read_runs(b, tenant, [i for i in recent_finished_ids(b) if i.run_id not in ids])
         if r.finished
     ]
     rows = in_flight + finished

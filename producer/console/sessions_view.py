@@ -21,6 +21,7 @@ from tether.producer.console.runs_view import (
     read_runs,
 )
 from tether.producer.console.timeline import RunTimeline, build_timeline
+from tether.runs.contract import RunRef
 
 PAGE_SIZE = 50
 #: Sessions examined for a status that needs their head (completed, waiting, failed...).
@@ -151,14 +152,14 @@ def session_detail(b: Backends, tenant: str, session_id: str) -> SessionDetail |
         queued_runs=read_runs(b, tenant, queued_run_ids(b, tenant, [session_id])),
     )
     if applied and applied[-1].status == "WAITING":
-        _add_pending(b, tenant, detail, applied[-1].run_id)
+        _add_pending(b, RunRef(tenant, session_id, applied[-1].run_id), detail)
     return detail
 
 
-def _add_pending(b: Backends, tenant: str, detail: SessionDetail, run_id: str) -> None:
+def _add_pending(b: Backends, ref: RunRef, detail: SessionDetail) -> None:
     """The calls the session's last run waits on, and its agent (for approve and answer)."""
-    view = b.runs.get(run_id)
-    if view is None or view.tenant != tenant or view.result is None:
+    view = b.runs.get(ref)
+    if view is None or view.tenant != ref.tenant or view.result is None:
         return
     detail.pending = view.result.pending
     detail.waiting_agent = view.request.agent if view.request is not None else None

@@ -84,8 +84,7 @@ def list_worker_rows(b: Backends, tenant: str, rates: RateTracker) -> list[Worke
 
 
 def _is_tenants(b: Backends, tenant: str, run_id: str) -> bool:
-    view = b.runs.get(run_id)
-    return view is not None and view.tenant == tenant
+    return b.runs.locate(tenant, run_id) is not None
 
 
 def broker_depth(b: Backends) -> dict[str, int] | None:

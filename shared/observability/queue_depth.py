@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections import Counter as Tally
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import cast
 
 import redis
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from tether.keys import RedisKeys
+from tether.persistence.active_index import active_sessions
 from tether.persistence.redis_conn import describe_client, translate_errors
 
 #: At most this many active sessions are read per scrape (one pipelined round trip).
@@ -32,9 +32,7 @@ class QueueDepth:
     sessions: dict[str, int]
 
 
-def read_queue_depth(
-    client: redis.Redis, keys: RedisKeys, tenant: str | None = None
-) -> QueueDepth:
+def read_queue_depth(client: redis.Redis, keys: RedisKeys, tenant: str | None = None) -> QueueDepth:
     """Count runs waiting (queued, not started) and running, per tenant (``tenant`` only, when
     given).
 
@@ -42,10 +40,8 @@ def read_queue_depth(
         StreamUnavailable: Redis cannot be reached.
     """
     with translate_errors(describe_client(client)):
-        raw = cast(list[bytes], client.zrange(keys.active(), 0, MAX_SESSIONS - 1))
-        members = [_text(m) for m in raw]
-        sessions = [_split(m) for m in members]
-        mine = [(t, s) for t, s in sessions if s and (tenant is None or t == tenant)]
+        sessions = active_sessions(client, keys, MAX_SESSIONS)[:MAX_SESSIONS]
+        mine = [(t, s) for t, s in sessions if tenant is None or t == tenant]
         pipe = client.pipeline(transaction=False)
         for t, s in mine:
             pipe.llen(keys.pending(t, s))
@@ -63,15 +59,6 @@ def read_queue_depth(
         for counts in (queued, running, active):
             counts.setdefault(tenant, 0)
     return QueueDepth(dict(queued), dict(running), dict(active))
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _split(member: str) -> tuple[str, str]:
-    tenant, _, session_id = member.partition("/")
-    return tenant, session_id
 
 
 class QueueDepthCollector(Collector):

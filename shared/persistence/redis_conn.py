@@ -1,26 +1,36 @@
 """Redis connections: one factory with sane timeouts, URL redaction, and error translation.
 
+One Redis (``redis://``, ``rediss://``, ``unix://``) or a Redis Cluster
+(``redis+cluster://host:port[,host:port...]``, ``rediss+cluster://`` with TLS).
+
 Every place that shows a Redis URL (messages, logs, reprs) goes through :func:`redact_url`, so a
 password never leaves this process. Connection failures are translated to
 :class:`~tether.errors.StreamUnavailable` (retryable) by :func:`translate_errors`; a rejected
-password becomes a :class:`~tether.errors.ConfigurationError` (retrying cannot fix it).
+password becomes a :class:`~tether.errors.ConfigurationError` (retrying cannot fix it); keys of
+one script in different cluster slots become a plain :class:`~tether.errors.TetherError` (a bug).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
-from urllib.parse import quote
+from typing import Any, cast
+from urllib.parse import quote, urlsplit
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
+from redis.cluster import ClusterNode, RedisCluster
+from redis.connection import parse_url
 from redis.retry import Retry
 
-from tether.errors import ConfigurationError, StreamUnavailable
+from tether.errors import ConfigurationError, StreamUnavailable, TetherError
 from tether.settings_checks import mask_url
 
-SCHEMES = ("redis", "rediss", "unix")
+#: Cluster schemes and the single-node scheme whose URL options they share.
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+SCHEMES = ("redis", "rediss", "unix", *CLUSTER_SCHEMES)
+#: Either client kind, for the functions below that look inside a client.
+RedisClient = redis.Redis | RedisCluster
 #: Read timeout of every socket. It must exceed the longest ``XREAD BLOCK`` we issue.
 DEFAULT_SOCKET_TIMEOUT_S = 10.0
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
@@ -36,8 +46,13 @@ def redact_url(url: str) -> str:
     return mask_url(url)
 
 
+def _default_retry() -> Retry:
+    return Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=3)
+
+
 def redis_from_url(url: str, **kw: Any) -> redis.Redis:
-    """A Redis client for ``url`` (``redis://``, ``rediss://`` or ``unix://``).
+    """A Redis client for ``url`` (``redis://``, ``rediss://``, ``unix://``, or a cluster:
+    ``redis+cluster://``, ``rediss+cluster://``).
 
     Defaults (overridable through ``kw``): ``socket_timeout`` =
     :data:`DEFAULT_SOCKET_TIMEOUT_S`, ``socket_connect_timeout`` =
@@ -46,28 +61,38 @@ def redis_from_url(url: str, **kw: Any) -> redis.Redis:
     on connection errors. Responses are always bytes (``decode_responses=False``).
 
     Examples: ``redis://:secret@127.0.0.1:6380/0``, ``rediss://user:secret@host:6379``,
-    ``unix:///tmp/redis.sock?db=0&password=secret``.
+    ``unix:///tmp/redis.sock?db=0&password=secret``,
+    ``redis+cluster://:secret@10.0.0.1:7000,10.0.0.2:7000`` (any reachable node of the list
+    suffices; the client learns the others from the cluster).
+
+    A cluster client is a :class:`redis.cluster.RedisCluster`, returned typed as
+    :class:`redis.Redis` (see :func:`_cluster_from_url`). Unlike a single-node client it connects
+    at once, to learn which node serves which slot.
 
     Raises:
-        ConfigurationError: the scheme is not supported, the URL does not parse, or
-            ``decode_responses=True`` was asked for.
+        ConfigurationError: the scheme is not supported, the URL does not parse,
+            ``decode_responses=True`` was asked for, or a cluster refused our credentials.
+        StreamUnavailable: no node of a cluster URL could be reached.
     """
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme not in SCHEMES:
         raise ConfigurationError(
             f"Redis URL {redact_url(url)!r} has an unsupported scheme; use redis://host:port/db, "
-            "rediss://host:port/db (TLS) or unix:///path/to/redis.sock"
+            "rediss://host:port/db (TLS), unix:///path/to/redis.sock, or for a Redis Cluster "
+            "redis+cluster://host:port[,host:port...] (rediss+cluster:// with TLS)"
         )
     if kw.get("decode_responses"):
         raise ConfigurationError(
             "decode_responses=True is not supported: Tether stores bytes; drop the option"
         )
+    if scheme in CLUSTER_SCHEMES:
+        return _cluster_from_url(url, CLUSTER_SCHEMES[scheme], kw)
     options: dict[str, Any] = {
         "socket_timeout": DEFAULT_SOCKET_TIMEOUT_S,
         "socket_connect_timeout": DEFAULT_CONNECT_TIMEOUT_S,
         "health_check_interval": DEFAULT_HEALTH_CHECK_INTERVAL_S,
         "socket_keepalive": True,
-        "retry": Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=3),
+        "retry": _default_retry(),
     }
     if scheme == "unix":
         # Keepalive is a TCP option; unix sockets refuse it.
@@ -80,8 +105,93 @@ def redis_from_url(url: str, **kw: Any) -> redis.Redis:
         raise ConfigurationError(f"Redis URL {redact_url(url)!r} is malformed: {exc}") from exc
 
 
-def describe_client(client: redis.Redis) -> str:
-    """A password-free URL describing where ``client`` connects (for messages)."""
+def _cluster_nodes(hosts: str, shown: str) -> list[ClusterNode]:
+    nodes = []
+    for item in hosts.split(","):
+        try:
+            parts = urlsplit("//" + item)
+            host, port = parts.hostname, parts.port
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"Redis Cluster URL {shown!r} has a bad node {item!r} ({exc}); "
+                "use redis+cluster://host:port[,host:port...]"
+            ) from exc
+        if not host or parts.username is not None or parts.path:
+            raise ConfigurationError(
+                f"Redis Cluster URL {shown!r} has a bad node {item!r}; "
+                "use redis+cluster://[:password@]host:port[,host:port...]"
+            )
+        nodes.append(ClusterNode(host, port or 6379))  # type: ignore[no-untyped-call]
+    return nodes
+
+
+def _cluster_from_url(url: str, base_scheme: str, kw: dict[str, Any]) -> redis.Redis:
+    """A :class:`RedisCluster` for ``<base_scheme>+cluster://[auth@]h:p[,h:p...][/0][?opts]``.
+
+    The user, password and query options are parsed by redis-py exactly as for a single-node
+    URL of ``base_scheme`` (the URL rebuilt on the first node), so both kinds accept the same
+    options. The client is returned typed as :class:`redis.Redis`: Tether's stores annotate
+    that type, and RedisCluster offers the subset they use (keyed commands, scripts whose keys
+    share one slot, non-transactional pipelines).
+    """
+    shown = redact_url(url)
+    rest = url.split("://", 1)[1]
+    cut = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    netloc, tail = rest[:cut], rest[cut:]
+    auth, at, hosts = netloc.rpartition("@")
+    nodes = _cluster_nodes(hosts, shown)
+    first = f"{base_scheme}://{auth}{at}{hosts.split(',')[0]}{tail}"
+    try:
+        url_options: dict[str, Any] = parse_url(first)  # type: ignore[no-untyped-call]
+    except ValueError as exc:
+        raise ConfigurationError(f"Redis URL {shown!r} is malformed: {exc}") from exc
+    for name in ("host", "port"):
+        url_options.pop(name, None)
+    # rediss:// parses to an SSL connection class; the cluster's node clients take ssl=True.
+    if url_options.pop("connection_class", None) is not None:
+        url_options["ssl"] = True
+    options: dict[str, Any] = {
+        "socket_timeout": DEFAULT_SOCKET_TIMEOUT_S,
+        "socket_connect_timeout": DEFAULT_CONNECT_TIMEOUT_S,
+        "socket_keepalive": True,
+        **url_options,
+        **kw,
+    }
+    if options.pop("db", 0) != 0:
+        raise ConfigurationError(
+            f"Redis Cluster URL {shown!r} names a database other than 0; a cluster has only "
+            "database 0: drop the /db part"
+        )
+    # The cluster client takes its retry policy apart from the connection options, and has no
+    # health checks (it drops health_check_interval silently; we drop it openly).
+    retry = options.pop("retry", _default_retry())
+    options.pop("health_check_interval", None)
+    options["decode_responses"] = False
+    with translate_errors(shown):
+        client = RedisCluster(startup_nodes=nodes, retry=retry, **options)
+    # The caller sees redis.Redis (see the docstring): the command subset Tether uses is shared.
+    return cast(redis.Redis, client)
+
+
+def _connection_kwargs(client: RedisClient) -> dict[str, Any]:
+    if isinstance(client, RedisCluster):
+        return client.nodes_manager.connection_kwargs
+    return client.connection_pool.connection_kwargs
+
+
+def _describe_cluster(client: RedisCluster) -> str:
+    kw = _connection_kwargs(client)
+    user = kw.get("username")
+    auth = f"{user}@" if user else ""
+    nodes = ",".join(f"{n.host}:{n.port}" for n in client.startup_nodes or [])
+    return f"{'rediss' if kw.get('ssl') else 'redis'}+cluster://{auth}{nodes}"
+
+
+def describe_client(client: RedisClient) -> str:
+    """A password-free URL describing where ``client`` connects (for messages); for a cluster
+    client, ``redis+cluster://`` and the nodes it was given."""
+    if isinstance(client, RedisCluster):
+        return _describe_cluster(client)
     kw = client.connection_pool.connection_kwargs
     db = kw.get("db", 0)
     path = kw.get("path")
@@ -94,13 +204,13 @@ def describe_client(client: redis.Redis) -> str:
     return f"{scheme}://{auth}{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{db}"
 
 
-def socket_timeout_s(client: redis.Redis) -> float | None:
+def socket_timeout_s(client: RedisClient) -> float | None:
     """The read timeout of ``client``'s sockets (None = wait forever)."""
-    value = client.connection_pool.connection_kwargs.get("socket_timeout")
+    value = _connection_kwargs(client).get("socket_timeout")
     return None if value is None else float(value)
 
 
-def max_block_ms(client: redis.Redis) -> int | None:
+def max_block_ms(client: RedisClient) -> int | None:
     """The longest ``BLOCK`` that stays safely below the socket timeout (None = no limit)."""
     timeout_s = socket_timeout_s(client)
     if timeout_s is None:
@@ -119,15 +229,14 @@ def translate_errors(where: str) -> Iterator[None]:
     Raises:
         ConfigurationError: the server rejected our credentials or permissions.
         StreamUnavailable: the server could not be reached, timed out, is loading, or is a
-            read-only replica.
+            read-only replica; or the cluster is down, resharding or has uncovered slots.
+        TetherError: a cluster refused keys of one script or transaction that are in different
+            hash slots (a bug in Tether).
     """
     try:
         yield
-    except (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError) as exc:
-        raise ConfigurationError(
-            f"Redis at {where} refused our credentials ({exc}); check the password in the Redis "
-            "URL (redis://:PASSWORD@host:port/db)"
-        ) from exc
+    except _CREDENTIAL_ERRORS as exc:
+        raise _credentials_refused(where, exc) from exc
     except redis.exceptions.NoPermissionError as exc:
         raise ConfigurationError(
             f"Redis at {where} denied a command ({exc}); grant the ACL user access to stream, "
@@ -142,3 +251,67 @@ def translate_errors(where: str) -> Iterator[None]:
             f"Redis at {where} is unavailable ({type(exc).__name__}: {exc}); check that it is "
             "running and reachable; the operation may be retried"
         ) from exc
+    except (
+        redis.exceptions.ResponseError,
+        redis.exceptions.ClusterError,
+        redis.exceptions.RedisClusterException,
+    ) as exc:
+        mapped = _cluster_error(exc, where)
+        if mapped is None:
+            raise
+        raise mapped from exc
+
+
+_CREDENTIAL_ERRORS = (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError)
+
+
+def _credentials_refused(where: str, exc: Exception) -> ConfigurationError:
+    return ConfigurationError(
+        f"Redis at {where} refused our credentials ({exc}); check the password in the Redis "
+        "URL (redis://:PASSWORD@host:port/db)"
+    )
+
+
+#: Error texts of keys in different slots: the server's CROSSSLOT, redis-py's own check of a
+#: script's keys, and a script touching an undeclared key of another slot.
+_CROSS_SLOT_HINTS = ("CROSSSLOT", "same slot", "same key slot", "non local key")
+
+
+def _cluster_error(exc: Exception, where: str) -> TetherError | None:
+    """The Tether error for a cluster failure, or None for an unrelated ``ResponseError``."""
+    text = str(exc)
+    if isinstance(
+        exc,
+        (redis.exceptions.ClusterCrossSlotError, redis.exceptions.CrossSlotTransactionError),
+    ) or any(hint in text for hint in _CROSS_SLOT_HINTS):
+        return TetherError(
+            f"Redis Cluster at {where} refused a command whose keys are in different hash slots "
+            f"({type(exc).__name__}: {exc}); the keys of one Tether script or transaction must "
+            "share a slot, so this is a bug in Tether: please report it with this message"
+        )
+    if isinstance(exc, redis.exceptions.MovedError):
+        return ConfigurationError(
+            f"Redis at {where} is a cluster node (it answered MOVED {exc}); connect with "
+            "redis+cluster://host:port[,host:port...] instead"
+        )
+    # The cluster client wraps what stopped it from learning the slot map.
+    if isinstance(exc.__cause__, _CREDENTIAL_ERRORS):
+        return _credentials_refused(where, exc.__cause__)
+    if "Cluster mode is not enabled" in text:
+        return ConfigurationError(
+            f"Redis at {where} is not a cluster ({exc}); connect to a single Redis with "
+            "redis://host:port/db instead"
+        )
+    if isinstance(
+        exc,
+        (
+            redis.exceptions.ClusterError,
+            redis.exceptions.TryAgainError,
+            redis.exceptions.RedisClusterException,
+        ),
+    ):
+        return StreamUnavailable(
+            f"Redis Cluster at {where} is unavailable ({type(exc).__name__}: {exc}); check that "
+            "every node is running and all 16384 slots are served; the operation may be retried"
+        )
+    return None

@@ -161,7 +161,10 @@ class StreamPublisher:
             raise gap
         log.info(
             "repairing the live stream of %s/%s: seq %d-%d from the head and the archive",
-            self._lease.tenant, self._lease.session_id, gap.last_seq + 1, before_seq - 1,
+            self._lease.tenant,
+            self._lease.session_id,
+            gap.last_seq + 1,
+            before_seq - 1,
         )
         return missing
 
@@ -182,10 +185,13 @@ class CommitTarget:
 class Commit:
     """Runs the steps of one commit, calling the probes around each."""
 
-    def __init__(self, target: CommitTarget, lease: Lease, run_id: str | None) -> None:
+    def __init__(
+        self, target: CommitTarget, lease: Lease, run_id: str | None, reply_to: str | None = None
+    ) -> None:
         self._target = target
         self._lease = lease
         self._run_id = run_id
+        self._reply_to = reply_to
 
     def _step(self, step: CommitStep, phase: Phase) -> None:
         probe(
@@ -255,7 +261,7 @@ class Commit:
     def finish(self, result: RunResult) -> None:
         """The ``finish`` step alone (also for runs that end without a commit)."""
         self._step(CommitStep.FINISH, "before")
-        self._target.queue.finish(result)
+        self._target.queue.finish(result, reply_to=self._reply_to)
         run_finished(result)
         self._step(CommitStep.FINISH, "after")
 

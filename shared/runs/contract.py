@@ -9,14 +9,15 @@ migration: sessions and queued runs written by 0.1 are read by this version.
 Schema versions (field ``v``):
 - 1: initial format. Later additive field: ``trace`` (optional, omitted when None; a worker
   older than it refuses a request that carries one, so trace producers only once every worker
-  is upgraded).
+  is upgraded). Later additive field: ``reply_to`` (the submitting producer's id, same
+  rule: upgrade every worker before the producers, see the README's upgrade note).
 """
 
 from __future__ import annotations
 
 import json
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
@@ -35,6 +36,18 @@ DRAIN_TASK = "tether.drain"
 DEFAULT_QUEUE = "tether"
 
 RUN_SCHEMA_VERSION = 1
+
+
+class RunRef(NamedTuple):
+    """Where a run lives: its tenant, session and id. A run's record, cancel flag and attempt
+    counter sit in its session's Redis slot, so reaching them takes all three (a bare run id
+    is resolved through the tenant's run index: ``RunQueue.locate``)."""
+
+    tenant: str
+    session_id: str
+    run_id: str
+
+
 MAX_METADATA_BYTES = 16_384
 #: Deeper metadata is refused: stored in the session head, it must stay serialisable and
 #: readable with room to spare (pydantic stops at about 250 levels).
@@ -91,6 +104,10 @@ class RunRequest(BaseModel):
     resolutions: tuple[Resolution, ...] = Field(default=(), max_length=64)
     """Settle pending calls of the session's ``WAITING`` run first, then go on (input None)."""
     submitted_at_ms: int = Field(default_factory=now_ms, ge=0, le=2**53, strict=True)
+    reply_to: str | None = None
+    """The submitting producer's id: its completion is announced on that producer's own stream
+    (:meth:`tether.keys.RedisKeys.producer_done`), so a producer reads only its own runs.
+    Optional and omitted from the JSON when None."""
     trace: dict[str, str] | None = Field(default=None, max_length=MAX_TRACE_HEADERS)
     """W3C trace context of the submit (``traceparent``, ``tracestate``), so the worker's spans
     join the producer's trace (see :mod:`tether.observability.tracing`). Optional and omitted
@@ -106,16 +123,29 @@ class RunRequest(BaseModel):
         return value
 
     @pydantic.model_serializer(mode="wrap")
-    def _omit_no_trace(self, handler: pydantic.SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _omit_unset_optionals(
+        self, handler: pydantic.SerializerFunctionWrapHandler
+    ) -> dict[str, Any]:
         doc: dict[str, Any] = handler(self)
-        if doc.get("trace", 0) is None:
-            del doc["trace"]
+        for optional in ("trace", "reply_to"):
+            if doc.get(optional, 0) is None:
+                del doc[optional]
         return doc
+
+    @property
+    def ref(self) -> RunRef:
+        """Where this run lives."""
+        return RunRef(self.tenant, self.session_id, self.run_id)
 
     @pydantic.field_validator("run_id", "request_id", "session_id")
     @classmethod
     def _ids(cls, value: str, info: pydantic.ValidationInfo) -> str:
         return validate_id(value, kind=(info.field_name or "id").replace("_", " "))
+
+    @pydantic.field_validator("reply_to")
+    @classmethod
+    def _reply_to(cls, value: str | None) -> str | None:
+        return None if value is None else validate_id(value, kind="producer id")
 
     @pydantic.field_validator("tenant")
     @classmethod
@@ -262,6 +292,11 @@ class RunResult(RunOutcome):
         )
 
     @property
+    def ref(self) -> RunRef:
+        """Where this run lives."""
+        return RunRef(self.tenant, self.session_id, self.run_id)
+
+    @property
     def ok(self) -> bool:
         """True unless the run failed or was cancelled."""
         return self.status not in (RunStatus.FAILED, RunStatus.CANCELLED)
@@ -281,6 +316,7 @@ __all__ = [
     "RUN_TASK",
     "BusyPolicy",
     "RedisKeys",
+    "RunRef",
     "RunRequest",
     "RunResult",
     "describe_drain",

@@ -37,7 +37,7 @@ from tether.errors import (
 from tether.observability import metrics
 from tether.observability.tracing import run_span, span
 from tether.runs.commit import Commit, CommitTarget, StreamPublisher
-from tether.runs.contract import RunRequest, RunResult
+from tether.runs.contract import RunRef, RunRequest, RunResult
 from tether.runs.fencing import load_head
 from tether.runs.lease_keeper import LeaseKeeper
 from tether.runs.leases.base import Lease
@@ -94,8 +94,8 @@ class _Drain:
             self.rt.stream, self.lease, backfill=self.committed_between
         )
 
-    def commit(self, run_id: str | None) -> Commit:
-        return Commit(self.target, self.lease, run_id)
+    def commit(self, run_id: str | None, reply_to: str | None = None) -> Commit:
+        return Commit(self.target, self.lease, run_id, reply_to)
 
     def committed_between(self, after_seq: int, before_seq: int) -> list[AgentEvent]:
         """Committed events with ``after_seq < seq < before_seq``: from the held session's log
@@ -165,13 +165,15 @@ def _drain_queue(d: _Drain) -> tuple[bool, bool]:
 
 def _apply_one(d: _Drain, run_id: str) -> Outcome:
     rt = d.rt
-    view = rt.runs.get(run_id)
+    ref = RunRef(d.lease.tenant, d.lease.session_id, run_id)
+    view = rt.runs.get(ref)
     if view is None or view.request is None:
         log.warning("dropping queued run %s without a record", run_id)
         rt.runs.drop(d.lease.tenant, d.lease.session_id, run_id)
         return Outcome.DONE
+    reply_to = view.request.reply_to
     if view.result is not None:  # finished before a crash popped it
-        d.commit(run_id).finish(view.result)
+        d.commit(run_id, reply_to).finish(view.result)
         return Outcome.DONE
     request = view.request
     if view.retry_at_ms > now_ms():
@@ -186,14 +188,14 @@ def _apply_one(d: _Drain, run_id: str) -> Outcome:
             log.info("run %s is for queue %s; handing the session over", run_id, view.queue)
             return Outcome.HANDOVER
         failed = RunResult.failure(request, RunStatus.FAILED, exc.error_type, str(exc))
-        d.commit(run_id).finish(failed)
+        d.commit(run_id, reply_to).finish(failed)
         return Outcome.DONE
-    attempts = rt.runs.begin(run_id, rt.worker_id)
+    attempts = rt.runs.begin(ref, rt.worker_id)
     if attempts is None:  # cancelled while queued: it never starts
         cancelled = RunResult.failure(
             request, RunStatus.CANCELLED, "RunCancelled", "cancelled before it started"
         )
-        d.commit(run_id).finish(cancelled)
+        d.commit(run_id, reply_to).finish(cancelled)
         return Outcome.DONE
     try:
         with run_span(request, attempts):
@@ -201,30 +203,28 @@ def _apply_one(d: _Drain, run_id: str) -> Outcome:
     except RunHandedBack:
         log.info("run %s handed back at its last checkpoint: this worker is shutting down", run_id)
         d.session, d.loaded = None, False
-        rt.runs.hand_back(run_id)  # no failure: the attempt does not count
+        rt.runs.hand_back(ref)  # no failure: the attempt does not count
         return Outcome.HANDOVER
     except (InfrastructureError, ConflictError) as exc:
-        _abandon(d, run_id, attempts, exc)
+        _abandon(d, ref, attempts, exc)
         return Outcome.ABORT
 
 
-def _abandon(d: _Drain, run_id: str, attempts: int, exc: TetherError) -> None:
+def _abandon(d: _Drain, ref: RunRef, attempts: int, exc: TetherError) -> None:
     """Forget the held session (it may be stale) and note why the attempt failed."""
-    log.warning("run %s attempt %d aborted, will retry: %s", run_id, attempts, exc)
+    log.warning("run %s attempt %d aborted, will retry: %s", ref.run_id, attempts, exc)
     metrics.attempt_aborted(exc)
     d.session = None
     d.loaded = False
     backoff_ms = d.rt.settings.lease_ttl_ms if isinstance(exc, InfrastructureError) else 0
     try:
-        d.rt.runs.note_failure(run_id, f"{exc.error_type}: {exc}", retry_after_ms=backoff_ms)
+        d.rt.runs.note_failure(ref, f"{exc.error_type}: {exc}", retry_after_ms=backoff_ms)
     except TetherError as note_exc:  # Redis away too: the attempt is retried regardless
-        log.warning("could not record the failure of run %s: %s", run_id, note_exc)
+        log.warning("could not record the failure of run %s: %s", ref.run_id, note_exc)
 
 
-def _attempt(
-    d: _Drain, view: RunView, request: RunRequest, agent: Agent, attempts: int
-) -> Outcome:
-    commit = d.commit(request.run_id)
+def _attempt(d: _Drain, view: RunView, request: RunRequest, agent: Agent, attempts: int) -> Outcome:
+    commit = d.commit(request.run_id, request.reply_to)
     try:
         session = _session_for(d, request, agent)
     except DataError as exc:
@@ -332,8 +332,10 @@ class _Stops:
 
     def lost(self) -> bool:
         d, checkpointer = self.d, self.checkpointer
-        return d.keeper.lost or d.publisher.failed is not None or (
-            checkpointer is not None and checkpointer.failed is not None
+        return (
+            d.keeper.lost
+            or d.publisher.failed is not None
+            or (checkpointer is not None and checkpointer.failed is not None)
         )
 
     def __call__(self) -> bool:
@@ -345,7 +347,7 @@ class _Stops:
             raise RunHandedBack(
                 f"run {request.run_id} handed back: worker {self.d.rt.worker_id} is shutting down"
             )
-        mode = self.d.rt.runs.stop_mode(request.run_id)
+        mode = self.d.rt.runs.stop_mode(request.ref)
         if mode is StopMode.INTERRUPT:
             raise RunInterrupted(
                 f"run {request.run_id} was interrupted at a step boundary for a newer run of "

@@ -7,8 +7,8 @@ dies without a word (SIGKILL, OOM, a lost host) disappears once its record expir
 
 Readers (producers, ``tether status``, the console) call :func:`list_workers`,
 :func:`workers_for_queue` and :func:`queue_depth`; they never need Celery. Keys (see
-:mod:`tether.keys`): ``<ns>:worker:{<worker_id>}`` holds the JSON record with a PX expiry, and
-the zset ``<ns>:workers`` indexes worker ids by their last heartbeat, so listing is one
+:mod:`tether.keys`): ``<ns>:{~workers}:<worker_id>`` holds the JSON record with a PX expiry, and
+the zset ``<ns>:{~workers}`` indexes worker ids by their last heartbeat, so listing is one
 ``ZRANGEBYSCORE`` and one ``MGET`` (no ``SCAN``).
 """
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from tether.observability.metrics import session_recovered
+from tether.runs.contract import RunRef
 from tether.runs.queue.base import RunState
 from tether.runs.runtime import Runtime
 
@@ -37,7 +38,7 @@ def sweep_once(rt: Runtime) -> int:
         if head is None:
             rt.runs.forget_if_idle(tenant, session_id)
             continue
-        view = rt.runs.get(head)
+        view = rt.runs.get(RunRef(tenant, session_id, head))
         never_started = view is not None and view.status == RunState.QUEUED
         # a holder that died between two queued runs had taken the next run's message along
         # with the session: nothing else will wake it, so do not wait for the backlog patience

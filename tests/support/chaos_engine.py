@@ -177,9 +177,7 @@ class _Killer(threading.Thread):
 
     def _ready(self) -> list[WorkerProcess]:
         with self._lock:
-            return [
-                w for w in self.stack.workers if w.alive() and w.name not in self._restarting
-            ]
+            return [w for w in self.stack.workers if w.alive() and w.name not in self._restarting]
 
     def _kill(self, victim: WorkerProcess) -> None:
         running = self.inflight.running_on(self.stack, victim)
@@ -218,13 +216,17 @@ class _Inflight:
     def running_on(self, stack: ChaosStack, victim: WorkerProcess) -> list[str]:
         with self._lock:
             run_ids = list(self._runs)
+            refs = [self._runs[r].handle for r in run_ids]
         if not run_ids or victim.pid is None:
             return []
         client = stack.redis_client()
         try:
             pipe = client.pipeline(transaction=False)
-            for run_id in run_ids:
-                pipe.hmget(stack.producer.keys.run(run_id), ["status", "worker"])
+            for handle in refs:  # a submitted handle knows its session
+                key = stack.producer.keys.run(
+                    handle.tenant or "", handle.session_id or "", handle.run_id
+                )
+                pipe.hmget(key, ["status", "worker"])
             replies = pipe.execute()
         finally:
             client.close()
@@ -399,9 +401,7 @@ def _audit(
                     figures.recovery_once_s.append(done_at - when)
     stack.heal()
     reader = stack.reader()
-    recalls = {
-        sid: stack.producer.run_async(sid, "recall", agent="notes") for sid in expected
-    }
+    recalls = {sid: stack.producer.run_async(sid, "recall", agent="notes") for sid in expected}
     for sid, facts in expected.items():
         output = recalls[sid].result(timeout=120).output or ""
         recalled = output.splitlines()

@@ -99,7 +99,7 @@ class Rewinder(threading.Thread):
             while len(self.rewinds) < self.wanted and not self.stop.wait(
                 self.rng.uniform(*self.gap_s)
             ):
-                client = self.stack.redis_client()
+                client = self.stack.broker_client()  # rewinds need a single redis-server
                 try:
                     workdir = Path(client.config_get("dir")["dir"])
                     client.save()  # the older snapshot the server will come back from

@@ -102,7 +102,12 @@ class ChaosStack:
     # --- clients ------------------------------------------------------------------------------
 
     def redis_client(self) -> Any:
-        """A new bytes client on the stack's Redis (close it after use)."""
+        """A new bytes client on the stack's session-state Redis (close it after use)."""
+        return redis_from_url(self.settings.effective_redis_url)
+
+    def broker_client(self) -> Any:
+        """A new bytes client on the private redis-server (the broker; the state store too
+        unless the stack was opened with another ``state_url``)."""
         return redis_from_url(self.redis.url)
 
     def reader(self) -> SessionLogReader:
@@ -168,7 +173,7 @@ class ChaosStack:
 
     def broker_idle(self) -> bool:
         """True when the task queue is empty and no message is being processed."""
-        client = self.redis_client()
+        client = self.broker_client()
         try:
             queued = client.llen(f"{CELERY_PREFIX}{self.settings.queue}")
             unacked = client.hlen(f"{CELERY_PREFIX}unacked")
@@ -186,12 +191,12 @@ class ChaosStack:
 
     def running_worker(self, run_id: str) -> WorkerProcess | None:
         """The worker executing ``run_id`` right now (None when it is not running)."""
-        view = self.producer.runs.get(run_id)
+        view = self.producer.record(run_id)
         if view is None or view.status != "RUNNING":
             return None
         client = self.redis_client()
         try:
-            raw = client.hget(self.producer.keys.run(run_id), "worker")
+            raw = client.hget(self.producer.keys.run(*view.ref), "worker")
         finally:
             client.close()
         if raw is None:
@@ -253,8 +258,11 @@ def open_chaos_stack(
     workers: int = 3,
     lease_ttl_ms: int = SHORT_LEASE_TTL_MS,
     sweep_interval_ms: int = SHORT_SWEEP_INTERVAL_MS,
+    state_url: str | None = None,
 ) -> Iterator[ChaosStack]:
-    """Start Redis (with a random password), moto, the fault proxy and ``workers`` workers."""
+    """Start Redis (with a random password), moto, the fault proxy and ``workers`` workers;
+    with ``state_url`` (e.g. a ``redis+cluster://`` URL) the session state lives there and the
+    private Redis is only the broker."""
     password = "pw-" + secrets.token_hex(16)
     redis_server = RedisServer(unix_socket=False, password=password).start()
     # moto in its own process: moto's state is per process, and other tests reset the one of the
@@ -282,9 +290,11 @@ def open_chaos_stack(
             sweep_interval_ms=sweep_interval_ms,
             freeze_dir=freeze_dir,
         )
+        if state_url is not None:
+            env["TETHER_REDIS_URL"] = state_url
         settings = Settings(
             broker_url=redis_server.url,
-            redis_url=redis_server.url,
+            redis_url=state_url or redis_server.url,
             store_url=f"s3://{BUCKET}/tether",
             s3_endpoint_url=moto_endpoint,
             lease_ttl_ms=lease_ttl_ms,

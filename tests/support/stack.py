@@ -6,6 +6,7 @@ themselves with unique session ids. A test that kills a worker restarts it (see 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import uuid
@@ -132,6 +133,14 @@ def stack_env(redis_url: str, s3_endpoint: str, bucket: str) -> dict[str, str]:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """Redis + moto + 2 single-process prefork workers + a producer."""
     log_dir = tmp_path_factory.mktemp("stack")
+    with start_stack(log_dir) as started:
+        yield started
+
+
+@contextlib.contextmanager
+def start_stack(log_dir: Path, state_url: str | None = None) -> Iterator[Stack]:
+    """Start a stack: a private redis-server (the broker, and the state store unless
+    ``state_url`` names another Redis, e.g. a ``redis+cluster://`` one), moto, 2 workers."""
     redis_server = RedisServer(unix_socket=False).start()
     # its own process: moto's state is per process, and other tests reset the in-process one
     moto = MotoServer(log_dir).start()
@@ -145,9 +154,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         aws_secret_access_key="testing",
     ).create_bucket(Bucket=bucket)
     env = stack_env(redis_server.url, endpoint, bucket)
+    if state_url is not None:
+        env["TETHER_REDIS_URL"] = state_url
     settings = Settings(
         broker_url=redis_server.url,
-        redis_url=redis_server.url,
+        redis_url=state_url or redis_server.url,
         store_url=f"s3://{bucket}/tether",
         s3_endpoint_url=endpoint,
         lease_ttl_ms=LEASE_TTL_MS,

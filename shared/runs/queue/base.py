@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from tether.runs.contract import BusyPolicy, RunRequest, RunResult
+from tether.runs.contract import BusyPolicy, RunRef, RunRequest, RunResult
 from tether.runs.leases.base import Lease
 
 #: Completion feeds keep about this many newest entries.
@@ -102,6 +102,11 @@ class RunView:
     retry_at_ms: int = 0
     queue: str | None = None
 
+    @property
+    def ref(self) -> RunRef:
+        """Where this run lives."""
+        return RunRef(self.tenant, self.session_id, self.run_id)
+
 
 class Submissions(Protocol):
     """The producer's side: submit runs and read their records."""
@@ -115,20 +120,27 @@ class Submissions(Protocol):
         and hand-overs send the session's drain task there (None: the worker's own queue).
         """
 
-    def record_rejected(self, result: RunResult) -> bool:
-        """Record a run that never entered a session queue (invalid, unknown agent, busy).
+    def record_rejected(self, result: RunResult, *, reply_to: str | None = None) -> bool:
+        """Record a run that never entered a session queue (invalid, unknown agent, busy), and
+        announce it (to producer ``reply_to`` too, when given).
 
         A run id that already has a record is never rewritten (a forged message reusing a
         queued run's id cannot fail it): then nothing is recorded and False is returned.
         """
 
-    def get(self, run_id: str) -> RunView | None:
+    def locate(self, tenant: str, run_id: str) -> RunRef | None:
+        """Where ``tenant``'s run ``run_id`` lives (None when the tenant has no such run): how a
+        bare run id (``tether wait RUN_ID``) finds its session. Another tenant's run is not
+        found: the index is per tenant."""
+
+    def get(self, ref: RunRef) -> RunView | None:
         """The run record, or None when unknown or expired."""
 
-    def peek_many(self, run_ids: Sequence[str]) -> dict[str, RunResult | None]:
-        """For each run id with a record: its result (None while unfinished), in one call.
+    def peek_many(self, refs: Sequence[RunRef]) -> dict[str, RunResult | None]:
+        """For each run with a record, by run id: its result (None while unfinished), in one
+        call.
 
-        Run ids without a record (unknown, expired, lost) are absent from the answer.
+        Runs without a record (unknown, expired, lost) are absent from the answer.
         """
 
 
@@ -138,21 +150,22 @@ class SessionQueue(Protocol):
     def head(self, tenant: str, session_id: str) -> str | None:
         """The run id at the head of the session's queue."""
 
-    def begin(self, run_id: str, worker: str) -> int | None:
+    def begin(self, ref: RunRef, worker: str) -> int | None:
         """Count one more attempt of the run and mark it running on ``worker``; the attempt
         count, or None (nothing changed) when a cancel was requested before it started. One
         atomic step with :meth:`Cancellation.request_cancel`, so a run reported ``CANCELLED``
         never starts. Never creates a record for an unknown run."""
 
-    def hand_back(self, run_id: str) -> None:
+    def hand_back(self, ref: RunRef) -> None:
         """Undo :meth:`begin` for an attempt handed back unfinished (a worker shutting down):
         it was no failure, so it does not count against the attempt budget."""
 
-    def note_failure(self, run_id: str, error: str, *, retry_after_ms: int = 0) -> None:
+    def note_failure(self, ref: RunRef, error: str, *, retry_after_ms: int = 0) -> None:
         """Remember why an attempt failed (and not to retry it before ``retry_after_ms``)."""
 
-    def finish(self, result: RunResult) -> None:
-        """Record the result, pop the run from its session queue and announce its completion."""
+    def finish(self, result: RunResult, *, reply_to: str | None = None) -> None:
+        """Record the result, pop the run from its session queue and announce its completion
+        on the namespace feed and, when given, on producer ``reply_to``'s own feed."""
 
     def drop(self, tenant: str, session_id: str, run_id: str) -> None:
         """Remove a run id from the session queue (an orphan without a record)."""
@@ -164,13 +177,13 @@ class SessionQueue(Protocol):
 class Cancellation(Protocol):
     """Cooperative cancel: a flag the running attempt checks at its step boundaries."""
 
-    def request_cancel(self, run_id: str) -> CancelOutcome:
+    def request_cancel(self, ref: RunRef) -> CancelOutcome:
         """Ask the run to stop (see :class:`CancelOutcome`)."""
 
-    def cancel_requested(self, run_id: str) -> bool:
+    def cancel_requested(self, ref: RunRef) -> bool:
         """True when someone asked the run to stop."""
 
-    def stop_mode(self, run_id: str) -> StopMode | None:
+    def stop_mode(self, ref: RunRef) -> StopMode | None:
         """How the run was asked to stop, or None."""
 
     def preempt(self, tenant: str, session_id: str, run_id: str, mode: StopMode) -> str | None:
@@ -196,13 +209,20 @@ class Recovery(Protocol):
 
 
 class Completions(Protocol):
-    """The feed of finished runs that producers' listeners read."""
+    """The feeds of finished runs: one per producer (``feed`` = its id: the runs it submitted)
+    for its listener, and the namespace's (``feed`` None: every run) for observers."""
 
-    def done_last_id(self) -> bytes:
-        """The position of the newest completion (``0-0`` when none)."""
+    def done_last_id(self, feed: str | None = None) -> bytes:
+        """The position of the newest completion of ``feed`` (``0-0`` when none)."""
 
-    def read_done(self, after_id: bytes, block_ms: int) -> list[tuple[bytes, str]]:
-        """``(position, run_id)`` of completions after ``after_id`` (blocks up to ``block_ms``)."""
+    def read_done(
+        self, after_id: bytes, block_ms: int, feed: str | None = None
+    ) -> list[tuple[bytes, RunRef]]:
+        """``(position, run)`` of ``feed``'s completions after ``after_id`` (blocks up to
+        ``block_ms``)."""
+
+    def close_feed(self, feed: str) -> None:
+        """Drop a producer's feed (the producer is closing)."""
 
 
 class RunQueue(Submissions, SessionQueue, Cancellation, Recovery, Completions, Protocol):

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field, replace
 
 from tether.core.events import now_ms
 from tether.ids import validate_id, validate_tenant
-from tether.runs.contract import BusyPolicy, RunRequest, RunResult
+from tether.keys import RedisKeys
+from tether.runs.contract import BusyPolicy, RunRef, RunRequest, RunResult
 from tether.runs.leases.base import Lease, LeaseManager
 from tether.runs.queue.base import (
     DONE_MAX_LEN,
@@ -31,14 +32,15 @@ _Session = tuple[str, str]
 
 @dataclass
 class _State:
-    runs: dict[str, RunView] = field(default_factory=dict)
+    runs: dict[RunRef, RunView] = field(default_factory=dict)
+    index: dict[tuple[str, str], str] = field(default_factory=dict)
     requests: dict[tuple[str, str, str], str] = field(default_factory=dict)
     pending: dict[_Session, list[str]] = field(default_factory=dict)
     active: dict[_Session, int] = field(default_factory=dict)
-    attempts: dict[str, int] = field(default_factory=dict)
-    cancels: dict[str, StopMode] = field(default_factory=dict)
+    attempts: dict[RunRef, int] = field(default_factory=dict)
+    cancels: dict[RunRef, StopMode] = field(default_factory=dict)
     kicks: dict[_Session, int] = field(default_factory=dict)
-    done: list[tuple[int, str]] = field(default_factory=list)
+    done: dict[str | None, list[tuple[int, RunRef]]] = field(default_factory=dict)
     next_done: int = 1
 
 
@@ -73,15 +75,17 @@ class InMemoryRunQueue:
         st = self._state
         session = (request.tenant, request.session_id)
         known = st.requests.get((*session, request.request_id))
-        if known is not None:
-            return SubmitOutcome(known, SubmitState.DUPLICATE)
-        if request.run_id in st.runs:
+        if known is not None or request.ref in st.runs:
+            if known == request.run_id or known is None:  # this run exists in this session
+                st.index.setdefault((request.tenant, request.run_id), request.session_id)
+            if known is not None:
+                return SubmitOutcome(known, SubmitState.DUPLICATE)
             return SubmitOutcome(request.run_id, SubmitState.TAKEN)
         pending = st.pending.setdefault(session, [])
         if request.on_busy == BusyPolicy.REJECT and pending:
             return SubmitOutcome(request.run_id, SubmitState.BUSY)
         st.requests[(*session, request.request_id)] = request.run_id
-        st.runs[request.run_id] = RunView(
+        st.runs[request.ref] = RunView(
             run_id=request.run_id,
             status=RunState.QUEUED.value,
             tenant=request.tenant,
@@ -94,31 +98,41 @@ class InMemoryRunQueue:
             queue=queue or None,
         )
         pending.append(request.run_id)
+        st.index.setdefault((request.tenant, request.run_id), request.session_id)
         st.active.setdefault(session, self._clock())
         return SubmitOutcome(request.run_id, SubmitState.QUEUED)
 
-    def record_rejected(self, result: RunResult) -> bool:
+    def record_rejected(self, result: RunResult, *, reply_to: str | None = None) -> bool:
         """Record a run that never entered a queue; never rewrite an existing record."""
-        validate_id(result.run_id, kind="run id")
+        ref = _ref(result.ref)
         with self._lock:
-            if result.run_id in self._state.runs:
+            if ref in self._state.runs:
                 return False
-            self._state.runs[result.run_id] = _finished_record(result)
-            self._announce(result.run_id)
+            self._state.runs[ref] = _finished_record(result)
+            self._state.index.setdefault((ref.tenant, ref.run_id), ref.session_id)
+            self._announce(ref, reply_to)
             return True
 
-    def get(self, run_id: str) -> RunView | None:
-        """The run record, or None when unknown."""
+    def locate(self, tenant: str, run_id: str) -> RunRef | None:
+        """Where ``tenant``'s run lives, from the tenant's run-id index."""
+        validate_tenant(tenant)
         validate_id(run_id, kind="run id")
         with self._lock:
-            return self._state.runs.get(run_id)
+            session_id = self._state.index.get((tenant, run_id))
+        return RunRef(tenant, session_id, run_id) if session_id is not None else None
 
-    def peek_many(self, run_ids: Sequence[str]) -> dict[str, RunResult | None]:
-        """The result of each known run (None while unfinished)."""
-        for run_id in run_ids:
-            validate_id(run_id, kind="run id")
+    def get(self, ref: RunRef) -> RunView | None:
+        """The run record, or None when unknown."""
+        ref = _ref(ref)
         with self._lock:
-            return {r: self._state.runs[r].result for r in run_ids if r in self._state.runs}
+            return self._state.runs.get(ref)
+
+    def peek_many(self, refs: Sequence[RunRef]) -> dict[str, RunResult | None]:
+        """The result of each known run (None while unfinished), by run id."""
+        refs = [_ref(r) for r in refs]
+        with self._lock:
+            runs = self._state.runs
+            return {r.run_id: runs[r].result for r in refs if r in runs}
 
     # --- the session queue -------------------------------------------------------------------
 
@@ -128,62 +142,59 @@ class InMemoryRunQueue:
             pending = self._state.pending.get(_key(tenant, session_id))
             return pending[0] if pending else None
 
-    def begin(self, run_id: str, worker: str) -> int | None:
+    def begin(self, ref: RunRef, worker: str) -> int | None:
         """Count one more attempt and mark the run running, unless a cancel came first."""
-        validate_id(run_id, kind="run id")
+        ref = _ref(ref)
         with self._lock:
             st = self._state
-            if run_id in st.cancels:
+            if ref in st.cancels:
                 return None
-            st.attempts[run_id] = st.attempts.get(run_id, 0) + 1
-            view = st.runs.get(run_id)
+            st.attempts[ref] = st.attempts.get(ref, 0) + 1
+            view = st.runs.get(ref)
             if view is not None:
-                st.runs[run_id] = replace(
+                st.runs[ref] = replace(
                     view, status=RunState.RUNNING.value, started_at_ms=self._clock()
                 )
-            return st.attempts[run_id]
+            return st.attempts[ref]
 
-    def hand_back(self, run_id: str) -> None:
+    def hand_back(self, ref: RunRef) -> None:
         """Undo :meth:`begin`: one attempt fewer, status QUEUED again."""
-        validate_id(run_id, kind="run id")
+        ref = _ref(ref)
         with self._lock:
             st = self._state
-            view = st.runs.get(run_id)
+            view = st.runs.get(ref)
             if view is None or view.result is not None:
                 return
-            st.attempts[run_id] = max(0, st.attempts.get(run_id, 0) - 1)
-            st.runs[run_id] = replace(view, status=RunState.QUEUED.value)
+            st.attempts[ref] = max(0, st.attempts.get(ref, 0) - 1)
+            st.runs[ref] = replace(view, status=RunState.QUEUED.value)
 
-    def note_failure(self, run_id: str, error: str, *, retry_after_ms: int = 0) -> None:
+    def note_failure(self, ref: RunRef, error: str, *, retry_after_ms: int = 0) -> None:
         """Remember why an attempt failed; never re-create a missing record."""
-        validate_id(run_id, kind="run id")
+        ref = _ref(ref)
         with self._lock:
-            view = self._state.runs.get(run_id)
+            view = self._state.runs.get(ref)
             if view is None:
                 return
             retry_at_ms = self._clock() + retry_after_ms if retry_after_ms > 0 else view.retry_at_ms
-            self._state.runs[run_id] = replace(
-                view, last_error=error[:1000], retry_at_ms=retry_at_ms
-            )
+            self._state.runs[ref] = replace(view, last_error=error[:1000], retry_at_ms=retry_at_ms)
 
-    def finish(self, result: RunResult) -> None:
+    def finish(self, result: RunResult, *, reply_to: str | None = None) -> None:
         """Record the result, pop the run and announce it."""
-        validate_id(result.run_id, kind="run id")
-        session = _key(result.tenant, result.session_id)
+        ref = _ref(result.ref)
+        session = (ref.tenant, ref.session_id)
         with self._lock:
             st = self._state
-            view = st.runs.get(result.run_id)
+            view = st.runs.get(ref)
             if view is not None:
-                st.runs[result.run_id] = replace(view, status=result.status.value, result=result)
+                st.runs[ref] = replace(view, status=result.status.value, result=result)
             else:  # expired or lost: the result is still worth keeping
-                st.runs[result.run_id] = _finished_record(result)
+                st.runs[ref] = _finished_record(result)
             pending = st.pending.get(session, [])
-            if result.run_id in pending:
-                pending.remove(result.run_id)
-            st.attempts.pop(result.run_id, None)
-            if session in st.active:
-                st.active[session] = self._clock()
-            self._announce(result.run_id)
+            if ref.run_id in pending:
+                pending.remove(ref.run_id)
+            st.attempts.pop(ref, None)
+            st.active[session] = self._clock()
+            self._announce(ref, reply_to)
 
     def drop(self, tenant: str, session_id: str, run_id: str) -> None:
         """Remove a run id from the session queue."""
@@ -208,43 +219,44 @@ class InMemoryRunQueue:
 
     # --- cancellation ------------------------------------------------------------------------
 
-    def request_cancel(self, run_id: str) -> CancelOutcome:
+    def request_cancel(self, ref: RunRef) -> CancelOutcome:
         """Ask the run to stop (see :class:`~tether.runs.queue.base.CancelOutcome`)."""
-        validate_id(run_id, kind="run id")
+        ref = _ref(ref)
         with self._lock:
-            view = self._state.runs.get(run_id)
+            view = self._state.runs.get(ref)
             if view is None:
                 return CancelOutcome.UNKNOWN
             if view.result is not None:
                 return CancelOutcome.FINISHED
-            self._state.cancels[run_id] = StopMode.CANCEL  # a cancel overrides an interrupt
+            self._state.cancels[ref] = StopMode.CANCEL  # a cancel overrides an interrupt
             if view.status == RunState.QUEUED:
                 return CancelOutcome.CANCELLED
             return CancelOutcome.REQUESTED
 
-    def cancel_requested(self, run_id: str) -> bool:
+    def cancel_requested(self, ref: RunRef) -> bool:
         """True when someone asked the run to stop."""
-        validate_id(run_id, kind="run id")
+        ref = _ref(ref)
         with self._lock:
-            return run_id in self._state.cancels
+            return ref in self._state.cancels
 
-    def stop_mode(self, run_id: str) -> StopMode | None:
+    def stop_mode(self, ref: RunRef) -> StopMode | None:
         """How the run was asked to stop, or None."""
-        validate_id(run_id, kind="run id")
+        ref = _ref(ref)
         with self._lock:
-            return self._state.cancels.get(run_id)
+            return self._state.cancels.get(ref)
 
     def preempt(self, tenant: str, session_id: str, run_id: str, mode: StopMode) -> str | None:
         """Ask the session's running run (not ``run_id``) to stop in ``mode``."""
         with self._lock:
             pending = self._state.pending.get(_key(tenant, session_id))
             head = pending[0] if pending else None
-            view = self._state.runs.get(head) if head is not None else None
-            if head is None or head == run_id or view is None:
+            ref = RunRef(tenant, session_id, head) if head is not None else None
+            view = self._state.runs.get(ref) if ref is not None else None
+            if ref is None or head == run_id or view is None:
                 return None
             if view.status != RunState.RUNNING:
                 return None
-            self._state.cancels.setdefault(head, mode)
+            self._state.cancels.setdefault(ref, mode)
             return head
 
     # --- recovery ----------------------------------------------------------------------------
@@ -290,25 +302,37 @@ class InMemoryRunQueue:
 
     # --- completions -------------------------------------------------------------------------
 
-    def _announce(self, run_id: str) -> None:
+    def close_feed(self, feed: str) -> None:
+        """Drop a producer's feed."""
+        with self._lock:
+            self._state.done.pop(feed, None)
+
+    def _announce(self, ref: RunRef, reply_to: str | None) -> None:
         st = self._state
-        st.done.append((st.next_done, run_id))
+        mine = None if reply_to is None else RedisKeys.feed(ref.tenant, reply_to)
+        for feed in {None, mine}:
+            entries = st.done.setdefault(feed, [])
+            entries.append((st.next_done, ref))
+            del entries[:-DONE_MAX_LEN]
         st.next_done += 1
-        del st.done[:-DONE_MAX_LEN]
         self._lock.notify_all()
 
-    def done_last_id(self) -> bytes:
-        """The position of the newest completion."""
+    def done_last_id(self, feed: str | None = None) -> bytes:
+        """The position of the newest completion of ``feed``."""
         with self._lock:
-            return f"{self._state.done[-1][0]}-0".encode() if self._state.done else b"0-0"
+            entries = self._state.done.get(feed)
+            return f"{entries[-1][0]}-0".encode() if entries else b"0-0"
 
-    def read_done(self, after_id: bytes, block_ms: int) -> list[tuple[bytes, str]]:
-        """Completions after ``after_id``, waiting up to ``block_ms`` for one."""
+    def read_done(
+        self, after_id: bytes, block_ms: int, feed: str | None = None
+    ) -> list[tuple[bytes, RunRef]]:
+        """Completions of ``feed`` after ``after_id``, waiting up to ``block_ms`` for one."""
         after = int(after_id.split(b"-")[0])
         deadline = time.monotonic() + block_ms / 1000
         with self._lock:
             while True:
-                out = [(f"{n}-0".encode(), r) for n, r in self._state.done if n > after]
+                entries = self._state.done.get(feed, [])
+                out = [(f"{n}-0".encode(), r) for n, r in entries if n > after]
                 remaining = deadline - time.monotonic()
                 if out or remaining <= 0:
                     return out
@@ -332,3 +356,9 @@ def _finished_record(result: RunResult) -> RunView:
 
 def _key(tenant: str, session_id: str) -> _Session:
     return validate_tenant(tenant), validate_id(session_id)
+
+
+def _ref(ref: RunRef) -> RunRef:
+    _key(ref.tenant, ref.session_id)
+    validate_id(ref.run_id, kind="run id")
+    return RunRef(*ref)

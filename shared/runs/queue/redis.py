@@ -3,8 +3,10 @@
 Submission, finishing and idle release are one Lua script each, so each is atomic. Keys are
 built by :mod:`tether.keys`.
 
-The scripts touch a session's keys, run keys and namespace-wide keys together, so they need a
-non-cluster Redis (see :mod:`tether.keys`).
+Every script touches the keys of one session only (a run's keys live in its session's slot), so
+each runs on one Redis Cluster node. The namespace-wide structures (the sharded active-session
+index, the completion stream, the tenant's run-id index) are written by plain commands pipelined
+beside the script, never inside it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from tether.core.events import now_ms
 from tether.errors import TetherError
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import describe_client, translate_errors
-from tether.runs.contract import RunRequest, RunResult
+from tether.persistence.scripts import queue_script, run_pipeline
+from tether.runs.contract import RunRef, RunRequest, RunResult
 from tether.runs.leases.base import Lease
 from tether.runs.queue.base import (
     DONE_MAX_LEN,
@@ -32,8 +35,8 @@ from tether.runs.queue.base import (
     SubmitState,
 )
 
-#: KEYS: req index, run hash, pending, active.
-#: ARGV: run_id, request json, ttl_s, now_ms, active member, reject(0/1), tenant, session,
+#: KEYS: req index, run hash, pending.
+#: ARGV: run_id, request json, ttl_s, reject(0/1), tenant, session,
 #: request_id, submitted_at_ms, queue (the broker queue serving the run; '' when unknown).
 #: Returns {code, run_id}: 1 queued, 0 duplicate, 2 busy,
 #: 3 the run id is taken by another request (never re-queued: a finished run stays finished).
@@ -41,28 +44,26 @@ SUBMIT_SCRIPT = """
 local existing = redis.call('GET', KEYS[1])
 if existing then return {0, existing} end
 if redis.call('EXISTS', KEYS[2]) == 1 then return {3, ARGV[1]} end
-if ARGV[6] == '1' and redis.call('LLEN', KEYS[3]) > 0 then
+if ARGV[4] == '1' and redis.call('LLEN', KEYS[3]) > 0 then
   return {2, ARGV[1]}
 end
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[3])
-redis.call('HSET', KEYS[2], 'status', 'QUEUED', 'request', ARGV[2], 'tenant', ARGV[7],
-  'session_id', ARGV[8], 'request_id', ARGV[9], 'submitted_at_ms', ARGV[10])
-if ARGV[11] ~= '' then redis.call('HSET', KEYS[2], 'queue', ARGV[11]) end
+redis.call('HSET', KEYS[2], 'status', 'QUEUED', 'request', ARGV[2], 'tenant', ARGV[5],
+  'session_id', ARGV[6], 'request_id', ARGV[7], 'submitted_at_ms', ARGV[8])
+if ARGV[9] ~= '' then redis.call('HSET', KEYS[2], 'queue', ARGV[9]) end
 redis.call('EXPIRE', KEYS[2], ARGV[3])
 redis.call('RPUSH', KEYS[3], ARGV[1])
-redis.call('ZADD', KEYS[4], 'NX', ARGV[4], ARGV[5])
 return {1, ARGV[1]}
 """
 
-#: KEYS: run hash, done. ARGV: status, result json, tenant, session, request_id, ttl_s, run_id,
-#: done maxlen. Returns 1 recorded, 0 refused: a rejection never rewrites an existing record (a
-#: forged message carrying a queued run's id must not fail that run).
+#: KEYS: run hash. ARGV: status, result json, tenant, session, request_id, ttl_s.
+#: Returns 1 recorded, 0 refused: a rejection never rewrites an existing record (a forged
+#: message carrying a queued run's id must not fail that run).
 RECORD_REJECTED_SCRIPT = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'result', ARGV[2], 'tenant', ARGV[3],
   'session_id', ARGV[4], 'request_id', ARGV[5])
 redis.call('EXPIRE', KEYS[1], ARGV[6])
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[8], '*', 'run_id', ARGV[7], 'status', ARGV[1])
 return 1
 """
 
@@ -98,32 +99,29 @@ if status == 'QUEUED' then return 'cancelled' end
 return 'requested'
 """
 
-#: KEYS: run hash, pending, active, done, attempts.
-#: ARGV: run_id, status, result json, ttl_s, now_ms, active member, done maxlen, tenant,
-#: session, request_id (a record that expired is re-created whole).
+#: KEYS: run hash, pending, attempts.
+#: ARGV: run_id, status, result json, ttl_s, tenant, session, request_id (a record that expired
+#: is re-created whole).
 FINISH_SCRIPT = """
-redis.call('HSET', KEYS[1], 'status', ARGV[2], 'result', ARGV[3], 'tenant', ARGV[8],
-  'session_id', ARGV[9], 'request_id', ARGV[10])
+redis.call('HSET', KEYS[1], 'status', ARGV[2], 'result', ARGV[3], 'tenant', ARGV[5],
+  'session_id', ARGV[6], 'request_id', ARGV[7])
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 if redis.call('LINDEX', KEYS[2], 0) == ARGV[1] then
   redis.call('LPOP', KEYS[2])
 else
   redis.call('LREM', KEYS[2], 1, ARGV[1])
 end
-redis.call('DEL', KEYS[5])
-redis.call('ZADD', KEYS[3], 'XX', ARGV[5], ARGV[6])
-redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[7], '*', 'run_id', ARGV[1], 'status', ARGV[2])
+redis.call('DEL', KEYS[3])
 return 1
 """
 
-#: KEYS: lease, pending, active, released fence. ARGV: lease value, active member, fence.
+#: KEYS: lease, pending, released fence. ARGV: lease value, fence.
 #: Returns 1 released, 0 still work to do (lease kept), -1 lease not ours.
 RELEASE_IF_IDLE_SCRIPT = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 if redis.call('LLEN', KEYS[2]) > 0 then return 0 end
-redis.call('SET', KEYS[4], ARGV[3])
+redis.call('SET', KEYS[3], ARGV[2])
 redis.call('DEL', KEYS[1])
-redis.call('ZREM', KEYS[3], ARGV[2])
 return 1
 """
 
@@ -169,6 +167,94 @@ def run_view(run_id: str, raw: dict[bytes, bytes]) -> RunView | None:
     )
 
 
+def submit_call(
+    k: RedisKeys, request: RunRequest, queue: str | None, ttl_s: int
+) -> tuple[list[str], list[Any]]:
+    """KEYS and ARGV of :data:`SUBMIT_SCRIPT` for ``request``; shared with the asyncio producer."""
+    t, s = request.tenant, request.session_id
+    keys = [k.request(t, s, request.request_id), k.run(t, s, request.run_id), k.pending(t, s)]
+    args = [
+        request.run_id,
+        request.model_dump_json(),
+        ttl_s,
+        "1" if request.on_busy == "reject" else "0",
+        t,
+        s,
+        request.request_id,
+        request.submitted_at_ms,
+        queue or "",
+    ]
+    return keys, args
+
+
+def rejected_args(result: RunResult, ttl_s: int) -> list[Any]:
+    """ARGV of :data:`RECORD_REJECTED_SCRIPT` (KEYS: the run's record)."""
+    return [
+        result.status.value,
+        result.model_dump_json(),
+        result.tenant,
+        result.session_id,
+        result.request_id,
+        ttl_s,
+    ]
+
+
+def done_fields(result: RunResult) -> dict[Any, Any]:
+    """The completion-stream entry announcing ``result``."""
+    return {
+        "run_id": result.run_id,
+        "status": result.status.value,
+        "tenant": result.tenant,
+        "session_id": result.session_id,
+    }
+
+
+def announce(pipe: Any, k: RedisKeys, result: RunResult, reply_to: str | None, ttl_s: int) -> None:
+    """Queue on ``pipe`` the announcements of ``result``: the namespace feed, and the producer's
+    own feed (which expires when its producer is gone: nobody reads it then)."""
+    fields = done_fields(result)
+    pipe.xadd(k.done(), fields, maxlen=DONE_MAX_LEN, approximate=True)
+    if reply_to is not None:
+        feed = k.producer_done(k.feed(result.tenant, reply_to))
+        pipe.xadd(feed, fields, maxlen=DONE_MAX_LEN, approximate=True)
+        pipe.expire(feed, ttl_s)
+
+
+def submit_outcomes(replies: Sequence[Any]) -> list[SubmitOutcome]:
+    """The outcomes of a submit pipeline (script, index SET, active ZADD per request)."""
+    return [
+        SubmitOutcome(_text(run_id), _SUBMIT_STATES[int(code)]) for code, run_id in replies[::3]
+    ]
+
+
+def stray_index_keys(
+    k: RedisKeys,
+    requests: Sequence[RunRequest],
+    outcomes: Sequence[SubmitOutcome],
+    replies: Sequence[Any],
+) -> list[str]:
+    """Run-index entries the submit pipeline set (NX) for runs it did not create: a busy
+    rejection, or a duplicate request answered with its first run. The index must not name a
+    session for a run id that has no record there."""
+    stray = []
+    for request, outcome, index_set in zip(requests, outcomes, replies[1::3], strict=True):
+        busy = outcome.state is SubmitState.BUSY
+        other = outcome.state is SubmitState.DUPLICATE and outcome.run_id != request.run_id
+        if index_set and (busy or other):
+            stray.append(k.run_index(request.tenant, request.run_id))
+    return stray
+
+
+def done_entry(entry_id: bytes, fields: dict[bytes, bytes]) -> tuple[bytes, RunRef]:
+    """One completion-stream entry as ``(position, run)``; shared with the asyncio producer."""
+    ref = RunRef(
+        _text(fields.get(b"tenant", b"")),
+        _text(fields.get(b"session_id", b"")),
+        _text(fields[b"run_id"]),
+    )
+    return entry_id, ref
+
+
 class RedisRunQueue:
     """:class:`~tether.runs.queue.base.RunQueue` on Redis.
 
@@ -193,148 +279,143 @@ class RedisRunQueue:
 
     # --- submission --------------------------------------------------------------------------
 
-    def _submit_args(
-        self, request: RunRequest, queue: str | None
-    ) -> tuple[list[str], list[Any]]:
-        k = self.keys
-        t, s = request.tenant, request.session_id
-        keys = [
-            k.request(t, s, request.request_id),
-            k.run(request.run_id),
-            k.pending(t, s),
-            k.active(),
-        ]
-        args = [
-            request.run_id,
-            request.model_dump_json(),
-            self.result_ttl_s,
-            now_ms(),
-            k.active_member(t, s),
-            "1" if request.on_busy == "reject" else "0",
-            t,
-            s,
-            request.request_id,
-            request.submitted_at_ms,
-            queue or "",
-        ]
-        return keys, args
-
     def submit_many(
         self, requests: Sequence[RunRequest], *, queue: str | None = None
     ) -> list[SubmitOutcome]:
-        """Register and queue requests, idempotently, in one pipelined round trip."""
-        with translate_errors(self._where):
-            pipe = self.client.pipeline(transaction=False)
+        """Register and queue requests, idempotently, in one pipelined round trip.
+
+        Beside each session's script go the tenant's run-id index entry (NX: the first session
+        to use a run id keeps it) and the session's place in the active index; both after the
+        script, so the index never names a session before its queue holds the run.
+        """
+        k = self.keys
+        stamp = now_ms()
+
+        def fill(pipe: Any) -> None:
             for request in requests:
-                keys, args = self._submit_args(request, queue)
-                self._submit(keys=keys, args=args, client=pipe)
-            replies = pipe.execute()
-        return [
-            SubmitOutcome(_text(run_id), _SUBMIT_STATES[int(code)])
-            for code, run_id in replies
-        ]
+                t, s = request.tenant, request.session_id
+                keys, args = submit_call(k, request, queue, self.result_ttl_s)
+                queue_script(pipe, self._submit, keys, args)
+                pipe.set(k.run_index(t, request.run_id), s, nx=True, ex=self.result_ttl_s)
+                pipe.zadd(k.active(t, s), {k.active_member(t, s): stamp}, nx=True)
+
+        with translate_errors(self._where):
+            replies = run_pipeline(self.client, [self._submit], fill)
+            outcomes = submit_outcomes(replies)
+            stray = stray_index_keys(k, requests, outcomes, replies)
+            if stray:  # rare (a duplicate or busy submission): one more round trip
+                self.client.delete(*stray)
+        return outcomes
 
     # --- records -----------------------------------------------------------------------------
 
-    def get(self, run_id: str) -> RunView | None:
+    def locate(self, tenant: str, run_id: str) -> RunRef | None:
+        """Where ``tenant``'s run lives, from the tenant's run-id index."""
+        with translate_errors(self._where):
+            raw = self.client.get(self.keys.run_index(tenant, run_id))
+        return RunRef(tenant, _text(raw), run_id) if raw is not None else None
+
+    def get(self, ref: RunRef) -> RunView | None:
         """The run record, or None when unknown or expired."""
         with translate_errors(self._where):
-            raw = cast(dict[bytes, bytes], self.client.hgetall(self.keys.run(run_id)))
-        return run_view(run_id, raw)
+            raw = cast(dict[bytes, bytes], self.client.hgetall(self.keys.run(*ref)))
+        return run_view(ref.run_id, raw)
 
-    def peek_many(self, run_ids: Sequence[str]) -> dict[str, RunResult | None]:
-        """For each run id with a record: its result (None while unfinished), in one round trip.
+    def peek_many(self, refs: Sequence[RunRef]) -> dict[str, RunResult | None]:
+        """For each run with a record: its result (None while unfinished), in one round trip.
 
-        Run ids without a record (unknown, expired, or lost with a Redis restart) are absent
-        from the answer.
+        Runs without a record (unknown, expired, or lost with a Redis restart) are absent from
+        the answer.
         """
-        if not run_ids:
+        if not refs:
             return {}
         with translate_errors(self._where):
             pipe = self.client.pipeline(transaction=False)
-            for run_id in run_ids:
-                pipe.hmget(self.keys.run(run_id), ["status", "result"])
+            for ref in refs:
+                pipe.hmget(self.keys.run(*ref), ["status", "result"])
             replies = cast(list[list[bytes | None]], pipe.execute())
         out: dict[str, RunResult | None] = {}
-        for run_id, (status, result) in zip(run_ids, replies, strict=True):
+        for ref, (status, result) in zip(refs, replies, strict=True):
             if status is None and result is None:
                 continue
-            out[run_id] = RunResult.model_validate_json(result) if result is not None else None
+            out[ref.run_id] = RunResult.model_validate_json(result) if result is not None else None
         return out
 
-    def note_failure(self, run_id: str, error: str, *, retry_after_ms: int = 0) -> None:
+    def note_failure(self, ref: RunRef, error: str, *, retry_after_ms: int = 0) -> None:
         """Remember why an attempt of the run failed (and not to retry it for a while)."""
         mapping: dict[Any, Any] = {"last_error": error[:1000]}
         if retry_after_ms > 0:
             mapping["retry_at_ms"] = now_ms() + retry_after_ms
-        key = self.keys.run(run_id)
+        key = self.keys.run(*ref)
         with translate_errors(self._where):
             if self.client.exists(key):  # never re-create a record that expired or was lost
                 self.client.hset(key, mapping=mapping)
 
-    def begin(self, run_id: str, worker: str) -> int | None:
+    def begin(self, ref: RunRef, worker: str) -> int | None:
         """Count one more attempt and mark the run running, unless a cancel came first."""
         k = self.keys
         with translate_errors(self._where):
             count = self._begin(
-                keys=[k.run(run_id), k.attempts(run_id), k.cancel(run_id)],
+                keys=[k.run(*ref), k.attempts(*ref), k.cancel(*ref)],
                 args=[worker, now_ms(), self.result_ttl_s],
             )
         count = int(cast(Any, count))
         return None if count < 0 else count
 
-    def hand_back(self, run_id: str) -> None:
+    def hand_back(self, ref: RunRef) -> None:
         """Undo :meth:`begin`: one attempt fewer, status QUEUED again."""
         k = self.keys
         with translate_errors(self._where):
-            self._hand_back(keys=[k.run(run_id), k.attempts(run_id)])
+            self._hand_back(keys=[k.run(*ref), k.attempts(*ref)])
 
-    def record_rejected(self, result: RunResult) -> bool:
+    def record_rejected(self, result: RunResult, *, reply_to: str | None = None) -> bool:
         """Record a run that never entered a session queue (invalid, unknown agent, busy).
 
         A run id that already has a record, queued or finished, is never rewritten (a forged
         message reusing its id cannot fail or change it): then nothing is recorded and False is
         returned.
         """
-        keys = [self.keys.run(result.run_id), self.keys.done()]
-        args = [
-            result.status.value,
-            result.model_dump_json(),
-            result.tenant,
-            result.session_id,
-            result.request_id,
-            self.result_ttl_s,
-            result.run_id,
-            DONE_MAX_LEN,
-        ]
-        with translate_errors(self._where):
-            return bool(self._record_rejected(keys=keys, args=args))
-
-    def finish(self, result: RunResult) -> None:
-        """Record the result, pop the run from its session queue and announce completion."""
         k = self.keys
         t, s = result.tenant, result.session_id
-        keys = [
-            k.run(result.run_id),
-            k.pending(t, s),
-            k.active(),
-            k.done(),
-            k.attempts(result.run_id),
-        ]
+        args = rejected_args(result, self.result_ttl_s)
+        with translate_errors(self._where):
+            recorded = bool(self._record_rejected(keys=[k.run(t, s, result.run_id)], args=args))
+            if recorded:
+                pipe = self.client.pipeline(transaction=False)
+                pipe.set(k.run_index(t, result.run_id), s, nx=True, ex=self.result_ttl_s)
+                self._announce(pipe, result, reply_to)
+                pipe.execute()
+        return recorded
+
+    def _announce(self, pipe: Any, result: RunResult, reply_to: str | None) -> None:
+        announce(pipe, self.keys, result, reply_to, self.result_ttl_s)
+
+    def finish(self, result: RunResult, *, reply_to: str | None = None) -> None:
+        """Record the result, pop the run from its session queue and announce completion.
+
+        The session's script and the announcement (another slot) share one round trip; the
+        session's active-index entry is refreshed there too (it is progress).
+        """
+        k = self.keys
+        t, s = result.tenant, result.session_id
+        keys = [k.run(t, s, result.run_id), k.pending(t, s), k.attempts(t, s, result.run_id)]
         args = [
             result.run_id,
             result.status.value,
             result.model_dump_json(),
             self.result_ttl_s,
-            now_ms(),
-            k.active_member(t, s),
-            DONE_MAX_LEN,
             t,
             s,
             result.request_id,
         ]
+
+        def fill(pipe: Any) -> None:
+            queue_script(pipe, self._finish, keys, args)
+            pipe.zadd(k.active(t, s), {k.active_member(t, s): now_ms()})
+            self._announce(pipe, result, reply_to)
+
         with translate_errors(self._where):
-            self._finish(keys=keys, args=args)
+            run_pipeline(self.client, [self._finish], fill)
 
     # --- the session queue -------------------------------------------------------------------
 
@@ -360,30 +441,44 @@ class RedisRunQueue:
         t, s = lease.tenant, lease.session_id
         with translate_errors(self._where):
             code = self._release_if_idle(
-                keys=[k.lease(t, s), k.pending(t, s), k.active(), k.released(t, s)],
-                args=[f"{lease.owner}|{lease.fence}", k.active_member(t, s), lease.fence],
+                keys=[k.lease(t, s), k.pending(t, s), k.released(t, s)],
+                args=[f"{lease.owner}|{lease.fence}", lease.fence],
             )
-        return _IDLE_RELEASE[int(cast(Any, code))]
+            outcome = _IDLE_RELEASE[int(cast(Any, code))]
+            if outcome is IdleRelease.RELEASED:
+                self._leave_active(t, s)
+        return outcome
+
+    def _leave_active(self, tenant: str, session_id: str) -> None:
+        """Drop an idle session from the active index, safely against a concurrent submit.
+
+        The index lives in another slot than the queue, so no script can test and remove at
+        once. A submitter pushes to the queue *then* adds the session; removing *then* looking
+        at the queue means one of us sees the other: if a run arrived, the session goes back.
+        """
+        k = self.keys
+        member = k.active_member(tenant, session_id)
+        self.client.zrem(k.active(tenant, session_id), member)
+        if int(self.client.llen(k.pending(tenant, session_id))) > 0:
+            self.client.zadd(k.active(tenant, session_id), {member: now_ms()}, nx=True)
 
     # --- cancellation --------------------------------------------------------------------------
 
-    def request_cancel(self, run_id: str) -> CancelOutcome:
+    def request_cancel(self, ref: RunRef) -> CancelOutcome:
         """Ask the run to stop (see :class:`~tether.runs.queue.base.CancelOutcome`)."""
         k = self.keys
         with translate_errors(self._where):
-            outcome = self._cancel(
-                keys=[k.run(run_id), k.cancel(run_id)], args=[self.result_ttl_s]
-            )
+            outcome = self._cancel(keys=[k.run(*ref), k.cancel(*ref)], args=[self.result_ttl_s])
         return CancelOutcome(_text(outcome))
 
-    def cancel_requested(self, run_id: str) -> bool:
+    def cancel_requested(self, ref: RunRef) -> bool:
         """True when someone asked the run to stop."""
-        return self.stop_mode(run_id) is not None
+        return self.stop_mode(ref) is not None
 
-    def stop_mode(self, run_id: str) -> StopMode | None:
+    def stop_mode(self, ref: RunRef) -> StopMode | None:
         """How the run was asked to stop, or None."""
         with translate_errors(self._where):
-            raw = self.client.get(self.keys.cancel(run_id))
+            raw = self.client.get(self.keys.cancel(*ref))
         if raw is None:
             return None
         # 0.1 wrote '1' for a cancel
@@ -397,23 +492,32 @@ class RedisRunQueue:
             head = _text(raw) if raw is not None else None
             if head is None or head == run_id:
                 return None
-            if self.client.hget(k.run(head), "status") != RunState.RUNNING.value.encode():
+            running = RunState.RUNNING.value.encode()
+            if self.client.hget(k.run(tenant, session_id, head), "status") != running:
                 return None
             # NX: an interrupt never softens a cancel already asked for
-            self.client.set(k.cancel(head), mode.value, nx=True, ex=self.result_ttl_s)
+            self.client.set(
+                k.cancel(tenant, session_id, head), mode.value, nx=True, ex=self.result_ttl_s
+            )
         return head
 
     # --- crash recovery ----------------------------------------------------------------------
 
     def stale_sessions(self, idle_ms: int, limit: int = 100) -> list[tuple[str, str]]:
-        """Active sessions without progress for ``idle_ms`` (oldest first)."""
+        """Active sessions without progress for ``idle_ms`` (oldest first), over every shard of
+        the index in one pipelined round trip."""
+        cutoff = now_ms() - idle_ms
         with translate_errors(self._where):
-            members = self.client.zrangebyscore(
-                self.keys.active(), "-inf", now_ms() - idle_ms, start=0, num=limit
-            )
+            pipe = self.client.pipeline(transaction=False)
+            for shard in self.keys.active_shards():
+                pipe.zrangebyscore(shard, "-inf", cutoff, start=0, num=limit, withscores=True)
+            replies = cast(list[list[tuple[bytes, float]]], pipe.execute())
+        found = sorted(
+            ((score, _text(member)) for reply in replies for member, score in reply),
+        )[:limit]
         out = []
-        for member in members:
-            tenant, _, session_id = _text(member).partition("/")
+        for _, member in found:
+            tenant, _, session_id = member.partition("/")
             out.append((tenant, session_id))
         return out
 
@@ -423,7 +527,11 @@ class RedisRunQueue:
         with translate_errors(self._where):
             if not self.client.set(k.kick(tenant, session_id), b"1", nx=True, px=ttl_ms):
                 return False
-            self.client.zadd(k.active(), {k.active_member(tenant, session_id): now_ms()}, xx=True)
+            self.client.zadd(
+                k.active(tenant, session_id),
+                {k.active_member(tenant, session_id): now_ms()},
+                xx=True,
+            )
         return True
 
     def forget_if_idle(self, tenant: str, session_id: str) -> None:
@@ -433,27 +541,37 @@ class RedisRunQueue:
             if not self.client.exists(k.lease(tenant, session_id)) and not self.client.llen(
                 k.pending(tenant, session_id)
             ):
-                self.client.zrem(k.active(), k.active_member(tenant, session_id))
+                self._leave_active(tenant, session_id)
 
     # --- completion stream -------------------------------------------------------------------
 
-    def done_last_id(self) -> bytes:
-        """The id of the newest completion entry (``0-0`` when none)."""
+    def _feed(self, feed: str | None) -> str:
+        return self.keys.done() if feed is None else self.keys.producer_done(feed)
+
+    def done_last_id(self, feed: str | None = None) -> bytes:
+        """The id of the newest completion entry of ``feed`` (``0-0`` when none)."""
         with translate_errors(self._where):
-            entries = self.client.xrevrange(self.keys.done(), count=1)
+            entries = self.client.xrevrange(self._feed(feed), count=1)
         return cast(bytes, entries[0][0]) if entries else b"0-0"
 
-    def read_done(self, after_id: bytes, block_ms: int) -> list[tuple[bytes, str]]:
-        """Completion entries after ``after_id`` (blocks up to ``block_ms``)."""
+    def read_done(
+        self, after_id: bytes, block_ms: int, feed: str | None = None
+    ) -> list[tuple[bytes, RunRef]]:
+        """Completion entries of ``feed`` after ``after_id`` (blocks up to ``block_ms``)."""
         with translate_errors(self._where):
             reply = cast(
-                Any, self.client.xread({self.keys.done(): after_id}, block=block_ms, count=1000)
+                Any, self.client.xread({self._feed(feed): after_id}, block=block_ms, count=1000)
             )
-        out: list[tuple[bytes, str]] = []
-        for _key, entries in reply or []:
-            for entry_id, fields in entries:
-                out.append((entry_id, _text(fields[b"run_id"])))
-        return out
+        return [
+            done_entry(entry_id, fields)
+            for _key, entries in reply or []
+            for entry_id, fields in entries
+        ]
+
+    def close_feed(self, feed: str) -> None:
+        """Drop a producer's feed (the producer is closing)."""
+        with translate_errors(self._where):
+            self.client.delete(self.keys.producer_done(feed))
 
 
 class RedisArchiveHint:

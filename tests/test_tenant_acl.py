@@ -1,0 +1,165 @@
+"""#19: one Redis ACL user per tenant is enough to isolate tenants at the server, because every
+key of a tenant starts ``<ns>:{<tenant>/`` (layout v2). Tenant acme's credential runs its whole
+producer side (submit, find, read, cancel, follow its own completions, tail its sessions) and
+gets ``NOPERM`` for anything of tenant bob. On a private redis-server with ACL users; the worker
+side runs in-process with the namespace-wide credential, the broker is the admin URL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from urllib.parse import quote
+
+import pytest
+import redis
+
+from tests.support.crash import Backends, worker_runtime
+from tests.support.moto_server import S3TestBucket
+from tether.dev.redis_server import RedisServer
+from tether.errors import ConfigurationError
+from tether.keys import RedisKeys
+from tether.persistence.redis_conn import redis_from_url
+from tether.persistence.storage_url import open_storage
+from tether.persistence.streams.redis import RedisEventStream
+from tether.producer import Producer
+from tether.runs.checkpoints.redis import RedisCheckpointStore
+from tether.runs.contract import RunRef
+from tether.runs.cycle import drain
+from tether.runs.leases.redis import RedisLeaseManager
+from tether.runs.queue.base import CancelOutcome
+from tether.runs.queue.redis import RedisArchiveHint, RedisRunQueue
+from tether.settings import Settings
+
+NS = "acl"
+
+
+def tenant_acl(keys: RedisKeys, tenant: str) -> list[str]:
+    """The ACL rules of one tenant's producer credential (as docs/trust-model.md shows them)."""
+    p = keys.prefix
+    return [
+        "on",
+        f"~{keys.tenant_pattern(tenant)}",  # its sessions, runs and run-id index
+        f"~{p}:{{~p:{tenant}/*",  # its producers' completion feeds
+        f"%W~{p}:{{~active:*",  # may mark its sessions active, never read the index
+        f"%W~{p}:{{~done}}",  # may announce a run it refused itself, never read the feed
+        "+@all",
+        "-@admin",
+        "-@dangerous",
+    ]
+
+
+@dataclass
+class World:
+    admin: redis.Redis
+    server: RedisServer
+    bucket: S3TestBucket
+
+    def url_for(self, user: str, password: str) -> str:
+        return f"redis://{quote(user)}:{quote(password)}@127.0.0.1:{self.server.port}/0"
+
+    def producer(self, tenant: str) -> Producer:
+        password = f"pw-{tenant}-secret"
+        self.admin.execute_command(
+            "ACL", "SETUSER", tenant, "reset", f">{password}", *tenant_acl(RedisKeys(NS), tenant)
+        )
+        return Producer(
+            Settings(
+                broker_url=self.server.url,  # the broker keeps its own credential
+                redis_url=self.url_for(tenant, password),
+                namespace=NS,
+                tenant=tenant,
+                store_url=f"s3://{self.bucket.bucket}/{NS}",
+                s3_endpoint_url=self.bucket.endpoint_url,
+            )
+        )
+
+    def worker_backends(self) -> Backends:
+        keys = RedisKeys(NS)
+        store, archive = open_storage(
+            f"s3://{self.bucket.bucket}/{NS}", endpoint_url=self.bucket.endpoint_url
+        )
+        return Backends(
+            name="admin",
+            store=store,
+            archive=archive,
+            stream=RedisEventStream(self.admin, keys=keys),
+            leases=RedisLeaseManager(self.admin, keys=keys),
+            runs=RedisRunQueue(self.admin, keys, result_ttl_s=3600),
+            hint=RedisArchiveHint(self.admin, keys),
+            checkpoints=RedisCheckpointStore(self.admin, keys, ttl_s=3600),
+            expire_lease=lambda t, s: None,
+        )
+
+
+@pytest.fixture
+def world(s3_bucket: S3TestBucket) -> Iterator[World]:
+    server = RedisServer(unix_socket=False, password="admin-" + "x" * 24).start()
+    admin = redis_from_url(server.url)
+    try:
+        yield World(admin, server, s3_bucket)
+    finally:
+        admin.close()
+        server.close()
+
+
+def test_a_tenant_credential_runs_its_producer_side(world: World) -> None:
+    acme = world.producer("acme")
+    try:
+        first = acme.run_async("s-1", "1+1", agent="calculator")
+        queued = acme.run_async("s-1", "2+2", agent="calculator")
+        ref = acme.locate(first.run_id)
+        assert ref == RunRef("acme", "s-1", first.run_id)
+        assert acme.runs.get(ref) is not None
+        assert acme.cancel(queued.run_id) is CancelOutcome.CANCELLED
+
+        worker = worker_runtime(world.worker_backends(), "w-admin")
+        assert drain(worker, "acme", "s-1") == 2  # the worker holds the namespace credential
+
+        # acme's own completion feed settles its handle; its session's events are readable
+        assert first.result(timeout=30).output == "2"
+        assert next(e.run_id for e in acme.stream.read("acme", "s-1")) == first.run_id
+        assert queued.run_result(timeout=30).status == "CANCELLED"
+    finally:
+        acme.close()
+
+
+def test_a_tenant_credential_gets_noperm_for_another_tenant(world: World) -> None:
+    acme, bob = world.producer("acme"), world.producer("bob")
+    try:
+        theirs = bob.run_async("s-bob", "3+3", agent="calculator")
+        bob_ref = bob.locate(theirs.run_id)
+        assert bob_ref is not None
+        drain(worker_runtime(world.worker_backends(), "w-admin"), "bob", "s-bob")
+        assert theirs.result(timeout=30).output == "6"
+        keys = acme.keys
+
+        with pytest.raises(ConfigurationError, match="denied"):
+            acme.runs.get(bob_ref)  # bob's run record
+        with pytest.raises(ConfigurationError, match="denied"):
+            acme.runs.locate("bob", theirs.run_id)  # bob's run-id index
+        with pytest.raises(ConfigurationError, match="denied"):
+            acme.runs.request_cancel(bob_ref)
+        with pytest.raises(ConfigurationError, match="denied"):
+            acme.stream.read("bob", "s-bob")  # bob's events
+        for key in (
+            keys.producer_done(bob.feed),  # bob's completions
+            keys.done(),  # everyone's completions (write-only for a tenant)
+            keys.active("bob", "s-bob"),  # the active index (write-only for a tenant)
+        ):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                acme.redis.xrevrange(key, count=1) if "active" not in key else acme.redis.zrange(
+                    key, 0, -1
+                )
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            acme.redis.keys("*")  # no listing of the keyspace (@dangerous)
+        # a run submitted for bob with acme's credential is refused before anything is written
+        with pytest.raises(ConfigurationError, match="denied"):
+            acme.run_async("s-bob", "9+9", agent="calculator", tenant="bob")
+        assert (
+            bob.runs.get(bob_ref) is not None
+            and world.admin.llen(keys.pending("bob", "s-bob")) == 0
+        )
+    finally:
+        acme.close()
+        bob.close()
