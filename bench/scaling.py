@@ -37,6 +37,7 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 
 @contextlib.contextmanager
 def _stack(log_dir: Path, workers: int, shards: int) -> Iterator[Producer]:
+    log_dir.mkdir(parents=True, exist_ok=True)
     redis_server = RedisServer(unix_socket=False).start()
     cluster = RedisClusterProcesses(shards) if shards > 1 else None
     moto = None
@@ -90,6 +91,33 @@ def _point(log_dir: Path, workers: int, shards: int, runs: int) -> dict[str, flo
     }
 
 
+def plot(points: list[dict[str, float]], path: Path, command: str) -> None:
+    """Runs/s per worker count (one Redis), and the 3-shard cluster point beside its twin."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    single = [p for p in points if p["shards"] == 1]
+    cluster = [p for p in points if p["shards"] > 1]
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ax.plot([p["workers"] for p in single], [p["runs_per_s"] for p in single], "o-",
+            label="state on one Redis")  # fmt: skip
+    if cluster:
+        ax.plot([p["workers"] for p in cluster], [p["runs_per_s"] for p in cluster], "s",
+                markersize=9, label="state on a 3-master Redis Cluster")  # fmt: skip
+    ax.set_xlabel("worker processes (one pool child each)")
+    ax.set_ylabel("runs/s (echo, 1 step)")
+    ax.set_xticks([p["workers"] for p in single])
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    ax.set_title(f"{os.cpu_count()} CPUs; {command}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.scaling", description=__doc__)
     parser.add_argument("--runs", type=int, default=600)
@@ -102,9 +130,10 @@ def main(argv: list[str] | None = None) -> int:
         point = _point(log_dir / f"w{workers}-s{shards}", workers, shards, args.runs)
         print(json.dumps(point), flush=True)
         points.append(point)
+    command = f"python -m bench.scaling --runs {args.runs}"
     doc = {
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "command": f"python -m bench.scaling --runs {args.runs}",
+        "command": command,
         "machine": f"{os.cpu_count()} CPUs, {platform.platform()}",
         "points": points,
     }
@@ -121,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         ),
     ]
     (args.out / "scaling.md").write_text("\n".join(lines) + "\n")
-    print(f"wrote {args.out / 'scaling.md'}")
+    plot(points, args.out / "scaling.png", command)
+    print(f"wrote {args.out / 'scaling.md'} and scaling.png")
     return 0
 
 

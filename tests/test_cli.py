@@ -149,7 +149,8 @@ def test_cancel_a_queued_run(live_stack: Stack) -> None:
         cancelled = ok(tether(live_stack.env, "cancel", handle.run_id))
         assert f"run {handle.run_id} cancelled before it started" in cancelled.stdout
     finally:
-        leases.release(lease)  # the sweeper hands the session to a worker, which skips the run
+        leases.release(lease)
+    live_stack.producer.resubmit(handle.run_id)  # a worker takes the session now, skips the run
     waited = tether(live_stack.env, "wait", handle.run_id, "--wait-s", "60")
     assert waited.returncode == 1
     one_error_line(waited, handle.run_id, "cancelled")

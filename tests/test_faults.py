@@ -205,6 +205,7 @@ def test_retries_exhausted_is_a_clear_error(chaos: ChaosStack) -> None:
     assert isinstance(handle.exception(timeout=0), TetherError)
 
 
+@pytest.mark.slow  # waits out the sweeper's backlog patience (5 lease TTLs): ~13 s
 def test_recovery_is_sent_to_the_queue_that_knows_the_agent(chaos: ChaosStack) -> None:
     """Runs remember their queue: the fleet's sweepers (queue ``tether``, no ``shout`` agent)
     re-enqueue a stale session to the run's own queue, never to themselves."""

@@ -89,7 +89,11 @@ def run_task(self: Any, request: Any = None) -> dict[str, Any]:
     try:
         rt.registry.get(req.agent)
     except UnknownAgent as exc:
-        return _reject(rt, req, exc)
+        if rt.runs.get(req.ref) is None:  # nobody registered it: refuse it here
+            return _reject(rt, req, exc)
+        # registered by its producer and queued: the drain fails it in queue order, at once (or
+        # hands the session to the queue that knows the agent); refusing it here would leave it
+        # queued until the sweeper's backlog patience ran out
     outcome = submit(rt.runs, req, on=rt.settings.queue)
     if outcome.state is SubmitState.TAKEN:
         log.warning("dropping run message %s: that run id belongs to another request", req.run_id)
