@@ -112,6 +112,11 @@ def check_redis_url(value: str, *, schemes: tuple[str, ...] = STREAM_SCHEMES) ->
         return parts
     scheme = parts.scheme.lower()
     if scheme not in schemes:
+        if scheme in CLUSTER_SCHEMES:  # allowed for TETHER_REDIS_URL, not for the broker
+            return (
+                "Celery cannot use a Redis Cluster as its broker; keep the broker one Redis or "
+                f"RabbitMQ ({forms}) and put the cluster in TETHER_REDIS_URL"
+            )
         return f"scheme {parts.scheme + '://'!r} is not supported; use {forms}"
     if scheme in CLUSTER_SCHEMES:
         return _check_cluster(parts)

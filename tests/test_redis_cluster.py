@@ -253,6 +253,7 @@ def test_settings_accept_a_cluster_url_for_redis_but_not_for_the_broker(
     with pytest.raises(SettingsError, match="TETHER_BROKER_URL") as broker:
         load_settings(broker_url=url)
     assert ENCODED not in str(broker.value)
+    assert "Celery cannot use a Redis Cluster as its broker" in str(broker.value)
     with pytest.raises(SettingsError, match="node 'h:x'") as bad:
         load_settings(redis_url="redis+cluster://:pw@h:1,h:x")
     assert ":pw@" not in str(bad.value)

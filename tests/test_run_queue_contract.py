@@ -1007,3 +1007,17 @@ def test_locate_never_names_a_session_for_a_run_it_did_not_create(case: Case) ->
     assert submit(runs, later).state is SubmitState.QUEUED
     assert runs.locate(T, "run-again") == later.ref
     assert runs.locate(T, "run-first") == first.ref
+
+
+def test_finish_answers_the_next_run_of_the_session(case: Case) -> None:
+    """The drain takes its next run from ``finish``'s answer instead of reading the queue."""
+    runs = case.runs
+    first, second = req(), req()
+    other = req(session=S2)
+    for request in (first, second, other):
+        assert submit(runs, request).state is SubmitState.QUEUED
+    assert runs.finish(completed(first)) == second.run_id
+    assert runs.head(T, S) == second.run_id  # the answer is the queue's head
+    assert runs.finish(completed(second)) is None  # empty: the drain releases the lease
+    assert runs.finish(completed(other)) is None
+    assert runs.finish(completed(first)) is None  # a repeated finish pops nothing more

@@ -192,6 +192,9 @@ class Commit:
         self._lease = lease
         self._run_id = run_id
         self._reply_to = reply_to
+        self.finished = False
+        #: After :meth:`finish`: the run id then at the head of the session's queue (None: empty).
+        self.next_head: str | None = None
 
     def _step(self, step: CommitStep, phase: Phase) -> None:
         probe(
@@ -261,7 +264,8 @@ class Commit:
     def finish(self, result: RunResult) -> None:
         """The ``finish`` step alone (also for runs that end without a commit)."""
         self._step(CommitStep.FINISH, "before")
-        self._target.queue.finish(result, reply_to=self._reply_to)
+        self.next_head = self._target.queue.finish(result, reply_to=self._reply_to)
+        self.finished = True
         run_finished(result)
         self._step(CommitStep.FINISH, "after")
 

@@ -88,6 +88,7 @@ class _Drain:
     """The calls the run just applied waits on (when it ended WAITING)."""
     resumed: Resumed | None = None
     """Set when the session was rebuilt at the next run's last checkpoint."""
+    last_commit: Commit | None = None
 
     def __post_init__(self) -> None:
         self.publisher = StreamPublisher(
@@ -95,7 +96,16 @@ class _Drain:
         )
 
     def commit(self, run_id: str | None, reply_to: str | None = None) -> Commit:
-        return Commit(self.target, self.lease, run_id, reply_to)
+        self.last_commit = Commit(self.target, self.lease, run_id, reply_to)
+        return self.last_commit
+
+    def next_run(self) -> str | None:
+        """The run id at the head of the session's queue: what the last ``finish`` answered
+        (no read), else one read of the queue."""
+        last, self.last_commit = self.last_commit, None
+        if last is not None and last.finished:
+            return last.next_head
+        return self.rt.runs.head(self.lease.tenant, self.lease.session_id)
 
     def committed_between(self, after_seq: int, before_seq: int) -> list[AgentEvent]:
         """Committed events with ``after_seq < seq < before_seq``: from the held session's log
@@ -149,7 +159,7 @@ def _drain_queue(d: _Drain) -> tuple[bool, bool]:
     rt, lease = d.rt, d.lease
     started = time.monotonic()
     while not d.keeper.lost:
-        run_id = rt.runs.head(lease.tenant, lease.session_id)
+        run_id = d.next_run()
         if run_id is None:
             if d.commit(None).release(lambda: rt.runs.release_if_idle(lease)) != IdleRelease.BUSY:
                 return True, False  # released, or lost: either way not ours to release

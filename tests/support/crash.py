@@ -86,7 +86,7 @@ class Backends:
     runs: RunQueue
     hint: Any
     checkpoints: Any
-    expire_lease: Callable[[str, str], None]
+    expire_lease: Callable[[str, str], object]
     """Make the session's lease expire now (the TTL passing, without waiting for it)."""
 
 

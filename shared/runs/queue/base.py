@@ -163,9 +163,10 @@ class SessionQueue(Protocol):
     def note_failure(self, ref: RunRef, error: str, *, retry_after_ms: int = 0) -> None:
         """Remember why an attempt failed (and not to retry it before ``retry_after_ms``)."""
 
-    def finish(self, result: RunResult, *, reply_to: str | None = None) -> None:
+    def finish(self, result: RunResult, *, reply_to: str | None = None) -> str | None:
         """Record the result, pop the run from its session queue and announce its completion
-        on the namespace feed and, when given, on producer ``reply_to``'s own feed."""
+        on the namespace feed and, when given, on producer ``reply_to``'s own feed; the run id
+        now at the head of the session's queue (None: empty), so the drain needs no read."""
 
     def drop(self, tenant: str, session_id: str, run_id: str) -> None:
         """Remove a run id from the session queue (an orphan without a record)."""

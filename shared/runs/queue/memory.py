@@ -178,7 +178,7 @@ class InMemoryRunQueue:
             retry_at_ms = self._clock() + retry_after_ms if retry_after_ms > 0 else view.retry_at_ms
             self._state.runs[ref] = replace(view, last_error=error[:1000], retry_at_ms=retry_at_ms)
 
-    def finish(self, result: RunResult, *, reply_to: str | None = None) -> None:
+    def finish(self, result: RunResult, *, reply_to: str | None = None) -> str | None:
         """Record the result, pop the run and announce it."""
         ref = _ref(result.ref)
         session = (ref.tenant, ref.session_id)
@@ -195,6 +195,7 @@ class InMemoryRunQueue:
             st.attempts.pop(ref, None)
             st.active[session] = self._clock()
             self._announce(ref, reply_to)
+            return pending[0] if pending else None
 
     def drop(self, tenant: str, session_id: str, run_id: str) -> None:
         """Remove a run id from the session queue."""

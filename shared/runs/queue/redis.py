@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import redis
+from redis.cluster import RedisCluster
 
 from tether.core.events import now_ms
 from tether.errors import TetherError
@@ -101,7 +102,7 @@ return 'requested'
 
 #: KEYS: run hash, pending, attempts.
 #: ARGV: run_id, status, result json, ttl_s, tenant, session, request_id (a record that expired
-#: is re-created whole).
+#: is re-created whole). Returns the run id now at the head of the queue (nil when empty).
 FINISH_SCRIPT = """
 redis.call('HSET', KEYS[1], 'status', ARGV[2], 'result', ARGV[3], 'tenant', ARGV[5],
   'session_id', ARGV[6], 'request_id', ARGV[7])
@@ -112,7 +113,7 @@ else
   redis.call('LREM', KEYS[2], 1, ARGV[1])
 end
 redis.call('DEL', KEYS[3])
-return 1
+return redis.call('LINDEX', KEYS[2], 0)
 """
 
 #: KEYS: lease, pending, released fence. ARGV: lease value, fence.
@@ -390,7 +391,7 @@ class RedisRunQueue:
     def _announce(self, pipe: Any, result: RunResult, reply_to: str | None) -> None:
         announce(pipe, self.keys, result, reply_to, self.result_ttl_s)
 
-    def finish(self, result: RunResult, *, reply_to: str | None = None) -> None:
+    def finish(self, result: RunResult, *, reply_to: str | None = None) -> str | None:
         """Record the result, pop the run from its session queue and announce completion.
 
         The session's script and the announcement (another slot) share one round trip; the
@@ -415,7 +416,8 @@ class RedisRunQueue:
             self._announce(pipe, result, reply_to)
 
         with translate_errors(self._where):
-            run_pipeline(self.client, [self._finish], fill)
+            next_head = run_pipeline(self.client, [self._finish], fill)[0]
+        return _text(next_head) if next_head is not None else None
 
     # --- the session queue -------------------------------------------------------------------
 
@@ -458,8 +460,15 @@ class RedisRunQueue:
         """
         k = self.keys
         member = k.active_member(tenant, session_id)
-        self.client.zrem(k.active(tenant, session_id), member)
-        if int(self.client.llen(k.pending(tenant, session_id))) > 0:
+        if isinstance(cast(Any, self.client), RedisCluster):  # two nodes: two trips keep order
+            self.client.zrem(k.active(tenant, session_id), member)
+            queued = int(self.client.llen(k.pending(tenant, session_id)))
+        else:  # one server runs a pipeline in order
+            pipe = self.client.pipeline(transaction=False)
+            pipe.zrem(k.active(tenant, session_id), member)
+            pipe.llen(k.pending(tenant, session_id))
+            queued = int(pipe.execute()[1])
+        if queued > 0:
             self.client.zadd(k.active(tenant, session_id), {member: now_ms()}, nx=True)
 
     # --- cancellation --------------------------------------------------------------------------
