@@ -1021,3 +1021,20 @@ def test_finish_answers_the_next_run_of_the_session(case: Case) -> None:
     assert runs.finish(completed(second)) is None  # empty: the drain releases the lease
     assert runs.finish(completed(other)) is None
     assert runs.finish(completed(first)) is None  # a repeated finish pops nothing more
+
+
+def test_failures_before_commit_are_counted(case: Case) -> None:
+    """The attempt budget may end a run whose every attempt failed before writing anything
+    (the drain compares this count with the attempts), so only those are counted."""
+    runs = case.runs
+    request = req()
+    assert submit(runs, request).state is SubmitState.QUEUED
+    runs.note_failure(request.ref, "StoreUnavailable: head unreadable", before_commit=True)
+    runs.note_failure(request.ref, "ConflictError: lease lost")  # may have written: not counted
+    runs.note_failure(request.ref, "StoreUnavailable: head unreadable", before_commit=True)
+    view = runs.get(request.ref)
+    assert view is not None and view.failed_before_commit == 2
+    assert view.last_error == "StoreUnavailable: head unreadable"
+    unknown = req()  # never submitted: nothing is created
+    runs.note_failure(unknown.ref, "x", before_commit=True)
+    assert runs.get(unknown.ref) is None

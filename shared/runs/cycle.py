@@ -215,12 +215,25 @@ def _apply_one(d: _Drain, run_id: str) -> Outcome:
         d.session, d.loaded = None, False
         rt.runs.hand_back(ref)  # no failure: the attempt does not count
         return Outcome.HANDOVER
+    except RunUnreadable as unreadable:
+        _abandon(d, ref, attempts, unreadable.cause, before_commit=True)
+        return Outcome.ABORT
     except (InfrastructureError, ConflictError) as exc:
         _abandon(d, ref, attempts, exc)
         return Outcome.ABORT
 
 
-def _abandon(d: _Drain, ref: RunRef, attempts: int, exc: TetherError) -> None:
+class RunUnreadable(Exception):
+    """The attempt could not read the session's head: it wrote nothing."""
+
+    def __init__(self, cause: InfrastructureError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def _abandon(
+    d: _Drain, ref: RunRef, attempts: int, exc: TetherError, *, before_commit: bool = False
+) -> None:
     """Forget the held session (it may be stale) and note why the attempt failed."""
     log.warning("run %s attempt %d aborted, will retry: %s", ref.run_id, attempts, exc)
     metrics.attempt_aborted(exc)
@@ -228,15 +241,25 @@ def _abandon(d: _Drain, ref: RunRef, attempts: int, exc: TetherError) -> None:
     d.loaded = False
     backoff_ms = d.rt.settings.lease_ttl_ms if isinstance(exc, InfrastructureError) else 0
     try:
-        d.rt.runs.note_failure(ref, f"{exc.error_type}: {exc}", retry_after_ms=backoff_ms)
+        d.rt.runs.note_failure(
+            ref, f"{exc.error_type}: {exc}", retry_after_ms=backoff_ms, before_commit=before_commit
+        )
     except TetherError as note_exc:  # Redis away too: the attempt is retried regardless
         log.warning("could not record the failure of run %s: %s", ref.run_id, note_exc)
 
 
 def _attempt(d: _Drain, view: RunView, request: RunRequest, agent: Agent, attempts: int) -> Outcome:
     commit = d.commit(request.run_id, request.reply_to)
+    budget_spent = attempts > d.rt.settings.max_attempts
     try:
         session = _session_for(d, request, agent)
+    except InfrastructureError as exc:
+        if budget_spent and view.failed_before_commit >= attempts - 1:
+            # every earlier attempt failed before it could write anything, so the run was never
+            # applied: the budget may end it although the head cannot be read now
+            commit.finish(_retries_exhausted(request, attempts, view, exc))
+            return Outcome.DONE
+        raise RunUnreadable(exc) from exc
     except DataError as exc:
         # the stored head is unreadable (corrupt, or a schema version this build does not
         # know): retrying cannot help and writing would destroy it, so fail the run, touch nothing
@@ -252,14 +275,8 @@ def _attempt(d: _Drain, view: RunView, request: RunRequest, agent: Agent, attemp
     if applied is not None:
         commit.finish(result_from_record(request, applied, duplicate=True, attempts=attempts))
         return Outcome.DONE
-    if attempts > d.rt.settings.max_attempts:
-        cause = f"; last error: {view.last_error}" if view.last_error else ""
-        message = (
-            f"run {request.run_id} was attempted {attempts - 1} times without committing{cause}; "
-            "see the worker logs, fix the cause and submit it again"
-        )
-        failed = RunResult.failure(request, RunStatus.FAILED, RetriesExhausted.__name__, message)
-        commit.finish(failed)
+    if budget_spent:
+        commit.finish(_retries_exhausted(request, attempts, view))
         return Outcome.DONE
     started_ms = now_ms()
     d.pending = ()
@@ -277,6 +294,19 @@ def _attempt(d: _Drain, view: RunView, request: RunRequest, agent: Agent, attemp
     with span("tether.commit", run_id=request.run_id):
         commit.run(session, d.publisher, lambda: d.keeper.lost, result, checkpointed=checkpointed)
     return Outcome.DONE
+
+
+def _retries_exhausted(
+    request: RunRequest, attempts: int, view: RunView, now: TetherError | None = None
+) -> RunResult:
+    """The failure of a run that used up its attempt budget without committing."""
+    last = f"{now.error_type}: {now}" if now is not None else view.last_error
+    cause = f"; last error: {last}" if last else ""
+    message = (
+        f"run {request.run_id} was attempted {attempts - 1} times without committing{cause}; "
+        "see the worker logs, fix the cause and submit it again"
+    )
+    return RunResult.failure(request, RunStatus.FAILED, RetriesExhausted.__name__, message)
 
 
 def _execute(d: _Drain, session: AgentSession, request: RunRequest, agent: Agent) -> RunRecord:

@@ -101,6 +101,8 @@ class RunView:
     last_error: str | None = None
     retry_at_ms: int = 0
     queue: str | None = None
+    failed_before_commit: int = 0
+    """Attempts that failed before they could write anything (the head was unreadable)."""
 
     @property
     def ref(self) -> RunRef:
@@ -160,8 +162,12 @@ class SessionQueue(Protocol):
         """Undo :meth:`begin` for an attempt handed back unfinished (a worker shutting down):
         it was no failure, so it does not count against the attempt budget."""
 
-    def note_failure(self, ref: RunRef, error: str, *, retry_after_ms: int = 0) -> None:
-        """Remember why an attempt failed (and not to retry it before ``retry_after_ms``)."""
+    def note_failure(
+        self, ref: RunRef, error: str, *, retry_after_ms: int = 0, before_commit: bool = False
+    ) -> None:
+        """Remember why an attempt failed (and not to retry it before ``retry_after_ms``);
+        ``before_commit``: it failed before it could write anything (counted, so the attempt
+        budget can end a run that provably never committed)."""
 
     def finish(self, result: RunResult, *, reply_to: str | None = None) -> str | None:
         """Record the result, pop the run from its session queue and announce its completion

@@ -168,7 +168,9 @@ class InMemoryRunQueue:
             st.attempts[ref] = max(0, st.attempts.get(ref, 0) - 1)
             st.runs[ref] = replace(view, status=RunState.QUEUED.value)
 
-    def note_failure(self, ref: RunRef, error: str, *, retry_after_ms: int = 0) -> None:
+    def note_failure(
+        self, ref: RunRef, error: str, *, retry_after_ms: int = 0, before_commit: bool = False
+    ) -> None:
         """Remember why an attempt failed; never re-create a missing record."""
         ref = _ref(ref)
         with self._lock:
@@ -176,7 +178,12 @@ class InMemoryRunQueue:
             if view is None:
                 return
             retry_at_ms = self._clock() + retry_after_ms if retry_after_ms > 0 else view.retry_at_ms
-            self._state.runs[ref] = replace(view, last_error=error[:1000], retry_at_ms=retry_at_ms)
+            self._state.runs[ref] = replace(
+                view,
+                last_error=error[:1000],
+                retry_at_ms=retry_at_ms,
+                failed_before_commit=view.failed_before_commit + int(before_commit),
+            )
 
     def finish(self, result: RunResult, *, reply_to: str | None = None) -> str | None:
         """Record the result, pop the run and announce it."""

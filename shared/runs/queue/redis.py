@@ -164,6 +164,7 @@ def run_view(run_id: str, raw: dict[bytes, bytes]) -> RunView | None:
         started_at_ms=int(fields.get("started_at_ms", 0)),
         last_error=fields.get("last_error"),
         retry_at_ms=int(fields.get("retry_at_ms", 0)),
+        failed_before_commit=int(fields.get("failed_before_commit", 0)),
         queue=fields.get("queue") or None,
     )
 
@@ -342,7 +343,9 @@ class RedisRunQueue:
             out[ref.run_id] = RunResult.model_validate_json(result) if result is not None else None
         return out
 
-    def note_failure(self, ref: RunRef, error: str, *, retry_after_ms: int = 0) -> None:
+    def note_failure(
+        self, ref: RunRef, error: str, *, retry_after_ms: int = 0, before_commit: bool = False
+    ) -> None:
         """Remember why an attempt of the run failed (and not to retry it for a while)."""
         mapping: dict[Any, Any] = {"last_error": error[:1000]}
         if retry_after_ms > 0:
@@ -351,6 +354,8 @@ class RedisRunQueue:
         with translate_errors(self._where):
             if self.client.exists(key):  # never re-create a record that expired or was lost
                 self.client.hset(key, mapping=mapping)
+                if before_commit:
+                    self.client.hincrby(key, "failed_before_commit", 1)
 
     def begin(self, ref: RunRef, worker: str) -> int | None:
         """Count one more attempt and mark the run running, unless a cancel came first."""
