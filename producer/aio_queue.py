@@ -235,13 +235,10 @@ class AsyncRunQueue:
             )
         return head
 
-    def _feed(self, feed: str | None) -> str:
-        return self.keys.done() if feed is None else self.keys.producer_done(feed)
-
     async def done_last_id(self, feed: str | None = None) -> bytes:
         """The id of the newest completion entry of ``feed`` (``0-0`` when none)."""
         with translate_errors(self._where):
-            entries = await self.client.xrevrange(self._feed(feed), count=1)
+            entries = await self.client.xrevrange(self.keys.feed_stream(feed), count=1)
         return cast(bytes, entries[0][0]) if entries else b"0-0"
 
     async def close_feed(self, feed: str) -> None:
@@ -255,7 +252,7 @@ class AsyncRunQueue:
         """Completion entries of ``feed`` after ``after_id`` (blocks up to ``block_ms``)."""
         with translate_errors(self._where):
             reply = await self.client.xread(
-                {self._feed(feed): after_id}, block=block_ms, count=1000
+                {self.keys.feed_stream(feed): after_id}, block=block_ms, count=1000
             )
         return [done_entry(i, f) for _key, entries in cast(Any, reply) or [] for i, f in entries]
 

@@ -206,6 +206,11 @@ class RedisKeys:
         """The name of producer ``producer_id``'s completion feed for ``tenant``'s runs."""
         return f"{validate_tenant(tenant)}/{validate_id(producer_id, kind='producer id')}"
 
+    def feed_stream(self, feed: str | None) -> str:
+        """The stream of completion feed ``feed``: a producer's (:meth:`feed`), or the
+        namespace's (None)."""
+        return self.done() if feed is None else self.producer_done(feed)
+
     def producer_done(self, feed: str) -> str:
         """The completion stream of one producer (``feed`` from :meth:`feed`): only its runs,
         so its cost does not grow with other producers' traffic. Under the tenant's pattern

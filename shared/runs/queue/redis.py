@@ -389,12 +389,9 @@ class RedisRunQueue:
             if recorded:
                 pipe = self.client.pipeline(transaction=False)
                 pipe.set(k.run_index(t, result.run_id), s, nx=True, ex=self.result_ttl_s)
-                self._announce(pipe, result, reply_to)
+                announce(pipe, k, result, reply_to, self.result_ttl_s)
                 pipe.execute()
         return recorded
-
-    def _announce(self, pipe: Any, result: RunResult, reply_to: str | None) -> None:
-        announce(pipe, self.keys, result, reply_to, self.result_ttl_s)
 
     def finish(self, result: RunResult, *, reply_to: str | None = None) -> str | None:
         """Record the result, pop the run from its session queue and announce completion.
@@ -418,7 +415,7 @@ class RedisRunQueue:
         def fill(pipe: Any) -> None:
             queue_script(pipe, self._finish, keys, args)
             pipe.zadd(k.active(t, s), {k.active_member(t, s): now_ms()})
-            self._announce(pipe, result, reply_to)
+            announce(pipe, k, result, reply_to, self.result_ttl_s)
 
         with translate_errors(self._where):
             next_head = run_pipeline(self.client, [self._finish], fill)[0]
@@ -559,13 +556,10 @@ class RedisRunQueue:
 
     # --- completion stream -------------------------------------------------------------------
 
-    def _feed(self, feed: str | None) -> str:
-        return self.keys.done() if feed is None else self.keys.producer_done(feed)
-
     def done_last_id(self, feed: str | None = None) -> bytes:
         """The id of the newest completion entry of ``feed`` (``0-0`` when none)."""
         with translate_errors(self._where):
-            entries = self.client.xrevrange(self._feed(feed), count=1)
+            entries = self.client.xrevrange(self.keys.feed_stream(feed), count=1)
         return cast(bytes, entries[0][0]) if entries else b"0-0"
 
     def read_done(
@@ -573,9 +567,8 @@ class RedisRunQueue:
     ) -> list[tuple[bytes, RunRef]]:
         """Completion entries of ``feed`` after ``after_id`` (blocks up to ``block_ms``)."""
         with translate_errors(self._where):
-            reply = cast(
-                Any, self.client.xread({self._feed(feed): after_id}, block=block_ms, count=1000)
-            )
+            streams: dict[Any, Any] = {self.keys.feed_stream(feed): after_id}
+            reply = cast(Any, self.client.xread(streams, block=block_ms, count=1000))
         return [
             done_entry(entry_id, fields)
             for _key, entries in reply or []
