@@ -74,7 +74,14 @@ def test_up_run_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
         assert run.stdout.strip() == "echo: hi"
         assert "no worker is consuming" not in run.stderr
 
-        shown = json.loads(ok(tether(tmp_path, "status", "--json")).stdout)
+        # the worker publishes its count of runs done with its presence heartbeat (every 2 s)
+        deadline = time.monotonic() + 10
+        while True:
+            shown = json.loads(ok(tether(tmp_path, "status", "--json")).stdout)
+            done = shown["workers"][0]["runs_done"] if shown["workers"] else 0
+            if done >= 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         assert [w["pid"] for w in shown["workers"]] == [services["w1"]["pid"]]
         assert shown["workers"][0]["queues"] == ["tether"]
         assert shown["workers"][0]["runs_done"] >= 1
