@@ -90,10 +90,23 @@ def count_in_logs(bench: Bench, offsets: list[int], pattern: str) -> int:
 _MONITOR_LINE = re.compile(r'^\d+\.\d+ \[\d+ (\S+)\] "([^"]+)"')
 
 
-def count_sent(bench: Bench, runs: int, one: Callable[[int], object]) -> dict[str, float]:
+def _background(text: str) -> bool:
+    """A command of a worker's periodic duties (the sweeper's scan of the active shards, the
+    presence heartbeat), not of a run."""
+    return "{~workers}" in text or ('"ZRANGEBYSCORE"' in text and "{~active:" in text)
+
+
+def count_sent(
+    bench: Bench, runs: int, one: Callable[[int], object], namespace: str = "tether"
+) -> dict[str, float]:
     """Redis commands *sent by clients* per run while ``one(i)`` runs ``runs`` times in a row
-    (``MONITOR``: a script call counts once, what it does inside the server is not counted)."""
+    (``MONITOR``: a script call counts once, what it does inside the server is not counted).
+
+    ``sent tether commands``: those naming a key of Tether's ``namespace`` (the broker's keys
+    have their own prefix), without the workers' periodic sweeps and heartbeats."""
     counts: Counter[str] = Counter()
+    own: Counter[str] = Counter()
+    marker = f'"{namespace}:'
     stop = threading.Event()
     monitor_client = redis.Redis.from_url(bench.stack.redis_url)
     ready = threading.Event()
@@ -114,6 +127,8 @@ def count_sent(bench: Bench, runs: int, one: Callable[[int], object]) -> dict[st
                 match = _MONITOR_LINE.match(text)
                 if match and match.group(1) != "lua":
                     counts[match.group(2).lower()] += 1
+                    if marker in text and not _background(text):
+                        own[match.group(2).lower()] += 1
 
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
@@ -128,4 +143,6 @@ def count_sent(bench: Bench, runs: int, one: Callable[[int], object]) -> dict[st
     counts.pop("monitor", None)
     out = {f"sent {name}": round(n / runs, 2) for name, n in counts.most_common()}
     out["sent commands"] = round(sum(counts.values()) / runs, 2)
+    out |= {f"sent tether {name}": round(n / runs, 2) for name, n in own.most_common()}
+    out["sent tether commands"] = round(sum(own.values()) / runs, 2)
     return out

@@ -26,6 +26,8 @@ from bench.core import (
     tether_run,
 )
 from bench.counting import count_requests, count_sent
+from bench.round_trips import counting, sum_tallies, worker_path
+from bench.stack import BUCKET
 from tether.core.events import AgentEvent, EventType, TextPayload
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import redis_from_url
@@ -72,6 +74,13 @@ def p1_latency(bench: Bench) -> Measure:
     b_ops |= count_sent(
         bench, count, lambda i: baseline_run(bench.sid("p1", i % sz.p1_sessions), "y")
     )
+    with counting() as tallies:  # the producer of the same runs is this process
+        for i in range(count):
+            tether_run(bench, bench.sid("p1", i % sz.p1_sessions), "z", "echo", "echo: z")
+    producer = sum_tallies(tallies)
+    t_ops["producer round trips"] = round(producer.round_trips / count, 2)
+    t_ops["producer commands"] = round(producer.commands / count, 2)
+    t_ops |= worker_path(bench.stack.redis_url, bench.stack.s3_endpoint, BUCKET, count)
     return Measure(
         id="P1",
         name="1-step echo run, end-to-end latency",

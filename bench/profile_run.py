@@ -5,27 +5,21 @@ private redis-server and moto (S3 over HTTP, its own process), the worker's own 
     python -m bench.profile_run --runs 50
 
 Prints ms per run, then how the profiled time splits between S3 requests (botocore), Redis
-commands (redis-py) and the rest, then the top functions. The runtime archives every run
-(``archive_batch_events=1``: 3 S3 requests per run), the test suite's crash-test runtime.
+commands (redis-py) and the rest, then the top functions. The runtime is a Celery worker's
+(:func:`bench.private_stack.production_runtime`), each run driven as the ``tether.run`` task
+drives it (submit, then a drain carrying the request).
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
-import os
 import pstats
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-import boto3
-
-from tests.support.crash import real_backends, worker_runtime
-from tether.dev.moto_server import MotoServer
-from tether.dev.redis_server import RedisServer
-from tether.persistence.redis_conn import redis_from_url
+from bench.private_stack import private_redis_and_s3, production_runtime
+from tether.runs.claim import Carried
 from tether.runs.contract import RunRequest
 from tether.runs.cycle import drain
 from tether.runs.queue.base import submit
@@ -46,24 +40,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.profile_run", description=__doc__)
     parser.add_argument("--runs", type=int, default=300)
     args = parser.parse_args(argv)
-    os.environ.update(
-        AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1"
-    )
-    log_dir = Path(tempfile.mkdtemp(prefix="tether-profile-"))
-    redis_server = RedisServer(unix_socket=False).start()
-    moto = MotoServer(log_dir).start()
-    try:
-        boto3.client("s3", endpoint_url=moto.endpoint).create_bucket(Bucket=BUCKET)
-        client = redis_from_url(redis_server.url)
-        rt = worker_runtime(real_backends(client, BUCKET, moto.endpoint), "profiled")
+    with private_redis_and_s3(BUCKET, "tether-profile-") as (redis_url, endpoint):
+        rt = production_runtime(redis_url, endpoint, BUCKET)
 
         def one(i: int) -> None:
             request = RunRequest(
                 run_id=f"run-{i}", request_id=f"req-{i}", tenant="t", session_id=f"s-{i % 10}",
                 agent="echo", input="hello",
             )  # fmt: skip
-            submit(rt.runs, request)
-            drain(rt, "t", request.session_id)
+            submit(rt.runs, request, on=rt.settings.queue)
+            drain(rt, "t", request.session_id, carried=Carried(request, rt.settings.queue))
 
         for i in range(30):  # warm-up: connections, scripts, imports
             one(i)
@@ -85,9 +71,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Redis commands (redis-py): {redis_s / total:.0%}")
         print(f"everything else (Tether, pydantic, JSON): {(total - s3 - redis_s) / total:.0%}")
         stats.sort_stats("cumulative").print_stats(25)
-    finally:
-        moto.stop()
-        redis_server.close()
     return 0
 
 

@@ -181,7 +181,10 @@ def _requests_line(p1: Measure) -> str:
         sent = [
             (k[5:], v) for k, v in ops.items() if k.startswith("sent ") and k != "sent commands"
         ]
-        top_sent = sorted((kv for kv in sent if kv[0] != "commands"), key=lambda kv: -float(kv[1]))
+        top_sent = sorted(
+            (kv for kv in sent if kv[0] != "commands" and not kv[0].startswith("tether ")),
+            key=lambda kv: -float(kv[1]),
+        )
         top_sent = top_sent[:8]
         parts.append(
             f"{side}: {ops.get('sent commands', 0):g} Redis commands sent "
@@ -191,10 +194,33 @@ def _requests_line(p1: Measure) -> str:
             f"{ops.get('s3 requests', 0):g} S3 requests ({s3 or 'none'})"
         )
     return (
-        "- **Requests per run** (sequential echo runs, every client and the idle polling of "
+        _own_line(p1) + "- **Requests per run** (sequential echo runs, every client and the idle "
+        "polling of "
         "workers included; *sent* = commands clients sent (MONITOR: a script call counts once), "
         "*executed* = INFO commandstats (commands inside Lua scripts included); S3 from moto's "
         "request log): " + "; ".join(parts) + "."
+    )
+
+
+def _own_line(p1: Measure) -> str:
+    """Tether's own Redis work per run (not the broker's), beside the hand-written task's."""
+    x = p1.extra
+    worker_rt = x.get("tether per run: worker round trips")
+    if worker_rt is None:
+        return ""
+    return (
+        f"- **Tether's own Redis work per 1-step run** (targets: <= 12 commands, <= 6 round "
+        f"trips): worker {worker_rt:g} round trips, "
+        f"{x.get('tether per run: worker commands', 0):g} commands "
+        f"(counted in redis-py, `python -m bench.round_trips`); producer "
+        f"{x.get('tether per run: producer round trips', 0):g} round trips, "
+        f"{x.get('tether per run: producer commands', 0):g} commands (submit "
+        f"{x.get('tether per run: producer submit round trips', 0):g} round trip); on the wire "
+        f"(MONITOR, Tether's keys, idle sweeps excluded) "
+        f"{x.get('tether per run: sent tether commands', 0):g} commands. The hand-written task "
+        f"has none of its own: its "
+        f"{x.get('hand-written per run: sent commands', 0):g} commands are Celery's broker "
+        "and result backend (Tether's broker traffic is in the next line too).\n"
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -102,7 +103,7 @@ class Producer:
 
     # --- submitting ----------------------------------------------------------------------------
 
-    def _handle_for(self, submitted: Submitted) -> RunHandle:
+    def _handle_for(self, submitted: Submitted, queued_after: float | None = None) -> RunHandle:
         request = submitted.request
         return RunHandle(
             self,
@@ -110,6 +111,8 @@ class Producer:
             request_id=request.request_id,
             session_id=request.session_id,
             tenant=request.tenant,
+            # only a run this submission queued announces itself on this producer's feed
+            queued_after=queued_after if submitted.queued else None,
         )
 
     def run_async(
@@ -236,6 +239,7 @@ class Producer:
         requests = [core.build_request(self.settings, spec, self.producer_id) for spec in specs]
         if not requests:
             return []
+        queued_after = time.monotonic()
         outcomes = self.runs.submit_many(requests, queue=self.settings.queue)
         submitted = core.plan_submission(requests, outcomes)
         for item in submitted:
@@ -249,7 +253,7 @@ class Producer:
         for item in submitted:
             if item.rejection is not None:
                 self.runs.record_rejected(item.rejection)
-        return [self._handle_for(item) for item in submitted]
+        return [self._handle_for(item, queued_after) for item in submitted]
 
     def resubmit(self, run_id: str) -> None:
         """Publish the stored request of ``run_id`` again (harmless: it is idempotent)."""

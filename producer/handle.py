@@ -73,10 +73,14 @@ class RunHandle(concurrent.futures.Future[RunResult]):
         request_id: str | None = None,
         session_id: str | None = None,
         tenant: str | None = None,
+        queued_after: float | None = None,
     ) -> None:
         super().__init__()
         self._producer = producer
         self._ids = RunIds(run_id, request_id, session_id, tenant)
+        #: ``time.monotonic()`` before this producer queued the run (None: not queued by it
+        #: here): the listener needs no first look at a run queued after it took its position.
+        self._queued_after = queued_after
         self._register_lock = threading.Lock()
         self._registered = False
         self._recorded: RunResult | None = None  # the result of a cancelled run
@@ -140,7 +144,7 @@ class RunHandle(concurrent.futures.Future[RunResult]):
         if ref is None:
             self._settle(not_found(self.run_id, self._ids.tenant or ""))
             return
-        self._producer.listener.register(ref, self._settle)
+        self._producer.listener.register(ref, self._settle, queued_after=self._queued_after)
 
     def _ensure_quietly(self) -> None:
         try:

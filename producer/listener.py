@@ -24,6 +24,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
@@ -31,7 +32,7 @@ from tether.core.results import RunStatus
 from tether.errors import RunLost, TetherError
 from tether.producer.aio_batch import TurnBatcher
 from tether.runs.contract import RunRef, RunResult
-from tether.runs.queue.base import Completions, Submissions
+from tether.runs.queue.base import Completion, Completions, Submissions
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,8 @@ RECHECK_INTERVAL_S = 2.0
 #: A run is declared lost after its record was missing at this many consecutive checks (the
 #: first check may come before a run submitted from another process has its record).
 LOST_AFTER_MISSES = 2
+#: Completions remembered after they went by unawaited (a run registered later is looked up).
+SEEN_MAX = 10_000
 #: Pause after a failed read of the completion stream.
 RETRY_PAUSE_S = 0.5
 
@@ -145,18 +148,30 @@ class CompletionListener:
         self._thread: threading.Thread | None = None
         self._last_id: bytes | None = None
         self._recheck_interval_s = recheck_interval_s
+        #: ``time.monotonic()`` once the feed position was first known (None: not yet).
+        self._positioned_at: float | None = None
+        #: Completions read while nobody awaited them (newest last), so a run registered after
+        #: its completion went by is looked up, not waited for; and when the oldest was dropped.
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._seen_dropped_at = 0.0
 
     def _start(self) -> None:
         if self._thread is None:
             try:
                 self._last_id = self._runs.done_last_id(self._feed)
+                self._positioned_at = time.monotonic()
             except TetherError as exc:  # the thread asks again; the rechecks cover the gap
                 log.warning("completion stream unavailable (%s); retrying", exc)
             self._thread = threading.Thread(target=self._loop, name="tether-listener", daemon=True)
             self._thread.start()
 
-    def register(self, ref: RunRef, settle: Settle) -> None:
+    def register(self, ref: RunRef, settle: Settle, *, queued_after: float | None = None) -> None:
         """Call ``settle`` once with the run's result (now, if it already finished).
+
+        ``queued_after``: ``time.monotonic()`` taken before this listener's producer queued the
+        run. A run queued after the listener knew its feed position cannot have finished before
+        it, so its completion is read from the feed and the first look at its record is skipped
+        (the periodic rechecks still cover a lost feed).
 
         Raises:
             StreamUnavailable: Redis did not answer the first check; the run stays registered
@@ -165,7 +180,25 @@ class CompletionListener:
         with self._lock:
             self._awaited.add(ref, settle)
             self._start()
+            unseen = (
+                queued_after is not None
+                and self._positioned_at is not None
+                and self._positioned_at < queued_after
+                and self._seen_dropped_at < queued_after
+                and ref.run_id not in self._seen
+            )
+        if unseen:  # its completion is still ahead of the feed position: the feed settles it
+            return
         self._check([ref])
+
+    def _remember(self, run_ids: Sequence[str]) -> None:
+        """Note completions that went by unawaited (call with the lock held)."""
+        for run_id in run_ids:
+            self._seen[run_id] = None
+            self._seen.move_to_end(run_id)
+        while len(self._seen) > SEEN_MAX:
+            self._seen.popitem(last=False)
+            self._seen_dropped_at = time.monotonic()
 
     def _peek(self, refs: list[RunRef]) -> dict[str, RunResult | None]:
         try:
@@ -214,16 +247,15 @@ class CompletionListener:
             try:
                 if self._last_id is None:
                     self._last_id = self._runs.done_last_id(self._feed)
+                    self._positioned_at = time.monotonic()
                     next_recheck = 0.0  # completions before this position: ask each record
                 if time.monotonic() >= next_recheck:
                     next_recheck = time.monotonic() + self._recheck_interval_s
                     self._recheck_all()
-                entries = self._runs.read_done(self._last_id, BLOCK_MS, self._feed)
+                entries = self._runs.read_completions(self._last_id, BLOCK_MS, self._feed)
                 if entries:
-                    self._last_id = entries[-1][0]
-                    with self._lock:
-                        wanted = self._awaited.wanted(done_run_ids(entries))
-                    self._check(wanted)
+                    self._last_id = entries[-1].position
+                    self._settle_batch(entries)
             except TetherError as exc:
                 log.warning("completion stream unavailable (%s); retrying", exc)
                 next_recheck = 0.0  # the stream may have been lost: ask each run record
@@ -233,6 +265,20 @@ class CompletionListener:
                 log.exception("resolving completed runs failed")
                 if self._stop.wait(RETRY_PAUSE_S):
                     return
+
+    def _settle_batch(self, entries: Sequence[Completion]) -> None:
+        """Settle the awaited runs of a batch of completions: from the result an entry carries,
+        else from the run's record (one round trip for the batch)."""
+        carried = {c.ref.run_id: c.result for c in entries if c.result is not None}
+        run_ids = list(dict.fromkeys(c.ref.run_id for c in entries))
+        with self._lock:
+            wanted = self._awaited.wanted(run_ids)
+            awaited = {ref.run_id for ref in wanted}
+            self._remember([r for r in run_ids if r not in awaited])
+        for ref in wanted:
+            if ref.run_id in carried:
+                self._resolve(ref.run_id, carried[ref.run_id])
+        self._check([ref for ref in wanted if ref.run_id not in carried])
 
     def _recheck_all(self) -> None:
         """Ask every awaited run record directly; resolve finished runs and lost ones."""

@@ -52,9 +52,11 @@ def publish_runs(
         for start in range(0, len(messages), size):
             if start and pause_s:
                 time.sleep(pause_s)
-            # kombu >= 5.7 pipelines the pushes of a batch into one Redis round trip
-            with batch() if batch is not None else contextlib.nullcontext():
-                for message in messages[start : start + size]:
+            part = messages[start : start + size]
+            # kombu >= 5.7 pipelines the pushes of a batch into one Redis round trip; a batch
+            # of one costs more to set up (a pipeline, a connection) than it saves
+            with batch() if batch is not None and len(part) > 1 else contextlib.nullcontext():
+                for message in part:
                     app.send_task(producer=publisher, **message)
 
 

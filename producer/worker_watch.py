@@ -1,9 +1,10 @@
 """No silent hangs: warn when a run waits on a queue that no live worker consumes.
 
 While a caller waits for a run, :func:`watch_for_workers` checks every :data:`POLL_S` (after a
-grace of :data:`GRACE_S`, so a run taken at once costs one Redis read) whether the run is still
-queued and whether any live worker (see :mod:`tether.runs.presence`) consumes its queue. If none
-does, it warns once, within about :data:`GRACE_S` + :data:`POLL_S` seconds of the submission::
+grace of :data:`GRACE_S`, so a run that finishes within it costs no Redis read) whether the run
+is still queued and whether any live worker (see :mod:`tether.runs.presence`) consumes its
+queue. If none does, it warns once, within about :data:`GRACE_S` + :data:`POLL_S` seconds of
+the submission::
 
     no worker is consuming queue `tether` on redis://127.0.0.1:6379/0: start one with
     `tether worker` or `tether up`
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tether.producer")
 
-GRACE_S = 0.0
+GRACE_S = 1.0
 POLL_S = 1.0
 
 Warn = Callable[[str], None]

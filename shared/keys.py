@@ -16,7 +16,8 @@ session's slot, so Tether runs on Redis Cluster; every key of a tenant starts
 Per-session keys (``T`` = ``{<tenant>/<session>}``):
 
 - ``<p>:T:events`` (stream): the live event log; entry fields ``seq``, ``fence`` and ``event``
-  (the event JSON from :mod:`tether.persistence.codec`).
+  (the event JSON from :mod:`tether.persistence.codec`). With ``TETHER_STREAM_RETENTION_S`` it
+  keeps that many seconds of events and expires when idle that long (``:meta`` stays).
 - ``<p>:T:meta`` (hash): stream meta, ``last_seq`` and ``last_fence`` of the last append.
 - ``<p>:T:fence`` (string): the fencing-token counter, INCR-ed on every lease grant and read by
   the stream's append script.
@@ -41,7 +42,8 @@ Per-tenant keys:
 Namespace-wide keys (each in its own slot, written beside a script, never inside one):
 
 - ``<p>:{~done}`` (stream): every completion, for observers (the console).
-- ``<p>:{~p:<producer_id>}:done`` (stream): the completions of one producer's runs.
+- ``<p>:{~p:<tenant>/<producer_id>}:done`` (stream): the completions of one producer's runs,
+  each with its result when small. Both feeds keep about one result TTL of entries.
 - ``<p>:{~active:<n>}`` (zset, :data:`ACTIVE_SHARDS` shards): active sessions, member
   ``<tenant>/<session>``, score the last progress (ms); the sweeper reads every shard.
 - ``<p>:{~workers}:<worker_id>`` (string): a worker's presence record (JSON, see

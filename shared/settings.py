@@ -124,6 +124,15 @@ class Settings(BaseSettings):
     stream_max_len: int = Field(
         default=10_000, ge=100, le=100_000_000, description="Events kept per live stream."
     )
+    # the live stream is only a copy (committed events are in the head and the archive), so a
+    # time bound keeps Redis flat however many runs go through; keep it above the longest run
+    # a live reader should see whole (TETHER_MAX_RUN_S)
+    stream_retention_s: int | None = Field(
+        default=None,
+        ge=1,
+        le=3650 * _DAY_S,
+        description="Seconds a live stream keeps events (default: up to TETHER_STREAM_MAX_LEN).",
+    )
     broker_visibility_timeout_s: int | None = Field(
         default=None,
         ge=1,
@@ -240,6 +249,19 @@ class Settings(BaseSettings):
                 f"TETHER_REDIS_URL is required when TETHER_BROKER_URL is not a Redis URL "
                 f"(broker is {scheme}://): streams, leases and run records live in Redis; "
                 "set TETHER_REDIS_URL=redis://host:port/db"
+            )
+        return self
+
+    @pydantic.model_validator(mode="after")
+    def _retention_outlives_runs(self) -> Settings:
+        retention_s = self.stream_retention_s
+        if retention_s is not None and retention_s < self.max_run_s:
+            # a step-durable run resumes from its checkpointed events in the live stream: a
+            # shorter window would make a crashed long run start over instead of resuming
+            raise _invalid_value(
+                f"TETHER_STREAM_RETENTION_S ({retention_s}) is shorter than TETHER_MAX_RUN_S "
+                f"({self.max_run_s:g}): a run could outlive its own live events; set "
+                f"TETHER_STREAM_RETENTION_S >= {self.max_run_s:g} or lower TETHER_MAX_RUN_S"
             )
         return self
 

@@ -26,6 +26,7 @@ from tether.runs.leases.base import Lease, LeaseManager
 from tether.runs.leases.memory import InMemoryLeaseManager
 from tether.runs.leases.redis import RedisLeaseManager
 from tether.runs.queue.base import (
+    FEED_RESULT_MAX_BYTES,
     CancelOutcome,
     IdleRelease,
     RunQueue,
@@ -476,6 +477,22 @@ def test_read_done_entries_carry_the_run_ref(case: Case) -> None:
     assert [view.result if view is not None else None for view in views] == results
 
 
+def test_a_producers_feed_carries_small_results_and_the_namespace_feed_none(case: Case) -> None:
+    runs, producer = case.runs, "p-carrier"
+    feed = RedisKeys.feed(T, producer)
+    start, everyone = runs.done_last_id(feed), runs.done_last_id()
+    small, big = req(), req()
+    queued(runs, small, big)
+    small_result = completed(small)
+    big_result = completed(big, output="x" * (FEED_RESULT_MAX_BYTES + 1))
+    runs.finish(small_result, reply_to=producer)
+    runs.finish(big_result, reply_to=producer)
+    mine = runs.read_completions(start, 1000, feed)
+    assert [(c.ref, c.result) for c in mine] == [(small.ref, small_result), (big.ref, None)]
+    assert [c.result for c in runs.read_completions(everyone, 1000)] == [None, None]
+    assert [c.position for c in mine] == [p for p, _ in runs.read_done(start, 1000, feed)]
+
+
 def test_record_rejected_records_and_announces_a_never_queued_run(case: Case) -> None:
     runs = case.runs
     request = req()
@@ -663,6 +680,53 @@ def test_release_if_idle_is_lost_when_the_lease_expired(case: Case) -> None:
     assert leases.holder(T, S) is None
     assert runs.release_if_idle(lease) is IdleRelease.LOST
     assert leases.current_fence(T, S) == lease.fence
+
+
+def test_finish_and_release_frees_the_lease_when_the_queue_is_left_empty(case: Case) -> None:
+    runs, leases = case.runs, case.leases
+    request = req()
+    queued(runs, request)
+    lease = leases.acquire(T, S, "worker-a", 60_000)
+    assert lease is not None
+    mark = runs.done_last_id()
+    done = completed(request)
+    assert runs.finish_and_release(done, lease) == (None, IdleRelease.RELEASED)
+    assert runs.get(request.ref) is not None and runs.peek_many([request.ref]) == {
+        request.run_id: done
+    }
+    assert runs.pending_count(T, S) == 0
+    assert leases.holder(T, S) is None
+    assert runs.stale_sessions(0) == []  # an idle session is no longer active
+    assert feed(runs, mark) == [request.run_id]  # announced like any finish
+    taken = leases.acquire(T, S, "worker-b", 60_000)
+    assert taken is not None and taken.fence == lease.fence + 1 and not taken.takeover
+
+
+def test_finish_and_release_keeps_the_lease_while_runs_are_queued(case: Case) -> None:
+    runs, leases = case.runs, case.leases
+    first, second = req(), req()
+    queued(runs, first, second)
+    lease = leases.acquire(T, S, "worker-a", 60_000)
+    assert lease is not None
+    assert runs.finish_and_release(completed(first), lease) == (second.run_id, None)
+    assert leases.holder(T, S) == "worker-a"
+    assert runs.stale_sessions(0) == [(T, S)]
+
+
+def test_finish_and_release_never_frees_someone_elses_lease(case: Case) -> None:
+    runs, leases = case.runs, case.leases
+    request = req()
+    queued(runs, request)
+    old = leases.acquire(T, S, "worker-a", 100)
+    assert old is not None
+    case.age(250)
+    other = leases.acquire(T, S, "worker-b", 60_000)
+    assert other is not None
+    # a zombie's finish still records the result (its head write decided that), but the lease
+    # stays with the holder that took it over
+    assert runs.finish_and_release(completed(request), old) == (None, IdleRelease.LOST)
+    assert leases.holder(T, S) == "worker-b"
+    assert leases.renew(other, 60_000)
 
 
 # --- cancellation ---------------------------------------------------------------------------------

@@ -176,3 +176,16 @@ def test_a_bad_value_in_the_local_env_file_is_named(
     (tmp_path / ".tether" / "env").write_text("export TETHER_LEASE_TTL=5\n")
     with pytest.raises(SettingsError, match=r"unknown setting TETHER_LEASE_TTL in \.env or"):
         load_settings()
+
+
+def test_a_stream_retention_shorter_than_a_run_is_refused_with_the_fix(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TETHER_STREAM_RETENTION_S", "60")
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    message = str(caught.value)
+    assert "TETHER_STREAM_RETENTION_S (60) is shorter than TETHER_MAX_RUN_S (600)" in message
+    assert "set TETHER_STREAM_RETENTION_S >= 600 or lower TETHER_MAX_RUN_S" in message
+    monkeypatch.setenv("TETHER_MAX_RUN_S", "60")
+    assert load_settings().stream_retention_s == 60

@@ -12,10 +12,14 @@ from typing import TypeVar
 import pytest
 
 from tests.support.protocols import assert_conforms
+from tether import Agent, ModelResponse, ScriptedModel, SessionLogReader
 from tether.core.events import AgentEvent, EventType, TextPayload
 from tether.errors import ConflictError, FencedOut, InvalidId, InvalidInput
 from tether.keys import RedisKeys
+from tether.persistence.archives.memory import InMemoryEventArchive
 from tether.persistence.redis_conn import redis_from_url
+from tether.persistence.saving import save_session
+from tether.persistence.stores.memory import InMemorySnapshotStore
 from tether.persistence.streams import InMemoryEventStream, RedisEventStream
 from tether.persistence.streams.base import EventStream
 from tether.runs.leases import InMemoryLeaseManager, RedisLeaseManager
@@ -31,6 +35,7 @@ class Backend:
     stream: EventStream
     leases: LeaseManager
     make_stream: Callable[[int | None], EventStream]  # another stream (max_len) on the same data
+    make_retained: Callable[[int], EventStream]  # another one with retention_s, same data
 
 
 @pytest.fixture(params=["memory", "redis", "cluster"])
@@ -41,6 +46,7 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
             InMemoryEventStream(mem_leases),
             mem_leases,
             lambda n: InMemoryEventStream(mem_leases, max_len=n),
+            lambda s: InMemoryEventStream(mem_leases, retention_s=s),
         )
         return
     url_fixture = "cluster_url" if request.param == "cluster" else "redis_url"
@@ -51,6 +57,7 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
             RedisEventStream(client, keys=keys),
             RedisLeaseManager(client, keys=keys),
             lambda n: RedisEventStream(client, keys=keys, max_len=n),
+            lambda s: RedisEventStream(client, keys=keys, retention_s=s),
         )
     finally:
         client.close()
@@ -295,6 +302,84 @@ def test_retention_bound(backend: Backend) -> None:
     assert 10 <= len(kept) < 300  # Redis trims approximately (whole stream nodes)
     assert seqs(kept)[-10:] == list(range(291, 301))
     assert seqs(kept) == list(range(301 - len(kept), 301))
+
+
+#: The time-based retention of the tests below: short, so they sleep little, and long enough
+#: that the "still fresh" entries survive a scheduling stall of a busy machine (0.7 s margin).
+RETENTION_S = 2
+
+
+def test_time_retention_drops_older_entries_on_the_next_append(backend: Backend) -> None:
+    stream = backend.make_retained(RETENTION_S)
+    stream.append(T, S, evs(1, 3, "a"), 1)
+    time.sleep(1.0)
+    stream.append(T, S, evs(4, 6, "b"), 1)
+    time.sleep(RETENTION_S - 0.7)  # a1..a3 are now older than the retention, b4..b6 are not
+    # Nothing goes by itself while the stream is in use: trimming is done by appends.
+    assert texts(stream.read(T, S)) == ["a1", "a2", "a3", "b4", "b5", "b6"]
+    assert stream.append(T, S, evs(7, 7, "c"), 1) == 7
+    assert texts(stream.read(T, S)) == ["b4", "b5", "b6", "c7"]
+    # The position is the meta's, not the stream's: retries and gaps are judged as before.
+    assert stream.append(T, S, [], 1) == 7
+    assert stream.append(T, S, evs(6, 7, "x"), 1) == 7
+    with pytest.raises(ConflictError, match="next seq must be 8"):
+        stream.append(T, S, evs(9, 9), 1)
+    assert texts(stream.read(T, S)) == ["b4", "b5", "b6", "c7"]
+
+
+def test_time_retention_expires_an_idle_stream_but_not_its_position(backend: Backend) -> None:
+    stream = backend.make_retained(1)
+    stream.append(T, S, evs(1, 5), 1)
+    time.sleep(1.3)
+    assert stream.read(T, S) == []
+    assert list(stream.tail(T, S, after_seq=0, idle_timeout_s=0)) == []
+    with pytest.raises(ConflictError, match="next seq must be 6"):
+        stream.append(T, S, evs(7, 7), 1)
+    assert stream.append(T, S, evs(6, 6), 1) == 6
+    assert seqs(stream.read(T, S)) == [6]
+    # A consumer still at seq 2 gets the live suffix; the jump from 2 to 6 is its cue to read
+    # the committed events from the head and the archive (see the reader test below).
+    assert seqs(list(stream.tail(T, S, after_seq=2, idle_timeout_s=0))) == [6]
+    with pytest.raises(InvalidInput, match="retention_s"):
+        backend.make_retained(0)
+
+
+def test_time_retention_never_resurrects_abandoned_events(backend: Backend) -> None:
+    stream = backend.make_retained(1)
+    stream.append(T, S, evs(1, 10, "a"), 1)
+    time.sleep(1.3)
+    # A newer writer rewinds to seq 5: a1..a10 are all stale, and a7..a10 must not come back.
+    assert stream.append(T, S, evs(5, 6, "b"), 2) == 6
+    assert texts(stream.read(T, S)) == ["b5", "b6"]
+    with pytest.raises(FencedOut):
+        stream.append(T, S, evs(7, 7), 1)
+
+
+def test_reader_gets_committed_events_of_a_time_trimmed_stream(backend: Backend) -> None:
+    """The live stream is only a copy: what retention drops, the reader finds in the archive."""
+    stream = backend.make_retained(1)
+    store, archive = InMemorySnapshotStore(), InMemoryEventArchive()
+    model = ScriptedModel(responder=lambda _request: ModelResponse.final("ok"))
+    agent = Agent(model, store=store, archive=archive)
+    session = agent.new_session(S, tenant=T)
+
+    def publish(event: AgentEvent) -> None:  # what a worker does with each event
+        stream.append(T, S, [event], 0)
+
+    session.add_listener(publish)
+    session.run("first")
+    save_session(session, store, archive, archive_batch_events=1)  # all of it in the archive
+    committed = list(session.events)
+    assert archive.read(T, S) == committed
+    time.sleep(1.3)
+    session.run("second")  # not committed: its events are only in the live stream
+    live = stream.read(T, S)
+    assert live and live[0].seq == committed[-1].seq + 1  # the first run's are gone from it
+    reader = SessionLogReader(store, archive, stream)
+    assert reader.events(S, tenant=T) == committed
+    assert reader.events(S, tenant=T, include_live=True) == committed + live
+    assert committed + live == session.events
+    assert list(stream.tail(T, S, after_seq=1, idle_timeout_s=0)) == live
 
 
 def test_tenant_isolation(backend: Backend) -> None:

@@ -25,6 +25,7 @@ from celery.signals import (
 from tether.core.results import RunStatus
 from tether.errors import InvalidInput, SessionBusy, TetherError, UnknownAgent
 from tether.ids import validate_id, validate_tenant
+from tether.runs.claim import Carried
 from tether.runs.contract import (
     DRAIN_TASK,
     RUN_TASK,
@@ -35,7 +36,7 @@ from tether.runs.contract import (
     parse_request,
 )
 from tether.runs.cycle import drain
-from tether.runs.queue.base import SubmitState, preempt_for, submit
+from tether.runs.queue.base import SubmitOutcome, SubmitState, preempt_for
 from tether.runs.runtime import Runtime, build_runtime
 from tether.worker.app import app
 from tether.worker.guardian import guard_for_this_process
@@ -94,20 +95,29 @@ def run_task(self: Any, request: Any = None) -> dict[str, Any]:
         # registered by its producer and queued: the drain fails it in queue order, at once (or
         # hands the session to the queue that knows the agent); refusing it here would leave it
         # queued until the sweeper's backlog patience ran out
-    outcome = submit(rt.runs, req, on=rt.settings.queue)
-    if outcome.state is SubmitState.TAKEN:
-        log.warning("dropping run message %s: that run id belongs to another request", req.run_id)
-        return {"run_id": req.run_id, "state": "dropped"}
-    if outcome.state is SubmitState.QUEUED:  # sent without a producer registering it first
-        preempt_for(rt.runs, req)
-    if outcome.state is SubmitState.BUSY:
-        busy = SessionBusy(
-            f"session {req.tenant}/{req.session_id} is busy and run {req.run_id} asked to be "
-            "rejected then (on_busy='reject'); retry later or use on_busy='enqueue'"
-        )
-        return _reject(rt, req, busy)
-    processed = drain(rt, req.tenant, req.session_id)
-    return {"run_id": outcome.run_id, "state": outcome.state.value, "processed": processed}
+    reply: dict[str, Any] = {}
+
+    def submitted(outcome: SubmitOutcome) -> None:
+        # the drain registered the request in the round trip that took the lease; whatever
+        # became of it, the session's queue is drained (a refused message refuses nothing else)
+        reply.update(run_id=outcome.run_id, state=outcome.state.value)
+        if outcome.state is SubmitState.TAKEN:
+            log.warning(
+                "dropping run message %s: that run id belongs to another request", req.run_id
+            )
+            reply.update(run_id=req.run_id, state="dropped")
+        elif outcome.state is SubmitState.QUEUED:  # sent without a producer registering it
+            preempt_for(rt.runs, req)
+        elif outcome.state is SubmitState.BUSY:
+            busy = SessionBusy(
+                f"session {req.tenant}/{req.session_id} is busy and run {req.run_id} asked to "
+                "be rejected then (on_busy='reject'); retry later or use on_busy='enqueue'"
+            )
+            reply.update(_reject(rt, req, busy))
+
+    carried = Carried(req, rt.settings.queue)
+    processed = drain(rt, req.tenant, req.session_id, carried=carried, on_submitted=submitted)
+    return {**reply, "processed": processed}
 
 
 @app.task(name=DRAIN_TASK, ignore_result=True, Strategy="tether.worker.strategy:guarded")

@@ -50,7 +50,9 @@ def open_backends(settings: Settings) -> Backends:
     """Connect to the deployment the settings name (no I/O until first use)."""
     client = redis_from_url(settings.effective_redis_url)
     keys = RedisKeys(settings.namespace)
-    stream = RedisEventStream(client, keys=keys, max_len=settings.stream_max_len)
+    stream = RedisEventStream(
+        client, keys=keys, max_len=settings.stream_max_len, retention_s=settings.stream_retention_s
+    )
     store, archive = open_storage(
         settings.store_url,
         endpoint_url=settings.s3_endpoint_url,

@@ -15,10 +15,12 @@ A run's events reach the live stream while it runs (fenced by the lease, see
 7. ``checkpoint_clear``: forget the run's step checkpoint, when it wrote one (a leftover is
    harmless: the next attempt finds the head moved past it and drops it).
 
-The drain then takes ``lease_release`` when the queue is empty. A crash between any two steps is
-recovered by the next lease holder: before ``head_put`` it reruns the request from the previous
-head (the dead attempt's stream events are superseded by a higher fence); after it, the request
-id is in the head's applied set, so the run is finished as recorded without running again.
+The drain then takes ``lease_release`` when the queue is empty (a drain lets ``finish`` release
+the lease in the same round trip when it leaves the queue empty: the step then only reports
+it). A crash between any two steps is recovered by the next lease holder: before ``head_put``
+it reruns the request from the previous head (the dead attempt's stream events are superseded
+by a higher fence); after it, the request id is in the head's applied set, so the run is
+finished as recorded without running again.
 
 A *probe* (:func:`install_probe`) is called before and after every step; tests use it to stop a
 worker at each step and check that recovery gives exactly-once effect.
@@ -48,7 +50,7 @@ from tether.persistence.streams.base import EventStream
 from tether.runs.checkpoints.base import CheckpointStore
 from tether.runs.contract import RunResult
 from tether.runs.leases.base import Lease
-from tether.runs.queue.base import SessionQueue
+from tether.runs.queue.base import IdleRelease, SessionQueue
 from tether.runtime.session import AgentSession
 
 log = logging.getLogger(__name__)
@@ -195,6 +197,11 @@ class Commit:
         self.finished = False
         #: After :meth:`finish`: the run id then at the head of the session's queue (None: empty).
         self.next_head: str | None = None
+        #: After :meth:`finish` with ``release_when_idle``: what releasing the lease did (None:
+        #: runs are queued, nothing was released).
+        self.released: IdleRelease | None = None
+        #: Release the lease in the finish step when it leaves the queue empty.
+        self.release_when_idle = False
 
     def _step(self, step: CommitStep, phase: Phase) -> None:
         probe(
@@ -264,7 +271,13 @@ class Commit:
     def finish(self, result: RunResult) -> None:
         """The ``finish`` step alone (also for runs that end without a commit)."""
         self._step(CommitStep.FINISH, "before")
-        self.next_head = self._target.queue.finish(result, reply_to=self._reply_to)
+        queue = self._target.queue
+        if self.release_when_idle:
+            self.next_head, self.released = queue.finish_and_release(
+                result, self._lease, reply_to=self._reply_to
+            )
+        else:
+            self.next_head = queue.finish(result, reply_to=self._reply_to)
         self.finished = True
         run_finished(result)
         self._step(CommitStep.FINISH, "after")

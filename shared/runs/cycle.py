@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -36,12 +37,13 @@ from tether.errors import (
 )
 from tether.observability import metrics
 from tether.observability.tracing import run_span, span
+from tether.runs.claim import Carried, Claim
 from tether.runs.commit import Commit, CommitTarget, StreamPublisher
 from tether.runs.contract import RunRef, RunRequest, RunResult
 from tether.runs.fencing import load_head
 from tether.runs.lease_keeper import LeaseKeeper
 from tether.runs.leases.base import Lease
-from tether.runs.queue.base import IdleRelease, RunView, StopMode
+from tether.runs.queue.base import IdleRelease, RunView, StopMode, SubmitOutcome
 from tether.runs.records import (
     applied_record,
     interrupted_record,
@@ -49,7 +51,7 @@ from tether.runs.records import (
     result_from_record,
     rolled_back_record,
 )
-from tether.runs.resume import Checkpointer, Resumed, resume_point
+from tether.runs.resume import ASK, Checkpointer, Resumed, resume_point
 from tether.runs.runtime import Runtime
 from tether.runtime.agent import Agent
 from tether.runtime.session import AgentSession
@@ -89,6 +91,15 @@ class _Drain:
     resumed: Resumed | None = None
     """Set when the session was rebuilt at the next run's last checkpoint."""
     last_commit: Commit | None = None
+    claimed: Claim | None = None
+    """The claim that took the lease, until its head run is taken up (once)."""
+    checkpoint: object = ASK
+    """The checkpoint the claim read for the run being applied (ASK: read it when needed)."""
+    finish_released: IdleRelease | None = None
+    """What the last run's finish did to the lease when it emptied the queue."""
+    stop_checked: bool = False
+    """The claim began the run being applied, so it just saw no stop request: the run's first
+    step boundary need not ask again (a stop asked after the claim is seen at the next one)."""
 
     def __post_init__(self) -> None:
         self.publisher = StreamPublisher(
@@ -97,15 +108,41 @@ class _Drain:
 
     def commit(self, run_id: str | None, reply_to: str | None = None) -> Commit:
         self.last_commit = Commit(self.target, self.lease, run_id, reply_to)
+        # the finish that empties the queue also frees the lease: one round trip, not two
+        self.last_commit.release_when_idle = run_id is not None
         return self.last_commit
 
     def next_run(self) -> str | None:
-        """The run id at the head of the session's queue: what the last ``finish`` answered
-        (no read), else one read of the queue."""
+        """The run id at the head of the session's queue: what the claim or the last ``finish``
+        answered (no read), else one read of the queue."""
+        self.finish_released = None
+        if self.claimed is not None:
+            return self.claimed.head
         last, self.last_commit = self.last_commit, None
         if last is not None and last.finished:
+            self.finish_released = last.released
             return last.next_head
         return self.rt.runs.head(self.lease.tenant, self.lease.session_id)
+
+    def release_if_idle(self) -> IdleRelease:
+        """Release the lease when the queue is empty: what the last finish did, when it did."""
+        if self.finish_released is not None:
+            return self.finish_released
+        return self.rt.runs.release_if_idle(self.lease)
+
+    def take_claim(self, run_id: str) -> Claim | None:
+        """The claim, once, when ``run_id`` is the run it read (and maybe began)."""
+        claim, self.claimed = self.claimed, None
+        if claim is None or claim.head != run_id:
+            return None
+        self.checkpoint = claim.checkpoint
+        return claim
+
+    def undo_claim(self) -> None:
+        """Hand back the attempt the claim counted for a run this drain will not apply."""
+        claim, self.claimed = self.claimed, None
+        if claim is not None and claim.begun and claim.head is not None:
+            self.rt.runs.hand_back(RunRef(self.lease.tenant, self.lease.session_id, claim.head))
 
     def committed_between(self, after_seq: int, before_seq: int) -> list[AgentEvent]:
         """Committed events with ``after_seq < seq < before_seq``: from the held session's log
@@ -120,10 +157,26 @@ class _Drain:
         return [found[seq] for seq in sorted(found)]
 
 
-def drain(rt: Runtime, tenant: str, session_id: str) -> int:
-    """Apply the session's queued runs; return how many were finished (0 when the lease is busy)."""
+def drain(
+    rt: Runtime,
+    tenant: str,
+    session_id: str,
+    *,
+    carried: Carried | None = None,
+    on_submitted: Callable[[SubmitOutcome], None] | None = None,
+) -> int:
+    """Apply the session's queued runs; return how many were finished (0 when the lease is busy).
+
+    ``carried``: the request of the message that asked for this drain, registered (idempotently)
+    in the same round trip that takes the lease; ``on_submitted`` hears how that went.
+    """
     ttl_ms = rt.settings.lease_ttl_ms
-    lease = rt.leases.acquire(tenant, session_id, rt.worker_id, ttl_ms)
+    claim = rt.claims().claim(
+        tenant, session_id, owner=rt.worker_id, ttl_ms=ttl_ms, carried=carried
+    )
+    if claim.submitted is not None and on_submitted is not None:
+        on_submitted(claim.submitted)
+    lease = claim.lease
     if lease is None:
         return 0
     metrics.lease_granted(lease.takeover)
@@ -137,7 +190,7 @@ def drain(rt: Runtime, tenant: str, session_id: str) -> int:
         rt.checkpoints,
         rt.archive_batch_events,
     )
-    d = _Drain(rt, lease, keeper, target)
+    d = _Drain(rt, lease, keeper, target, claimed=claim)
     released = hand_over = False
     try:
         released, hand_over = _drain_queue(d)
@@ -156,15 +209,16 @@ def drain(rt: Runtime, tenant: str, session_id: str) -> int:
 
 def _drain_queue(d: _Drain) -> tuple[bool, bool]:
     """Apply queued runs until the queue is empty; return (lease released, hand over)."""
-    rt, lease = d.rt, d.lease
+    rt = d.rt
     started = time.monotonic()
     while not d.keeper.lost:
         run_id = d.next_run()
         if run_id is None:
-            if d.commit(None).release(lambda: rt.runs.release_if_idle(lease)) != IdleRelease.BUSY:
+            if d.commit(None).release(d.release_if_idle) != IdleRelease.BUSY:
                 return True, False  # released, or lost: either way not ours to release
             continue
         if time.monotonic() - started > DRAIN_BUDGET_S or rt.draining():
+            d.undo_claim()  # its attempt does not count: the next holder starts it
             return False, True
         outcome = _apply_one(d, run_id)
         if outcome is not Outcome.DONE:
@@ -176,7 +230,9 @@ def _drain_queue(d: _Drain) -> tuple[bool, bool]:
 def _apply_one(d: _Drain, run_id: str) -> Outcome:
     rt = d.rt
     ref = RunRef(d.lease.tenant, d.lease.session_id, run_id)
-    view = rt.runs.get(ref)
+    d.checkpoint = ASK
+    claim = d.take_claim(run_id)
+    view = claim.view if claim is not None else rt.runs.get(ref)
     if view is None or view.request is None:
         log.warning("dropping queued run %s without a record", run_id)
         rt.runs.drop(d.lease.tenant, d.lease.session_id, run_id)
@@ -196,11 +252,17 @@ def _apply_one(d: _Drain, run_id: str) -> Outcome:
         if view.queue and view.queue != rt.settings.queue:
             # submitted to another queue, whose workers know this agent: hand the session over
             log.info("run %s is for queue %s; handing the session over", run_id, view.queue)
+            if claim is not None and claim.begun:
+                rt.runs.hand_back(ref)  # the claim began it; those workers start it afresh
             return Outcome.HANDOVER
         failed = RunResult.failure(request, RunStatus.FAILED, exc.error_type, str(exc))
         d.commit(run_id, reply_to).finish(failed)
         return Outcome.DONE
-    attempts = rt.runs.begin(ref, rt.worker_id)
+    d.stop_checked = claim is not None and claim.begun
+    if claim is not None and (claim.begun or claim.cancelled):
+        attempts = claim.attempts  # the claim began it (or found it cancelled) already
+    else:
+        attempts = rt.runs.begin(ref, rt.worker_id)
     if attempts is None:  # cancelled while queued: it never starts
         cancelled = RunResult.failure(
             request, RunStatus.CANCELLED, "RunCancelled", "cancelled before it started"
@@ -324,7 +386,7 @@ def _execute(d: _Drain, session: AgentSession, request: RunRequest, agent: Agent
     )
     d.checkpointer = checkpointer
 
-    stops = _Stops(d, request, checkpointer)
+    stops = _Stops(d, request, checkpointer, asked=d.stop_checked and resumed is None)
     timeout_s = min(request.timeout_s or d.rt.settings.max_run_s, d.rt.settings.max_run_s)
     d.rt.guard.watch(d.lease, request.run_id, time.time() + timeout_s)
     try:
@@ -369,6 +431,8 @@ class _Stops:
     d: _Drain
     request: RunRequest
     checkpointer: Checkpointer | None
+    asked: bool = False
+    """The stop flag was read moments ago (by the claim): the first boundary skips the read."""
 
     def lost(self) -> bool:
         d, checkpointer = self.d, self.checkpointer
@@ -387,6 +451,9 @@ class _Stops:
             raise RunHandedBack(
                 f"run {request.run_id} handed back: worker {self.d.rt.worker_id} is shutting down"
             )
+        if self.asked:
+            self.asked = False
+            return False
         mode = self.d.rt.runs.stop_mode(request.ref)
         if mode is StopMode.INTERRUPT:
             raise RunInterrupted(
@@ -413,7 +480,7 @@ def _session_for(d: _Drain, request: RunRequest, agent: Agent) -> AgentSession:
             stored = load_head(d.rt, d.lease, agent, request)
         d.loaded = True
         d.base_seq = stored.snapshot.last_seq if stored is not None else 0
-        d.resumed = resume_point(d.rt, agent, request, stored)
+        d.resumed = resume_point(d.rt, agent, request, stored, checkpoint=d.checkpoint)
         if d.resumed is not None:
             session = d.resumed.session
             session.add_listener(d.publisher)  # replayed events were published when they happened

@@ -41,12 +41,27 @@ class Resumed:
     """Memory before the run (what a failed or cancelled run rolls back to)."""
 
 
+#: ``resume_point(checkpoint=ASK)``: read the run's checkpoint from the store.
+ASK = object()
+
+
 def resume_point(
-    rt: Runtime, agent: Agent, request: RunRequest, stored: StoredSnapshot | None
+    rt: Runtime,
+    agent: Agent,
+    request: RunRequest,
+    stored: StoredSnapshot | None,
+    *,
+    checkpoint: Checkpoint | object | None = ASK,
 ) -> Resumed | None:
-    """The session at ``request``'s last checkpoint on top of ``stored``, or None."""
+    """The session at ``request``'s last checkpoint on top of ``stored``, or None.
+
+    ``checkpoint`` is the run's newest checkpoint when the caller already read it (the claim
+    does), else it is read here.
+    """
     t, s = request.tenant, request.session_id
-    checkpoint = rt.checkpoints.load(t, s, request.run_id)
+    if checkpoint is ASK:
+        checkpoint = rt.checkpoints.load(t, s, request.run_id)
+    assert checkpoint is None or isinstance(checkpoint, Checkpoint)
     if checkpoint is None:
         return None
     base_seq = stored.snapshot.last_seq if stored is not None else 0

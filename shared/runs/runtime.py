@@ -22,6 +22,8 @@ from tether.persistence.streams.base import EventStream
 from tether.persistence.streams.redis import RedisEventStream
 from tether.runs.checkpoints.base import CheckpointStore
 from tether.runs.checkpoints.redis import RedisCheckpointStore
+from tether.runs.claim import Claimer, SequentialClaimer
+from tether.runs.claim_redis import RedisClaimer
 from tether.runs.guard import NoGuard, RunGuard
 from tether.runs.leases.base import LeaseManager
 from tether.runs.leases.redis import RedisLeaseManager
@@ -55,6 +57,15 @@ class Runtime:
     guard: RunGuard = field(default_factory=NoGuard)
     """Tells a guardian outside this process which lease to keep alive and when to give up on
     the run (see :mod:`tether.runs.guard`); a no-op by default."""
+    claimer: Claimer | None = None
+    """Claim-and-begin in one round trip (:mod:`tether.runs.claim`); None: the same steps as
+    separate calls on ``runs``, ``leases`` and ``checkpoints``."""
+
+    def claims(self) -> Claimer:
+        """The claimer of this runtime (see :attr:`claimer`)."""
+        if self.claimer is None:  # built per call: tests swap seams on a runtime
+            return SequentialClaimer(self.runs, self.leases, self.checkpoints)
+        return self.claimer
 
 
 def default_worker_id() -> str:
@@ -76,12 +87,18 @@ def build_runtime(
         sse=settings.s3_sse,
         sse_kms_key_id=settings.s3_kms_key_id,
     )
+    runs = RedisRunQueue(client, keys, result_ttl_s=settings.result_ttl_s)
     return Runtime(
         settings=settings,
-        runs=RedisRunQueue(client, keys, result_ttl_s=settings.result_ttl_s),
+        runs=runs,
         store=store,
         archive=archive,
-        stream=RedisEventStream(client, keys=keys, max_len=settings.stream_max_len),
+        stream=RedisEventStream(
+            client,
+            keys=keys,
+            max_len=settings.stream_max_len,
+            retention_s=settings.stream_retention_s,
+        ),
         leases=RedisLeaseManager(client, keys=keys),
         checkpoints=RedisCheckpointStore(client, keys, ttl_s=settings.result_ttl_s),
         registry=AgentRegistry.default(settings.agent_modules),
@@ -89,4 +106,5 @@ def build_runtime(
         archive_hint=RedisArchiveHint(client, keys, ttl_s=settings.result_ttl_s),
         wake=wake,
         archive_batch_events=settings.archive_batch_events,
+        claimer=RedisClaimer(client, keys, runs),
     )

@@ -13,7 +13,10 @@ rewritten yet), and for each ``seq`` the newest entry wins. The view is always c
 last ``seq`` equals the stream meta's ``last_seq``.
 
 Trims only ever drop a *prefix* of the log (the oldest entries), which never makes a superseded
-entry visible again, because superseding entries are always later in the log.
+entry visible again, because superseding entries are always later in the log. That holds for the
+retentions applied on append too (``max_len``, and ``retention_s``: entries appended longer ago
+than that are dropped before the batch is added, and a log without appends for that long is
+emptied), since entries are appended in time order.
 """
 
 from __future__ import annotations
@@ -109,6 +112,16 @@ def validate_max_len(max_len: int | None) -> None:
     """A retention bound is None or ``>= 1``."""
     if max_len is not None and (isinstance(max_len, bool) or max_len < 1):
         raise InvalidInput(f"max_len {max_len!r} is not allowed; pass None or an int >= 1")
+
+
+def validate_retention(retention_s: int | None) -> None:
+    """A time-based retention is None or a whole number of seconds ``>= 1``."""
+    if retention_s is not None and (
+        isinstance(retention_s, bool) or not isinstance(retention_s, int) or retention_s < 1
+    ):
+        raise InvalidInput(
+            f"retention_s {retention_s!r} is not allowed; pass None or an int >= 1 (seconds)"
+        )
 
 
 def fenced_out(tenant: str, session_id: str, fence: int, current: int) -> FencedOut:

@@ -6,6 +6,10 @@ an :class:`~tether.runs.leases.memory.InMemoryLeaseManager`); appends then compa
 current
 fence, exactly like the Redis append script reads the fence counter. Without one, only the fence
 of the last append is enforced.
+
+Retention works as in Redis: ``max_len`` on every append, and ``retention_s`` drops the entries
+appended longer ago than that before a batch is added, and empties a log nobody appended to for
+that long (the Redis stream's TTL); ``last_seq`` and ``last_fence`` stay either way.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from tether.persistence.streams._common import (
     validate_fence,
     validate_max_len,
     validate_read_args,
+    validate_retention,
     validate_session,
     validate_tail_args,
     validate_trim_args,
@@ -49,8 +54,16 @@ class FenceSource(Protocol):
 @dataclass
 class _Log:
     entries: list[_MemEntry] = field(default_factory=list)
+    added_s: list[float] = field(default_factory=list)  # time.monotonic() of each entry's append
     last_seq: int | None = None  # None: never appended to (no history)
     last_fence: int = 0
+
+    def drop_oldest(self, count: int) -> None:
+        del self.entries[:count]
+        del self.added_s[:count]
+
+    def drop_appended_before(self, cutoff_s: float) -> None:
+        self.drop_oldest(bisect.bisect_left(self.added_s, cutoff_s))
 
 
 class InMemoryEventStream:
@@ -59,12 +72,21 @@ class InMemoryEventStream:
     Args:
         leases: the lease manager whose fences the appends must respect (optional).
         max_len: keep about this many newest entries per session (None = unbounded).
+        retention_s: drop entries appended longer ago than this many seconds (None = keep).
     """
 
-    def __init__(self, leases: FenceSource | None = None, *, max_len: int | None = None) -> None:
+    def __init__(
+        self,
+        leases: FenceSource | None = None,
+        *,
+        max_len: int | None = None,
+        retention_s: int | None = None,
+    ) -> None:
         validate_max_len(max_len)
+        validate_retention(retention_s)
         self._leases = leases
         self._max_len = max_len
+        self._retention_s = retention_s
         self._logs: dict[tuple[str, str], _Log] = {}
         self._next_id = 1  # entry ids increase across all sessions, like a stream's IDs
         self._cond = threading.Condition()
@@ -97,13 +119,17 @@ class InMemoryEventStream:
             todo = events[skip:]
             if not todo:
                 return log.last_seq or 0
+            now_s = time.monotonic()
+            if self._retention_s is not None:
+                log.drop_appended_before(now_s - self._retention_s)
             for ev in todo:
                 log.entries.append(Entry(self._next_id, ev.seq, fence, ev))
+                log.added_s.append(now_s)
                 self._next_id += 1
             log.last_seq = todo[-1].seq
             log.last_fence = fence
             if self._max_len is not None and len(log.entries) > self._max_len:
-                del log.entries[: len(log.entries) - self._max_len]
+                log.drop_oldest(len(log.entries) - self._max_len)
             self._cond.notify_all()
             return log.last_seq
 
@@ -114,7 +140,7 @@ class InMemoryEventStream:
         validate_session(tenant, session_id)
         validate_read_args(after_seq, limit)
         with self._cond:
-            log = self._logs.get((tenant, session_id))
+            log = self._live((tenant, session_id))
             entries = [] if log is None else list(reversed(log.entries))
         kept, _top = view_suffix(entries, after_seq)
         events = [e.data for e in kept]
@@ -148,7 +174,7 @@ class InMemoryEventStream:
     ) -> Iterator[AgentEvent]:
         key = (tenant, session_id)
         with self._cond:
-            log = self._logs.get(key)
+            log = self._live(key)
             snapshot = [] if log is None else list(reversed(log.entries))
         kept, top, start_seq = tail_catch_up(snapshot, after_seq)
         cursor = TailCursor(start_seq, top)
@@ -175,6 +201,19 @@ class InMemoryEventStream:
                     yield entry.data
             idle_since = time.monotonic()
 
+    def _live(self, key: tuple[str, str]) -> _Log | None:
+        """The session's log, emptied first when nobody appended to it for the retention (what
+        the Redis stream's TTL does). Call with the lock held."""
+        log = self._logs.get(key)
+        if (
+            log is not None
+            and self._retention_s is not None
+            and log.added_s
+            and log.added_s[-1] < time.monotonic() - self._retention_s
+        ):
+            log.drop_oldest(len(log.entries))
+        return log
+
     def _entries_after(self, key: tuple[str, str], last_id: int) -> list[_MemEntry]:
         log = self._logs.get(key)
         if log is None:
@@ -195,7 +234,7 @@ class InMemoryEventStream:
         validate_session(tenant, session_id)
         validate_trim_args(max_len, min_seq)
         with self._cond:
-            log = self._logs.get((tenant, session_id))
+            log = self._live((tenant, session_id))
             if log is None or not log.entries:
                 return 0
             cut = 0
@@ -209,5 +248,5 @@ class InMemoryEventStream:
                     cut = max(cut, pos)
                 else:
                     cut = len(log.entries)
-            del log.entries[:cut]
+            log.drop_oldest(cut)
             return cut

@@ -18,6 +18,15 @@ Trims drop a prefix of the log: ``max_len`` with ``XTRIM MAXLEN``; ``min_seq`` w
 MINID`` at the entry ID of the first visible event whose ``seq >= min_seq`` (entries are appended
 in seq order within a fence, and rewinds only add later entries, so everything before that ID
 is either older events or superseded ones).
+
+Time-based retention (``retention_s``): entry IDs are the server's clock in ms (``*``), so the
+append script drops every entry older than ``now - retention_s`` with an exact ``XTRIM MINID``
+before it adds the batch (now from ``TIME`` inside the script: workers' clocks never matter),
+and sets the stream's TTL to the retention, so a session nobody appends to loses its whole live
+copy too. Only the stream goes: the meta hash keeps ``last_seq`` and ``last_fence``, so fencing
+and the sequence rules are unchanged. Like ``max_len``, this only shortens the *live* copy:
+committed events stay in the head and the archive (readers get them from there, see
+:class:`~tether.persistence.reader.SessionLogReader`).
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ from tether.persistence.streams._common import (
     validate_fence,
     validate_max_len,
     validate_read_args,
+    validate_retention,
     validate_session,
     validate_tail_args,
     validate_trim_args,
@@ -53,8 +63,9 @@ from tether.persistence.streams._common import (
 
 _RedisEntry = Entry[bytes, bytes]
 
-#: KEYS: stream, meta, fence counter. ARGV: fence, max_len (0 = unbounded), then seq/json pairs
-#: (seqs contiguous and ascending, checked by the caller). Returns {status, a, b}:
+#: KEYS: stream, meta, fence counter. ARGV: fence, max_len (0 = unbounded), retention_ms (0 =
+#: none), then seq/json pairs (seqs contiguous and ascending, checked by the caller). Returns
+#: {status, a, b}:
 #: {0, last_seq, written} | {1, current_fence, 0} (fenced out) | {2, last_seq, 0} (gap) |
 #: {3, current_fence, 0} (a fence newer than any grant: forged, refused).
 APPEND_SCRIPT = """
@@ -68,11 +79,11 @@ end
 if current > 0 and fence > current then
   return {3, current, 0}
 end
-local n = (#ARGV - 2) / 2
+local n = (#ARGV - 3) / 2
 local last_seq = 0
 if meta[1] then last_seq = tonumber(meta[1]) end
 if n == 0 then return {0, last_seq, 0} end
-local first = tonumber(ARGV[3])
+local first = tonumber(ARGV[4])
 local skip = 0
 if meta[1] then
   if first > last_seq + 1 then return {2, last_seq, 0} end
@@ -82,9 +93,19 @@ if meta[1] then
 end
 if skip >= n then return {0, last_seq, 0} end
 local max_len = tonumber(ARGV[2])
+local retention_ms = tonumber(ARGV[3])
+if retention_ms > 0 then
+  -- before the XADDs: a stream whose entries are all stale then loses whole nodes, and the
+  -- batch starts a fresh one. Exact (no '~'): what a reader sees is what the retention says.
+  local now = redis.call('TIME')
+  local cutoff_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) - retention_ms
+  if cutoff_ms > 0 then
+    redis.call('XTRIM', KEYS[1], 'MINID', string.format('%d', cutoff_ms))
+  end
+end
 for i = skip + 1, n do
-  local seq = ARGV[1 + 2 * i]
-  local body = ARGV[2 + 2 * i]
+  local seq = ARGV[2 + 2 * i]
+  local body = ARGV[3 + 2 * i]
   if max_len > 0 then
     redis.call('XADD', KEYS[1], 'MAXLEN', '~', max_len, '*',
                'seq', seq, 'fence', ARGV[1], 'event', body)
@@ -92,7 +113,11 @@ for i = skip + 1, n do
     redis.call('XADD', KEYS[1], '*', 'seq', seq, 'fence', ARGV[1], 'event', body)
   end
 end
-local new_last = ARGV[2 * n + 1]
+if retention_ms > 0 then
+  -- a session nobody appends to keeps no live copy past the retention (the meta stays)
+  redis.call('PEXPIRE', KEYS[1], retention_ms)
+end
+local new_last = ARGV[2 * n + 2]
 redis.call('HSET', KEYS[2], 'last_seq', new_last, 'last_fence', ARGV[1])
 return {0, tonumber(new_last), n - skip}
 """
@@ -118,6 +143,9 @@ class RedisEventStream:
         keys: the key schema (namespace); default prefix ``tether``.
         max_len: approximate per-session retention applied on every append (``XADD MAXLEN ~``);
             None keeps everything until :meth:`trim`.
+        retention_s: time-based retention applied on every append: entries older than this
+            many seconds are dropped (exactly), and a stream without appends for this long
+            expires (its meta stays); None keeps entries up to ``max_len`` only.
     """
 
     def __init__(
@@ -126,11 +154,14 @@ class RedisEventStream:
         *,
         keys: RedisKeys | None = None,
         max_len: int | None = None,
+        retention_s: int | None = None,
     ) -> None:
         validate_max_len(max_len)
+        validate_retention(retention_s)
         self._client = client
         self._keys = keys or RedisKeys()
         self._max_len = max_len
+        self._retention_ms = 0 if retention_s is None else retention_s * 1000
         self._where = describe_client(client)
         self._append_script = client.register_script(APPEND_SCRIPT)
         self._max_block_ms = max_block_ms(client)
@@ -152,7 +183,7 @@ class RedisEventStream:
         validate_batch(tenant, session_id, events)
         validate_fence(fence)
         keys = self._keys.session(tenant, session_id)
-        args: list[str | int] = [fence, self._max_len or 0]
+        args: list[str | int] = [fence, self._max_len or 0, self._retention_ms]
         for ev in events:
             args.append(ev.seq)
             args.append(dumps_event(ev))

@@ -18,16 +18,24 @@ from tether.persistence.redis_conn import describe_client, translate_errors
 from tether.runs.leases._common import validate_acquire, validate_ttl
 from tether.runs.leases.base import Lease
 
+#: ``acquire(lease, fence counter, released fence, owner, ttl_ms)``: {new fence, 1 when the
+#: previous grant expired unreleased}, or {0, 0} when held. Shared with the claim script
+#: (:mod:`tether.runs.claim_redis`).
+ACQUIRE_FUNCTION = """
+local function acquire(lease, counter, released, owner, ttl_ms)
+  if redis.call('EXISTS', lease) == 1 then return {0, 0} end
+  local last = redis.call('GET', counter)
+  local takeover = 0
+  if last and last ~= redis.call('GET', released) then takeover = 1 end
+  local fence = redis.call('INCR', counter)
+  redis.call('SET', lease, owner .. '|' .. fence, 'PX', ttl_ms)
+  return {fence, takeover}
+end
+"""
+
 #: KEYS: lease, fence counter, released fence. ARGV: owner, ttl_ms.
-#: Returns {new fence, 1 when the previous grant expired unreleased}, or {0, 0} when held.
-ACQUIRE_SCRIPT = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return {0, 0} end
-local last = redis.call('GET', KEYS[2])
-local takeover = 0
-if last and last ~= redis.call('GET', KEYS[3]) then takeover = 1 end
-local fence = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], ARGV[1] .. '|' .. fence, 'PX', ARGV[2])
-return {fence, takeover}
+ACQUIRE_SCRIPT = ACQUIRE_FUNCTION + """
+return acquire(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
 """
 
 #: KEYS: lease. ARGV: expected value, ttl_ms. Returns 1 when extended.

@@ -17,13 +17,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from tether.runs.contract import BusyPolicy, RunRef, RunRequest, RunResult
 from tether.runs.leases.base import Lease
 
 #: Completion feeds keep about this many newest entries.
 DONE_MAX_LEN = 100_000
+#: A producer's feed entry carries the run's result when its JSON is at most this long.
+FEED_RESULT_MAX_BYTES = 2048
 
 
 class SubmitState(StrEnum):
@@ -174,6 +176,13 @@ class SessionQueue(Protocol):
         on the namespace feed and, when given, on producer ``reply_to``'s own feed; the run id
         now at the head of the session's queue (None: empty), so the drain needs no read."""
 
+    def finish_and_release(
+        self, result: RunResult, lease: Lease, *, reply_to: str | None = None
+    ) -> tuple[str | None, IdleRelease | None]:
+        """:meth:`finish`, then, when that left the queue empty, :meth:`release_if_idle` in the
+        same step: ``(next head, None)`` while runs are queued, else ``(None, what the release
+        did)``. The drain's last run costs one round trip instead of two."""
+
     def drop(self, tenant: str, session_id: str, run_id: str) -> None:
         """Remove a run id from the session queue (an orphan without a record)."""
 
@@ -215,6 +224,15 @@ class Recovery(Protocol):
         """Drop the session from the active set when it has no queue and no lease."""
 
 
+class Completion(NamedTuple):
+    """One entry of a completion feed."""
+
+    position: bytes
+    ref: RunRef
+    result: RunResult | None
+    """The run's result when the entry carries it (else read it from the record)."""
+
+
 class Completions(Protocol):
     """The feeds of finished runs: one per producer (``feed`` = its id: the runs it submitted)
     for its listener, and the namespace's (``feed`` None: every run) for observers."""
@@ -227,6 +245,12 @@ class Completions(Protocol):
     ) -> list[tuple[bytes, RunRef]]:
         """``(position, run)`` of ``feed``'s completions after ``after_id`` (blocks up to
         ``block_ms``)."""
+
+    def read_completions(
+        self, after_id: bytes, block_ms: int, feed: str | None = None
+    ) -> list[Completion]:
+        """:meth:`read_done`, with the result of each run whose feed entry carries it (a
+        producer's feed carries small results: its listener then needs no read of the record)."""
 
     def close_feed(self, feed: str) -> None:
         """Drop a producer's feed (the producer is closing)."""

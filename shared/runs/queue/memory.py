@@ -18,7 +18,9 @@ from tether.runs.contract import BusyPolicy, RunRef, RunRequest, RunResult
 from tether.runs.leases.base import Lease, LeaseManager
 from tether.runs.queue.base import (
     DONE_MAX_LEN,
+    FEED_RESULT_MAX_BYTES,
     CancelOutcome,
+    Completion,
     IdleRelease,
     RunState,
     RunView,
@@ -204,6 +206,16 @@ class InMemoryRunQueue:
             self._announce(ref, reply_to)
             return pending[0] if pending else None
 
+    def finish_and_release(
+        self, result: RunResult, lease: Lease, *, reply_to: str | None = None
+    ) -> tuple[str | None, IdleRelease | None]:
+        """Finish the run, then release the lease when the queue is empty (one step)."""
+        with self._lock:  # reentrant: one step for anyone else
+            head = self.finish(result, reply_to=reply_to)
+            if head is not None:
+                return head, None
+            return None, self.release_if_idle(lease)
+
     def drop(self, tenant: str, session_id: str, run_id: str) -> None:
         """Remove a run id from the session queue."""
         with self._lock:
@@ -331,6 +343,18 @@ class InMemoryRunQueue:
             entries = self._state.done.get(feed)
             return f"{entries[-1][0]}-0".encode() if entries else b"0-0"
 
+    def read_completions(
+        self, after_id: bytes, block_ms: int, feed: str | None = None
+    ) -> list[Completion]:
+        """:meth:`read_done` with each run's result (a producer's feed carries it)."""
+        entries = self.read_done(after_id, block_ms, feed)
+        with self._lock:
+            runs = self._state.runs
+            return [
+                Completion(position, ref, _carried(runs.get(ref), feed))
+                for position, ref in entries
+            ]
+
     def read_done(
         self, after_id: bytes, block_ms: int, feed: str | None = None
     ) -> list[tuple[bytes, RunRef]]:
@@ -345,6 +369,14 @@ class InMemoryRunQueue:
                 if out or remaining <= 0:
                     return out
                 self._lock.wait(remaining)
+
+
+def _carried(view: RunView | None, feed: str | None) -> RunResult | None:
+    """The result a feed entry carries: a small one, on a producer's feed (as on Redis)."""
+    result = view.result if view is not None else None
+    if feed is None or result is None:
+        return None
+    return result if len(result.model_dump_json()) <= FEED_RESULT_MAX_BYTES else None
 
 
 def _finished_record(result: RunResult) -> RunView:

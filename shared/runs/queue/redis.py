@@ -12,6 +12,7 @@ beside the script, never inside it.
 from __future__ import annotations
 
 import contextlib
+import zlib
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -27,7 +28,9 @@ from tether.runs.contract import RunRef, RunRequest, RunResult
 from tether.runs.leases.base import Lease
 from tether.runs.queue.base import (
     DONE_MAX_LEN,
+    FEED_RESULT_MAX_BYTES,
     CancelOutcome,
+    Completion,
     IdleRelease,
     RunState,
     RunView,
@@ -36,25 +39,32 @@ from tether.runs.queue.base import (
     SubmitState,
 )
 
-#: KEYS: req index, run hash, pending.
-#: ARGV: run_id, request json, ttl_s, reject(0/1), tenant, session,
-#: request_id, submitted_at_ms, queue (the broker queue serving the run; '' when unknown).
-#: Returns {code, run_id}: 1 queued, 0 duplicate, 2 busy,
-#: 3 the run id is taken by another request (never re-queued: a finished run stays finished).
-SUBMIT_SCRIPT = """
-local existing = redis.call('GET', KEYS[1])
-if existing then return {0, existing} end
-if redis.call('EXISTS', KEYS[2]) == 1 then return {3, ARGV[1]} end
-if ARGV[4] == '1' and redis.call('LLEN', KEYS[3]) > 0 then
-  return {2, ARGV[1]}
+#: ``submit(req index, run hash, pending, a)`` with the arguments at ARGV[a+1] .. ARGV[a+9]:
+#: run_id, request json, ttl_s, reject(0/1), tenant, session, request_id, submitted_at_ms,
+#: queue (the broker queue serving the run; '' when unknown). Returns {code, run_id}: 1 queued,
+#: 0 duplicate, 2 busy, 3 the run id is taken by another request (never re-queued: a finished
+#: run stays finished). Shared with the claim script (:mod:`tether.runs.claim_redis`).
+SUBMIT_FUNCTION = """
+local function submit(req, run, pending, a)
+  local existing = redis.call('GET', req)
+  if existing then return {0, existing} end
+  if redis.call('EXISTS', run) == 1 then return {3, ARGV[a + 1]} end
+  if ARGV[a + 4] == '1' and redis.call('LLEN', pending) > 0 then
+    return {2, ARGV[a + 1]}
+  end
+  redis.call('SET', req, ARGV[a + 1], 'EX', ARGV[a + 3])
+  redis.call('HSET', run, 'status', 'QUEUED', 'request', ARGV[a + 2], 'tenant', ARGV[a + 5],
+    'session_id', ARGV[a + 6], 'request_id', ARGV[a + 7], 'submitted_at_ms', ARGV[a + 8])
+  if ARGV[a + 9] ~= '' then redis.call('HSET', run, 'queue', ARGV[a + 9]) end
+  redis.call('EXPIRE', run, ARGV[a + 3])
+  redis.call('RPUSH', pending, ARGV[a + 1])
+  return {1, ARGV[a + 1]}
 end
-redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[3])
-redis.call('HSET', KEYS[2], 'status', 'QUEUED', 'request', ARGV[2], 'tenant', ARGV[5],
-  'session_id', ARGV[6], 'request_id', ARGV[7], 'submitted_at_ms', ARGV[8])
-if ARGV[9] ~= '' then redis.call('HSET', KEYS[2], 'queue', ARGV[9]) end
-redis.call('EXPIRE', KEYS[2], ARGV[3])
-redis.call('RPUSH', KEYS[3], ARGV[1])
-return {1, ARGV[1]}
+"""
+
+#: KEYS: req index, run hash, pending. ARGV: as SUBMIT_FUNCTION's (from ARGV[1]).
+SUBMIT_SCRIPT = SUBMIT_FUNCTION + """
+return submit(KEYS[1], KEYS[2], KEYS[3], 0)
 """
 
 #: KEYS: run hash. ARGV: status, result json, tenant, session, request_id, ttl_s.
@@ -100,10 +110,10 @@ if status == 'QUEUED' then return 'cancelled' end
 return 'requested'
 """
 
-#: KEYS: run hash, pending, attempts.
-#: ARGV: run_id, status, result json, ttl_s, tenant, session, request_id (a record that expired
-#: is re-created whole). Returns the run id now at the head of the queue (nil when empty).
-FINISH_SCRIPT = """
+#: The finish of a run: record the result, pop the run (KEYS: run hash, pending, attempts;
+#: ARGV: run_id, status, result json, ttl_s, tenant, session, request_id: a record that expired
+#: is re-created whole).
+_FINISH_BODY = """
 redis.call('HSET', KEYS[1], 'status', ARGV[2], 'result', ARGV[3], 'tenant', ARGV[5],
   'session_id', ARGV[6], 'request_id', ARGV[7])
 redis.call('EXPIRE', KEYS[1], ARGV[4])
@@ -113,7 +123,23 @@ else
   redis.call('LREM', KEYS[2], 1, ARGV[1])
 end
 redis.call('DEL', KEYS[3])
+"""
+
+#: KEYS and ARGV: as _FINISH_BODY. Returns the run id now at the head of the queue (nil: empty).
+FINISH_SCRIPT = _FINISH_BODY + """
 return redis.call('LINDEX', KEYS[2], 0)
+"""
+
+#: _FINISH_BODY, then, when the queue is left empty, RELEASE_IF_IDLE_SCRIPT's release.
+#: KEYS: as _FINISH_BODY, then lease, released fence. ARGV: as _FINISH_BODY, then lease value,
+#: fence. Returns {next head or false, 1 released | -1 lease not ours | 0 runs queued}.
+FINISH_RELEASE_SCRIPT = _FINISH_BODY + """
+local head = redis.call('LINDEX', KEYS[2], 0)
+if head then return {head, 0} end
+if redis.call('GET', KEYS[4]) ~= ARGV[8] then return {false, -1} end
+redis.call('SET', KEYS[5], ARGV[9])
+redis.call('DEL', KEYS[4])
+return {false, 1}
 """
 
 #: KEYS: lease, pending, released fence. ARGV: lease value, fence.
@@ -126,7 +152,7 @@ redis.call('DEL', KEYS[1])
 return 1
 """
 
-_SUBMIT_STATES = {
+SUBMIT_STATES = {
     1: SubmitState.QUEUED,
     0: SubmitState.DUPLICATE,
     2: SubmitState.BUSY,
@@ -211,21 +237,52 @@ def done_fields(result: RunResult) -> dict[Any, Any]:
     }
 
 
+def carried_result(fields: dict[bytes, bytes]) -> RunResult | None:
+    """The result a feed entry carries (None: read the record)."""
+    raw = fields.get(b"result")
+    if raw is None:
+        return None
+    try:
+        return RunResult.model_validate_json(raw)
+    except ValueError:  # a newer writer's format: the record answers instead
+        return None
+
+
+#: One announcement in this many also trims the feeds of entries older than the result TTL.
+FEED_TRIM_EVERY = 16
+
+
 def announce(pipe: Any, k: RedisKeys, result: RunResult, reply_to: str | None, ttl_s: int) -> None:
     """Queue on ``pipe`` the announcements of ``result``: the namespace feed, and the producer's
-    own feed (which expires when its producer is gone: nobody reads it then)."""
+    own feed (which expires when its producer is gone: nobody reads it then).
+
+    Feeds keep at most :data:`DONE_MAX_LEN` entries, and none much older than the run records
+    they point to (``ttl_s``): an entry whose record expired announces nothing a reader can
+    use. The age trim rides on one announcement in :data:`FEED_TRIM_EVERY` (chosen by run id;
+    entry ids are milliseconds, so ``XTRIM MINID`` cuts by age), so memory follows the
+    completion rate over the TTL, not the total number of runs, at a sixteenth of a command
+    per run.
+    """
     fields = done_fields(result)
-    pipe.xadd(k.done(), fields, maxlen=DONE_MAX_LEN, approximate=True)
+    entries = [(k.done(), fields)]
     if reply_to is not None:
-        feed = k.producer_done(k.feed(result.tenant, reply_to))
-        pipe.xadd(feed, fields, maxlen=DONE_MAX_LEN, approximate=True)
-        pipe.expire(feed, ttl_s)
+        # the producer's feed carries a small result, so its listener reads no record
+        raw = result.model_dump_json()
+        mine = {**fields, "result": raw} if len(raw) <= FEED_RESULT_MAX_BYTES else fields
+        entries.append((k.producer_done(k.feed(result.tenant, reply_to)), mine))
+    trim = zlib.crc32(result.run_id.encode()) % FEED_TRIM_EVERY == 0  # run ids are random
+    for feed, entry in entries:
+        pipe.xadd(feed, entry, maxlen=DONE_MAX_LEN, approximate=True)
+        if trim:
+            pipe.xtrim(feed, minid=f"{now_ms() - ttl_s * 1000}-0", approximate=True)
+    if reply_to is not None:
+        pipe.expire(entries[-1][0], ttl_s)
 
 
 def submit_outcomes(replies: Sequence[Any]) -> list[SubmitOutcome]:
     """The outcomes of a submit pipeline (script, index SET, active ZADD per request)."""
     return [
-        SubmitOutcome(_text(run_id), _SUBMIT_STATES[int(code)]) for code, run_id in replies[::3]
+        SubmitOutcome(_text(run_id), SUBMIT_STATES[int(code)]) for code, run_id in replies[::3]
     ]
 
 
@@ -273,6 +330,7 @@ class RedisRunQueue:
         self._where = describe_client(client)
         self._submit = client.register_script(SUBMIT_SCRIPT)
         self._finish = client.register_script(FINISH_SCRIPT)
+        self._finish_release = client.register_script(FINISH_RELEASE_SCRIPT)
         self._release_if_idle = client.register_script(RELEASE_IF_IDLE_SCRIPT)
         self._record_rejected = client.register_script(RECORD_REJECTED_SCRIPT)
         self._begin = client.register_script(BEGIN_SCRIPT)
@@ -420,6 +478,48 @@ class RedisRunQueue:
         with translate_errors(self._where):
             next_head = run_pipeline(self.client, [self._finish], fill)[0]
         return _text(next_head) if next_head is not None else None
+
+    def finish_and_release(
+        self, result: RunResult, lease: Lease, *, reply_to: str | None = None
+    ) -> tuple[str | None, IdleRelease | None]:
+        """:meth:`finish` and, when the queue is left empty, the lease's release, in one script
+        and one round trip (then the active-index exit, as :meth:`release_if_idle` does)."""
+        k = self.keys
+        t, s = result.tenant, result.session_id
+        if (lease.tenant, lease.session_id) != (t, s):
+            raise ValueError("the lease must be the finished run's session's")
+        keys = [
+            k.run(t, s, result.run_id),
+            k.pending(t, s),
+            k.attempts(t, s, result.run_id),
+            k.lease(t, s),
+            k.released(t, s),
+        ]
+        args = [
+            result.run_id,
+            result.status.value,
+            result.model_dump_json(),
+            self.result_ttl_s,
+            t,
+            s,
+            result.request_id,
+            f"{lease.owner}|{lease.fence}",
+            lease.fence,
+        ]
+
+        def fill(pipe: Any) -> None:
+            queue_script(pipe, self._finish_release, keys, args)
+            pipe.zadd(k.active(t, s), {k.active_member(t, s): now_ms()})
+            announce(pipe, k, result, reply_to, self.result_ttl_s)
+
+        with translate_errors(self._where):
+            head, code = run_pipeline(self.client, [self._finish_release], fill)[0]
+            if head is not None:
+                return _text(head), None
+            outcome = _IDLE_RELEASE[int(code)]
+            if outcome is IdleRelease.RELEASED:
+                self._leave_active(t, s)
+        return None, outcome
 
     # --- the session queue -------------------------------------------------------------------
 
@@ -574,6 +674,21 @@ class RedisRunQueue:
             for _key, entries in reply or []
             for entry_id, fields in entries
         ]
+
+    def read_completions(
+        self, after_id: bytes, block_ms: int, feed: str | None = None
+    ) -> list[Completion]:
+        """:meth:`read_done`, with the result each entry carries (a producer's feed's small
+        results)."""
+        with translate_errors(self._where):
+            streams: dict[Any, Any] = {self.keys.feed_stream(feed): after_id}
+            reply = cast(Any, self.client.xread(streams, block=block_ms, count=1000))
+        out = []
+        for _key, entries in reply or []:
+            for entry_id, fields in entries:
+                position, ref = done_entry(entry_id, fields)
+                out.append(Completion(position, ref, carried_result(fields)))
+        return out
 
     def close_feed(self, feed: str) -> None:
         """Drop a producer's feed (the producer is closing)."""

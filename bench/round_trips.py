@@ -1,0 +1,191 @@
+"""Round trips and commands a run costs Tether's own code, counted where they are sent.
+
+``MONITOR`` (:mod:`bench.counting`) sees every command but not how they were batched: a pipeline
+of five commands is one round trip. Here redis-py itself is counted in this process: every
+``send_packed_command`` is one round trip (a command or a whole pipeline written at once), and
+every packed command is one command. The worker's side is measured on an in-process runtime
+built exactly as a Celery worker builds it (:func:`tether.runs.runtime.build_runtime`: the
+one-script claimer, the Redis queue, stream and leases), driving the calls the ``tether.run``
+task makes for each message (:func:`tether.runs.cycle.drain` with the carried request).
+
+    python -m bench.round_trips            # 100 sequential 1-step runs on a private stack
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.connection import AbstractConnection
+
+from bench.private_stack import private_redis_and_s3, production_runtime
+from tether.ids import new_id
+from tether.runs.claim import Carried
+from tether.runs.contract import RunRequest
+from tether.runs.cycle import drain
+from tether.runs.queue.base import submit
+
+
+@dataclass
+class Tally:
+    """Round trips and commands counted while :func:`counting` was active (one thread's)."""
+
+    round_trips: int = 0
+    commands: int = 0
+    names: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class _State:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    tallies: dict[str, Tally] = field(default_factory=dict)
+    active: bool = False
+    marker: bytes = b"tether:"
+    """Only commands naming a key of this namespace count (the broker's have their own)."""
+
+
+_state = _State()
+_installed = False
+
+
+def _tally() -> Tally:
+    name = threading.current_thread().name
+    with _state.lock:
+        return _state.tallies.setdefault(name, Tally())
+
+
+def _ours(args: tuple[Any, ...]) -> bool:
+    marker = _state.marker
+    return any(marker in (a if isinstance(a, bytes) else str(a).encode()) for a in args[1:])
+
+
+def _note(args: tuple[Any, ...]) -> None:
+    if not _ours(args):
+        return
+    tally = _tally()
+    tally.commands += 1
+    raw = args[0] if args else b"?"
+    name = (raw.decode() if isinstance(raw, bytes) else str(raw)).lower()
+    tally.names[name] = tally.names.get(name, 0) + 1
+
+
+def _install() -> None:
+    """Wrap redis-py's connection once (counting only while :func:`counting` is active)."""
+    global _installed
+    if _installed:
+        return
+    send_packed: Callable[..., Any] = AbstractConnection.send_packed_command
+    send_command: Callable[..., Any] = AbstractConnection.send_command
+    pack_commands: Callable[..., Any] = AbstractConnection.pack_commands
+
+    def counted_send_packed(self: Any, command: Any, check_health: bool = True) -> None:
+        if _state.active:
+            chunks = [command] if isinstance(command, (bytes, str)) else command
+            data = b"".join(c.encode() if isinstance(c, str) else bytes(c) for c in chunks)
+            if _state.marker in data:
+                _tally().round_trips += 1
+        send_packed(self, command, check_health)
+
+    def counted_send_command(self: Any, *args: Any, **kw: Any) -> None:
+        if _state.active:
+            _note(args)
+        send_command(self, *args, **kw)
+
+    def counted_pack_commands(self: Any, commands: Any) -> Any:
+        commands = list(commands)
+        if _state.active:
+            for cmd in commands:
+                _note(tuple(cmd))
+        return pack_commands(self, commands)
+
+    AbstractConnection.send_packed_command = counted_send_packed  # type: ignore[method-assign]
+    AbstractConnection.send_command = counted_send_command  # type: ignore[method-assign]
+    AbstractConnection.pack_commands = counted_pack_commands  # type: ignore[method-assign]
+    _installed = True
+
+
+@contextlib.contextmanager
+def counting(namespace: str = "tether") -> Iterator[dict[str, Tally]]:
+    """Count this process's Redis round trips and commands on keys of ``namespace``, per
+    thread, within the block."""
+    _install()
+    with _state.lock:
+        _state.tallies = {}
+        _state.marker = f"{namespace}:".encode()
+        _state.active = True
+    try:
+        yield _state.tallies
+    finally:
+        with _state.lock:
+            _state.active = False
+
+
+def worker_path(redis_url: str, s3_endpoint: str, bucket: str, runs: int) -> dict[str, float]:
+    """Per sequential 1-step ``echo`` run: the producer's submit and the worker's drain, each
+    as round trips and commands on Tether's Redis (the broker's publish is not Tether's)."""
+    rt = production_runtime(redis_url, s3_endpoint, bucket)
+    settings = rt.settings
+    feed = "p-" + uuid.uuid4().hex  # announced on a producer's own feed, as a Producer asks
+    submit_rts = submit_cmds = drain_rts = drain_cmds = 0
+    names: dict[str, int] = {}
+
+    def one(i: int) -> tuple[Tally, Tally]:
+        request = RunRequest(
+            run_id=new_id("run"), request_id=new_id("req"), tenant="t",
+            session_id=f"s-{i % 10}", agent="echo", input=f"hello {i}", reply_to=feed,
+        )  # fmt: skip
+        with counting(settings.namespace) as tallies:
+            submit(rt.runs, request, on=settings.queue)
+        submitted = sum_tallies(tallies)
+        with counting(settings.namespace) as tallies:
+            drain(rt, "t", request.session_id, carried=Carried(request, settings.queue))
+        return submitted, sum_tallies(tallies)
+
+    for i in range(20):  # warm-up: connections, scripts
+        one(i)
+    for i in range(20, 20 + runs):
+        submitted, drained = one(i)
+        submit_rts += submitted.round_trips
+        submit_cmds += submitted.commands
+        drain_rts += drained.round_trips
+        drain_cmds += drained.commands
+        for name, n in drained.names.items():
+            names[name] = names.get(name, 0) + n
+    out = {
+        "producer submit round trips": submit_rts / runs,
+        "producer submit commands": submit_cmds / runs,
+        "worker round trips": drain_rts / runs,
+        "worker commands": drain_cmds / runs,
+    }
+    out |= {f"worker {name}": n / runs for name, n in sorted(names.items())}
+    return {k: round(v, 2) for k, v in out.items()}
+
+
+def sum_tallies(tallies: dict[str, Tally]) -> Tally:
+    """Every thread's counts added up."""
+    total = Tally()
+    for tally in list(tallies.values()):
+        total.round_trips += tally.round_trips
+        total.commands += tally.commands
+        for name, n in tally.names.items():
+            total.names[name] = total.names.get(name, 0) + n
+    return total
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.round_trips", description=__doc__)
+    parser.add_argument("--runs", type=int, default=100)
+    args = parser.parse_args(argv)
+    with private_redis_and_s3("rt-bucket", "tether-round-trips-") as (redis_url, endpoint):
+        for name, value in worker_path(redis_url, endpoint, "rt-bucket", args.runs).items():
+            print(f"{name:40s} {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

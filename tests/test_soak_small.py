@@ -1,0 +1,46 @@
+"""The soak harness itself (``bench/soak/``) at a tiny size: it must find every run once, in
+order, and count the bucket exactly, with a worker killed midway. The full soak is
+``tests/test_soak_long.py`` (``make test-long``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.soak import SoakConfig, format_markdown, key_kind, run_soak, write_report
+
+
+def test_a_tiny_soak_loses_nothing_and_counts_the_bucket(tmp_path: Path) -> None:
+    config = SoakConfig(
+        runs=300, sessions=30, window=20, kill_every_s=1.0, max_kills=1, sample_every_s=0
+    )
+    report = run_soak(config, tmp_path / "logs")
+    audit = report.audit
+    assert len(report.kills) == 1
+    assert audit.resolved == 300 and audit.statuses == {"COMPLETED": 300}, audit.problems
+    assert (audit.lost, audit.duplicated, audit.out_of_order, audit.missing_heads) == (0, 0, 0, 0)
+    assert audit.s3_heads == 30
+    assert not audit.s3_stray and not audit.s3_sessions_bad, audit.s3_sessions_bad
+    assert len(audit.s3_sessions_off_rule) <= 1
+    # 8 events per run, segments of at least 32: every session archived something
+    assert audit.s3_segments_found >= 30
+    assert audit.s3_objects_found == 30 + audit.s3_segments_found
+    assert report.s3_ok and report.audit.runs_ok
+    assert [s.label for s in report.checkpoints] == ["10%", "50%", "100%"]
+    last = report.checkpoints[-1]
+    assert last.runs_done == 300 and last.used_memory > 0
+    assert last.census["meta"].keys == 30  # the census finds one stream meta per session
+    assert set(last.worker_rss_kib) == {"soak1", "soak2"}
+    write_report(report, tmp_path / "out", "test")
+    assert "| 100% | 300 |" in (tmp_path / "out" / "soak.md").read_text()
+    assert "S3 objects" in format_markdown(report, "test")
+
+
+def test_key_kinds() -> None:
+    assert key_kind("tether:{default/s-1}:events") == "events"
+    assert key_kind("tether:{default/s-1}:run:r-1") == "run"
+    assert key_kind("tether:{default/s-1}:req:q-1") == "req"
+    assert key_kind("tether:{default/~runs:7}:r-1") == "{t/~runs:*} run index"
+    assert key_kind("tether:{~done}") == "{~done}"
+    assert key_kind("tether:{~p:default/p-1}:done") == "{~p:*}:done"
+    assert key_kind("tether:{~active:3}") == "{~active:*}"
+    assert key_kind("tether-celery:unacked") == "broker:unacked"
