@@ -46,6 +46,15 @@ def loads_snapshot(data: bytes | str, *, where: str = "<memory>") -> SessionSnap
         UnsupportedSchemaVersion: the version is unknown.
     """
     try:
+        # one pass in pydantic's own parser (a head is read before every run); anything it
+        # refuses goes the careful way below, which names what is wrong
+        snapshot = SessionSnapshot.model_validate_json(data)
+    except pydantic.ValidationError:
+        pass
+    else:
+        if snapshot.schema_version in SUPPORTED_SNAPSHOT_VERSIONS:
+            return snapshot
+    try:
         doc = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
         raise SnapshotCorrupt(f"snapshot at {where} is not valid JSON: {exc}") from exc
