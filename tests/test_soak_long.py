@@ -2,7 +2,7 @@
 retention on and a worker SIGKILLed every minute; Redis memory at the end within 1.2x of the
 memory at 10% of the runs, nothing lost or duplicated, the bucket exactly as expected.
 
-About 25 minutes on 2 CPUs. ``TETHER_SOAK_RUNS`` / ``TETHER_SOAK_SESSIONS`` /
+About an hour on 2 CPUs (runs offered at 30/s). ``TETHER_SOAK_RUNS`` / ``TETHER_SOAK_SESSIONS`` /
 ``TETHER_SOAK_KILL_EVERY_S`` shrink it for a local check (the memory ratio only means something
 once 10% of the runs take longer than the 60 s retention windows). The report goes to
 ``bench/results/soak.{json,md}`` only from ``python -m bench.soak``; here it goes to the test's

@@ -11,8 +11,9 @@ from bench.soak import SoakConfig, format_markdown, key_kind, run_soak, write_re
 
 def test_a_tiny_soak_loses_nothing_and_counts_the_bucket(tmp_path: Path) -> None:
     config = SoakConfig(
-        runs=300, sessions=30, window=20, kill_every_s=1.0, max_kills=1, sample_every_s=0
-    )
+        runs=300, sessions=30, window=20, kill_every_s=1.0, max_kills=1, sample_every_s=0,
+        rate_per_s=100.0,
+    )  # fmt: skip
     report = run_soak(config, tmp_path / "logs")
     audit = report.audit
     assert len(report.kills) == 1
@@ -30,6 +31,8 @@ def test_a_tiny_soak_loses_nothing_and_counts_the_bucket(tmp_path: Path) -> None
     assert last.runs_done == 300 and last.used_memory > 0
     assert last.census["meta"].keys == 30  # the census finds one stream meta per session
     assert set(last.worker_rss_kib) == {"soak1", "soak2"}
+    # offered at 100 runs/s: the 270 runs after the first checkpoint took at least 2.7 s
+    assert report.checkpoints[-1].elapsed_s - report.checkpoints[0].elapsed_s >= 2.6
     write_report(report, tmp_path / "out", "test")
     assert "| 100% | 300 |" in (tmp_path / "out" / "soak.md").read_text()
     assert "S3 objects" in format_markdown(report, "test")

@@ -27,6 +27,12 @@ def parse_args(argv: Sequence[str]) -> tuple[SoakConfig, Path, Path | None]:
     parser.add_argument("--kill-every-s", type=float, default=d.kill_every_s)
     parser.add_argument("--max-kills", type=int, default=None)
     parser.add_argument("--window", type=int, default=d.window, help="unresolved runs at most")
+    parser.add_argument(
+        "--rate-per-s",
+        type=float,
+        default=d.rate_per_s,
+        help=f"runs offered per second (default {d.rate_per_s}; 0: as fast as workers take them)",
+    )
     parser.add_argument("--workers", type=int, default=d.workers)
     parser.add_argument("--concurrency", type=int, default=d.concurrency, help="pool per worker")
     parser.add_argument("--retention-s", type=int, default=d.stream_retention_s)
@@ -43,6 +49,7 @@ def parse_args(argv: Sequence[str]) -> tuple[SoakConfig, Path, Path | None]:
         kill_every_s=args.kill_every_s,
         max_kills=args.max_kills,
         window=args.window,
+        rate_per_s=args.rate_per_s if args.rate_per_s > 0 else None,
         workers=args.workers,
         concurrency=args.concurrency,
         stream_retention_s=args.retention_s,

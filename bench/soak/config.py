@@ -35,6 +35,10 @@ class SoakConfig:
     sample_every_s: float = 30.0
     checkpoints: tuple[float, ...] = (0.1, 0.5, 1.0)
     max_memory_ratio: float = 1.2
+    rate_per_s: float | None = 30.0
+    """Runs offered per second (None: as fast as the workers take them). Everything per run
+    lives one TTL, so Redis holds about ``rate x TTL`` runs' worth: a fixed offered rate makes
+    the checkpoints compare like with like (30/s is below what 2 CPUs sustain under kills)."""
     stall_timeout_s: float = 300.0
     """Give up waiting when no run resolved for this long (the rest count as unresolved)."""
     seed: int = 19
@@ -50,5 +54,7 @@ class SoakConfig:
                 f"at most {MAX_APPLIED_RECORDS} runs per session; use --sessions >= "
                 f"{-(-self.runs // MAX_APPLIED_RECORDS)}"
             )
+        if self.rate_per_s is not None and self.rate_per_s <= 0:
+            raise SystemExit("--rate-per-s must be > 0 (omit it for as fast as possible)")
         if self.window < 1 or self.workers < 1 or self.concurrency < 1:
             raise SystemExit("--window, --workers and --concurrency must be >= 1")

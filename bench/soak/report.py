@@ -104,11 +104,14 @@ def format_markdown(report: SoakReport, command: str) -> str:
     """``soak.md``: the checkpoint table, the census, and the verdict."""
     c = asdict(report.config)
     a = report.audit
+    rate = c["rate_per_s"]
+    offered = f"offered at {rate:g} runs/s" if rate else "offered as fast as the workers take"
     lines = [
         f"# Soak: {c['runs']:,} runs over {c['sessions']:,} sessions",
         "",
         f"Command: `{command}`. {c['workers']} prefork workers (`-c {c['concurrency']}`), "
-        f"window {c['window']} unresolved runs, `TETHER_RESULT_TTL_S={c['result_ttl_s']}`, "
+        f"window {c['window']} unresolved runs, {offered}, "
+        f"`TETHER_RESULT_TTL_S={c['result_ttl_s']}`, "
         f"`TETHER_STREAM_RETENTION_S={c['stream_retention_s']}`, a worker SIGKILLed every "
         f"{c['kill_every_s']:g} s ({len(report.kills)} kills). At each checkpoint submitting "
         "pauses until every submitted run resolved, then Redis is sampled (the settle).",

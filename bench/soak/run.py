@@ -40,7 +40,12 @@ def run_soak(config: SoakConfig, log_dir: Path) -> SoakReport:
                 # every checkpoint is the same state (nothing queued or running, the last
                 # retention window of runs in Redis) at exactly its number of runs
                 reached = submit(
-                    stack, plan, tracker, range(submitted, target), config.stall_timeout_s
+                    stack,
+                    plan,
+                    tracker,
+                    range(submitted, target),
+                    config.stall_timeout_s,
+                    config.rate_per_s,
                 )
                 submitted = target
                 reached = reached and tracker.wait_for(target, config.stall_timeout_s)

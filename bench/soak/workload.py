@@ -86,11 +86,23 @@ class Plan:
 
 
 def submit(
-    stack: SoakStack, plan: Plan, tracker: Tracker, runs: range, stall_timeout_s: float
+    stack: SoakStack,
+    plan: Plan,
+    tracker: Tracker,
+    runs: range,
+    stall_timeout_s: float,
+    rate_per_s: float | None = None,
 ) -> bool:
-    """Submit ``runs`` in order, never more than the window unresolved; False when no slot
-    freed up for ``stall_timeout_s`` (the runs in flight stopped resolving)."""
-    for i in runs:
+    """Submit ``runs`` in order at ``rate_per_s`` (None: at once), never more than the window
+    unresolved; False when no slot freed up for ``stall_timeout_s`` (the runs in flight stopped
+    resolving)."""
+    # paced from this call's start: after a checkpoint's pause the rate resumes, no catch-up burst
+    start = time.monotonic()
+    for k, i in enumerate(runs):
+        if rate_per_s is not None:
+            delay = start + k / rate_per_s - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
         if not tracker.slots.acquire(timeout=stall_timeout_s):
             return False
         fact = plan.fact(i)
