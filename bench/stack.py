@@ -22,7 +22,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import boto3
 
@@ -151,8 +151,10 @@ def bench_env(redis_url: str, s3_endpoint: str, *, queue: str = TETHER_QUEUE) ->
     return env
 
 
-def bench_settings(redis_url: str, s3_endpoint: str, *, queue: str = TETHER_QUEUE) -> Settings:
-    """The producer-side settings matching :func:`bench_env`."""
+def bench_settings(
+    redis_url: str, s3_endpoint: str, *, queue: str = TETHER_QUEUE, **overrides: Any
+) -> Settings:
+    """The producer-side settings matching :func:`bench_env` (plus ``overrides``)."""
     return Settings(
         broker_url=redis_url,
         redis_url=redis_url,
@@ -160,6 +162,7 @@ def bench_settings(redis_url: str, s3_endpoint: str, *, queue: str = TETHER_QUEU
         s3_endpoint_url=s3_endpoint,
         queue=queue,
         agent_modules=[AGENT_MODULE],
+        **overrides,
     )
 
 

@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.soak.config import SoakConfig
-from bench.stack import BUCKET, STORE_PREFIX, bench_env, s3_client, start_moto, stop_process_group
+from bench.stack import (
+    BUCKET,
+    bench_env,
+    bench_settings,
+    s3_client,
+    start_moto,
+    stop_process_group,
+)
 from tether.dev.redis_server import RedisServer
 from tether.dev.workers import WorkerProcess
 from tether.producer.client import Producer
@@ -69,11 +76,9 @@ def open_soak_stack(config: SoakConfig, log_dir: Path) -> Iterator[SoakStack]:
             worker.start(wait=False)
         for worker in workers:
             worker.wait_ready(120.0)
-        settings = Settings(
-            broker_url=redis_server.url,
-            redis_url=redis_server.url,
-            store_url=f"s3://{BUCKET}/{STORE_PREFIX}",
-            s3_endpoint_url=endpoint,
+        settings = bench_settings(
+            redis_server.url,
+            endpoint,
             result_ttl_s=config.result_ttl_s,
             stream_retention_s=config.stream_retention_s,
             max_run_s=config.stream_retention_s,

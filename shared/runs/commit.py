@@ -188,7 +188,13 @@ class Commit:
     """Runs the steps of one commit, calling the probes around each."""
 
     def __init__(
-        self, target: CommitTarget, lease: Lease, run_id: str | None, reply_to: str | None = None
+        self,
+        target: CommitTarget,
+        lease: Lease,
+        run_id: str | None,
+        reply_to: str | None = None,
+        *,
+        release_when_idle: bool = False,
     ) -> None:
         self._target = target
         self._lease = lease
@@ -201,7 +207,7 @@ class Commit:
         #: runs are queued, nothing was released).
         self.released: IdleRelease | None = None
         #: Release the lease in the finish step when it leaves the queue empty.
-        self.release_when_idle = False
+        self.release_when_idle = release_when_idle
 
     def _step(self, step: CommitStep, phase: Phase) -> None:
         probe(

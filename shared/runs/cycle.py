@@ -93,13 +93,12 @@ class _Drain:
     last_commit: Commit | None = None
     claimed: Claim | None = None
     """The claim that took the lease, until its head run is taken up (once)."""
-    checkpoint: object = ASK
-    """The checkpoint the claim read for the run being applied (ASK: read it when needed)."""
+    applying: Claim | None = None
+    """The claim of the run being applied, when the claim read it: its record, its checkpoint,
+    and whether it began it (then it just saw no stop request, so the run's first step boundary
+    need not ask again: a stop asked after the claim is seen at the next one)."""
     finish_released: IdleRelease | None = None
     """What the last run's finish did to the lease when it emptied the queue."""
-    stop_checked: bool = False
-    """The claim began the run being applied, so it just saw no stop request: the run's first
-    step boundary need not ask again (a stop asked after the claim is seen at the next one)."""
 
     def __post_init__(self) -> None:
         self.publisher = StreamPublisher(
@@ -107,9 +106,10 @@ class _Drain:
         )
 
     def commit(self, run_id: str | None, reply_to: str | None = None) -> Commit:
-        self.last_commit = Commit(self.target, self.lease, run_id, reply_to)
         # the finish that empties the queue also frees the lease: one round trip, not two
-        self.last_commit.release_when_idle = run_id is not None
+        self.last_commit = Commit(
+            self.target, self.lease, run_id, reply_to, release_when_idle=run_id is not None
+        )
         return self.last_commit
 
     def next_run(self) -> str | None:
@@ -133,10 +133,8 @@ class _Drain:
     def take_claim(self, run_id: str) -> Claim | None:
         """The claim, once, when ``run_id`` is the run it read (and maybe began)."""
         claim, self.claimed = self.claimed, None
-        if claim is None or claim.head != run_id:
-            return None
-        self.checkpoint = claim.checkpoint
-        return claim
+        self.applying = claim if claim is not None and claim.head == run_id else None
+        return self.applying
 
     def undo_claim(self) -> None:
         """Hand back the attempt the claim counted for a run this drain will not apply."""
@@ -230,7 +228,6 @@ def _drain_queue(d: _Drain) -> tuple[bool, bool]:
 def _apply_one(d: _Drain, run_id: str) -> Outcome:
     rt = d.rt
     ref = RunRef(d.lease.tenant, d.lease.session_id, run_id)
-    d.checkpoint = ASK
     claim = d.take_claim(run_id)
     view = claim.view if claim is not None else rt.runs.get(ref)
     if view is None or view.request is None:
@@ -258,7 +255,6 @@ def _apply_one(d: _Drain, run_id: str) -> Outcome:
         failed = RunResult.failure(request, RunStatus.FAILED, exc.error_type, str(exc))
         d.commit(run_id, reply_to).finish(failed)
         return Outcome.DONE
-    d.stop_checked = claim is not None and claim.begun
     if claim is not None and (claim.begun or claim.cancelled):
         attempts = claim.attempts  # the claim began it (or found it cancelled) already
     else:
@@ -386,7 +382,8 @@ def _execute(d: _Drain, session: AgentSession, request: RunRequest, agent: Agent
     )
     d.checkpointer = checkpointer
 
-    stops = _Stops(d, request, checkpointer, asked=d.stop_checked and resumed is None)
+    begun_by_claim = d.applying is not None and d.applying.begun
+    stops = _Stops(d, request, checkpointer, asked=begun_by_claim and resumed is None)
     timeout_s = min(request.timeout_s or d.rt.settings.max_run_s, d.rt.settings.max_run_s)
     d.rt.guard.watch(d.lease, request.run_id, time.time() + timeout_s)
     try:
@@ -480,7 +477,8 @@ def _session_for(d: _Drain, request: RunRequest, agent: Agent) -> AgentSession:
             stored = load_head(d.rt, d.lease, agent, request)
         d.loaded = True
         d.base_seq = stored.snapshot.last_seq if stored is not None else 0
-        d.resumed = resume_point(d.rt, agent, request, stored, checkpoint=d.checkpoint)
+        known = d.applying.checkpoint if d.applying is not None else ASK
+        d.resumed = resume_point(d.rt, agent, request, stored, checkpoint=known)
         if d.resumed is not None:
             session = d.resumed.session
             session.add_listener(d.publisher)  # replayed events were published when they happened

@@ -252,7 +252,15 @@ def carried_result(fields: dict[bytes, bytes]) -> RunResult | None:
 FEED_TRIM_EVERY = 16
 
 
-def announce(pipe: Any, k: RedisKeys, result: RunResult, reply_to: str | None, ttl_s: int) -> None:
+def announce(
+    pipe: Any,
+    k: RedisKeys,
+    result: RunResult,
+    reply_to: str | None,
+    ttl_s: int,
+    *,
+    raw: str | None = None,
+) -> None:
     """Queue on ``pipe`` the announcements of ``result``: the namespace feed, and the producer's
     own feed (which expires when its producer is gone: nobody reads it then).
 
@@ -267,7 +275,7 @@ def announce(pipe: Any, k: RedisKeys, result: RunResult, reply_to: str | None, t
     entries = [(k.done(), fields)]
     if reply_to is not None:
         # the producer's feed carries a small result, so its listener reads no record
-        raw = result.model_dump_json()
+        raw = raw if raw is not None else result.model_dump_json()
         mine = {**fields, "result": raw} if len(raw) <= FEED_RESULT_MAX_BYTES else fields
         entries.append((k.producer_done(k.feed(result.tenant, reply_to)), mine))
     trim = zlib.crc32(result.run_id.encode()) % FEED_TRIM_EVERY == 0  # run ids are random
@@ -457,26 +465,7 @@ class RedisRunQueue:
         The session's script and the announcement (another slot) share one round trip; the
         session's active-index entry is refreshed there too (it is progress).
         """
-        k = self.keys
-        t, s = result.tenant, result.session_id
-        keys = [k.run(t, s, result.run_id), k.pending(t, s), k.attempts(t, s, result.run_id)]
-        args = [
-            result.run_id,
-            result.status.value,
-            result.model_dump_json(),
-            self.result_ttl_s,
-            t,
-            s,
-            result.request_id,
-        ]
-
-        def fill(pipe: Any) -> None:
-            queue_script(pipe, self._finish, keys, args)
-            pipe.zadd(k.active(t, s), {k.active_member(t, s): now_ms()})
-            announce(pipe, k, result, reply_to, self.result_ttl_s)
-
-        with translate_errors(self._where):
-            next_head = run_pipeline(self.client, [self._finish], fill)[0]
+        next_head = self._finish_pipeline(self._finish, result, reply_to, [], [])
         return _text(next_head) if next_head is not None else None
 
     def finish_and_release(
@@ -488,38 +477,47 @@ class RedisRunQueue:
         t, s = result.tenant, result.session_id
         if (lease.tenant, lease.session_id) != (t, s):
             raise ValueError("the lease must be the finished run's session's")
-        keys = [
-            k.run(t, s, result.run_id),
-            k.pending(t, s),
-            k.attempts(t, s, result.run_id),
-            k.lease(t, s),
-            k.released(t, s),
-        ]
+        head, code = self._finish_pipeline(
+            self._finish_release,
+            result,
+            reply_to,
+            [k.lease(t, s), k.released(t, s)],
+            [f"{lease.owner}|{lease.fence}", lease.fence],
+        )
+        if head is not None:
+            return _text(head), None
+        outcome = _IDLE_RELEASE[int(code)]
+        if outcome is IdleRelease.RELEASED:
+            with translate_errors(self._where):
+                self._leave_active(t, s)
+        return None, outcome
+
+    def _finish_pipeline(
+        self,
+        script: Any,
+        result: RunResult,
+        reply_to: str | None,
+        more_keys: list[str],
+        more_args: list[Any],
+    ) -> Any:
+        """One round trip: ``script`` (the finish, KEYS and ARGV as ``_FINISH_BODY`` then
+        ``more_keys`` / ``more_args``), the active-index progress and the announcements; the
+        script's reply."""
+        k = self.keys
+        t, s = result.tenant, result.session_id
+        raw = result.model_dump_json()  # once: the record and the producer's feed share it
+        keys = [k.run(t, s, result.run_id), k.pending(t, s), k.attempts(t, s, result.run_id)]
         args = [
-            result.run_id,
-            result.status.value,
-            result.model_dump_json(),
-            self.result_ttl_s,
-            t,
-            s,
-            result.request_id,
-            f"{lease.owner}|{lease.fence}",
-            lease.fence,
+            result.run_id, result.status.value, raw, self.result_ttl_s, t, s, result.request_id
         ]
 
         def fill(pipe: Any) -> None:
-            queue_script(pipe, self._finish_release, keys, args)
+            queue_script(pipe, script, [*keys, *more_keys], [*args, *more_args])
             pipe.zadd(k.active(t, s), {k.active_member(t, s): now_ms()})
-            announce(pipe, k, result, reply_to, self.result_ttl_s)
+            announce(pipe, k, result, reply_to, self.result_ttl_s, raw=raw)
 
         with translate_errors(self._where):
-            head, code = run_pipeline(self.client, [self._finish_release], fill)[0]
-            if head is not None:
-                return _text(head), None
-            outcome = _IDLE_RELEASE[int(code)]
-            if outcome is IdleRelease.RELEASED:
-                self._leave_active(t, s)
-        return None, outcome
+            return run_pipeline(self.client, [script], fill)[0]
 
     # --- the session queue -------------------------------------------------------------------
 
@@ -666,14 +664,7 @@ class RedisRunQueue:
         self, after_id: bytes, block_ms: int, feed: str | None = None
     ) -> list[tuple[bytes, RunRef]]:
         """Completion entries of ``feed`` after ``after_id`` (blocks up to ``block_ms``)."""
-        with translate_errors(self._where):
-            streams: dict[Any, Any] = {self.keys.feed_stream(feed): after_id}
-            reply = cast(Any, self.client.xread(streams, block=block_ms, count=1000))
-        return [
-            done_entry(entry_id, fields)
-            for _key, entries in reply or []
-            for entry_id, fields in entries
-        ]
+        return [(c.position, c.ref) for c in self.read_completions(after_id, block_ms, feed)]
 
     def read_completions(
         self, after_id: bytes, block_ms: int, feed: str | None = None
