@@ -117,7 +117,12 @@ class _Drain:
         answered (no read), else one read of the queue."""
         self.finish_released = None
         if self.claimed is not None:
-            return self.claimed.head
+            if self.claimed.head is not None:
+                return self.claimed.head  # taken up (and cleared) by take_claim
+            # the claim saw an empty queue; once answered, a run queued since (the release
+            # found one) is read from the queue, or the drain would spin on this answer
+            self.claimed = None
+            return None
         last, self.last_commit = self.last_commit, None
         if last is not None and last.finished:
             self.finish_released = last.released
