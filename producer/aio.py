@@ -78,7 +78,8 @@ class AsyncProducer:
         self._submits: TurnBatcher[list[RunSpec], list[Submitted] | Exception] = TurnBatcher(
             self._flush
         )
-        self._listener: AsyncCompletionListener | None = None
+        #: One completion listener per tenant this producer submitted to (see listener_for).
+        self._listeners: dict[str, AsyncCompletionListener] = {}
         #: This producer's completion feed: workers announce its runs there (RunRequest.reply_to)
         self.producer_id = new_id("p")
         self.feed = self.keys.feed(self.settings.tenant, self.producer_id)
@@ -95,17 +96,24 @@ class AsyncProducer:
 
     @property
     def listener(self) -> AsyncCompletionListener:
-        """The single completion listener of this producer."""
-        if self._listener is None:
-            self._listener = AsyncCompletionListener(self.runs, feed=self.feed)
-        return self._listener
+        """The completion listener of this producer's own tenant (``settings.tenant``)."""
+        return self.listener_for(self.settings.tenant)
+
+    def listener_for(self, tenant: str) -> AsyncCompletionListener:
+        """The completion listener of ``tenant``'s runs: workers announce a run on its own
+        tenant's feed, so a producer submitting to several tenants reads one feed each."""
+        listener = self._listeners.get(tenant)
+        if listener is None:
+            feed = self.keys.feed(tenant, self.producer_id)
+            listener = self._listeners[tenant] = AsyncCompletionListener(self.runs, feed=feed)
+        return listener
 
     async def aclose(self) -> None:
-        """Stop the listener and the publisher, and close connections."""
-        if self._listener is not None:
-            await self._listener.close()
+        """Stop the listeners and the publisher, and close connections."""
+        for tenant, listener in self._listeners.items():
+            await listener.close()
             with contextlib.suppress(TetherError):  # it expires on its own otherwise
-                await self.runs.close_feed(self.feed)
+                await self.runs.close_feed(self.keys.feed(tenant, self.producer_id))
         self._publisher.close(timeout_s=0.0)  # every submit awaited its publish: nothing waits
         await self.redis.aclose()
 

@@ -101,7 +101,7 @@ class AsyncRunHandle:
             if ref is None:
                 self._settle(not_found(self.run_id, self._ids.tenant or ""))
             else:
-                await self._producer.listener.register(ref, self._settle)
+                await self._producer.listener_for(ref.tenant).register(ref, self._settle)
         return self._settled
 
     def _settle(self, result: RunResult) -> None:

@@ -64,7 +64,8 @@ class Producer:
         self.stream = RedisEventStream(self.redis, keys=self.keys)
         self._celery = celery_app
         self._celery_lock = threading.Lock()
-        self._listener: CompletionListener | None = None
+        #: One completion listener per tenant this producer submitted to (see listener_for).
+        self._listeners: dict[str, CompletionListener] = {}
         #: This producer's completion feed: workers announce its runs there (RunRequest.reply_to)
         self.producer_id = new_id("p")
         self.feed = self.keys.feed(self.settings.tenant, self.producer_id)
@@ -81,18 +82,30 @@ class Producer:
 
     @property
     def listener(self) -> CompletionListener:
-        """The single completion listener of this producer."""
+        """The completion listener of this producer's own tenant (``settings.tenant``)."""
+        return self.listener_for(self.settings.tenant)
+
+    def listener_for(self, tenant: str) -> CompletionListener:
+        """The completion listener of ``tenant``'s runs.
+
+        Workers announce a run on the feed of its own tenant (a tenant's ACL user reads only
+        its tenant's keys), so a producer that submits to several tenants reads one feed per
+        tenant; with a single listener, the runs of the other tenants would wait for the
+        periodic recheck instead of their announcement.
+        """
         with self._celery_lock:
-            if self._listener is None:
-                self._listener = CompletionListener(self.runs, feed=self.feed)
-            return self._listener
+            listener = self._listeners.get(tenant)
+            if listener is None:
+                feed = self.keys.feed(tenant, self.producer_id)
+                listener = self._listeners[tenant] = CompletionListener(self.runs, feed=feed)
+            return listener
 
     def close(self) -> None:
-        """Stop the listener and close connections."""
-        if self._listener is not None:
-            self._listener.close()
+        """Stop the listeners and close connections."""
+        for tenant, listener in self._listeners.items():
+            listener.close()
             with contextlib.suppress(TetherError):  # it expires on its own otherwise
-                self.runs.close_feed(self.feed)
+                self.runs.close_feed(self.keys.feed(tenant, self.producer_id))
         self.redis.close()
 
     def __enter__(self) -> Producer:

@@ -144,7 +144,9 @@ class RunHandle(concurrent.futures.Future[RunResult]):
         if ref is None:
             self._settle(not_found(self.run_id, self._ids.tenant or ""))
             return
-        self._producer.listener.register(ref, self._settle, queued_after=self._queued_after)
+        self._producer.listener_for(ref.tenant).register(
+            ref, self._settle, queued_after=self._queued_after
+        )
 
     def _ensure_quietly(self) -> None:
         try:

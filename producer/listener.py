@@ -155,6 +155,11 @@ class CompletionListener:
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._seen_dropped_at = 0.0
 
+    @property
+    def feed(self) -> str | None:
+        """The completion feed this listener reads (None: the namespace's)."""
+        return self._feed
+
     def _start(self) -> None:
         if self._thread is None:
             try:
@@ -236,10 +241,13 @@ class CompletionListener:
             return len(self._awaited)
 
     def close(self) -> None:
-        """Stop the thread (pending handles stay unresolved)."""
+        """Stop the thread (pending handles stay unresolved).
+
+        It is not joined: it may sit in a blocking read for up to ``BLOCK_MS``, which every
+        ``tether`` command would add to its exit. The daemon thread leaves at its next wake-up
+        (at once when its producer closes the Redis client under it), quietly.
+        """
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=BLOCK_MS / 1000 + 2)
 
     def _loop(self) -> None:
         next_recheck = time.monotonic() + self._recheck_interval_s
@@ -257,11 +265,15 @@ class CompletionListener:
                     self._last_id = entries[-1].position
                     self._settle_batch(entries)
             except TetherError as exc:
+                if self._stop.is_set():  # closed under a blocking read: nothing was lost
+                    return
                 log.warning("completion stream unavailable (%s); retrying", exc)
                 next_recheck = 0.0  # the stream may have been lost: ask each run record
                 if self._stop.wait(RETRY_PAUSE_S):
                     return
             except Exception:
+                if self._stop.is_set():
+                    return
                 log.exception("resolving completed runs failed")
                 if self._stop.wait(RETRY_PAUSE_S):
                     return
@@ -334,6 +346,11 @@ class AsyncCompletionListener:
         self._recheck_interval_s = recheck_interval_s
         self._checks: TurnBatcher[RunRef, None] = TurnBatcher(self._check)
         self._closing = False
+
+    @property
+    def feed(self) -> str | None:
+        """The completion feed this listener reads (None: the namespace's)."""
+        return self._feed
 
     async def register(self, ref: RunRef, settle: Settle) -> None:
         """Call ``settle`` once with the run's result (now, if it already finished).

@@ -299,3 +299,23 @@ def test_the_shared_core_builds_and_validates_requests_before_any_io() -> None:
         core.build_request(settings, core.run_spec("s-1", "x" * 11, agent="echo"))
     with pytest.raises(InvalidInput):
         AsyncProducer(settings).handle("no/slash")
+
+
+def test_async_runs_of_another_tenant_are_read_from_that_tenant_feed(live_stack: Stack) -> None:
+    """As for the blocking producer: a run of another tenant is announced on that tenant's
+    feed, which the async producer reads with a listener of its own."""
+
+    async def body(producer: AsyncProducer) -> None:
+        assert producer.settings.tenant != "alpha"
+        handles = [
+            await producer.run_async(unique("aio-ft"), f"hi {i}", agent="echo", tenant="alpha")
+            for i in range(3)
+        ]
+        for handle in handles:
+            assert (await handle.result(timeout=60)).status is RunStatus.COMPLETED
+        feed = producer.keys.feed_stream(producer.listener_for("alpha").feed)
+        raw = await producer.redis.xrange(feed)
+        announced = {fields[b"run_id"].decode() for _entry_id, fields in raw}
+        assert {h.run_id for h in handles} <= announced
+
+    run_async_test(live_stack, body)

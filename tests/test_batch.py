@@ -276,9 +276,8 @@ class CountingProducer(Producer):
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
         return handles
 
-    @property
-    def listener(self):
-        return CountingListener(Producer.listener.fget(self), self)
+    def listener_for(self, tenant):
+        return CountingListener(super().listener_for(tenant), self)
 
     def settled(self):
         with self.lock:

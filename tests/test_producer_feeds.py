@@ -58,3 +58,24 @@ def test_another_producer_reattaches_by_run_id_and_a_closed_producer_drops_its_f
         assert not other.redis.exists(feed)  # dropped on close
         # no completion reaches this producer's feed: it settles from the run record
         assert other.handle(handle.run_id).result(timeout=30).output == handle.result().output
+
+
+def test_runs_of_another_tenant_are_announced_on_the_feed_the_producer_reads(
+    live_stack: Stack,
+) -> None:
+    """A producer submitting to a tenant other than its own reads that tenant's feed: workers
+    announce a run on its own tenant's feed, and a producer listening only on its default
+    tenant's feed settled such runs from the 2 s recheck, not the announcement."""
+    with Producer(live_stack.settings) as producer:
+        assert producer.settings.tenant != "alpha"
+        handles = [
+            producer.run_async(unique("ft"), f"hi {i}", agent="echo", tenant="alpha")
+            for i in range(3)
+        ]
+        for handle in handles:
+            assert handle.result(timeout=60).status == "COMPLETED"
+        listener = producer.listener_for("alpha")
+        announced = _feed_run_ids(producer, producer.keys.feed_stream(listener.feed))
+        assert {h.run_id for h in handles} <= announced
+        own = _feed_run_ids(producer, producer.keys.feed_stream(producer.listener.feed))
+        assert not own & {h.run_id for h in handles}

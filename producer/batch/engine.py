@@ -152,11 +152,11 @@ class BatchRunner:
             else:
                 self._finish(states[0], None, error=(exc.error_type, str(exc)))
             return
-        listener = self.producer.listener
         for state, handle in zip(states, handles, strict=True):
             if not state.run_ids or state.run_ids[-1] != handle.run_id:
                 state.run_ids.append(handle.run_id)
-            listener.register(_ref_of(handle), self._enqueue_for(state))
+            ref = _ref_of(handle)
+            self.producer.listener_for(ref.tenant).register(ref, self._enqueue_for(state))
 
     def _enqueue_for(self, state: _CaseRun) -> Callable[[RunResult], None]:
         """The completion callback of a turn: runs on the listener thread, so it only enqueues."""
