@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.soak import SoakConfig, format_markdown, key_kind, run_soak, write_report
+from bench.soak.workload import Pacer
 
 
 def test_a_tiny_soak_loses_nothing_and_counts_the_bucket(tmp_path: Path) -> None:
@@ -47,3 +48,36 @@ def test_key_kinds() -> None:
     assert key_kind("tether:{~p:default/p-1}:done") == "{~p:*}:done"
     assert key_kind("tether:{~active:3}") == "{~active:*}"
     assert key_kind("tether-celery:unacked") == "broker:unacked"
+
+
+class _Clock:
+    """A clock the test moves: ``sleep`` advances it, ``stall`` jumps it."""
+
+    def __init__(self) -> None:
+        self.now_s = 100.0
+        self.sent_at: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now_s
+
+    def sleep(self, delay_s: float) -> None:
+        self.now_s += delay_s
+
+
+def test_the_pacer_never_bursts_to_make_up_a_stall() -> None:
+    clock = _Clock()
+    pacer = Pacer(10.0, clock=clock, sleep=clock.sleep)
+
+    def send(count: int) -> None:
+        for _ in range(count):
+            pacer.wait()
+            clock.sent_at.append(clock.now_s)
+            pacer.sent()
+
+    send(5)
+    clock.now_s += 5.0  # the window was full for 5 s: 50 runs' worth of time lost
+    send(12)
+    after = [round(t - clock.sent_at[5], 3) for t in clock.sent_at[5:]]
+    # one run makes up a sleep's overshoot; then the rate, not 50 runs at once
+    assert after == [0.0, 0.0] + [round(0.1 * k, 3) for k in range(1, 11)]
+    assert [round(t - 100.0, 3) for t in clock.sent_at[:5]] == [0.0, 0.1, 0.2, 0.3, 0.4]
