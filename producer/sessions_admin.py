@@ -79,7 +79,11 @@ def delete_session(
             stream_keys = int(client.delete(names.events, names.meta))
             # hints about the deleted incarnation must not steer a new session with the same
             # id: a stale archive hint would make it prune events it never archived
-            client.delete(keys.archived(tenant, session_id), keys.checkpoints(tenant, session_id))
+            client.delete(
+                keys.archived(tenant, session_id),
+                keys.checkpoints(tenant, session_id),
+                keys.head_cache(tenant, session_id),
+            )
             runs = _delete_runs(client, keys, tenant, session_id)
     finally:
         with translate_errors(where):

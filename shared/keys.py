@@ -253,6 +253,10 @@ class RedisKeys:
         """The step checkpoints of the session's runs (hash, field = run id)."""
         return self._session_key(tenant, session_id, "ckpt")
 
+    def head_cache(self, tenant: str, session_id: str) -> str:
+        """The cached copy of the session's head (see :mod:`tether.persistence.headcache`)."""
+        return self._session_key(tenant, session_id, "head")
+
     def kick(self, tenant: str, session_id: str) -> str:
         """The sweeper's short-lived claim on re-enqueueing a session (SET NX PX)."""
         return self._session_key(tenant, session_id, "kick")

@@ -142,6 +142,21 @@ class Settings(BaseSettings):
     archive_batch_events: int = Field(
         default=32, ge=1, le=10_000, description="Events per archive segment (head outbox size)."
     )
+    head_cache_ttl_s: int = Field(
+        default=60,
+        ge=0,
+        le=_DAY_S,
+        description=(
+            "Seconds a worker keeps a copy of each session's newest head in Redis, so the "
+            "session's next run skips the object-store read (0: off)."
+        ),
+    )
+    head_cache_max_bytes: int = Field(
+        default=65_536,
+        ge=0,
+        le=16_000_000,
+        description="Heads larger than this are not cached in Redis.",
+    )
     result_ttl_s: int = Field(
         default=7 * _DAY_S, ge=60, le=3650 * _DAY_S, description="Run record lifetime."
     )

@@ -37,6 +37,7 @@ from tests.support.stack import eventually, unique
 from tether.core.events import AgentEvent, EventType, TextPayload
 from tether.errors import FencedOut, InvalidInput, TetherError
 from tether.ids import validate_id
+from tether.keys import RedisKeys
 from tether.persistence.objects import HEAD_KIND, seal, unseal
 from tether.persistence.streams.redis import RedisEventStream
 from tether.producer.client import Producer
@@ -675,6 +676,14 @@ def _rewrite_head(stack: ChaosStack, sid: str, transform: Callable[[bytes], byte
     client = stack.s3_client()
     data = transform(client.get_object(Bucket=stack.bucket, Key=key)["Body"].read())
     client.put_object(Bucket=stack.bucket, Key=key, Body=data)
+    # an operator who edits a head in the bucket drops its cached copy too (README,
+    # TETHER_HEAD_CACHE_TTL_S); without that, the first attempt would act on the cached head and
+    # its commit would fail the compare-and-set, so the head would still never be overwritten
+    redis_client = stack.redis_client()
+    try:
+        redis_client.delete(RedisKeys(stack.settings.namespace).head_cache("default", sid))
+    finally:
+        redis_client.close()
     return data
 
 

@@ -202,6 +202,11 @@ def drain(
         rt.guard.clear(lease)
         if not released:
             try:
+                # this drain may have written the head without caching it: the next holder
+                # reads the store (when the drop fails the lease is kept, and expires into a
+                # takeover, which reads the store too)
+                if rt.head_cache is not None:
+                    rt.head_cache.drop(tenant, session_id)
                 rt.leases.release(lease)
             except TetherError as exc:  # it expires by itself; recovery does not depend on this
                 log.warning("could not release lease of %s/%s: %s", tenant, session_id, exc)

@@ -11,7 +11,8 @@ So a holder whose lease is a *takeover* (the previous grant expired unreleased, 
 compare-and-set, before it relies on it. Either the frozen PUT landed first (then the taker's
 rewrite conflicts, it reloads, and finds the run already applied), or it lands after (then its
 expected version is gone and it is refused). Clean hand-overs, the common case, cost nothing: only
-a takeover pays this one extra PUT.
+a takeover pays this one extra PUT, and one Redis DEL: the taker drops the cached head before it
+reads (see :mod:`tether.persistence.headcache`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ def load_head(
     Raises:
         ConflictError: the head kept changing under the taker (its lease is likely lost too).
     """
+    if lease.takeover and rt.head_cache is not None:
+        # the previous holder may have written the head and died before caching it
+        rt.head_cache.drop(request.tenant, request.session_id)
     stored = rt.store.load(request.tenant, request.session_id)
     if not lease.takeover:
         return stored
@@ -53,7 +57,9 @@ def load_head(
             continue
         log.info(
             "lease of %s/%s taken over with fence %d: head fenced against the previous holder",
-            lease.tenant, lease.session_id, lease.fence,
+            lease.tenant,
+            lease.session_id,
+            lease.fence,
         )
         return StoredSnapshot(head, version)
     raise ConflictError(

@@ -14,10 +14,13 @@ from dataclasses import dataclass, field
 
 from tether.keys import RedisKeys
 from tether.persistence.archives.base import EventArchive
+from tether.persistence.headcache.base import HeadCache
+from tether.persistence.headcache.redis import RedisHeadCache
 from tether.persistence.redis_conn import redis_from_url
 from tether.persistence.saving import ARCHIVE_BATCH_EVENTS, ArchiveHint
 from tether.persistence.storage_url import open_storage
 from tether.persistence.stores.base import SnapshotStore
+from tether.persistence.stores.blob import BlobSnapshotStore
 from tether.persistence.streams.base import EventStream
 from tether.persistence.streams.redis import RedisEventStream
 from tether.runs.checkpoints.base import CheckpointStore
@@ -57,6 +60,9 @@ class Runtime:
     guard: RunGuard = field(default_factory=NoGuard)
     """Tells a guardian outside this process which lease to keep alive and when to give up on
     the run (see :mod:`tether.runs.guard`); a no-op by default."""
+    head_cache: HeadCache | None = None
+    """The cached heads ``store`` reads first (:mod:`tether.persistence.headcache`); the drain
+    drops a session's entry where its writes may have bypassed it."""
     claimer: Claimer | None = None
     """Claim-and-begin in one round trip (:mod:`tether.runs.claim`); None: the same steps as
     separate calls on ``runs``, ``leases`` and ``checkpoints``."""
@@ -73,9 +79,7 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident() % 100000}"
 
 
-def build_runtime(
-    wake: Callable[[str, str], None], settings: Settings | None = None
-) -> Runtime:
+def build_runtime(wake: Callable[[str, str], None], settings: Settings | None = None) -> Runtime:
     """Connect the production backends from settings (environment when None)."""
     settings = settings or load_settings()
     client = redis_from_url(settings.effective_redis_url)
@@ -88,6 +92,15 @@ def build_runtime(
         sse_kms_key_id=settings.s3_kms_key_id,
     )
     runs = RedisRunQueue(client, keys, result_ttl_s=settings.result_ttl_s)
+    head_cache = None
+    if settings.head_cache_ttl_s > 0 and isinstance(store, BlobSnapshotStore):
+        head_cache = RedisHeadCache(
+            client,
+            keys,
+            ttl_ms=settings.head_cache_ttl_s * 1000,
+            max_bytes=settings.head_cache_max_bytes,
+        )
+        store.head_cache = head_cache
     return Runtime(
         settings=settings,
         runs=runs,
@@ -107,4 +120,5 @@ def build_runtime(
         wake=wake,
         archive_batch_events=settings.archive_batch_events,
         claimer=RedisClaimer(client, keys, runs),
+        head_cache=head_cache,
     )

@@ -24,7 +24,9 @@ import redis
 from tether.ids import new_id
 from tether.keys import RedisKeys
 from tether.persistence.archives.memory import InMemoryEventArchive
+from tether.persistence.headcache import InMemoryHeadCache, RedisHeadCache
 from tether.persistence.storage_url import open_storage
+from tether.persistence.stores.blob import BlobSnapshotStore
 from tether.persistence.stores.memory import InMemorySnapshotStore
 from tether.persistence.streams.memory import InMemoryEventStream
 from tether.persistence.streams.redis import RedisEventStream
@@ -41,6 +43,10 @@ from tether.runs.queue.redis import RedisArchiveHint, RedisRunQueue
 from tether.runs.runtime import Runtime
 from tether.runtime.registry import AgentRegistry
 from tether.settings import Settings
+
+#: The worker default's head cache, on in every crash scenario (as in production).
+HEAD_CACHE_TTL_MS = 60_000
+HEAD_CACHE_MAX_BYTES = 65_536
 
 
 class SimulatedCrash(BaseException):
@@ -88,6 +94,8 @@ class Backends:
     checkpoints: Any
     expire_lease: Callable[[str, str], object]
     """Make the session's lease expire now (the TTL passing, without waiting for it)."""
+    head_cache: Any = None
+    """The cached heads ``store`` reads first (None: no cache)."""
 
 
 def worker_runtime(
@@ -117,6 +125,7 @@ def worker_runtime(
         archive_hint=wrap(backends.hint),
         wake=lambda tenant, session_id: None,
         archive_batch_events=archive_batch_events,
+        head_cache=None if backends.head_cache is None else wrap(backends.head_cache),
     )
 
 
@@ -173,9 +182,13 @@ def memory_backends() -> Backends:
     def expire(tenant: str, session_id: str) -> None:
         clock.ms += 60_001  # one lease TTL of the worker runtime
 
+    store = InMemorySnapshotStore()
+    store.head_cache = head_cache = InMemoryHeadCache(
+        leases.current_fence, ttl_ms=HEAD_CACHE_TTL_MS, max_bytes=HEAD_CACHE_MAX_BYTES
+    )
     return Backends(
         name="memory",
-        store=InMemorySnapshotStore(),
+        store=store,
         archive=InMemoryEventArchive(),
         stream=InMemoryEventStream(leases),
         leases=leases,
@@ -183,6 +196,7 @@ def memory_backends() -> Backends:
         hint=DictHint(),
         checkpoints=InMemoryCheckpointStore(leases),
         expire_lease=expire,
+        head_cache=head_cache,
     )
 
 
@@ -200,6 +214,10 @@ def real_backends(client: redis.Redis, bucket: str, endpoint_url: str) -> Backen
     """Backends on a real Redis and an S3 endpoint, in a fresh namespace and prefix."""
     keys = RedisKeys(f"crash-{new_id('c')[-8:]}")
     store, archive = open_storage(f"s3://{bucket}/{keys.prefix}", endpoint_url=endpoint_url)
+    assert isinstance(store, BlobSnapshotStore)
+    store.head_cache = head_cache = RedisHeadCache(
+        client, keys, ttl_ms=HEAD_CACHE_TTL_MS, max_bytes=HEAD_CACHE_MAX_BYTES
+    )
     return Backends(
         name="redis+s3",
         store=store,
@@ -210,6 +228,7 @@ def real_backends(client: redis.Redis, bucket: str, endpoint_url: str) -> Backen
         hint=RedisArchiveHint(client, keys),
         checkpoints=RedisCheckpointStore(client, keys, ttl_s=3600),
         expire_lease=lambda t, s: client.delete(keys.lease(t, s)),
+        head_cache=head_cache,
     )
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
 from tether.core.snapshot import SessionSnapshot
-from tether.errors import InvalidInput
+from tether.errors import DataError, InfrastructureError, InvalidInput, VersionConflict
 from tether.ids import validate_id
 from tether.persistence.blobs import BlobBackend
 from tether.persistence.codec import dumps_snapshot, loads_snapshot
+from tether.persistence.headcache.base import HeadCache
 from tether.persistence.objects import (
     EVENTS_DIR,
     HEAD_KIND,
@@ -19,6 +22,8 @@ from tether.persistence.objects import (
     unseal,
 )
 from tether.persistence.stores.base import StoredSnapshot
+
+log = logging.getLogger(__name__)
 
 
 class BlobSnapshotStore:
@@ -34,14 +39,25 @@ class BlobSnapshotStore:
         blobs: the backend holding the objects.
         """
         self.blobs = blobs
+        #: A copy of each head beside the lease (see :mod:`tether.persistence.headcache`):
+        #: loads read it first; saves by a lease holder fill it, every other save drops it.
+        self.head_cache: HeadCache | None = None
 
     def load(self, tenant: str, session_id: str) -> StoredSnapshot | None:
         key = head_key(tenant, session_id)
+        cached = self._load_cached(tenant, session_id, key)
+        if cached is not None:
+            return cached
         blob = self.blobs.get(key)
         if blob is None:
             return None
+        return self._decode(tenant, session_id, key, blob.data, blob.token)
+
+    def _decode(
+        self, tenant: str, session_id: str, key: str, data: bytes, version: str
+    ) -> StoredSnapshot:
         where = self.blobs.describe(key)
-        body = unseal(blob.data, HEAD_KIND, where=where).body
+        body = unseal(data, HEAD_KIND, where=where).body
         snapshot = loads_snapshot(body, where=where)
         if snapshot.tenant != tenant or snapshot.session_id != session_id:
             raise corrupt(
@@ -50,18 +66,77 @@ class BlobSnapshotStore:
                 f"it holds tenant {snapshot.tenant!r} session {snapshot.session_id!r} (was it "
                 "copied from another location?)",
             )
-        return StoredSnapshot(snapshot, blob.token)
+        return StoredSnapshot(snapshot, version)
+
+    def _load_cached(self, tenant: str, session_id: str, key: str) -> StoredSnapshot | None:
+        """The cached head, or None to read the store (no cache, a miss, or an entry that does
+        not decode: the store's copy decides then, so a bad entry never fails a run)."""
+        cache = self.head_cache
+        if cache is None:
+            return None
+        try:
+            hit = cache.get(tenant, session_id)
+            if hit is None:
+                return None
+            return self._decode(tenant, session_id, key, hit.data, hit.version)
+        except InfrastructureError as exc:
+            log.warning(
+                "head cache unreadable for %s/%s, reading the store: %s", tenant, session_id, exc
+            )
+        except DataError as exc:
+            log.warning(
+                "cached head of %s/%s does not decode, reading the store: %s",
+                tenant,
+                session_id,
+                exc,
+            )
+            self._drop(tenant, session_id)
+        return None
+
+    def _drop(self, tenant: str, session_id: str) -> None:
+        """Drop the cached head; best effort (the caller's next step does not depend on it)."""
+        if self.head_cache is None:
+            return
+        try:
+            self.head_cache.drop(tenant, session_id)
+        except InfrastructureError as exc:
+            log.warning("could not drop the cached head of %s/%s: %s", tenant, session_id, exc)
 
     def save(self, snapshot: SessionSnapshot, expected_version: str | None) -> str:
-        key = head_key(snapshot.tenant, snapshot.session_id)
+        tenant, session_id = snapshot.tenant, snapshot.session_id
+        key = head_key(tenant, session_id)
         if expected_version is not None and not isinstance(expected_version, str):
             raise InvalidInput(
                 f"expected_version must be a version string or None, got {expected_version!r}"
             )
         data = seal(HEAD_KIND, dumps_snapshot(snapshot))
-        return self.blobs.put(key, data, expected=expected_version)
+        try:
+            version = self.blobs.put(key, data, expected=expected_version)
+        except VersionConflict:
+            self._drop(tenant, session_id)  # whatever the writer read may have come from it
+            raise
+        if self.head_cache is not None:
+            self._cache(snapshot, data, version)
+        return version
+
+    def _cache(self, snapshot: SessionSnapshot, data: bytes, version: str) -> None:
+        """Fill the cache with the head just written, or drop a now older entry.
+
+        Raises:
+            InfrastructureError: neither worked, so an older entry may survive; the caller must
+                not hand the session on as if it finished cleanly.
+        """
+        assert self.head_cache is not None
+        tenant, session_id = snapshot.tenant, snapshot.session_id
+        try:
+            self.head_cache.put(tenant, session_id, data, version, snapshot.writer_fence)
+        except InfrastructureError as exc:
+            log.warning("could not cache the head of %s/%s: %s", tenant, session_id, exc)
+            self.head_cache.drop(tenant, session_id)
 
     def delete(self, tenant: str, session_id: str) -> bool:
+        if self.head_cache is not None:
+            self.head_cache.drop(tenant, session_id)  # first: a failure leaves both in place
         return self.blobs.delete(head_key(tenant, session_id))
 
     def list_session_ids(
@@ -73,4 +148,3 @@ class BlobSnapshotStore:
         return self.blobs.list_children(
             prefix, HEAD_NAME, rollup=EVENTS_DIR, after=after, limit=check_limit(limit)
         )
-

@@ -1,0 +1,74 @@
+"""The head-cache seam: a copy of each session's newest head beside the lease, so the next run
+of a session reads it from Redis instead of the object store.
+
+Why: a run's restore is one object-store GET (3 ms on a local moto, 10-30 ms on S3) on the
+critical path of every run, for a head the previous run of the session has just written. The
+cache holds that head, written by its writer right after the store accepted it.
+
+Why it can never make a run act on an old head:
+
+- Only the current lease holder fills it: :meth:`HeadCache.put` names the writer's lease fence
+  and is refused (and the entry dropped) unless that fence is still the session's newest. A
+  worker frozen between its store write and its cache write cannot overwrite a newer holder's
+  entry after it wakes up.
+- Readers never fill it (a read-then-fill races with a writer), and every write to the store
+  that does not go through a filled ``put`` drops the entry.
+- A lease taken over from a holder that stopped without releasing drops the entry before it
+  reads (the holder may have written the store and died before its ``put``), and a drain that
+  ends without finishing cleanly drops it before it releases the lease (or keeps the lease to
+  expire, when the drop fails, so the next holder takes over).
+- The compare-and-set of the next store write still checks the version: an entry that were
+  somehow stale would fail that write (and be dropped) rather than overwrite anything.
+
+Persisted format (versioned): ``thc1`` ``\\n`` version token ``\\n`` the sealed head object,
+byte for byte what the store holds (its checksum is checked on every read).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol, runtime_checkable
+
+FORMAT_TAG = b"thc1"
+"""The first line of a cached entry: the entry format's version."""
+
+
+class CachedHead(NamedTuple):
+    """A cached head: the stored object's bytes and the store's version token for them."""
+
+    data: bytes
+    version: str
+
+
+@runtime_checkable
+class HeadCache(Protocol):
+    """The newest head of each session, as its lease holder last wrote it."""
+
+    def get(self, tenant: str, session_id: str) -> CachedHead | None:
+        """The cached head, or None (never cached, expired, dropped, or unreadable)."""
+
+    def put(
+        self, tenant: str, session_id: str, data: bytes, version: str, writer_fence: int
+    ) -> bool:
+        """Cache ``data`` (stored under ``version``) when ``writer_fence`` is the session's
+        newest lease fence and the entry fits; otherwise drop the entry. True when cached."""
+
+    def drop(self, tenant: str, session_id: str) -> None:
+        """Forget the session's entry (the next read goes to the store)."""
+
+
+def pack(data: bytes, version: str) -> bytes | None:
+    """The entry for ``data`` under ``version`` (None: the version cannot be framed)."""
+    if not version or "\n" in version:
+        return None
+    return FORMAT_TAG + b"\n" + version.encode() + b"\n" + data
+
+
+def unpack(entry: bytes) -> CachedHead | None:
+    """The head in ``entry``, or None when it is not an entry of a known format."""
+    tag, sep, rest = entry.partition(b"\n")
+    if tag != FORMAT_TAG or not sep:
+        return None
+    version, sep, data = rest.partition(b"\n")
+    if not sep or not version:
+        return None
+    return CachedHead(data, version.decode(errors="replace"))

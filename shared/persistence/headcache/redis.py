@@ -1,0 +1,68 @@
+"""The head cache on Redis: one string per session, in the session's hash slot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from tether.keys import RedisKeys
+from tether.persistence.headcache.base import CachedHead, pack, unpack
+from tether.persistence.redis_conn import describe_client, translate_errors
+
+#: KEYS: fence counter, entry. ARGV: writer fence, entry ('' drops), ttl_ms.
+#: The fence check and the write are one step, so a holder that lost its lease cannot write.
+PUT_SCRIPT = """
+if ARGV[2] ~= '' and redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+redis.call('DEL', KEYS[2])
+return 0
+"""
+
+
+class RedisHeadCache:
+    """The :class:`~tether.persistence.headcache.base.HeadCache` on Redis.
+
+    The entry lives beside the session's lease and fence counter (``<ns>:{<t>/<s>}:head``, one
+    slot), expires ``ttl_ms`` after its last ``put``, and is checked against the fence counter
+    the lease manager increments on every grant.
+
+    Args:
+        client: a bytes client.
+        keys: the key schema (namespace).
+        ttl_ms: how long an entry lives after its ``put``.
+        max_bytes: larger heads are not cached (Redis memory is ``max_bytes`` x sessions run
+            within ``ttl_ms`` at most).
+    """
+
+    def __init__(
+        self, client: redis.Redis, keys: RedisKeys, *, ttl_ms: int, max_bytes: int
+    ) -> None:
+        self._client = client
+        self._keys = keys
+        self._ttl_ms = ttl_ms
+        self._max_bytes = max_bytes
+        self._where = describe_client(client)
+        self._put = client.register_script(PUT_SCRIPT)
+
+    def get(self, tenant: str, session_id: str) -> CachedHead | None:
+        key = self._keys.head_cache(tenant, session_id)
+        with translate_errors(self._where):
+            entry: Any = self._client.get(key)
+        return unpack(entry) if isinstance(entry, bytes) else None
+
+    def put(
+        self, tenant: str, session_id: str, data: bytes, version: str, writer_fence: int
+    ) -> bool:
+        k = self._keys
+        entry = pack(data, version) if len(data) <= self._max_bytes and writer_fence > 0 else None
+        keys = [k.fence(tenant, session_id), k.head_cache(tenant, session_id)]
+        with translate_errors(self._where):
+            done = self._put(keys=keys, args=[writer_fence, entry or b"", self._ttl_ms])
+        return bool(int(done))
+
+    def drop(self, tenant: str, session_id: str) -> None:
+        with translate_errors(self._where):
+            self._client.delete(self._keys.head_cache(tenant, session_id))
