@@ -33,7 +33,7 @@ from tether.persistence.headcache.base import CachedHead, HeadCache
 from tether.persistence.objects import head_key
 from tether.persistence.storage_url import open_storage
 from tether.producer.sessions_admin import delete_session
-from tether.runs.contract import RunRequest
+from tether.runs.contract import RunRequest, RunResult
 from tether.runs.cycle import drain
 from tether.runs.queue.base import submit
 
@@ -91,15 +91,20 @@ def user_inputs(backends: Backends, session_id: str) -> list[str]:
     return [str(i.content) for i in head.memory.items if isinstance(i, UserMessage)]
 
 
+def finished(backends: Backends, request: RunRequest) -> RunResult:
+    """The run's result (it must have one)."""
+    view = backends.runs.get(request.ref)
+    assert view is not None and view.result is not None, request.run_id
+    return view.result
+
+
 def assert_applied_once(backends: Backends, session_id: str, requests: list[RunRequest]) -> None:
     reader = SessionLogReader(backends.store, backends.archive)
     report = reader.verify(session_id, tenant=TENANT)
     assert report.ok, report.problems
     assert user_inputs(backends, session_id) == [r.input for r in requests]
     for request in requests:
-        view = backends.runs.get(request.ref)
-        assert view is not None and view.result is not None, request.run_id
-        assert view.result.status == "COMPLETED"
+        assert finished(backends, request).status == "COMPLETED"
 
 
 def test_a_warm_session_reads_its_head_from_the_cache(
@@ -136,10 +141,9 @@ def test_death_between_the_store_write_and_the_cache_write_runs_nothing_twice(
     hits = cache.hits
     assert apply(backends, "w2", doomed) == 1  # the redelivered message: one drain finishes it
     assert cache.hits == hits  # the taker read the store, not the entry its predecessor left
-    view = backends.runs.get(doomed.ref)
-    assert view is not None and view.result is not None
-    assert view.result.duplicate  # found applied in the head: not run again
-    assert view.result.attempts == 2
+    result = finished(backends, doomed)
+    assert result.duplicate  # found applied in the head: not run again
+    assert result.attempts == 2
     after = request_for(sid, "10-4")
     apply(backends, "w2", after)
     assert_applied_once(backends, sid, [*history, doomed, after])
@@ -186,8 +190,7 @@ def test_when_the_cache_is_unreachable_the_lease_is_kept_and_expires_into_a_take
     rt = worker_runtime(backends, "w2")
     assert drain(rt, TENANT, sid) == 1
     assert cache.hits == hits
-    view = backends.runs.get(second.ref)
-    assert view is not None and view.result is not None and view.result.duplicate
+    assert finished(backends, second).duplicate
     assert_applied_once(backends, sid, [first, second])
 
 

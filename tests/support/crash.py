@@ -45,8 +45,8 @@ from tether.runtime.registry import AgentRegistry
 from tether.settings import Settings
 
 #: The worker default's head cache, on in every crash scenario (as in production).
-HEAD_CACHE_TTL_MS = 60_000
-HEAD_CACHE_MAX_BYTES = 65_536
+HEAD_CACHE_TTL_MS = Settings.model_fields["head_cache_ttl_s"].default * 1000
+HEAD_CACHE_MAX_BYTES = Settings.model_fields["head_cache_max_bytes"].default
 
 
 class SimulatedCrash(BaseException):

@@ -63,6 +63,14 @@ def pack(data: bytes, version: str) -> bytes | None:
     return FORMAT_TAG + b"\n" + version.encode() + b"\n" + data
 
 
+def entry_for(data: bytes, version: str, writer_fence: int, max_bytes: int) -> bytes | None:
+    """The entry a ``put`` may store, or None when it must drop instead (no lease, a head over
+    ``max_bytes``, or a version that cannot be framed); the fence check is the backend's."""
+    if writer_fence <= 0 or len(data) > max_bytes:
+        return None
+    return pack(data, version)
+
+
 def unpack(entry: bytes) -> CachedHead | None:
     """The head in ``entry``, or None when it is not an entry of a known format."""
     tag, sep, rest = entry.partition(b"\n")

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 
 from tether.ids import validate_id, validate_tenant
-from tether.persistence.headcache.base import CachedHead, pack, unpack
+from tether.persistence.headcache.base import CachedHead, entry_for, unpack
 
 
 class InMemoryHeadCache:
@@ -52,9 +52,9 @@ class InMemoryHeadCache:
         self, tenant: str, session_id: str, data: bytes, version: str, writer_fence: int
     ) -> bool:
         key = (validate_tenant(tenant), validate_id(session_id))
-        entry = pack(data, version) if len(data) <= self._max_bytes else None
+        entry = entry_for(data, version, writer_fence, self._max_bytes)
         with self._lock:
-            if entry is None or writer_fence <= 0 or self._fence_of(*key) != writer_fence:
+            if entry is None or self._fence_of(*key) != writer_fence:
                 self._entries.pop(key, None)
                 return False
             self._entries[key] = (entry, self._clock() + self._ttl_s)

@@ -7,7 +7,7 @@ from typing import Any
 import redis
 
 from tether.keys import RedisKeys
-from tether.persistence.headcache.base import CachedHead, pack, unpack
+from tether.persistence.headcache.base import CachedHead, entry_for, unpack
 from tether.persistence.redis_conn import describe_client, translate_errors
 
 #: KEYS: fence counter, entry. ARGV: writer fence, entry ('' drops), ttl_ms.
@@ -57,7 +57,7 @@ class RedisHeadCache:
         self, tenant: str, session_id: str, data: bytes, version: str, writer_fence: int
     ) -> bool:
         k = self._keys
-        entry = pack(data, version) if len(data) <= self._max_bytes and writer_fence > 0 else None
+        entry = entry_for(data, version, writer_fence, self._max_bytes)
         keys = [k.fence(tenant, session_id), k.head_cache(tenant, session_id)]
         with translate_errors(self._where):
             done = self._put(keys=keys, args=[writer_fence, entry or b"", self._ttl_ms])
