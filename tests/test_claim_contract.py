@@ -15,6 +15,8 @@ import pytest
 import redis
 
 from tether.keys import RedisKeys
+from tether.persistence.headcache import HeadCache, InMemoryHeadCache, RedisHeadCache
+from tether.persistence.headcache.base import CachedHead
 from tether.persistence.redis_conn import redis_from_url
 from tether.runs.checkpoints.base import Checkpoint, CheckpointStore
 from tether.runs.checkpoints.memory import InMemoryCheckpointStore
@@ -40,6 +42,7 @@ class Case:
     runs: RunQueue
     leases: LeaseManager
     checkpoints: CheckpointStore
+    head_cache: HeadCache
 
     def claim(self, session: str, carried: RunRequest | None = None, **kw: object) -> Claim:
         ttl_ms = int(kw.pop("ttl_ms", 60_000))  # type: ignore[call-overload]
@@ -55,8 +58,9 @@ def case(request: pytest.FixtureRequest) -> Iterator[Case]:
         leases = InMemoryLeaseManager()
         runs = InMemoryRunQueue(leases)
         checkpoints = InMemoryCheckpointStore(leases)
-        claimer = SequentialClaimer(runs, leases, checkpoints)
-        yield Case("memory", claimer, runs, leases, checkpoints)
+        cache: HeadCache = InMemoryHeadCache(leases.current_fence, ttl_ms=60_000, max_bytes=4096)
+        claimer = SequentialClaimer(runs, leases, checkpoints, cache)
+        yield Case("memory", claimer, runs, leases, checkpoints, cache)
         return
     client: redis.Redis
     if request.param == "cluster":
@@ -67,13 +71,14 @@ def case(request: pytest.FixtureRequest) -> Iterator[Case]:
     rruns = RedisRunQueue(client, keys, result_ttl_s=3600)
     rleases = RedisLeaseManager(client, keys=keys)
     rcheckpoints = RedisCheckpointStore(client, keys, ttl_s=3600)
+    rcache = RedisHeadCache(client, keys, ttl_ms=60_000, max_bytes=4096)
     claimer: Claimer = (
-        SequentialClaimer(rruns, rleases, rcheckpoints)
+        SequentialClaimer(rruns, rleases, rcheckpoints, rcache)
         if request.param == "redis-sequential"
-        else RedisClaimer(client, keys, rruns)
+        else RedisClaimer(client, keys, rruns, head_cache=True)
     )
     try:
-        yield Case(request.param, claimer, rruns, rleases, rcheckpoints)
+        yield Case(request.param, claimer, rruns, rleases, rcheckpoints, rcache)
     finally:
         if request.param == "cluster":
             client.close()
@@ -208,3 +213,38 @@ def test_a_run_id_of_another_request_is_taken_and_a_busy_reject_is_refused(case:
     assert refused.submitted == SubmitOutcome(rejecting.run_id, SubmitState.BUSY)
     assert case.runs.get(RunRef(T, sid, rejecting.run_id)) is None
     assert case.runs.pending_count(T, sid) == 1
+
+
+def test_the_claim_reads_the_cached_head_and_counts_the_queue(case: Case) -> None:
+    sid = session()
+    first, second = req(sid), req(sid)
+    case.runs.submit_many([first, second])
+    writer = case.leases.acquire(T, sid, "w-0", 60_000)
+    assert writer is not None
+    assert case.head_cache.put(T, sid, b"head bytes", "v7", writer.fence)
+    assert case.leases.release(writer)
+    claim = case.claim(sid)
+    assert claim.lease is not None and not claim.lease.takeover
+    assert claim.cache_read and claim.cached_head == CachedHead(b"head bytes", "v7")
+    assert claim.queued == 2 and claim.head == first.run_id
+
+
+def test_a_claim_finds_no_cached_head_when_none_was_left(case: Case) -> None:
+    sid = session()
+    case.runs.submit_many([req(sid)])
+    claim = case.claim(sid)
+    assert claim.cache_read and claim.cached_head is None and claim.queued == 1
+
+
+def test_a_takeover_claim_drops_the_cached_head_and_does_not_use_it(case: Case) -> None:
+    # the expired holder may have written a newer head to the store and died before caching it
+    sid = session()
+    case.runs.submit_many([req(sid)])
+    first = case.claim(sid, ttl_ms=100)
+    assert first.lease is not None
+    assert case.head_cache.put(T, sid, b"maybe stale", "v1", first.lease.fence)
+    time.sleep(0.25)
+    claim = case.claim(sid, owner="w-2")
+    assert claim.lease is not None and claim.lease.takeover
+    assert claim.cache_read and claim.cached_head is None
+    assert case.head_cache.get(T, sid) is None

@@ -60,7 +60,9 @@ def _runtime(backends: Backends, claimer: str, late: RunRequest) -> Runtime:
     rt = dataclasses.replace(rt, runs=racing)  # type: ignore[arg-type]
     if claimer == "redis":
         inner = backends.runs
-        rt = dataclasses.replace(rt, claimer=RedisClaimer(inner.client, inner.keys, inner))  # type: ignore[attr-defined]
+        cache = rt.head_cache is not None
+        redis_claimer = RedisClaimer(inner.client, inner.keys, inner, head_cache=cache)  # type: ignore[attr-defined]
+        rt = dataclasses.replace(rt, claimer=redis_claimer)
     return rt
 
 

@@ -9,6 +9,7 @@ the model was asked 11 times in all (not 17), and the session verifies (gapless,
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -97,13 +98,20 @@ def test_warm_shutdown_hands_the_run_back_at_its_last_checkpoint(
         victim = eventually(lambda: _holder(fleet, live_stack, handle.run_id), timeout_s=10)
         assert victim.proc is not None
         os.kill(victim.proc.pid, signal.SIGTERM)  # the main process only, as `docker stop` does
-        victim.proc.wait(timeout=30)  # it left without running the 7 remaining steps
-        steps_done_at_exit = counter.read("total")
+        victim.proc.wait(timeout=30)
         result = handle.result(timeout=90)
     finally:
         fleet.stop()
         producer.close()
-    assert steps_done_at_exit < STEPS
+    # the other worker took it up where the victim left it (how long the victim's own exit
+    # takes after the hand-back is Celery's business, so it is not what is measured)
+    resumed = [
+        int(m.group(1))
+        for worker in fleet.workers
+        if worker is not victim
+        for m in re.finditer(r"resumed at step (\d+)", worker.log_text())
+    ]
+    assert resumed and resumed[0] < STEPS
     assert result.status is RunStatus.COMPLETED and result.output == f"counted {STEPS}"
     assert result.attempts == 1  # a hand-back is no failed attempt: the budget is untouched
     assert counter.read("total") == STEPS

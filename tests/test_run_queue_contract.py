@@ -682,7 +682,10 @@ def test_release_if_idle_is_lost_when_the_lease_expired(case: Case) -> None:
     assert leases.current_fence(T, S) == lease.fence
 
 
-def test_finish_and_release_frees_the_lease_when_the_queue_is_left_empty(case: Case) -> None:
+@pytest.mark.parametrize("expect_idle", [False, True], ids=["no-hint", "idle-hint"])
+def test_finish_and_release_frees_the_lease_when_the_queue_is_left_empty(
+    case: Case, expect_idle: bool
+) -> None:
     runs, leases = case.runs, case.leases
     request = req()
     queued(runs, request)
@@ -690,7 +693,10 @@ def test_finish_and_release_frees_the_lease_when_the_queue_is_left_empty(case: C
     assert lease is not None
     mark = runs.done_last_id()
     done = completed(request)
-    assert runs.finish_and_release(done, lease) == (None, IdleRelease.RELEASED)
+    assert runs.finish_and_release(done, lease, expect_idle=expect_idle) == (
+        None,
+        IdleRelease.RELEASED,
+    )
     assert runs.get(request.ref) is not None and runs.peek_many([request.ref]) == {
         request.run_id: done
     }
@@ -702,18 +708,23 @@ def test_finish_and_release_frees_the_lease_when_the_queue_is_left_empty(case: C
     assert taken is not None and taken.fence == lease.fence + 1 and not taken.takeover
 
 
-def test_finish_and_release_keeps_the_lease_while_runs_are_queued(case: Case) -> None:
+@pytest.mark.parametrize("expect_idle", [False, True], ids=["no-hint", "wrong-idle-hint"])
+def test_finish_and_release_keeps_the_lease_while_runs_are_queued(
+    case: Case, expect_idle: bool
+) -> None:
     runs, leases = case.runs, case.leases
     first, second = req(), req()
     queued(runs, first, second)
     lease = leases.acquire(T, S, "worker-a", 60_000)
     assert lease is not None
-    assert runs.finish_and_release(completed(first), lease) == (second.run_id, None)
+    finished = runs.finish_and_release(completed(first), lease, expect_idle=expect_idle)
+    assert finished == (second.run_id, None)
     assert leases.holder(T, S) == "worker-a"
-    assert runs.stale_sessions(0) == [(T, S)]
+    assert runs.stale_sessions(0) == [(T, S)]  # a wrong hint still leaves it in the index
 
 
-def test_finish_and_release_never_frees_someone_elses_lease(case: Case) -> None:
+@pytest.mark.parametrize("expect_idle", [False, True], ids=["no-hint", "idle-hint"])
+def test_finish_and_release_never_frees_someone_elses_lease(case: Case, expect_idle: bool) -> None:
     runs, leases = case.runs, case.leases
     request = req()
     queued(runs, request)
@@ -724,7 +735,10 @@ def test_finish_and_release_never_frees_someone_elses_lease(case: Case) -> None:
     assert other is not None
     # a zombie's finish still records the result (its head write decided that), but the lease
     # stays with the holder that took it over
-    assert runs.finish_and_release(completed(request), old) == (None, IdleRelease.LOST)
+    assert runs.finish_and_release(completed(request), old, expect_idle=expect_idle) == (
+        None,
+        IdleRelease.LOST,
+    )
     assert leases.holder(T, S) == "worker-b"
     assert leases.renew(other, 60_000)
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tether.core.events import now_ms
+from tether.persistence.headcache.base import CachedHead, HeadCache
 from tether.runs.checkpoints.base import Checkpoint, CheckpointStore
 from tether.runs.contract import RunRef, RunRequest
 from tether.runs.leases.base import Lease, LeaseManager
@@ -55,6 +56,13 @@ class Claim:
     """The head run was cancelled while queued: it was not begun and never starts."""
     checkpoint: Checkpoint | None = None
     """The head run's newest step checkpoint."""
+    queued: int | None = None
+    """How many runs the session's queue held, the head run included (None: not read)."""
+    cache_read: bool = False
+    """The claim read the session's cached head (:attr:`cached_head`), after dropping it when
+    the lease was a takeover: the restore need not read the cache again."""
+    cached_head: CachedHead | None = None
+    """The session's cached head, when :attr:`cache_read` found one."""
 
     @property
     def begun(self) -> bool:
@@ -92,11 +100,16 @@ class SequentialClaimer:
     """The reference :class:`Claimer`: the same steps as separate calls on the seams."""
 
     def __init__(
-        self, runs: RunQueue, leases: LeaseManager, checkpoints: CheckpointStore
+        self,
+        runs: RunQueue,
+        leases: LeaseManager,
+        checkpoints: CheckpointStore,
+        head_cache: HeadCache | None = None,
     ) -> None:
         self._runs = runs
         self._leases = leases
         self._checkpoints = checkpoints
+        self._head_cache = head_cache
 
     def claim(
         self,
@@ -107,16 +120,24 @@ class SequentialClaimer:
         ttl_ms: int,
         carried: Carried | None = None,
     ) -> Claim:
-        """Register ``carried``, take the lease for ``owner`` and begin the queue's head run."""
+        """Register ``carried``, take the lease for ``owner``, begin the queue's head run and
+        read the session's cached head (after dropping it on a takeover)."""
         submitted = None
         if carried is not None:
             submitted = submit(self._runs, carried.request, on=carried.queue)
         lease = self._leases.acquire(tenant, session_id, owner, ttl_ms)
         if lease is None:
             return Claim(submitted, None)
+        cache = self._head_cache
+        if cache is not None and lease.takeover:
+            # the previous holder may have written the head and died before caching it
+            cache.drop(tenant, session_id)
         head = self._runs.head(tenant, session_id)
         if head is None:
             return Claim(submitted, lease)
+        cached = None
+        if cache is not None and not lease.takeover:
+            cached = cache.get(tenant, session_id)
         ref = RunRef(tenant, session_id, head)
         view = self._runs.get(ref)
         checkpoint = self._checkpoints.load(tenant, session_id, head)
@@ -125,4 +146,15 @@ class SequentialClaimer:
         if runnable(view, now_ms()):
             attempts = self._runs.begin(ref, owner)
             cancelled = attempts is None
-        return Claim(submitted, lease, head, view, attempts, cancelled, checkpoint)
+        return Claim(
+            submitted,
+            lease,
+            head,
+            view,
+            attempts,
+            cancelled,
+            checkpoint,
+            queued=self._runs.pending_count(tenant, session_id),
+            cache_read=cache is not None,
+            cached_head=cached,
+        )

@@ -19,6 +19,7 @@ import redis
 
 from tether.core.events import now_ms
 from tether.keys import RedisKeys
+from tether.persistence.headcache.base import unpack
 from tether.persistence.redis_conn import describe_client, translate_errors
 from tether.runs.checkpoints.base import Checkpoint
 from tether.runs.claim import Carried, Claim
@@ -36,21 +37,27 @@ from tether.runs.queue.redis import (
 
 #: KEYS: pending, lease, fence counter, released fence, checkpoints, then (only with a carried
 #: request) its request-id index entry and run record.
-#: ARGV: owner, ttl_ms, now_ms, attempts ttl_s, session key prefix ('<p>:{t/s}:'), carried
-#: (0/1), then with a carried request the 9 arguments of the submit script.
+#: ARGV: owner, ttl_ms, now_ms, attempts ttl_s, session key prefix ('<p>:{t/s}:'), head cache
+#: on (0/1), carried (0/1), then with a carried request the 9 arguments of the submit script.
 #: Returns {submit code, submit run id, fence (0: held), takeover, head, record (flat list),
-#: checkpoint, attempts (0: not begun), cancelled}.
+#: checkpoint, attempts (0: not begun), cancelled, queued runs, cached head entry}.
+#: A takeover drops the cached head (its holder may have written the store and died before
+#: caching it); any other grant reads it, so the restore needs no round trip of its own.
 CLAIM_SCRIPT = SUBMIT_FUNCTION + ACQUIRE_FUNCTION + """
 local code, submitted = false, false
-if ARGV[6] == '1' then
-  local outcome = submit(KEYS[6], KEYS[7], KEYS[1], 6)
+if ARGV[7] == '1' then
+  local outcome = submit(KEYS[6], KEYS[7], KEYS[1], 7)
   code, submitted = outcome[1], outcome[2]
 end
 local grant = acquire(KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2])
 local fence, takeover = grant[1], grant[2]
 if fence == 0 then return {code, submitted, 0, 0} end
+local caching = ARGV[6] == '1'
+if caching and takeover == 1 then redis.call('DEL', ARGV[5] .. 'head') end
 local head = redis.call('LINDEX', KEYS[1], 0)
 if not head then return {code, submitted, fence, takeover} end
+local cached = false
+if caching and takeover ~= 1 then cached = redis.call('GET', ARGV[5] .. 'head') end
 local record = redis.call('HGETALL', ARGV[5] .. 'run:' .. head)
 local checkpoint = redis.call('HGET', KEYS[5], head)
 local has_request, has_result, retry_at = false, false, 0
@@ -72,7 +79,8 @@ if has_request and not has_result and retry_at <= tonumber(ARGV[3]) then
       'started_at_ms', ARGV[3])
   end
 end
-return {code, submitted, fence, takeover, head, record, checkpoint, attempts, cancelled}
+return {code, submitted, fence, takeover, head, record, checkpoint, attempts, cancelled,
+  redis.call('LLEN', KEYS[1]), cached}
 """
 
 
@@ -88,10 +96,13 @@ class RedisClaimer:
             of a fresh registration, and its TTL).
     """
 
-    def __init__(self, client: redis.Redis, keys: RedisKeys, runs: RedisRunQueue) -> None:
+    def __init__(
+        self, client: redis.Redis, keys: RedisKeys, runs: RedisRunQueue, *, head_cache: bool
+    ) -> None:
         self._client = client
         self._keys = keys
         self._runs = runs
+        self._head_cache = head_cache
         self._where = describe_client(client)
         self._claim = client.register_script(CLAIM_SCRIPT)
 
@@ -116,7 +127,9 @@ class RedisClaimer:
             k.checkpoints(tenant, session_id),
         ]
         prefix = f"{k.prefix}:{k.session_tag(tenant, session_id)}:"
-        args: list[Any] = [owner, ttl_ms, at_ms, self._runs.result_ttl_s, prefix]
+        args: list[Any] = [
+            owner, ttl_ms, at_ms, self._runs.result_ttl_s, prefix, int(self._head_cache)
+        ]  # fmt: skip
         if carried is None:
             args.append("0")
         else:
@@ -150,4 +163,16 @@ class RedisClaimer:
         view = run_view(head, record)
         checkpoint = Checkpoint.model_validate_json(reply[6]) if reply[6] else None
         attempts = int(reply[7]) or None
-        return Claim(submitted, lease, head, view, attempts, bool(int(reply[8])), checkpoint)
+        cached = unpack(reply[10]) if len(reply) > 10 and isinstance(reply[10], bytes) else None
+        return Claim(
+            submitted,
+            lease,
+            head,
+            view,
+            attempts,
+            bool(int(reply[8])),
+            checkpoint,
+            queued=int(reply[9]),
+            cache_read=self._head_cache,
+            cached_head=cached,
+        )

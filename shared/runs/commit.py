@@ -8,10 +8,14 @@ A run's events reach the live stream while it runs (fenced by the lease, see
    (the next holder retries the run from the last committed head).
 3. ``head_put``: write the session head with compare-and-set on its version. **The commit
    point**: before it nothing of the run is committed, after it all of it is.
-4. ``archive_segment``: when the head's outbox is full (a batch), write it to the archive as one
-   immutable segment. Not every commit writes one.
-5. ``archive_hint``: remember how far the archive goes (a lossy optimisation).
-6. ``finish``: record the run's result, pop it from the session queue, announce completion.
+4. ``finish``: record the run's result, pop it from the session queue, announce completion.
+5. ``archive_segment``: when the head's outbox is full (a batch), write it to the archive as one
+   immutable segment. Not every commit writes one. It comes after ``finish`` so that the
+   producer does not wait for it: the head just written still holds the outbox, and a reader
+   of a head whose outbox reached the batch asks the archive how far it goes
+   (:func:`tether.persistence.saving.reconcile_loaded_outbox`), so a death in between loses
+   nothing, and a segment written twice (by the next holder too) is byte for byte the same.
+6. ``archive_hint``: remember how far the archive goes (a lossy optimisation).
 7. ``checkpoint_clear``: forget the run's step checkpoint, when it wrote one (a leftover is
    harmless: the next attempt finds the head moved past it and drops it).
 
@@ -62,9 +66,9 @@ class CommitStep(StrEnum):
     STREAM_FLUSH = "stream_flush"
     FENCE_CHECK = "fence_check"
     HEAD_PUT = "head_put"
+    FINISH = "finish"
     ARCHIVE_SEGMENT = "archive_segment"
     ARCHIVE_HINT = "archive_hint"
-    FINISH = "finish"
     CHECKPOINT_CLEAR = "checkpoint_clear"
     LEASE_RELEASE = "lease_release"
 
@@ -195,6 +199,7 @@ class Commit:
         reply_to: str | None = None,
         *,
         release_when_idle: bool = False,
+        expect_idle: bool = False,
     ) -> None:
         self._target = target
         self._lease = lease
@@ -208,6 +213,8 @@ class Commit:
         self.released: IdleRelease | None = None
         #: Release the lease in the finish step when it leaves the queue empty.
         self.release_when_idle = release_when_idle
+        #: The run is the only one queued, as far as the claim saw (a hint for the finish).
+        self.expect_idle = expect_idle
 
     def _step(self, step: CommitStep, phase: Phase) -> None:
         probe(
@@ -258,6 +265,9 @@ class Commit:
             writer_fence=self._lease.fence,
         )
         self._step(CommitStep.HEAD_PUT, "after")
+        # the producer hears of its run before the amortized archive write: a death between
+        # the two is the case put_head's reader already handles (the head keeps the outbox)
+        self.finish(result)
         if outbox:
             assert t.archive is not None
             self._step(CommitStep.ARCHIVE_SEGMENT, "before")
@@ -268,7 +278,6 @@ class Commit:
                 t.hint.record(session.tenant, session.session_id, outbox[-1].seq)
                 self._step(CommitStep.ARCHIVE_HINT, "after")
         session.prune_events(session.archived_seq)
-        self.finish(result)
         if checkpointed:
             self._step(CommitStep.CHECKPOINT_CLEAR, "before")
             t.checkpoints.clear(self._lease.tenant, self._lease.session_id, result.run_id)
@@ -280,7 +289,7 @@ class Commit:
         queue = self._target.queue
         if self.release_when_idle:
             self.next_head, self.released = queue.finish_and_release(
-                result, self._lease, reply_to=self._reply_to
+                result, self._lease, reply_to=self._reply_to, expect_idle=self.expect_idle
             )
         else:
             self.next_head = queue.finish(result, reply_to=self._reply_to)

@@ -107,8 +107,15 @@ class _Drain:
 
     def commit(self, run_id: str | None, reply_to: str | None = None) -> Commit:
         # the finish that empties the queue also frees the lease: one round trip, not two
+        claim = self.applying
+        alone = claim is not None and claim.head == run_id and claim.queued == 1
         self.last_commit = Commit(
-            self.target, self.lease, run_id, reply_to, release_when_idle=run_id is not None
+            self.target,
+            self.lease,
+            run_id,
+            reply_to,
+            release_when_idle=run_id is not None,
+            expect_idle=alone,
         )
         return self.last_commit
 
@@ -484,7 +491,7 @@ def _session_for(d: _Drain, request: RunRequest, agent: Agent) -> AgentSession:
     one), then kept between runs."""
     if not d.loaded:
         with span("tether.restore", session_id=request.session_id):
-            stored = load_head(d.rt, d.lease, agent, request)
+            stored = load_head(d.rt, d.lease, agent, request, d.applying)
         d.loaded = True
         d.base_seq = stored.snapshot.last_seq if stored is not None else 0
         known = d.applying.checkpoint if d.applying is not None else ASK

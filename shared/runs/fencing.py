@@ -11,8 +11,8 @@ So a holder whose lease is a *takeover* (the previous grant expired unreleased, 
 compare-and-set, before it relies on it. Either the frozen PUT landed first (then the taker's
 rewrite conflicts, it reloads, and finds the run already applied), or it lands after (then its
 expected version is gone and it is refused). Clean hand-overs, the common case, cost nothing: only
-a takeover pays this one extra PUT, and one Redis DEL: the taker drops the cached head before it
-reads (see :mod:`tether.persistence.headcache`).
+a takeover pays this one extra PUT; its claim drops the cached head before the taker reads (see
+:mod:`tether.persistence.headcache`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import logging
 from tether.core.snapshot import SessionSnapshot
 from tether.errors import ConflictError, VersionConflict
 from tether.persistence.stores.base import StoredSnapshot
+from tether.runs.claim import Claim
 from tether.runs.contract import RunRequest
 from tether.runs.leases.base import Lease
 from tether.runs.runtime import Runtime
@@ -35,17 +36,24 @@ FENCE_ATTEMPTS = 5
 
 
 def load_head(
-    rt: Runtime, lease: Lease, agent: Agent, request: RunRequest
+    rt: Runtime, lease: Lease, agent: Agent, request: RunRequest, claim: Claim | None = None
 ) -> StoredSnapshot | None:
     """The committed head of ``request``'s session, fenced first when ``lease`` is a takeover.
+
+    ``claim``: the claim that took ``lease``, when it read the head cache (then its entry is
+    used and the cache is not read again).
 
     Raises:
         ConflictError: the head kept changing under the taker (its lease is likely lost too).
     """
-    if lease.takeover and rt.head_cache is not None:
-        # the previous holder may have written the head and died before caching it
-        rt.head_cache.drop(request.tenant, request.session_id)
-    stored = rt.store.load(request.tenant, request.session_id)
+    t, s = request.tenant, request.session_id
+    if claim is not None and claim.cache_read:
+        stored = rt.store.load_known(t, s, claim.cached_head)  # a takeover's claim dropped it
+    else:
+        if lease.takeover and rt.head_cache is not None:
+            # the previous holder may have written the head and died before caching it
+            rt.head_cache.drop(t, s)
+        stored = rt.store.load(t, s)
     if not lease.takeover:
         return stored
     for _ in range(FENCE_ATTEMPTS):

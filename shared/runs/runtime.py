@@ -70,7 +70,7 @@ class Runtime:
     def claims(self) -> Claimer:
         """The claimer of this runtime (see :attr:`claimer`)."""
         if self.claimer is None:  # built per call: tests swap seams on a runtime
-            return SequentialClaimer(self.runs, self.leases, self.checkpoints)
+            return SequentialClaimer(self.runs, self.leases, self.checkpoints, self.head_cache)
         return self.claimer
 
 
@@ -119,6 +119,6 @@ def build_runtime(wake: Callable[[str, str], None], settings: Settings | None = 
         archive_hint=RedisArchiveHint(client, keys, ttl_s=settings.result_ttl_s),
         wake=wake,
         archive_batch_events=settings.archive_batch_events,
-        claimer=RedisClaimer(client, keys, runs),
+        claimer=RedisClaimer(client, keys, runs, head_cache=head_cache is not None),
         head_cache=head_cache,
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import NamedTuple, Protocol, runtime_checkable
 
 from tether.core.snapshot import SessionSnapshot
+from tether.persistence.headcache.base import CachedHead
 
 
 class StoredSnapshot(NamedTuple):
@@ -32,6 +33,18 @@ class SnapshotStore(Protocol):
             InvalidId: a malformed tenant or session id (before any I/O).
             SnapshotCorrupt: the stored bytes fail their checksum or do not parse.
             UnsupportedSchemaVersion: the head was written by an unknown format version.
+        """
+
+    def load_known(
+        self, tenant: str, session_id: str, cached: CachedHead | None
+    ) -> StoredSnapshot | None:
+        """:meth:`load`, given what the session's head cache holds (``cached``; None: nothing),
+        as the caller already read it: the lease claim reads it in the same round trip (see
+        :mod:`tether.persistence.headcache`). Never reads the cache itself; an entry that does
+        not decode is dropped and the store read instead.
+
+        Raises:
+            The errors of :meth:`load`.
         """
 
     def save(self, snapshot: SessionSnapshot, expected_version: str | None) -> str:

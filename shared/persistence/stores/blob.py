@@ -9,7 +9,7 @@ from tether.errors import DataError, InfrastructureError, InvalidInput, VersionC
 from tether.ids import validate_id
 from tether.persistence.blobs import BlobBackend
 from tether.persistence.codec import dumps_snapshot, loads_snapshot
-from tether.persistence.headcache.base import HeadCache
+from tether.persistence.headcache.base import CachedHead, HeadCache
 from tether.persistence.objects import (
     EVENTS_DIR,
     HEAD_KIND,
@@ -44,10 +44,21 @@ class BlobSnapshotStore:
         self.head_cache: HeadCache | None = None
 
     def load(self, tenant: str, session_id: str) -> StoredSnapshot | None:
-        key = head_key(tenant, session_id)
-        cached = self._load_cached(tenant, session_id, key)
+        key = head_key(tenant, session_id)  # validates the ids before any I/O
+        return self._load(tenant, session_id, key, self._cache_get(tenant, session_id))
+
+    def load_known(
+        self, tenant: str, session_id: str, cached: CachedHead | None
+    ) -> StoredSnapshot | None:
+        return self._load(tenant, session_id, head_key(tenant, session_id), cached)
+
+    def _load(
+        self, tenant: str, session_id: str, key: str, cached: CachedHead | None
+    ) -> StoredSnapshot | None:
         if cached is not None:
-            return cached
+            known = self._decode_cached(tenant, session_id, key, cached)
+            if known is not None:
+                return known
         blob = self.blobs.get(key)
         if blob is None:
             return None
@@ -68,21 +79,26 @@ class BlobSnapshotStore:
             )
         return StoredSnapshot(snapshot, version)
 
-    def _load_cached(self, tenant: str, session_id: str, key: str) -> StoredSnapshot | None:
-        """The cached head, or None to read the store (no cache, a miss, or an entry that does
-        not decode: the store's copy decides then, so a bad entry never fails a run)."""
-        cache = self.head_cache
-        if cache is None:
+    def _cache_get(self, tenant: str, session_id: str) -> CachedHead | None:
+        """The cached head, or None (no cache, a miss, or the cache unreachable: the store's
+        copy decides then, so the cache never fails a run)."""
+        if self.head_cache is None:
             return None
         try:
-            hit = cache.get(tenant, session_id)
-            if hit is None:
-                return None
-            return self._decode(tenant, session_id, key, hit.data, hit.version)
+            return self.head_cache.get(tenant, session_id)
         except InfrastructureError as exc:
             log.warning(
                 "head cache unreadable for %s/%s, reading the store: %s", tenant, session_id, exc
             )
+            return None
+
+    def _decode_cached(
+        self, tenant: str, session_id: str, key: str, hit: CachedHead
+    ) -> StoredSnapshot | None:
+        """``hit`` decoded, or None (dropped) when it does not decode: the store's copy
+        decides then."""
+        try:
+            return self._decode(tenant, session_id, key, hit.data, hit.version)
         except DataError as exc:
             log.warning(
                 "cached head of %s/%s does not decode, reading the store: %s",

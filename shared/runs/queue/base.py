@@ -177,11 +177,20 @@ class SessionQueue(Protocol):
         now at the head of the session's queue (None: empty), so the drain needs no read."""
 
     def finish_and_release(
-        self, result: RunResult, lease: Lease, *, reply_to: str | None = None
+        self,
+        result: RunResult,
+        lease: Lease,
+        *,
+        reply_to: str | None = None,
+        expect_idle: bool = False,
     ) -> tuple[str | None, IdleRelease | None]:
         """:meth:`finish`, then, when that left the queue empty, :meth:`release_if_idle` in the
         same step: ``(next head, None)`` while runs are queued, else ``(None, what the release
-        did)``. The drain's last run costs one round trip instead of two."""
+        did)``. The drain's last run costs one round trip instead of two.
+
+        ``expect_idle``: a hint that the queue holds only this run (a backend may then do the
+        session's exit from the active index in the same round trip); never changes the result.
+        """
 
     def drop(self, tenant: str, session_id: str, run_id: str) -> None:
         """Remove a run id from the session queue (an orphan without a record)."""

@@ -207,7 +207,12 @@ class InMemoryRunQueue:
             return pending[0] if pending else None
 
     def finish_and_release(
-        self, result: RunResult, lease: Lease, *, reply_to: str | None = None
+        self,
+        result: RunResult,
+        lease: Lease,
+        *,
+        reply_to: str | None = None,
+        expect_idle: bool = False,
     ) -> tuple[str | None, IdleRelease | None]:
         """Finish the run, then release the lease when the queue is empty (one step)."""
         with self._lock:  # reentrant: one step for anyone else

@@ -465,29 +465,45 @@ class RedisRunQueue:
         The session's script and the announcement (another slot) share one round trip; the
         session's active-index entry is refreshed there too (it is progress).
         """
-        next_head = self._finish_pipeline(self._finish, result, reply_to, [], [])
+        next_head, _ = self._finish_pipeline(self._finish, result, reply_to, [], [])
         return _text(next_head) if next_head is not None else None
 
     def finish_and_release(
-        self, result: RunResult, lease: Lease, *, reply_to: str | None = None
+        self,
+        result: RunResult,
+        lease: Lease,
+        *,
+        reply_to: str | None = None,
+        expect_idle: bool = False,
     ) -> tuple[str | None, IdleRelease | None]:
         """:meth:`finish` and, when the queue is left empty, the lease's release, in one script
-        and one round trip (then the active-index exit, as :meth:`release_if_idle` does)."""
+        and one round trip, then the active-index exit as :meth:`release_if_idle` does it.
+
+        With ``expect_idle`` on one Redis, the exit rides in the same round trip: the pipeline
+        removes the session from the index after the script and then reads the queue's length,
+        so a run submitted meanwhile is seen (and the session put back) exactly as
+        :meth:`_leave_active` sees it. A wrong guess costs the round trip it would have saved.
+        """
         k = self.keys
         t, s = result.tenant, result.session_id
         if (lease.tenant, lease.session_id) != (t, s):
             raise ValueError("the lease must be the finished run's session's")
-        head, code = self._finish_pipeline(
+        leave = expect_idle and not isinstance(cast(Any, self.client), RedisCluster)
+        (head, code), queued = self._finish_pipeline(
             self._finish_release,
             result,
             reply_to,
             [k.lease(t, s), k.released(t, s)],
             [f"{lease.owner}|{lease.fence}", lease.fence],
+            leave_active=leave,
         )
+        if leave and queued:
+            with translate_errors(self._where):
+                self.client.zadd(k.active(t, s), {k.active_member(t, s): now_ms()})
         if head is not None:
             return _text(head), None
         outcome = _IDLE_RELEASE[int(code)]
-        if outcome is IdleRelease.RELEASED:
+        if outcome is IdleRelease.RELEASED and not leave:
             with translate_errors(self._where):
                 self._leave_active(t, s)
         return None, outcome
@@ -499,10 +515,13 @@ class RedisRunQueue:
         reply_to: str | None,
         more_keys: list[str],
         more_args: list[Any],
-    ) -> Any:
+        *,
+        leave_active: bool = False,
+    ) -> tuple[Any, int | None]:
         """One round trip: ``script`` (the finish, KEYS and ARGV as ``_FINISH_BODY`` then
-        ``more_keys`` / ``more_args``), the active-index progress and the announcements; the
-        script's reply."""
+        ``more_keys`` / ``more_args``), the active-index progress (or, ``leave_active``, the
+        session's removal from the index and then the queue's length) and the announcements;
+        the script's reply, and the queue's length when ``leave_active``."""
         k = self.keys
         t, s = result.tenant, result.session_id
         raw = result.model_dump_json()  # once: the record and the producer's feed share it
@@ -513,11 +532,16 @@ class RedisRunQueue:
 
         def fill(pipe: Any) -> None:
             queue_script(pipe, script, [*keys, *more_keys], [*args, *more_args])
-            pipe.zadd(k.active(t, s), {k.active_member(t, s): now_ms()})
+            if leave_active:
+                pipe.zrem(k.active(t, s), k.active_member(t, s))
+                pipe.llen(k.pending(t, s))
+            else:
+                pipe.zadd(k.active(t, s), {k.active_member(t, s): now_ms()})
             announce(pipe, k, result, reply_to, self.result_ttl_s, raw=raw)
 
         with translate_errors(self._where):
-            return run_pipeline(self.client, [script], fill)[0]
+            replies = run_pipeline(self.client, [script], fill)
+        return replies[0], int(replies[2]) if leave_active else None
 
     # --- the session queue -------------------------------------------------------------------
 
