@@ -47,7 +47,7 @@ class Sizes:
     p2_trials: int = 3
     p3_early: int = 10
     p3_late: int = 1000
-    p3_window: int = 40
+    p3_window: int = 60
     p4_events: int = 2000
     p4_warmup: int = 50
     p4_interval_s: float = 0.002
