@@ -31,6 +31,10 @@ TENANT = "default"
 Op = Literal["<=", ">="]
 
 
+#: How long the workers may still be writing after the last result a measure awaited.
+POST_FINISH_SETTLE_S = 1.0
+
+
 class BenchFailure(RuntimeError):
     """A measure could not produce a valid figure (a wrong answer, a lost run, a timeout)."""
 
@@ -195,6 +199,9 @@ class Bench:
 
     def fresh_bucket(self) -> None:
         """Reset moto and re-create the bucket (every measure starts from empty storage)."""
+        # a worker writes a batch's archive segment after it announced the run: let the last
+        # measure's one land before its bucket goes away
+        time.sleep(POST_FINISH_SETTLE_S)
         request = urllib.request.Request(self.stack.s3_endpoint + "/moto-api/reset", method="POST")
         with urllib.request.urlopen(request, timeout=30):
             pass
