@@ -5,6 +5,7 @@ worker."""
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -123,10 +124,20 @@ def test_an_entry_expires_after_its_ttl(backend: Backend) -> None:
 
 def test_entry_format_is_versioned() -> None:
     entry = pack(b'{"tether":"head"}', '"abc"')
-    assert entry == b'thc1\n"abc"\n{"tether":"head"}'
+    assert entry == b'thc2\n"abc"\n' + zlib.compress(b'{"tether":"head"}', 1)
     assert unpack(entry) == CachedHead(b'{"tether":"head"}', '"abc"')
     # a head body may hold newlines: only the first two separate fields
     assert unpack(pack(b"a\nb", "v")) == CachedHead(b"a\nb", "v")
-    assert unpack(b"thc2\nv\ndata") is None  # a format this build does not know is a miss
+    # the uncompressed entries of earlier builds are still read (a rolling upgrade)
+    assert unpack(b'thc1\n"abc"\n{"tether":"head"}') == CachedHead(b'{"tether":"head"}', '"abc"')
+    assert unpack(b"thc3\nv\ndata") is None  # a format this build does not know is a miss
+    assert unpack(b"thc2\nv\nnot zlib") is None  # nor is a damaged one
     assert unpack(b"garbage") is None
     assert unpack(b"thc1\n\ndata") is None
+
+
+def test_an_entry_holds_the_head_compressed() -> None:
+    head = b'{"items": [' + b'{"type": "user_message", "content": "remember fact"},' * 200 + b"]}"
+    entry = pack(head, "v1")
+    assert entry is not None and len(entry) * 5 < len(head)
+    assert unpack(entry) == CachedHead(head, "v1")

@@ -20,16 +20,26 @@ Why it can never make a run act on an old head:
 - The compare-and-set of the next store write still checks the version: an entry that were
   somehow stale would fail that write (and be dropped) rather than overwrite anything.
 
-Persisted format (versioned): ``thc1`` ``\\n`` version token ``\\n`` the sealed head object,
-byte for byte what the store holds (its checksum is checked on every read).
+Persisted format (versioned): ``thc2`` ``\\n`` version token ``\\n`` the sealed head object,
+byte for byte what the store holds, zlib-compressed (its checksum is checked on every read after
+decompression). Compressed because the cache's memory is every head run within the TTL: JSON
+heads shrink several times at zlib's fastest level for a fraction of a millisecond. ``thc1``
+entries (the same, uncompressed, written by earlier builds) are still read.
 """
 
 from __future__ import annotations
 
+import zlib
 from typing import NamedTuple, Protocol, runtime_checkable
 
-FORMAT_TAG = b"thc1"
+FORMAT_TAG = b"thc2"
 """The first line of a cached entry: the entry format's version."""
+
+_RAW_TAG = b"thc1"
+"""The uncompressed format of earlier builds (read, never written)."""
+
+#: zlib's fastest level: most of the size gain on JSON at a fraction of the time.
+_ZLIB_LEVEL = 1
 
 
 class CachedHead(NamedTuple):
@@ -60,7 +70,7 @@ def pack(data: bytes, version: str) -> bytes | None:
     """The entry for ``data`` under ``version`` (None: the version cannot be framed)."""
     if not version or "\n" in version:
         return None
-    return FORMAT_TAG + b"\n" + version.encode() + b"\n" + data
+    return FORMAT_TAG + b"\n" + version.encode() + b"\n" + zlib.compress(data, _ZLIB_LEVEL)
 
 
 def entry_for(data: bytes, version: str, writer_fence: int, max_bytes: int) -> bytes | None:
@@ -74,9 +84,14 @@ def entry_for(data: bytes, version: str, writer_fence: int, max_bytes: int) -> b
 def unpack(entry: bytes) -> CachedHead | None:
     """The head in ``entry``, or None when it is not an entry of a known format."""
     tag, sep, rest = entry.partition(b"\n")
-    if tag != FORMAT_TAG or not sep:
+    if tag not in (FORMAT_TAG, _RAW_TAG) or not sep:
         return None
     version, sep, data = rest.partition(b"\n")
     if not sep or not version:
         return None
+    if tag == FORMAT_TAG:
+        try:
+            data = zlib.decompress(data)
+        except zlib.error:
+            return None
     return CachedHead(data, version.decode(errors="replace"))
