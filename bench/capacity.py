@@ -75,17 +75,16 @@ def p2_throughput(bench: Bench) -> Measure:
     offsets = log_sizes(bench)
     for trial in range(sz.p2_trials):
         # alternate who goes first: a drift in the machine's load then favours neither side
-        sides = ("tether", "baseline") if trial % 2 == 0 else ("baseline", "tether")
-        for side in sides:
-            if side == "tether":
-                t = _tether_batch(bench, bench.sid("p2t", trial), sz.p2_runs, sz.p2_sessions)
-                tether.append(sz.p2_runs / t)
-            else:
-                b, lost_now = _baseline_batch(
-                    bench, bench.sid("p2b", trial), sz.p2_runs, sz.p2_sessions
-                )
-                baseline.append(sz.p2_runs / b)
-                lost += lost_now
+        baseline_first = trial % 2 == 1
+        b_sid = bench.sid("p2b", trial)
+        if baseline_first:
+            b, lost_now = _baseline_batch(bench, b_sid, sz.p2_runs, sz.p2_sessions)
+        t = _tether_batch(bench, bench.sid("p2t", trial), sz.p2_runs, sz.p2_sessions)
+        if not baseline_first:
+            b, lost_now = _baseline_batch(bench, b_sid, sz.p2_runs, sz.p2_sessions)
+        tether.append(sz.p2_runs / t)
+        baseline.append(sz.p2_runs / b)
+        lost += lost_now
     kicks = count_in_logs(bench, offsets, "sweeper re-enqueued")
     drains = count_in_logs(bench, offsets, r"Task tether\.drain\[[^\]]+\] received")
     ts, bs = Stats.of(tether), Stats.of(baseline)

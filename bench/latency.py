@@ -129,16 +129,15 @@ def _p3_runs(bench: Bench) -> tuple[list[float], list[float], list[float]]:
         if n == sz.p3_late:  # the young session catches up to just before its early window
             for m in range(1, sz.p3_early):
                 notes(young_sid, m)
-        if n >= sz.p3_late and n % 2:
-            # alternate which session goes first: the run right after another Tether run can
-            # find that run's worker still busy after its finish (its archive write)
+        in_window = n >= sz.p3_late
+        # alternate which session goes first: the run right after another Tether run can find
+        # that run's worker still busy after its finish (its archive write)
+        young_first = in_window and n % 2 == 1
+        if young_first:
             young.append(notes(young_sid, sz.p3_early + n - sz.p3_late))
-            tether.append(notes(tether_sid, n))
-            baseline.append(ms(baseline_run(base_sid, f"remember fact-{n}")))
-            continue
         tether.append(notes(tether_sid, n))
         baseline.append(ms(baseline_run(base_sid, f"remember fact-{n}")))
-        if n >= sz.p3_late:
+        if in_window and not young_first:
             young.append(notes(young_sid, sz.p3_early + n - sz.p3_late))
     return tether, baseline, young
 
