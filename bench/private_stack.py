@@ -14,8 +14,8 @@ from bench.stack import FAKE_AWS
 from tether.dev.moto_server import MotoServer
 from tether.dev.redis_server import RedisServer
 from tether.ids import new_id
-from tether.runs.runtime import Runtime, build_runtime
 from tether.settings import Settings
+from tether.worker.engine.services import EngineServices, build_services
 
 
 @contextlib.contextmanager
@@ -34,7 +34,7 @@ def private_redis_and_s3(bucket: str, log_prefix: str) -> Iterator[tuple[str, st
         redis_server.close()
 
 
-def production_runtime(redis_url: str, s3_endpoint: str, bucket: str) -> Runtime:
+def production_runtime(redis_url: str, s3_endpoint: str, bucket: str) -> EngineServices:
     """A worker's runtime built as a Celery worker builds it (the one-script claimer, the Redis
     queue, stream and leases, S3 over HTTP), in a fresh namespace and store prefix."""
     for name, value in FAKE_AWS.items():  # moto takes any credentials; boto3 wants some
@@ -47,4 +47,4 @@ def production_runtime(redis_url: str, s3_endpoint: str, bucket: str) -> Runtime
         s3_endpoint_url=s3_endpoint,
         namespace=f"bench-{tag}",
     )
-    return build_runtime(lambda tenant, session_id: None, settings)
+    return build_services(lambda tenant, session_id: None, settings)

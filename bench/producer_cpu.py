@@ -14,7 +14,7 @@ import resource
 import time
 
 from tether.producer import Producer
-from tether.producer.core import RunSpec
+from tether.producer.submission import RunSpec
 from tether.settings import load_settings
 
 

@@ -19,10 +19,10 @@ import sys
 import time
 
 from bench.private_stack import private_redis_and_s3, production_runtime
-from tether.runs.claim import Carried
 from tether.runs.contract import RunRequest
-from tether.runs.cycle import drain
 from tether.runs.queue.base import submit
+from tether.worker.engine.claim import Carried
+from tether.worker.engine.cycle import drain
 
 BUCKET = "profile-bucket"
 

@@ -4,9 +4,10 @@
 of five commands is one round trip. Here redis-py itself is counted in this process: every
 ``send_packed_command`` is one round trip (a command or a whole pipeline written at once), and
 every packed command is one command. The worker's side is measured on an in-process runtime
-built exactly as a Celery worker builds it (:func:`tether.runs.runtime.build_runtime`: the
+built exactly as a Celery worker builds it (:func:`tether.worker.engine.services.build_services`:
+the
 one-script claimer, the Redis queue, stream and leases), driving the calls the ``tether.run``
-task makes for each message (:func:`tether.runs.cycle.drain` with the carried request).
+task makes for each message (:func:`tether.worker.engine.cycle.drain` with the carried request).
 
     python -m bench.round_trips            # 100 sequential 1-step runs on a private stack
 """
@@ -25,10 +26,10 @@ from redis.connection import AbstractConnection
 
 from bench.private_stack import private_redis_and_s3, production_runtime
 from tether.ids import new_id
-from tether.runs.claim import Carried
 from tether.runs.contract import RunRequest
-from tether.runs.cycle import drain
 from tether.runs.queue.base import submit
+from tether.worker.engine.claim import Carried
+from tether.worker.engine.cycle import drain
 
 
 @dataclass

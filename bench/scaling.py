@@ -30,7 +30,7 @@ from tether.dev.redis_cluster import RedisClusterProcesses
 from tether.dev.redis_server import RedisServer
 from tether.dev.workers import WorkerFleet
 from tether.producer import Producer
-from tether.producer.core import RunSpec
+from tether.producer.submission import RunSpec
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 

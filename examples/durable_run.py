@@ -30,7 +30,7 @@ def main() -> None:
     )
     from tether.core.events import EventType
     from tether.producer import Producer
-    from tether.producer.embedded import EmbeddedStack
+    from tether.producer.ops.embedded import EmbeddedStack
     from tether.settings import load_settings
 
     with EmbeddedStack(load_settings(), base) as stack, Producer(stack.settings) as producer:

@@ -1,5 +1,6 @@
 """Tether producer: the client SDK (:class:`Producer`, :class:`RunHandle`, and for asyncio
-:class:`AsyncProducer`, :class:`AsyncRunHandle`) and the CLI.
+:class:`AsyncProducer`, :class:`AsyncRunHandle`), with the operator tools (CLI, console, batch
+evaluation, local stack, admin) apart in :mod:`tether.producer.ops`.
 
 Names are imported on first use, so ``tether --help`` does not pay for Celery's import.
 """
@@ -13,8 +14,9 @@ if TYPE_CHECKING:
     from tether.producer.aio_handle import AsyncRunHandle
     from tether.producer.client import Producer, RunSpec
     from tether.producer.handle import RunHandle
+    from tether.producer.ops.batch import run_batch
 
-__all__ = ["AsyncProducer", "AsyncRunHandle", "Producer", "RunHandle", "RunSpec"]
+__all__ = ["AsyncProducer", "AsyncRunHandle", "Producer", "RunHandle", "RunSpec", "run_batch"]
 
 
 def __getattr__(name: str) -> Any:
@@ -34,4 +36,8 @@ def __getattr__(name: str) -> Any:
         from tether.producer.aio_handle import AsyncRunHandle
 
         return AsyncRunHandle
+    if name == "run_batch":
+        from tether.producer.ops.batch import run_batch
+
+        return run_batch
     raise AttributeError(f"module 'tether.producer' has no attribute {name!r}")

@@ -8,7 +8,8 @@
 ...         print(event.seq, event.type)
 
 Same methods and behaviour as :class:`~tether.producer.client.Producer`, through the same core
-(:mod:`tether.producer.core`): Redis I/O is ``redis.asyncio``, completions come from one asyncio
+(:mod:`tether.producer.submission`): Redis I/O is ``redis.asyncio``, completions come from one
+asyncio
 task per producer, and no call makes a thread. Celery has no asyncio client, so run messages are
 published by one daemon thread per producer (:class:`~tether.producer.publish.BackgroundPublisher`);
 submissions made in the same event-loop turn (``asyncio.gather`` over many runs) share one Redis
@@ -32,13 +33,13 @@ from tether.errors import TetherError
 from tether.ids import new_id, validate_tenant
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import redact_url
-from tether.producer import core
+from tether.producer import submission
 from tether.producer.aio_batch import TurnBatcher
 from tether.producer.aio_handle import AsyncRunHandle
 from tether.producer.aio_queue import AsyncEventTail, AsyncRunQueue, async_redis_from_url
-from tether.producer.core import RunSpec, Submitted
 from tether.producer.listener import AsyncCompletionListener
 from tether.producer.publish import BackgroundPublisher, build_celery_app
+from tether.producer.submission import RunSpec, Submitted
 from tether.runs.contract import RunRef, RunRequest, RunResult
 from tether.runs.queue.base import CancelOutcome
 from tether.settings import Settings, load_settings
@@ -132,7 +133,10 @@ class AsyncProducer:
         for n, specs in enumerate(calls, start=1):
             try:
                 built.append(
-                    [core.build_request(self.settings, spec, self.producer_id) for spec in specs]
+                    [
+                        submission.build_request(self.settings, spec, self.producer_id)
+                        for spec in specs
+                    ]
                 )
             except Exception as exc:  # this call's own error; the others go on
                 built.append(exc)
@@ -153,14 +157,14 @@ class AsyncProducer:
     async def _submit_requests(self, requests: list[RunRequest]) -> list[Submitted]:
         """Submit, preempt, publish, record refusals: what ``Producer.submit_many`` does."""
         outcomes = await self.runs.submit_many(requests, queue=self.settings.queue)
-        submitted = core.plan_submission(requests, outcomes)
+        submitted = submission.plan_submission(requests, outcomes)
         for item in submitted:
             mode = item.stop_mode
             if mode is not None:
                 r = item.request
                 await self.runs.preempt(r.tenant, r.session_id, item.run_id, mode)
         await self._publisher.publish(
-            [core.run_message(s.request, self.settings.queue) for s in submitted if s.queued]
+            [submission.run_message(s.request, self.settings.queue) for s in submitted if s.queued]
         )
         for item in submitted:
             if item.rejection is not None:
@@ -205,7 +209,7 @@ class AsyncProducer:
         durability: str | None = None,
     ) -> AsyncRunHandle:
         """Enqueue a run; returns its handle once it is queued (see ``Producer.run_async``)."""
-        spec = core.run_spec(
+        spec = submission.run_spec(
             session_id,
             input,
             agent=agent,
@@ -260,7 +264,7 @@ class AsyncProducer:
         request_id: str | None = None,
     ) -> AsyncRunHandle:
         """Continue the session's ``WAITING`` run (see ``Producer.resolve``)."""
-        spec = core.resolution_spec(
+        spec = submission.resolution_spec(
             session_id, resolutions, agent=agent, tenant=tenant, request_id=request_id
         )
         return (await self.submit_many([spec]))[0]
@@ -269,7 +273,9 @@ class AsyncProducer:
         self, session_id: str, call_id: str, *, agent: str, tenant: str | None = None
     ) -> AsyncRunHandle:
         """Approve a pending call: the tool runs, then the run goes on."""
-        return await self.resolve(session_id, [core.approval(call_id)], agent=agent, tenant=tenant)
+        return await self.resolve(
+            session_id, [submission.approval(call_id)], agent=agent, tenant=tenant
+        )
 
     async def reject(
         self,
@@ -281,14 +287,14 @@ class AsyncProducer:
         tenant: str | None = None,
     ) -> AsyncRunHandle:
         """Refuse a pending call: the model sees ``reason``, then the run goes on."""
-        resolution = core.rejection(call_id, reason)
+        resolution = submission.rejection(call_id, reason)
         return await self.resolve(session_id, [resolution], agent=agent, tenant=tenant)
 
     async def submit_tool_output(
         self, session_id: str, call_id: str, output: str, *, agent: str, tenant: str | None = None
     ) -> AsyncRunHandle:
         """Give the output of a call that waits for one, then the run goes on."""
-        resolution = core.tool_output(call_id, output)
+        resolution = submission.tool_output(call_id, output)
         return await self.resolve(session_id, [resolution], agent=agent, tenant=tenant)
 
     # --- following runs ------------------------------------------------------------------------
@@ -296,13 +302,13 @@ class AsyncProducer:
     async def locate(self, run_id: str, *, tenant: str | None = None) -> RunRef | None:
         """Where run ``run_id`` of ``tenant`` (default: this producer's) lives, or None."""
         scope = validate_tenant(tenant or self.settings.tenant)
-        return await self.runs.locate(scope, core.run_id_arg(run_id))
+        return await self.runs.locate(scope, submission.run_id_arg(run_id))
 
     def handle(self, run_id: str, *, tenant: str | None = None) -> AsyncRunHandle:
         """A handle on an existing run of ``tenant`` (default: this producer's); does no I/O.
         Another tenant's run settles with :class:`RunNotFound`."""
         scope = validate_tenant(tenant or self.settings.tenant)
-        return AsyncRunHandle(self, core.run_id_arg(run_id), tenant=scope)
+        return AsyncRunHandle(self, submission.run_id_arg(run_id), tenant=scope)
 
     async def cancel(self, run_id: str, *, tenant: str | None = None) -> CancelOutcome:
         """Ask a run to stop (see ``Producer.cancel``); another tenant's run is not found."""
@@ -320,7 +326,7 @@ class AsyncProducer:
         idle_timeout_s: float | None = None,
     ) -> AsyncIterator[AgentEvent]:
         """Follow a session's live events: ``async for event in producer.tail(...)``."""
-        tenant, session_id = core.tail_target(self.settings, session_id, tenant)
+        tenant, session_id = submission.tail_target(self.settings, session_id, tenant)
         return self.stream.tail(
             tenant, session_id, after_seq=after_seq, block_ms=1000, idle_timeout_s=idle_timeout_s
         )

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Generator
 from typing import TYPE_CHECKING, Any
 
 from tether.core.events import AgentEvent
-from tether.producer.core import (
+from tether.producer.submission import (
     RunIds,
     cancelled_before_start,
     is_cancelled,

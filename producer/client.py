@@ -10,11 +10,10 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from celery import Celery
 from pydantic import JsonValue
@@ -27,18 +26,15 @@ from tether.keys import RedisKeys
 from tether.observability.tracing import traced
 from tether.persistence.redis_conn import redis_from_url
 from tether.persistence.streams.redis import RedisEventStream
-from tether.producer import core
-from tether.producer.core import RunSpec, Submitted
+from tether.producer import submission
 from tether.producer.handle import RunHandle
 from tether.producer.listener import CompletionListener
 from tether.producer.publish import build_celery_app, publish_runs
+from tether.producer.submission import RunSpec, Submitted
 from tether.runs.contract import BusyPolicy, RunRef, RunResult
 from tether.runs.queue.base import CancelOutcome, RunView
 from tether.runs.queue.redis import RedisRunQueue
 from tether.settings import Settings, load_settings
-
-if TYPE_CHECKING:
-    from tether.producer.batch import BatchSummary, CasesSource
 
 
 class Producer:
@@ -150,7 +146,7 @@ class Producer:
         Raises:
             InvalidInput: a malformed id, oversized input, or bad option (nothing is enqueued).
         """
-        spec = core.run_spec(
+        spec = submission.run_spec(
             session_id,
             input,
             agent=agent,
@@ -182,7 +178,7 @@ class Producer:
             InvalidInput: a malformed id or resolution (nothing is enqueued). A call id that is
                 not pending fails the continuation run (``InvalidInput``); nothing changes.
         """
-        spec = core.resolution_spec(
+        spec = submission.resolution_spec(
             session_id, resolutions, agent=agent, tenant=tenant, request_id=request_id
         )
         return self.submit_many([spec])[0]
@@ -191,7 +187,7 @@ class Producer:
         self, session_id: str, call_id: str, *, agent: str, tenant: str | None = None
     ) -> RunHandle:
         """Approve a pending call: the tool runs, then the run goes on."""
-        return self.resolve(session_id, [core.approval(call_id)], agent=agent, tenant=tenant)
+        return self.resolve(session_id, [submission.approval(call_id)], agent=agent, tenant=tenant)
 
     def reject(
         self,
@@ -204,7 +200,7 @@ class Producer:
     ) -> RunHandle:
         """Refuse a pending call: the model sees ``reason``, then the run goes on."""
         return self.resolve(
-            session_id, [core.rejection(call_id, reason)], agent=agent, tenant=tenant
+            session_id, [submission.rejection(call_id, reason)], agent=agent, tenant=tenant
         )
 
     def submit_tool_output(
@@ -212,7 +208,7 @@ class Producer:
     ) -> RunHandle:
         """Give the output of a call that waits for one, then the run goes on."""
         return self.resolve(
-            session_id, [core.tool_output(call_id, output)], agent=agent, tenant=tenant
+            session_id, [submission.tool_output(call_id, output)], agent=agent, tenant=tenant
         )
 
     def run(
@@ -249,19 +245,21 @@ class Producer:
     @traced("tether.submit")
     def submit_many(self, specs: Iterable[RunSpec]) -> list[RunHandle]:
         """Enqueue many runs with one Redis round trip and one broker connection."""
-        requests = [core.build_request(self.settings, spec, self.producer_id) for spec in specs]
+        requests = [
+            submission.build_request(self.settings, spec, self.producer_id) for spec in specs
+        ]
         if not requests:
             return []
         queued_after = time.monotonic()
         outcomes = self.runs.submit_many(requests, queue=self.settings.queue)
-        submitted = core.plan_submission(requests, outcomes)
+        submitted = submission.plan_submission(requests, outcomes)
         for item in submitted:
             mode = item.stop_mode
             if mode is not None:
                 self.runs.preempt(item.request.tenant, item.request.session_id, item.run_id, mode)
         publish_runs(
             self.celery,
-            [core.run_message(s.request, self.settings.queue) for s in submitted if s.queued],
+            [submission.run_message(s.request, self.settings.queue) for s in submitted if s.queued],
         )
         for item in submitted:
             if item.rejection is not None:
@@ -273,37 +271,7 @@ class Producer:
         view = self.record(run_id)
         if view is None or view.request is None:
             raise InvalidInput(f"run {run_id!r} is unknown or expired; nothing to resubmit")
-        publish_runs(self.celery, [core.run_message(view.request, self.settings.queue)])
-
-    def run_batch(
-        self,
-        cases: CasesSource,
-        *,
-        agent: str | None = None,
-        concurrency: int = 8,
-        out: str | os.PathLike[str] | None = None,
-        batch_id: str | None = None,
-        skip_invalid: bool = False,
-        tenant: str | None = None,
-        progress: bool = False,
-    ) -> BatchSummary:
-        """Run a batch of evaluation cases (a JSONL file or an iterable); re-running resumes.
-
-        See :func:`tether.producer.batch.run_batch` for the arguments and the guarantees.
-        """
-        from tether.producer.batch import run_batch  # imported here: the batch engine imports us
-
-        return run_batch(
-            self,
-            cases,
-            agent=agent,
-            concurrency=concurrency,
-            out=out,
-            batch_id=batch_id,
-            skip_invalid=skip_invalid,
-            tenant=tenant,
-            progress=progress,
-        )
+        publish_runs(self.celery, [submission.run_message(view.request, self.settings.queue)])
 
     # --- following runs ------------------------------------------------------------------------
 
@@ -311,7 +279,7 @@ class Producer:
         """Where run ``run_id`` of ``tenant`` (default: this producer's) lives, or None when
         that tenant has no such run (one read of the tenant's run index)."""
         scope = validate_tenant(tenant or self.settings.tenant)
-        return self.runs.locate(scope, core.run_id_arg(run_id))
+        return self.runs.locate(scope, submission.run_id_arg(run_id))
 
     def record(self, run_id: str, *, tenant: str | None = None) -> RunView | None:
         """The record of run ``run_id`` of ``tenant`` (default: this producer's), or None."""
@@ -322,7 +290,7 @@ class Producer:
         """A handle on an existing run of ``tenant`` (default: this producer's) from any
         process; does no I/O. Another tenant's run settles with :class:`RunNotFound`."""
         scope = validate_tenant(tenant or self.settings.tenant)
-        return RunHandle(self, core.run_id_arg(run_id), tenant=scope)
+        return RunHandle(self, submission.run_id_arg(run_id), tenant=scope)
 
     def cancel(self, run_id: str, *, tenant: str | None = None) -> CancelOutcome:
         """Ask a run to stop. ``CANCELLED``: it was queued and will never start. ``REQUESTED``:
@@ -343,7 +311,7 @@ class Producer:
         idle_timeout_s: float | None = None,
     ) -> Iterator[AgentEvent]:
         """Follow a session's live events (resume with the last seen ``seq``)."""
-        tenant, session_id = core.tail_target(self.settings, session_id, tenant)
+        tenant, session_id = submission.tail_target(self.settings, session_id, tenant)
         return self.stream.tail(
             tenant,
             session_id,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether.core.events import AgentEvent
 from tether.errors import TetherError
-from tether.producer.core import (
+from tether.producer.submission import (
     RunIds,
     cancelled_before_start,
     cancelled_error,

@@ -40,7 +40,7 @@ def build_celery_app(settings: Settings) -> Celery:
 def publish_runs(
     app: Celery, messages: list[Message], *, chunk: int | None = None, pause_s: float = 0.0
 ) -> None:
-    """Publish run messages (:func:`~tether.producer.core.run_message`) on one connection.
+    """Publish run messages (:func:`~tether.producer.submission.run_message`) on one connection.
 
     ``chunk`` messages at a time (None: all at once), pausing ``pause_s`` between chunks.
     """

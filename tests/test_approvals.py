@@ -13,9 +13,9 @@ from tether.core.items import ToolOutput
 from tether.core.results import Resolution, RunStatus
 from tether.errors import InvalidInput
 from tether.runs.contract import RunRequest, RunResult, parse_request
-from tether.runs.cycle import drain
 from tether.runs.queue.base import submit
 from tether.runtime.registry import AgentRegistry
+from tether.worker.engine.cycle import drain
 
 
 def apply(backends: Backends, request: RunRequest, worker_id: str = "w1") -> RunResult:

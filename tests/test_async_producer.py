@@ -284,19 +284,19 @@ def test_async_run_queue_agrees_with_the_redis_run_queue(
 
 
 def test_the_shared_core_builds_and_validates_requests_before_any_io() -> None:
-    from tether.producer import core
+    from tether.producer import submission
     from tether.settings import Settings
 
     settings = Settings(tenant="team-a", max_input_bytes=10)
-    spec = core.run_spec("s-1", "hi", agent="echo", request_id="r-1", on_busy="reject")
-    request = core.build_request(settings, spec)
+    spec = submission.run_spec("s-1", "hi", agent="echo", request_id="r-1", on_busy="reject")
+    request = submission.build_request(settings, spec)
     assert (request.tenant, request.request_id, request.on_busy.value) == (
         "team-a",
         "r-1",
         "reject",
     )
     with pytest.raises(InvalidInput, match="over the limit"):
-        core.build_request(settings, core.run_spec("s-1", "x" * 11, agent="echo"))
+        submission.build_request(settings, submission.run_spec("s-1", "x" * 11, agent="echo"))
     with pytest.raises(InvalidInput):
         AsyncProducer(settings).handle("no/slash")
 

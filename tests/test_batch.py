@@ -17,8 +17,9 @@ import pytest
 from tests.support.stack import Stack, eventually, unique
 from tether.core.items import UserMessage
 from tether.persistence.reader import SessionLogReader
-from tether.producer.batch.cases import BatchCase
-from tether.producer.batch.ids import case_request_id, case_session_id
+from tether.producer.ops.batch import run_batch
+from tether.producer.ops.batch.cases import BatchCase
+from tether.producer.ops.batch.ids import case_request_id, case_session_id
 
 
 def reader(stack: Stack) -> SessionLogReader:
@@ -102,7 +103,7 @@ def test_mixed_200_case_batch(live_stack: Stack, tmp_path: Path) -> None:
     cases, want = mixed_cases(200)
     path = write_cases(tmp_path / "mixed.jsonl", cases)
     out = tmp_path / "mixed.results.jsonl"
-    summary = live_stack.producer.run_batch(path, agent="echo", concurrency=16, out=out)
+    summary = run_batch(live_stack.producer, path, agent="echo", concurrency=16, out=out)
 
     lines = read_results(out)
     assert sorted(r["id"] for r in lines) == sorted(want)  # every case exactly once
@@ -143,7 +144,7 @@ def test_mixed_200_case_batch(live_stack: Stack, tmp_path: Path) -> None:
         i = cid.split("-")[1]
         assert user_inputs(live_stack, session) == [f"remember a{i}", f"remember b{i}", "recall"]
 
-    again = live_stack.producer.run_batch(path, agent="echo", concurrency=16, out=out)
+    again = run_batch(live_stack.producer, path, agent="echo", concurrency=16, out=out)
     assert (again.resumed, again.runs, again.finished) == (200, 0, 200)
     assert again.by_status == summary.by_status and again.passed == summary.passed
     assert len(read_results(out)) == 200
@@ -154,8 +155,9 @@ def test_mixed_200_case_batch(live_stack: Stack, tmp_path: Path) -> None:
 RUN_BATCH = """
 import json, sys
 from tether.producer.client import Producer
+from tether.producer.ops.batch import run_batch
 with Producer() as producer:
-    summary = producer.run_batch(sys.argv[1], agent=sys.argv[2], concurrency=int(sys.argv[3]),
+    summary = run_batch(producer, sys.argv[1], agent=sys.argv[2], concurrency=int(sys.argv[3]),
                                  out=sys.argv[4])
 print(json.dumps(summary.to_dict()))
 """
@@ -234,6 +236,7 @@ MEASURE = """
 import gc, json, sys, threading, tracemalloc
 import pydantic_core
 from tether.producer.client import Producer
+from tether.producer.ops.batch import run_batch
 
 # pydantic-core keeps a global, fixed-size cache of up to 16,384 short strings met while parsing
 # JSON (ids of runs parsed by the completion listener end up there). Saturate it first, with
@@ -286,13 +289,13 @@ class CountingProducer(Producer):
 concurrency = int(sys.argv[1])
 report = {}
 with CountingProducer() as producer:
-    producer.run_batch(sys.argv[2], agent="echo", concurrency=concurrency, out=sys.argv[2] + ".r")
+    run_batch(producer, sys.argv[2], agent="echo", concurrency=concurrency, out=sys.argv[2] + ".r")
     for path in sys.argv[3:]:
         producer.max_in_flight = 0
         gc.collect()
         tracemalloc.reset_peak()
         base = tracemalloc.get_traced_memory()[0]
-        summary = producer.run_batch(path, agent="echo", concurrency=concurrency, out=path + ".r")
+        summary = run_batch(producer, path, agent="echo", concurrency=concurrency, out=path + ".r")
         gc.collect()
         current, peak = tracemalloc.get_traced_memory()
         report[path] = {"peak_b": peak - base, "retained_b": current - base,
@@ -344,7 +347,7 @@ def test_cli_json_summary_and_rerun(live_stack: Stack, tmp_path: Path) -> None:
         + [{"bad": True}],
     )
     command = [
-        sys.executable, "-m", "tether.producer.cli.batch", str(path), "--agent", "calculator",
+        sys.executable, "-m", "tether.producer.ops.cli.batch", str(path), "--agent", "calculator",
         "--concurrency", "3", "--json",
     ]
     refused = subprocess.run(command, env=live_stack.env, capture_output=True, text=True,
@@ -370,7 +373,7 @@ def test_iterable_cases_from_python(live_stack: Stack, tmp_path: Path) -> None:
     tag = unique("it")
     cases = (BatchCase(id=f"{tag}-{i}", input=f"hi {i}", expected=f"echo: hi {i}")
              for i in range(5))
-    summary = live_stack.producer.run_batch(cases, agent="echo", concurrency=2,
+    summary = run_batch(live_stack.producer, cases, agent="echo", concurrency=2,
                                             out=tmp_path / "it.jsonl")
     assert (summary.finished, summary.passed, summary.max_in_flight) == (5, 5, 2)
 
@@ -380,6 +383,7 @@ def test_iterable_cases_from_python(live_stack: Stack, tmp_path: Path) -> None:
 PEAK_RSS = """
 import json, resource, sys, time
 from tether.producer.client import Producer
+from tether.producer.ops.batch import run_batch
 
 def vm(field):
     for line in open("/proc/self/status"):
@@ -387,10 +391,10 @@ def vm(field):
             return int(line.split()[1])
 
 with Producer() as producer:
-    producer.run_batch(sys.argv[1], agent="echo", concurrency=32, out=sys.argv[1] + ".r")
+    run_batch(producer, sys.argv[1], agent="echo", concurrency=32, out=sys.argv[1] + ".r")
     before_kb = vm("VmRSS:")
     started = time.monotonic()
-    summary = producer.run_batch(sys.argv[2], agent="echo", concurrency=32, out=sys.argv[2] + ".r")
+    summary = run_batch(producer, sys.argv[2], agent="echo", concurrency=32, out=sys.argv[2] + ".r")
     wall_s = time.monotonic() - started
 print(json.dumps({"rss_before_kb": before_kb, "vm_hwm_kb": vm("VmHWM:"),
                   "ru_maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,

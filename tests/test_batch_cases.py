@@ -15,7 +15,9 @@ from typer.testing import CliRunner
 
 from tether.errors import InvalidId, InvalidInput
 from tether.ids import validate_id
-from tether.producer.batch.cases import (
+from tether.producer.client import Producer
+from tether.producer.ops.batch import run_batch
+from tether.producer.ops.batch.cases import (
     MAX_REPORTED_PROBLEMS,
     BatchCase,
     CasesInvalid,
@@ -25,17 +27,21 @@ from tether.producer.batch.cases import (
     scan_cases,
     spool_cases,
 )
-from tether.producer.batch.grading import grade
-from tether.producer.batch.ids import (
+from tether.producer.ops.batch.grading import grade
+from tether.producer.ops.batch.ids import (
     case_request_id,
     case_session_id,
     check_batch_id,
     derive_batch_id,
 )
-from tether.producer.batch.results import CaseResult, ResultsFile
-from tether.producer.batch.summary import SummaryStats, build_summary, percentile, render_summary
-from tether.producer.cli import batch as batch_cli
-from tether.producer.client import Producer
+from tether.producer.ops.batch.results import CaseResult, ResultsFile
+from tether.producer.ops.batch.summary import (
+    SummaryStats,
+    build_summary,
+    percentile,
+    render_summary,
+)
+from tether.producer.ops.cli import batch as batch_cli
 from tether.settings import Settings
 
 # --- cases ------------------------------------------------------------------------------------
@@ -273,11 +279,11 @@ def unreachable_producer() -> Producer:
 def test_invalid_cases_refuse_to_start_before_any_io(tmp_path: Path) -> None:
     path = write_lines(tmp_path / "c.jsonl", [{"id": "a", "input": "x"}, {"id": "a"}])
     with unreachable_producer() as producer, pytest.raises(CasesInvalid) as info:
-        producer.run_batch(path, agent="echo", out=tmp_path / "r.jsonl")
+        run_batch(producer, path, agent="echo", out=tmp_path / "r.jsonl")
     assert info.value.problems == [(2, "input: Field required")]
     assert not (tmp_path / "r.jsonl").exists()
     with unreachable_producer() as producer, pytest.raises(CasesInvalid, match="no agent"):
-        producer.run_batch([{"id": "a", "input": "x"}], out=tmp_path / "r.jsonl")
+        run_batch(producer, [{"id": "a", "input": "x"}], out=tmp_path / "r.jsonl")
 
 
 def test_cli_reports_bad_lines_and_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,5 @@
-"""Contract of :class:`tether.runs.checkpoints.base.CheckpointStore`: memory and Redis alike."""
+"""Contract of :class:`tether.worker.engine.checkpoints.base.CheckpointStore`: memory and Redis
+alike."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ import redis
 from tether.errors import FencedOut, InvalidInput
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import redis_from_url
-from tether.runs.checkpoints.base import Checkpoint, CheckpointStore
-from tether.runs.checkpoints.memory import InMemoryCheckpointStore
-from tether.runs.checkpoints.redis import RedisCheckpointStore
 from tether.runs.leases.base import LeaseManager
 from tether.runs.leases.memory import InMemoryLeaseManager
 from tether.runs.leases.redis import RedisLeaseManager
+from tether.worker.engine.checkpoints.base import Checkpoint, CheckpointStore
+from tether.worker.engine.checkpoints.memory import InMemoryCheckpointStore
+from tether.worker.engine.checkpoints.redis import RedisCheckpointStore
 
 
 @dataclass

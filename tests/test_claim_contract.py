@@ -1,4 +1,5 @@
-"""Contract of :class:`tether.runs.claim.Claimer`: the one-script Redis claimer does what the
+"""Contract of :class:`tether.worker.engine.claim.Claimer`: the one-script Redis claimer does what
+the
 reference (the same steps as separate seam calls) does, on memory, a redis-server and a
 3-master Redis Cluster (the script reads the head run's keys, in the session's slot: a
 cross-slot access would fail the cluster case).
@@ -18,11 +19,6 @@ from tether.keys import RedisKeys
 from tether.persistence.headcache import HeadCache, InMemoryHeadCache, RedisHeadCache
 from tether.persistence.headcache.base import CachedHead
 from tether.persistence.redis_conn import redis_from_url
-from tether.runs.checkpoints.base import Checkpoint, CheckpointStore
-from tether.runs.checkpoints.memory import InMemoryCheckpointStore
-from tether.runs.checkpoints.redis import RedisCheckpointStore
-from tether.runs.claim import Carried, Claim, Claimer, SequentialClaimer
-from tether.runs.claim_redis import RedisClaimer
 from tether.runs.contract import BusyPolicy, RunRef, RunRequest
 from tether.runs.leases.base import LeaseManager
 from tether.runs.leases.memory import InMemoryLeaseManager
@@ -30,6 +26,11 @@ from tether.runs.leases.redis import RedisLeaseManager
 from tether.runs.queue.base import CancelOutcome, RunQueue, RunState, SubmitOutcome, SubmitState
 from tether.runs.queue.memory import InMemoryRunQueue
 from tether.runs.queue.redis import RedisRunQueue
+from tether.worker.engine.checkpoints.base import Checkpoint, CheckpointStore
+from tether.worker.engine.checkpoints.memory import InMemoryCheckpointStore
+from tether.worker.engine.checkpoints.redis import RedisCheckpointStore
+from tether.worker.engine.claim import Carried, Claim, Claimer, SequentialClaimer
+from tether.worker.engine.claim_redis import RedisClaimer
 
 T = "acme"
 _serial = itertools.count(1)

@@ -20,7 +20,7 @@ CLI_TIMEOUT_S = 90
 def tether_argv() -> list[str]:
     """The installed console script, else the module."""
     script = Path(sys.executable).parent / "tether"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "tether.producer.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "tether.producer.ops.cli"]
 
 
 def tether(
@@ -316,7 +316,7 @@ def test_bad_or_unknown_settings_fail_with_one_line(live_stack: Stack) -> None:
 def test_unknown_option_or_command_is_a_usage_error() -> None:
     for argv in (["--nope"], ["sessions", "nosuch"]):
         done = subprocess.run(
-            [sys.executable, "-m", "tether.producer.cli", *argv],
+            [sys.executable, "-m", "tether.producer.ops.cli", *argv],
             capture_output=True,
             text=True,
             timeout=60,

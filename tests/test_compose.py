@@ -21,8 +21,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from tether.producer.cli import app
-from tether.producer.s3_init import bucket_of, ensure_bucket
+from tether.producer.ops.cli import app
+from tether.producer.ops.s3_init import bucket_of, ensure_bucket
 from tether.settings import ENV_PREFIX, Settings, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -144,7 +144,7 @@ def test_s3_init_creates_the_bucket_once(
     compose: dict[str, Any], moto_endpoint: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     init = compose["services"]["s3-init"]
-    assert init["command"] == ["python", "-m", "tether.producer.s3_init"]
+    assert init["command"] == ["python", "-m", "tether.producer.ops.s3_init"]
     store_url = environment(compose["services"]["worker"])["TETHER_STORE_URL"]
     assert environment(init)["TETHER_STORE_URL"] == store_url
     assert bucket_of(store_url) == "tether"

@@ -79,7 +79,7 @@ def test_actions_are_off_unless_asked(
 
 
 def test_binding_beyond_loopback_needs_a_token(stack: Stack) -> None:
-    command = [sys.executable, "-m", "tether.producer.cli", "console", "--host", "0.0.0.0"]
+    command = [sys.executable, "-m", "tether.producer.ops.cli", "console", "--host", "0.0.0.0"]
     done = subprocess.run(command, env=stack.env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()

@@ -1,6 +1,7 @@
 """Crash the real worker cycle at every named commit step, recover, and check exactly-once effect.
 
-For each step of :class:`tether.runs.commit.CommitStep`, before and after it: a worker applies a
+For each step of :class:`tether.worker.engine.commit.CommitStep`, before and after it: a worker
+applies a
 run and dies there; its lease expires; the broker redelivers the request and a second worker
 drains the session. Then: the request is applied once (one user message, one applied record,
 one completion), the history is gapless with no duplicate, and fold(history) == stored memory.
@@ -26,10 +27,10 @@ from tests.support.crash import (
 )
 from tether import SessionLogReader
 from tether.core.items import UserMessage
-from tether.runs.commit import CommitStep
 from tether.runs.contract import RunRequest
-from tether.runs.cycle import drain
 from tether.runs.queue.base import SubmitState, submit
+from tether.worker.engine.commit import CommitStep
+from tether.worker.engine.cycle import drain
 
 CRASH_POINTS = [(step, phase) for step in CommitStep for phase in ("before", "after")]
 

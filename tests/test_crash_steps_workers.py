@@ -17,7 +17,7 @@ from tests.support.stack import Stack, unique
 from tether.core.items import UserMessage
 from tether.dev.workers import WorkerFleet
 from tether.producer import Producer
-from tether.runs.commit import CommitStep
+from tether.worker.engine.commit import CommitStep
 
 QUEUE = "crashq"
 

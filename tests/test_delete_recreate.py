@@ -25,11 +25,11 @@ from tether import SessionLogReader
 from tether.core.items import UserMessage
 from tether.errors import SessionBusy
 from tether.keys import RedisKeys
-from tether.producer.sessions_admin import delete_session
-from tether.runs.commit import CommitStep
+from tether.producer.ops.sessions_admin import delete_session
 from tether.runs.contract import RunRequest
-from tether.runs.cycle import drain
 from tether.runs.queue.base import SubmitState, submit
+from tether.worker.engine.commit import CommitStep
+from tether.worker.engine.cycle import drain
 
 
 def apply(backends: Backends, text: str, sid: str, worker: str = "w", **kw: object) -> None:

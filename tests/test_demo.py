@@ -24,7 +24,7 @@ MIN_CHECKS = 8
 
 def tether_argv() -> list[str]:
     script = Path(sys.executable).parent / "tether"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "tether.producer.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "tether.producer.ops.cli"]
 
 
 def _clean_env(tmp_path: Path, marker: str) -> dict[str, str]:

@@ -24,12 +24,12 @@ from tests.support.crash import (
     worker_runtime,
 )
 from tests.support.moto_server import S3TestBucket
-from tether.runs.claim_redis import RedisClaimer
 from tether.runs.contract import RunRequest
-from tether.runs.cycle import drain
 from tether.runs.leases.base import Lease
 from tether.runs.queue.base import IdleRelease, submit
-from tether.runs.runtime import Runtime
+from tether.worker.engine.claim_redis import RedisClaimer
+from tether.worker.engine.cycle import drain
+from tether.worker.engine.services import EngineServices
 
 DRAIN_TIMEOUT_S = 30.0
 
@@ -54,7 +54,7 @@ class _QueuedBeforeRelease:
         return released
 
 
-def _runtime(backends: Backends, claimer: str, late: RunRequest) -> Runtime:
+def _runtime(backends: Backends, claimer: str, late: RunRequest) -> EngineServices:
     rt = worker_runtime(backends, "w")
     racing = _QueuedBeforeRelease(rt.runs, late)
     rt = dataclasses.replace(rt, runs=racing)  # type: ignore[arg-type]

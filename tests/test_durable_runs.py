@@ -26,12 +26,12 @@ from tests.support.durable_agents import STEPS, MemoryCounter, counting_agent
 from tether import SessionLogReader
 from tether.core.events import EventType
 from tether.errors import FencedOut
-from tether.runs.checkpoints.base import Checkpoint
 from tether.runs.contract import RunRequest
-from tether.runs.cycle import drain
 from tether.runs.queue.base import submit
 from tether.runtime.agent import Durability
 from tether.runtime.registry import AgentRegistry
+from tether.worker.engine.checkpoints.base import Checkpoint
+from tether.worker.engine.cycle import drain
 
 
 def registry_for(

@@ -32,10 +32,10 @@ from tether.keys import RedisKeys
 from tether.persistence.headcache.base import CachedHead, HeadCache
 from tether.persistence.objects import head_key
 from tether.persistence.storage_url import open_storage
-from tether.producer.sessions_admin import delete_session
+from tether.producer.ops.sessions_admin import delete_session
 from tether.runs.contract import RunRequest, RunResult
-from tether.runs.cycle import drain
 from tether.runs.queue.base import submit
+from tether.worker.engine.cycle import drain
 
 
 class BrokenCache:

@@ -798,7 +798,7 @@ cli_bad_ids = st.one_of(
 def _fuzz_cli_arguments(
     cli_env: dict[str, str], capsys: pytest.CaptureFixture[str], bad: str, good: str, which: int
 ) -> None:
-    from tether.producer.cli import run_cli
+    from tether.producer.ops.cli import run_cli
 
     CLI.cases += 1
     argv = _cli_commands(bad, good)[which]
@@ -848,7 +848,7 @@ def test_cli_invalid_utf8_argv_in_a_real_process(tmp_path: Path) -> None:
     ]
     for args in cases:
         proc = subprocess.run(
-            [sys.executable, "-m", "tether.producer.cli", *args],
+            [sys.executable, "-m", "tether.producer.ops.cli", *args],
             env=env,
             capture_output=True,
             timeout=60,

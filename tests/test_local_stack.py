@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from tether.producer.local_stack import console_available
+from tether.producer.ops.local_stack import console_available
 
 CLI_TIMEOUT_S = 180
 
@@ -30,7 +30,7 @@ def _env() -> dict[str, str]:
 
 def tether(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tether.producer.cli", *args],
+        [sys.executable, "-m", "tether.producer.ops.cli", *args],
         env=_env(), cwd=project, capture_output=True, text=True, timeout=CLI_TIMEOUT_S,
     )
 

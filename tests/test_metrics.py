@@ -40,7 +40,7 @@ class MeteredWorker(WorkerProcess):
 
     def command(self) -> list[str]:
         return [
-            sys.executable, "-m", "tether.producer.cli", "worker",
+            sys.executable, "-m", "tether.producer.ops.cli", "worker",
             "--metrics-port", str(self.metrics_port),
             "-c", str(self.concurrency), "-P", "prefork", "-n", f"{self.name}@%h",
             "-Q", self.queue, "-l", "INFO",

@@ -15,9 +15,9 @@ from tether.core.events import EventType
 from tether.core.items import ToolOutput, UserMessage
 from tether.core.results import RunStatus
 from tether.runs.contract import BusyPolicy, RunRequest, RunResult
-from tether.runs.cycle import drain
 from tether.runs.queue.base import SubmitState, preempt_for, submit
 from tether.runtime.registry import AgentRegistry
+from tether.worker.engine.cycle import drain
 
 
 def race(policy: BusyPolicy) -> tuple[Backends, RunResult, RunRequest, SubmitState]:

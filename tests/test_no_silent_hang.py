@@ -67,7 +67,7 @@ class TimedLines:
 def _cli(args: list[str], env: dict[str, str], cwd: Path) -> tuple[subprocess.Popen[str], float]:
     start = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tether.producer.cli", *args],
+        [sys.executable, "-m", "tether.producer.ops.cli", *args],
         env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     return proc, start
@@ -134,7 +134,7 @@ def test_no_warning_while_workers_consume(live_stack: Stack) -> None:
     assert {w.pid for w in workers} == {w.pid for w in live_stack.workers}
     assert all(w.queues == ("tether",) for w in workers)
     done = subprocess.run(
-        [sys.executable, "-m", "tether.producer.cli", "run", unique("ok"), "hi", "--agent",
+        [sys.executable, "-m", "tether.producer.ops.cli", "run", unique("ok"), "hi", "--agent",
          "echo", "--timeout-s", "30"],
         env=live_stack.env, capture_output=True, text=True, timeout=90,
     )

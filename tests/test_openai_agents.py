@@ -188,7 +188,7 @@ def test_two_processes_in_turn_then_sessions_verify(tmp_path: Path) -> None:
     assert python("-c", TURN, "sdk-2p", "first") == "heard FIRST after 1 user turns"
     assert python("-c", TURN, "sdk-2p", "second") == "heard SECOND after 2 user turns"
 
-    verified = json.loads(python("-m", "tether.producer.cli", "sessions", "verify", "sdk-2p",
+    verified = json.loads(python("-m", "tether.producer.ops.cli", "sessions", "verify", "sdk-2p",
                                  "--json"))
     assert [(r["session_id"], r["ok"]) for r in verified] == [("sdk-2p", True)]
     items = file_session(tmp_path / "store", "sdk-2p").read_items()

@@ -20,10 +20,10 @@ from tests.support.crash import (
     worker_runtime,
 )
 from tests.support.moto_server import S3TestBucket
-from tether.runs.commit import CommitStep
-from tether.runs.cycle import drain
 from tether.runs.queue.base import RunState, submit
-from tether.runs.recovery import BACKLOG_PATIENCE, sweep_once
+from tether.worker.engine.commit import CommitStep
+from tether.worker.engine.cycle import drain
+from tether.worker.engine.recovery import BACKLOG_PATIENCE, sweep_once
 
 TTL_MS = 300
 

@@ -31,10 +31,10 @@ from tether.persistence.redis_conn import (
     translate_errors,
 )
 from tether.persistence.streams import RedisEventStream
-from tether.runs.checkpoints.base import Checkpoint
-from tether.runs.checkpoints.redis import RedisCheckpointStore
 from tether.runs.leases import RedisLeaseManager
 from tether.settings import load_settings
+from tether.worker.engine.checkpoints.base import Checkpoint
+from tether.worker.engine.checkpoints.redis import RedisCheckpointStore
 
 PASSWORD = "cl:us/ter@pw%1"
 ENCODED = quote(PASSWORD, safe="")

@@ -23,11 +23,11 @@ from tests.support.runaway_agents import ISOLATED_LIMIT_S, burn_isolated
 from tether.core.items import ToolCall
 from tether.ids import new_id
 from tether.keys import RedisKeys
-from tether.runs.guard import FileGuard, Guardian, WatchRecord
 from tether.runs.leases.redis import RedisLeaseManager
 from tether.runtime.demo_agents import calculate
 from tether.runtime.tool_runner import run_with_timeout
 from tether.runtime.tools import ToolContext
+from tether.worker.engine.guard import FileGuard, Guardian, WatchRecord
 
 RED_TEAM_EXPRESSION = "((((9**64)**64)**64)**64)"
 #: 7**(10**9) takes minutes: far beyond every limit below.

@@ -113,7 +113,7 @@ def test_cli_never_crosses_tenants(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from tether.producer.cli import run_cli
+    from tether.producer.ops.cli import run_cli
 
     names = two_tenants
     for key, value in chaos.env.items():

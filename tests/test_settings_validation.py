@@ -36,13 +36,13 @@ CASES = {
     ),
 }
 COMMANDS = {
-    "tether worker": ["-m", "tether.producer.cli", "worker", "-P", "solo"],
+    "tether worker": ["-m", "tether.producer.ops.cli", "worker", "-P", "solo"],
     "celery worker": [
         "-m", "celery", "-A", "tether.worker.app", "worker", "-P", "solo",
         "--without-mingle", "--without-gossip",
     ],
-    "tether run": ["-m", "tether.producer.cli", "run", "s1", "hi", "--agent", "echo"],
-    "tether config": ["-m", "tether.producer.cli", "config"],
+    "tether run": ["-m", "tether.producer.ops.cli", "run", "s1", "hi", "--agent", "echo"],
+    "tether config": ["-m", "tether.producer.ops.cli", "config"],
 }
 
 

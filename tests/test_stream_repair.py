@@ -16,9 +16,9 @@ import redis
 from tests.support.crash import TENANT, Backends, memory_backends, request_for, worker_runtime
 from tether import SessionLogReader
 from tether.core.results import RunStatus
-from tether.runs.cycle import drain
 from tether.runs.queue.base import submit
 from tether.runtime.demo_agents import calculator_agent
+from tether.worker.engine.cycle import drain
 
 
 def apply(backends: Backends, text: str, session_id: str) -> RunStatus:

@@ -23,13 +23,13 @@ from tether.persistence.redis_conn import redis_from_url
 from tether.persistence.storage_url import open_storage
 from tether.persistence.streams.redis import RedisEventStream
 from tether.producer import Producer
-from tether.runs.checkpoints.redis import RedisCheckpointStore
 from tether.runs.contract import RunRef
-from tether.runs.cycle import drain
 from tether.runs.leases.redis import RedisLeaseManager
 from tether.runs.queue.base import CancelOutcome
 from tether.runs.queue.redis import RedisArchiveHint, RedisRunQueue
 from tether.settings import Settings
+from tether.worker.engine.checkpoints.redis import RedisCheckpointStore
+from tether.worker.engine.cycle import drain
 
 NS = "acl"
 

@@ -22,12 +22,12 @@ from tether.core.items import UserMessage
 from tether.ids import new_id
 from tether.keys import RedisKeys
 from tether.persistence.archives.base import EventArchive
-from tether.producer.sessions_admin import delete_session
-from tether.producer.tenant_purge import PurgeReport, purge_tenant
+from tether.producer.ops.sessions_admin import delete_session
+from tether.producer.ops.tenant_purge import PurgeReport, purge_tenant
 from tether.runs.contract import RunRef, RunRequest
-from tether.runs.cycle import drain
 from tether.runs.queue.base import submit
-from tether.runs.runtime import Runtime
+from tether.worker.engine.cycle import drain
+from tether.worker.engine.services import EngineServices
 
 TENANT_A = "acme"
 TENANT_B = "acme-2"  # its tag {acme-2/ must not match A's SCAN pattern {acme/*
@@ -42,7 +42,7 @@ class World:
     keys: RedisKeys
     client: redis.Redis
     bucket: S3TestBucket
-    runtime: Runtime
+    runtime: EngineServices
     redis_url: str
     workdir: Path
 
@@ -260,7 +260,7 @@ def _cli(world: World, *args: str) -> subprocess.CompletedProcess[str]:
     env["TETHER_STORE_URL"] = f"s3://{world.bucket.bucket}/{world.keys.prefix}"
     env["TETHER_NAMESPACE"] = world.keys.prefix
     script = Path(sys.executable).parent / "tether"
-    argv = [str(script)] if script.exists() else [sys.executable, "-m", "tether.producer.cli"]
+    argv = [str(script)] if script.exists() else [sys.executable, "-m", "tether.producer.ops.cli"]
     return subprocess.run(
         [*argv, "sessions", "purge", *args],
         env=env,

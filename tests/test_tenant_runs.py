@@ -82,13 +82,13 @@ def test_cli_wait_and_cancel_refuse_another_tenants_run(
     run = alice.run(unique("a-cli"), "remember cli-secret", agent="notes", wait_s=60)
     env = dict(live_stack.env, TETHER_TENANT="bob")
     as_bob = subprocess.run(
-        [sys.executable, "-m", "tether.producer.cli", command, run.run_id],
+        [sys.executable, "-m", "tether.producer.ops.cli", command, run.run_id],
         env=env, capture_output=True, text=True, timeout=60,
     )
     assert as_bob.returncode == 2, as_bob.stderr
     assert "RunNotFound" in as_bob.stderr and "cli-secret" not in as_bob.stdout + as_bob.stderr
     unknown = subprocess.run(
-        [sys.executable, "-m", "tether.producer.cli", command, "run-does-not-exist"],
+        [sys.executable, "-m", "tether.producer.ops.cli", command, "run-does-not-exist"],
         env=env, capture_output=True, text=True, timeout=60,
     )
     # another tenant's run and a run that does not exist read the same (but for the id)
@@ -97,7 +97,7 @@ def test_cli_wait_and_cancel_refuse_another_tenants_run(
         run.run_id, "ID"
     )
     as_alice = subprocess.run(
-        [sys.executable, "-m", "tether.producer.cli", command, run.run_id, "--tenant", "alice"],
+        [sys.executable, "-m", "tether.producer.ops.cli", command, run.run_id, "--tenant", "alice"],
         env=env, capture_output=True, text=True, timeout=60,
     )
     if command == "wait":

@@ -35,12 +35,12 @@ from tether.persistence import codec
 from tether.persistence.archives.memory import InMemoryEventArchive
 from tether.persistence.codec import dumps_event, loads_event
 from tether.persistence.stores.memory import InMemorySnapshotStore
-from tether.runs.cycle import drain
 from tether.runs.queue.base import submit
-from tether.runs.runtime import Runtime
+from tether.worker.engine.cycle import drain
+from tether.worker.engine.services import EngineServices
 
 
-def run_in_process(rt: Runtime, session_id: str, text: str) -> str:
+def run_in_process(rt: EngineServices, session_id: str, text: str) -> str:
     """Submit ``text`` to the calculator on ``session_id`` and drain it like a worker would."""
     request = request_for(session_id, text)
     submit(rt.runs, request)
@@ -238,7 +238,7 @@ def test_get_items_and_pop_item_keep_fold_equal_to_memory(monkeypatch: pytest.Mo
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
-        [sys.executable, "-m", "tether.producer.cli", *args],
+        [sys.executable, "-m", "tether.producer.ops.cli", *args],
         env=env,
         capture_output=True,
         text=True,

@@ -18,7 +18,7 @@ import pytest
 
 from tests.support.crash import TENANT, Backends, request_for
 from tests.test_crash_steps import apply, assert_exactly_once
-from tether.runs.commit import CommitStep, StepContext, install_probe
+from tether.worker.engine.commit import CommitStep, StepContext, install_probe
 
 JOIN_TIMEOUT_S = 30.0
 

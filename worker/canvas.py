@@ -49,13 +49,13 @@ from tether.errors import InvalidInput, RunLost, RunTimeout, SessionBusy
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import redis_from_url
 from tether.runs.contract import RunRequest, RunResult, parse_request
-from tether.runs.cycle import drain
 from tether.runs.queue.base import RunQueue, SubmitState, preempt_for, submit
 from tether.runs.queue.redis import RedisRunQueue
-from tether.runs.runtime import Runtime
 from tether.settings import Settings, load_settings
 from tether.worker.app import app
-from tether.worker.tasks import get_runtime
+from tether.worker.engine.cycle import drain
+from tether.worker.engine.services import EngineServices
+from tether.worker.tasks import get_services
 
 CANVAS_RUN_TASK = "tether.canvas.run"
 CANVAS_COLLECT_TASK = "tether.canvas.collect"
@@ -216,7 +216,7 @@ def _wait_s(kwargs: dict[str, Any], settings: Settings) -> float:
     return cap if asked is None else max(0.0, min(float(asked), cap))
 
 
-def finish_own_run(rt: Runtime, request: RunRequest, wait_s: float) -> RunResult:
+def finish_own_run(rt: EngineServices, request: RunRequest, wait_s: float) -> RunResult:
     """Drain the run's session until the run has a result; wait while another worker drains it.
 
     Raises:
@@ -256,7 +256,7 @@ def finish_own_run(rt: Runtime, request: RunRequest, wait_s: float) -> RunResult
 )
 def tether_run(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     """Apply one run to its session (see the module docstring); its RunResult as a dict."""
-    rt = get_runtime()
+    rt = get_services()
     request = canvas_request(args, kwargs, self.request.id, rt.settings)
     refused = _submit(rt.runs, request, rt.settings.queue)
     result = refused or finish_own_run(rt, request, _wait_s(kwargs, rt.settings))

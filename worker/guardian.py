@@ -1,4 +1,4 @@
-"""The guardian thread of a prefork worker's main process (see :mod:`tether.runs.guard`).
+"""The guardian thread of a prefork worker's main process (see :mod:`tether.worker.engine.guard`).
 
 The pool children write watch records into a directory made here before the pool forks them;
 this process renews their leases while they live and SIGKILLs a child whose run is past its
@@ -12,14 +12,16 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from celery.signals import worker_init, worker_ready, worker_shutdown
+from celery.signals import worker_init, worker_shutdown
 
 from tether.errors import TetherError
 from tether.runs.contract import RunRef
-from tether.runs.guard import FileGuard, Guardian, NoGuard, RunGuard, WatchRecord
+from tether.worker.engine.guard import FileGuard, Guardian, NoGuard, RunGuard, WatchRecord
+from tether.worker.engine.services import EngineServices
 
 log = logging.getLogger(__name__)
 
@@ -48,15 +50,16 @@ def _make_directory(sender: Any = None, **_: Any) -> None:
     _main_pid = os.getpid()
 
 
-@worker_ready.connect
-def _start_guardian(**_: Any) -> None:
+def start_guardian(services: Callable[[], EngineServices]) -> None:
+    """Start this worker's guardian (prefork only), once the worker is ready.
+
+    ``services`` builds the process's engine services: the Celery tasks module owns them and
+    calls this from its ``worker_ready`` handler, so this module never imports the tasks."""
     global _guardian
     if _directory is None:
         return
-    from tether.worker.tasks import get_runtime
-
     try:
-        rt = get_runtime()
+        rt = services()
     except TetherError as exc:
         log.error("guardian not started: %s", exc)
         return

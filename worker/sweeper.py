@@ -1,4 +1,5 @@
-"""The recovery sweeper thread of a worker's main process (see :mod:`tether.runs.recovery`)."""
+"""The recovery sweeper thread of a worker's main process (see
+:mod:`tether.worker.engine.recovery`)."""
 
 from __future__ import annotations
 
@@ -6,17 +7,17 @@ import logging
 import threading
 
 from tether.errors import TetherError
-from tether.runs.recovery import sweep_once
-from tether.runs.runtime import Runtime
+from tether.worker.engine.recovery import sweep_once
+from tether.worker.engine.services import EngineServices
 
 log = logging.getLogger(__name__)
 
 
 class Sweeper:
-    """A daemon thread calling :func:`~tether.runs.recovery.sweep_once` every
+    """A daemon thread calling :func:`~tether.worker.engine.recovery.sweep_once` every
     ``sweep_interval_ms``."""
 
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: EngineServices) -> None:
         self._rt = rt
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="tether-sweeper", daemon=True)

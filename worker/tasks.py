@@ -25,7 +25,6 @@ from celery.signals import (
 from tether.core.results import RunStatus
 from tether.errors import InvalidInput, SessionBusy, TetherError, UnknownAgent
 from tether.ids import validate_id, validate_tenant
-from tether.runs.claim import Carried
 from tether.runs.contract import (
     DRAIN_TASK,
     RUN_TASK,
@@ -35,16 +34,17 @@ from tether.runs.contract import (
     describe_drain,
     parse_request,
 )
-from tether.runs.cycle import drain
 from tether.runs.queue.base import SubmitOutcome, SubmitState, preempt_for
-from tether.runs.runtime import Runtime, build_runtime
 from tether.worker.app import app
-from tether.worker.guardian import guard_for_this_process
+from tether.worker.engine.claim import Carried
+from tether.worker.engine.cycle import drain
+from tether.worker.engine.services import EngineServices, build_services
+from tether.worker.guardian import guard_for_this_process, start_guardian
 
 log = logging.getLogger(__name__)
 
 
-def _reject(rt: Runtime, request: RunRequest, exc: TetherError) -> dict[str, Any]:
+def _reject(rt: EngineServices, request: RunRequest, exc: TetherError) -> dict[str, Any]:
     result = RunResult.failure(request, RunStatus.FAILED, exc.error_type, str(exc))
     if not rt.runs.record_rejected(result, reply_to=request.reply_to):
         log.warning(
@@ -77,7 +77,7 @@ def _salvage_ids(doc: Any) -> RunRequest | None:
 @app.task(name=RUN_TASK, bind=True, ignore_result=True, Strategy="tether.worker.strategy:guarded")
 def run_task(self: Any, request: Any = None) -> dict[str, Any]:
     """Register one run request (idempotently) and drain its session."""
-    rt = get_runtime()
+    rt = get_services()
     try:
         req = parse_request(request)
         req.check_input_size(rt.settings.max_input_bytes)
@@ -129,7 +129,7 @@ def drain_task(tenant: Any = None, session_id: Any = None) -> dict[str, Any]:
     except InvalidInput as exc:
         log.error("dropping malformed drain message: %s", exc)
         return {"state": "dropped"}
-    return {"processed": drain(get_runtime(), tenant, session_id)}
+    return {"processed": drain(get_services(), tenant, session_id)}
 
 
 def enqueue_drain(tenant: str, session_id: str) -> None:
@@ -139,7 +139,7 @@ def enqueue_drain(tenant: str, session_id: str) -> None:
     different agents), so a sweeper or a hand-over never sends a session to workers that
     cannot run its next request; without a record, this worker's own queue.
     """
-    rt = get_runtime()
+    rt = get_services()
     queue = rt.settings.queue
     head = rt.runs.head(tenant, session_id)
     view = rt.runs.get(RunRef(tenant, session_id, head)) if head is not None else None
@@ -153,18 +153,18 @@ def enqueue_drain(tenant: str, session_id: str) -> None:
     )
 
 
-_runtime: Runtime | None = None
+_runtime: EngineServices | None = None
 _runtime_pid: int | None = None
 _runtime_lock = threading.Lock()
 
 
-def get_runtime() -> Runtime:
+def get_services() -> EngineServices:
     """This process's runtime: built on first use, rebuilt in a forked pool child (children
     must not share the parent's sockets), so importing this module opens no connection."""
     global _runtime, _runtime_pid
     with _runtime_lock:
         if _runtime is None or _runtime_pid != os.getpid():
-            _runtime = build_runtime(enqueue_drain)
+            _runtime = build_services(enqueue_drain)
             _runtime.draining = _is_draining
             _runtime.guard = guard_for_this_process()
             _runtime_pid = os.getpid()
@@ -210,12 +210,17 @@ def _is_draining() -> bool:
 
 
 @worker_ready.connect
+def _start_guardian(**_: Any) -> None:
+    start_guardian(get_services)
+
+
+@worker_ready.connect
 def _start_sweeper(**_: Any) -> None:
     global _sweeper
     from tether.worker.sweeper import Sweeper
 
     try:
-        _sweeper = Sweeper(get_runtime()).start()
+        _sweeper = Sweeper(get_services()).start()
     except TetherError as exc:
         log.error("sweeper not started: %s", exc)
 

@@ -19,14 +19,12 @@ and no request is needed.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from tether.core.events import AgentEvent, CompactPayload, RestoredPayload
+from tether.core.snapshot import SessionSnapshot
 from tether.persistence.archives.base import EventArchive
 from tether.persistence.stores.base import SnapshotStore
-
-if TYPE_CHECKING:
-    from tether.runtime.session import AgentSession
 
 ARCHIVE_BATCH_EVENTS = 32
 """Default archiving threshold, in events (a few runs of a small agent)."""
@@ -45,8 +43,43 @@ class ArchiveHint(Protocol):
         """Remember that events up to ``seq`` are archived."""
 
 
+class Saveable(Protocol):
+    """What saving needs of a session: its identity, its state, and its save bookkeeping.
+
+    :class:`~tether.runtime.session.AgentSession` is one; persistence never imports the runtime,
+    so the runtime can save itself through this module without an import cycle.
+    """
+
+    @property
+    def tenant(self) -> str:
+        """The session's tenant."""
+
+    @property
+    def session_id(self) -> str:
+        """The session's id."""
+
+    @property
+    def version(self) -> str | None:
+        """The store version this object last loaded or saved (None: never stored)."""
+
+    def snapshot(self) -> SessionSnapshot:
+        """The head to write (a deep copy)."""
+
+    def set_version(self, version: str | None) -> None:
+        """Record the version a save returned."""
+
+    def mark_archived(self, seq: int) -> None:
+        """Record that events up to ``seq`` are in the archive."""
+
+    def unreconciled_outbox(self) -> tuple[tuple[AgentEvent, ...], int] | None:
+        """The outbox and archive batch of the loaded head, until reconciled (None: done)."""
+
+    def mark_reconciled(self) -> None:
+        """Record that the archive's reach is known."""
+
+
 def save_session(
-    session: AgentSession,
+    session: Saveable,
     store: SnapshotStore,
     archive: EventArchive | None,
     *,
@@ -69,7 +102,7 @@ def save_session(
 
 
 def put_head(
-    session: AgentSession,
+    session: Saveable,
     store: SnapshotStore,
     archive: EventArchive | None,
     *,
@@ -100,7 +133,7 @@ def put_head(
 
 
 def archive_outbox(
-    session: AgentSession, archive: EventArchive, outbox: Sequence[AgentEvent]
+    session: Saveable, archive: EventArchive, outbox: Sequence[AgentEvent]
 ) -> None:
     """Write a committed head's outbox as one immutable segment."""
     archive.write_segment(session.tenant, session.session_id, outbox)
@@ -123,7 +156,7 @@ def should_archive(outbox: Sequence[AgentEvent], batch: int) -> bool:
 
 
 def reconcile_loaded_outbox(
-    session: AgentSession, archive: EventArchive, hint: ArchiveHint | None = None
+    session: Saveable, archive: EventArchive, hint: ArchiveHint | None = None
 ) -> None:
     """Learn how far the archive really goes before this session writes a segment.
 

@@ -12,7 +12,7 @@ import os
 import signal
 from pathlib import Path
 
-from tether.runs.commit import CommitStep, StepContext, install_probe
+from tether.worker.engine.commit import CommitStep, StepContext, install_probe
 
 #: No agents of its own: the built-in agents serve the runs.
 TETHER_AGENTS: dict[str, object] = {}

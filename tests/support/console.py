@@ -1,6 +1,6 @@
 """A real ``tether console`` process for tests, and headless Chromium from Debian's package.
 
-The console runs as ``python -m tether.producer.cli console`` in its own process group (the
+The console runs as ``python -m tether.producer.ops.cli console`` in its own process group (the
 same entry point as ``tether console``) with the test stack's environment; :class:`Console`
 waits until ``/healthz`` answers and stops the whole group afterwards.
 """
@@ -56,7 +56,8 @@ class Console:
 
     def command(self) -> list[str]:
         """The command line."""
-        argv = [sys.executable, "-m", "tether.producer.cli", "console", "--port", str(self.port)]
+        argv = [sys.executable, "-m", "tether.producer.ops.cli", "console"]
+        argv += ["--port", str(self.port)]
         return argv + self._args
 
     def start(self, timeout_s: float = 30.0) -> Console:

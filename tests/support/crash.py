@@ -30,9 +30,6 @@ from tether.persistence.stores.blob import BlobSnapshotStore
 from tether.persistence.stores.memory import InMemorySnapshotStore
 from tether.persistence.streams.memory import InMemoryEventStream
 from tether.persistence.streams.redis import RedisEventStream
-from tether.runs.checkpoints.memory import InMemoryCheckpointStore
-from tether.runs.checkpoints.redis import RedisCheckpointStore
-from tether.runs.commit import CommitStep, Phase, StepContext, install_probe
 from tether.runs.contract import RunRequest
 from tether.runs.leases.base import LeaseManager
 from tether.runs.leases.memory import InMemoryLeaseManager
@@ -40,9 +37,12 @@ from tether.runs.leases.redis import RedisLeaseManager
 from tether.runs.queue.base import RunQueue
 from tether.runs.queue.memory import InMemoryRunQueue
 from tether.runs.queue.redis import RedisArchiveHint, RedisRunQueue
-from tether.runs.runtime import Runtime
 from tether.runtime.registry import AgentRegistry
 from tether.settings import Settings
+from tether.worker.engine.checkpoints.memory import InMemoryCheckpointStore
+from tether.worker.engine.checkpoints.redis import RedisCheckpointStore
+from tether.worker.engine.commit import CommitStep, Phase, StepContext, install_probe
+from tether.worker.engine.services import EngineServices
 
 #: The worker default's head cache, on in every crash scenario (as in production).
 HEAD_CACHE_TTL_MS = Settings.model_fields["head_cache_ttl_s"].default * 1000
@@ -105,14 +105,14 @@ def worker_runtime(
     switch: PowerSwitch | None = None,
     archive_batch_events: int = 1,
     registry: AgentRegistry | None = None,
-) -> Runtime:
+) -> EngineServices:
     """A worker's runtime over ``backends`` (behind ``switch`` when given)."""
     switch = switch or PowerSwitch()
 
     def wrap(target: Any) -> Any:
         return Powered(target, switch)
 
-    return Runtime(
+    return EngineServices(
         settings=Settings(lease_ttl_ms=60_000, max_attempts=3, queue="tether"),
         runs=wrap(backends.runs),
         store=wrap(backends.store),

@@ -11,7 +11,7 @@ import os
 import signal
 from pathlib import Path
 
-from tether.runs.commit import StepContext, install_probe
+from tether.worker.engine.commit import StepContext, install_probe
 
 PREFIX = "crashat-"
 #: No agents of its own: the built-in ``calculator`` serves the runs.

@@ -15,7 +15,7 @@ import signal
 import time
 from pathlib import Path
 
-from tether.runs.commit import CommitStep, StepContext, install_probe
+from tether.worker.engine.commit import CommitStep, StepContext, install_probe
 
 PREFIX = "freeze-"
 #: No agents of its own: the built-in ``calculator`` serves the runs.

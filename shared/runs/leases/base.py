@@ -17,7 +17,7 @@ class Lease:
 
     ``takeover`` is True when the previous grant was not released but expired: its holder may
     still be running (frozen, or stuck in a tool) and may yet try to commit, so the new holder
-    fences the session head before it relies on it (see :func:`tether.runs.cycle.drain`).
+    fences the session head before it relies on it (see :func:`tether.worker.engine.cycle.drain`).
     """
 
     tenant: str

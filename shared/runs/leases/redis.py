@@ -20,7 +20,7 @@ from tether.runs.leases.base import Lease
 
 #: ``acquire(lease, fence counter, released fence, owner, ttl_ms)``: {new fence, 1 when the
 #: previous grant expired unreleased}, or {0, 0} when held. Shared with the claim script
-#: (:mod:`tether.runs.claim_redis`).
+#: (:mod:`tether.worker.engine.claim_redis`).
 ACQUIRE_FUNCTION = """
 local function acquire(lease, counter, released, owner, ttl_ms)
   if redis.call('EXISTS', lease) == 1 then return {0, 0} end

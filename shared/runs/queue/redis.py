@@ -43,7 +43,7 @@ from tether.runs.queue.base import (
 #: run_id, request json, ttl_s, reject(0/1), tenant, session, request_id, submitted_at_ms,
 #: queue (the broker queue serving the run; '' when unknown). Returns {code, run_id}: 1 queued,
 #: 0 duplicate, 2 busy, 3 the run id is taken by another request (never re-queued: a finished
-#: run stays finished). Shared with the claim script (:mod:`tether.runs.claim_redis`).
+#: run stays finished). Shared with the claim script (:mod:`tether.worker.engine.claim_redis`).
 SUBMIT_FUNCTION = """
 local function submit(req, run, pending, a)
   local existing = redis.call('GET', req)

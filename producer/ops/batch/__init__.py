@@ -1,0 +1,210 @@
+"""Batch evaluation: run every case of a JSONL file on the workers, at most N at a time.
+
+>>> summary = run_batch(producer, "cases.jsonl", agent="echo", concurrency=16)
+>>> summary.by_status, summary.pass_rate
+
+How it works (modules: ``cases`` parsing and validation, ``ids`` derived ids, ``options`` the
+options, ``engine`` the submit/complete loop, ``results`` the results file, ``summary``
+statistics, ``grading`` graders, ``progress`` the progress bar):
+
+- The cases file is validated first, streaming, and the batch refuses to start on a bad line
+  (unless ``skip_invalid``). It is then streamed again; no case list is ever built.
+- One thread (the caller's) submits and processes results. A window of at most ``concurrency``
+  cases is in flight; a case is one run at a time (the turns of a multi-turn case run in order in
+  one session, each submitted when the previous finished). Turns that are due together are
+  submitted together, in one Redis round trip and one broker connection.
+- Completions come from the producer's single completion listener (the thread behind
+  :meth:`RunHandle.add_done_callback`), registered with a callback that only puts the result on a
+  queue: no thread per case. The engine registers with the listener itself rather than through
+  ``add_done_callback`` because a handle and its future's callback list form a reference cycle,
+  which only the cyclic GC frees; over thousands of cases that garbage made peak memory grow
+  with the case count. A run the listener reports lost (its record vanished) is submitted again
+  with the same request id, which applies it at most once.
+- Each finished case is appended to the results file at once. Request ids derive from
+  ``(batch id, case id, turn)``, so running the batch again skips finished cases, and re-submits
+  unfinished ones with the same request ids, which returns the original runs: an input is never
+  applied twice (as long as run records live, ``TETHER_RESULT_TTL_S``, 7 days by default).
+- Memory per case that stays: 8 bytes (finished-case hash, resume only) and 4 bytes (latency).
+  Everything else is bounded by ``concurrency``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from contextlib import ExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tether.errors import InvalidInput
+from tether.producer.ops.batch.cases import (
+    BatchCase,
+    CasesInvalid,
+    CasesScan,
+    iter_cases,
+    scan_cases,
+    spool_cases,
+)
+from tether.producer.ops.batch.engine import BatchRunner
+from tether.producer.ops.batch.ids import derive_batch_id
+from tether.producer.ops.batch.options import BatchOptions
+from tether.producer.ops.batch.progress import BatchProgress
+from tether.producer.ops.batch.results import ResultsFile
+from tether.producer.ops.batch.summary import BatchSummary, SummaryStats, build_summary
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from tether.producer.client import Producer
+
+CasesSource = str | os.PathLike[str] | Iterable[BatchCase | Mapping[str, Any] | str]
+
+
+def run_batch(
+    producer: Producer,
+    cases: CasesSource,
+    *,
+    agent: str | None = None,
+    concurrency: int = 8,
+    out: str | os.PathLike[str] | None = None,
+    batch_id: str | None = None,
+    skip_invalid: bool = False,
+    tenant: str | None = None,
+    progress: bool = False,
+    console: Console | None = None,
+    fsync_interval_s: float = 1.0,
+) -> BatchSummary:
+    """Run a batch of cases; see the module docstring. Re-running resumes.
+
+    Args:
+        producer: the producer to submit with.
+        cases: a JSONL file path, or an iterable of cases (:class:`BatchCase`, dicts or JSON
+            lines), which is first spooled to a temporary file.
+        agent: the agent of cases that name none.
+        concurrency: the most cases in flight at once.
+        out: the results file (default: ``<cases stem>.results.jsonl`` next to the cases file,
+            or ``<batch id>.results.jsonl`` in the working directory for an iterable).
+        batch_id: the batch id (default: derived from the cases' content and ``agent``, so the
+            same command resumes the same batch).
+        skip_invalid: run the valid cases when some lines are invalid (else refuse to start).
+        tenant: the tenant (default: the producer's).
+        progress: show a progress bar on stderr.
+        console: where to draw the progress bar.
+        fsync_interval_s: fsync the results file at most this often (lines are flushed always).
+
+    Raises:
+        CasesInvalid: invalid lines and not ``skip_invalid``; nothing was submitted.
+        InvalidInput: bad arguments, or a results file of another batch.
+    """
+    options = BatchOptions(
+        agent=agent,
+        concurrency=concurrency,
+        out=out,
+        batch_id=batch_id,
+        skip_invalid=skip_invalid,
+        tenant=tenant,
+        progress=progress,
+        console=console,
+        fsync_interval_s=fsync_interval_s,
+    )
+    return run_batch_with(producer, cases, options)
+
+
+def run_batch_with(producer: Producer, cases: CasesSource, options: BatchOptions) -> BatchSummary:
+    """:func:`run_batch` with its keyword arguments gathered in one :class:`BatchOptions`.
+
+    Args:
+        producer: the producer to submit with.
+        cases: a JSONL file path, or an iterable of cases (spooled to a temporary file).
+        options: how to run the batch.
+
+    Raises:
+        CasesInvalid: invalid lines and not ``options.skip_invalid``; nothing was submitted.
+        InvalidInput: bad options, or a results file of another batch.
+    """
+    options = options.checked(default_tenant=producer.settings.tenant)
+    max_bytes = producer.settings.max_input_bytes
+    with ExitStack() as stack:
+        path, source = _cases_file(cases, stack)
+        scan = _scan(path, source, options, max_bytes)
+        batch_id = options.batch_id or derive_batch_id(scan.sha256, options.agent)
+        out = Path(options.out) if options.out is not None else _default_out(source, batch_id)
+        results = ResultsFile(out, batch_id, fsync_interval_s=options.fsync_interval_s)
+        stats = SummaryStats()
+        resumed = results.open(stats.add)
+        stack.callback(results.close)
+        started = time.monotonic()
+        ui = BatchProgress(
+            batch_id=batch_id,
+            total=scan.valid,
+            completed=resumed,
+            failed=stats.failed,
+            enabled=options.progress,
+            console=options.console,
+        )
+        runner = BatchRunner(
+            producer, options, batch_id=batch_id, results=results, stats=stats, progress=ui
+        )
+        with ui:
+            runner.run(
+                iter_cases(
+                    path,
+                    default_agent=options.agent,
+                    max_input_bytes=max_bytes,
+                    skip_lines=scan.duplicate_lines,
+                )
+            )
+        return build_summary(
+            stats,
+            batch_id=batch_id,
+            out=str(out),
+            total=scan.valid,
+            resumed=resumed,
+            invalid_skipped=scan.invalid,
+            runs=runner.runs,
+            wall_s=time.monotonic() - started,
+            concurrency=options.concurrency,
+            max_in_flight=runner.max_in_flight,
+        )
+
+
+def _cases_file(cases: CasesSource, stack: ExitStack) -> tuple[Path, Path | None]:
+    """The cases as a file, and the file the caller named (None for an iterable).
+
+    An iterable is spooled into a temporary directory that ``stack`` removes: scanning and
+    running read the cases twice, without ever holding them all in memory.
+    """
+    if isinstance(cases, str | os.PathLike):
+        path = Path(cases)
+        if not path.is_file():
+            raise InvalidInput(f"cases file {path} does not exist or is not a file")
+        return path, path
+    path = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "cases.jsonl"
+    spool_cases(cases, path)
+    return path, None
+
+
+def _scan(path: Path, source: Path | None, options: BatchOptions, max_bytes: int) -> CasesScan:
+    """Validate every case before anything is submitted (see :func:`scan_cases`)."""
+    scan = scan_cases(path, default_agent=options.agent, max_input_bytes=max_bytes)
+    if scan.invalid and not options.skip_invalid:
+        raise CasesInvalid(source or Path("<cases>"), scan.problems, scan.invalid)
+    return scan
+
+
+def _default_out(source: Path | None, batch_id: str) -> Path:
+    if source is None:
+        return Path(f"{batch_id}.results.jsonl")
+    return source.with_name(f"{source.stem}.results.jsonl")
+
+
+__all__ = [
+    "BatchOptions",
+    "BatchSummary",
+    "CasesInvalid",
+    "CasesSource",
+    "run_batch",
+    "run_batch_with",
+]

@@ -1,0 +1,315 @@
+"""Batch cases: parsing and validation of a JSONL cases file, and the ids derived from a case.
+
+A cases file is read twice, line by line, and never held in memory: :func:`scan_cases` validates
+every line (so a bad line stops the batch before anything is submitted), counts the cases and
+hashes the content; :func:`iter_cases` then streams the valid cases to the engine.
+
+Each line is a JSON object::
+
+    {"id": "q1", "input": "2+2", "agent": "calculator", "expected": "4", "grader": "exact"}
+    {"id": "q2", "input": ["remember milk", "recall"], "expected": "milk", "grader": "contains"}
+
+The ids derived from a case (its session and request ids) are in
+:mod:`tether.producer.ops.batch.ids`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+from array import array
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from tether.errors import InvalidId, InvalidInput
+from tether.ids import validate_id
+from tether.runs.contract import MAX_METADATA_BYTES
+
+#: How many bad lines an error message lists (all are counted).
+MAX_REPORTED_PROBLEMS = 20
+MAX_CASE_ID_CHARS = 256
+MAX_TURNS = 1000
+
+
+class Grader(StrEnum):
+    """How a case's final output is compared with ``expected``."""
+
+    EXACT = "exact"  # output == expected (no normalisation)
+    CONTAINS = "contains"  # expected is a substring of output
+    REGEX = "regex"  # re.search(expected, output) finds a match
+
+
+class BatchCase(BaseModel):
+    """One evaluation case (one line of a cases file)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    id: str = Field(min_length=1, max_length=MAX_CASE_ID_CHARS)
+    input: str | list[str]
+    session_id: str | None = None
+    agent: str | None = Field(default=None, min_length=1, max_length=128)
+    expected: str | None = None
+    grader: Grader = Grader.EXACT
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+
+    @pydantic.field_validator("id", mode="before")
+    @classmethod
+    def _int_id(cls, value: Any) -> Any:
+        # integer ids are common in evaluation sets; they name the same case as their text
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        return value
+
+    @pydantic.field_validator("grader", mode="before")
+    @classmethod
+    def _grader(cls, value: Any) -> Any:
+        names = [g.value for g in Grader]
+        if value not in names:
+            raise ValueError(f"grader must be one of {', '.join(names)}, got {value!r}")
+        return Grader(value)
+
+    @pydantic.field_validator("input")
+    @classmethod
+    def _turns(cls, value: str | list[str]) -> str | list[str]:
+        if isinstance(value, list) and not 1 <= len(value) <= MAX_TURNS:
+            raise ValueError(f"a multi-turn input needs 1 to {MAX_TURNS} strings")
+        return value
+
+    @pydantic.field_validator("session_id")
+    @classmethod
+    def _session(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return validate_id(value)
+        except InvalidId as exc:  # pydantic reports ValueErrors with the field's name
+            raise ValueError(str(exc)) from exc
+
+    @pydantic.field_validator("metadata")
+    @classmethod
+    def _metadata_size(cls, value: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        if len(json.dumps(value)) > MAX_METADATA_BYTES:
+            raise ValueError(f"metadata is larger than {MAX_METADATA_BYTES} bytes of JSON")
+        return value
+
+    @pydantic.model_validator(mode="after")
+    def _grading(self) -> BatchCase:
+        if self.expected is None and "grader" in self.model_fields_set:
+            raise ValueError("'grader' is given without 'expected'")
+        if self.expected is not None and self.grader is Grader.REGEX:
+            try:
+                re.compile(self.expected)
+            except re.error as exc:
+                raise ValueError(f"'expected' is not a valid regex: {exc}") from exc
+        return self
+
+    @property
+    def turns(self) -> list[str]:
+        """The inputs, in order (one for a single-turn case)."""
+        return [self.input] if isinstance(self.input, str) else list(self.input)
+
+
+@dataclass(frozen=True)
+class NumberedCase:
+    """A valid case with its line number in the file (1-based)."""
+
+    line: int
+    case: BatchCase
+
+
+class CasesInvalid(InvalidInput):
+    """Some lines of a cases file are invalid; the batch did not start."""
+
+    def __init__(self, path: Path, problems: list[tuple[int, str]], count: int) -> None:
+        self.path = path
+        self.problems = problems
+        self.count = count
+        lines = "\n".join(f"  line {n}: {msg}" for n, msg in problems)
+        more = f"\n  ... and {count - len(problems)} more" if count > len(problems) else ""
+        super().__init__(
+            f"{path}: {count} invalid line(s); the batch was not started. Fix them, or pass "
+            f"--skip-invalid (skip_invalid=True) to run the valid cases only:\n{lines}{more}"
+        )
+
+
+@dataclass
+class CasesScan:
+    """What a validation pass over a cases file found."""
+
+    path: Path
+    valid: int = 0
+    invalid: int = 0
+    problems: list[tuple[int, str]] = field(default_factory=list)
+    sha256: str = ""
+    #: lines whose id repeats an earlier line's (skipped with ``skip_invalid``)
+    duplicate_lines: set[int] = field(default_factory=set)
+
+    def add_problem(self, line: int, message: str) -> None:
+        """Count a bad line (listing the first :data:`MAX_REPORTED_PROBLEMS`)."""
+        self.invalid += 1
+        if len(self.problems) < MAX_REPORTED_PROBLEMS:
+            self.problems.append((line, message))
+
+
+def _describe(exc: pydantic.ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:3]:
+        where = ".".join(str(p) for p in err["loc"])
+        parts.append(f"{where}: {err['msg']}" if where else str(err["msg"]))
+    return "; ".join(parts)
+
+
+def parse_case_line(
+    text: str, *, default_agent: str | None, max_input_bytes: int | None = None
+) -> BatchCase:
+    """Parse and validate one line.
+
+    Raises:
+        ValueError: with a message saying what is wrong (no line number).
+    """
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})") from exc
+    if not isinstance(doc, dict):
+        raise ValueError(f"a case must be a JSON object, got {type(doc).__name__}")
+    try:
+        case = BatchCase.model_validate(doc)
+    except pydantic.ValidationError as exc:
+        raise ValueError(_describe(exc)) from exc
+    if case.agent is None and default_agent is None:
+        raise ValueError("no agent: give 'agent' in the case or a default with --agent")
+    if max_input_bytes is not None:
+        for n, turn in enumerate(case.turns):
+            size = len(turn.encode("utf-8", "surrogatepass"))
+            if size > max_input_bytes:
+                raise ValueError(
+                    f"input turn {n} is {size} bytes, over the limit of {max_input_bytes} "
+                    "(TETHER_MAX_INPUT_BYTES)"
+                )
+    return case
+
+
+def _id_hash(case_id: str) -> int:
+    return int.from_bytes(hashlib.blake2b(case_id.encode(), digest_size=8).digest(), "big")
+
+
+def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    with path.open("rb") as fh:
+        yield from enumerate(fh, start=1)
+
+
+def scan_cases(
+    path: Path, *, default_agent: str | None, max_input_bytes: int | None = None
+) -> CasesScan:
+    """Validate every line of ``path`` (streaming) and hash its content.
+
+    Ids are checked for uniqueness through 8-byte hashes kept in a compact array (8 bytes a
+    case); a second pass names the lines of the duplicates, only when there are some.
+    """
+    scan = CasesScan(path)
+    digest = hashlib.sha256()
+    hashes = array("Q")
+    for number, raw in _lines(path):
+        digest.update(raw)
+        text = raw.decode("utf-8", "replace").strip()
+        if not text:
+            continue
+        try:
+            case = parse_case_line(
+                text, default_agent=default_agent, max_input_bytes=max_input_bytes
+            )
+        except ValueError as exc:
+            scan.add_problem(number, str(exc))
+            continue
+        scan.valid += 1
+        hashes.append(_id_hash(case.id))
+    scan.sha256 = digest.hexdigest()
+    ordered = sorted(hashes)
+    duplicated = {a for a, b in itertools.pairwise(ordered) if a == b}
+    if duplicated:
+        _report_duplicates(
+            scan, duplicated, default_agent=default_agent, max_input_bytes=max_input_bytes
+        )
+    scan.problems.sort()
+    return scan
+
+
+def _report_duplicates(
+    scan: CasesScan,
+    duplicated: set[int],
+    *,
+    default_agent: str | None,
+    max_input_bytes: int | None,
+) -> None:
+    first_line: dict[int, int] = {}
+    numbered = iter_cases(scan.path, default_agent=default_agent, max_input_bytes=max_input_bytes)
+    for number, case in ((n.line, n.case) for n in numbered):
+        key = _id_hash(case.id)
+        if key not in duplicated:
+            continue
+        if key in first_line:
+            scan.valid -= 1
+            scan.duplicate_lines.add(number)
+            scan.add_problem(number, f"id {case.id!r} is already used on line {first_line[key]}")
+        else:
+            first_line[key] = number
+
+
+def iter_cases(
+    path: Path,
+    *,
+    default_agent: str | None,
+    max_input_bytes: int | None = None,
+    skip_lines: frozenset[int] | set[int] = frozenset(),
+) -> Iterator[NumberedCase]:
+    """Stream the valid cases of ``path``.
+
+    Lines that fail validation, and ``skip_lines`` (the duplicates :func:`scan_cases` found),
+    are skipped.
+    """
+    for number, raw in _lines(path):
+        text = raw.decode("utf-8", "replace").strip()
+        if not text or number in skip_lines:
+            continue
+        try:
+            case = parse_case_line(
+                text, default_agent=default_agent, max_input_bytes=max_input_bytes
+            )
+        except ValueError:
+            continue
+        yield NumberedCase(number, case)
+
+
+def spool_cases(cases: Iterable[BatchCase | Mapping[str, Any] | str], target: Path) -> None:
+    """Write an iterable of cases (models, dicts or JSON lines) to a JSONL file, streaming."""
+    with target.open("w", encoding="utf-8") as fh:
+        for item in cases:
+            if isinstance(item, BatchCase):
+                line = item.model_dump_json(exclude_defaults=True)
+            elif isinstance(item, str):
+                line = item.strip()
+            else:
+                line = json.dumps(dict(item), ensure_ascii=False)
+            fh.write(line.replace("\n", " ") + "\n")
+
+
+__all__ = [
+    "BatchCase",
+    "CasesInvalid",
+    "CasesScan",
+    "Grader",
+    "NumberedCase",
+    "iter_cases",
+    "parse_case_line",
+    "scan_cases",
+    "spool_cases",
+]

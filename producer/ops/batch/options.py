@@ -1,0 +1,66 @@
+"""The options of one batch invocation, shared by the CLI, :func:`run_batch` and the engine."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from tether.errors import InvalidInput
+from tether.ids import validate_tenant
+from tether.producer.ops.batch.ids import check_batch_id
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+#: The most cases a batch may keep in flight.
+MAX_CONCURRENCY = 100_000
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """How to run a batch: the keyword arguments of :func:`tether.producer.ops.batch.run_batch`.
+
+    Building one checks nothing; :meth:`checked` does, before the batch touches any file.
+
+    Attributes:
+        agent: the agent of cases that name none.
+        concurrency: the most cases in flight at once.
+        out: the results file (default: ``<cases stem>.results.jsonl`` next to the cases file,
+            or ``<batch id>.results.jsonl`` in the working directory for an iterable).
+        batch_id: the batch id (default: derived from the cases' content and ``agent``, so the
+            same command resumes the same batch).
+        skip_invalid: run the valid cases when some lines are invalid (else refuse to start).
+        tenant: the tenant (default: the producer's).
+        progress: show a progress bar on stderr.
+        console: where to draw the progress bar.
+        fsync_interval_s: fsync the results file at most this often (lines are flushed always).
+    """
+
+    agent: str | None = None
+    concurrency: int = 8
+    out: str | os.PathLike[str] | None = None
+    batch_id: str | None = None
+    skip_invalid: bool = False
+    tenant: str | None = None
+    progress: bool = False
+    console: Console | None = None
+    fsync_interval_s: float = 1.0
+
+    def checked(self, default_tenant: str) -> BatchOptions:
+        """These options validated, with the tenant filled in from ``default_tenant``.
+
+        Raises:
+            InvalidInput: a concurrency out of range, or a malformed tenant or batch id.
+        """
+        if not 1 <= self.concurrency <= MAX_CONCURRENCY:
+            raise InvalidInput(
+                f"concurrency must be 1..{MAX_CONCURRENCY}, got {self.concurrency}"
+            )
+        tenant = validate_tenant(self.tenant or default_tenant)
+        if self.batch_id is not None:
+            check_batch_id(self.batch_id)
+        return replace(self, tenant=tenant)
+
+
+__all__ = ["MAX_CONCURRENCY", "BatchOptions"]

@@ -1,0 +1,58 @@
+"""``tether console``: the command that serves :mod:`tether.producer.ops.console`."""
+
+from __future__ import annotations
+
+import socket
+from typing import Annotated
+
+import typer
+
+from tether.errors import ConfigurationError
+from tether.producer.ops.console import REQUIRED_MODULES, available
+from tether.producer.ops.console.config import DEFAULT_PORT
+
+
+def console(
+    host: Annotated[
+        str, typer.Option("--host", help="Address to bind (anything but loopback needs --token).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port.")] = DEFAULT_PORT,
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", help="The tenant shown (default: TETHER_TENANT).")
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option("--token", help="Require this token on every request (header or cookie)."),
+    ] = None,
+    actions: Annotated[
+        bool, typer.Option("--actions", help="Allow cancel, approve, reject, answer and fork.")
+    ] = False,
+) -> None:
+    """Serve the web console: sessions, runs, workers, live events, /metrics."""
+    if not available():
+        raise ConfigurationError(
+            f"the console needs {', '.join(REQUIRED_MODULES)}: pip install 'tether[console]'"
+        )
+    from tether.producer.ops.cli.support import cli_settings
+    from tether.producer.ops.console.config import ConsoleConfig
+    from tether.producer.ops.console.server import serve
+
+    settings = cli_settings()
+    port = port or _free_port(host)
+    config = ConsoleConfig(
+        host=host, port=port, tenant=tenant or settings.tenant, token=token, actions=actions
+    )
+    typer.echo(f"console on http://{host}:{port}/ (tenant {config.tenant}); Ctrl-C stops it",
+               err=True)
+    serve(settings, config)
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``tether console`` to the CLI."""
+    app.command(name="console")(console)

@@ -1,0 +1,336 @@
+"""``tether run | submit | wait | cancel | tail``: runs on a deployment, from the shell.
+
+``run`` and ``wait`` print the answer on stdout and a status line on stderr, so that
+``answer=$(tether run s1 "hi" --agent echo)`` captures just the answer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from tether.core.events import AgentEvent, event_to_dict
+from tether.core.results import RunStatus
+from tether.errors import RunNotFound
+from tether.keys import RedisKeys
+from tether.persistence.redis_conn import redis_from_url
+from tether.persistence.streams.redis import RedisEventStream
+from tether.producer.client import Producer
+from tether.producer.handle import RunHandle
+from tether.producer.ops.cli.support import (
+    EXIT_FAILED,
+    JsonOption,
+    TenantOption,
+    cli_settings,
+    exit_code_for,
+    one_line,
+    warn_line,
+)
+from tether.producer.ops.render import emit_json, event_text, make_console, result_line
+from tether.producer.submission import scoped_view
+from tether.producer.worker_watch import warn_if_unconsumed, watch_for_workers
+from tether.runs.contract import RunResult
+from tether.runs.queue.base import CancelOutcome, RunState
+
+SessionArg = Annotated[str, typer.Argument(metavar="SESSION", help="Session id.")]
+InputArg = Annotated[str, typer.Argument(metavar="INPUT", help="The run's input text.")]
+AgentOption = Annotated[str, typer.Option("--agent", "-a", help="Agent name, e.g. notes.")]
+RunIdArg = Annotated[str, typer.Argument(metavar="RUN_ID", help="The run id.")]
+WaitOption = Annotated[
+    float | None,
+    typer.Option("--wait-s", min=0, help="Give up waiting after this many seconds (exit 124)."),
+]
+RequestIdOption = Annotated[
+    str | None, typer.Option("--request-id", help="Idempotency key (default: the run id).")
+]
+#: How often a command past its start deadline checks that the run is still running.
+STATUS_RECHECK_S = 1.0
+RunTimeoutOption = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout-s",
+        min=0.001,
+        help="The run's own time limit; `run` also stops waiting (exit 124) when no worker has "
+        "started the run by then.",
+    ),
+]
+BusyOption = Annotated[
+    str,
+    typer.Option(
+        "--on-busy",
+        help="When the session is busy: enqueue (default), reject, interrupt (stop the running "
+        "run at its next step, keep its steps) or rollback (stop it, discard its steps).",
+    ),
+]
+
+
+def register(app: typer.Typer) -> None:
+    """Add the run commands to ``app``."""
+    app.command("run")(run_command)
+    app.command()(submit)
+    app.command()(wait)
+    app.command()(cancel)
+    app.command()(tail)
+
+
+def _submit(
+    producer: Producer,
+    session_id: str,
+    text: str,
+    agent: str,
+    tenant: str | None,
+    request_id: str | None,
+    timeout_s: float | None,
+    on_busy: str,
+) -> RunHandle:
+    return producer.run_async(
+        session_id,
+        text,
+        agent=agent,
+        tenant=tenant,
+        request_id=request_id,
+        timeout_s=timeout_s,
+        on_busy=on_busy,
+    )
+
+
+def run_command(
+    session_id: SessionArg,
+    text: InputArg,
+    agent: AgentOption,
+    tenant: TenantOption = None,
+    request_id: RequestIdOption = None,
+    timeout_s: RunTimeoutOption = None,
+    on_busy: BusyOption = "enqueue",
+    wait_s: WaitOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Run an agent on a session, wait, and print the answer.
+
+    Warns on stderr within seconds when no live worker consumes the queue.
+    """
+    with Producer(cli_settings()) as producer:
+        handle = _submit(producer, session_id, text, agent, tenant, request_id, timeout_s, on_busy)
+        with watch_for_workers(producer, handle.run_id, warn=warn_line):
+            print_outcome(handle, wait_s, as_json, start_by_s=timeout_s, producer=producer)
+
+
+def submit(
+    session_id: SessionArg,
+    text: InputArg,
+    agent: AgentOption,
+    tenant: TenantOption = None,
+    request_id: RequestIdOption = None,
+    timeout_s: RunTimeoutOption = None,
+    on_busy: BusyOption = "enqueue",
+    as_json: JsonOption = False,
+) -> None:
+    """Enqueue a run and print its run id (follow it with `tether wait RUN_ID`)."""
+    with Producer(cli_settings()) as producer:
+        handle = _submit(producer, session_id, text, agent, tenant, request_id, timeout_s, on_busy)
+        warn_if_unconsumed(producer, warn_line)
+        if as_json:
+            emit_json(
+                {
+                    "run_id": handle.run_id,
+                    "request_id": handle.request_id,
+                    "session_id": handle.session_id,
+                    "tenant": handle.tenant,
+                }
+            )
+        else:
+            typer.echo(handle.run_id)
+
+
+def wait(
+    run_id: RunIdArg,
+    wait_s: WaitOption = None,
+    tenant: TenantOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Wait for a run of the tenant and print its answer."""
+    with Producer(cli_settings()) as producer:
+        scope = tenant or producer.settings.tenant
+        _known(producer, run_id, scope)
+        with watch_for_workers(producer, run_id, warn=warn_line):
+            handle = producer.handle(run_id, tenant=scope)
+            print_outcome(handle, wait_s, as_json, producer=producer)
+
+
+def cancel(run_id: RunIdArg, tenant: TenantOption = None, as_json: JsonOption = False) -> None:
+    """Ask a run of the tenant to stop: queued, it never starts; running, it rolls back.
+
+    A running run stops at its next step boundary. Exits 1 when the run had already finished.
+    """
+    with Producer(cli_settings()) as producer:
+        scope = tenant or producer.settings.tenant
+        status = _known(producer, run_id, scope)
+        outcome = producer.cancel(run_id, tenant=scope)
+        requested = outcome in (CancelOutcome.CANCELLED, CancelOutcome.REQUESTED)
+        if as_json:
+            emit_json(
+                {
+                    "run_id": run_id,
+                    "cancel_requested": requested,
+                    "outcome": outcome.value,
+                    "status": status,
+                }
+            )
+        elif outcome is CancelOutcome.CANCELLED:
+            typer.echo(f"run {run_id} cancelled before it started")
+        elif requested:
+            typer.echo(f"cancel requested for run {run_id} (was {status})")
+        else:
+            typer.echo(f"run {run_id} already finished ({status}); nothing to cancel", err=True)
+        if not requested:
+            raise typer.Exit(EXIT_FAILED)
+
+
+def tail(
+    session_id: SessionArg,
+    tenant: TenantOption = None,
+    from_seq: Annotated[
+        int, typer.Option("--from-seq", min=1, help="First sequence number to show.")
+    ] = 1,
+    idle_timeout_s: Annotated[
+        float | None,
+        typer.Option(
+            "--idle-timeout",
+            "--idle-timeout-s",
+            min=0.001,
+            help="Stop after this many seconds without events (default: follow forever).",
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Follow a session's events live, coloured by type (Ctrl-C to stop)."""
+    settings = cli_settings()
+    client = redis_from_url(settings.effective_redis_url)
+    stream = RedisEventStream(client, keys=RedisKeys(settings.namespace))
+    console = make_console()
+    events = stream.tail(
+        tenant or settings.tenant,
+        session_id,
+        after_seq=from_seq - 1,
+        block_ms=1000,
+        idle_timeout_s=idle_timeout_s,
+    )
+    try:
+        _print_events(events, as_json, console)
+    finally:
+        client.close()
+
+
+def _print_events(events: Iterator[AgentEvent], as_json: bool, console: Console) -> None:
+    for event in events:
+        if as_json:
+            emit_json(event_to_dict(event), lines=True)
+        else:
+            console.print(event_text(event))
+
+
+def _known(producer: Producer, run_id: str, tenant: str) -> str:
+    view = scoped_view(producer.record(run_id, tenant=tenant), tenant)
+    if view is None:  # another tenant's run reads exactly like an unknown one
+        raise RunNotFound(
+            f"run {run_id!r} not found for tenant {tenant!r} (unknown, another tenant's, or its "
+            "record expired after TETHER_RESULT_TTL_S); check the id and --tenant"
+        )
+    return view.status
+
+
+def await_result(
+    handle: RunHandle,
+    wait_s: float | None,
+    start_by_s: float | None = None,
+    *,
+    producer: Producer | None = None,
+) -> RunResult:
+    """The run's result, waiting at most ``wait_s``, and only ``start_by_s`` while it is queued.
+
+    Raises:
+        TimeoutError: a deadline passed; the message says whether the run is still queued or
+            running, and how to cancel it or wait for it.
+    """
+    started = time.monotonic()
+    wait_until = None if wait_s is None else started + wait_s
+    queued_until = None if start_by_s is None else started + start_by_s
+    while True:
+        now = time.monotonic()
+        pending = [d - now for d in (wait_until, queued_until) if d is not None and d > now]
+        slice_s = min(pending) if pending else None
+        if queued_until is not None and now >= queued_until:
+            # running past its start deadline: the worker enforces its limit; look again soon
+            slice_s = min(slice_s or STATUS_RECHECK_S, STATUS_RECHECK_S)
+        try:
+            return handle.run_result(timeout=slice_s)
+        except TimeoutError:
+            pass
+        status = _status(handle, producer)
+        waited_s = time.monotonic() - started
+        if wait_until is not None and started + waited_s >= wait_until:
+            raise _gave_up(handle.run_id, status, waited_s) from None
+        if queued_until is not None and status == RunState.QUEUED:
+            raise _gave_up(handle.run_id, status, waited_s) from None
+
+
+def _status(handle: RunHandle, producer: Producer | None) -> str:
+    if producer is None:
+        return RunState.RUNNING if handle.running() else RunState.QUEUED
+    view = producer.record(handle.run_id, tenant=handle.tenant)
+    return "UNKNOWN" if view is None else view.status
+
+
+def _gave_up(run_id: str, status: str, waited_s: float) -> TimeoutError:
+    how = f"cancel it with `tether cancel {run_id}` or wait for it with `tether wait {run_id}`"
+    if status == RunState.QUEUED:
+        return TimeoutError(
+            f"run {run_id} is still queued after {waited_s:.1f} s (no worker has started it); {how}"
+        )
+    return TimeoutError(
+        f"run {run_id} did not finish within {waited_s:.1f} s ({status.lower()}); it goes on: {how}"
+    )
+
+
+def print_outcome(
+    handle: RunHandle,
+    wait_s: float | None,
+    as_json: bool,
+    *,
+    start_by_s: float | None = None,
+    producer: Producer | None = None,
+) -> None:
+    """Wait for ``handle`` (see :func:`await_result`) and print its answer (a WAITING run: the
+    calls it waits on)."""
+    result = await_result(handle, wait_s, start_by_s, producer=producer)
+    if as_json:
+        emit_json(result.model_dump(mode="json"))
+    elif result.ok:
+        typer.echo(result.output or "")
+        make_console(stderr=True).print(result_line(result))
+        for call in result.pending:
+            verb = "approve" if call.reason == "approval" else "answer"
+            typer.echo(
+                f"waiting on {call.call_id}: {call.tool}({call.arguments}) -> "
+                f"tether {verb} {result.session_id} {call.call_id} ...",
+                err=True,
+            )
+    else:
+        typer.echo(one_line(f"error: run {result.run_id} {_failure(result)}"), err=True)
+    if not result.ok:
+        raise typer.Exit(_exit_code(result))
+
+
+def _failure(result: RunResult) -> str:
+    if result.status is RunStatus.CANCELLED:
+        return "was cancelled"
+    return f"failed: {result.error_type}: {result.error_message}"
+
+
+def _exit_code(result: RunResult) -> int:
+    error = result.error()
+    return exit_code_for(error) if error is not None else EXIT_FAILED

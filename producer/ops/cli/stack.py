@@ -1,0 +1,269 @@
+"""``tether up | down | status``: the local stack of the project folder, and what runs on it.
+
+See :mod:`tether.producer.ops.local_stack` for what ``up`` starts and where it keeps its files.
+``status`` also works without a local stack: it then shows the workers and the queue of the
+configured Redis.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from dotenv import dotenv_values
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from tether.errors import TetherError
+from tether.keys import RedisKeys
+from tether.persistence.active_index import active_count
+from tether.persistence.redis_conn import redis_from_url, translate_errors
+from tether.producer.ops.cli.support import EXIT_FAILED, JsonOption, cli_settings, warn_line
+from tether.producer.ops.local_procs import is_running
+from tether.producer.ops.local_stack import (
+    LocalStack,
+    StackPaths,
+    StackState,
+    UpOptions,
+    console_available,
+    read_state,
+)
+from tether.producer.ops.render import emit_json, make_console
+from tether.runs.presence import WorkerPresence, list_workers, queue_depth
+from tether.settings import Settings
+from tether.settings_checks import mask_url
+
+_STACK_VARIABLES = ("TETHER_BROKER_URL", "TETHER_REDIS_URL", "TETHER_STORE_URL")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``up``, ``down`` and ``status`` to ``app``."""
+    app.command()(up)
+    app.command()(down)
+    app.command()(status)
+
+
+def _rel(path: str | Path, project: Path) -> str:
+    try:
+        return str(Path(path).relative_to(project))
+    except ValueError:
+        return str(path)
+
+
+def up(
+    workers: Annotated[int, typer.Option("--workers", min=1, max=16, help="Worker processes.")] = 1,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", "-c", min=1, max=32, help="Pool size per worker.")
+    ] = 1,
+    s3: Annotated[
+        bool, typer.Option("--s3", help="A moto S3 server as the store (default: .tether/store).")
+    ] = False,
+    no_console: Annotated[
+        bool, typer.Option("--no-console", help="Do not start `tether console`.")
+    ] = False,
+    console_port: Annotated[
+        int | None, typer.Option("--console-port", min=1, max=65535, help="Console port.")
+    ] = None,
+) -> None:
+    """Start a local stack in this folder (Redis, store, workers, console), detached.
+
+    Every later `tether` command in this folder uses it (settings in .tether/env); `tether down`
+    stops it. When it is already up, says so and exits 0.
+    """
+    settings = cli_settings()
+    project = Path.cwd()
+    console = make_console()
+    stack = LocalStack(project, settings)
+    options = UpOptions(
+        workers=workers,
+        concurrency=concurrency,
+        s3=s3,
+        console=not no_console,
+        console_port=console_port,
+    )
+    result = stack.up(options, progress=lambda step: console.print(f"[dim]{escape(step)}...[/]"))
+    if result.already_up:
+        console.print(f"the local stack of {escape(str(project))} is already up:")
+        _print_services(console, result.state, project)
+        console.print("stop it with `tether down`")
+        return
+    console.print(f"[bold green]local stack up[/] in {escape(str(project))}")
+    _print_services(console, result.state, project)
+    if not no_console and not console_available():
+        console.print(r"[dim]console: not installed (pip install 'tether\[console]')[/]")
+    env_file = stack.paths.env_file
+    console.print(
+        f"settings: {escape(str(env_file))}; every `tether` command run in this folder uses them"
+    )
+    console.print(f"other shells: [bold]source {escape(str(env_file))}[/] (passwords masked here):")
+    for key, value in result.exports:
+        console.print(f"  export {key}={escape(value)}", soft_wrap=True)
+    _warn_overrides(project)
+
+
+def _warn_overrides(project: Path) -> None:
+    """Name the settings that would hide the stack from commands run here."""
+    import os
+
+    dotenv = dotenv_values(project / ".env") if (project / ".env").is_file() else {}
+    for name in _STACK_VARIABLES:
+        where = "the environment" if name in os.environ else ".env" if name in dotenv else None
+        if where is not None:
+            warn_line(
+                f"{name} is set in {where} and wins over .tether/env: commands in this shell "
+                f"will not use the local stack; unset it (`unset {name}`) to use the stack"
+            )
+
+
+def down() -> None:
+    """Stop the local stack of this folder (only the processes `tether up` started)."""
+    project = Path.cwd()
+    stack = LocalStack(project, _settings_or_defaults())
+    if read_state(stack.paths) is None:
+        typer.echo(f"no local stack is up in {project}")
+        stack.down()  # a leftover .tether/env would point commands at nothing
+        return
+    stopped = stack.down()
+    names = ", ".join(f"{r.name} (pid {r.pid})" for r in stopped) or "nothing was running"
+    typer.echo(f"local stack down in {project}: stopped {names}")
+
+
+def _settings_or_defaults() -> Settings:
+    # `down` must work even when a setting is broken: it reads nothing but .tether/
+    try:
+        return cli_settings()
+    except TetherError:
+        return Settings.model_construct()
+
+
+@dataclass
+class Status:
+    """What ``tether status`` shows."""
+
+    project: str
+    redis: str
+    services: list[dict[str, Any]] = field(default_factory=list)
+    console_url: str | None = None
+    workers: list[WorkerPresence] = field(default_factory=list)
+    queue_depth: dict[str, int] = field(default_factory=dict)
+    running: list[str] = field(default_factory=list)
+    active_sessions: int = 0
+    error: str | None = None
+
+    @property
+    def healthy(self) -> bool:
+        """No recorded service is down and Redis answered."""
+        return self.error is None and all(s["up"] for s in self.services)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {
+            "project": self.project,
+            "redis": self.redis,
+            "services": self.services,
+            "console_url": self.console_url,
+            "workers": [w.model_dump(mode="json") for w in self.workers],
+            "queue_depth": self.queue_depth,
+            "running": self.running,
+            "active_sessions": self.active_sessions,
+            "error": self.error,
+            "healthy": self.healthy,
+        }
+
+
+def collect_status(project: Path, settings: Settings) -> Status:
+    """The local stack's services (if any), the workers, the queue and the runs in flight."""
+    state = read_state(StackPaths(project.resolve()))
+    info = Status(str(project), mask_url(settings.effective_redis_url))
+    if state is not None:
+        info.console_url = state.console_url
+        info.services = [
+            {
+                **r.model_dump(include={"name", "kind", "pid", "port"}),
+                "up": is_running(r),
+                "log": _rel(r.log, project),
+            }
+            for r in state.services
+        ]
+    client = redis_from_url(settings.effective_redis_url, retry=None, socket_connect_timeout=2.0)
+    keys = RedisKeys(settings.namespace)
+    try:
+        info.workers = list_workers(client, keys)
+        queues = sorted({settings.queue, *(q for w in info.workers for q in w.queues)})
+        if settings.broker_url == settings.effective_redis_url:
+            info.queue_depth = queue_depth(client, settings.namespace, queues)
+        info.running = sorted({r for w in info.workers for r in w.current_runs})
+        with translate_errors(mask_url(settings.effective_redis_url)):
+            info.active_sessions = active_count(client, keys)
+    except TetherError as exc:
+        info.error = str(exc)
+    finally:
+        client.close()
+    return info
+
+
+def status(as_json: JsonOption = False) -> None:
+    """Show the local stack's services, the live workers, queue depth and runs in flight.
+
+    Exits 1 when a service of the local stack is down or Redis does not answer.
+    """
+    project = Path.cwd()
+    info = collect_status(project, cli_settings())
+    if as_json:
+        emit_json(info.to_dict())
+    else:
+        _print_status(make_console(), info, project)
+    if not info.healthy:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _print_status(console: Console, info: Status, project: Path) -> None:
+    state = read_state(StackPaths(project.resolve()))
+    if state is None:
+        console.print(f"no local stack in {escape(str(project))} (`tether up` starts one)")
+    else:
+        _print_services(console, state, project)
+    console.print(f"redis: {escape(info.redis)}")
+    if info.error is not None:
+        console.print(f"[bold red]redis unreachable[/]: {escape(info.error)}")
+        return
+    table = Table("worker", "node", "queues", "runs done", "running", "last seen", box=None)
+    now_ms = int(time.time() * 1000)
+    for w in info.workers:
+        table.add_row(
+            w.worker_id,
+            w.node,
+            ",".join(w.queues),
+            str(w.runs_done),
+            ",".join(w.current_runs) or "-",
+            f"{w.age_s(now_ms):.1f} s ago",
+        )
+    console.print(f"workers: {len(info.workers)}")
+    if info.workers:
+        console.print(table)
+    depth = ", ".join(f"{q}: {n} waiting" for q, n in info.queue_depth.items()) or "n/a"
+    console.print(f"queues: {depth}")
+    console.print(
+        f"runs in flight: {len(info.running)} running; active sessions: {info.active_sessions}"
+    )
+
+
+def _print_services(console: Console, state: StackState, project: Path) -> None:
+    table = Table("service", "state", "pid", "address", "log", box=None)
+    for record in state.services:
+        up_now = is_running(record)
+        address = f"127.0.0.1:{record.port}" if record.port else "-"
+        if record.kind == "console" and state.console_url:
+            address = state.console_url
+        table.add_row(
+            record.name,
+            "[green]up[/]" if up_now else "[red]down[/]",
+            str(record.pid),
+            address,
+            escape(_rel(record.log, project)),
+        )
+    console.print(table)

@@ -1,0 +1,116 @@
+"""The console's actions (only with ``--actions``): cancel a run; approve, reject or answer the
+call a waiting run waits on; fork a session. Each is a form POST carrying the console's form
+key, checked against the tenant, done through the Producer SDK, then a redirect back with a
+one-line message."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import quote, urlencode
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+
+from tether.errors import TetherError
+from tether.producer.ops.console.backends import Backends
+from tether.producer.ops.console.config import ConsoleConfig
+from tether.producer.ops.console.runs_view import get_run
+from tether.runs.queue.base import CancelOutcome
+
+CANCEL_MESSAGES = {
+    CancelOutcome.CANCELLED: "cancelled: it will never start",
+    CancelOutcome.REQUESTED: "cancel requested: it stops at its next step boundary",
+    CancelOutcome.FINISHED: "it had already finished: nothing changed",
+    CancelOutcome.UNKNOWN: "unknown run: nothing changed",
+}
+
+
+def _back(path: str, message: str) -> RedirectResponse:
+    return RedirectResponse(f"{path}?{urlencode({'message': message})}", status_code=303)
+
+
+@dataclass
+class Actions:
+    """The action handlers of one console."""
+
+    b: Backends
+    config: ConsoleConfig
+
+    async def _form(self, request: Request) -> dict[str, str] | Response:
+        """The posted fields, or the response refusing the request."""
+        if not self.config.actions:
+            return PlainTextResponse(
+                "actions are off: start the console with --actions", status_code=403
+            )
+        form = await request.form()
+        fields = {k: v for k, v in form.items() if isinstance(v, str)}
+        key = fields.get("form_key", "")
+        if not hmac.compare_digest(key.encode(), self.config.form_key.encode()):
+            return PlainTextResponse("stale or foreign form: reload the page", status_code=403)
+        return fields
+
+    async def _do(self, back: str, action: Callable[[], str]) -> Response:
+        try:
+            message = await run_in_threadpool(action)
+        except TetherError as exc:
+            message = f"{exc.error_type}: {exc}"
+        return _back(back, message)
+
+    async def cancel(self, request: Request) -> Response:
+        fields = await self._form(request)
+        if isinstance(fields, Response):
+            return fields
+        run_id = request.path_params["run_id"]
+        found = await run_in_threadpool(get_run, self.b, self.config.tenant, run_id)
+        if found is None:
+            return PlainTextResponse("run not found", status_code=404)
+        back = fields.get("back") or f"/runs/{quote(run_id)}"
+        if not back.startswith("/") or back.startswith("//"):
+            back = f"/runs/{quote(run_id)}"
+        return await self._do(
+            back, lambda: f"run {run_id}: {CANCEL_MESSAGES[self.b.producer().cancel(run_id)]}"
+        )
+
+    async def resolve(self, request: Request) -> Response:
+        """approve, reject or answer, by the ``verb`` path parameter."""
+        fields = await self._form(request)
+        if isinstance(fields, Response):
+            return fields
+        session_id = request.path_params["session_id"]
+        verb = request.path_params["verb"]
+        if verb not in ("approve", "reject", "answer"):
+            return PlainTextResponse("unknown action", status_code=404)
+        call_id, agent = fields.get("call_id", ""), fields.get("agent", "")
+        text = fields.get("text", "")
+        tenant = self.config.tenant
+
+        def act() -> str:
+            producer = self.b.producer()
+            if verb == "approve":
+                handle = producer.approve(session_id, call_id, agent=agent, tenant=tenant)
+            elif verb == "reject":
+                reason = text or "rejected from the console"
+                handle = producer.reject(session_id, call_id, reason, agent=agent, tenant=tenant)
+            else:
+                handle = producer.submit_tool_output(
+                    session_id, call_id, text, agent=agent, tenant=tenant
+                )
+            return f"{verb}: call {call_id} settled; the run goes on as {handle.run_id}"
+
+        return await self._do(f"/sessions/{quote(session_id)}", act)
+
+    async def fork(self, request: Request) -> Response:
+        fields = await self._form(request)
+        if isinstance(fields, Response):
+            return fields
+        session_id = request.path_params["session_id"]
+        new_id = fields.get("new_session_id", "").strip()
+
+        def act() -> str:
+            self.b.reader.fork(session_id, new_id, tenant=self.config.tenant)
+            return f"forked {session_id} to {new_id}"
+
+        return await self._do(f"/sessions/{quote(session_id)}", act)

@@ -1,0 +1,72 @@
+"""Step checkpoints on Redis: one hash per session (field = run id), fenced in one Lua script.
+
+Key ``<p>:{t/s}:ckpt`` (see :mod:`tether.keys`) sits in the session's hash slot beside the fence
+counter it is checked against. The hash expires with the run records (``result_ttl_s``), so a
+checkpoint of a run that never finished cannot outlive it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import redis
+
+from tether.ids import validate_id
+from tether.keys import RedisKeys
+from tether.persistence.redis_conn import describe_client, translate_errors
+from tether.worker.engine.checkpoints.base import Checkpoint
+from tether.worker.engine.checkpoints.memory import fenced_out
+
+#: KEYS: checkpoint hash, fence counter. ARGV: run_id, fence, checkpoint json, ttl_s.
+#: Returns {1, fence} saved | {0, current fence} refused.
+SAVE_SCRIPT = """
+local current = tonumber(redis.call('GET', KEYS[2]) or '0')
+if tonumber(ARGV[2]) < current then return {0, current} end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+return {1, current}
+"""
+
+
+class RedisCheckpointStore:
+    """:class:`~tether.worker.engine.checkpoints.base.CheckpointStore` on Redis."""
+
+    def __init__(self, client: redis.Redis, keys: RedisKeys, *, ttl_s: int) -> None:
+        self._client = client
+        self._keys = keys
+        self._ttl_s = ttl_s
+        self._where = describe_client(client)
+        self._save = client.register_script(SAVE_SCRIPT)
+
+    def save(self, tenant: str, session_id: str, checkpoint: Checkpoint) -> None:
+        """Record the checkpoint unless a newer lease was granted."""
+        k = self._keys
+        validate_id(checkpoint.run_id, kind="run id")
+        with translate_errors(self._where):
+            ok, current = cast(
+                Any,
+                self._save(
+                    keys=[k.checkpoints(tenant, session_id), k.fence(tenant, session_id)],
+                    args=[
+                        checkpoint.run_id,
+                        checkpoint.fence,
+                        checkpoint.model_dump_json(),
+                        self._ttl_s,
+                    ],
+                ),
+            )
+        if not int(ok):
+            raise fenced_out(tenant, session_id, checkpoint.fence, int(current))
+
+    def load(self, tenant: str, session_id: str, run_id: str) -> Checkpoint | None:
+        """The run's newest checkpoint."""
+        validate_id(run_id, kind="run id")
+        with translate_errors(self._where):
+            raw = self._client.hget(self._keys.checkpoints(tenant, session_id), run_id)
+        return Checkpoint.model_validate_json(cast(bytes, raw)) if raw else None
+
+    def clear(self, tenant: str, session_id: str, run_id: str) -> None:
+        """Forget the run's checkpoint."""
+        validate_id(run_id, kind="run id")
+        with translate_errors(self._where):
+            self._client.hdel(self._keys.checkpoints(tenant, session_id), run_id)

@@ -1,0 +1,305 @@
+"""The commit of one run, in named steps.
+
+A run's events reach the live stream while it runs (fenced by the lease, see
+:class:`StreamPublisher`); its commit then takes these steps, in this order:
+
+1. ``stream_flush``: append the events still buffered to the stream (fenced).
+2. ``fence_check``: the lease is still ours and the stream accepted every event; else abort
+   (the next holder retries the run from the last committed head).
+3. ``head_put``: write the session head with compare-and-set on its version. **The commit
+   point**: before it nothing of the run is committed, after it all of it is.
+4. ``finish``: record the run's result, pop it from the session queue, announce completion.
+5. ``archive_segment``: when the head's outbox is full (a batch), write it to the archive as one
+   immutable segment. Not every commit writes one. It comes after ``finish`` so that the
+   producer does not wait for it: the head just written still holds the outbox, and a reader
+   of a head whose outbox reached the batch asks the archive how far it goes
+   (:func:`tether.persistence.saving.reconcile_loaded_outbox`), so a death in between loses
+   nothing, and a segment written twice (by the next holder too) is byte for byte the same.
+6. ``archive_hint``: remember how far the archive goes (a lossy optimisation).
+7. ``checkpoint_clear``: forget the run's step checkpoint, when it wrote one (a leftover is
+   harmless: the next attempt finds the head moved past it and drops it).
+
+The drain then takes ``lease_release`` when the queue is empty (a drain lets ``finish`` release
+the lease in the same round trip when it leaves the queue empty: the step then only reports
+it). A crash between any two steps is recovered by the next lease holder: before ``head_put``
+it reruns the request from the previous head (the dead attempt's stream events are superseded
+by a higher fence); after it, the request id is in the head's applied set, so the run is
+finished as recorded without running again.
+
+A *probe* (:func:`install_probe`) is called before and after every step; tests use it to stop a
+worker at each step and check that recovery gives exactly-once effect.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+from tether.core.events import AgentEvent, EventType
+from tether.errors import ConflictError, StreamGap, TetherError
+from tether.observability.metrics import run_finished
+from tether.persistence.archives.base import EventArchive
+from tether.persistence.saving import (
+    ARCHIVE_BATCH_EVENTS,
+    ArchiveHint,
+    archive_outbox,
+    put_head,
+)
+from tether.persistence.stores.base import SnapshotStore
+from tether.persistence.streams.base import EventStream
+from tether.runs.contract import RunResult
+from tether.runs.leases.base import Lease
+from tether.runs.queue.base import IdleRelease, SessionQueue
+from tether.runtime.session import AgentSession
+from tether.worker.engine.checkpoints.base import CheckpointStore
+
+log = logging.getLogger(__name__)
+
+
+class CommitStep(StrEnum):
+    """The named steps of a commit, in order (``lease_release`` is the drain's last)."""
+
+    STREAM_FLUSH = "stream_flush"
+    FENCE_CHECK = "fence_check"
+    HEAD_PUT = "head_put"
+    FINISH = "finish"
+    ARCHIVE_SEGMENT = "archive_segment"
+    ARCHIVE_HINT = "archive_hint"
+    CHECKPOINT_CLEAR = "checkpoint_clear"
+    LEASE_RELEASE = "lease_release"
+
+
+Phase = Literal["before", "after"]
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """Where a probe is called: the step, its phase, and whose run."""
+
+    step: CommitStep
+    phase: Phase
+    worker_id: str
+    tenant: str
+    session_id: str
+    run_id: str | None
+
+
+Probe = Callable[[StepContext], None]
+_probes: list[Probe] = []
+_probes_lock = threading.Lock()
+
+
+def install_probe(probe: Probe) -> Callable[[], None]:
+    """Call ``probe`` around every commit step of this process; returns its uninstaller."""
+    with _probes_lock:
+        _probes.append(probe)
+
+    def uninstall() -> None:
+        with _probes_lock:
+            if probe in _probes:
+                _probes.remove(probe)
+
+    return uninstall
+
+
+def probe(ctx: StepContext) -> None:
+    """Call the installed probes (none in production)."""
+    for installed in tuple(_probes):
+        installed(ctx)
+
+
+#: Flush buffered events to the stream before anything that may block (FINAL_OUTPUT is always
+#: followed at once by STEP_END, which flushes both).
+_FLUSH_ON = frozenset(
+    {EventType.MODEL_REQUEST, EventType.TOOL_CALL, EventType.STEP_END, EventType.ERROR}
+)
+
+
+#: ``backfill(after_seq, before_seq)``: the committed events strictly between the two.
+Backfill = Callable[[int, int], list[AgentEvent]]
+
+
+class StreamPublisher:
+    """A session listener that appends its events to the live stream under the lease's fence.
+
+    When the stream ends before the events start (the head moved on without it: an in-process
+    save, or a Redis restored from an older snapshot), the missing committed events are filled
+    in from ``backfill`` first, so the stream is whole again and the session is never stuck.
+    """
+
+    def __init__(self, stream: EventStream, lease: Lease, backfill: Backfill | None = None) -> None:
+        self._stream = stream
+        self._lease = lease
+        self._backfill = backfill
+        self._buffer: list[AgentEvent] = []
+        self.failed: TetherError | None = None
+
+    def __call__(self, event: AgentEvent) -> None:
+        self._buffer.append(event)
+        if event.type in _FLUSH_ON:
+            self.flush()
+
+    def flush(self) -> None:
+        """Append buffered events; remember (not raise) a failure so the run can stop cleanly."""
+        if not self._buffer or self.failed is not None:
+            return
+        batch, self._buffer = self._buffer, []
+        try:
+            try:
+                self._append(batch)
+            except StreamGap as gap:
+                self._append([*self._missing(gap, batch[0].seq), *batch])
+        except TetherError as exc:
+            log.warning("stream append failed for %s: %s", self._lease.session_id, exc)
+            self.failed = exc
+
+    def _append(self, events: list[AgentEvent]) -> None:
+        self._stream.append(self._lease.tenant, self._lease.session_id, events, self._lease.fence)
+
+    def _missing(self, gap: StreamGap, before_seq: int) -> list[AgentEvent]:
+        """The committed events the stream lacks, or the gap itself when they are gone too."""
+        missing = self._backfill(gap.last_seq, before_seq) if self._backfill else []
+        if [e.seq for e in missing] != list(range(gap.last_seq + 1, before_seq)):
+            raise gap
+        log.info(
+            "repairing the live stream of %s/%s: seq %d-%d from the head and the archive",
+            self._lease.tenant,
+            self._lease.session_id,
+            gap.last_seq + 1,
+            before_seq - 1,
+        )
+        return missing
+
+
+@dataclass(frozen=True)
+class CommitTarget:
+    """The backends one commit writes to."""
+
+    store: SnapshotStore
+    archive: EventArchive | None
+    hint: ArchiveHint | None
+    queue: SessionQueue
+    worker_id: str
+    checkpoints: CheckpointStore
+    archive_batch_events: int = ARCHIVE_BATCH_EVENTS
+
+
+class Commit:
+    """Runs the steps of one commit, calling the probes around each."""
+
+    def __init__(
+        self,
+        target: CommitTarget,
+        lease: Lease,
+        run_id: str | None,
+        reply_to: str | None = None,
+        *,
+        release_when_idle: bool = False,
+        expect_idle: bool = False,
+    ) -> None:
+        self._target = target
+        self._lease = lease
+        self._run_id = run_id
+        self._reply_to = reply_to
+        self.finished = False
+        #: After :meth:`finish`: the run id then at the head of the session's queue (None: empty).
+        self.next_head: str | None = None
+        #: After :meth:`finish` with ``release_when_idle``: what releasing the lease did (None:
+        #: runs are queued, nothing was released).
+        self.released: IdleRelease | None = None
+        #: Release the lease in the finish step when it leaves the queue empty.
+        self.release_when_idle = release_when_idle
+        #: The run is the only one queued, as far as the claim saw (a hint for the finish).
+        self.expect_idle = expect_idle
+
+    def _step(self, step: CommitStep, phase: Phase) -> None:
+        probe(
+            StepContext(
+                step=step,
+                phase=phase,
+                worker_id=self._target.worker_id,
+                tenant=self._lease.tenant,
+                session_id=self._lease.session_id,
+                run_id=self._run_id,
+            )
+        )
+
+    def run(
+        self,
+        session: AgentSession,
+        publisher: StreamPublisher,
+        lease_lost: Callable[[], bool],
+        result: RunResult,
+        *,
+        checkpointed: bool = False,
+    ) -> None:
+        """Commit ``session`` (the run applied) and finish ``result``; forget the run's step
+        checkpoint when it has one (``checkpointed``).
+
+        Raises:
+            ConflictError: the lease or the stream was lost; nothing was committed.
+            VersionConflict: another writer saved the head first; nothing was committed.
+        """
+        t = self._target
+        self._step(CommitStep.STREAM_FLUSH, "before")
+        publisher.flush()
+        self._step(CommitStep.STREAM_FLUSH, "after")
+        self._step(CommitStep.FENCE_CHECK, "before")
+        if publisher.failed is not None or lease_lost():
+            raise ConflictError(
+                f"lease or stream of {self._lease.tenant}/{self._lease.session_id} lost before "
+                f"committing run {self._run_id}; the next lease holder retries it"
+            )
+        self._step(CommitStep.FENCE_CHECK, "after")
+        self._step(CommitStep.HEAD_PUT, "before")
+        outbox = put_head(
+            session,
+            t.store,
+            t.archive,
+            archive_batch_events=t.archive_batch_events,
+            hint=t.hint,
+            writer_fence=self._lease.fence,
+        )
+        self._step(CommitStep.HEAD_PUT, "after")
+        # the producer hears of its run before the amortized archive write: a death between
+        # the two is the case put_head's reader already handles (the head keeps the outbox)
+        self.finish(result)
+        if outbox:
+            assert t.archive is not None
+            self._step(CommitStep.ARCHIVE_SEGMENT, "before")
+            archive_outbox(session, t.archive, outbox)
+            self._step(CommitStep.ARCHIVE_SEGMENT, "after")
+            if t.hint is not None:
+                self._step(CommitStep.ARCHIVE_HINT, "before")
+                t.hint.record(session.tenant, session.session_id, outbox[-1].seq)
+                self._step(CommitStep.ARCHIVE_HINT, "after")
+        session.prune_events(session.archived_seq)
+        if checkpointed:
+            self._step(CommitStep.CHECKPOINT_CLEAR, "before")
+            t.checkpoints.clear(self._lease.tenant, self._lease.session_id, result.run_id)
+            self._step(CommitStep.CHECKPOINT_CLEAR, "after")
+
+    def finish(self, result: RunResult) -> None:
+        """The ``finish`` step alone (also for runs that end without a commit)."""
+        self._step(CommitStep.FINISH, "before")
+        queue = self._target.queue
+        if self.release_when_idle:
+            self.next_head, self.released = queue.finish_and_release(
+                result, self._lease, reply_to=self._reply_to, expect_idle=self.expect_idle
+            )
+        else:
+            self.next_head = queue.finish(result, reply_to=self._reply_to)
+        self.finished = True
+        run_finished(result)
+        self._step(CommitStep.FINISH, "after")
+
+    def release(self, release: Callable[[], object]) -> object:
+        """The ``lease_release`` step around ``release``."""
+        self._step(CommitStep.LEASE_RELEASE, "before")
+        outcome = release()
+        self._step(CommitStep.LEASE_RELEASE, "after")
+        return outcome

@@ -1,0 +1,523 @@
+"""The restore → run → save cycle, applied to one session's queue under its lease.
+
+:func:`drain` takes the session lease (fencing token included), then applies the session's
+queued runs in order. For each run it loads the snapshot head (once per lease; later runs reuse
+the session it already holds), finishes a request id the head already applied without running it
+again, runs the agent while publishing events to the stream (fenced), then commits in the named
+steps of :mod:`tether.worker.engine.commit`. Any failure before the head write leaves the run
+queued for
+another attempt; a zombie worker (lease lost) fails the head's compare-and-set and the stream's
+fence, so it cannot overwrite newer state: a holder that took the lease over from an expired
+grant first rewrites the head under its own fence (:mod:`tether.worker.engine.fencing`).
+
+The cycle takes only seams (:class:`~tether.worker.engine.services.EngineServices`): it runs the
+same in a
+Celery worker and in-process in tests.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+
+from tether.core.events import AgentEvent, EventType, now_ms
+from tether.core.results import PendingCall, RunStatus
+from tether.core.snapshot import MAX_APPLIED_RECORDS, RunRecord
+from tether.errors import (
+    ConflictError,
+    DataError,
+    InfrastructureError,
+    RetriesExhausted,
+    RunCancelled,
+    RunHandedBack,
+    RunInterrupted,
+    TetherError,
+    UnknownAgent,
+)
+from tether.observability import metrics
+from tether.observability.tracing import run_span, span
+from tether.runs.contract import RunRef, RunRequest, RunResult
+from tether.runs.leases.base import Lease
+from tether.runs.queue.base import IdleRelease, RunView, StopMode, SubmitOutcome
+from tether.runtime.agent import Agent
+from tether.runtime.session import AgentSession
+from tether.worker.engine.claim import Carried, Claim
+from tether.worker.engine.commit import Commit, CommitTarget, StreamPublisher
+from tether.worker.engine.fencing import load_head
+from tether.worker.engine.lease_keeper import LeaseKeeper
+from tether.worker.engine.records import (
+    applied_record,
+    interrupted_record,
+    redacted,
+    result_from_record,
+    rolled_back_record,
+)
+from tether.worker.engine.resume import ASK, Checkpointer, Resumed, resume_point
+from tether.worker.engine.services import EngineServices
+
+log = logging.getLogger(__name__)
+
+#: Stop taking new runs from one session after this long, so one busy session cannot hold a
+#: worker forever; the rest of its queue is handed to a fresh drain task.
+DRAIN_BUDGET_S = 30.0
+
+
+class Outcome(Enum):
+    """How applying one queued run ended."""
+
+    DONE = "done"
+    ABORT = "abort"
+    HANDOVER = "handover"
+
+
+@dataclass
+class _Drain:
+    """One drain's state: its lease, and the session it holds between runs."""
+
+    rt: EngineServices
+    lease: Lease
+    keeper: LeaseKeeper
+    target: CommitTarget
+    session: AgentSession | None = None
+    agent_name: str | None = None
+    checkpointer: Checkpointer | None = None
+    loaded: bool = False
+    processed: int = 0
+    base_seq: int = 0
+    """The committed head's last_seq under the session held now."""
+    pending: tuple[PendingCall, ...] = ()
+    """The calls the run just applied waits on (when it ended WAITING)."""
+    resumed: Resumed | None = None
+    """Set when the session was rebuilt at the next run's last checkpoint."""
+    last_commit: Commit | None = None
+    claimed: Claim | None = None
+    """The claim that took the lease, until its head run is taken up (once)."""
+    applying: Claim | None = None
+    """The claim of the run being applied, when the claim read it: its record, its checkpoint,
+    and whether it began it (then it just saw no stop request, so the run's first step boundary
+    need not ask again: a stop asked after the claim is seen at the next one)."""
+    finish_released: IdleRelease | None = None
+    """What the last run's finish did to the lease when it emptied the queue."""
+
+    def __post_init__(self) -> None:
+        self.publisher = StreamPublisher(
+            self.rt.stream, self.lease, backfill=self.committed_between
+        )
+
+    def commit(self, run_id: str | None, reply_to: str | None = None) -> Commit:
+        # the finish that empties the queue also frees the lease: one round trip, not two
+        claim = self.applying
+        alone = claim is not None and claim.head == run_id and claim.queued == 1
+        self.last_commit = Commit(
+            self.target,
+            self.lease,
+            run_id,
+            reply_to,
+            release_when_idle=run_id is not None,
+            expect_idle=alone,
+        )
+        return self.last_commit
+
+    def next_run(self) -> str | None:
+        """The run id at the head of the session's queue: what the claim or the last ``finish``
+        answered (no read), else one read of the queue."""
+        self.finish_released = None
+        if self.claimed is not None:
+            if self.claimed.head is not None:
+                return self.claimed.head  # taken up (and cleared) by take_claim
+            # the claim saw an empty queue; once answered, a run queued since (the release
+            # found one) is read from the queue, or the drain would spin on this answer
+            self.claimed = None
+            return None
+        last, self.last_commit = self.last_commit, None
+        if last is not None and last.finished:
+            self.finish_released = last.released
+            return last.next_head
+        return self.rt.runs.head(self.lease.tenant, self.lease.session_id)
+
+    def release_if_idle(self) -> IdleRelease:
+        """Release the lease when the queue is empty: what the last finish did, when it did."""
+        if self.finish_released is not None:
+            return self.finish_released
+        return self.rt.runs.release_if_idle(self.lease)
+
+    def take_claim(self, run_id: str) -> Claim | None:
+        """The claim, once, when ``run_id`` is the run it read (and maybe began)."""
+        claim, self.claimed = self.claimed, None
+        self.applying = claim if claim is not None and claim.head == run_id else None
+        return self.applying
+
+    def undo_claim(self) -> None:
+        """Hand back the attempt the claim counted for a run this drain will not apply."""
+        claim, self.claimed = self.claimed, None
+        if claim is not None and claim.begun and claim.head is not None:
+            self.rt.runs.hand_back(RunRef(self.lease.tenant, self.lease.session_id, claim.head))
+
+    def committed_between(self, after_seq: int, before_seq: int) -> list[AgentEvent]:
+        """Committed events with ``after_seq < seq < before_seq``: from the held session's log
+        (the head's outbox), the rest from the archive."""
+        held = [e for e in (self.session.events if self.session else []) if e.seq < before_seq]
+        found = {e.seq: e for e in held if e.seq > after_seq}
+        if len(found) < before_seq - after_seq - 1:
+            t, s = self.lease.tenant, self.lease.session_id
+            for event in self.rt.archive.read(t, s, after_seq=after_seq):
+                if event.seq < before_seq:
+                    found.setdefault(event.seq, event)
+        return [found[seq] for seq in sorted(found)]
+
+
+def drain(
+    rt: EngineServices,
+    tenant: str,
+    session_id: str,
+    *,
+    carried: Carried | None = None,
+    on_submitted: Callable[[SubmitOutcome], None] | None = None,
+) -> int:
+    """Apply the session's queued runs; return how many were finished (0 when the lease is busy).
+
+    ``carried``: the request of the message that asked for this drain, registered (idempotently)
+    in the same round trip that takes the lease; ``on_submitted`` hears how that went.
+    """
+    ttl_ms = rt.settings.lease_ttl_ms
+    claim = rt.claims().claim(
+        tenant, session_id, owner=rt.worker_id, ttl_ms=ttl_ms, carried=carried
+    )
+    if claim.submitted is not None and on_submitted is not None:
+        on_submitted(claim.submitted)
+    lease = claim.lease
+    if lease is None:
+        return 0
+    metrics.lease_granted(lease.takeover)
+    keeper = LeaseKeeper(rt.leases, lease, ttl_ms).start()
+    target = CommitTarget(
+        rt.store,
+        rt.archive,
+        rt.archive_hint,
+        rt.runs,
+        rt.worker_id,
+        rt.checkpoints,
+        rt.archive_batch_events,
+    )
+    d = _Drain(rt, lease, keeper, target, claimed=claim)
+    released = hand_over = False
+    try:
+        released, hand_over = _drain_queue(d)
+    finally:
+        keeper.stop()
+        rt.guard.clear(lease)
+        if not released:
+            try:
+                # this drain may have written the head without caching it: the next holder
+                # reads the store (when the drop fails the lease is kept, and expires into a
+                # takeover, which reads the store too)
+                if rt.head_cache is not None:
+                    rt.head_cache.drop(tenant, session_id)
+                rt.leases.release(lease)
+            except TetherError as exc:  # it expires by itself; recovery does not depend on this
+                log.warning("could not release lease of %s/%s: %s", tenant, session_id, exc)
+    if hand_over:  # only once the lease is free, or the next drain would find it held
+        rt.wake(tenant, session_id)
+    return d.processed
+
+
+def _drain_queue(d: _Drain) -> tuple[bool, bool]:
+    """Apply queued runs until the queue is empty; return (lease released, hand over)."""
+    rt = d.rt
+    started = time.monotonic()
+    while not d.keeper.lost:
+        run_id = d.next_run()
+        if run_id is None:
+            if d.commit(None).release(d.release_if_idle) != IdleRelease.BUSY:
+                return True, False  # released, or lost: either way not ours to release
+            continue
+        if time.monotonic() - started > DRAIN_BUDGET_S or rt.draining():
+            d.undo_claim()  # its attempt does not count: the next holder starts it
+            return False, True
+        outcome = _apply_one(d, run_id)
+        if outcome is not Outcome.DONE:
+            return False, outcome is Outcome.HANDOVER
+        d.processed += 1
+    return False, False
+
+
+def _apply_one(d: _Drain, run_id: str) -> Outcome:
+    rt = d.rt
+    ref = RunRef(d.lease.tenant, d.lease.session_id, run_id)
+    claim = d.take_claim(run_id)
+    view = claim.view if claim is not None else rt.runs.get(ref)
+    if view is None or view.request is None:
+        log.warning("dropping queued run %s without a record", run_id)
+        rt.runs.drop(d.lease.tenant, d.lease.session_id, run_id)
+        return Outcome.DONE
+    reply_to = view.request.reply_to
+    if view.result is not None:  # finished before a crash popped it
+        d.commit(run_id, reply_to).finish(view.result)
+        return Outcome.DONE
+    request = view.request
+    if view.retry_at_ms > now_ms():
+        # an infrastructure failure a moment ago: let the sweeper retry after the backoff rather
+        # than burn every attempt in a burst of drains (one per queued message of the session)
+        return Outcome.ABORT
+    try:
+        agent = rt.registry.get(request.agent)
+    except UnknownAgent as exc:
+        if view.queue and view.queue != rt.settings.queue:
+            # submitted to another queue, whose workers know this agent: hand the session over
+            log.info("run %s is for queue %s; handing the session over", run_id, view.queue)
+            if claim is not None and claim.begun:
+                rt.runs.hand_back(ref)  # the claim began it; those workers start it afresh
+            return Outcome.HANDOVER
+        failed = RunResult.failure(request, RunStatus.FAILED, exc.error_type, str(exc))
+        d.commit(run_id, reply_to).finish(failed)
+        return Outcome.DONE
+    if claim is not None and (claim.begun or claim.cancelled):
+        attempts = claim.attempts  # the claim began it (or found it cancelled) already
+    else:
+        attempts = rt.runs.begin(ref, rt.worker_id)
+    if attempts is None:  # cancelled while queued: it never starts
+        cancelled = RunResult.failure(
+            request, RunStatus.CANCELLED, "RunCancelled", "cancelled before it started"
+        )
+        d.commit(run_id, reply_to).finish(cancelled)
+        return Outcome.DONE
+    try:
+        with run_span(request, attempts):
+            return _attempt(d, view, request, agent, attempts)
+    except RunHandedBack:
+        log.info("run %s handed back at its last checkpoint: this worker is shutting down", run_id)
+        d.session, d.loaded = None, False
+        rt.runs.hand_back(ref)  # no failure: the attempt does not count
+        return Outcome.HANDOVER
+    except RunUnreadable as unreadable:
+        _abandon(d, ref, attempts, unreadable.cause, before_commit=True)
+        return Outcome.ABORT
+    except (InfrastructureError, ConflictError) as exc:
+        _abandon(d, ref, attempts, exc)
+        return Outcome.ABORT
+
+
+class RunUnreadable(Exception):
+    """The attempt could not read the session's head: it wrote nothing."""
+
+    def __init__(self, cause: InfrastructureError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def _abandon(
+    d: _Drain, ref: RunRef, attempts: int, exc: TetherError, *, before_commit: bool = False
+) -> None:
+    """Forget the held session (it may be stale) and note why the attempt failed."""
+    log.warning("run %s attempt %d aborted, will retry: %s", ref.run_id, attempts, exc)
+    metrics.attempt_aborted(exc)
+    d.session = None
+    d.loaded = False
+    backoff_ms = d.rt.settings.lease_ttl_ms if isinstance(exc, InfrastructureError) else 0
+    try:
+        d.rt.runs.note_failure(
+            ref, f"{exc.error_type}: {exc}", retry_after_ms=backoff_ms, before_commit=before_commit
+        )
+    except TetherError as note_exc:  # Redis away too: the attempt is retried regardless
+        log.warning("could not record the failure of run %s: %s", ref.run_id, note_exc)
+
+
+def _attempt(d: _Drain, view: RunView, request: RunRequest, agent: Agent, attempts: int) -> Outcome:
+    commit = d.commit(request.run_id, request.reply_to)
+    budget_spent = attempts > d.rt.settings.max_attempts
+    try:
+        session = _session_for(d, request, agent)
+    except InfrastructureError as exc:
+        if budget_spent and view.failed_before_commit >= attempts - 1:
+            # every earlier attempt failed before it could write anything, so the run was never
+            # applied: the budget may end it although the head cannot be read now
+            commit.finish(_retries_exhausted(request, attempts, view, exc))
+            return Outcome.DONE
+        raise RunUnreadable(exc) from exc
+    except DataError as exc:
+        # the stored head is unreadable (corrupt, or a schema version this build does not
+        # know): retrying cannot help and writing would destroy it, so fail the run, touch nothing
+        log.error("run %s failed: session head unreadable: %s", request.run_id, exc)
+        failed = RunResult.failure(
+            request, RunStatus.FAILED, exc.error_type, str(exc), attempts=attempts
+        )
+        commit.finish(failed)
+        return Outcome.DONE
+    # the head decides before the attempt budget does: a run that committed on its last
+    # allowed attempt, then lost its worker before finishing, is finished as committed
+    applied = session.find_applied(request.request_id)
+    if applied is not None:
+        commit.finish(result_from_record(request, applied, duplicate=True, attempts=attempts))
+        return Outcome.DONE
+    if budget_spent:
+        commit.finish(_retries_exhausted(request, attempts, view))
+        return Outcome.DONE
+    started_ms = now_ms()
+    d.pending = ()
+    record = _execute(d, session, request, agent)
+    result = result_from_record(
+        request,
+        record,
+        duplicate=False,
+        attempts=attempts,
+        queue_ms=max(0, started_ms - request.submitted_at_ms),
+        run_ms=now_ms() - started_ms,
+        worker=d.rt.worker_id,
+    ).model_copy(update={"pending": d.pending})
+    checkpointed = d.checkpointer is not None and d.checkpointer.saved
+    with span("tether.commit", run_id=request.run_id):
+        commit.run(session, d.publisher, lambda: d.keeper.lost, result, checkpointed=checkpointed)
+    return Outcome.DONE
+
+
+def _retries_exhausted(
+    request: RunRequest, attempts: int, view: RunView, now: TetherError | None = None
+) -> RunResult:
+    """The failure of a run that used up its attempt budget without committing."""
+    last = f"{now.error_type}: {now}" if now is not None else view.last_error
+    cause = f"; last error: {last}" if last else ""
+    message = (
+        f"run {request.run_id} was attempted {attempts - 1} times without committing{cause}; "
+        "see the worker logs, fix the cause and submit it again"
+    )
+    return RunResult.failure(request, RunStatus.FAILED, RetriesExhausted.__name__, message)
+
+
+def _execute(d: _Drain, session: AgentSession, request: RunRequest, agent: Agent) -> RunRecord:
+    """Run (or resume) the agent on ``session``; the record of how it ended, applied to it."""
+    resumed, d.resumed = d.resumed, None
+    first_seq = resumed.progress.first_seq if resumed else session.last_seq + 1
+    before = resumed.before if resumed else (session.memory_snapshot(), session.last_compact)
+    for key, value in request.metadata.items():
+        session.put_metadata(key, value)
+    durability = request.durability or agent.options.durability
+    checkpointer = (
+        Checkpointer(d.rt, d.lease, d.publisher, session, request.run_id, d.base_seq)
+        if durability == "step"
+        else None
+    )
+    d.checkpointer = checkpointer
+
+    begun_by_claim = d.applying is not None and d.applying.begun
+    stops = _Stops(d, request, checkpointer, asked=begun_by_claim and resumed is None)
+    timeout_s = min(request.timeout_s or d.rt.settings.max_run_s, d.rt.settings.max_run_s)
+    d.rt.guard.watch(d.lease, request.run_id, time.time() + timeout_s)
+    try:
+        if request.resolutions and resumed is None:  # a resumed run settled them before
+            session.resolve(request.resolutions, run_id=request.run_id)
+        result = session.run(
+            request.input,
+            run_id=request.run_id,
+            cancel_check=stops,
+            timeout_s=timeout_s,
+            checkpoint=checkpointer,
+            resume=resumed.progress if resumed else None,
+        )
+        record = applied_record(request, result, first_seq)
+        d.pending = result.pending
+    except RunHandedBack:
+        raise
+    except RunCancelled as exc:
+        if stops.lost():
+            raise ConflictError(f"lease or stream lost during run {request.run_id}") from exc
+        if isinstance(exc, RunInterrupted):  # its finished steps stay: no rollback
+            record = interrupted_record(request, session, first_seq, exc)
+        else:
+            record = rolled_back_record(
+                session, request, before, first_seq, RunStatus.CANCELLED, exc
+            )
+    except (InfrastructureError, ConflictError):
+        raise
+    except Exception as exc:  # the agent failed: record it once, never retry
+        record = rolled_back_record(session, request, before, first_seq, RunStatus.FAILED, exc)
+    record = record.model_copy(update={"last_seq": session.last_seq, "finished_at_ms": now_ms()})
+    record = redacted(record, agent)
+    session.record_applied(record, keep=MAX_APPLIED_RECORDS)
+    return record
+
+
+@dataclass
+class _Stops:
+    """The loop's cancel check for one run: stop when the lease, the stream or a checkpoint
+    was lost, or when someone asked (an interrupt raises, to keep the finished steps)."""
+
+    d: _Drain
+    request: RunRequest
+    checkpointer: Checkpointer | None
+    asked: bool = False
+    """The stop flag was read moments ago (by the claim): the first boundary skips the read."""
+
+    def lost(self) -> bool:
+        d, checkpointer = self.d, self.checkpointer
+        return (
+            d.keeper.lost
+            or d.publisher.failed is not None
+            or (checkpointer is not None and checkpointer.failed is not None)
+        )
+
+    def __call__(self) -> bool:
+        if self.lost():
+            return True
+        request = self.request
+        if self.checkpointer is not None and self.checkpointer.saved and self.d.rt.draining():
+            # at a step boundary right after a checkpoint: another worker resumes from here
+            raise RunHandedBack(
+                f"run {request.run_id} handed back: worker {self.d.rt.worker_id} is shutting down"
+            )
+        if self.asked:
+            self.asked = False
+            return False
+        mode = self.d.rt.runs.stop_mode(request.ref)
+        if mode is StopMode.INTERRUPT:
+            raise RunInterrupted(
+                f"run {request.run_id} was interrupted at a step boundary for a newer run of "
+                f"{request.tenant}/{request.session_id} (on_busy='interrupt')"
+            )
+        return mode is not None
+
+
+def _adopt(d: _Drain, session: AgentSession, agent_name: str) -> AgentSession:
+    """Make ``session`` the held one, publishing from now on (its restore event included)."""
+    session.add_listener(d.publisher)
+    if session.events and session.events[-1].type is EventType.SESSION_RESTORED:
+        d.publisher(session.events[-1])
+    d.session, d.agent_name = session, agent_name
+    return session
+
+
+def _session_for(d: _Drain, request: RunRequest, agent: Agent) -> AgentSession:
+    """The session to run on: loaded once per lease (at the run's checkpoint, when it has
+    one), then kept between runs."""
+    if not d.loaded:
+        with span("tether.restore", session_id=request.session_id):
+            stored = load_head(d.rt, d.lease, agent, request, d.applying)
+        d.loaded = True
+        d.base_seq = stored.snapshot.last_seq if stored is not None else 0
+        known = d.applying.checkpoint if d.applying is not None else ASK
+        d.resumed = resume_point(d.rt, agent, request, stored, checkpoint=known)
+        if d.resumed is not None:
+            session = d.resumed.session
+            session.add_listener(d.publisher)  # replayed events were published when they happened
+            d.session, d.agent_name = session, request.agent
+            return session
+        if stored is None:
+            fresh = agent.new_session(request.session_id, tenant=request.tenant)
+            return _adopt(d, fresh, request.agent)
+        session = agent.session_from_snapshot(
+            stored.snapshot, version=stored.version, by_reference=True, copy=False
+        )
+        session.mark_archived(stored.snapshot.archived_seq)
+        return _adopt(d, session, request.agent)
+    previous = d.session
+    assert previous is not None
+    d.base_seq = previous.last_seq
+    if d.agent_name == request.agent:
+        return previous
+    session = agent.session_from_snapshot(
+        previous.snapshot(), version=previous.version, by_reference=True
+    )
+    session.mark_archived(previous.archived_seq)
+    return _adopt(d, session, request.agent)

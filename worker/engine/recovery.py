@@ -1,0 +1,55 @@
+"""Crash recovery faster than the broker's: find sessions whose worker died, and wake them.
+
+A worker that dies mid-run leaves its run (marked RUNNING) at the head of the session queue and
+its lease to expire. The broker would redeliver the message only after its visibility timeout
+(minutes); instead every worker's main process calls :func:`sweep_once` periodically, which
+finds active sessions without progress for a lease TTL, no lease holder and queued runs, and
+wakes them (a drain task). A short per-session claim keeps several sweepers from waking the same
+session at once.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from tether.observability.metrics import session_recovered
+from tether.runs.contract import RunRef
+from tether.runs.queue.base import RunState
+from tether.worker.engine.services import EngineServices
+
+log = logging.getLogger(__name__)
+
+#: A session whose next run never started is woken only after this many lease TTLs: under a
+#: backlog its own message is on the way, and waking it would flood the queue with drains.
+#: A run a dead worker had started (status RUNNING), or any run of a session whose lease expired
+#: unreleased (its holder died between two runs), is woken after one TTL.
+BACKLOG_PATIENCE = 5
+
+
+def sweep_once(rt: EngineServices) -> int:
+    """One pass; returns how many sessions were woken."""
+    settings = rt.settings
+    woken = 0
+    long_idle = set(rt.runs.stale_sessions(idle_ms=BACKLOG_PATIENCE * settings.lease_ttl_ms))
+    for tenant, session_id in rt.runs.stale_sessions(idle_ms=settings.lease_ttl_ms):
+        if rt.leases.holder(tenant, session_id) is not None:
+            continue
+        head = rt.runs.head(tenant, session_id)
+        if head is None:
+            rt.runs.forget_if_idle(tenant, session_id)
+            continue
+        view = rt.runs.get(RunRef(tenant, session_id, head))
+        never_started = view is not None and view.status == RunState.QUEUED
+        # a holder that died between two queued runs had taken the next run's message along
+        # with the session: nothing else will wake it, so do not wait for the backlog patience
+        died_holding = rt.leases.abandoned(tenant, session_id)
+        if never_started and not died_holding and (tenant, session_id) not in long_idle:
+            # most likely its message is still waiting in a busy queue, not lost
+            continue
+        if not rt.runs.claim_kick(tenant, session_id, settings.lease_ttl_ms):
+            continue
+        rt.wake(tenant, session_id)
+        woken += 1
+        session_recovered()
+        log.info("sweeper re-enqueued %s/%s (lease expired with queued runs)", tenant, session_id)
+    return woken

@@ -1,0 +1,127 @@
+"""What a worker needs to execute runs: its seams (store, archive, stream, leases, run queue,
+checkpoints),
+settings and agents. :func:`build_services` connects the production backends from settings;
+tests build a :class:`EngineServices` from in-memory backends and run the same cycle in-process.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tether.keys import RedisKeys
+from tether.persistence.archives.base import EventArchive
+from tether.persistence.headcache.base import HeadCache
+from tether.persistence.headcache.redis import RedisHeadCache
+from tether.persistence.redis_conn import redis_from_url
+from tether.persistence.saving import ARCHIVE_BATCH_EVENTS, ArchiveHint
+from tether.persistence.storage_url import open_storage
+from tether.persistence.stores.base import SnapshotStore
+from tether.persistence.stores.blob import BlobSnapshotStore
+from tether.persistence.streams.base import EventStream
+from tether.persistence.streams.redis import RedisEventStream
+from tether.runs.leases.base import LeaseManager
+from tether.runs.leases.redis import RedisLeaseManager
+from tether.runs.queue.base import RunQueue
+from tether.runs.queue.redis import RedisArchiveHint, RedisRunQueue
+from tether.runtime.registry import AgentRegistry
+from tether.settings import Settings, load_settings
+from tether.worker.engine.checkpoints.base import CheckpointStore
+from tether.worker.engine.checkpoints.redis import RedisCheckpointStore
+from tether.worker.engine.claim import Claimer, SequentialClaimer
+from tether.worker.engine.claim_redis import RedisClaimer
+from tether.worker.engine.guard import NoGuard, RunGuard
+
+
+@dataclass
+class EngineServices:
+    """Everything the drain cycle needs, as seams."""
+
+    settings: Settings
+    runs: RunQueue
+    store: SnapshotStore
+    archive: EventArchive
+    stream: EventStream
+    leases: LeaseManager
+    checkpoints: CheckpointStore
+    registry: AgentRegistry
+    worker_id: str
+    archive_hint: ArchiveHint | None
+    wake: Callable[[str, str], None]
+    """Have a worker drain ``(tenant, session_id)`` soon (the Celery worker sends a drain task)."""
+    archive_batch_events: int = ARCHIVE_BATCH_EVENTS
+    """Archive a head's outbox as one segment once it holds this many events."""
+    draining: Callable[[], bool] = lambda: False
+    """True once this worker is shutting down: runs with step checkpoints are handed back at
+    their next step boundary, and no new run is started."""
+    guard: RunGuard = field(default_factory=NoGuard)
+    """Tells a guardian outside this process which lease to keep alive and when to give up on
+    the run (see :mod:`tether.worker.engine.guard`); a no-op by default."""
+    head_cache: HeadCache | None = None
+    """The cached heads ``store`` reads first (:mod:`tether.persistence.headcache`); the drain
+    drops a session's entry where its writes may have bypassed it."""
+    claimer: Claimer | None = None
+    """Claim-and-begin in one round trip (:mod:`tether.worker.engine.claim`); None: the same steps
+    as
+    separate calls on ``runs``, ``leases`` and ``checkpoints``."""
+
+    def claims(self) -> Claimer:
+        """The claimer of this runtime (see :attr:`claimer`)."""
+        if self.claimer is None:  # built per call: tests swap seams on a runtime
+            return SequentialClaimer(self.runs, self.leases, self.checkpoints, self.head_cache)
+        return self.claimer
+
+
+def default_worker_id() -> str:
+    """``host:pid:thread``: unique per executing thread, readable in logs and run records."""
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident() % 100000}"
+
+
+def build_services(
+    wake: Callable[[str, str], None], settings: Settings | None = None
+) -> EngineServices:
+    """Connect the production backends from settings (environment when None)."""
+    settings = settings or load_settings()
+    client = redis_from_url(settings.effective_redis_url)
+    keys = RedisKeys(settings.namespace)
+    store, archive = open_storage(
+        settings.store_url,
+        endpoint_url=settings.s3_endpoint_url,
+        region_name=settings.s3_region,
+        sse=settings.s3_sse,
+        sse_kms_key_id=settings.s3_kms_key_id,
+    )
+    runs = RedisRunQueue(client, keys, result_ttl_s=settings.result_ttl_s)
+    head_cache = None
+    if settings.head_cache_ttl_s > 0 and isinstance(store, BlobSnapshotStore):
+        head_cache = RedisHeadCache(
+            client,
+            keys,
+            ttl_ms=settings.head_cache_ttl_s * 1000,
+            max_bytes=settings.head_cache_max_bytes,
+        )
+        store.head_cache = head_cache
+    return EngineServices(
+        settings=settings,
+        runs=runs,
+        store=store,
+        archive=archive,
+        stream=RedisEventStream(
+            client,
+            keys=keys,
+            max_len=settings.stream_max_len,
+            retention_s=settings.stream_retention_s,
+        ),
+        leases=RedisLeaseManager(client, keys=keys),
+        checkpoints=RedisCheckpointStore(client, keys, ttl_s=settings.result_ttl_s),
+        registry=AgentRegistry.default(settings.agent_modules),
+        worker_id=default_worker_id(),
+        archive_hint=RedisArchiveHint(client, keys, ttl_s=settings.result_ttl_s),
+        wake=wake,
+        archive_batch_events=settings.archive_batch_events,
+        claimer=RedisClaimer(client, keys, runs, head_cache=head_cache is not None),
+        head_cache=head_cache,
+    )
