@@ -4,6 +4,10 @@
     python -m bench --quick         # CI-sized smoke run (tiny sizes; numbers mean nothing)
     python -m bench --only P1,P3    # some measures
     python -m bench --out DIR       # where latest.md / latest.json / latency.png go
+
+Written under ``bench/results`` (the default), the results are then published: ``python -m
+bench.publish`` regenerates the README's performance table and docs/performance.md from them
+(``--no-publish`` skips it).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from pathlib import Path
 
 from bench.core import FULL, QUICK, Bench, Measure
 from bench.measures import MEASURES
+from bench.publish import PublishError, publish
 from bench.report import command_line, machine_info, now_iso, write_reports
 from bench.stack import start_stack
 
@@ -39,6 +44,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help=f"output directory (default {DEFAULT_OUT}; with --quick a temporary directory)",
     )
     parser.add_argument("--log-dir", type=Path, default=None, help="worker/moto logs")
+    parser.add_argument(
+        "--no-publish",
+        action="store_true",
+        help="do not regenerate the README table and docs/performance.md afterwards",
+    )
     args = parser.parse_args(argv)
     wanted = [part.strip() for part in args.only.split(",") if part.strip()]
     unknown = [w for w in wanted if w not in MEASURES]
@@ -102,6 +112,14 @@ def main(argv: list[str] | None = None) -> int:
     paths = write_reports(measures, meta, args.out)
     print(paths["markdown"].read_text())
     _say(f"wrote {', '.join(str(p) for p in paths.values())} in {meta['duration_s']} s")
+    if args.out.resolve().is_relative_to(DEFAULT_OUT) and not args.no_publish:
+        # the committed results changed: the tables quoting them follow (bench.publish)
+        try:
+            changed = publish()
+        except PublishError as exc:
+            _say(f"could not publish the results: {exc}")
+            return 1
+        _say("published: " + (", ".join(map(str, changed)) or "nothing changed"))
     return 1 if errors else 0
 
 
