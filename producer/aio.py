@@ -33,15 +33,17 @@ from tether.errors import TetherError
 from tether.ids import new_id, validate_tenant
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import redact_url
+from tether.persistence.redis_conn_aio import async_redis_from_url
+from tether.persistence.streams.redis_aio import AsyncEventTail
 from tether.producer import submission
 from tether.producer.aio_batch import TurnBatcher
 from tether.producer.aio_handle import AsyncRunHandle
-from tether.producer.aio_queue import AsyncEventTail, AsyncRunQueue, async_redis_from_url
 from tether.producer.listener import AsyncCompletionListener
 from tether.producer.publish import BackgroundPublisher, build_celery_app
 from tether.producer.submission import RunSpec, Submitted
 from tether.runs.contract import RunRef, RunRequest, RunResult
 from tether.runs.queue.base import CancelOutcome
+from tether.runs.queue.redis.aio import AsyncRunQueue
 from tether.settings import Settings, load_settings
 
 #: Calls whose requests are validated between two yields to the event loop.

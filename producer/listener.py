@@ -310,7 +310,7 @@ class CompletionListener:
 
 
 class AsyncRunFeed(Protocol):
-    """What the asyncio listener reads (:class:`~tether.producer.aio_queue.AsyncRunQueue`)."""
+    """What the asyncio listener reads (:class:`~tether.runs.queue.redis.aio.AsyncRunQueue`)."""
 
     async def peek_many(self, refs: Sequence[RunRef]) -> dict[str, RunResult | None]:
         """For each run with a record, by run id: its result (None while unfinished)."""

@@ -29,9 +29,13 @@ Per-session keys (``T`` = ``{<tenant>/<session>}``):
 - ``<p>:T:kick`` (string): the sweeper's claim, one re-enqueue per lease TTL.
 - ``<p>:T:archived`` (string): archive hint, the highest seq known archived.
 - ``<p>:T:ckpt`` (hash): step checkpoints of the session's running attempts, field = run id.
+- ``<p>:T:head`` (string): the head cache, a compressed copy of the session's snapshot head
+  left by its last lease holder (see :mod:`tether.persistence.headcache`), with a PX expiry.
 - ``<p>:T:run:<run_id>`` (hash): the run record; ``:cancel:<run_id>`` its cancel flag;
   ``:attempts:<run_id>`` its attempt counter. In the session's slot, so the submit, begin,
-  finish and cancel scripts touch one slot.
+  finish and cancel scripts touch one slot. The claim script learns the head run's id inside
+  the script, so it is given the prefixes (:meth:`RedisKeys.run_prefix` and its siblings)
+  instead of restating the names.
 
 Per-tenant keys:
 
@@ -165,19 +169,30 @@ class RedisKeys:
 
     # --- runs (in their session's slot) --------------------------------------------------------
 
+    def run_prefix(self, tenant: str, session_id: str) -> str:
+        """What :meth:`run` puts before a run id: the claim script builds the head run's record
+        key from it (the head's id is only known inside the script)."""
+        return self._session_key(tenant, session_id, "run:")
+
+    def cancel_prefix(self, tenant: str, session_id: str) -> str:
+        """What :meth:`cancel` puts before a run id (see :meth:`run_prefix`)."""
+        return self._session_key(tenant, session_id, "cancel:")
+
+    def attempts_prefix(self, tenant: str, session_id: str) -> str:
+        """What :meth:`attempts` puts before a run id (see :meth:`run_prefix`)."""
+        return self._session_key(tenant, session_id, "attempts:")
+
     def run(self, tenant: str, session_id: str, run_id: str) -> str:
         """The run record hash of ``run_id`` (in its session's slot)."""
-        return self._session_key(tenant, session_id, f"run:{validate_id(run_id, kind='run id')}")
+        return self.run_prefix(tenant, session_id) + validate_id(run_id, kind="run id")
 
     def cancel(self, tenant: str, session_id: str, run_id: str) -> str:
         """The cancel flag of ``run_id``."""
-        return self._session_key(tenant, session_id, f"cancel:{validate_id(run_id, kind='run id')}")
+        return self.cancel_prefix(tenant, session_id) + validate_id(run_id, kind="run id")
 
     def attempts(self, tenant: str, session_id: str, run_id: str) -> str:
         """The attempt counter of ``run_id``."""
-        return self._session_key(
-            tenant, session_id, f"attempts:{validate_id(run_id, kind='run id')}"
-        )
+        return self.attempts_prefix(tenant, session_id) + validate_id(run_id, kind="run id")
 
     def run_index(self, tenant: str, run_id: str) -> str:
         """Where a bare run id of ``tenant`` finds its session: ``<p>:{<t>/~runs:<k>}:<run>``.

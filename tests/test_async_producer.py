@@ -22,11 +22,12 @@ from tether.core.events import EventType
 from tether.core.results import RunStatus
 from tether.errors import InvalidInput, SessionBusy
 from tether.keys import RedisKeys
+from tether.persistence.redis_conn_aio import async_redis_from_url
 from tether.producer import AsyncProducer, AsyncRunHandle
-from tether.producer.aio_queue import AsyncRunQueue, async_redis_from_url
 from tether.runs.contract import RunRef, RunRequest, RunResult
 from tether.runs.queue.base import CancelOutcome, SubmitState
 from tether.runs.queue.redis import RedisRunQueue
+from tether.runs.queue.redis.aio import AsyncRunQueue
 
 T = TypeVar("T")
 

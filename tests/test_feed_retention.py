@@ -13,7 +13,8 @@ from tether.core.results import RunStatus
 from tether.ids import new_id
 from tether.keys import RedisKeys
 from tether.runs.contract import RunRequest, RunResult
-from tether.runs.queue.redis import FEED_TRIM_EVERY, RedisRunQueue
+from tether.runs.queue.redis import RedisRunQueue
+from tether.runs.queue.redis._common import FEED_TRIM_EVERY
 
 T, PRODUCER = "acme", "p-retention"
 OLD_ENTRIES = 300

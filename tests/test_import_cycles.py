@@ -1,7 +1,8 @@
-"""No import cycle between ``tether`` subpackages, counting every import: module level, inside
-functions, and type-only imports under ``if TYPE_CHECKING:`` (which import-linter's layer
-contracts leave out). A node is a package (a folder with ``__init__.py``); an import of a module
-is an edge from the importer's package to the imported module's package.
+"""The package's shape, checked: no module over 500 lines, and no import cycle between
+``tether`` subpackages, counting every import: module level, inside functions, and type-only
+imports under ``if TYPE_CHECKING:`` (which import-linter's layer contracts leave out). A node is
+a package (a folder with ``__init__.py``); an import of a module is an edge from the importer's
+package to the imported module's package.
 """
 
 from __future__ import annotations
@@ -123,3 +124,13 @@ def test_the_check_sees_a_type_only_cycle(tmp_path: Path) -> None:
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tether.runtime import x\n"
     )
     assert "tether.runtime" in imported(typed, "tether.core.m", False)
+
+
+#: A module past this many lines wants splitting along its jobs (STYLE.md: small modules).
+MAX_MODULE_LINES = 500
+
+
+def test_no_module_is_over_the_size_limit() -> None:
+    sizes = {name: len(path.read_text().splitlines()) for name, path in modules().items()}
+    over = {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES}
+    assert over == {}, f"split these modules (limit {MAX_MODULE_LINES} lines): {over}"

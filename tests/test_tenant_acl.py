@@ -19,6 +19,7 @@ from tests.support.moto_server import S3TestBucket
 from tether.dev.redis_server import RedisServer
 from tether.errors import ConfigurationError
 from tether.keys import RedisKeys
+from tether.persistence.archives.redis_hint import RedisArchiveHint
 from tether.persistence.redis_conn import redis_from_url
 from tether.persistence.storage_url import open_storage
 from tether.persistence.streams.redis import RedisEventStream
@@ -26,7 +27,7 @@ from tether.producer import Producer
 from tether.runs.contract import RunRef
 from tether.runs.leases.redis import RedisLeaseManager
 from tether.runs.queue.base import CancelOutcome
-from tether.runs.queue.redis import RedisArchiveHint, RedisRunQueue
+from tether.runs.queue.redis import RedisRunQueue
 from tether.settings import Settings
 from tether.worker.engine.checkpoints.redis import RedisCheckpointStore
 from tether.worker.engine.cycle import drain

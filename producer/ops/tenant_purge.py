@@ -25,6 +25,7 @@ from tether.ids import validate_id, validate_tenant
 from tether.keys import RedisKeys
 from tether.persistence.archives.base import EventArchive
 from tether.persistence.archives.blob import BlobEventArchive
+from tether.persistence.lua import load
 from tether.persistence.objects import events_dir, segment_names
 from tether.persistence.redis_conn import describe_client, translate_errors
 from tether.persistence.stores.base import SnapshotStore, iter_session_ids
@@ -33,20 +34,9 @@ from tether.producer.ops.sessions_admin import delete_session
 _SCAN_BATCH = 500
 #: Session ids the text report names; --json names every one.
 _LISTED_SESSIONS = 50
+SWEEP = load("purge_sweep")
 _GLOB_SPECIAL = re.compile(r"([\\*?\[\]])")
 
-#: KEYS[1]: the session's lease, KEYS[2]: its pending list, KEYS[3..]: its leftover keys.
-#: Deletes the leftovers unless a run took the session again after its delete: the keys then
-#: belong to that run, and dropping them would lose queued work.
-_SWEEP_SESSION = """
-if redis.call('EXISTS', KEYS[1], KEYS[2]) > 0 then
-  return -1
-end
-if #KEYS < 3 then
-  return 0
-end
-return redis.call('DEL', unpack(KEYS, 3))
-"""
 
 _BUSY = "running or has queued runs"
 _REVIVED = "a run was queued on it while the purge ran"
@@ -301,16 +291,16 @@ def _sweep(
     sessions' index entries); return how many tag keys the purge removed in all. A deleted
     session that a new run took meanwhile, and a session that appeared during the purge, move
     to ``skipped``."""
-    sweep = client.register_script(_SWEEP_SESSION)
+    sweep = client.register_script(SWEEP.source)
     still_there = after.all()
     # the per-session deletes drop their runs' entries in the tenant's run-id index
     removed = len(set(before.tenant_level) - still_there)
     for session_id in deleted:
         removed += len(before.sessions.get(session_id, set()) - still_there)
         names = sorted(after.sessions.get(session_id, set()))
-        guard = [keys.lease(tenant, session_id), keys.pending(tenant, session_id)]
+        lease, pending = keys.lease(tenant, session_id), keys.pending(tenant, session_id)
         for batch in _batches(names) if names else [[]]:
-            result = int(sweep(keys=[*guard, *batch]))
+            result = int(sweep(keys=SWEEP.keys(batch, lease=lease, pending=pending)))
             if result < 0:
                 skipped[session_id] = _REVIVED
                 break

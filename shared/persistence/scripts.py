@@ -19,7 +19,9 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
 
-def queue_script(pipe: Any, script: Script, keys: Sequence[str], args: Sequence[Any]) -> None:
+def queue_script(
+    pipe: Any, script: Script, keys: Sequence[str | bytes], args: Sequence[Any]
+) -> None:
     """Add one call of ``script`` to ``pipe`` (a pipeline of :func:`run_pipeline`)."""
     pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
 

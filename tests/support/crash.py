@@ -24,6 +24,7 @@ import redis
 from tether.ids import new_id
 from tether.keys import RedisKeys
 from tether.persistence.archives.memory import InMemoryEventArchive
+from tether.persistence.archives.redis_hint import RedisArchiveHint
 from tether.persistence.headcache import InMemoryHeadCache, RedisHeadCache
 from tether.persistence.storage_url import open_storage
 from tether.persistence.stores.blob import BlobSnapshotStore
@@ -36,7 +37,7 @@ from tether.runs.leases.memory import InMemoryLeaseManager
 from tether.runs.leases.redis import RedisLeaseManager
 from tether.runs.queue.base import RunQueue
 from tether.runs.queue.memory import InMemoryRunQueue
-from tether.runs.queue.redis import RedisArchiveHint, RedisRunQueue
+from tether.runs.queue.redis import RedisRunQueue
 from tether.runtime.registry import AgentRegistry
 from tether.settings import Settings
 from tether.worker.engine.checkpoints.memory import InMemoryCheckpointStore

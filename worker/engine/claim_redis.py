@@ -2,8 +2,9 @@
 
 Every key the script touches is in the session's slot (layout v2: the run's record, attempt
 counter and cancel flag carry the session's hash tag), so it runs on one Redis Cluster node. The
-head run's keys are only known inside the script; it builds them from the session's key prefix,
-the same names :class:`~tether.keys.RedisKeys` builds.
+head run's keys are only known inside the script; it builds them from the prefixes
+:class:`~tether.keys.RedisKeys` gives it (``run_prefix`` and its siblings), so the script
+restates no key name.
 
 The tenant's run-id index and the active-session index live in other slots, so a carried
 request that the script registers for the first time (its producer never did: a message sent by
@@ -20,68 +21,17 @@ import redis
 from tether.core.events import now_ms
 from tether.keys import RedisKeys
 from tether.persistence.headcache.base import unpack
+from tether.persistence.lua import load
 from tether.persistence.redis_conn import describe_client, translate_errors
 from tether.runs.leases._common import validate_acquire
 from tether.runs.leases.base import Lease
-from tether.runs.leases.redis import ACQUIRE_FUNCTION
 from tether.runs.queue.base import SubmitOutcome, SubmitState
-from tether.runs.queue.redis import (
-    SUBMIT_FUNCTION,
-    SUBMIT_STATES,
-    RedisRunQueue,
-    run_view,
-    submit_call,
-)
+from tether.runs.queue.redis import RedisRunQueue
+from tether.runs.queue.redis._common import SUBMIT_STATES, run_view, submit_argv, submit_keys
 from tether.worker.engine.checkpoints.base import Checkpoint
 from tether.worker.engine.claim import Carried, Claim
 
-#: KEYS: pending, lease, fence counter, released fence, checkpoints, then (only with a carried
-#: request) its request-id index entry and run record.
-#: ARGV: owner, ttl_ms, now_ms, attempts ttl_s, session key prefix ('<p>:{t/s}:'), head cache
-#: on (0/1), carried (0/1), then with a carried request the 9 arguments of the submit script.
-#: Returns {submit code, submit run id, fence (0: held), takeover, head, record (flat list),
-#: checkpoint, attempts (0: not begun), cancelled, queued runs, cached head entry}.
-#: A takeover drops the cached head (its holder may have written the store and died before
-#: caching it); any other grant reads it, so the restore needs no round trip of its own.
-CLAIM_SCRIPT = SUBMIT_FUNCTION + ACQUIRE_FUNCTION + """
-local code, submitted = false, false
-if ARGV[7] == '1' then
-  local outcome = submit(KEYS[6], KEYS[7], KEYS[1], 7)
-  code, submitted = outcome[1], outcome[2]
-end
-local grant = acquire(KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2])
-local fence, takeover = grant[1], grant[2]
-if fence == 0 then return {code, submitted, 0, 0} end
-local caching = ARGV[6] == '1'
-if caching and takeover == 1 then redis.call('DEL', ARGV[5] .. 'head') end
-local head = redis.call('LINDEX', KEYS[1], 0)
-if not head then return {code, submitted, fence, takeover} end
-local cached = false
-if caching and takeover ~= 1 then cached = redis.call('GET', ARGV[5] .. 'head') end
-local record = redis.call('HGETALL', ARGV[5] .. 'run:' .. head)
-local checkpoint = redis.call('HGET', KEYS[5], head)
-local has_request, has_result, retry_at = false, false, 0
-for i = 1, #record, 2 do
-  local field = record[i]
-  if field == 'request' then has_request = true
-  elseif field == 'result' then has_result = true
-  elseif field == 'retry_at_ms' then retry_at = tonumber(record[i + 1]) or 0 end
-end
-local attempts, cancelled = 0, 0
-if has_request and not has_result and retry_at <= tonumber(ARGV[3]) then
-  if redis.call('EXISTS', ARGV[5] .. 'cancel:' .. head) == 1 then
-    cancelled = 1
-  else
-    local counter = ARGV[5] .. 'attempts:' .. head
-    attempts = redis.call('INCR', counter)
-    redis.call('EXPIRE', counter, ARGV[4])
-    redis.call('HSET', ARGV[5] .. 'run:' .. head, 'status', 'RUNNING', 'worker', ARGV[1],
-      'started_at_ms', ARGV[3])
-  end
-end
-return {code, submitted, fence, takeover, head, record, checkpoint, attempts, cancelled,
-  redis.call('LLEN', KEYS[1]), cached}
-"""
+CLAIM = load("claim")
 
 
 def _text(raw: Any) -> str:
@@ -104,7 +54,7 @@ class RedisClaimer:
         self._runs = runs
         self._head_cache = head_cache
         self._where = describe_client(client)
-        self._claim = client.register_script(CLAIM_SCRIPT)
+        self._claim = client.register_script(CLAIM.source)
 
     def claim(
         self,
@@ -119,28 +69,33 @@ class RedisClaimer:
         validate_acquire(tenant, session_id, owner, ttl_ms)
         k = self._keys
         at_ms = now_ms()
-        keys = [
-            k.pending(tenant, session_id),
-            k.lease(tenant, session_id),
-            k.fence(tenant, session_id),
-            k.released(tenant, session_id),
-            k.checkpoints(tenant, session_id),
-        ]
-        prefix = f"{k.prefix}:{k.session_tag(tenant, session_id)}:"
-        args: list[Any] = [
-            owner, ttl_ms, at_ms, self._runs.result_ttl_s, prefix, int(self._head_cache)
-        ]  # fmt: skip
+        keys = CLAIM.keys(
+            pending=k.pending(tenant, session_id),
+            lease=k.lease(tenant, session_id),
+            fence=k.fence(tenant, session_id),
+            released=k.released(tenant, session_id),
+            checkpoints=k.checkpoints(tenant, session_id),
+            head_cache=k.head_cache(tenant, session_id),
+        )
+        named = {
+            "owner": owner,
+            "ttl_ms": ttl_ms,
+            "now_ms": at_ms,
+            "attempts_ttl_s": self._runs.result_ttl_s,
+            "run_prefix": k.run_prefix(tenant, session_id),
+            "cancel_prefix": k.cancel_prefix(tenant, session_id),
+            "attempts_prefix": k.attempts_prefix(tenant, session_id),
+            "caching": int(self._head_cache),
+        }
         if carried is None:
-            args.append("0")
+            args = CLAIM.argv(carried="0", **named)
         else:
             request = carried.request
             if (request.tenant, request.session_id) != (tenant, session_id):
                 raise ValueError("a carried request must belong to the claimed session")
-            submit_keys, submit_args = submit_call(
-                k, request, carried.queue, self._runs.result_ttl_s
-            )
-            keys += submit_keys[:2]
-            args += ["1", *submit_args]
+            keys += submit_keys(k, request)[:2]  # its request-id index entry and run record
+            submitted_argv = submit_argv(request, carried.queue, self._runs.result_ttl_s)
+            args = CLAIM.argv(submitted_argv, carried="1", **named)
         with translate_errors(self._where):
             reply = cast(list[Any], self._claim(keys=keys, args=args))
         submitted = None

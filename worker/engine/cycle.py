@@ -5,14 +5,14 @@ queued runs in order. For each run it loads the snapshot head (once per lease; l
 the session it already holds), finishes a request id the head already applied without running it
 again, runs the agent while publishing events to the stream (fenced), then commits in the named
 steps of :mod:`tether.worker.engine.commit`. Any failure before the head write leaves the run
-queued for
-another attempt; a zombie worker (lease lost) fails the head's compare-and-set and the stream's
-fence, so it cannot overwrite newer state: a holder that took the lease over from an expired
-grant first rewrites the head under its own fence (:mod:`tether.worker.engine.fencing`).
+queued for another attempt; a zombie worker (lease lost) fails the head's compare-and-set and
+the stream's fence, so it cannot overwrite newer state: a holder that took the lease over from
+an expired grant first rewrites the head under its own fence (:mod:`tether.worker.engine.fencing`).
 
 The cycle takes only seams (:class:`~tether.worker.engine.services.EngineServices`): it runs the
-same in a
-Celery worker and in-process in tests.
+same in a Celery worker and in-process in tests. What one drain holds between its runs is
+:class:`~tether.worker.engine.drain_state.DrainState`; what the loop asks at each step boundary
+is :class:`~tether.worker.engine.stops.RunStops`.
 """
 
 from __future__ import annotations
@@ -20,11 +20,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from enum import Enum
 
-from tether.core.events import AgentEvent, EventType, now_ms
-from tether.core.results import PendingCall, RunStatus
+from tether.core.events import EventType, now_ms
+from tether.core.results import RunStatus
 from tether.core.snapshot import MAX_APPLIED_RECORDS, RunRecord
 from tether.errors import (
     ConflictError,
@@ -40,12 +39,12 @@ from tether.errors import (
 from tether.observability import metrics
 from tether.observability.tracing import run_span, span
 from tether.runs.contract import RunRef, RunRequest, RunResult
-from tether.runs.leases.base import Lease
-from tether.runs.queue.base import IdleRelease, RunView, StopMode, SubmitOutcome
+from tether.runs.queue.base import IdleRelease, RunView, SubmitOutcome
 from tether.runtime.agent import Agent
 from tether.runtime.session import AgentSession
-from tether.worker.engine.claim import Carried, Claim
-from tether.worker.engine.commit import Commit, CommitTarget, StreamPublisher
+from tether.worker.engine.claim import Carried
+from tether.worker.engine.commit import CommitTarget
+from tether.worker.engine.drain_state import DrainState
 from tether.worker.engine.fencing import load_head
 from tether.worker.engine.lease_keeper import LeaseKeeper
 from tether.worker.engine.records import (
@@ -55,8 +54,9 @@ from tether.worker.engine.records import (
     result_from_record,
     rolled_back_record,
 )
-from tether.worker.engine.resume import ASK, Checkpointer, Resumed, resume_point
+from tether.worker.engine.resume import ASK, Checkpointer, resume_point
 from tether.worker.engine.services import EngineServices
+from tether.worker.engine.stops import RunStops
 
 log = logging.getLogger(__name__)
 
@@ -71,102 +71,6 @@ class Outcome(Enum):
     DONE = "done"
     ABORT = "abort"
     HANDOVER = "handover"
-
-
-@dataclass
-class _Drain:
-    """One drain's state: its lease, and the session it holds between runs."""
-
-    rt: EngineServices
-    lease: Lease
-    keeper: LeaseKeeper
-    target: CommitTarget
-    session: AgentSession | None = None
-    agent_name: str | None = None
-    checkpointer: Checkpointer | None = None
-    loaded: bool = False
-    processed: int = 0
-    base_seq: int = 0
-    """The committed head's last_seq under the session held now."""
-    pending: tuple[PendingCall, ...] = ()
-    """The calls the run just applied waits on (when it ended WAITING)."""
-    resumed: Resumed | None = None
-    """Set when the session was rebuilt at the next run's last checkpoint."""
-    last_commit: Commit | None = None
-    claimed: Claim | None = None
-    """The claim that took the lease, until its head run is taken up (once)."""
-    applying: Claim | None = None
-    """The claim of the run being applied, when the claim read it: its record, its checkpoint,
-    and whether it began it (then it just saw no stop request, so the run's first step boundary
-    need not ask again: a stop asked after the claim is seen at the next one)."""
-    finish_released: IdleRelease | None = None
-    """What the last run's finish did to the lease when it emptied the queue."""
-
-    def __post_init__(self) -> None:
-        self.publisher = StreamPublisher(
-            self.rt.stream, self.lease, backfill=self.committed_between
-        )
-
-    def commit(self, run_id: str | None, reply_to: str | None = None) -> Commit:
-        # the finish that empties the queue also frees the lease: one round trip, not two
-        claim = self.applying
-        alone = claim is not None and claim.head == run_id and claim.queued == 1
-        self.last_commit = Commit(
-            self.target,
-            self.lease,
-            run_id,
-            reply_to,
-            release_when_idle=run_id is not None,
-            expect_idle=alone,
-        )
-        return self.last_commit
-
-    def next_run(self) -> str | None:
-        """The run id at the head of the session's queue: what the claim or the last ``finish``
-        answered (no read), else one read of the queue."""
-        self.finish_released = None
-        if self.claimed is not None:
-            if self.claimed.head is not None:
-                return self.claimed.head  # taken up (and cleared) by take_claim
-            # the claim saw an empty queue; once answered, a run queued since (the release
-            # found one) is read from the queue, or the drain would spin on this answer
-            self.claimed = None
-            return None
-        last, self.last_commit = self.last_commit, None
-        if last is not None and last.finished:
-            self.finish_released = last.released
-            return last.next_head
-        return self.rt.runs.head(self.lease.tenant, self.lease.session_id)
-
-    def release_if_idle(self) -> IdleRelease:
-        """Release the lease when the queue is empty: what the last finish did, when it did."""
-        if self.finish_released is not None:
-            return self.finish_released
-        return self.rt.runs.release_if_idle(self.lease)
-
-    def take_claim(self, run_id: str) -> Claim | None:
-        """The claim, once, when ``run_id`` is the run it read (and maybe began)."""
-        claim, self.claimed = self.claimed, None
-        self.applying = claim if claim is not None and claim.head == run_id else None
-        return self.applying
-
-    def undo_claim(self) -> None:
-        """Hand back the attempt the claim counted for a run this drain will not apply."""
-        claim, self.claimed = self.claimed, None
-        if claim is not None and claim.begun and claim.head is not None:
-            self.rt.runs.hand_back(RunRef(self.lease.tenant, self.lease.session_id, claim.head))
-
-    def committed_between(self, after_seq: int, before_seq: int) -> list[AgentEvent]:
-        """Committed events with ``after_seq < seq < before_seq``: from the held session's log
-        (the head's outbox), the rest from the archive."""
-        held = [e for e in (self.session.events if self.session else []) if e.seq < before_seq]
-        found = {e.seq: e for e in held if e.seq > after_seq}
-        if len(found) < before_seq - after_seq - 1:
-            t, s = self.lease.tenant, self.lease.session_id
-            for event in self.rt.archive.read(t, s, after_seq=after_seq):
-                if event.seq < before_seq:
-                    found.setdefault(event.seq, event)
-        return [found[seq] for seq in sorted(found)]
 
 
 def drain(
@@ -202,7 +106,7 @@ def drain(
         rt.checkpoints,
         rt.archive_batch_events,
     )
-    d = _Drain(rt, lease, keeper, target, claimed=claim)
+    d = DrainState(rt, lease, keeper, target, claimed=claim)
     released = hand_over = False
     try:
         released, hand_over = _drain_queue(d)
@@ -224,7 +128,7 @@ def drain(
     return d.processed
 
 
-def _drain_queue(d: _Drain) -> tuple[bool, bool]:
+def _drain_queue(d: DrainState) -> tuple[bool, bool]:
     """Apply queued runs until the queue is empty; return (lease released, hand over)."""
     rt = d.rt
     started = time.monotonic()
@@ -244,7 +148,7 @@ def _drain_queue(d: _Drain) -> tuple[bool, bool]:
     return False, False
 
 
-def _apply_one(d: _Drain, run_id: str) -> Outcome:
+def _apply_one(d: DrainState, run_id: str) -> Outcome:
     rt = d.rt
     ref = RunRef(d.lease.tenant, d.lease.session_id, run_id)
     claim = d.take_claim(run_id)
@@ -309,7 +213,7 @@ class RunUnreadable(Exception):
 
 
 def _abandon(
-    d: _Drain, ref: RunRef, attempts: int, exc: TetherError, *, before_commit: bool = False
+    d: DrainState, ref: RunRef, attempts: int, exc: TetherError, *, before_commit: bool = False
 ) -> None:
     """Forget the held session (it may be stale) and note why the attempt failed."""
     log.warning("run %s attempt %d aborted, will retry: %s", ref.run_id, attempts, exc)
@@ -325,7 +229,9 @@ def _abandon(
         log.warning("could not record the failure of run %s: %s", ref.run_id, note_exc)
 
 
-def _attempt(d: _Drain, view: RunView, request: RunRequest, agent: Agent, attempts: int) -> Outcome:
+def _attempt(
+    d: DrainState, view: RunView, request: RunRequest, agent: Agent, attempts: int
+) -> Outcome:
     commit = d.commit(request.run_id, request.reply_to)
     budget_spent = attempts > d.rt.settings.max_attempts
     try:
@@ -386,7 +292,7 @@ def _retries_exhausted(
     return RunResult.failure(request, RunStatus.FAILED, RetriesExhausted.__name__, message)
 
 
-def _execute(d: _Drain, session: AgentSession, request: RunRequest, agent: Agent) -> RunRecord:
+def _execute(d: DrainState, session: AgentSession, request: RunRequest, agent: Agent) -> RunRecord:
     """Run (or resume) the agent on ``session``; the record of how it ended, applied to it."""
     resumed, d.resumed = d.resumed, None
     first_seq = resumed.progress.first_seq if resumed else session.last_seq + 1
@@ -402,7 +308,7 @@ def _execute(d: _Drain, session: AgentSession, request: RunRequest, agent: Agent
     d.checkpointer = checkpointer
 
     begun_by_claim = d.applying is not None and d.applying.begun
-    stops = _Stops(d, request, checkpointer, asked=begun_by_claim and resumed is None)
+    stops = RunStops(d, request, checkpointer, asked=begun_by_claim and resumed is None)
     timeout_s = min(request.timeout_s or d.rt.settings.max_run_s, d.rt.settings.max_run_s)
     d.rt.guard.watch(d.lease, request.run_id, time.time() + timeout_s)
     try:
@@ -439,47 +345,7 @@ def _execute(d: _Drain, session: AgentSession, request: RunRequest, agent: Agent
     return record
 
 
-@dataclass
-class _Stops:
-    """The loop's cancel check for one run: stop when the lease, the stream or a checkpoint
-    was lost, or when someone asked (an interrupt raises, to keep the finished steps)."""
-
-    d: _Drain
-    request: RunRequest
-    checkpointer: Checkpointer | None
-    asked: bool = False
-    """The stop flag was read moments ago (by the claim): the first boundary skips the read."""
-
-    def lost(self) -> bool:
-        d, checkpointer = self.d, self.checkpointer
-        return (
-            d.keeper.lost
-            or d.publisher.failed is not None
-            or (checkpointer is not None and checkpointer.failed is not None)
-        )
-
-    def __call__(self) -> bool:
-        if self.lost():
-            return True
-        request = self.request
-        if self.checkpointer is not None and self.checkpointer.saved and self.d.rt.draining():
-            # at a step boundary right after a checkpoint: another worker resumes from here
-            raise RunHandedBack(
-                f"run {request.run_id} handed back: worker {self.d.rt.worker_id} is shutting down"
-            )
-        if self.asked:
-            self.asked = False
-            return False
-        mode = self.d.rt.runs.stop_mode(request.ref)
-        if mode is StopMode.INTERRUPT:
-            raise RunInterrupted(
-                f"run {request.run_id} was interrupted at a step boundary for a newer run of "
-                f"{request.tenant}/{request.session_id} (on_busy='interrupt')"
-            )
-        return mode is not None
-
-
-def _adopt(d: _Drain, session: AgentSession, agent_name: str) -> AgentSession:
+def _adopt(d: DrainState, session: AgentSession, agent_name: str) -> AgentSession:
     """Make ``session`` the held one, publishing from now on (its restore event included)."""
     session.add_listener(d.publisher)
     if session.events and session.events[-1].type is EventType.SESSION_RESTORED:
@@ -488,7 +354,7 @@ def _adopt(d: _Drain, session: AgentSession, agent_name: str) -> AgentSession:
     return session
 
 
-def _session_for(d: _Drain, request: RunRequest, agent: Agent) -> AgentSession:
+def _session_for(d: DrainState, request: RunRequest, agent: Agent) -> AgentSession:
     """The session to run on: loaded once per lease (at the run's checkpoint, when it has
     one), then kept between runs."""
     if not d.loaded:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from tether.keys import RedisKeys
 from tether.persistence.archives.base import EventArchive
+from tether.persistence.archives.redis_hint import RedisArchiveHint
 from tether.persistence.headcache.base import HeadCache
 from tether.persistence.headcache.redis import RedisHeadCache
 from tether.persistence.redis_conn import redis_from_url
@@ -26,7 +27,7 @@ from tether.persistence.streams.redis import RedisEventStream
 from tether.runs.leases.base import LeaseManager
 from tether.runs.leases.redis import RedisLeaseManager
 from tether.runs.queue.base import RunQueue
-from tether.runs.queue.redis import RedisArchiveHint, RedisRunQueue
+from tether.runs.queue.redis import RedisRunQueue
 from tether.runtime.registry import AgentRegistry
 from tether.settings import Settings, load_settings
 from tether.worker.engine.checkpoints.base import CheckpointStore

@@ -8,18 +8,10 @@ import redis
 
 from tether.keys import RedisKeys
 from tether.persistence.headcache.base import CachedHead, entry_for, unpack
+from tether.persistence.lua import load
 from tether.persistence.redis_conn import describe_client, translate_errors
 
-#: KEYS: fence counter, entry. ARGV: writer fence, entry ('' drops), ttl_ms.
-#: The fence check and the write are one step, so a holder that lost its lease cannot write.
-PUT_SCRIPT = """
-if ARGV[2] ~= '' and redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
-  return 1
-end
-redis.call('DEL', KEYS[2])
-return 0
-"""
+PUT = load("head_put")
 
 
 class RedisHeadCache:
@@ -45,7 +37,7 @@ class RedisHeadCache:
         self._ttl_ms = ttl_ms
         self._max_bytes = max_bytes
         self._where = describe_client(client)
-        self._put = client.register_script(PUT_SCRIPT)
+        self._put = client.register_script(PUT.source)
 
     def get(self, tenant: str, session_id: str) -> CachedHead | None:
         key = self._keys.head_cache(tenant, session_id)
@@ -58,9 +50,12 @@ class RedisHeadCache:
     ) -> bool:
         k = self._keys
         entry = entry_for(data, version, writer_fence, self._max_bytes)
-        keys = [k.fence(tenant, session_id), k.head_cache(tenant, session_id)]
+        keys = PUT.keys(
+            fence=k.fence(tenant, session_id), head_cache=k.head_cache(tenant, session_id)
+        )
+        argv = PUT.argv(writer_fence=writer_fence, entry=entry or b"", ttl_ms=self._ttl_ms)
         with translate_errors(self._where):
-            done = self._put(keys=keys, args=[writer_fence, entry or b"", self._ttl_ms])
+            done = self._put(keys=keys, args=argv)
         return bool(int(done))
 
     def drop(self, tenant: str, session_id: str) -> None:

@@ -41,6 +41,7 @@ from tether.core.events import AgentEvent
 from tether.errors import ConfigurationError
 from tether.keys import RedisKeys
 from tether.persistence.codec import dumps_event, loads_event
+from tether.persistence.lua import load
 from tether.persistence.redis_conn import describe_client, max_block_ms, translate_errors
 from tether.persistence.streams._common import (
     Entry,
@@ -62,65 +63,8 @@ from tether.persistence.streams._common import (
 )
 
 _RedisEntry = Entry[bytes, bytes]
+APPEND = load("stream_append")
 
-#: KEYS: stream, meta, fence counter. ARGV: fence, max_len (0 = unbounded), retention_ms (0 =
-#: none), then seq/json pairs (seqs contiguous and ascending, checked by the caller). Returns
-#: {status, a, b}:
-#: {0, last_seq, written} | {1, current_fence, 0} (fenced out) | {2, last_seq, 0} (gap) |
-#: {3, current_fence, 0} (a fence newer than any grant: forged, refused).
-APPEND_SCRIPT = """
-local fence = tonumber(ARGV[1])
-local current = tonumber(redis.call('GET', KEYS[3]) or '0')
-local meta = redis.call('HMGET', KEYS[2], 'last_seq', 'last_fence')
-local last_fence = tonumber(meta[2] or '0')
-if fence < current or fence < last_fence then
-  return {1, math.max(current, last_fence), 0}
-end
-if current > 0 and fence > current then
-  return {3, current, 0}
-end
-local n = (#ARGV - 3) / 2
-local last_seq = 0
-if meta[1] then last_seq = tonumber(meta[1]) end
-if n == 0 then return {0, last_seq, 0} end
-local first = tonumber(ARGV[4])
-local skip = 0
-if meta[1] then
-  if first > last_seq + 1 then return {2, last_seq, 0} end
-  if fence == last_fence then
-    skip = math.min(n, last_seq + 1 - first)
-  end
-end
-if skip >= n then return {0, last_seq, 0} end
-local max_len = tonumber(ARGV[2])
-local retention_ms = tonumber(ARGV[3])
-if retention_ms > 0 then
-  -- before the XADDs: a stream whose entries are all stale then loses whole nodes, and the
-  -- batch starts a fresh one. Exact (no '~'): what a reader sees is what the retention says.
-  local now = redis.call('TIME')
-  local cutoff_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) - retention_ms
-  if cutoff_ms > 0 then
-    redis.call('XTRIM', KEYS[1], 'MINID', string.format('%d', cutoff_ms))
-  end
-end
-for i = skip + 1, n do
-  local seq = ARGV[2 + 2 * i]
-  local body = ARGV[3 + 2 * i]
-  if max_len > 0 then
-    redis.call('XADD', KEYS[1], 'MAXLEN', '~', max_len, '*',
-               'seq', seq, 'fence', ARGV[1], 'event', body)
-  else
-    redis.call('XADD', KEYS[1], '*', 'seq', seq, 'fence', ARGV[1], 'event', body)
-  end
-end
-if retention_ms > 0 then
-  -- a session nobody appends to keeps no live copy past the retention (the meta stays)
-  redis.call('PEXPIRE', KEYS[1], retention_ms)
-end
-local new_last = ARGV[2 * n + 2]
-redis.call('HSET', KEYS[2], 'last_seq', new_last, 'last_fence', ARGV[1])
-return {0, tonumber(new_last), n - skip}
-"""
 
 _PAGE = 512
 
@@ -163,7 +107,7 @@ class RedisEventStream:
         self._max_len = max_len
         self._retention_ms = 0 if retention_s is None else retention_s * 1000
         self._where = describe_client(client)
-        self._append_script = client.register_script(APPEND_SCRIPT)
+        self._append_script = client.register_script(APPEND.source)
         self._max_block_ms = max_block_ms(client)
 
     def __repr__(self) -> str:
@@ -188,7 +132,9 @@ class RedisEventStream:
             args.append(ev.seq)
             args.append(dumps_event(ev))
         with translate_errors(self._where):
-            raw = self._append_script(keys=[keys.events, keys.meta, keys.fence], args=args)
+            raw = self._append_script(
+                keys=APPEND.keys(stream=keys.events, meta=keys.meta, fence=keys.fence), args=args
+            )
         status, value, _written = (int(x) for x in cast(list[Any], raw))
         if status == 1:
             raise fenced_out(tenant, session_id, fence, value)

@@ -3,8 +3,9 @@
 The lease key holds ``"<owner>|<fence>"``; renew and release compare that value exactly, so only
 the grant that set it can touch it (an owner that lost the lease and got it again has a new fence,
 so its old :class:`~tether.runs.leases.base.Lease` is stale). Each grant INCRs the fence counter
-that the
-stream's append script reads (see :mod:`tether.keys`), all in one Lua script per operation.
+that the stream's
+append script reads (see :mod:`tether.keys`), all in one Lua script per operation
+(``lease_*.lua`` in :mod:`tether.persistence.lua`).
 """
 
 from __future__ import annotations
@@ -14,46 +15,15 @@ from typing import Any, cast
 import redis
 
 from tether.keys import RedisKeys
+from tether.persistence.lua import load
 from tether.persistence.redis_conn import describe_client, translate_errors
 from tether.runs.leases._common import validate_acquire, validate_ttl
 from tether.runs.leases.base import Lease
 
-#: ``acquire(lease, fence counter, released fence, owner, ttl_ms)``: {new fence, 1 when the
-#: previous grant expired unreleased}, or {0, 0} when held. Shared with the claim script
-#: (:mod:`tether.worker.engine.claim_redis`).
-ACQUIRE_FUNCTION = """
-local function acquire(lease, counter, released, owner, ttl_ms)
-  if redis.call('EXISTS', lease) == 1 then return {0, 0} end
-  local last = redis.call('GET', counter)
-  local takeover = 0
-  if last and last ~= redis.call('GET', released) then takeover = 1 end
-  local fence = redis.call('INCR', counter)
-  redis.call('SET', lease, owner .. '|' .. fence, 'PX', ttl_ms)
-  return {fence, takeover}
-end
-"""
+ACQUIRE = load("lease_acquire")
+RENEW = load("lease_renew")
+RELEASE = load("lease_release")
 
-#: KEYS: lease, fence counter, released fence. ARGV: owner, ttl_ms.
-ACQUIRE_SCRIPT = ACQUIRE_FUNCTION + """
-return acquire(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
-"""
-
-#: KEYS: lease. ARGV: expected value, ttl_ms. Returns 1 when extended.
-RENEW_SCRIPT = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-"""
-
-#: KEYS: lease, released fence. ARGV: expected value, fence. Returns 1 when deleted.
-RELEASE_SCRIPT = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('SET', KEYS[2], ARGV[2])
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
 
 
 def _value(lease: Lease) -> str:
@@ -74,9 +44,9 @@ class RedisLeaseManager:
         self._client = client
         self._keys = keys or RedisKeys()
         self._where = describe_client(client)
-        self._acquire = client.register_script(ACQUIRE_SCRIPT)
-        self._renew = client.register_script(RENEW_SCRIPT)
-        self._release = client.register_script(RELEASE_SCRIPT)
+        self._acquire = client.register_script(ACQUIRE.source)
+        self._renew = client.register_script(RENEW.source)
+        self._release = client.register_script(RELEASE.source)
 
     def __repr__(self) -> str:
         return f"RedisLeaseManager({self._where}, {self._keys!r})"
@@ -89,11 +59,14 @@ class RedisLeaseManager:
         """
         validate_acquire(tenant, session_id, owner, ttl_ms)
         k = self._keys
-        keys = [
-            k.lease(tenant, session_id), k.fence(tenant, session_id), k.released(tenant, session_id)
-        ]
+        keys = ACQUIRE.keys(
+            lease=k.lease(tenant, session_id),
+            fence=k.fence(tenant, session_id),
+            released=k.released(tenant, session_id),
+        )
+        argv = ACQUIRE.argv(owner=owner, ttl_ms=ttl_ms)
         with translate_errors(self._where):
-            fence, takeover = cast(Any, self._acquire(keys=keys, args=[owner, ttl_ms]))
+            fence, takeover = cast(Any, self._acquire(keys=keys, args=argv))
         if not int(fence):
             return None
         return Lease(tenant, session_id, owner, int(fence), takeover=bool(int(takeover)))
@@ -101,16 +74,18 @@ class RedisLeaseManager:
     def renew(self, lease: Lease, ttl_ms: int) -> bool:
         """Extend the lease to ``ttl_ms`` from now; False when this grant no longer holds it."""
         validate_ttl(ttl_ms)
-        key = self._keys.lease(lease.tenant, lease.session_id)
+        keys = RENEW.keys(lease=self._keys.lease(lease.tenant, lease.session_id))
+        argv = RENEW.argv(lease_value=_value(lease), ttl_ms=ttl_ms)
         with translate_errors(self._where):
-            return bool(self._renew(keys=[key], args=[_value(lease), ttl_ms]))
+            return bool(self._renew(keys=keys, args=argv))
 
     def release(self, lease: Lease) -> bool:
         """Free the lease if this grant holds it; True when released."""
         t, s = lease.tenant, lease.session_id
-        keys = [self._keys.lease(t, s), self._keys.released(t, s)]
+        keys = RELEASE.keys(lease=self._keys.lease(t, s), released=self._keys.released(t, s))
+        argv = RELEASE.argv(lease_value=_value(lease), fence=lease.fence)
         with translate_errors(self._where):
-            return bool(self._release(keys=keys, args=[_value(lease), lease.fence]))
+            return bool(self._release(keys=keys, args=argv))
 
     def current_fence(self, tenant: str, session_id: str) -> int:
         """The newest fence granted for the session (0 when never leased)."""

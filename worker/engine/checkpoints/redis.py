@@ -13,19 +13,12 @@ import redis
 
 from tether.ids import validate_id
 from tether.keys import RedisKeys
+from tether.persistence.lua import load
 from tether.persistence.redis_conn import describe_client, translate_errors
 from tether.worker.engine.checkpoints.base import Checkpoint
 from tether.worker.engine.checkpoints.memory import fenced_out
 
-#: KEYS: checkpoint hash, fence counter. ARGV: run_id, fence, checkpoint json, ttl_s.
-#: Returns {1, fence} saved | {0, current fence} refused.
-SAVE_SCRIPT = """
-local current = tonumber(redis.call('GET', KEYS[2]) or '0')
-if tonumber(ARGV[2]) < current then return {0, current} end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-redis.call('EXPIRE', KEYS[1], ARGV[4])
-return {1, current}
-"""
+SAVE = load("checkpoint_save")
 
 
 class RedisCheckpointStore:
@@ -36,7 +29,7 @@ class RedisCheckpointStore:
         self._keys = keys
         self._ttl_s = ttl_s
         self._where = describe_client(client)
-        self._save = client.register_script(SAVE_SCRIPT)
+        self._save = client.register_script(SAVE.source)
 
     def save(self, tenant: str, session_id: str, checkpoint: Checkpoint) -> None:
         """Record the checkpoint unless a newer lease was granted."""
@@ -46,13 +39,16 @@ class RedisCheckpointStore:
             ok, current = cast(
                 Any,
                 self._save(
-                    keys=[k.checkpoints(tenant, session_id), k.fence(tenant, session_id)],
-                    args=[
-                        checkpoint.run_id,
-                        checkpoint.fence,
-                        checkpoint.model_dump_json(),
-                        self._ttl_s,
-                    ],
+                    keys=SAVE.keys(
+                        checkpoints=k.checkpoints(tenant, session_id),
+                        fence=k.fence(tenant, session_id),
+                    ),
+                    args=SAVE.argv(
+                        run_id=checkpoint.run_id,
+                        writer_fence=checkpoint.fence,
+                        checkpoint=checkpoint.model_dump_json(),
+                        ttl_s=self._ttl_s,
+                    ),
                 ),
             )
         if not int(ok):

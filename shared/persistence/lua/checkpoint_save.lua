@@ -1,0 +1,9 @@
+-- Record a run's step checkpoint unless a newer lease was granted. Returns {1, fence} saved,
+-- {0, current fence} refused.
+-- @keys checkpoints fence
+-- @argv run_id writer_fence checkpoint ttl_s
+local current = tonumber(redis.call('GET', K.fence) or '0')
+if tonumber(A.writer_fence) < current then return {0, current} end
+redis.call('HSET', K.checkpoints, A.run_id, A.checkpoint)
+redis.call('EXPIRE', K.checkpoints, A.ttl_s)
+return {1, current}

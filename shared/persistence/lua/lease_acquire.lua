@@ -1,0 +1,5 @@
+-- Grant the session's lease; answers as lib/acquire.lua's acquire().
+-- @include acquire
+-- @keys lease fence released
+-- @argv owner ttl_ms
+return acquire(K.lease, K.fence, K.released, A.owner, A.ttl_ms)

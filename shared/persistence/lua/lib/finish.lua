@@ -1,0 +1,14 @@
+-- finish(run hash, pending, attempts, r): record a run's result and pop it off its session's
+-- queue. r holds run_id, status, result, ttl_s, tenant, session_id, request_id (a record that
+-- expired is re-created whole).
+local function finish(run, pending, attempts, r)
+  redis.call('HSET', run, 'status', r.status, 'result', r.result, 'tenant', r.tenant,
+    'session_id', r.session_id, 'request_id', r.request_id)
+  redis.call('EXPIRE', run, r.ttl_s)
+  if redis.call('LINDEX', pending, 0) == r.run_id then
+    redis.call('LPOP', pending)
+  else
+    redis.call('LREM', pending, 1, r.run_id)
+  end
+  redis.call('DEL', attempts)
+end

@@ -1,0 +1,216 @@
+"""What the sync and asyncio run queues on Redis share: the scripts they run, how a call's
+KEYS and ARGV are built, and how records and feed entries are read back.
+
+Every script touches the keys of one session only (a run's keys live in its session's slot), so
+each runs on one Redis Cluster node. The namespace-wide structures (the sharded active-session
+index, the completion feeds, the tenant's run-id index) are written by plain commands pipelined
+beside a script, never inside it. The scripts themselves are ``.lua`` files in
+:mod:`tether.persistence.lua`; every key name comes from :class:`~tether.keys.RedisKeys`.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+from tether.core.events import now_ms
+from tether.keys import RedisKeys
+from tether.persistence.lua import Key, load
+from tether.runs.contract import RunRef, RunRequest, RunResult
+from tether.runs.queue.base import (
+    DONE_MAX_LEN,
+    FEED_RESULT_MAX_BYTES,
+    IdleRelease,
+    RunView,
+    SubmitOutcome,
+    SubmitState,
+)
+
+SUBMIT = load("submit")
+RECORD_REJECTED = load("record_rejected")
+BEGIN = load("begin")
+HAND_BACK = load("hand_back")
+CANCEL = load("cancel")
+FINISH = load("finish")
+FINISH_RELEASE = load("finish_release")
+RELEASE_IF_IDLE = load("release_if_idle")
+
+SUBMIT_STATES = {
+    1: SubmitState.QUEUED,
+    0: SubmitState.DUPLICATE,
+    2: SubmitState.BUSY,
+    3: SubmitState.TAKEN,
+}
+IDLE_RELEASE = {1: IdleRelease.RELEASED, 0: IdleRelease.BUSY, -1: IdleRelease.LOST}
+#: One announcement in this many also trims the feeds of entries older than the result TTL.
+FEED_TRIM_EVERY = 16
+
+
+def text(raw: Any) -> str:
+    """A reply as text (replies are bytes on a bytes client)."""
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def run_view(run_id: str, raw: dict[bytes, bytes]) -> RunView | None:
+    """A run record from its hash (None when it has none)."""
+    if not raw:
+        return None
+    fields = {text(k): text(v) for k, v in raw.items()}
+    request = result = None
+    if "request" in fields:
+        try:
+            request = RunRequest.model_validate_json(fields["request"])
+        except ValueError:
+            request = None
+    if "result" in fields:
+        result = RunResult.model_validate_json(fields["result"])
+    return RunView(
+        run_id=run_id,
+        status=fields.get("status", "UNKNOWN"),
+        tenant=fields.get("tenant", ""),
+        session_id=fields.get("session_id", ""),
+        request_id=fields.get("request_id", ""),
+        request=request,
+        result=result,
+        submitted_at_ms=int(fields.get("submitted_at_ms", 0)),
+        started_at_ms=int(fields.get("started_at_ms", 0)),
+        last_error=fields.get("last_error"),
+        retry_at_ms=int(fields.get("retry_at_ms", 0)),
+        failed_before_commit=int(fields.get("failed_before_commit", 0)),
+        queue=fields.get("queue") or None,
+    )
+
+
+def submit_argv(request: RunRequest, queue: str | None, ttl_s: int) -> list[Any]:
+    """The nine arguments of ``lib/submit.lua``'s ``submit()`` for ``request`` (the submit and
+    the claim scripts both take them)."""
+    return SUBMIT.argv(
+        run_id=request.run_id,
+        request=request.model_dump_json(),
+        ttl_s=ttl_s,
+        reject="1" if request.on_busy == "reject" else "0",
+        tenant=request.tenant,
+        session_id=request.session_id,
+        request_id=request.request_id,
+        submitted_at_ms=request.submitted_at_ms,
+        queue=queue or "",
+    )
+
+
+def submit_keys(k: RedisKeys, request: RunRequest) -> list[Key]:
+    """KEYS of ``submit.lua`` for ``request`` (the claim script appends the first two)."""
+    t, s = request.tenant, request.session_id
+    return SUBMIT.keys(
+        req_index=k.request(t, s, request.request_id),
+        run=k.run(t, s, request.run_id),
+        pending=k.pending(t, s),
+    )
+
+
+def rejected_argv(result: RunResult, ttl_s: int) -> list[Any]:
+    """ARGV of ``record_rejected.lua`` for ``result``."""
+    return RECORD_REJECTED.argv(
+        status=result.status.value,
+        result=result.model_dump_json(),
+        tenant=result.tenant,
+        session_id=result.session_id,
+        request_id=result.request_id,
+        ttl_s=ttl_s,
+    )
+
+
+def cancel_call(k: RedisKeys, ref: RunRef, ttl_s: int) -> tuple[list[Key], list[Any]]:
+    """KEYS and ARGV of ``cancel.lua`` for the run ``ref``."""
+    return CANCEL.keys(run=k.run(*ref), cancel=k.cancel(*ref)), CANCEL.argv(ttl_s=ttl_s)
+
+
+def done_fields(result: RunResult) -> dict[Any, Any]:
+    """The completion-feed entry announcing ``result``."""
+    return {
+        "run_id": result.run_id,
+        "status": result.status.value,
+        "tenant": result.tenant,
+        "session_id": result.session_id,
+    }
+
+
+def carried_result(fields: dict[bytes, bytes]) -> RunResult | None:
+    """The result a feed entry carries (None: read the record)."""
+    raw = fields.get(b"result")
+    if raw is None:
+        return None
+    try:
+        return RunResult.model_validate_json(raw)
+    except ValueError:  # a newer writer's format: the record answers instead
+        return None
+
+
+def announce(
+    pipe: Any,
+    k: RedisKeys,
+    result: RunResult,
+    reply_to: str | None,
+    ttl_s: int,
+    *,
+    raw: str | None = None,
+) -> None:
+    """Queue on ``pipe`` the announcements of ``result``: the namespace feed, and the producer's
+    own feed (which expires when its producer is gone: nobody reads it then).
+
+    Feeds keep at most :data:`DONE_MAX_LEN` entries, and none much older than the run records
+    they point to (``ttl_s``): an entry whose record expired announces nothing a reader can
+    use. The age trim rides on one announcement in :data:`FEED_TRIM_EVERY` (chosen by run id;
+    entry ids are milliseconds, so ``XTRIM MINID`` cuts by age), so memory follows the
+    completion rate over the TTL, not the total number of runs, at a sixteenth of a command
+    per run.
+    """
+    fields = done_fields(result)
+    entries = [(k.done(), fields)]
+    if reply_to is not None:
+        # the producer's feed carries a small result, so its listener reads no record
+        raw = raw if raw is not None else result.model_dump_json()
+        mine = {**fields, "result": raw} if len(raw) <= FEED_RESULT_MAX_BYTES else fields
+        entries.append((k.producer_done(k.feed(result.tenant, reply_to)), mine))
+    trim = zlib.crc32(result.run_id.encode()) % FEED_TRIM_EVERY == 0  # run ids are random
+    for feed, entry in entries:
+        pipe.xadd(feed, entry, maxlen=DONE_MAX_LEN, approximate=True)
+        if trim:
+            pipe.xtrim(feed, minid=f"{now_ms() - ttl_s * 1000}-0", approximate=True)
+    if reply_to is not None:
+        pipe.expire(entries[-1][0], ttl_s)
+
+
+def submit_outcomes(replies: Sequence[Any]) -> list[SubmitOutcome]:
+    """The outcomes of a submit pipeline (script, index SET, active ZADD per request)."""
+    return [
+        SubmitOutcome(text(run_id), SUBMIT_STATES[int(code)]) for code, run_id in replies[::3]
+    ]
+
+
+def stray_index_keys(
+    k: RedisKeys,
+    requests: Sequence[RunRequest],
+    outcomes: Sequence[SubmitOutcome],
+    replies: Sequence[Any],
+) -> list[str]:
+    """Run-index entries the submit pipeline set (NX) for runs it did not create: a busy
+    rejection, or a duplicate request answered with its first run. The index must not name a
+    session for a run id that has no record there."""
+    stray = []
+    for request, outcome, index_set in zip(requests, outcomes, replies[1::3], strict=True):
+        busy = outcome.state is SubmitState.BUSY
+        other = outcome.state is SubmitState.DUPLICATE and outcome.run_id != request.run_id
+        if index_set and (busy or other):
+            stray.append(k.run_index(request.tenant, request.run_id))
+    return stray
+
+
+def done_entry(entry_id: bytes, fields: dict[bytes, bytes]) -> tuple[bytes, RunRef]:
+    """One completion-feed entry as ``(position, run)``."""
+    ref = RunRef(
+        text(fields.get(b"tenant", b"")),
+        text(fields.get(b"session_id", b"")),
+        text(fields[b"run_id"]),
+    )
+    return entry_id, ref

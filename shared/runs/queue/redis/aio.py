@@ -1,0 +1,183 @@
+"""The producer-facing part of the run queue on ``redis.asyncio``: submit, records, cancel and
+the completion feed.
+
+:class:`AsyncRunQueue` is the asyncio twin of :class:`~tether.runs.queue.redis.RedisRunQueue`'s
+producer roles: it runs the *same* scripts through the *same* KEYS/ARGV builders
+(:mod:`~tether.runs.queue.redis._common`) on the same keys, so a run submitted by either is the
+same run to workers and to the other. ``tests/test_async_producer.py`` checks that the two agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, TypeVar, cast
+
+import redis.asyncio
+
+from tether.core.events import now_ms
+from tether.keys import RedisKeys
+from tether.persistence.redis_conn import translate_errors
+from tether.runs.contract import RunRef, RunRequest, RunResult
+from tether.runs.queue.base import CancelOutcome, RunState, RunView, StopMode, SubmitOutcome
+from tether.runs.queue.redis._common import (
+    CANCEL,
+    RECORD_REJECTED,
+    SUBMIT,
+    announce,
+    cancel_call,
+    done_entry,
+    rejected_argv,
+    run_view,
+    stray_index_keys,
+    submit_argv,
+    submit_keys,
+    submit_outcomes,
+    text,
+)
+
+T = TypeVar("T")
+#: Commands per pipeline: parsing a pipeline's replies holds the event loop, so a big batch is
+#: sent as several pipelines.
+CHUNK = 50
+
+
+def chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
+    """``items`` in slices of at most :data:`CHUNK`: the loop regains control between them."""
+    for start in range(0, len(items), CHUNK):
+        yield items[start : start + CHUNK]
+
+
+class AsyncRunQueue:
+    """Submit runs, read their records, cancel them, follow completions (asyncio).
+
+    Args:
+        client: a bytes asyncio client
+            (:func:`~tether.persistence.redis_conn_aio.async_redis_from_url`).
+        keys: the key schema (namespace).
+        result_ttl_s: how long run records and request-id indexes live.
+        where: a password-free description of the server, for messages.
+    """
+
+    def __init__(
+        self, client: redis.asyncio.Redis, keys: RedisKeys, *, result_ttl_s: int, where: str
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.result_ttl_s = result_ttl_s
+        self._where = where
+        self._submit = client.register_script(SUBMIT.source)
+        self._record_rejected = client.register_script(RECORD_REJECTED.source)
+        self._cancel = client.register_script(CANCEL.source)
+
+    async def submit_many(
+        self, requests: Sequence[RunRequest], *, queue: str | None = None
+    ) -> list[SubmitOutcome]:
+        """Register and queue requests, idempotently, in one pipelined round trip."""
+        k = self.keys
+        stamp = now_ms()
+        replies: list[Any] = []
+        for chunk in chunks(requests):
+            with translate_errors(self._where):
+                pipe = self.client.pipeline(transaction=False)
+                for r in chunk:  # as RedisRunQueue.submit_many: script, run index, active index
+                    t, s = r.tenant, r.session_id
+                    argv = submit_argv(r, queue, self.result_ttl_s)
+                    await self._submit(keys=submit_keys(k, r), args=argv, client=pipe)
+                    pipe.set(k.run_index(t, r.run_id), s, nx=True, ex=self.result_ttl_s)
+                    pipe.zadd(k.active(t, s), {k.active_member(t, s): stamp}, nx=True)
+                replies.extend(await pipe.execute())
+        outcomes = submit_outcomes(replies)
+        stray = stray_index_keys(k, requests, outcomes, replies)
+        if stray:  # rare (a duplicate or busy submission): one more round trip
+            with translate_errors(self._where):
+                await self.client.delete(*stray)
+        return outcomes
+
+    async def record_rejected(self, result: RunResult, *, reply_to: str | None = None) -> bool:
+        """Record a run that never entered a session queue (never rewrites a record)."""
+        k = self.keys
+        t, s = result.tenant, result.session_id
+        keys = RECORD_REJECTED.keys(run=k.run(t, s, result.run_id))
+        argv = rejected_argv(result, self.result_ttl_s)
+        with translate_errors(self._where):
+            recorded = bool(await self._record_rejected(keys=keys, args=argv))
+            if recorded:
+                pipe = self.client.pipeline(transaction=False)
+                pipe.set(k.run_index(t, result.run_id), s, nx=True, ex=self.result_ttl_s)
+                announce(pipe, k, result, reply_to, self.result_ttl_s)
+                await pipe.execute()
+        return recorded
+
+    async def locate(self, tenant: str, run_id: str) -> RunRef | None:
+        """Where ``tenant``'s run lives, from the tenant's run-id index."""
+        with translate_errors(self._where):
+            raw = await self.client.get(self.keys.run_index(tenant, run_id))
+        return RunRef(tenant, text(raw), run_id) if raw is not None else None
+
+    async def get(self, ref: RunRef) -> RunView | None:
+        """The run record, or None when unknown or expired."""
+        with translate_errors(self._where):
+            raw = await self.client.hgetall(self.keys.run(*ref))
+        return run_view(ref.run_id, cast(dict[bytes, bytes], raw))
+
+    async def peek_many(self, refs: Sequence[RunRef]) -> dict[str, RunResult | None]:
+        """For each run with a record: its result (None while unfinished), in one round trip."""
+        out: dict[str, RunResult | None] = {}
+        for chunk in chunks(refs):
+            with translate_errors(self._where):
+                pipe = self.client.pipeline(transaction=False)
+                for ref in chunk:
+                    pipe.hmget(self.keys.run(*ref), ["status", "result"])
+                replies = cast(list[list[bytes | None]], await pipe.execute())
+            for ref, (status, result) in zip(chunk, replies, strict=True):
+                if status is None and result is None:
+                    continue
+                out[ref.run_id] = None if result is None else RunResult.model_validate_json(result)
+        return out
+
+    async def request_cancel(self, ref: RunRef) -> CancelOutcome:
+        """Ask the run to stop (see :class:`~tether.runs.queue.base.CancelOutcome`)."""
+        keys, argv = cancel_call(self.keys, ref, self.result_ttl_s)
+        with translate_errors(self._where):
+            outcome = await self._cancel(keys=keys, args=argv)
+        return CancelOutcome(text(outcome))
+
+    async def preempt(
+        self, tenant: str, session_id: str, run_id: str, mode: StopMode
+    ) -> str | None:
+        """Ask the session's running run (not ``run_id``) to stop in ``mode``."""
+        k = self.keys
+        with translate_errors(self._where):
+            raw = await self.client.lindex(k.pending(tenant, session_id), 0)
+            head = text(raw) if raw is not None else None
+            if head is None or head == run_id:
+                return None
+            status = await self.client.hget(k.run(tenant, session_id, head), "status")
+            if status != RunState.RUNNING.value.encode():
+                return None
+            # NX: an interrupt never softens a cancel already asked for
+            await self.client.set(
+                k.cancel(tenant, session_id, head), mode.value, nx=True, ex=self.result_ttl_s
+            )
+        return head
+
+    async def done_last_id(self, feed: str | None = None) -> bytes:
+        """The id of the newest completion entry of ``feed`` (``0-0`` when none)."""
+        with translate_errors(self._where):
+            entries = await self.client.xrevrange(self.keys.feed_stream(feed), count=1)
+        return cast(bytes, entries[0][0]) if entries else b"0-0"
+
+    async def close_feed(self, feed: str) -> None:
+        """Drop a producer's feed (the producer is closing)."""
+        with translate_errors(self._where):
+            await self.client.delete(self.keys.producer_done(feed))
+
+    async def read_done(
+        self, after_id: bytes, block_ms: int, feed: str | None = None
+    ) -> list[tuple[bytes, RunRef]]:
+        """Completion entries of ``feed`` after ``after_id`` (blocks up to ``block_ms``)."""
+        with translate_errors(self._where):
+            reply = await self.client.xread(
+                {self.keys.feed_stream(feed): after_id}, block=block_ms, count=1000
+            )
+        return [done_entry(i, f) for _key, entries in cast(Any, reply) or [] for i, f in entries]

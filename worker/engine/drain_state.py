@@ -1,0 +1,115 @@
+"""What one drain holds under its lease between the runs it applies: the session, the last
+commit, the claim that took the lease, and where the next run comes from (see
+:func:`tether.worker.engine.cycle.drain`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tether.core.events import AgentEvent
+from tether.core.results import PendingCall
+from tether.runs.contract import RunRef
+from tether.runs.leases.base import Lease
+from tether.runs.queue.base import IdleRelease
+from tether.runtime.session import AgentSession
+from tether.worker.engine.claim import Claim
+from tether.worker.engine.commit import Commit, CommitTarget, StreamPublisher
+from tether.worker.engine.lease_keeper import LeaseKeeper
+from tether.worker.engine.resume import Checkpointer, Resumed
+from tether.worker.engine.services import EngineServices
+
+
+@dataclass
+class DrainState:
+    """One drain's state: its lease, and the session it holds between runs."""
+
+    rt: EngineServices
+    lease: Lease
+    keeper: LeaseKeeper
+    target: CommitTarget
+    session: AgentSession | None = None
+    agent_name: str | None = None
+    checkpointer: Checkpointer | None = None
+    loaded: bool = False
+    processed: int = 0
+    base_seq: int = 0
+    """The committed head's last_seq under the session held now."""
+    pending: tuple[PendingCall, ...] = ()
+    """The calls the run just applied waits on (when it ended WAITING)."""
+    resumed: Resumed | None = None
+    """Set when the session was rebuilt at the next run's last checkpoint."""
+    last_commit: Commit | None = None
+    claimed: Claim | None = None
+    """The claim that took the lease, until its head run is taken up (once)."""
+    applying: Claim | None = None
+    """The claim of the run being applied, when the claim read it: its record, its checkpoint,
+    and whether it began it (then it just saw no stop request, so the run's first step boundary
+    need not ask again: a stop asked after the claim is seen at the next one)."""
+    finish_released: IdleRelease | None = None
+    """What the last run's finish did to the lease when it emptied the queue."""
+
+    def __post_init__(self) -> None:
+        self.publisher = StreamPublisher(
+            self.rt.stream, self.lease, backfill=self.committed_between
+        )
+
+    def commit(self, run_id: str | None, reply_to: str | None = None) -> Commit:
+        # the finish that empties the queue also frees the lease: one round trip, not two
+        claim = self.applying
+        alone = claim is not None and claim.head == run_id and claim.queued == 1
+        self.last_commit = Commit(
+            self.target,
+            self.lease,
+            run_id,
+            reply_to,
+            release_when_idle=run_id is not None,
+            expect_idle=alone,
+        )
+        return self.last_commit
+
+    def next_run(self) -> str | None:
+        """The run id at the head of the session's queue: what the claim or the last ``finish``
+        answered (no read), else one read of the queue."""
+        self.finish_released = None
+        if self.claimed is not None:
+            if self.claimed.head is not None:
+                return self.claimed.head  # taken up (and cleared) by take_claim
+            # the claim saw an empty queue; once answered, a run queued since (the release
+            # found one) is read from the queue, or the drain would spin on this answer
+            self.claimed = None
+            return None
+        last, self.last_commit = self.last_commit, None
+        if last is not None and last.finished:
+            self.finish_released = last.released
+            return last.next_head
+        return self.rt.runs.head(self.lease.tenant, self.lease.session_id)
+
+    def release_if_idle(self) -> IdleRelease:
+        """Release the lease when the queue is empty: what the last finish did, when it did."""
+        if self.finish_released is not None:
+            return self.finish_released
+        return self.rt.runs.release_if_idle(self.lease)
+
+    def take_claim(self, run_id: str) -> Claim | None:
+        """The claim, once, when ``run_id`` is the run it read (and maybe began)."""
+        claim, self.claimed = self.claimed, None
+        self.applying = claim if claim is not None and claim.head == run_id else None
+        return self.applying
+
+    def undo_claim(self) -> None:
+        """Hand back the attempt the claim counted for a run this drain will not apply."""
+        claim, self.claimed = self.claimed, None
+        if claim is not None and claim.begun and claim.head is not None:
+            self.rt.runs.hand_back(RunRef(self.lease.tenant, self.lease.session_id, claim.head))
+
+    def committed_between(self, after_seq: int, before_seq: int) -> list[AgentEvent]:
+        """Committed events with ``after_seq < seq < before_seq``: from the held session's log
+        (the head's outbox), the rest from the archive."""
+        held = [e for e in (self.session.events if self.session else []) if e.seq < before_seq]
+        found = {e.seq: e for e in held if e.seq > after_seq}
+        if len(found) < before_seq - after_seq - 1:
+            t, s = self.lease.tenant, self.lease.session_id
+            for event in self.rt.archive.read(t, s, after_seq=after_seq):
+                if event.seq < before_seq:
+                    found.setdefault(event.seq, event)
+        return [found[seq] for seq in sorted(found)]
