@@ -141,7 +141,7 @@ class Producer:
 
         Submitting a ``request_id`` that was already submitted returns a handle on the original
         run (the input is applied once). ``durability`` (``"step"`` or ``"run"``) overrides the
-        agent's (see the README's long-running runs).
+        agent's (see docs/long-runs.md).
 
         Raises:
             InvalidInput: a malformed id, oversized input, or bad option (nothing is enqueued).

@@ -65,7 +65,7 @@ def _invalid_value(reason: str) -> PydanticCustomError:
 
 
 class Settings(BaseSettings):
-    """All of Tether's settings (see the README's configuration table)."""
+    """All of Tether's settings (see docs/configuration.md)."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
 

@@ -1,4 +1,4 @@
-"""Reproduce the reliability figures of the README's guarantees section.
+"""Reproduce the reliability figures of docs/guarantees.md (the chaos section).
 
     .venv/bin/python -m tests.chaos_report            # full size: 500 runs, 50 sessions, 20 kills
     .venv/bin/python -m tests.chaos_report --ci       # the CI size (120 runs, 12 sessions, 4 kills)

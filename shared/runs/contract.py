@@ -10,7 +10,7 @@ Schema versions (field ``v``):
 - 1: initial format. Later additive field: ``trace`` (optional, omitted when None; a worker
   older than it refuses a request that carries one, so trace producers only once every worker
   is upgraded). Later additive field: ``reply_to`` (the submitting producer's id, same
-  rule: upgrade every worker before the producers, see the README's upgrade note).
+  rule: upgrade every worker before the producers, see docs/upgrading.md).
 """
 
 from __future__ import annotations

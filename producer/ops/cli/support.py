@@ -1,6 +1,6 @@
 """Plumbing shared by the CLI commands: settings, storage, error lines and exit codes.
 
-Exit codes of ``tether`` (documented in the README):
+Exit codes of ``tether`` (documented in docs/cli.md):
 
 - 0: success.
 - 1: a run failed or was cancelled, a check or verification failed, or a service error.
