@@ -387,3 +387,28 @@ def test_one_shot_run_has_no_stored_session() -> None:
     result = reference_agent(store=store).run("hello")
     assert result.output == "done"
     assert store.list_session_ids("default") == []
+
+
+def test_the_scripted_model_streams_pieces_that_add_up_to_its_answer() -> None:
+    from tether.models.base import ModelDelta, ModelRequest, StreamingModelClient
+
+    model = ScriptedModel(
+        [
+            ModelResponse.call("c1", "lookup", {"key": "a-long-key-value"}, text="let me see"),
+            ModelResponse.final("the answer is 42"),
+        ]
+    )
+    assert isinstance(model, StreamingModelClient)
+    request = ModelRequest(model="m", items=())
+    pieces: list[ModelDelta] = []
+    first = model.stream(request, pieces.append)
+    text = "".join(p.text for p in pieces if p.kind == "text")
+    args = "".join(p.text for p in pieces if p.kind == "tool_arguments")
+    assert text == "let me see" and len([p for p in pieces if p.kind == "text"]) == 3
+    assert args == first.tool_calls[0].arguments and len(args) > 16
+    named = [p for p in pieces if p.kind == "tool_arguments" and p.call_id is not None]
+    assert [(p.call_id, p.tool_name) for p in named] == [("c1", "lookup")]
+    pieces.clear()
+    second = model.stream(request, pieces.append)
+    assert second.text == "the answer is 42"
+    assert [p.text for p in pieces] == ["the ", "answer ", "is ", "42"]

@@ -2,13 +2,18 @@
 
 Implementations: :class:`tether.models.scripted.ScriptedModel` (deterministic, for tests and demo
 agents) and :class:`tether.models.openai.OpenAIChatModel` (any OpenAI-compatible endpoint).
+
+A client that can stream also implements :class:`StreamingModelClient`: its ``stream`` answers
+exactly like ``complete`` and hands each piece of the answer to a sink as it arrives.
+The pieces are for people watching (ephemeral, never stored); the returned response is the one
+the session commits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from tether.core.events import Usage
 from tether.core.items import AssistantMessage, Item, ToolCall, ToolCallsMessage
@@ -88,3 +93,37 @@ class ModelClient(Protocol):
 
     def complete(self, request: ModelRequest) -> ModelResponse:
         """Answer one request. Raise :class:`tether.errors.ModelError` on failure."""
+
+
+@dataclass(frozen=True)
+class ModelDelta:
+    """One piece of a model's answer while it streams.
+
+    Attributes:
+        kind: ``text`` (the answer's text) or ``tool_arguments`` (a tool call's JSON arguments).
+        text: the new characters.
+        call_index: which tool call of the response the arguments belong to (``tool_arguments``).
+        call_id: the tool call's id, on the first piece of a call when the model sends it.
+        tool_name: the tool's name, on the first piece of a call when the model sends it.
+    """
+
+    kind: Literal["text", "tool_arguments"]
+    text: str
+    call_index: int = 0
+    call_id: str | None = None
+    tool_name: str | None = None
+
+
+DeltaSink = Callable[[ModelDelta], None]
+"""Where a streaming client hands each :class:`ModelDelta` (called on the caller's thread)."""
+
+
+@runtime_checkable
+class StreamingModelClient(ModelClient, Protocol):
+    """A :class:`ModelClient` that can also stream its answer."""
+
+    def stream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
+        """Answer ``request`` as :meth:`complete` does, calling ``on_delta`` with each piece as
+        it arrives. The return value is the whole answer; the pieces add up to its text and
+        tool-call arguments. Raise :class:`tether.errors.ModelError` on failure (pieces already
+        handed out are then void)."""

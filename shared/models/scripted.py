@@ -7,9 +7,23 @@ from collections import deque
 from collections.abc import Callable, Iterable
 
 from tether.errors import ModelError
-from tether.models.base import ModelRequest, ModelResponse
+from tether.models.base import DeltaSink, ModelDelta, ModelRequest, ModelResponse
 
 Responder = Callable[[ModelRequest], ModelResponse]
+#: The longest piece of tool-call arguments :meth:`ScriptedModel.stream` hands out at once.
+PIECE_CHARS = 16
+
+
+def _words(text: str) -> list[str]:
+    """``text`` cut after each space, so the pieces join back to it exactly."""
+    pieces, start = [], 0
+    for i, char in enumerate(text):
+        if char == " ":
+            pieces.append(text[start : i + 1])
+            start = i + 1
+    if start < len(text):
+        pieces.append(text[start:])
+    return pieces
 
 
 class ScriptedModel:
@@ -40,6 +54,28 @@ class ScriptedModel:
         self._lock = threading.Lock()
         # bounded: built-in agents live as long as a worker, and must not grow without limit
         self.requests: deque[ModelRequest] = deque(maxlen=1000)
+
+    def stream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
+        """:meth:`complete`, handing the answer out in pieces first (its text word by word,
+        then each tool call's arguments in pieces of at most :data:`PIECE_CHARS`), as a
+        streaming server would."""
+        response = self.complete(request)
+        for piece in _words(response.text or ""):
+            on_delta(ModelDelta("text", piece))
+        for index, call in enumerate(response.tool_calls):
+            args = call.arguments
+            for start in range(0, max(len(args), 1), PIECE_CHARS):
+                first = start == 0
+                on_delta(
+                    ModelDelta(
+                        "tool_arguments",
+                        args[start : start + PIECE_CHARS],
+                        call_index=index,
+                        call_id=call.id if first else None,
+                        tool_name=call.name if first else None,
+                    )
+                )
+        return response
 
     def complete(self, request: ModelRequest) -> ModelResponse:
         with self._lock:
