@@ -52,6 +52,9 @@ Namespace-wide keys (each in its own slot, written beside a script, never inside
   ``<tenant>/<session>``, score the last progress (ms); the sweeper reads every shard.
 - ``<p>:{~workers}:<worker_id>`` (string): a worker's presence record (JSON, see
   :mod:`tether.runs.presence`), rewritten every heartbeat with a PX expiry of a few heartbeats.
+- ``<p>:{~model:<name>}:budget`` (hash: ``tat_req``, ``tat_tok``), ``:inflight`` (zset, member a
+  call's token, score its expiry in ms) and ``:pause`` (string, PX): one model's fleet-wide rate
+  limit (see :mod:`tether.runs.limits`); one slot per model, so one script decides a call.
 - ``<p>:{~workers}`` (zset): the presence index, member worker id, score its last heartbeat
   (ms). One slot for all presence keys: listing workers is one MGET.
 
@@ -74,6 +77,24 @@ _PREFIX_RE = re.compile(r"[A-Za-z0-9_\-.]{1,64}")
 RUN_INDEX_SHARDS = 16
 #: Shards of the active-sessions index (each its own slot on a cluster).
 ACTIVE_SHARDS = 16
+
+
+_MODEL_RE = re.compile(r"[A-Za-z0-9_\-.:/@+]{1,200}")
+
+
+def validate_model_name(name: object) -> str:
+    """``name`` if it can name a model's keys (provider names such as ``meta-llama/Llama-3-8B``
+    or ``azure:gpt-4o@eu`` included; no braces, spaces or control characters).
+
+    Raises:
+        ConfigurationError: the name has other characters, or is empty or over 200 long.
+    """
+    if not isinstance(name, str) or not _MODEL_RE.fullmatch(name):
+        raise ConfigurationError(
+            f"model name {name!r} is not allowed; use 1-200 characters from "
+            "[A-Za-z0-9_-.:/@+] (e.g. 'gpt-4o-mini' or 'meta-llama/Llama-3-8B')"
+        )
+    return name
 
 
 def _glob_escape(text: str) -> str:
@@ -249,6 +270,12 @@ class RedisKeys:
     def active_shards(self) -> list[str]:
         """Every shard of the active-sessions index."""
         return [self.active_shard(n) for n in range(ACTIVE_SHARDS)]
+
+    def model_budget(self, model: str) -> tuple[str, str, str]:
+        """The keys of one model's fleet-wide budget: its GCRA state (hash), its calls in
+        flight (zset) and its pause after a 429 (string), in one slot."""
+        tag = f"{self.prefix}:{{~model:{validate_model_name(model)}}}"
+        return f"{tag}:budget", f"{tag}:inflight", f"{tag}:pause"
 
     def worker(self, worker_id: str) -> str:
         """The presence record of one worker process group (see :mod:`tether.runs.presence`);

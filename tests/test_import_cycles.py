@@ -134,3 +134,15 @@ def test_no_module_is_over_the_size_limit() -> None:
     sizes = {name: len(path.read_text().splitlines()) for name, path in modules().items()}
     over = {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES}
     assert over == {}, f"split these modules (limit {MAX_MODULE_LINES} lines): {over}"
+
+
+def test_every_package_folder_is_installed() -> None:
+    # setuptools installs the packages pyproject.toml lists; a new folder left off the list
+    # imports in a checkout and is missing from the wheel (and from the strict editable install)
+    import tomllib
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    listed = set(config["tool"]["setuptools"]["packages"])
+    folders = {name for name, path in modules().items() if path.name == "__init__.py"}
+    unlisted, stale = sorted(folders - listed), sorted(listed - folders)
+    assert folders == listed, f"add to pyproject: {unlisted}; remove: {stale}"

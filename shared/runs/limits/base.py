@@ -1,0 +1,41 @@
+"""The model-budget seam: admit a model call under its model's fleet-wide limits, settle it with
+the tokens it really used, and pause a model for everyone after a 429.
+
+Members: :class:`~tether.runs.limits.memory.InMemoryModelBudget` (one process) and
+:class:`~tether.runs.limits.redis.RedisModelBudget` (the fleet); both pass
+``tests/test_model_budget_contract.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+from tether.runs.limits.config import ModelLimit
+
+WaitReason = Literal["paused", "concurrency", "requests", "tokens"]
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A budget's answer: admitted, or how long to wait and why."""
+
+    admitted: bool
+    wait_s: float = 0.0
+    reason: WaitReason | None = None
+
+
+@runtime_checkable
+class ModelBudget(Protocol):
+    """Fleet-wide admission of model calls."""
+
+    def admit(self, model: str, limit: ModelLimit, token: str, tokens: int) -> Admission:
+        """Admit one call of ``model`` estimated at ``tokens`` tokens, holding a concurrency
+        slot under ``token`` (unique per call) until :meth:`settle`; or say how long to wait."""
+
+    def settle(self, model: str, limit: ModelLimit, token: str, token_delta: int) -> None:
+        """The call ``token`` ended: free its slot, and charge (or credit) the tokens it used
+        beyond (or under) its estimate."""
+
+    def pause(self, model: str, seconds: float) -> None:
+        """Admit no call of ``model`` for ``seconds`` (a provider's 429 ``Retry-After``)."""
