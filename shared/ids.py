@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import uuid
 
-from tether.errors import InvalidId
+from tether.errors import ConfigurationError, InvalidId
 
 MAX_ID_LENGTH = 128
 _ID_RE = re.compile(r"[A-Za-z0-9_\-.:]{1,128}")
@@ -45,3 +45,21 @@ def validate_tenant(value: object) -> str:
 def new_id(prefix: str) -> str:
     """A fresh random id such as ``s-3f2a...`` (valid under :func:`validate_id`)."""
     return f"{prefix}-{uuid.uuid4().hex}"
+
+
+_MODEL_RE = re.compile(r"[A-Za-z0-9_\-.:/@+]{1,200}")
+
+
+def validate_model_name(name: object) -> str:
+    """``name`` if it can name a model's keys (provider names such as ``meta-llama/Llama-3-8B``
+    or ``azure:gpt-4o@eu`` included; no braces, spaces or control characters).
+
+    Raises:
+        ConfigurationError: the name has other characters, or is empty or over 200 long.
+    """
+    if not isinstance(name, str) or not _MODEL_RE.fullmatch(name):
+        raise ConfigurationError(
+            f"model name {name!r} is not allowed; use 1-200 characters from "
+            "[A-Za-z0-9_-.:/@+] (e.g. 'gpt-4o-mini' or 'meta-llama/Llama-3-8B')"
+        )
+    return name

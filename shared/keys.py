@@ -55,6 +55,7 @@ Namespace-wide keys (each in its own slot, written beside a script, never inside
 - ``<p>:{~model:<name>}:budget`` (hash: ``tat_req``, ``tat_tok``), ``:inflight`` (zset, member a
   call's token, score its expiry in ms) and ``:pause`` (string, PX): one model's fleet-wide rate
   limit (see :mod:`tether.runs.limits`); one slot per model, so one script decides a call.
+- ``<p>:{~waiting}`` (zset): runs waiting for a model's budget now (``tether status``).
 - ``<p>:{~workers}`` (zset): the presence index, member worker id, score its last heartbeat
   (ms). One slot for all presence keys: listing workers is one MGET.
 
@@ -69,7 +70,7 @@ import zlib
 from typing import NamedTuple
 
 from tether.errors import ConfigurationError
-from tether.ids import validate_id, validate_tenant
+from tether.ids import validate_id, validate_model_name, validate_tenant
 
 DEFAULT_PREFIX = "tether"
 _PREFIX_RE = re.compile(r"[A-Za-z0-9_\-.]{1,64}")
@@ -77,24 +78,6 @@ _PREFIX_RE = re.compile(r"[A-Za-z0-9_\-.]{1,64}")
 RUN_INDEX_SHARDS = 16
 #: Shards of the active-sessions index (each its own slot on a cluster).
 ACTIVE_SHARDS = 16
-
-
-_MODEL_RE = re.compile(r"[A-Za-z0-9_\-.:/@+]{1,200}")
-
-
-def validate_model_name(name: object) -> str:
-    """``name`` if it can name a model's keys (provider names such as ``meta-llama/Llama-3-8B``
-    or ``azure:gpt-4o@eu`` included; no braces, spaces or control characters).
-
-    Raises:
-        ConfigurationError: the name has other characters, or is empty or over 200 long.
-    """
-    if not isinstance(name, str) or not _MODEL_RE.fullmatch(name):
-        raise ConfigurationError(
-            f"model name {name!r} is not allowed; use 1-200 characters from "
-            "[A-Za-z0-9_-.:/@+] (e.g. 'gpt-4o-mini' or 'meta-llama/Llama-3-8B')"
-        )
-    return name
 
 
 def _glob_escape(text: str) -> str:
@@ -276,6 +259,12 @@ class RedisKeys:
         flight (zset) and its pause after a 429 (string), in one slot."""
         tag = f"{self.prefix}:{{~model:{validate_model_name(model)}}}"
         return f"{tag}:budget", f"{tag}:inflight", f"{tag}:pause"
+
+    def waiting(self) -> str:
+        """The runs waiting for something (a model's budget) now: a zset, member
+        ``<tenant>/<session>/<run_id>``, score when it began to wait (ms); what each waits for
+        is its record's ``waiting`` field."""
+        return f"{self.prefix}:{{~waiting}}"
 
     def worker(self, worker_id: str) -> str:
         """The presence record of one worker process group (see :mod:`tether.runs.presence`);

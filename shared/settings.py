@@ -23,7 +23,7 @@ import difflib
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import pydantic
 from dotenv import dotenv_values
@@ -39,6 +39,9 @@ from pydantic_settings import (
 from pydantic_settings.exceptions import SettingsError as SourceError
 
 from tether.errors import ConfigurationError, InvalidId, SettingsError
+
+if TYPE_CHECKING:
+    from tether.models.limits import ModelLimits
 from tether.settings_checks import (
     BROKER_SCHEMES,
     check_http_url,
@@ -176,6 +179,13 @@ class Settings(BaseSettings):
     openai_model: str = Field(
         default="gpt-4o-mini", min_length=1, description="Model name for the openai agent."
     )
+    model_limits: str = Field(
+        default="",
+        description=(
+            "Fleet-wide model limits: JSON (or @path to a JSON file) from model name to "
+            '{"requests_per_minute", "tokens_per_minute", "concurrent_requests"}.'
+        ),
+    )
     metrics_port: int | None = Field(
         default=None,
         ge=0,
@@ -219,6 +229,23 @@ class Settings(BaseSettings):
     @classmethod
     def _http(cls, value: str | None) -> str | None:
         return value if value is None else _checked(value, check_http_url(value))
+
+    @pydantic.field_validator("model_limits")
+    @classmethod
+    def _model_limits(cls, value: str) -> str:
+        from tether.models.limits import ModelLimits
+
+        try:
+            ModelLimits.parse(value, where="")
+        except ConfigurationError as exc:
+            raise _invalid_value(str(exc)) from None
+        return value
+
+    def limits(self) -> ModelLimits:
+        """The parsed ``TETHER_MODEL_LIMITS`` (validated when the settings were read)."""
+        from tether.models.limits import ModelLimits
+
+        return ModelLimits.parse(self.model_limits)
 
     @pydantic.field_validator("queue")
     @classmethod

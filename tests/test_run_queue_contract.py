@@ -1116,3 +1116,26 @@ def test_failures_before_commit_are_counted(case: Case) -> None:
     unknown = req()  # never submitted: nothing is created
     runs.note_failure(unknown.ref, "x", before_commit=True)
     assert runs.get(unknown.ref) is None
+
+
+# --- waiting for a model's budget -----------------------------------------------------------------
+
+
+def test_a_waiting_run_shows_in_its_record_and_the_index_until_it_stops(case: Case) -> None:
+    runs = case.runs
+    first, second = req(), req(session="s-2")
+    queued(runs, first)
+    queued(runs, second)
+    assert runs.waiting_runs() == []
+    runs.note_waiting(first.ref, "model budget")
+    runs.note_waiting(second.ref, "model budget")
+    assert runs.waiting_runs() == [(first.ref, "model budget"), (second.ref, "model budget")]
+    view = runs.get(first.ref)
+    assert view is not None and view.waiting == "model budget"
+    runs.note_waiting(first.ref, None)
+    assert runs.waiting_runs() == [(second.ref, "model budget")]
+    view = runs.get(first.ref)
+    assert view is not None and view.waiting is None
+    runs.note_waiting(second.ref, None)
+    runs.note_waiting(second.ref, None)  # idempotent
+    assert runs.waiting_runs() == []

@@ -84,6 +84,19 @@ def attempt_aborted(exc: BaseException) -> None:
         COMMIT_CONFLICTS.labels(error=type(exc).__name__).inc()
 
 
+MODEL_BUDGET_WAITS = Counter(
+    "tether_model_budget_waits",
+    "Model calls that had to wait for their model's fleet-wide budget, by why.",
+    ["reason"],
+)
+
+
+def model_budget_wait(reason: str) -> None:
+    """A model call began to wait for its budget (``paused``, ``concurrency``, ``requests``,
+    ``tokens``)."""
+    MODEL_BUDGET_WAITS.labels(reason=reason).inc()
+
+
 def lease_granted(takeover: bool) -> None:
     """Count a lease taken over from an expired holder."""
     if takeover:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from importlib.metadata import entry_points
 
 from tether.errors import ConfigurationError, UnknownAgent
+from tether.models.base import ModelClient
 from tether.runtime.agent import Agent
 from tether.runtime.demo_agents import DEMO_AGENTS
 
@@ -27,6 +28,7 @@ class AgentRegistry:
         self._factories: dict[str, AgentFactory] = dict(factories or {})
         self._built: dict[str, Agent] = {}
         self._lock = threading.Lock()
+        self._wrap: Callable[[ModelClient], ModelClient] | None = None
 
     @classmethod
     def default(
@@ -64,6 +66,13 @@ class AgentRegistry:
         for name, factory in agents.items():
             self.register(name, factory)
 
+    def wrap_models(self, wrap: Callable[[ModelClient], ModelClient]) -> None:
+        """Put every agent's model behind ``wrap`` (a worker's fleet-wide model limits), for
+        the agents built from now on."""
+        with self._lock:
+            self._wrap = wrap
+            self._built.clear()
+
     def names(self) -> list[str]:
         """Registered names, sorted."""
         return sorted(self._factories)
@@ -86,5 +95,7 @@ class AgentRegistry:
                     "Register it with TETHER_AGENT_MODULES or the 'tether.agents' entry point"
                 )
             agent = factory()
+            if self._wrap is not None:
+                agent.model = self._wrap(agent.model)
             self._built[name] = agent
             return agent

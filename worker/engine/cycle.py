@@ -39,6 +39,7 @@ from tether.errors import (
 from tether.observability import metrics
 from tether.observability.tracing import run_span, span
 from tether.runs.contract import RunRef, RunRequest, RunResult
+from tether.runs.limits.gate import budget_waits
 from tether.runs.queue.base import IdleRelease, RunView, SubmitOutcome
 from tether.runtime.agent import Agent
 from tether.runtime.session import AgentSession
@@ -57,6 +58,7 @@ from tether.worker.engine.records import (
 from tether.worker.engine.resume import ASK, Checkpointer, resume_point
 from tether.worker.engine.services import EngineServices
 from tether.worker.engine.stops import RunStops
+from tether.worker.engine.waits import WaitNotice
 
 log = logging.getLogger(__name__)
 
@@ -311,6 +313,8 @@ def _execute(d: DrainState, session: AgentSession, request: RunRequest, agent: A
     stops = RunStops(d, request, checkpointer, asked=begun_by_claim and resumed is None)
     timeout_s = min(request.timeout_s or d.rt.settings.max_run_s, d.rt.settings.max_run_s)
     d.rt.guard.watch(d.lease, request.run_id, time.time() + timeout_s)
+    notice = WaitNotice(d.rt.runs, request.ref)
+    listening = budget_waits.set(notice)
     try:
         if request.resolutions and resumed is None:  # a resumed run settled them before
             session.resolve(request.resolutions, run_id=request.run_id)
@@ -339,6 +343,9 @@ def _execute(d: DrainState, session: AgentSession, request: RunRequest, agent: A
         raise
     except Exception as exc:  # the agent failed: record it once, never retry
         record = rolled_back_record(session, request, before, first_seq, RunStatus.FAILED, exc)
+    finally:
+        budget_waits.reset(listening)
+        notice.done()
     record = record.model_copy(update={"last_seq": session.last_seq, "finished_at_ms": now_ms()})
     record = redacted(record, agent)
     session.record_applied(record, keep=MAX_APPLIED_RECORDS)

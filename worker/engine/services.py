@@ -26,6 +26,8 @@ from tether.persistence.streams.base import EventStream
 from tether.persistence.streams.redis import RedisEventStream
 from tether.runs.leases.base import LeaseManager
 from tether.runs.leases.redis import RedisLeaseManager
+from tether.runs.limits.gate import BudgetedModel
+from tether.runs.limits.redis import RedisModelBudget
 from tether.runs.queue.base import RunQueue
 from tether.runs.queue.redis import RedisRunQueue
 from tether.runtime.registry import AgentRegistry
@@ -105,6 +107,11 @@ def build_services(
             max_bytes=settings.head_cache_max_bytes,
         )
         store.head_cache = head_cache
+    registry = AgentRegistry.default(settings.agent_modules)
+    limits = settings.limits()
+    if limits.root:  # only then does a model call cost a round trip (to its budget)
+        budget = RedisModelBudget(client, keys)
+        registry.wrap_models(lambda model: BudgetedModel(model, budget, limits))
     return EngineServices(
         settings=settings,
         runs=runs,
@@ -118,7 +125,7 @@ def build_services(
         ),
         leases=RedisLeaseManager(client, keys=keys),
         checkpoints=RedisCheckpointStore(client, keys, ttl_s=settings.result_ttl_s),
-        registry=AgentRegistry.default(settings.agent_modules),
+        registry=registry,
         worker_id=default_worker_id(),
         archive_hint=RedisArchiveHint(client, keys, ttl_s=settings.result_ttl_s),
         wake=wake,

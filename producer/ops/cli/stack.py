@@ -151,6 +151,8 @@ class Status:
     workers: list[WorkerPresence] = field(default_factory=list)
     queue_depth: dict[str, int] = field(default_factory=dict)
     running: list[str] = field(default_factory=list)
+    waiting: list[dict[str, str]] = field(default_factory=list)
+    """Runs waiting now, and for what (``"model budget"``)."""
     active_sessions: int = 0
     error: str | None = None
 
@@ -169,6 +171,7 @@ class Status:
             "workers": [w.model_dump(mode="json") for w in self.workers],
             "queue_depth": self.queue_depth,
             "running": self.running,
+            "waiting": self.waiting,
             "active_sessions": self.active_sessions,
             "error": self.error,
             "healthy": self.healthy,
@@ -197,6 +200,13 @@ def collect_status(project: Path, settings: Settings) -> Status:
         if settings.broker_url == settings.effective_redis_url:
             info.queue_depth = queue_depth(client, settings.namespace, queues)
         info.running = sorted({r for w in info.workers for r in w.current_runs})
+        from tether.runs.queue.redis import RedisRunQueue  # here: `tether --help` stays light
+
+        runs = RedisRunQueue(client, keys, result_ttl_s=settings.result_ttl_s)
+        info.waiting = [
+            {"tenant": ref.tenant, "session_id": ref.session_id, "run_id": ref.run_id, "for": what}
+            for ref, what in runs.waiting_runs()
+        ]
         with translate_errors(mask_url(settings.effective_redis_url)):
             info.active_sessions = active_count(client, keys)
     except TetherError as exc:
@@ -250,6 +260,11 @@ def _print_status(console: Console, info: Status, project: Path) -> None:
     console.print(
         f"runs in flight: {len(info.running)} running; active sessions: {info.active_sessions}"
     )
+    for run in info.waiting:
+        console.print(
+            f"  {escape(run['run_id'])} ({escape(run['tenant'])}/{escape(run['session_id'])}): "
+            f"waiting for {escape(run['for'])}"
+        )
 
 
 def _print_services(console: Console, state: StackState, project: Path) -> None:

@@ -47,6 +47,8 @@ class RunRow:
     error: str | None
     cancel_requested: bool
     output: str | None = None
+    waiting: str | None = None
+    """What the running run waits for now (``"model budget"``)."""
 
     @property
     def finished(self) -> bool:
@@ -75,6 +77,7 @@ def _row(view: RunView, attempts: int, cancel_requested: bool, worker: str | Non
         error=error,
         cancel_requested=cancel_requested and result is None,
         output=result.output if result is not None else None,
+        waiting=view.waiting if result is None else None,
     )
 
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from tether.errors import ModelError
 from tether.models.base import DeltaSink, ModelClient, ModelRequest, ModelResponse
+from tether.models.limits import ModelLimits
 from tether.runs.limits.base import ModelBudget, WaitReason
-from tether.runs.limits.config import ModelLimits
 
 #: A 429 without ``Retry-After`` pauses the model this long.
 DEFAULT_PAUSE_S = 1.0

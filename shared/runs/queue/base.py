@@ -105,6 +105,8 @@ class RunView:
     queue: str | None = None
     failed_before_commit: int = 0
     """Attempts that failed before they could write anything (the head was unreadable)."""
+    waiting: str | None = None
+    """What the running run waits for now (``"model budget"``), else None."""
 
     @property
     def ref(self) -> RunRef:
@@ -191,6 +193,13 @@ class SessionQueue(Protocol):
         ``expect_idle``: a hint that the queue holds only this run (a backend may then do the
         session's exit from the active index in the same round trip); never changes the result.
         """
+
+    def note_waiting(self, ref: RunRef, what: str | None) -> None:
+        """Show that the running run waits for ``what`` (e.g. ``"model budget"``), or no longer
+        (None), in its record and in the namespace's index of waiting runs."""
+
+    def waiting_runs(self) -> list[tuple[RunRef, str]]:
+        """The runs that wait now, and for what (oldest first)."""
 
     def drop(self, tenant: str, session_id: str, run_id: str) -> None:
         """Remove a run id from the session queue (an orphan without a record)."""

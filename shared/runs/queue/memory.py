@@ -44,6 +44,7 @@ class _State:
     kicks: dict[_Session, int] = field(default_factory=dict)
     done: dict[str | None, list[tuple[int, RunRef]]] = field(default_factory=dict)
     next_done: int = 1
+    waiting: dict[RunRef, str] = field(default_factory=dict)
 
 
 class InMemoryRunQueue:
@@ -220,6 +221,22 @@ class InMemoryRunQueue:
             if head is not None:
                 return head, None
             return None, self.release_if_idle(lease)
+
+    def note_waiting(self, ref: RunRef, what: str | None) -> None:
+        """Show what the running run waits for (None: nothing)."""
+        ref = _ref(ref)
+        with self._lock:
+            view = self._state.runs.get(ref)
+            if view is not None:
+                self._state.runs[ref] = replace(view, waiting=what)
+            self._state.waiting.pop(ref, None)
+            if what is not None:
+                self._state.waiting[ref] = what
+
+    def waiting_runs(self) -> list[tuple[RunRef, str]]:
+        """The runs that wait now (in the order they began to wait)."""
+        with self._lock:
+            return list(self._state.waiting.items())
 
     def drop(self, tenant: str, session_id: str, run_id: str) -> None:
         """Remove a run id from the session queue."""

@@ -79,6 +79,7 @@ def run_view(run_id: str, raw: dict[bytes, bytes]) -> RunView | None:
         retry_at_ms=int(fields.get("retry_at_ms", 0)),
         failed_before_commit=int(fields.get("failed_before_commit", 0)),
         queue=fields.get("queue") or None,
+        waiting=fields.get("waiting") or None,
     )
 
 

@@ -165,6 +165,32 @@ class RedisSessionQueue(RedisQueuePart):
             replies = run_pipeline(self.client, [script], fill)
         return replies[0], int(replies[2]) if leave_active else None
 
+    def note_waiting(self, ref: RunRef, what: str | None) -> None:
+        """Show what the running run waits for in its record and the namespace's index (only
+        while it waits: a run that never waits costs nothing here)."""
+        k = self.keys
+        member = "/".join(ref)
+        with translate_errors(self._where):
+            pipe = self.client.pipeline(transaction=False)
+            if what is None:
+                pipe.hdel(k.run(*ref), "waiting")
+                pipe.zrem(k.waiting(), member)
+            else:
+                pipe.hset(k.run(*ref), "waiting", what)
+                pipe.zadd(k.waiting(), {member: now_ms()}, nx=True)
+            pipe.execute()
+
+    def waiting_runs(self) -> list[tuple[RunRef, str]]:
+        """The runs that wait now, oldest first (at most 1,000)."""
+        with translate_errors(self._where):
+            members = [text(m) for m in self.client.zrange(self.keys.waiting(), 0, 999)]
+            refs = [RunRef(*m.split("/", 2)) for m in members]
+            pipe = self.client.pipeline(transaction=False)
+            for ref in refs:
+                pipe.hget(self.keys.run(*ref), "waiting")
+            found = pipe.execute()
+        return [(ref, text(what)) for ref, what in zip(refs, found, strict=True) if what]
+
     def drop(self, tenant: str, session_id: str, run_id: str) -> None:
         """Remove a run id from the session queue (an orphan without a record)."""
         with translate_errors(self._where):

@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError, field_validator
 
 from tether.errors import ConfigurationError
-from tether.keys import validate_model_name
+from tether.ids import validate_model_name
 
 #: The variable the limits come from, for messages.
 VARIABLE = "TETHER_MODEL_LIMITS"
@@ -68,34 +68,39 @@ class ModelLimits(RootModel[dict[str, ModelLimit]]):
         return found if found is not None and found.limited else None
 
     @classmethod
-    def parse(cls, text: str | None) -> ModelLimits:
+    def parse(cls, text: str | None, *, where: str = VARIABLE) -> ModelLimits:
         """Read the setting: JSON, ``@path`` to a JSON file, or empty (no limits).
 
+        Args:
+            text: the setting's value.
+            where: what to call it in messages ("": the settings' own errors name the variable).
+
         Raises:
-            ConfigurationError: one line naming :data:`VARIABLE` and what is wrong.
+            ConfigurationError: one line naming ``where`` and what is wrong.
         """
         if text is None or not text.strip():
             return cls({})
         raw = text.strip()
-        where = VARIABLE
         if raw.startswith("@"):
             path = Path(raw[1:]).expanduser()
-            where = f"{VARIABLE} file {str(path)!r}"
+            where = f"{where} file {str(path)!r}".strip()
             try:
                 raw = path.read_text()
             except OSError as exc:
-                raise ConfigurationError(f"{where} cannot be read: {exc.strerror}") from None
+                raise ConfigurationError(_said(where, f"cannot be read: {exc.strerror}")) from None
         try:
             return cls.model_validate(json.loads(raw))
         except json.JSONDecodeError as exc:
-            raise ConfigurationError(
-                f"{where} is not JSON ({exc.msg} at line {exc.lineno}); use e.g. "
-                '{"gpt-4o-mini": {"requests_per_minute": 300}}'
-            ) from None
+            example = '{"gpt-4o-mini": {"requests_per_minute": 300}}'
+            problem = f"is not JSON ({exc.msg} at line {exc.lineno}); use e.g. {example}"
+            raise ConfigurationError(_said(where, problem)) from None
         except ValidationError as exc:
             first = exc.errors()[0]
-            at = ".".join(str(p) for p in first["loc"])
-            message = f"{where} is invalid at {at or 'top'}: {first['msg']}"
-            raise ConfigurationError(message) from None
+            at = ".".join(str(p) for p in first["loc"]) or "top"
+            raise ConfigurationError(_said(where, f"is invalid at {at}: {first['msg']}")) from None
         except ConfigurationError as exc:
-            raise ConfigurationError(f"{where}: {exc}") from None
+            raise ConfigurationError(_said(where, str(exc))) from None
+
+
+def _said(where: str, problem: str) -> str:
+    return f"{where} {problem}" if where else problem
