@@ -22,10 +22,9 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import AsyncIterator, Iterable
-from typing import Any
+from typing import Any, Unpack
 
 from celery import Celery
-from pydantic import JsonValue
 
 from tether.core.events import AgentEvent
 from tether.core.results import Resolution
@@ -41,6 +40,7 @@ from tether.producer.listener import AsyncCompletionListener
 from tether.producer.publish import BackgroundPublisher, build_celery_app
 from tether.producer.submission import RunSpec, Submitted
 from tether.runs.contract import RunRef, RunRequest, RunResult
+from tether.runs.options import RunOptionsKwargs
 from tether.runs.queue.base import CancelOutcome
 from tether.settings import Settings, load_settings
 
@@ -196,31 +196,10 @@ class AsyncProducer:
         return [self._handle_for(s) for s in answer]
 
     async def run_async(
-        self,
-        session_id: str,
-        input: str | None,
-        *,
-        agent: str,
-        tenant: str | None = None,
-        request_id: str | None = None,
-        metadata: dict[str, JsonValue] | None = None,
-        timeout_s: float | None = None,
-        on_busy: str = "enqueue",
-        durability: str | None = None,
+        self, session_id: str, input: str | None, **options: Unpack[RunOptionsKwargs]
     ) -> AsyncRunHandle:
         """Enqueue a run; returns its handle once it is queued (see ``Producer.run_async``)."""
-        spec = submission.run_spec(
-            session_id,
-            input,
-            agent=agent,
-            tenant=tenant,
-            request_id=request_id,
-            metadata=metadata,
-            timeout_s=timeout_s,
-            on_busy=on_busy,
-            durability=durability,
-        )
-        return (await self.submit_many([spec]))[0]
+        return (await self.submit_many([submission.run_spec(session_id, input, **options)]))[0]
 
     submit = run_async
 
@@ -229,27 +208,11 @@ class AsyncProducer:
         session_id: str,
         input: str | None,
         *,
-        agent: str,
-        tenant: str | None = None,
-        request_id: str | None = None,
-        metadata: dict[str, JsonValue] | None = None,
-        timeout_s: float | None = None,
-        on_busy: str = "enqueue",
         wait_s: float | None = None,
-        durability: str | None = None,
+        **options: Unpack[RunOptionsKwargs],
     ) -> RunResult:
         """Enqueue a run and wait for its result (see :meth:`AsyncRunHandle.result`)."""
-        handle = await self.run_async(
-            session_id,
-            input,
-            agent=agent,
-            tenant=tenant,
-            request_id=request_id,
-            metadata=metadata,
-            timeout_s=timeout_s,
-            on_busy=on_busy,
-            durability=durability,
-        )
+        handle = await self.run_async(session_id, input, **options)
         return await handle.result(timeout=wait_s)
 
     # --- human in the loop ---------------------------------------------------------------------
@@ -258,15 +221,10 @@ class AsyncProducer:
         self,
         session_id: str,
         resolutions: Iterable[Resolution],
-        *,
-        agent: str,
-        tenant: str | None = None,
-        request_id: str | None = None,
+        **options: Unpack[RunOptionsKwargs],
     ) -> AsyncRunHandle:
         """Continue the session's ``WAITING`` run (see ``Producer.resolve``)."""
-        spec = submission.resolution_spec(
-            session_id, resolutions, agent=agent, tenant=tenant, request_id=request_id
-        )
+        spec = submission.resolution_spec(session_id, resolutions, **options)
         return (await self.submit_many([spec]))[0]
 
     async def approve(

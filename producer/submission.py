@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import concurrent.futures
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
-
-from pydantic import JsonValue
+from dataclasses import dataclass
+from typing import Any, Unpack
 
 from tether.core.results import Resolution, RunStatus
 from tether.errors import RunNotFound, SessionBusy
@@ -29,63 +27,58 @@ from tether.runs.contract import (
     describe_request,
     parse_request,
 )
+from tether.runs.options import RunExtras, RunOptionsKwargs, check_options
 from tether.runs.queue.base import RunView, StopMode, SubmitOutcome, SubmitState
 from tether.runtime.redaction import DEFAULT_REDACTOR
 from tether.settings import Settings
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class RunSpec:
-    """One request for :meth:`Producer.submit_many` (and :meth:`AsyncProducer.submit_many`)."""
+    """One run for :meth:`Producer.submit_many` (and :meth:`AsyncProducer.submit_many`):
+    ``RunSpec("s-1", "hi", "echo", timeout_s=5)`` takes the options of ``run_async``
+    (:class:`~tether.runs.options.RunOptions`), kept as given: :func:`build_request` validates
+    them with the request they make."""
 
     session_id: str
     input: str | None
-    agent: str
-    tenant: str | None = None
-    request_id: str | None = None
-    metadata: dict[str, JsonValue] = field(default_factory=dict)
-    timeout_s: float | None = None
-    on_busy: str = "enqueue"
-    durability: str | None = None
+    options: RunOptionsKwargs
+    """The run's options, its agent included."""
     resolutions: tuple[Resolution, ...] = ()
+    """The pending calls a continuation settles (:func:`resolution_spec`)."""
+
+    def __init__(
+        self,
+        session_id: str,
+        input: str | None,
+        agent: str,
+        *,
+        resolutions: Iterable[Resolution] = (),
+        **options: Unpack[RunExtras],
+    ) -> None:
+        check_options(dict(options), "RunSpec()")
+        object.__setattr__(self, "session_id", session_id)
+        object.__setattr__(self, "input", input)
+        object.__setattr__(self, "options", RunOptionsKwargs(agent=agent, **options))
+        object.__setattr__(self, "resolutions", tuple(resolutions))
 
 
 def run_spec(
-    session_id: str,
-    input: str | None,
-    *,
-    agent: str,
-    tenant: str | None = None,
-    request_id: str | None = None,
-    metadata: dict[str, JsonValue] | None = None,
-    timeout_s: float | None = None,
-    on_busy: str = "enqueue",
-    durability: str | None = None,
+    session_id: str, input: str | None, **options: Unpack[RunOptionsKwargs]
 ) -> RunSpec:
-    """The spec of ``run_async``'s arguments (validated later, by :func:`build_request`)."""
-    return RunSpec(
-        session_id,
-        input,
-        agent,
-        tenant,
-        request_id,
-        {} if metadata is None else metadata,  # validated, never coerced (dict("ab") fails)
-        timeout_s,
-        on_busy,
-        durability,
-    )
+    """The spec of ``run_async``'s arguments (validated later, by :func:`build_request`).
+
+    Raises:
+        TypeError: a keyword that is no run option.
+    """
+    return RunSpec(session_id, input, **options)
 
 
 def resolution_spec(
-    session_id: str,
-    resolutions: Iterable[Resolution],
-    *,
-    agent: str,
-    tenant: str | None = None,
-    request_id: str | None = None,
+    session_id: str, resolutions: Iterable[Resolution], **options: Unpack[RunOptionsKwargs]
 ) -> RunSpec:
     """The spec of a continuation that settles a ``WAITING`` run's pending calls."""
-    return RunSpec(session_id, None, agent, tenant, request_id, resolutions=tuple(resolutions))
+    return RunSpec(session_id, None, resolutions=resolutions, **options)
 
 
 def approval(call_id: str) -> Resolution:
@@ -116,18 +109,21 @@ def build_request(settings: Settings, spec: RunSpec, reply_to: str | None = None
         InvalidInput: a malformed id, oversized input, or bad option.
     """
     run_id = new_id("run")
+    options = spec.options
+    tenant, request_id, metadata = (
+        options.get("tenant"),
+        options.get("request_id"),
+        options.get("metadata"),
+    )
     doc = {
+        **options,  # validated, never coerced: RunRequest checks each option (dict("ab") fails)
         "run_id": run_id,
-        "request_id": run_id if spec.request_id is None else spec.request_id,
-        "tenant": settings.tenant if spec.tenant is None else spec.tenant,
+        "request_id": run_id if request_id is None else request_id,
+        "tenant": settings.tenant if tenant is None else tenant,
         "session_id": spec.session_id,
-        "agent": spec.agent,
         # a secret pasted into an input never reaches the run record, the broker or the log
         "input": _redacted(spec.input) if settings.redact_inputs else spec.input,
-        "metadata": spec.metadata,
-        "timeout_s": spec.timeout_s,
-        "on_busy": spec.on_busy,
-        "durability": spec.durability,
+        "metadata": {} if metadata is None else metadata,
         "resolutions": [r.model_dump() for r in spec.resolutions],
         "trace": current_trace_context(),  # the worker's spans continue this trace
         "reply_to": reply_to,

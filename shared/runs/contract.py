@@ -15,18 +15,23 @@ Schema versions (field ``v``):
 
 from __future__ import annotations
 
-import json
-from enum import StrEnum
 from typing import Any, Literal, NamedTuple
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import Field
 
 from tether.core.events import now_ms
 from tether.core.results import Resolution, RunOutcome, RunStatus
 from tether.errors import InputTooLarge, InvalidInput, TetherError, error_from_record
-from tether.ids import validate_id, validate_tenant
+from tether.ids import validate_id
 from tether.keys import RedisKeys
+from tether.runs.options import (
+    MAX_METADATA_BYTES,
+    BusyPolicy,
+    RunOptions,
+    check_json_tree,
+    check_text,
+)
 
 #: The Celery task that carries one :class:`RunRequest` (its only keyword argument: ``request``).
 RUN_TASK = "tether.run"
@@ -48,10 +53,6 @@ class RunRef(NamedTuple):
     run_id: str
 
 
-MAX_METADATA_BYTES = 16_384
-#: Deeper metadata is refused: stored in the session head, it must stay serialisable and
-#: readable with room to spare (pydantic stops at about 250 levels).
-MAX_METADATA_DEPTH = 32
 #: A trace context is a few short W3C headers; anything bigger is refused.
 MAX_TRACE_HEADERS = 8
 MAX_TRACE_BYTES = 4096
@@ -68,39 +69,17 @@ TERMINAL_STATUSES = frozenset(
 )
 
 
-class BusyPolicy(StrEnum):
-    """What to do when the session is already running or has queued runs (LangGraph's
-    multitask strategies)."""
-
-    ENQUEUE = "enqueue"
-    """Queue behind the runs before it (FIFO)."""
-    REJECT = "reject"
-    """Refuse the run (``SessionBusy``) when the session has queued or running runs."""
-    INTERRUPT = "interrupt"
-    """Queue it, and stop the running run at its next step boundary: it ends ``INTERRUPTED``
-    with the steps it finished kept in memory."""
-    ROLLBACK = "rollback"
-    """Queue it, and stop the running run at its next step boundary: it ends ``CANCELLED``
-    and nothing of it stays in memory."""
-
-
-class RunRequest(BaseModel):
-    """One request to run an agent on a session."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
+class RunRequest(RunOptions):
+    """One request to run an agent on a session: the run's :class:`RunOptions` (their fields
+    and validation come from there), with the ids, the input and what the producer adds."""
 
     v: Literal[1] = 1
     run_id: str
     request_id: str
+    """Idempotency key (the producer makes it the run id when none is given)."""
     tenant: str = "default"
     session_id: str
-    agent: str = Field(min_length=1, max_length=128)
     input: str | None
-    metadata: dict[str, JsonValue] = Field(default_factory=dict)
-    timeout_s: float | None = Field(default=None, gt=0, le=86_400, strict=True)
-    on_busy: BusyPolicy = BusyPolicy.ENQUEUE
-    durability: Literal["run", "step"] | None = None
-    """Override the agent's ``AgentOptions.durability`` for this run (None: the agent's)."""
     resolutions: tuple[Resolution, ...] = Field(default=(), max_length=64)
     """Settle pending calls of the session's ``WAITING`` run first, then go on (input None)."""
     submitted_at_ms: int = Field(default_factory=now_ms, ge=0, le=2**53, strict=True)
@@ -137,7 +116,7 @@ class RunRequest(BaseModel):
         """Where this run lives."""
         return RunRef(self.tenant, self.session_id, self.run_id)
 
-    @pydantic.field_validator("run_id", "request_id", "session_id")
+    @pydantic.field_validator("run_id", "session_id")
     @classmethod
     def _ids(cls, value: str, info: pydantic.ValidationInfo) -> str:
         return validate_id(value, kind=(info.field_name or "id").replace("_", " "))
@@ -147,28 +126,11 @@ class RunRequest(BaseModel):
     def _reply_to(cls, value: str | None) -> str | None:
         return None if value is None else validate_id(value, kind="producer id")
 
-    @pydantic.field_validator("tenant")
+    @pydantic.field_validator("input")
     @classmethod
-    def _tenant(cls, value: str) -> str:
-        return validate_tenant(value)
-
-    @pydantic.field_validator("input", "agent")
-    @classmethod
-    def _text(cls, value: str | None, info: pydantic.ValidationInfo) -> str | None:
+    def _input(cls, value: str | None) -> str | None:
         if value is not None:
-            check_text(value, info.field_name or "text")
-        return value
-
-    @pydantic.field_validator("metadata")
-    @classmethod
-    def _metadata_size(cls, value: dict[str, JsonValue]) -> dict[str, JsonValue]:
-        check_json_tree(value, "metadata")
-        try:
-            size = len(json.dumps(value, allow_nan=False))
-        except ValueError as exc:  # NaN or infinity: JSON has no such numbers
-            raise ValueError(f"metadata holds a number JSON cannot represent ({exc})") from exc
-        if size > MAX_METADATA_BYTES:
-            raise ValueError(f"metadata is larger than {MAX_METADATA_BYTES} bytes of JSON")
+            check_text(value, "input")
         return value
 
     @pydantic.model_validator(mode="after")
@@ -227,40 +189,6 @@ def _where(loc: tuple[int | str, ...]) -> str:
     return ".".join(p[:40] for p in parts) or "request"
 
 
-def check_text(value: str, what: str) -> None:
-    """Refuse text that is not encodable as UTF-8 (lone surrogates from a JSON ``\\ud800``).
-
-    Raises:
-        ValueError: naming ``what`` and the position.
-    """
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(
-            f"{what} is not valid Unicode text (lone surrogate at position {exc.start}); "
-            "send UTF-8 text"
-        ) from None
-
-
-def check_json_tree(value: Any, what: str, depth: int = 0) -> None:
-    """Refuse JSON values nested deeper than :data:`MAX_METADATA_DEPTH` or with invalid text.
-
-    Raises:
-        ValueError: naming ``what``.
-    """
-    if depth > MAX_METADATA_DEPTH:
-        raise ValueError(f"{what} is nested deeper than {MAX_METADATA_DEPTH} levels")
-    if isinstance(value, str):
-        check_text(value, what)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            check_text(str(key), f"{what} key")
-            check_json_tree(item, what, depth + 1)
-    elif isinstance(value, list):
-        for item in value:
-            check_json_tree(item, what, depth + 1)
-
-
 class RunResult(RunOutcome):
     """The recorded outcome of a distributed run."""
 
@@ -313,9 +241,11 @@ class RunResult(RunOutcome):
 __all__ = [
     "DEFAULT_QUEUE",
     "DRAIN_TASK",
+    "MAX_METADATA_BYTES",
     "RUN_TASK",
     "BusyPolicy",
     "RedisKeys",
+    "RunOptions",
     "RunRef",
     "RunRequest",
     "RunResult",
