@@ -39,7 +39,7 @@ from tether.producer.aio_queue import AsyncEventTail, AsyncRunQueue, async_redis
 from tether.producer.listener import AsyncCompletionListener
 from tether.producer.publish import BackgroundPublisher, build_celery_app
 from tether.producer.submission import RunSpec, Submitted
-from tether.runs.contract import RunRef, RunRequest, RunResult
+from tether.runs.contract import RunRef, RunResult, WireRequest
 from tether.runs.options import RunOptionsKwargs
 from tether.runs.queue.base import CancelOutcome
 from tether.settings import Settings, load_settings
@@ -129,15 +129,10 @@ class AsyncProducer:
     async def _flush(self, calls: list[list[RunSpec]]) -> list[list[Submitted] | Exception]:
         """Build the requests of concurrent ``submit_many`` calls, then submit the valid ones
         together; per call, its submissions or why it was refused (nothing of it is queued)."""
-        built: list[list[RunRequest] | Exception] = []
+        built: list[list[WireRequest] | Exception] = []
         for n, specs in enumerate(calls, start=1):
             try:
-                built.append(
-                    [
-                        submission.build_request(self.settings, spec, self.producer_id)
-                        for spec in specs
-                    ]
-                )
+                built.append(submission.build_requests(self.settings, specs, self.producer_id))
             except Exception as exc:  # this call's own error; the others go on
                 built.append(exc)
             if n % BUILD_CHUNK == 0:
@@ -154,7 +149,7 @@ class AsyncProducer:
                 start += len(requests)
         return answers
 
-    async def _submit_requests(self, requests: list[RunRequest]) -> list[Submitted]:
+    async def _submit_requests(self, requests: list[WireRequest]) -> list[Submitted]:
         """Submit, preempt, publish, record refusals: what ``Producer.submit_many`` does."""
         outcomes = await self.runs.submit_many(requests, queue=self.settings.queue)
         submitted = submission.plan_submission(requests, outcomes)
@@ -164,7 +159,7 @@ class AsyncProducer:
                 r = item.request
                 await self.runs.preempt(r.tenant, r.session_id, item.run_id, mode)
         await self._publisher.publish(
-            [submission.run_message(s.request, self.settings.queue) for s in submitted if s.queued]
+            [submission.run_message(s.wire, self.settings.queue) for s in submitted if s.queued]
         )
         for item in submitted:
             if item.rejection is not None:

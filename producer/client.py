@@ -30,7 +30,7 @@ from tether.producer.handle import RunHandle
 from tether.producer.listener import CompletionListener
 from tether.producer.publish import build_celery_app, publish_runs
 from tether.producer.submission import RunSpec, Submitted
-from tether.runs.contract import BusyPolicy, RunRef, RunResult
+from tether.runs.contract import BusyPolicy, RunRef, RunResult, WireRequest
 from tether.runs.options import RunOptionsKwargs
 from tether.runs.queue.base import CancelOutcome, RunView
 from tether.runs.queue.redis import RedisRunQueue
@@ -205,10 +205,12 @@ class Producer:
 
     @traced("tether.submit")
     def submit_many(self, specs: Iterable[RunSpec]) -> list[RunHandle]:
-        """Enqueue many runs with one Redis round trip and one broker connection."""
-        requests = [
-            submission.build_request(self.settings, spec, self.producer_id) for spec in specs
-        ]
+        """Enqueue many runs with one Redis round trip and one broker connection.
+
+        Each request is validated once and serialized once: the run record and the run message
+        carry the same JSON text.
+        """
+        requests = submission.build_requests(self.settings, specs, self.producer_id)
         if not requests:
             return []
         queued_after = time.monotonic()
@@ -220,7 +222,7 @@ class Producer:
                 self.runs.preempt(item.request.tenant, item.request.session_id, item.run_id, mode)
         publish_runs(
             self.celery,
-            [submission.run_message(s.request, self.settings.queue) for s in submitted if s.queued],
+            [submission.run_message(s.wire, self.settings.queue) for s in submitted if s.queued],
         )
         for item in submitted:
             if item.rejection is not None:
@@ -232,7 +234,8 @@ class Producer:
         view = self.record(run_id)
         if view is None or view.request is None:
             raise InvalidInput(f"run {run_id!r} is unknown or expired; nothing to resubmit")
-        publish_runs(self.celery, [submission.run_message(view.request, self.settings.queue)])
+        message = submission.run_message(WireRequest.of(view.request), self.settings.queue)
+        publish_runs(self.celery, [message])
 
     # --- following runs ------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from tether.runs.contract import (
     RunRef,
     RunRequest,
     RunResult,
+    WireRequest,
     describe_request,
     parse_request,
 )
@@ -103,7 +104,7 @@ def _redacted(text: object) -> object:
 
 def build_request(settings: Settings, spec: RunSpec, reply_to: str | None = None) -> RunRequest:
     """Validate ``spec`` into a request with a fresh run id (no I/O); its completion is
-    announced to producer ``reply_to``.
+    announced to producer ``reply_to``. The only validation a request gets in the producer.
 
     Raises:
         InvalidInput: a malformed id, oversized input, or bad option.
@@ -133,14 +134,31 @@ def build_request(settings: Settings, spec: RunSpec, reply_to: str | None = None
     return request
 
 
+def build_requests(
+    settings: Settings, specs: Iterable[RunSpec], reply_to: str | None = None
+) -> list[WireRequest]:
+    """:func:`build_request` for each spec, each serialized once: the text both the run record
+    and the run message carry (see :class:`~tether.runs.contract.WireRequest`).
+
+    Raises:
+        InvalidInput: as :func:`build_request`, for the first bad spec (none is returned).
+    """
+    return [WireRequest.of(build_request(settings, spec, reply_to)) for spec in specs]
+
+
 @dataclass(frozen=True)
 class Submitted:
     """What the producer does after the run queue answered one submission."""
 
-    request: RunRequest
+    wire: WireRequest
     outcome: SubmitOutcome
     rejection: RunResult | None
     """The failed result to record (a busy session with ``on_busy='reject'``), else None."""
+
+    @property
+    def request(self) -> RunRequest:
+        """The request submitted."""
+        return self.wire.request
 
     @property
     def run_id(self) -> str:
@@ -163,12 +181,12 @@ class Submitted:
 
 
 def plan_submission(
-    requests: Sequence[RunRequest], outcomes: Sequence[SubmitOutcome]
+    requests: Sequence[WireRequest], outcomes: Sequence[SubmitOutcome]
 ) -> list[Submitted]:
     """Pair each request with the queue's answer and what follows from it."""
     return [
-        Submitted(r, o, busy_rejection(r) if o.state is SubmitState.BUSY else None)
-        for r, o in zip(requests, outcomes, strict=True)
+        Submitted(w, o, busy_rejection(w.request) if o.state is SubmitState.BUSY else None)
+        for w, o in zip(requests, outcomes, strict=True)
     ]
 
 
@@ -181,11 +199,13 @@ def busy_rejection(request: RunRequest) -> RunResult:
     return RunResult.failure(request, RunStatus.FAILED, busy.error_type, str(busy))
 
 
-def run_message(request: RunRequest, queue: str) -> dict[str, Any]:
-    """The keyword arguments of ``Celery.send_task`` for a run message."""
+def run_message(wire: WireRequest, queue: str) -> dict[str, Any]:
+    """The keyword arguments of ``Celery.send_task`` for a run message: it carries the
+    request's JSON text, the same text the run record holds (no second serialization)."""
+    request = wire.request
     return {
         "name": RUN_TASK,
-        "kwargs": {"request": request.model_dump(mode="json")},
+        "kwargs": {"request": wire.text},
         "task_id": request.run_id,
         "queue": queue,
         # a short repr: Celery would otherwise render the whole request (input included) into

@@ -11,10 +11,25 @@ Schema versions (field ``v``):
   older than it refuses a request that carries one, so trace producers only once every worker
   is upgraded). Later additive field: ``reply_to`` (the submitting producer's id, same
   rule: upgrade every worker before the producers, see the README's upgrade note).
+
+One request, validated once on each side and serialized once (:class:`WireRequest`):
+- The producer validates the :class:`RunRequest` once and serializes it once; the same JSON
+  text is the run record's ``request`` in Redis (the submit script's argument) and the run
+  message's ``request`` argument (a JSON string; earlier producers sent a JSON object, which
+  workers still accept; a worker older than this refuses the string, so roll workers first).
+- The worker validates the message's request once, at the task boundary (:func:`parse_wire`).
+  Its claim registers that text (a duplicate when the producer did) and reads back the run
+  record of the session's next run. **The worker runs the registered copy**, the request in
+  Redis that the submit wrote: when the record's text is byte-identical to the message's, the
+  request validated at the boundary *is* that copy and is reused; when they differ (a message
+  of an earlier producer, whose JSON is spelled differently; a hand-made or forged one), the
+  record is validated, and it runs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 import pydantic
@@ -33,7 +48,8 @@ from tether.runs.options import (
     check_text,
 )
 
-#: The Celery task that carries one :class:`RunRequest` (its only keyword argument: ``request``).
+#: The Celery task that carries one :class:`RunRequest` (its only keyword argument: ``request``,
+#: the request's JSON text, :class:`WireRequest`).
 RUN_TASK = "tether.run"
 #: The Celery task that asks a worker to drain one session's queue (``tenant``, ``session_id``).
 DRAIN_TASK = "tether.drain"
@@ -164,14 +180,60 @@ def describe_drain(tenant: str, session_id: str, run_id: str | None) -> str:
     return f"{{'session': <{tenant}/{session_id}{head}>}}"
 
 
+@dataclass(frozen=True, slots=True)
+class WireRequest:
+    """A validated run request with its JSON text: what a run record and a run message hold.
+
+    Made by :meth:`of` (a producer serializes its request once) or :func:`parse_wire` (a
+    worker keeps the text the message carried), so the same text goes to Redis and to the
+    broker, and the worker can tell the registered copy is the one it validated by comparing
+    texts (see the module docstring).
+    """
+
+    request: RunRequest
+    text: str
+    """``request`` as JSON: it validates back into ``request``."""
+
+    @classmethod
+    def of(cls, request: RunRequest | WireRequest) -> WireRequest:
+        """``request`` with its JSON (serialized here, once, unless it comes with it)."""
+        if isinstance(request, WireRequest):
+            return request
+        return cls(request, request.model_dump_json())
+
+
 def parse_request(doc: Any) -> RunRequest:
     """Validate an untrusted request document.
 
     Raises:
         InvalidInput: naming every invalid field.
     """
+    return _validated(RunRequest.model_validate, doc)
+
+
+def parse_wire(body: Any) -> WireRequest:
+    """Validate the request a run message carries: its JSON text (what producers send), or a
+    JSON object (what producers before the text sent, and hand-made messages).
+
+    The text is kept as it came, so the worker registers and compares the producer's own
+    bytes; unless it leaves ``submitted_at_ms`` to its default (the time of reading, which would
+    differ at every read), or it is an object: then the request is serialized here.
+
+    Raises:
+        InvalidInput: naming every invalid field, or the text's JSON error.
+    """
+    if isinstance(body, str):
+        request = _validated(RunRequest.model_validate_json, body)
+        if "submitted_at_ms" in request.model_fields_set:
+            return WireRequest(request, body)
+        return WireRequest.of(request)
+    return WireRequest.of(parse_request(body))
+
+
+def _validated(validate: Callable[[Any], RunRequest], doc: Any) -> RunRequest:
+    """``validate(doc)``, its errors as one clear :class:`InvalidInput`."""
     try:
-        return RunRequest.model_validate(doc)
+        return validate(doc)
     except pydantic.ValidationError as exc:
         problems = "; ".join(
             f"{_where(e['loc'])}: {e['msg'][:300]}" for e in exc.errors()[:_MAX_PROBLEMS]
@@ -249,7 +311,9 @@ __all__ = [
     "RunRef",
     "RunRequest",
     "RunResult",
+    "WireRequest",
     "describe_drain",
     "describe_request",
     "parse_request",
+    "parse_wire",
 ]

@@ -130,27 +130,28 @@ class RedisClaimer:
         args: list[Any] = [
             owner, ttl_ms, at_ms, self._runs.result_ttl_s, prefix, int(self._head_cache)
         ]  # fmt: skip
+        wire, queue = None, None
         if carried is None:
             args.append("0")
         else:
-            request = carried.request
+            # the text the message carried is registered as it is (no second serialization)
+            wire, queue = carried.wire, carried.queue
+            request = wire.request
             if (request.tenant, request.session_id) != (tenant, session_id):
                 raise ValueError("a carried request must belong to the claimed session")
-            submit_keys, submit_args = submit_call(
-                k, request, carried.queue, self._runs.result_ttl_s
-            )
+            submit_keys, submit_args = submit_call(k, wire, queue, self._runs.result_ttl_s)
             keys += submit_keys[:2]
             args += ["1", *submit_args]
         with translate_errors(self._where):
             reply = cast(list[Any], self._claim(keys=keys, args=args))
         submitted = None
-        if carried is not None:
+        if wire is not None:
             code, run_id = int(reply[0]), _text(reply[1])
             submitted = SubmitOutcome(run_id, SUBMIT_STATES[code])
             if submitted.state is SubmitState.QUEUED:
                 # the script cannot write the index and the active set (other slots); the
                 # submit finds the request registered and writes only those
-                self._runs.submit_many([carried.request], queue=carried.queue)
+                self._runs.submit_many([wire], queue=queue)
         fence = int(reply[2])
         if not fence:
             return Claim(submitted, None)
@@ -160,7 +161,8 @@ class RedisClaimer:
         head = _text(reply[4])
         flat = cast(list[bytes], reply[5])
         record = dict(zip(flat[::2], flat[1::2], strict=True))
-        view = run_view(head, record)
+        # the carried request is not validated again when the record holds its very text
+        view = run_view(head, record, known=wire)
         checkpoint = Checkpoint.model_validate_json(reply[6]) if reply[6] else None
         attempts = int(reply[7]) or None
         cached = unpack(reply[10]) if len(reply) > 10 and isinstance(reply[10], bytes) else None

@@ -24,7 +24,7 @@ from tether.errors import TetherError
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import describe_client, translate_errors
 from tether.persistence.scripts import queue_script, run_pipeline
-from tether.runs.contract import RunRef, RunRequest, RunResult
+from tether.runs.contract import RunRef, RunRequest, RunResult, WireRequest
 from tether.runs.leases.base import Lease
 from tether.runs.queue.base import (
     DONE_MAX_LEN,
@@ -165,13 +165,22 @@ def _text(raw: Any) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
-def run_view(run_id: str, raw: dict[bytes, bytes]) -> RunView | None:
-    """A run record from its hash (None when it has none); shared with the asyncio producer."""
+def run_view(
+    run_id: str, raw: dict[bytes, bytes], known: WireRequest | None = None
+) -> RunView | None:
+    """A run record from its hash (None when it has none); shared with the asyncio producer.
+
+    ``known``: a request validated already (the one a worker's message carried). When the
+    record's request is its very text, it is that request and is not validated again;
+    otherwise the record's own request is validated: the registered copy is the one that runs.
+    """
     if not raw:
         return None
     fields = {_text(k): _text(v) for k, v in raw.items()}
     request = result = None
-    if "request" in fields:
+    if known is not None and fields.get("request") == known.text:
+        request = known.request
+    elif "request" in fields:
         try:
             request = RunRequest.model_validate_json(fields["request"])
         except ValueError:
@@ -196,14 +205,16 @@ def run_view(run_id: str, raw: dict[bytes, bytes]) -> RunView | None:
 
 
 def submit_call(
-    k: RedisKeys, request: RunRequest, queue: str | None, ttl_s: int
+    k: RedisKeys, wire: WireRequest, queue: str | None, ttl_s: int
 ) -> tuple[list[str], list[Any]]:
-    """KEYS and ARGV of :data:`SUBMIT_SCRIPT` for ``request``; shared with the asyncio producer."""
+    """KEYS and ARGV of :data:`SUBMIT_SCRIPT` for a request and its JSON (the record stores the
+    text as it is); shared with the asyncio producer and the worker's claim."""
+    request = wire.request
     t, s = request.tenant, request.session_id
     keys = [k.request(t, s, request.request_id), k.run(t, s, request.run_id), k.pending(t, s)]
     args = [
         request.run_id,
-        request.model_dump_json(),
+        wire.text,
         ttl_s,
         "1" if request.on_busy == "reject" else "0",
         t,
@@ -348,21 +359,24 @@ class RedisRunQueue:
     # --- submission --------------------------------------------------------------------------
 
     def submit_many(
-        self, requests: Sequence[RunRequest], *, queue: str | None = None
+        self, requests: Sequence[RunRequest | WireRequest], *, queue: str | None = None
     ) -> list[SubmitOutcome]:
         """Register and queue requests, idempotently, in one pipelined round trip.
 
         Beside each session's script go the tenant's run-id index entry (NX: the first session
         to use a run id keeps it) and the session's place in the active index; both after the
-        script, so the index never names a session before its queue holds the run.
+        script, so the index never names a session before its queue holds the run. A
+        :class:`WireRequest` is registered with its own text (a producer serializes once).
         """
         k = self.keys
         stamp = now_ms()
+        wires = [WireRequest.of(r) for r in requests]
 
         def fill(pipe: Any) -> None:
-            for request in requests:
+            for wire in wires:
+                request = wire.request
                 t, s = request.tenant, request.session_id
-                keys, args = submit_call(k, request, queue, self.result_ttl_s)
+                keys, args = submit_call(k, wire, queue, self.result_ttl_s)
                 queue_script(pipe, self._submit, keys, args)
                 pipe.set(k.run_index(t, request.run_id), s, nx=True, ex=self.result_ttl_s)
                 pipe.zadd(k.active(t, s), {k.active_member(t, s): stamp}, nx=True)
@@ -370,7 +384,7 @@ class RedisRunQueue:
         with translate_errors(self._where):
             replies = run_pipeline(self.client, [self._submit], fill)
             outcomes = submit_outcomes(replies)
-            stray = stray_index_keys(k, requests, outcomes, replies)
+            stray = stray_index_keys(k, [w.request for w in wires], outcomes, replies)
             if stray:  # rare (a duplicate or busy submission): one more round trip
                 self.client.delete(*stray)
         return outcomes
