@@ -57,7 +57,7 @@ class RunSpec:
         resolutions: Iterable[Resolution] = (),
         **options: Unpack[RunExtras],
     ) -> None:
-        check_options(dict(options), "RunSpec()")
+        check_options(options)
         object.__setattr__(self, "session_id", session_id)
         object.__setattr__(self, "input", input)
         object.__setattr__(self, "options", RunOptionsKwargs(agent=agent, **options))
@@ -117,7 +117,7 @@ def build_request(settings: Settings, spec: RunSpec, reply_to: str | None = None
         options.get("metadata"),
     )
     doc = {
-        **options,  # validated, never coerced: RunRequest checks each option (dict("ab") fails)
+        **options,  # as given: RunRequest validates each, never coerces (dict("ab") would)
         "run_id": run_id,
         "request_id": run_id if request_id is None else request_id,
         "tenant": settings.tenant if tenant is None else tenant,

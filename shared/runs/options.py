@@ -19,6 +19,7 @@ twice).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, Literal, Required, TypedDict
 
@@ -149,7 +150,7 @@ class RunOptionsKwargs(RunExtras):
 RUN_OPTIONS = frozenset(RunOptions.model_fields)
 
 
-def check_options(options: dict[str, Any], where: str) -> None:
+def check_options(options: Mapping[str, object]) -> None:
     """Refuse a keyword that is no run option: one the request has for itself (``run_id``,
     ``session_id``...) would otherwise override it.
 
@@ -159,7 +160,7 @@ def check_options(options: dict[str, Any], where: str) -> None:
     unknown = options.keys() - RUN_OPTIONS
     if unknown:
         raise TypeError(
-            f"{where} got unexpected keyword argument(s) {', '.join(map(repr, sorted(unknown)))}; "
+            f"unexpected keyword argument(s) {', '.join(map(repr, sorted(unknown)))}: "
             f"the run options are {', '.join(RunOptions.model_fields)}"
         )
 
