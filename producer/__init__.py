@@ -15,8 +15,18 @@ if TYPE_CHECKING:
     from tether.producer.client import Producer, RunSpec
     from tether.producer.handle import RunHandle
     from tether.producer.ops.batch import run_batch
+    from tether.runs.options import RunOptions, RunOptionsKwargs
 
-__all__ = ["AsyncProducer", "AsyncRunHandle", "Producer", "RunHandle", "RunSpec", "run_batch"]
+__all__ = [
+    "AsyncProducer",
+    "AsyncRunHandle",
+    "Producer",
+    "RunHandle",
+    "RunOptions",
+    "RunOptionsKwargs",
+    "RunSpec",
+    "run_batch",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -36,6 +46,10 @@ def __getattr__(name: str) -> Any:
         from tether.producer.aio_handle import AsyncRunHandle
 
         return AsyncRunHandle
+    if name in ("RunOptions", "RunOptionsKwargs"):  # the options every submit takes
+        from tether.runs import options
+
+        return getattr(options, name)
     if name == "run_batch":
         from tether.producer.ops.batch import run_batch
 

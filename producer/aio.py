@@ -22,10 +22,9 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import AsyncIterator, Iterable
-from typing import Any
+from typing import Any, Unpack
 
 from celery import Celery
-from pydantic import JsonValue
 
 from tether.core.events import AgentEvent
 from tether.core.results import Resolution
@@ -41,7 +40,8 @@ from tether.producer.aio_handle import AsyncRunHandle
 from tether.producer.listener import AsyncCompletionListener
 from tether.producer.publish import BackgroundPublisher, build_celery_app
 from tether.producer.submission import RunSpec, Submitted
-from tether.runs.contract import RunRef, RunRequest, RunResult
+from tether.runs.contract import RunRef, RunResult, WireRequest
+from tether.runs.options import RunOptionsKwargs
 from tether.runs.queue.base import CancelOutcome
 from tether.runs.queue.redis.aio import AsyncRunQueue
 from tether.settings import Settings, load_settings
@@ -131,15 +131,10 @@ class AsyncProducer:
     async def _flush(self, calls: list[list[RunSpec]]) -> list[list[Submitted] | Exception]:
         """Build the requests of concurrent ``submit_many`` calls, then submit the valid ones
         together; per call, its submissions or why it was refused (nothing of it is queued)."""
-        built: list[list[RunRequest] | Exception] = []
+        built: list[list[WireRequest] | Exception] = []
         for n, specs in enumerate(calls, start=1):
             try:
-                built.append(
-                    [
-                        submission.build_request(self.settings, spec, self.producer_id)
-                        for spec in specs
-                    ]
-                )
+                built.append(submission.build_requests(self.settings, specs, self.producer_id))
             except Exception as exc:  # this call's own error; the others go on
                 built.append(exc)
             if n % BUILD_CHUNK == 0:
@@ -156,7 +151,7 @@ class AsyncProducer:
                 start += len(requests)
         return answers
 
-    async def _submit_requests(self, requests: list[RunRequest]) -> list[Submitted]:
+    async def _submit_requests(self, requests: list[WireRequest]) -> list[Submitted]:
         """Submit, preempt, publish, record refusals: what ``Producer.submit_many`` does."""
         outcomes = await self.runs.submit_many(requests, queue=self.settings.queue)
         submitted = submission.plan_submission(requests, outcomes)
@@ -166,7 +161,7 @@ class AsyncProducer:
                 r = item.request
                 await self.runs.preempt(r.tenant, r.session_id, item.run_id, mode)
         await self._publisher.publish(
-            [submission.run_message(s.request, self.settings.queue) for s in submitted if s.queued]
+            [submission.run_message(s.wire, self.settings.queue) for s in submitted if s.queued]
         )
         for item in submitted:
             if item.rejection is not None:
@@ -198,31 +193,10 @@ class AsyncProducer:
         return [self._handle_for(s) for s in answer]
 
     async def run_async(
-        self,
-        session_id: str,
-        input: str | None,
-        *,
-        agent: str,
-        tenant: str | None = None,
-        request_id: str | None = None,
-        metadata: dict[str, JsonValue] | None = None,
-        timeout_s: float | None = None,
-        on_busy: str = "enqueue",
-        durability: str | None = None,
+        self, session_id: str, input: str | None, **options: Unpack[RunOptionsKwargs]
     ) -> AsyncRunHandle:
         """Enqueue a run; returns its handle once it is queued (see ``Producer.run_async``)."""
-        spec = submission.run_spec(
-            session_id,
-            input,
-            agent=agent,
-            tenant=tenant,
-            request_id=request_id,
-            metadata=metadata,
-            timeout_s=timeout_s,
-            on_busy=on_busy,
-            durability=durability,
-        )
-        return (await self.submit_many([spec]))[0]
+        return (await self.submit_many([submission.run_spec(session_id, input, **options)]))[0]
 
     submit = run_async
 
@@ -231,27 +205,11 @@ class AsyncProducer:
         session_id: str,
         input: str | None,
         *,
-        agent: str,
-        tenant: str | None = None,
-        request_id: str | None = None,
-        metadata: dict[str, JsonValue] | None = None,
-        timeout_s: float | None = None,
-        on_busy: str = "enqueue",
         wait_s: float | None = None,
-        durability: str | None = None,
+        **options: Unpack[RunOptionsKwargs],
     ) -> RunResult:
         """Enqueue a run and wait for its result (see :meth:`AsyncRunHandle.result`)."""
-        handle = await self.run_async(
-            session_id,
-            input,
-            agent=agent,
-            tenant=tenant,
-            request_id=request_id,
-            metadata=metadata,
-            timeout_s=timeout_s,
-            on_busy=on_busy,
-            durability=durability,
-        )
+        handle = await self.run_async(session_id, input, **options)
         return await handle.result(timeout=wait_s)
 
     # --- human in the loop ---------------------------------------------------------------------
@@ -260,15 +218,10 @@ class AsyncProducer:
         self,
         session_id: str,
         resolutions: Iterable[Resolution],
-        *,
-        agent: str,
-        tenant: str | None = None,
-        request_id: str | None = None,
+        **options: Unpack[RunOptionsKwargs],
     ) -> AsyncRunHandle:
         """Continue the session's ``WAITING`` run (see ``Producer.resolve``)."""
-        spec = submission.resolution_spec(
-            session_id, resolutions, agent=agent, tenant=tenant, request_id=request_id
-        )
+        spec = submission.resolution_spec(session_id, resolutions, **options)
         return (await self.submit_many([spec]))[0]
 
     async def approve(

@@ -13,10 +13,9 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, Unpack
 
 from celery import Celery
-from pydantic import JsonValue
 
 from tether.core.events import AgentEvent
 from tether.core.results import Resolution
@@ -31,7 +30,8 @@ from tether.producer.handle import RunHandle
 from tether.producer.listener import CompletionListener
 from tether.producer.publish import build_celery_app, publish_runs
 from tether.producer.submission import RunSpec, Submitted
-from tether.runs.contract import BusyPolicy, RunRef, RunResult
+from tether.runs.contract import BusyPolicy, RunRef, RunResult, WireRequest
+from tether.runs.options import RunOptionsKwargs
 from tether.runs.queue.base import CancelOutcome, RunView
 from tether.runs.queue.redis import RedisRunQueue
 from tether.settings import Settings, load_settings
@@ -125,19 +125,10 @@ class Producer:
         )
 
     def run_async(
-        self,
-        session_id: str,
-        input: str | None,
-        *,
-        agent: str,
-        tenant: str | None = None,
-        request_id: str | None = None,
-        metadata: dict[str, JsonValue] | None = None,
-        timeout_s: float | None = None,
-        on_busy: str = "enqueue",
-        durability: str | None = None,
+        self, session_id: str, input: str | None, **options: Unpack[RunOptionsKwargs]
     ) -> RunHandle:
-        """Enqueue a run; returns at once with its handle.
+        """Enqueue a run; returns at once with its handle. ``options``: the run's
+        :class:`~tether.runs.options.RunOptions` (``agent`` is required).
 
         Submitting a ``request_id`` that was already submitted returns a handle on the original
         run (the input is applied once). ``durability`` (``"step"`` or ``"run"``) overrides the
@@ -145,19 +136,9 @@ class Producer:
 
         Raises:
             InvalidInput: a malformed id, oversized input, or bad option (nothing is enqueued).
+            TypeError: a keyword that is no run option.
         """
-        spec = submission.run_spec(
-            session_id,
-            input,
-            agent=agent,
-            tenant=tenant,
-            request_id=request_id,
-            metadata=metadata,
-            timeout_s=timeout_s,
-            on_busy=on_busy,
-            durability=durability,
-        )
-        return self.submit_many([spec])[0]
+        return self.submit_many([submission.run_spec(session_id, input, **options)])[0]
 
     # --- human in the loop ---------------------------------------------------------------------
 
@@ -165,23 +146,18 @@ class Producer:
         self,
         session_id: str,
         resolutions: Iterable[Resolution],
-        *,
-        agent: str,
-        tenant: str | None = None,
-        request_id: str | None = None,
+        **options: Unpack[RunOptionsKwargs],
     ) -> RunHandle:
         """Continue the session's ``WAITING`` run, from any process: settle its pending calls
-        (see :class:`~tether.core.results.Resolution`), then run on. Returns the continuation's
+        (see :class:`~tether.core.results.Resolution`), then run on with ``options`` (the
+        continuation's :class:`~tether.runs.options.RunOptions`). Returns the continuation's
         handle (the waiting run's handle stays resolved with its ``WAITING`` result).
 
         Raises:
             InvalidInput: a malformed id or resolution (nothing is enqueued). A call id that is
                 not pending fails the continuation run (``InvalidInput``); nothing changes.
         """
-        spec = submission.resolution_spec(
-            session_id, resolutions, agent=agent, tenant=tenant, request_id=request_id
-        )
-        return self.submit_many([spec])[0]
+        return self.submit_many([submission.resolution_spec(session_id, resolutions, **options)])[0]
 
     def approve(
         self, session_id: str, call_id: str, *, agent: str, tenant: str | None = None
@@ -216,27 +192,12 @@ class Producer:
         session_id: str,
         input: str | None,
         *,
-        agent: str,
-        tenant: str | None = None,
-        request_id: str | None = None,
-        metadata: dict[str, JsonValue] | None = None,
-        timeout_s: float | None = None,
-        on_busy: str = "enqueue",
         wait_s: float | None = None,
-        durability: str | None = None,
+        **options: Unpack[RunOptionsKwargs],
     ) -> RunResult:
-        """Enqueue a run and wait for its result (see :meth:`RunHandle.result`)."""
-        handle = self.run_async(
-            session_id,
-            input,
-            agent=agent,
-            tenant=tenant,
-            request_id=request_id,
-            metadata=metadata,
-            timeout_s=timeout_s,
-            on_busy=on_busy,
-            durability=durability,
-        )
+        """Enqueue a run and wait for its result, at most ``wait_s`` (see
+        :meth:`RunHandle.result`); ``options`` as for :meth:`run_async`."""
+        handle = self.run_async(session_id, input, **options)
         from tether.producer.worker_watch import watch_for_workers  # warns if no worker consumes
 
         with watch_for_workers(self, handle.run_id):
@@ -244,10 +205,12 @@ class Producer:
 
     @traced("tether.submit")
     def submit_many(self, specs: Iterable[RunSpec]) -> list[RunHandle]:
-        """Enqueue many runs with one Redis round trip and one broker connection."""
-        requests = [
-            submission.build_request(self.settings, spec, self.producer_id) for spec in specs
-        ]
+        """Enqueue many runs with one Redis round trip and one broker connection.
+
+        Each request is validated once and serialized once: the run record and the run message
+        carry the same JSON text.
+        """
+        requests = submission.build_requests(self.settings, specs, self.producer_id)
         if not requests:
             return []
         queued_after = time.monotonic()
@@ -259,7 +222,7 @@ class Producer:
                 self.runs.preempt(item.request.tenant, item.request.session_id, item.run_id, mode)
         publish_runs(
             self.celery,
-            [submission.run_message(s.request, self.settings.queue) for s in submitted if s.queued],
+            [submission.run_message(s.wire, self.settings.queue) for s in submitted if s.queued],
         )
         for item in submitted:
             if item.rejection is not None:
@@ -271,7 +234,8 @@ class Producer:
         view = self.record(run_id)
         if view is None or view.request is None:
             raise InvalidInput(f"run {run_id!r} is unknown or expired; nothing to resubmit")
-        publish_runs(self.celery, [submission.run_message(view.request, self.settings.queue)])
+        message = submission.run_message(WireRequest.of(view.request), self.settings.queue)
+        publish_runs(self.celery, [message])
 
     # --- following runs ------------------------------------------------------------------------
 

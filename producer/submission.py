@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import concurrent.futures
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
-
-from pydantic import JsonValue
+from dataclasses import dataclass
+from typing import Any, Unpack
 
 from tether.core.results import Resolution, RunStatus
 from tether.errors import RunNotFound, SessionBusy
@@ -26,66 +24,62 @@ from tether.runs.contract import (
     RunRef,
     RunRequest,
     RunResult,
+    WireRequest,
     describe_request,
     parse_request,
 )
+from tether.runs.options import RunExtras, RunOptionsKwargs, check_options
 from tether.runs.queue.base import RunView, StopMode, SubmitOutcome, SubmitState
 from tether.runtime.redaction import DEFAULT_REDACTOR
 from tether.settings import Settings
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class RunSpec:
-    """One request for :meth:`Producer.submit_many` (and :meth:`AsyncProducer.submit_many`)."""
+    """One run for :meth:`Producer.submit_many` (and :meth:`AsyncProducer.submit_many`):
+    ``RunSpec("s-1", "hi", "echo", timeout_s=5)`` takes the options of ``run_async``
+    (:class:`~tether.runs.options.RunOptions`), kept as given: :func:`build_request` validates
+    them with the request they make."""
 
     session_id: str
     input: str | None
-    agent: str
-    tenant: str | None = None
-    request_id: str | None = None
-    metadata: dict[str, JsonValue] = field(default_factory=dict)
-    timeout_s: float | None = None
-    on_busy: str = "enqueue"
-    durability: str | None = None
+    options: RunOptionsKwargs
+    """The run's options, its agent included."""
     resolutions: tuple[Resolution, ...] = ()
+    """The pending calls a continuation settles (:func:`resolution_spec`)."""
+
+    def __init__(
+        self,
+        session_id: str,
+        input: str | None,
+        agent: str,
+        *,
+        resolutions: Iterable[Resolution] = (),
+        **options: Unpack[RunExtras],
+    ) -> None:
+        check_options(options)
+        object.__setattr__(self, "session_id", session_id)
+        object.__setattr__(self, "input", input)
+        object.__setattr__(self, "options", RunOptionsKwargs(agent=agent, **options))
+        object.__setattr__(self, "resolutions", tuple(resolutions))
 
 
 def run_spec(
-    session_id: str,
-    input: str | None,
-    *,
-    agent: str,
-    tenant: str | None = None,
-    request_id: str | None = None,
-    metadata: dict[str, JsonValue] | None = None,
-    timeout_s: float | None = None,
-    on_busy: str = "enqueue",
-    durability: str | None = None,
+    session_id: str, input: str | None, **options: Unpack[RunOptionsKwargs]
 ) -> RunSpec:
-    """The spec of ``run_async``'s arguments (validated later, by :func:`build_request`)."""
-    return RunSpec(
-        session_id,
-        input,
-        agent,
-        tenant,
-        request_id,
-        {} if metadata is None else metadata,  # validated, never coerced (dict("ab") fails)
-        timeout_s,
-        on_busy,
-        durability,
-    )
+    """The spec of ``run_async``'s arguments (validated later, by :func:`build_request`).
+
+    Raises:
+        TypeError: a keyword that is no run option.
+    """
+    return RunSpec(session_id, input, **options)
 
 
 def resolution_spec(
-    session_id: str,
-    resolutions: Iterable[Resolution],
-    *,
-    agent: str,
-    tenant: str | None = None,
-    request_id: str | None = None,
+    session_id: str, resolutions: Iterable[Resolution], **options: Unpack[RunOptionsKwargs]
 ) -> RunSpec:
     """The spec of a continuation that settles a ``WAITING`` run's pending calls."""
-    return RunSpec(session_id, None, agent, tenant, request_id, resolutions=tuple(resolutions))
+    return RunSpec(session_id, None, resolutions=resolutions, **options)
 
 
 def approval(call_id: str) -> Resolution:
@@ -110,24 +104,27 @@ def _redacted(text: object) -> object:
 
 def build_request(settings: Settings, spec: RunSpec, reply_to: str | None = None) -> RunRequest:
     """Validate ``spec`` into a request with a fresh run id (no I/O); its completion is
-    announced to producer ``reply_to``.
+    announced to producer ``reply_to``. The only validation a request gets in the producer.
 
     Raises:
         InvalidInput: a malformed id, oversized input, or bad option.
     """
     run_id = new_id("run")
+    options = spec.options
+    tenant, request_id, metadata = (
+        options.get("tenant"),
+        options.get("request_id"),
+        options.get("metadata"),
+    )
     doc = {
+        **options,  # as given: RunRequest validates each, never coerces (dict("ab") would)
         "run_id": run_id,
-        "request_id": run_id if spec.request_id is None else spec.request_id,
-        "tenant": settings.tenant if spec.tenant is None else spec.tenant,
+        "request_id": run_id if request_id is None else request_id,
+        "tenant": settings.tenant if tenant is None else tenant,
         "session_id": spec.session_id,
-        "agent": spec.agent,
         # a secret pasted into an input never reaches the run record, the broker or the log
         "input": _redacted(spec.input) if settings.redact_inputs else spec.input,
-        "metadata": spec.metadata,
-        "timeout_s": spec.timeout_s,
-        "on_busy": spec.on_busy,
-        "durability": spec.durability,
+        "metadata": {} if metadata is None else metadata,
         "resolutions": [r.model_dump() for r in spec.resolutions],
         "trace": current_trace_context(),  # the worker's spans continue this trace
         "reply_to": reply_to,
@@ -137,14 +134,31 @@ def build_request(settings: Settings, spec: RunSpec, reply_to: str | None = None
     return request
 
 
+def build_requests(
+    settings: Settings, specs: Iterable[RunSpec], reply_to: str | None = None
+) -> list[WireRequest]:
+    """:func:`build_request` for each spec, each serialized once: the text both the run record
+    and the run message carry (see :class:`~tether.runs.contract.WireRequest`).
+
+    Raises:
+        InvalidInput: as :func:`build_request`, for the first bad spec (none is returned).
+    """
+    return [WireRequest.of(build_request(settings, spec, reply_to)) for spec in specs]
+
+
 @dataclass(frozen=True)
 class Submitted:
     """What the producer does after the run queue answered one submission."""
 
-    request: RunRequest
+    wire: WireRequest
     outcome: SubmitOutcome
     rejection: RunResult | None
     """The failed result to record (a busy session with ``on_busy='reject'``), else None."""
+
+    @property
+    def request(self) -> RunRequest:
+        """The request submitted."""
+        return self.wire.request
 
     @property
     def run_id(self) -> str:
@@ -167,12 +181,12 @@ class Submitted:
 
 
 def plan_submission(
-    requests: Sequence[RunRequest], outcomes: Sequence[SubmitOutcome]
+    requests: Sequence[WireRequest], outcomes: Sequence[SubmitOutcome]
 ) -> list[Submitted]:
     """Pair each request with the queue's answer and what follows from it."""
     return [
-        Submitted(r, o, busy_rejection(r) if o.state is SubmitState.BUSY else None)
-        for r, o in zip(requests, outcomes, strict=True)
+        Submitted(w, o, busy_rejection(w.request) if o.state is SubmitState.BUSY else None)
+        for w, o in zip(requests, outcomes, strict=True)
     ]
 
 
@@ -185,11 +199,13 @@ def busy_rejection(request: RunRequest) -> RunResult:
     return RunResult.failure(request, RunStatus.FAILED, busy.error_type, str(busy))
 
 
-def run_message(request: RunRequest, queue: str) -> dict[str, Any]:
-    """The keyword arguments of ``Celery.send_task`` for a run message."""
+def run_message(wire: WireRequest, queue: str) -> dict[str, Any]:
+    """The keyword arguments of ``Celery.send_task`` for a run message: it carries the
+    request's JSON text, the same text the run record holds (no second serialization)."""
+    request = wire.request
     return {
         "name": RUN_TASK,
-        "kwargs": {"request": request.model_dump(mode="json")},
+        "kwargs": {"request": wire.text},
         "task_id": request.run_id,
         "queue": queue,
         # a short repr: Celery would otherwise render the whole request (input included) into

@@ -49,6 +49,7 @@ from tether.errors import InvalidInput, RunLost, RunTimeout, SessionBusy
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import redis_from_url
 from tether.runs.contract import RunRequest, RunResult, parse_request
+from tether.runs.options import RUN_OPTIONS
 from tether.runs.queue.base import RunQueue, SubmitState, preempt_for, submit
 from tether.runs.queue.redis import RedisRunQueue
 from tether.settings import Settings, load_settings
@@ -62,9 +63,9 @@ CANVAS_COLLECT_TASK = "tether.canvas.collect"
 #: Margin between the longest run and the longest wait of a canvas task (its soft time limit
 #: is TETHER_MAX_RUN_S + 90).
 WAIT_MARGIN_S = 60.0
-_OPTIONS = frozenset(
-    {"agent", "tenant", "metadata", "timeout_s", "on_busy", "durability", "wait_s"}
-)
+#: What ``tether_run`` takes by keyword: the run options (:class:`RunOptions`; the request id is
+#: the task's), and how long to wait for the run.
+_OPTIONS = (RUN_OPTIONS - {"request_id"}) | {"wait_s"}
 
 
 def _backend_url(redis_url: str) -> str:
@@ -126,8 +127,7 @@ def canvas_request(
     if unknown or len(args) > 2 or set(named) & set(kwargs) or "agent" not in kwargs:
         raise InvalidInput(
             f"tether_run got {len(args)} positional arguments, options {sorted(kwargs)}; call "
-            "tether_run.s(session_id, input, agent=..., tenant=..., metadata=..., timeout_s=..., "
-            "wait_s=...)"
+            f"tether_run.s(session_id, input, agent=...) with options among {sorted(_OPTIONS)}"
         )
     named.update(kwargs)
     text = named.get("input")
@@ -136,12 +136,12 @@ def canvas_request(
     if text is None:
         raise InvalidInput("tether_run needs an input (or, in a chain, a previous run's output)")
     doc = {
+        **{k: v for k, v in named.items() if k in RUN_OPTIONS},  # validated by RunRequest
         "run_id": f"run-{task_id}",
         "request_id": f"canvas:{task_id}",
         "tenant": named.get("tenant") or settings.tenant,
         "session_id": named.get("session_id"),
         "input": text,
-        **{k: v for k, v in named.items() if k in _OPTIONS - {"tenant", "wait_s"}},
     }
     request = parse_request(doc)
     request.check_input_size(settings.max_input_bytes)

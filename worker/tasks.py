@@ -7,6 +7,7 @@ empty, does nothing.
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing
 import os
@@ -32,7 +33,7 @@ from tether.runs.contract import (
     RunRequest,
     RunResult,
     describe_drain,
-    parse_request,
+    parse_wire,
 )
 from tether.runs.queue.base import SubmitOutcome, SubmitState, preempt_for
 from tether.worker.app import app
@@ -59,6 +60,11 @@ def _reject(rt: EngineServices, request: RunRequest, exc: TetherError) -> dict[s
 
 def _salvage_ids(doc: Any) -> RunRequest | None:
     """Enough of an invalid request to record its failure under its run id, if possible."""
+    if isinstance(doc, str):  # the request's JSON text: its ids may still be readable
+        try:
+            doc = json.loads(doc)
+        except (ValueError, RecursionError):
+            return None
     if not isinstance(doc, dict):
         return None
     try:
@@ -76,10 +82,16 @@ def _salvage_ids(doc: Any) -> RunRequest | None:
 
 @app.task(name=RUN_TASK, bind=True, ignore_result=True, Strategy="tether.worker.strategy:guarded")
 def run_task(self: Any, request: Any = None) -> dict[str, Any]:
-    """Register one run request (idempotently) and drain its session."""
+    """Register one run request (idempotently) and drain its session.
+
+    ``request`` is validated here, once: the claim reuses it when the registered copy in Redis
+    holds the same text, and runs the registered copy otherwise (see
+    :mod:`tether.runs.contract`).
+    """
     rt = get_services()
     try:
-        req = parse_request(request)
+        wire = parse_wire(request)
+        req = wire.request
         req.check_input_size(rt.settings.max_input_bytes)
     except InvalidInput as exc:
         salvaged = _salvage_ids(request)
@@ -115,7 +127,7 @@ def run_task(self: Any, request: Any = None) -> dict[str, Any]:
             )
             reply.update(_reject(rt, req, busy))
 
-    carried = Carried(req, rt.settings.queue)
+    carried = Carried(req, rt.settings.queue, wire.text)
     processed = drain(rt, req.tenant, req.session_id, carried=carried, on_submitted=submitted)
     return {**reply, "processed": processed}
 

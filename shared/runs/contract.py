@@ -11,24 +11,45 @@ Schema versions (field ``v``):
   older than it refuses a request that carries one, so trace producers only once every worker
   is upgraded). Later additive field: ``reply_to`` (the submitting producer's id, same
   rule: upgrade every worker before the producers, see docs/upgrading.md).
+
+One request, validated once on each side and serialized once (:class:`WireRequest`):
+- The producer validates the :class:`RunRequest` once and serializes it once; the same JSON
+  text is the run record's ``request`` in Redis (the submit script's argument) and the run
+  message's ``request`` argument (a JSON string; earlier producers sent a JSON object, which
+  workers still accept; a worker older than this refuses the string, so roll workers first).
+- The worker validates the message's request once, at the task boundary (:func:`parse_wire`).
+  Its claim registers that text (a duplicate when the producer did) and reads back the run
+  record of the session's next run. **The worker runs the registered copy**, the request in
+  Redis that the submit wrote: when the record's text is byte-identical to the message's, the
+  request validated at the boundary *is* that copy and is reused; when they differ (a message
+  of an earlier producer, whose JSON is spelled differently; a hand-made or forged one), the
+  record is validated, and it runs.
 """
 
 from __future__ import annotations
 
-import json
-from enum import StrEnum
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import Field
 
 from tether.core.events import now_ms
 from tether.core.results import Resolution, RunOutcome, RunStatus
 from tether.errors import InputTooLarge, InvalidInput, TetherError, error_from_record
-from tether.ids import validate_id, validate_tenant
+from tether.ids import validate_id
 from tether.keys import RedisKeys
+from tether.runs.options import (
+    MAX_METADATA_BYTES,
+    BusyPolicy,
+    RunOptions,
+    check_json_tree,
+    check_text,
+)
 
-#: The Celery task that carries one :class:`RunRequest` (its only keyword argument: ``request``).
+#: The Celery task that carries one :class:`RunRequest` (its only keyword argument: ``request``,
+#: the request's JSON text, :class:`WireRequest`).
 RUN_TASK = "tether.run"
 #: The Celery task that asks a worker to drain one session's queue (``tenant``, ``session_id``).
 DRAIN_TASK = "tether.drain"
@@ -48,10 +69,6 @@ class RunRef(NamedTuple):
     run_id: str
 
 
-MAX_METADATA_BYTES = 16_384
-#: Deeper metadata is refused: stored in the session head, it must stay serialisable and
-#: readable with room to spare (pydantic stops at about 250 levels).
-MAX_METADATA_DEPTH = 32
 #: A trace context is a few short W3C headers; anything bigger is refused.
 MAX_TRACE_HEADERS = 8
 MAX_TRACE_BYTES = 4096
@@ -68,39 +85,17 @@ TERMINAL_STATUSES = frozenset(
 )
 
 
-class BusyPolicy(StrEnum):
-    """What to do when the session is already running or has queued runs (LangGraph's
-    multitask strategies)."""
-
-    ENQUEUE = "enqueue"
-    """Queue behind the runs before it (FIFO)."""
-    REJECT = "reject"
-    """Refuse the run (``SessionBusy``) when the session has queued or running runs."""
-    INTERRUPT = "interrupt"
-    """Queue it, and stop the running run at its next step boundary: it ends ``INTERRUPTED``
-    with the steps it finished kept in memory."""
-    ROLLBACK = "rollback"
-    """Queue it, and stop the running run at its next step boundary: it ends ``CANCELLED``
-    and nothing of it stays in memory."""
-
-
-class RunRequest(BaseModel):
-    """One request to run an agent on a session."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
+class RunRequest(RunOptions):
+    """One request to run an agent on a session: the run's :class:`RunOptions` (their fields
+    and validation come from there), with the ids, the input and what the producer adds."""
 
     v: Literal[1] = 1
     run_id: str
     request_id: str
+    """Idempotency key (the producer makes it the run id when none is given)."""
     tenant: str = "default"
     session_id: str
-    agent: str = Field(min_length=1, max_length=128)
     input: str | None
-    metadata: dict[str, JsonValue] = Field(default_factory=dict)
-    timeout_s: float | None = Field(default=None, gt=0, le=86_400, strict=True)
-    on_busy: BusyPolicy = BusyPolicy.ENQUEUE
-    durability: Literal["run", "step"] | None = None
-    """Override the agent's ``AgentOptions.durability`` for this run (None: the agent's)."""
     resolutions: tuple[Resolution, ...] = Field(default=(), max_length=64)
     """Settle pending calls of the session's ``WAITING`` run first, then go on (input None)."""
     submitted_at_ms: int = Field(default_factory=now_ms, ge=0, le=2**53, strict=True)
@@ -137,7 +132,7 @@ class RunRequest(BaseModel):
         """Where this run lives."""
         return RunRef(self.tenant, self.session_id, self.run_id)
 
-    @pydantic.field_validator("run_id", "request_id", "session_id")
+    @pydantic.field_validator("run_id", "session_id")
     @classmethod
     def _ids(cls, value: str, info: pydantic.ValidationInfo) -> str:
         return validate_id(value, kind=(info.field_name or "id").replace("_", " "))
@@ -147,28 +142,11 @@ class RunRequest(BaseModel):
     def _reply_to(cls, value: str | None) -> str | None:
         return None if value is None else validate_id(value, kind="producer id")
 
-    @pydantic.field_validator("tenant")
+    @pydantic.field_validator("input")
     @classmethod
-    def _tenant(cls, value: str) -> str:
-        return validate_tenant(value)
-
-    @pydantic.field_validator("input", "agent")
-    @classmethod
-    def _text(cls, value: str | None, info: pydantic.ValidationInfo) -> str | None:
+    def _input(cls, value: str | None) -> str | None:
         if value is not None:
-            check_text(value, info.field_name or "text")
-        return value
-
-    @pydantic.field_validator("metadata")
-    @classmethod
-    def _metadata_size(cls, value: dict[str, JsonValue]) -> dict[str, JsonValue]:
-        check_json_tree(value, "metadata")
-        try:
-            size = len(json.dumps(value, allow_nan=False))
-        except ValueError as exc:  # NaN or infinity: JSON has no such numbers
-            raise ValueError(f"metadata holds a number JSON cannot represent ({exc})") from exc
-        if size > MAX_METADATA_BYTES:
-            raise ValueError(f"metadata is larger than {MAX_METADATA_BYTES} bytes of JSON")
+            check_text(value, "input")
         return value
 
     @pydantic.model_validator(mode="after")
@@ -202,14 +180,60 @@ def describe_drain(tenant: str, session_id: str, run_id: str | None) -> str:
     return f"{{'session': <{tenant}/{session_id}{head}>}}"
 
 
+@dataclass(frozen=True, slots=True)
+class WireRequest:
+    """A validated run request with its JSON text: what a run record and a run message hold.
+
+    Made by :meth:`of` (a producer serializes its request once) or :func:`parse_wire` (a
+    worker keeps the text the message carried), so the same text goes to Redis and to the
+    broker, and the worker can tell the registered copy is the one it validated by comparing
+    texts (see the module docstring).
+    """
+
+    request: RunRequest
+    text: str
+    """``request`` as JSON: it validates back into ``request``."""
+
+    @classmethod
+    def of(cls, request: RunRequest | WireRequest) -> WireRequest:
+        """``request`` with its JSON (serialized here, once, unless it comes with it)."""
+        if isinstance(request, WireRequest):
+            return request
+        return cls(request, request.model_dump_json())
+
+
 def parse_request(doc: Any) -> RunRequest:
     """Validate an untrusted request document.
 
     Raises:
         InvalidInput: naming every invalid field.
     """
+    return _validated(RunRequest.model_validate, doc)
+
+
+def parse_wire(body: Any) -> WireRequest:
+    """Validate the request a run message carries: its JSON text (what producers send), or a
+    JSON object (what producers before the text sent, and hand-made messages).
+
+    The text is kept as it came, so the worker registers and compares the producer's own
+    bytes; unless it leaves ``submitted_at_ms`` to its default (the time of reading, which would
+    differ at every read), or it is an object: then the request is serialized here.
+
+    Raises:
+        InvalidInput: naming every invalid field, or the text's JSON error.
+    """
+    if isinstance(body, str):
+        request = _validated(RunRequest.model_validate_json, body)
+        if "submitted_at_ms" in request.model_fields_set:
+            return WireRequest(request, body)
+        return WireRequest.of(request)
+    return WireRequest.of(parse_request(body))
+
+
+def _validated(validate: Callable[[Any], RunRequest], doc: Any) -> RunRequest:
+    """``validate(doc)``, its errors as one clear :class:`InvalidInput`."""
     try:
-        return RunRequest.model_validate(doc)
+        return validate(doc)
     except pydantic.ValidationError as exc:
         problems = "; ".join(
             f"{_where(e['loc'])}: {e['msg'][:300]}" for e in exc.errors()[:_MAX_PROBLEMS]
@@ -225,40 +249,6 @@ def _where(loc: tuple[int | str, ...]) -> str:
     if len(parts) > 6:
         parts = [*parts[:3], "...", *parts[-2:]]
     return ".".join(p[:40] for p in parts) or "request"
-
-
-def check_text(value: str, what: str) -> None:
-    """Refuse text that is not encodable as UTF-8 (lone surrogates from a JSON ``\\ud800``).
-
-    Raises:
-        ValueError: naming ``what`` and the position.
-    """
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(
-            f"{what} is not valid Unicode text (lone surrogate at position {exc.start}); "
-            "send UTF-8 text"
-        ) from None
-
-
-def check_json_tree(value: Any, what: str, depth: int = 0) -> None:
-    """Refuse JSON values nested deeper than :data:`MAX_METADATA_DEPTH` or with invalid text.
-
-    Raises:
-        ValueError: naming ``what``.
-    """
-    if depth > MAX_METADATA_DEPTH:
-        raise ValueError(f"{what} is nested deeper than {MAX_METADATA_DEPTH} levels")
-    if isinstance(value, str):
-        check_text(value, what)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            check_text(str(key), f"{what} key")
-            check_json_tree(item, what, depth + 1)
-    elif isinstance(value, list):
-        for item in value:
-            check_json_tree(item, what, depth + 1)
 
 
 class RunResult(RunOutcome):
@@ -313,13 +303,17 @@ class RunResult(RunOutcome):
 __all__ = [
     "DEFAULT_QUEUE",
     "DRAIN_TASK",
+    "MAX_METADATA_BYTES",
     "RUN_TASK",
     "BusyPolicy",
     "RedisKeys",
+    "RunOptions",
     "RunRef",
     "RunRequest",
     "RunResult",
+    "WireRequest",
     "describe_drain",
     "describe_request",
     "parse_request",
+    "parse_wire",
 ]

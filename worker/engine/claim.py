@@ -24,7 +24,7 @@ from typing import Protocol
 
 from tether.core.events import now_ms
 from tether.persistence.headcache.base import CachedHead, HeadCache
-from tether.runs.contract import RunRef, RunRequest
+from tether.runs.contract import RunRef, RunRequest, WireRequest
 from tether.runs.leases.base import Lease, LeaseManager
 from tether.runs.queue.base import RunQueue, RunView, SubmitOutcome, submit
 from tether.worker.engine.checkpoints.base import Checkpoint, CheckpointStore
@@ -37,6 +37,16 @@ class Carried:
     request: RunRequest
     queue: str | None = None
     """The broker queue that delivered it (recorded on a fresh registration)."""
+    text: str | None = None
+    """The request's JSON as the message carried it (:func:`~tether.runs.contract.parse_wire`);
+    None: serialized when a claim needs it."""
+
+    @property
+    def wire(self) -> WireRequest:
+        """The request with its JSON: what a claim registers, and compares with the record."""
+        if self.text is None:
+            return WireRequest.of(self.request)
+        return WireRequest(self.request, self.text)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from tether.keys import RedisKeys
 from tether.persistence.headcache.base import unpack
 from tether.persistence.lua import load
 from tether.persistence.redis_conn import describe_client, translate_errors
+from tether.runs.contract import WireRequest
 from tether.runs.leases._common import validate_acquire
 from tether.runs.leases.base import Lease
 from tether.runs.queue.base import SubmitOutcome, SubmitState
@@ -87,25 +88,29 @@ class RedisClaimer:
             "attempts_prefix": k.attempts_prefix(tenant, session_id),
             "caching": int(self._head_cache),
         }
+        wire: WireRequest | None = None
+        queue: str | None = None
         if carried is None:
             args = CLAIM.argv(carried="0", **named)
         else:
-            request = carried.request
+            # the text the message carried is registered as it is (no second serialization)
+            wire, queue = carried.wire, carried.queue
+            request = wire.request
             if (request.tenant, request.session_id) != (tenant, session_id):
                 raise ValueError("a carried request must belong to the claimed session")
             keys += submit_keys(k, request)[:2]  # its request-id index entry and run record
-            submitted_argv = submit_argv(request, carried.queue, self._runs.result_ttl_s)
+            submitted_argv = submit_argv(wire, queue, self._runs.result_ttl_s)
             args = CLAIM.argv(submitted_argv, carried="1", **named)
         with translate_errors(self._where):
             reply = cast(list[Any], self._claim(keys=keys, args=args))
         submitted = None
-        if carried is not None:
+        if wire is not None:
             code, run_id = int(reply[0]), _text(reply[1])
             submitted = SubmitOutcome(run_id, SUBMIT_STATES[code])
             if submitted.state is SubmitState.QUEUED:
                 # the script cannot write the index and the active set (other slots); the
                 # submit finds the request registered and writes only those
-                self._runs.submit_many([carried.request], queue=carried.queue)
+                self._runs.submit_many([wire], queue=queue)
         fence = int(reply[2])
         if not fence:
             return Claim(submitted, None)
@@ -115,7 +120,8 @@ class RedisClaimer:
         head = _text(reply[4])
         flat = cast(list[bytes], reply[5])
         record = dict(zip(flat[::2], flat[1::2], strict=True))
-        view = run_view(head, record)
+        # the carried request is not validated again when the record holds its very text
+        view = run_view(head, record, known=wire)
         checkpoint = Checkpoint.model_validate_json(reply[6]) if reply[6] else None
         attempts = int(reply[7]) or None
         cached = unpack(reply[10]) if len(reply) > 10 and isinstance(reply[10], bytes) else None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Annotated
+from typing import Annotated, Any, cast
 
 import typer
 from rich.console import Console
@@ -34,18 +34,26 @@ from tether.producer.ops.render import emit_json, event_text, make_console, resu
 from tether.producer.submission import scoped_view
 from tether.producer.worker_watch import warn_if_unconsumed, watch_for_workers
 from tether.runs.contract import RunResult
+from tether.runs.options import RUN_OPTIONS, RunOptions, RunOptionsKwargs
 from tether.runs.queue.base import CancelOutcome, RunState
+
+
+def option_help(name: str, more: str = "") -> str:
+    """The help of run option ``name``: its description in :class:`RunOptions`, where the
+    options are declared (and validated) once."""
+    return f"{RunOptions.model_fields[name].description}{more}"
+
 
 SessionArg = Annotated[str, typer.Argument(metavar="SESSION", help="Session id.")]
 InputArg = Annotated[str, typer.Argument(metavar="INPUT", help="The run's input text.")]
-AgentOption = Annotated[str, typer.Option("--agent", "-a", help="Agent name, e.g. notes.")]
+AgentOption = Annotated[str, typer.Option("--agent", "-a", help=option_help("agent"))]
 RunIdArg = Annotated[str, typer.Argument(metavar="RUN_ID", help="The run id.")]
 WaitOption = Annotated[
     float | None,
     typer.Option("--wait-s", min=0, help="Give up waiting after this many seconds (exit 124)."),
 ]
 RequestIdOption = Annotated[
-    str | None, typer.Option("--request-id", help="Idempotency key (default: the run id).")
+    str | None, typer.Option("--request-id", help=option_help("request_id"))
 ]
 #: How often a command past its start deadline checks that the run is still running.
 STATUS_RECHECK_S = 1.0
@@ -54,18 +62,13 @@ RunTimeoutOption = Annotated[
     typer.Option(
         "--timeout-s",
         min=0.001,
-        help="The run's own time limit; `run` also stops waiting (exit 124) when no worker has "
-        "started the run by then.",
+        help=option_help(
+            "timeout_s",
+            " `run` also stops waiting (exit 124) when no worker has started the run by then.",
+        ),
     ),
 ]
-BusyOption = Annotated[
-    str,
-    typer.Option(
-        "--on-busy",
-        help="When the session is busy: enqueue (default), reject, interrupt (stop the running "
-        "run at its next step, keep its steps) or rollback (stop it, discard its steps).",
-    ),
-]
+BusyOption = Annotated[str | None, typer.Option("--on-busy", help=option_help("on_busy"))]
 
 
 def register(app: typer.Typer) -> None:
@@ -77,25 +80,13 @@ def register(app: typer.Typer) -> None:
     app.command()(tail)
 
 
-def _submit(
-    producer: Producer,
-    session_id: str,
-    text: str,
-    agent: str,
-    tenant: str | None,
-    request_id: str | None,
-    timeout_s: float | None,
-    on_busy: str,
-) -> RunHandle:
-    return producer.run_async(
-        session_id,
-        text,
-        agent=agent,
-        tenant=tenant,
-        request_id=request_id,
-        timeout_s=timeout_s,
-        on_busy=on_busy,
-    )
+def run_options(params: dict[str, Any]) -> RunOptionsKwargs:
+    """The run options among a command's parameters (``locals()`` on entry): a parameter named
+    as a :class:`RunOptions` field is that option, passed on as given, so the request it makes
+    validates it (one place) and no command restates the options' names or defaults (an option
+    left out, None, takes the model's)."""
+    options = {k: v for k, v in params.items() if k in RUN_OPTIONS and v is not None}
+    return cast(RunOptionsKwargs, options)
 
 
 def run_command(
@@ -105,7 +96,7 @@ def run_command(
     tenant: TenantOption = None,
     request_id: RequestIdOption = None,
     timeout_s: RunTimeoutOption = None,
-    on_busy: BusyOption = "enqueue",
+    on_busy: BusyOption = None,
     wait_s: WaitOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -113,8 +104,9 @@ def run_command(
 
     Warns on stderr within seconds when no live worker consumes the queue.
     """
+    options = run_options(locals())
     with Producer(cli_settings()) as producer:
-        handle = _submit(producer, session_id, text, agent, tenant, request_id, timeout_s, on_busy)
+        handle = producer.run_async(session_id, text, **options)
         with watch_for_workers(producer, handle.run_id, warn=warn_line):
             print_outcome(handle, wait_s, as_json, start_by_s=timeout_s, producer=producer)
 
@@ -126,12 +118,13 @@ def submit(
     tenant: TenantOption = None,
     request_id: RequestIdOption = None,
     timeout_s: RunTimeoutOption = None,
-    on_busy: BusyOption = "enqueue",
+    on_busy: BusyOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Enqueue a run and print its run id (follow it with `tether wait RUN_ID`)."""
+    options = run_options(locals())
     with Producer(cli_settings()) as producer:
-        handle = _submit(producer, session_id, text, agent, tenant, request_id, timeout_s, on_busy)
+        handle = producer.run_async(session_id, text, **options)
         warn_if_unconsumed(producer, warn_line)
         if as_json:
             emit_json(

@@ -17,7 +17,7 @@ from typing import Any
 from tether.core.events import now_ms
 from tether.keys import RedisKeys
 from tether.persistence.lua import Key, load
-from tether.runs.contract import RunRef, RunRequest, RunResult
+from tether.runs.contract import RunRef, RunRequest, RunResult, WireRequest
 from tether.runs.queue.base import (
     DONE_MAX_LEN,
     FEED_RESULT_MAX_BYTES,
@@ -52,13 +52,22 @@ def text(raw: Any) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
-def run_view(run_id: str, raw: dict[bytes, bytes]) -> RunView | None:
-    """A run record from its hash (None when it has none)."""
+def run_view(
+    run_id: str, raw: dict[bytes, bytes], known: WireRequest | None = None
+) -> RunView | None:
+    """A run record from its hash (None when it has none).
+
+    ``known``: a request validated already (the one a worker's message carried). When the
+    record's request is its very text, it is that request and is not validated again;
+    otherwise the record's own request is validated: the registered copy is the one that runs.
+    """
     if not raw:
         return None
     fields = {text(k): text(v) for k, v in raw.items()}
     request = result = None
-    if "request" in fields:
+    if known is not None and fields.get("request") == known.text:
+        request = known.request
+    elif "request" in fields:
         try:
             request = RunRequest.model_validate_json(fields["request"])
         except ValueError:
@@ -83,12 +92,14 @@ def run_view(run_id: str, raw: dict[bytes, bytes]) -> RunView | None:
     )
 
 
-def submit_argv(request: RunRequest, queue: str | None, ttl_s: int) -> list[Any]:
-    """The nine arguments of ``lib/submit.lua``'s ``submit()`` for ``request`` (the submit and
-    the claim scripts both take them)."""
+def submit_argv(wire: WireRequest, queue: str | None, ttl_s: int) -> list[Any]:
+    """The nine arguments of ``lib/submit.lua``'s ``submit()`` for a request and its JSON (the
+    record stores the text as it is: a producer serializes once); the submit and the claim
+    scripts both take them."""
+    request = wire.request
     return SUBMIT.argv(
         run_id=request.run_id,
-        request=request.model_dump_json(),
+        request=wire.text,
         ttl_s=ttl_s,
         reject="1" if request.on_busy == "reject" else "0",
         tenant=request.tenant,

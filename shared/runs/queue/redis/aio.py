@@ -17,7 +17,7 @@ import redis.asyncio
 from tether.core.events import now_ms
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import translate_errors
-from tether.runs.contract import RunRef, RunRequest, RunResult
+from tether.runs.contract import RunRef, RunRequest, RunResult, WireRequest
 from tether.runs.queue.base import CancelOutcome, RunState, RunView, StopMode, SubmitOutcome
 from tether.runs.queue.redis._common import (
     CANCEL,
@@ -70,24 +70,27 @@ class AsyncRunQueue:
         self._cancel = client.register_script(CANCEL.source)
 
     async def submit_many(
-        self, requests: Sequence[RunRequest], *, queue: str | None = None
+        self, requests: Sequence[RunRequest | WireRequest], *, queue: str | None = None
     ) -> list[SubmitOutcome]:
-        """Register and queue requests, idempotently, in one pipelined round trip."""
+        """Register and queue requests, idempotently, in one pipelined round trip (a
+        :class:`WireRequest` registers its own text)."""
         k = self.keys
         stamp = now_ms()
+        wires = [WireRequest.of(r) for r in requests]
         replies: list[Any] = []
-        for chunk in chunks(requests):
+        for chunk in chunks(wires):
             with translate_errors(self._where):
                 pipe = self.client.pipeline(transaction=False)
-                for r in chunk:  # as RedisRunQueue.submit_many: script, run index, active index
+                for w in chunk:  # as RedisRunQueue.submit_many: script, run index, active index
+                    r = w.request
                     t, s = r.tenant, r.session_id
-                    argv = submit_argv(r, queue, self.result_ttl_s)
+                    argv = submit_argv(w, queue, self.result_ttl_s)
                     await self._submit(keys=submit_keys(k, r), args=argv, client=pipe)
                     pipe.set(k.run_index(t, r.run_id), s, nx=True, ex=self.result_ttl_s)
                     pipe.zadd(k.active(t, s), {k.active_member(t, s): stamp}, nx=True)
                 replies.extend(await pipe.execute())
         outcomes = submit_outcomes(replies)
-        stray = stray_index_keys(k, requests, outcomes, replies)
+        stray = stray_index_keys(k, [w.request for w in wires], outcomes, replies)
         if stray:  # rare (a duplicate or busy submission): one more round trip
             with translate_errors(self._where):
                 await self.client.delete(*stray)

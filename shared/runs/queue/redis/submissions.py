@@ -9,7 +9,7 @@ from typing import Any, cast
 from tether.core.events import now_ms
 from tether.persistence.redis_conn import translate_errors
 from tether.persistence.scripts import queue_script, run_pipeline
-from tether.runs.contract import RunRef, RunRequest, RunResult
+from tether.runs.contract import RunRef, RunRequest, RunResult, WireRequest
 from tether.runs.queue.base import RunView, SubmitOutcome
 from tether.runs.queue.redis._common import (
     RECORD_REJECTED,
@@ -30,22 +30,25 @@ class RedisSubmissions(RedisQueuePart):
     """Submit runs idempotently and read their records."""
 
     def submit_many(
-        self, requests: Sequence[RunRequest], *, queue: str | None = None
+        self, requests: Sequence[RunRequest | WireRequest], *, queue: str | None = None
     ) -> list[SubmitOutcome]:
         """Register and queue requests, idempotently, in one pipelined round trip.
 
         Beside each session's script go the tenant's run-id index entry (NX: the first session
         to use a run id keeps it) and the session's place in the active index; both after the
-        script, so the index never names a session before its queue holds the run.
+        script, so the index never names a session before its queue holds the run. A
+        :class:`WireRequest` is registered with its own text (a producer serializes once).
         """
         k = self.keys
         stamp = now_ms()
         submit = self._script(SUBMIT)
+        wires = [WireRequest.of(r) for r in requests]
 
         def fill(pipe: Any) -> None:
-            for request in requests:
+            for wire in wires:
+                request = wire.request
                 t, s = request.tenant, request.session_id
-                argv = submit_argv(request, queue, self.result_ttl_s)
+                argv = submit_argv(wire, queue, self.result_ttl_s)
                 queue_script(pipe, submit, submit_keys(k, request), argv)
                 pipe.set(k.run_index(t, request.run_id), s, nx=True, ex=self.result_ttl_s)
                 pipe.zadd(k.active(t, s), {k.active_member(t, s): stamp}, nx=True)
@@ -53,7 +56,7 @@ class RedisSubmissions(RedisQueuePart):
         with translate_errors(self._where):
             replies = run_pipeline(self.client, [submit], fill)
             outcomes = submit_outcomes(replies)
-            stray = stray_index_keys(k, requests, outcomes, replies)
+            stray = stray_index_keys(k, [w.request for w in wires], outcomes, replies)
             if stray:  # rare (a duplicate or busy submission): one more round trip
                 self.client.delete(*stray)
         return outcomes

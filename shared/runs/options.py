@@ -1,0 +1,209 @@
+"""The options of one run, declared once: :class:`RunOptions`, and :class:`RunOptionsKwargs`.
+
+Every way of submitting a run takes the same options: ``Producer.run``, ``run_async`` and
+``resolve``, their :class:`~tether.producer.aio.AsyncProducer` twins,
+:class:`~tether.producer.submission.RunSpec`, ``tether run`` and ``tether submit``, batch cases,
+and ``tether_run`` in Celery's canvas. They are declared here, once: the fields of
+:class:`RunOptions` give each option its type, default, validation and description, and
+:class:`~tether.runs.contract.RunRequest` extends the model, so the wire request validates them
+with the same rules. :class:`RunOptionsKwargs` is the same
+options as keyword arguments (``**options: Unpack[RunOptionsKwargs]``), so mypy checks the
+callers of every signature that takes them; ``tests/test_request_shape.py`` fails when the two
+disagree.
+
+A submission does not build a ``RunOptions`` of its own: the options go, as given, into the one
+``RunRequest`` the producer validates (validating them here first would validate every run
+twice).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any, Literal, Required, TypedDict
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from tether.ids import validate_id, validate_tenant
+
+MAX_METADATA_BYTES = 16_384
+#: Deeper metadata is refused: stored in the session head, it must stay serialisable and
+#: readable with room to spare (pydantic stops at about 250 levels).
+MAX_METADATA_DEPTH = 32
+
+
+class BusyPolicy(StrEnum):
+    """What to do when the session is already running or has queued runs (LangGraph's
+    multitask strategies)."""
+
+    ENQUEUE = "enqueue"
+    """Queue behind the runs before it (FIFO)."""
+    REJECT = "reject"
+    """Refuse the run (``SessionBusy``) when the session has queued or running runs."""
+    INTERRUPT = "interrupt"
+    """Queue it, and stop the running run at its next step boundary: it ends ``INTERRUPTED``
+    with the steps it finished kept in memory."""
+    ROLLBACK = "rollback"
+    """Queue it, and stop the running run at its next step boundary: it ends ``CANCELLED``
+    and nothing of it stays in memory."""
+
+
+class RunOptions(BaseModel):
+    """How to run one request: the options every way of submitting a run takes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
+
+    # descriptions, not attribute docstrings: the CLI's help reads them, and pydantic would
+    # read this module's source at every import to turn docstrings into descriptions
+    agent: str = Field(
+        min_length=1,
+        max_length=128,
+        description="The agent to run, by its registered name (e.g. notes).",
+    )
+    tenant: str | None = Field(
+        default=None,
+        description="The tenant the session belongs to (default: the producer's, TETHER_TENANT).",
+    )
+    request_id: str | None = Field(
+        default=None,
+        description="Idempotency key: submitted again, it returns the first run, applied once "
+        "(default: the run id).",
+    )
+    metadata: dict[str, JsonValue] = Field(
+        default_factory=dict,
+        description="JSON values the run records in the session's metadata (at most "
+        f"{MAX_METADATA_BYTES} bytes of JSON).",
+    )
+    timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=86_400,
+        strict=True,
+        description="The run's own time limit in seconds (default and cap: the worker's "
+        "TETHER_MAX_RUN_S).",
+    )
+    on_busy: BusyPolicy = Field(
+        default=BusyPolicy.ENQUEUE,
+        description="When the session is busy: enqueue (default), reject, interrupt (stop the "
+        "running run at its next step, keep its steps) or rollback (stop it, discard its steps).",
+    )
+    durability: Literal["run", "step"] | None = Field(
+        default=None,
+        description="Override the agent's durability for this run: step checkpoints at every "
+        "step boundary (default: the agent's AgentOptions.durability).",
+    )
+
+    @pydantic.field_validator("agent")
+    @classmethod
+    def _agent(cls, value: str) -> str:
+        check_text(value, "agent")
+        return value
+
+    @pydantic.field_validator("tenant")
+    @classmethod
+    def _tenant(cls, value: str | None) -> str | None:
+        return None if value is None else validate_tenant(value)
+
+    @pydantic.field_validator("request_id")
+    @classmethod
+    def _request_id(cls, value: str | None) -> str | None:
+        return None if value is None else validate_id(value, kind="request id")
+
+    @pydantic.field_validator("metadata")
+    @classmethod
+    def _metadata_size(cls, value: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        check_json_tree(value, "metadata")
+        try:
+            size = len(json.dumps(value, allow_nan=False))
+        except ValueError as exc:  # NaN or infinity: JSON has no such numbers
+            raise ValueError(f"metadata holds a number JSON cannot represent ({exc})") from exc
+        if size > MAX_METADATA_BYTES:
+            raise ValueError(f"metadata is larger than {MAX_METADATA_BYTES} bytes of JSON")
+        return value
+
+
+class RunExtras(TypedDict, total=False):
+    """:class:`RunOptionsKwargs` but ``agent``: what :class:`RunSpec` takes after its agent.
+
+    Types are what callers pass (a ``str`` policy, ``None`` metadata); the request validates
+    the values.
+    """
+
+    tenant: str | None
+    request_id: str | None
+    metadata: dict[str, JsonValue] | None
+    timeout_s: float | None
+    on_busy: str
+    durability: str | None
+
+
+class RunOptionsKwargs(RunExtras):
+    """The fields of :class:`RunOptions` as keyword arguments: ``agent`` is required, the rest
+    take the model's defaults when left out (``metadata=None`` is no metadata)."""
+
+    agent: Required[str]
+
+
+#: The option names (a keyword argument outside them is refused with a TypeError).
+RUN_OPTIONS = frozenset(RunOptions.model_fields)
+
+
+def check_options(options: Mapping[str, object]) -> None:
+    """Refuse a keyword that is no run option: one the request has for itself (``run_id``,
+    ``session_id``...) would otherwise override it.
+
+    Raises:
+        TypeError: naming the unknown keywords and the options.
+    """
+    unknown = options.keys() - RUN_OPTIONS
+    if unknown:
+        raise TypeError(
+            f"unexpected keyword argument(s) {', '.join(map(repr, sorted(unknown)))}: "
+            f"the run options are {', '.join(RunOptions.model_fields)}"
+        )
+
+
+def check_text(value: str, what: str) -> None:
+    """Refuse text that is not encodable as UTF-8 (lone surrogates from a JSON ``\\ud800``).
+
+    Raises:
+        ValueError: naming ``what`` and the position.
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{what} is not valid Unicode text (lone surrogate at position {exc.start}); "
+            "send UTF-8 text"
+        ) from None
+
+
+def check_json_tree(value: Any, what: str, depth: int = 0) -> None:
+    """Refuse JSON values nested deeper than :data:`MAX_METADATA_DEPTH` or with invalid text.
+
+    Raises:
+        ValueError: naming ``what``.
+    """
+    if depth > MAX_METADATA_DEPTH:
+        raise ValueError(f"{what} is nested deeper than {MAX_METADATA_DEPTH} levels")
+    if isinstance(value, str):
+        check_text(value, what)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_text(str(key), f"{what} key")
+            check_json_tree(item, what, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            check_json_tree(item, what, depth + 1)
+
+
+__all__ = [
+    "RUN_OPTIONS",
+    "BusyPolicy",
+    "RunExtras",
+    "RunOptions",
+    "RunOptionsKwargs",
+    "check_options",
+]
