@@ -27,8 +27,9 @@ HEAVY = (
     "boto3",  # the S3 store
     "botocore",
     "redis",  # redis-py pulls in the OpenTelemetry SDK when installed
-    # not pydantic itself: typer builds a pydantic TypeAdapter per parameter to show a
-    # command's help, so `tether run --help` imports it whatever the CLI does
+    # not pydantic itself: before any subcommand runs, typer 0.29 coerces the group's unset
+    # --help flag through a pydantic TypeAdapter, so `tether run --help` imports it whatever
+    # the CLI does
     "pydantic_settings",  # the settings (~0.15 s on their own)
     "tether.core",  # the run protocol's pydantic models
     "dotenv",
