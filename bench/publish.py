@@ -8,7 +8,7 @@ pasted by hand).
 A generated block sits between two marker comments, so the prose around it stays as written:
 ``<!-- perf:begin -->`` / ``<!-- perf:end -->`` in README.md (the compact table), and
 ``<!-- perf:begin NAME -->`` / ``<!-- perf:end NAME -->`` in docs/performance.md (``latest``,
-``soak``, ``scaling``, ``earlier``). What goes in them:
+``soak``, ``scaling``, ``cli``, ``earlier``). What goes in them:
 
 - ``bench/results/latest.json`` (``python -m bench``): the README's table, one row per
   measure, and the full report in the docs;
@@ -16,6 +16,8 @@ A generated block sits between two marker comments, so the prose around it stays
   earlier runs, e.g. ``durability/latest.json``), newest first, in the docs;
 - ``bench/results/soak*.json`` (``python -m bench.soak``) and ``bench/results/scaling.json``
   (``python -m bench.scaling``): a summary line in the README, their tables in the docs;
+- ``bench/results/cli_startup.json`` (``python -m bench.cli_startup``): its rows (C1, C2) in
+  the README's table with a line naming their source, its table in the docs (``cli``);
 - the plots (``latency.png``, ``scaling.png``) are copied to ``docs/img/perf/`` (the docs site
   only serves what is under ``docs/``).
 
@@ -34,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.cli_startup import JSON_NAME as CLI_JSON
+from bench.cli_startup import markdown as cli_markdown
 from bench.core import Measure, Stats, Target
 from bench.report import JSON_NAME, PLOT_NAME, _fmt, markdown
 
@@ -93,16 +97,30 @@ def _load(path: Path) -> dict[str, Any]:
 
 
 def bench_runs(root: Path) -> list[BenchRun]:
-    """Every benchmark document under ``bench/results``, newest first."""
+    """Every benchmark document of ``python -m bench`` under ``bench/results``, newest first."""
     runs = []
     for path in sorted((root / RESULTS).rglob("*.json")):
-        document = _load(path)
-        if "measures" not in document:
-            continue
-        meta = {k: v for k, v in document.items() if k != "measures"}
-        measures = [_measure(row) for row in document["measures"]]
-        runs.append(BenchRun(path.relative_to(root), meta, measures))
+        if path == root / RESULTS / CLI_JSON:
+            continue  # measures too, but of `python -m bench.cli_startup`: see cli_run()
+        run = _bench_run(root, path)
+        if run is not None:
+            runs.append(run)
     return sorted(runs, key=lambda r: (r.date, str(r.path)), reverse=True)
+
+
+def _bench_run(root: Path, path: Path) -> BenchRun | None:
+    document = _load(path)
+    if "measures" not in document:
+        return None
+    meta = {k: v for k, v in document.items() if k != "measures"}
+    measures = [_measure(row) for row in document["measures"]]
+    return BenchRun(path.relative_to(root), meta, measures)
+
+
+def cli_run(root: Path) -> BenchRun | None:
+    """``cli_startup.json`` (``python -m bench.cli_startup``), when there is one."""
+    path = root / RESULTS / CLI_JSON
+    return _bench_run(root, path) if path.is_file() else None
 
 
 def latest_run(runs: Sequence[BenchRun]) -> BenchRun:
@@ -163,10 +181,14 @@ def _count(value: Any) -> str:
 
 
 def readme_block(
-    latest: BenchRun, soaks: Sequence[tuple[Path, dict[str, Any]]], scaling: dict[str, Any] | None
+    latest: BenchRun,
+    soaks: Sequence[tuple[Path, dict[str, Any]]],
+    scaling: dict[str, Any] | None,
+    cli: BenchRun | None = None,
 ) -> str:
-    """The README's compact table: one row per measure of ``latest.json``, then one line each
-    for the worker's per-run cost, the largest soak and the scaling curve."""
+    """The README's compact table: one row per measure of ``latest.json`` and of
+    ``cli_startup.json``, then one line each for the worker's per-run cost, the largest soak,
+    the scaling curve and where the CLI rows come from."""
     cpus = latest.meta.get("machine", {}).get("cpu_count", "?")
     lines = [
         f"From `{latest.path}` (`{latest.meta.get('command', 'python -m bench')}`, {cpus} CPUs). "
@@ -175,7 +197,8 @@ def readme_block(
         "| id | measure | Tether | baseline | result | target | |",
         "|---|---|---|---|---|---|---|",
     ]
-    for m in sorted(latest.measures, key=_measure_order):
+    cli_measures = sorted(cli.measures, key=_measure_order) if cli is not None else []
+    for m in [*sorted(latest.measures, key=_measure_order), *cli_measures]:
         full = m.id == "P1" and m.tether.n > 1
         baseline = _stats_cell(m.baseline, m.unit, p99=full)
         if m.baseline is not None and m.baseline_name:
@@ -184,7 +207,7 @@ def readme_block(
             f"| {m.id} | {m.name} | {_stats_cell(m.tether, m.unit, p99=full)} | {baseline} | "
             f"{_result_cell(m, tails=full)} | {m.target or '-'} | {_verdict(m)} |"
         )
-    notes = [_per_run_line(latest), _soak_line(soaks), _scaling_line(scaling)]
+    notes = [_per_run_line(latest), _soak_line(soaks), _scaling_line(scaling), _cli_line(cli)]
     lines += ["", *(f"- {n}" for n in notes if n)]
     return "\n".join(lines)
 
@@ -238,6 +261,24 @@ def _scaling_line(scaling: dict[str, Any] | None) -> str:
     return f"Scaling (`{RESULTS / SCALING_JSON}`): {rates} runs/s with {workers} worker processes."
 
 
+def _cli_line(cli: BenchRun | None) -> str:
+    if cli is None or not cli.measures:
+        return ""
+    first = cli.measures[0]
+    base = first.baseline
+    ids = ", ".join(m.id for m in cli.measures)
+    costs = "; ".join(
+        f"{m.id} {float(m.extra.get('median_difference_ms', 0)):+.1f} ms" for m in cli.measures
+    )
+    line = (
+        f"{ids} (`{cli.path}`, `{cli.meta.get('command', 'python -m bench.cli_startup')}`): "
+        f"{first.tether.n} fresh processes of each command, taking turns with `python -c pass`"
+    )
+    if base is not None:
+        line += f" ({_fmt(base.median, first.unit)} {first.unit} median)"
+    return f"{line}; over it, median: {costs}."
+
+
 # --- docs/performance.md ---------------------------------------------------------------------
 
 
@@ -258,6 +299,13 @@ def earlier_block(runs: Sequence[BenchRun], latest: BenchRun) -> str:
         ids = ", ".join(m.id for m in run.measures)
         parts.append(f"### {ids}: `{run.path}`\n\n{markdown(run.measures, run.meta).rstrip()}")
     return "\n\n".join(parts) if parts else "No other benchmark results are committed."
+
+
+def cli_block(cli: BenchRun | None) -> str:
+    """The CLI start table (as ``bench/results/cli_startup.md`` renders it)."""
+    if cli is None:
+        return "No CLI start results are committed."
+    return f"From `{cli.path}`.\n\n{cli_markdown(cli.measures, cli.meta).rstrip()}"
 
 
 def soak_block(soaks: Sequence[tuple[Path, dict[str, Any]]]) -> str:
@@ -396,6 +444,7 @@ def expected(root: Path = ROOT) -> dict[Path, str | bytes]:
     latest = latest_run(runs)
     soaks = soak_reports(root)
     scaling = scaling_report(root)
+    cli = cli_run(root)
     plots: dict[Path, str | bytes] = {}
     for name in (PLOT_NAME, SCALING_PLOT):
         source = root / RESULTS / name
@@ -403,7 +452,7 @@ def expected(root: Path = ROOT) -> dict[Path, str | bytes]:
             plots[PLOT_DIR / name] = source.read_bytes()
     out: dict[Path, str | bytes] = {}
     readme = (root / README).read_text()
-    out[README] = replace_blocks(readme, {None: readme_block(latest, soaks, scaling)}, README)
+    out[README] = replace_blocks(readme, {None: readme_block(latest, soaks, scaling, cli)}, README)
     page = (root / PERF_PAGE).read_text()
     out[PERF_PAGE] = replace_blocks(
         page,
@@ -411,6 +460,7 @@ def expected(root: Path = ROOT) -> dict[Path, str | bytes]:
             "latest": latest_block(latest, PLOT_DIR / PLOT_NAME in plots),
             "soak": soak_block(soaks),
             "scaling": scaling_block(scaling, PLOT_DIR / SCALING_PLOT in plots),
+            "cli": cli_block(cli),
             "earlier": earlier_block(runs, latest),
         },
         PERF_PAGE,

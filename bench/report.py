@@ -14,6 +14,7 @@ import platform
 import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from importlib import metadata
@@ -76,6 +77,12 @@ def machine_info(redis_url: str) -> dict[str, Any]:
         redis_version = str(client.info("server").get("redis_version", "unknown"))
     finally:
         client.close()
+    return host_info((*PACKAGES, "matplotlib"), redis_server=redis_version)
+
+
+def host_info(packages: Sequence[str], **services: str) -> dict[str, Any]:
+    """The machine, the versions of ``packages`` and the commit (no service asked: benchmarks
+    that start none, such as :mod:`bench.cli_startup`, use it as it is)."""
     commit = _git("rev-parse", "--short", "HEAD")
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
     return {
@@ -85,8 +92,8 @@ def machine_info(redis_url: str) -> dict[str, Any]:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
-        "packages": {name: _version(name) for name in (*PACKAGES, "matplotlib")},
-        "redis_server": redis_version,
+        "packages": {name: _version(name) for name in packages},
+        **services,
         "git_commit": commit + ("+dirty" if commit and dirty else ""),
         "load_average_1m_end": round(os.getloadavg()[0], 2),
     }

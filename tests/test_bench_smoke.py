@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -58,3 +59,38 @@ def test_quick_bench_writes_table_json_and_plot(tmp_path: Path) -> None:
     for measure_id in MEASURES:
         assert f"| {measure_id} |" in table
     assert (out / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.timeout(120)
+def test_cli_startup_bench_writes_table_and_json_that_publish_quotes(tmp_path: Path) -> None:
+    """``python -m bench.cli_startup`` with two runs: both measures, finite numbers, one sample
+    per run in each series; ``bench.publish`` on a copy of the pages puts its rows in them."""
+    from bench import publish
+
+    results = tmp_path / "bench" / "results"
+    shutil.copytree(REPO / "bench" / "results", results)
+    (results / "cli_startup.json").unlink(missing_ok=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.cli_startup", "--runs", "2", "--warmup", "0",
+         "--out", str(results)],
+        cwd=REPO, capture_output=True, text=True, timeout=110, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    doc = json.loads((results / "cli_startup.json").read_text())
+    assert [m["id"] for m in doc["measures"]] == ["C1", "C2"]
+    for measure in doc["measures"]:
+        assert all(math.isfinite(n) for n in _numbers(measure)), measure["id"]
+        assert measure["tether"]["n"] == measure["baseline"]["n"] == 2
+        assert all(len(series) == 2 for series in measure["series"].values())
+    assert measure["extra"]["median_difference_ms"] > 0  # tether does more than `pass`
+    assert "| C1 |" in (results / "cli_startup.md").read_text()
+
+    for name in ("README.md", "docs/performance.md"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / name, tmp_path / name)
+    shutil.copytree(REPO / "docs" / "img" / "perf", tmp_path / "docs" / "img" / "perf")
+    assert publish.main(["--root", str(tmp_path)]) == 0
+    assert "| C1 | `tether --help`" in (tmp_path / "README.md").read_text()
+    page = (tmp_path / "docs" / "performance.md").read_text()
+    assert "From `bench/results/cli_startup.json`." in page
+    assert "### C1" not in page  # not listed again among the earlier `python -m bench` runs

@@ -32,7 +32,10 @@ from tether.producer.ops.cli.support import (
     error_line,
     exit_code_for,
 )
-from tether.producer.ops.render import emit_json, make_console, settings_table
+
+# Building the command tree (all `tether --help` does) must stay cheap: the command modules keep
+# Celery, redis-py, boto3, pydantic models, the settings and rich out of their top-level imports
+# and import them inside the commands (tests/test_cli_startup.py checks it).
 
 try:  # typer bundles its own click from 0.2x on
     from typer._click.exceptions import ClickException as TyperClickException
@@ -64,6 +67,7 @@ def config(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Print the effective settings (TETHER_* variables and .env), secrets masked."""
+    from tether.producer.ops.render import emit_json, make_console, settings_table
     from tether.settings import Settings, masked
 
     values = masked(cli_settings())
@@ -90,6 +94,7 @@ def demo(
     """Run the demo scenario on the embedded default (or on the configured Redis and store)."""
     from tether.producer.ops.demo import run_demo
     from tether.producer.ops.embedded import Interrupted
+    from tether.producer.ops.render import make_console
 
     try:
         code = run_demo(directory, make_console(), worker_count=0 if no_workers else workers)

@@ -6,7 +6,6 @@ from typing import Annotated
 
 import typer
 
-from tether.producer.client import Producer
 from tether.producer.ops.cli.runs import (
     AgentOption,
     SessionArg,
@@ -36,6 +35,8 @@ def approve(
     as_json: JsonOption = False,
 ) -> None:
     """Approve a pending call: the tool runs, the run goes on; prints the answer."""
+    from tether.producer.client import Producer  # Celery: only when a command runs
+
     with Producer(cli_settings()) as producer:
         handle = producer.approve(session_id, call_id, agent=agent, tenant=tenant)
         print_outcome(handle, wait_s, as_json)
@@ -53,6 +54,8 @@ def reject(
     as_json: JsonOption = False,
 ) -> None:
     """Reject a pending call: the model sees the reason, the run goes on; prints the answer."""
+    from tether.producer.client import Producer  # Celery: only when a command runs
+
     with Producer(cli_settings()) as producer:
         handle = producer.reject(session_id, call_id, reason, agent=agent, tenant=tenant)
         print_outcome(handle, wait_s, as_json)
@@ -68,6 +71,8 @@ def answer(
     as_json: JsonOption = False,
 ) -> None:
     """Give the output of a call that waits for one; the run goes on; prints the answer."""
+    from tether.producer.client import Producer  # Celery: only when a command runs
+
     with Producer(cli_settings()) as producer:
         handle = producer.submit_tool_output(
             session_id, call_id, output, agent=agent, tenant=tenant

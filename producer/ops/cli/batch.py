@@ -14,10 +14,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tether.settings import Settings, load_settings
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the settings (pydantic-settings) too: `tether --help` does not need them
     from tether.producer.ops.batch import BatchOptions, BatchSummary
+    from tether.settings import Settings
 
 #: Exit codes, as for every ``tether`` command: 2 usage (invalid cases, bad option), 1 a
 #: service error, or (with ``--fail-on-error``) a case that failed or did not pass.
@@ -31,6 +30,8 @@ def _settings() -> Settings:
     try:
         from tether.producer.ops.cli.support import cli_settings
     except ImportError:  # the batch command used without the full CLI
+        from tether.settings import load_settings
+
         return load_settings()
     return cli_settings()
 

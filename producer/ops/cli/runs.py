@@ -8,19 +8,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
-from rich.console import Console
 
-from tether.core.events import AgentEvent, event_to_dict
-from tether.core.results import RunStatus
 from tether.errors import RunNotFound
-from tether.keys import RedisKeys
-from tether.persistence.redis_conn import redis_from_url
-from tether.persistence.streams.redis import RedisEventStream
-from tether.producer.client import Producer
-from tether.producer.handle import RunHandle
 from tether.producer.ops.cli.support import (
     EXIT_FAILED,
     JsonOption,
@@ -30,12 +22,17 @@ from tether.producer.ops.cli.support import (
     one_line,
     warn_line,
 )
-from tether.producer.ops.render import emit_json, event_text, make_console, result_line
-from tether.producer.submission import scoped_view
-from tether.producer.worker_watch import warn_if_unconsumed, watch_for_workers
-from tether.runs.contract import RunResult
 from tether.runs.options import RUN_OPTIONS, RunOptions, RunOptionsKwargs
-from tether.runs.queue.base import CancelOutcome, RunState
+
+# `tether --help` imports this module to read the commands' options: the producer (Celery,
+# kombu, redis-py), the run protocol and rich are imported by the functions that use them.
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from tether.core.events import AgentEvent
+    from tether.producer.client import Producer
+    from tether.producer.handle import RunHandle
+    from tether.runs.contract import RunResult
 
 
 def option_help(name: str, more: str = "") -> str:
@@ -105,6 +102,9 @@ def run_command(
     Warns on stderr within seconds when no live worker consumes the queue.
     """
     options = run_options(locals())
+    from tether.producer.client import Producer
+    from tether.producer.worker_watch import watch_for_workers
+
     with Producer(cli_settings()) as producer:
         handle = producer.run_async(session_id, text, **options)
         with watch_for_workers(producer, handle.run_id, warn=warn_line):
@@ -123,6 +123,10 @@ def submit(
 ) -> None:
     """Enqueue a run and print its run id (follow it with `tether wait RUN_ID`)."""
     options = run_options(locals())
+    from tether.producer.client import Producer
+    from tether.producer.ops.render import emit_json
+    from tether.producer.worker_watch import warn_if_unconsumed
+
     with Producer(cli_settings()) as producer:
         handle = producer.run_async(session_id, text, **options)
         warn_if_unconsumed(producer, warn_line)
@@ -146,6 +150,9 @@ def wait(
     as_json: JsonOption = False,
 ) -> None:
     """Wait for a run of the tenant and print its answer."""
+    from tether.producer.client import Producer
+    from tether.producer.worker_watch import watch_for_workers
+
     with Producer(cli_settings()) as producer:
         scope = tenant or producer.settings.tenant
         _known(producer, run_id, scope)
@@ -159,6 +166,10 @@ def cancel(run_id: RunIdArg, tenant: TenantOption = None, as_json: JsonOption = 
 
     A running run stops at its next step boundary. Exits 1 when the run had already finished.
     """
+    from tether.producer.client import Producer
+    from tether.producer.ops.render import emit_json
+    from tether.runs.queue.base import CancelOutcome
+
     with Producer(cli_settings()) as producer:
         scope = tenant or producer.settings.tenant
         status = _known(producer, run_id, scope)
@@ -201,6 +212,11 @@ def tail(
     as_json: JsonOption = False,
 ) -> None:
     """Follow a session's events live, coloured by type (Ctrl-C to stop)."""
+    from tether.keys import RedisKeys
+    from tether.persistence.redis_conn import redis_from_url
+    from tether.persistence.streams.redis import RedisEventStream
+    from tether.producer.ops.render import make_console
+
     settings = cli_settings()
     client = redis_from_url(settings.effective_redis_url)
     stream = RedisEventStream(client, keys=RedisKeys(settings.namespace))
@@ -219,6 +235,9 @@ def tail(
 
 
 def _print_events(events: Iterator[AgentEvent], as_json: bool, console: Console) -> None:
+    from tether.core.events import event_to_dict
+    from tether.producer.ops.render import emit_json, event_text
+
     for event in events:
         if as_json:
             emit_json(event_to_dict(event), lines=True)
@@ -227,6 +246,8 @@ def _print_events(events: Iterator[AgentEvent], as_json: bool, console: Console)
 
 
 def _known(producer: Producer, run_id: str, tenant: str) -> str:
+    from tether.producer.submission import scoped_view
+
     view = scoped_view(producer.record(run_id, tenant=tenant), tenant)
     if view is None:  # another tenant's run reads exactly like an unknown one
         raise RunNotFound(
@@ -249,6 +270,8 @@ def await_result(
         TimeoutError: a deadline passed; the message says whether the run is still queued or
             running, and how to cancel it or wait for it.
     """
+    from tether.runs.queue.base import RunState
+
     started = time.monotonic()
     wait_until = None if wait_s is None else started + wait_s
     queued_until = None if start_by_s is None else started + start_by_s
@@ -272,6 +295,8 @@ def await_result(
 
 
 def _status(handle: RunHandle, producer: Producer | None) -> str:
+    from tether.runs.queue.base import RunState
+
     if producer is None:
         return RunState.RUNNING if handle.running() else RunState.QUEUED
     view = producer.record(handle.run_id, tenant=handle.tenant)
@@ -279,6 +304,8 @@ def _status(handle: RunHandle, producer: Producer | None) -> str:
 
 
 def _gave_up(run_id: str, status: str, waited_s: float) -> TimeoutError:
+    from tether.runs.queue.base import RunState
+
     how = f"cancel it with `tether cancel {run_id}` or wait for it with `tether wait {run_id}`"
     if status == RunState.QUEUED:
         return TimeoutError(
@@ -299,6 +326,8 @@ def print_outcome(
 ) -> None:
     """Wait for ``handle`` (see :func:`await_result`) and print its answer (a WAITING run: the
     calls it waits on)."""
+    from tether.producer.ops.render import emit_json, make_console, result_line
+
     result = await_result(handle, wait_s, start_by_s, producer=producer)
     if as_json:
         emit_json(result.model_dump(mode="json"))
@@ -319,6 +348,8 @@ def print_outcome(
 
 
 def _failure(result: RunResult) -> str:
+    from tether.core.results import RunStatus
+
     if result.status is RunStatus.CANCELLED:
         return "was cancelled"
     return f"failed: {result.error_type}: {result.error_message}"

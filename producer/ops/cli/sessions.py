@@ -11,13 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
-from tether.core.events import AgentEvent, EventType, event_to_dict
-from tether.core.snapshot import SessionSnapshot
 from tether.errors import InvalidInput, SessionNotFound
 from tether.producer.ops.cli.support import (
     EXIT_FAILED,
@@ -28,14 +25,14 @@ from tether.producer.ops.cli.support import (
     open_reader,
     open_store,
 )
-from tether.producer.ops.render import (
-    emit_json,
-    events_table,
-    make_console,
-    memory_table,
-    verify_line,
-)
-from tether.settings import Settings
+
+# `tether --help` imports this module to read the commands' options: the event models
+# (pydantic), the renderers (rich, the session reader) and the settings are imported by the
+# functions that use them.
+if TYPE_CHECKING:
+    from tether.core.events import AgentEvent, EventType
+    from tether.core.snapshot import SessionSnapshot
+    from tether.settings import Settings
 
 sessions_app = typer.Typer(
     help="Read, verify, fork, delete and purge stored sessions.", no_args_is_help=True
@@ -59,6 +56,8 @@ def _context(tenant: str | None) -> tuple[Settings, str]:
 def _event_types(names: list[str] | None) -> set[EventType] | None:
     if not names:
         return None
+    from tether.core.events import EventType
+
     known = {t.value: t for t in EventType}
     wanted = set()
     for name in names:
@@ -72,6 +71,8 @@ def _event_types(names: list[str] | None) -> set[EventType] | None:
 @sessions_app.command("list")
 def list_sessions(tenant: TenantOption = None, as_json: JsonOption = False) -> None:
     """List the session ids of a tenant."""
+    from tether.producer.ops.render import emit_json, make_console
+
     settings, tenant = _context(tenant)
     ids = open_reader(settings).list_session_ids(tenant)
     if as_json:
@@ -102,6 +103,10 @@ def _head_summary(head: SessionSnapshot) -> dict[str, object]:
 @sessions_app.command()
 def show(session_id: SessionArg, tenant: TenantOption = None, as_json: JsonOption = False) -> None:
     """Show a session's head: metadata, sequence numbers, memory size and recent runs."""
+    from rich.table import Table
+
+    from tether.producer.ops.render import emit_json, make_console
+
     settings, tenant = _context(tenant)
     reader = open_reader(settings)
     head = reader.read(session_id, tenant=tenant)
@@ -132,6 +137,9 @@ def show(session_id: SessionArg, tenant: TenantOption = None, as_json: JsonOptio
 
 
 def _print_events(events: list[AgentEvent], title: str, as_json: bool) -> None:
+    from tether.core.events import event_to_dict
+    from tether.producer.ops.render import emit_json, events_table, make_console
+
     if as_json:
         emit_json([event_to_dict(e) for e in events])
     else:
@@ -187,6 +195,8 @@ def project(
     session_id: SessionArg, tenant: TenantOption = None, as_json: JsonOption = False
 ) -> None:
     """Fold a session's history into the memory it describes."""
+    from tether.producer.ops.render import emit_json, make_console, memory_table
+
     settings, tenant = _context(tenant)
     memory = open_reader(settings).project(session_id, tenant=tenant)
     if as_json:
@@ -204,6 +214,8 @@ def verify(
     as_json: JsonOption = False,
 ) -> None:
     """Check the event contract: gapless sequence, fold equals stored memory. Exits 1 on FAIL."""
+    from tether.producer.ops.render import emit_json, make_console, verify_line
+
     settings, tenant = _context(tenant)
     reader = open_reader(settings)
     names = session_ids or reader.list_session_ids(tenant)
@@ -224,6 +236,10 @@ def history(
 ) -> None:
     """List the points a session can be forked from (`sessions fork --at-seq SEQ`): each user
     input, each run's end, each memory write outside a run."""
+    from rich.table import Table
+
+    from tether.producer.ops.render import emit_json, make_console
+
     settings, tenant = _context(tenant)
     points = open_reader(settings).history(session_id, tenant=tenant)
     if as_json:
@@ -267,6 +283,8 @@ def fork(
     as_json: JsonOption = False,
 ) -> None:
     """Copy a session under a new id, now or at an earlier point (refuses an existing id)."""
+    from tether.producer.ops.render import emit_json
+
     settings, tenant = _context(tenant)
     head = open_reader(settings).fork(session_id, new_session_id, tenant=tenant, at_seq=at_seq)
     if as_json:
@@ -286,6 +304,7 @@ def delete(
     """Delete a session: its head, archived events, live stream, run records and request ids."""
     from tether.keys import RedisKeys
     from tether.persistence.redis_conn import redis_from_url
+    from tether.producer.ops.render import emit_json
     from tether.producer.ops.sessions_admin import delete_session
 
     settings, tenant = _context(tenant)
@@ -321,6 +340,7 @@ def purge(
     tags. Without --yes: show what would go and exit 2. Exits 1 when busy sessions were kept."""
     from tether.keys import RedisKeys
     from tether.persistence.redis_conn import redis_from_url
+    from tether.producer.ops.render import emit_json
     from tether.producer.ops.tenant_purge import purge_tenant, report_lines
 
     settings = cli_settings()

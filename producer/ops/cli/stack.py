@@ -10,32 +10,22 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from dotenv import dotenv_values
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from tether.errors import TetherError
-from tether.keys import RedisKeys
-from tether.persistence.active_index import active_count
-from tether.persistence.redis_conn import redis_from_url, translate_errors
 from tether.producer.ops.cli.support import EXIT_FAILED, JsonOption, cli_settings, warn_line
-from tether.producer.ops.local_procs import is_running
-from tether.producer.ops.local_stack import (
-    LocalStack,
-    StackPaths,
-    StackState,
-    UpOptions,
-    console_available,
-    read_state,
-)
-from tether.producer.ops.render import emit_json, make_console
-from tether.runs.presence import WorkerPresence, list_workers, queue_depth
-from tether.settings import Settings
-from tether.settings_checks import mask_url
+
+# `tether --help` imports this module to read the commands' options: the local stack (psutil,
+# the settings), redis-py, the worker presence models and rich are imported by the functions
+# that use them.
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from tether.producer.ops.local_stack import StackState
+    from tether.runs.presence import WorkerPresence
+    from tether.settings import Settings
 
 _STACK_VARIABLES = ("TETHER_BROKER_URL", "TETHER_REDIS_URL", "TETHER_STORE_URL")
 
@@ -74,6 +64,11 @@ def up(
     Every later `tether` command in this folder uses it (settings in .tether/env); `tether down`
     stops it. When it is already up, says so and exits 0.
     """
+    from rich.markup import escape
+
+    from tether.producer.ops.local_stack import LocalStack, UpOptions, console_available
+    from tether.producer.ops.render import make_console
+
     settings = cli_settings()
     project = Path.cwd()
     console = make_console()
@@ -109,6 +104,8 @@ def _warn_overrides(project: Path) -> None:
     """Name the settings that would hide the stack from commands run here."""
     import os
 
+    from dotenv import dotenv_values
+
     dotenv = dotenv_values(project / ".env") if (project / ".env").is_file() else {}
     for name in _STACK_VARIABLES:
         where = "the environment" if name in os.environ else ".env" if name in dotenv else None
@@ -121,6 +118,8 @@ def _warn_overrides(project: Path) -> None:
 
 def down() -> None:
     """Stop the local stack of this folder (only the processes `tether up` started)."""
+    from tether.producer.ops.local_stack import LocalStack, read_state
+
     project = Path.cwd()
     stack = LocalStack(project, _settings_or_defaults())
     if read_state(stack.paths) is None:
@@ -134,6 +133,8 @@ def down() -> None:
 
 def _settings_or_defaults() -> Settings:
     # `down` must work even when a setting is broken: it reads nothing but .tether/
+    from tether.settings import Settings
+
     try:
         return cli_settings()
     except TetherError:
@@ -180,6 +181,14 @@ class Status:
 
 def collect_status(project: Path, settings: Settings) -> Status:
     """The local stack's services (if any), the workers, the queue and the runs in flight."""
+    from tether.keys import RedisKeys
+    from tether.persistence.active_index import active_count
+    from tether.persistence.redis_conn import redis_from_url, translate_errors
+    from tether.producer.ops.local_procs import is_running
+    from tether.producer.ops.local_stack import StackPaths, read_state
+    from tether.runs.presence import list_workers, queue_depth
+    from tether.settings_checks import mask_url
+
     state = read_state(StackPaths(project.resolve()))
     info = Status(str(project), mask_url(settings.effective_redis_url))
     if state is not None:
@@ -221,6 +230,8 @@ def status(as_json: JsonOption = False) -> None:
 
     Exits 1 when a service of the local stack is down or Redis does not answer.
     """
+    from tether.producer.ops.render import emit_json, make_console
+
     project = Path.cwd()
     info = collect_status(project, cli_settings())
     if as_json:
@@ -232,6 +243,11 @@ def status(as_json: JsonOption = False) -> None:
 
 
 def _print_status(console: Console, info: Status, project: Path) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from tether.producer.ops.local_stack import StackPaths, read_state
+
     state = read_state(StackPaths(project.resolve()))
     if state is None:
         console.print(f"no local stack in {escape(str(project))} (`tether up` starts one)")
@@ -268,6 +284,11 @@ def _print_status(console: Console, info: Status, project: Path) -> None:
 
 
 def _print_services(console: Console, state: StackState, project: Path) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from tether.producer.ops.local_procs import is_running
+
     table = Table("service", "state", "pid", "address", "log", box=None)
     for record in state.services:
         up_now = is_running(record)

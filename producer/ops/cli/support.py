@@ -22,12 +22,15 @@ from urllib.parse import unquote, urlsplit
 import typer
 
 from tether.errors import ConfigurationError, TetherError, UsageError
-from tether.settings import LOCAL_ENV_FILE, Settings, load_settings
 
-if TYPE_CHECKING:  # storage modules import boto3: only commands that read sessions pay for it
+# Every command module imports this one while `tether --help` builds the command tree: what it
+# imports at the top, every command pays. Settings (pydantic-settings, ~0.15 s) and the storage
+# modules (boto3, redis-py) are imported by the functions that use them.
+if TYPE_CHECKING:
     from tether.persistence.archives.base import EventArchive
     from tether.persistence.reader import SessionLogReader
     from tether.persistence.stores.base import SnapshotStore
+    from tether.settings import Settings
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -78,6 +81,8 @@ def cli_settings() -> Settings:
     Raises:
         SettingsError: one line naming the variable, its value (secrets masked) and the fix.
     """
+    from tether.settings import load_settings
+
     settings = load_settings()
     _local_aws_env()
     absolute = resolve_store_url(settings.store_url)
@@ -89,6 +94,8 @@ def cli_settings() -> Settings:
 def _local_aws_env() -> None:
     """Export the AWS variables of a ``tether up --s3`` stack's ``.tether/env`` that the
     environment lacks: boto3 reads only the environment, and its moto S3 needs some."""
+    from tether.settings import LOCAL_ENV_FILE
+
     if not LOCAL_ENV_FILE.is_file():
         return
     from dotenv import dotenv_values
