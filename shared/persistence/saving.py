@@ -169,9 +169,19 @@ def reconcile_loaded_outbox(
         return
     loaded, loaded_batch = unreconciled
     if loaded and loaded_batch and should_archive(loaded, loaded_batch):
-        last = loaded[-1].seq
+        first, last = loaded[0].seq, loaded[-1].seq
         known = hint.archived_through(session.tenant, session.session_id) if hint else 0
         if known < last:
             known = archive.last_seq(session.tenant, session.session_id)
+        if known < first:
+            # Not there yet, but its writer may still write it: a worker archives after it
+            # finished the run and let the session go, so on a busy machine the next holder
+            # can get here first (and a frozen worker may wake up later). Write that very
+            # segment now, byte for byte what its writer writes: whatever it does, no two
+            # segments overlap (a longer one from ``first`` would, and reads refuse overlaps).
+            archive.write_segment(session.tenant, session.session_id, loaded)
+            if hint is not None:
+                hint.record(session.tenant, session.session_id, last)
+            known = last
         session.mark_archived(min(known, last))
     session.mark_reconciled()
