@@ -12,8 +12,9 @@ head stays bounded (the outbox never exceeds one batch plus one run).
 Segments are always exactly the outbox of a committed head, so they never overlap: a session
 restored from a head whose outbox reached its writer's threshold cannot know whether the writer
 archived it before stopping, so it asks (a Redis hint when there is one, else the archive's
-listing) before its own first segment; below the threshold the writer certainly did not archive,
-and no request is needed.
+listing) before its own first segment, and writes that outbox's segment itself when it is not
+there yet (its writer may still write it, late: the same bytes); below the threshold the writer
+certainly did not archive, and no request is needed.
 """
 
 from __future__ import annotations
