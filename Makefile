@@ -24,8 +24,13 @@ $(STAMP): pyproject.toml $(MODULES)
 demo: $(STAMP)
 	$(BIN)/tether demo
 
+# Two pytest processes (pytest-xdist), a test file each at a time: the tests wait on workers,
+# subprocesses and servers about half the time, so one process leaves the 2 cores half idle.
+# Each process starts the session-wide services it needs (stack, chaos stack, cluster) once.
+PARALLEL := -n 2 --dist loadfile
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" $(PARALLEL)
 
 test-long: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
@@ -41,7 +46,7 @@ test-stress: $(STAMP)
 		for n in 1 2; do $(BIN)/python -c 'while True: pass' & hogs="$$hogs $$!"; done; \
 	fi; \
 	echo "test-stress: CPU hogs (pids$$hogs) beside the suite"; \
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" $(PARALLEL)
 
 lint: $(STAMP)
 	$(BIN)/ruff check shared producer worker tests $(wildcard bench examples)
