@@ -239,6 +239,11 @@ def test_ctrl_c_stops_a_tail_blocked_on_redis_at_once_on_a_loaded_machine(
     def ignore_sigint() -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
+    def blocked_in_xread() -> set[int]:
+        clients = redis_client.client_list()
+        return {int(c["id"]) for c in clients if c["cmd"] == "xread" and "b" in c["flags"]}
+
+    earlier = blocked_in_xread()  # another test's reader may still be waiting on this server
     proc = subprocess.Popen(
         [*tether_argv(), "tail", unique("ctrl-c"), "--json"],
         env=env,
@@ -248,12 +253,8 @@ def test_ctrl_c_stops_a_tail_blocked_on_redis_at_once_on_a_loaded_machine(
         preexec_fn=ignore_sigint if inherited == "ignored" else None,
     )
     try:
-
-        def blocked_in_xread() -> bool:
-            clients = redis_client.client_list()
-            return any(c.get("cmd") == "xread" and "b" in c.get("flags", "") for c in clients)
-
-        eventually(blocked_in_xread, timeout_s=60)  # the CLI has started and waits on Redis
+        # the CLI has started and waits on Redis
+        eventually(lambda: blocked_in_xread() - earlier, timeout_s=60)
         proc.send_signal(signal.SIGINT)
         sent = time.monotonic()
         code = proc.wait(timeout=10)
