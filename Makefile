@@ -12,7 +12,7 @@ MODULES := $(VENV)/.modules
 MODULE_LIST := $(shell find shared producer worker -name '*.py' 2>/dev/null | sort | md5sum)
 $(shell mkdir -p $(VENV); [ "$$(cat $(MODULES) 2>/dev/null)" = "$(MODULE_LIST)" ] || echo "$(MODULE_LIST)" > $(MODULES))
 
-.PHONY: demo test test-long lint typecheck docs bench clean
+.PHONY: demo test test-long test-stress lint typecheck docs bench clean
 
 $(STAMP): pyproject.toml $(MODULES)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,11 +24,29 @@ $(STAMP): pyproject.toml $(MODULES)
 demo: $(STAMP)
 	$(BIN)/tether demo
 
+# Two pytest processes (pytest-xdist), a test file each at a time: the tests wait on workers,
+# subprocesses and servers about half the time, so one process leaves the 2 cores half idle.
+# Each process starts the session-wide services it needs (stack, chaos stack, cluster) once.
+PARALLEL := -n 2 --dist loadfile
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" $(PARALLEL)
 
 test-long: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
+
+# The suite of `make test` with two CPU hogs beside it (stress-ng --cpu 2, else two Python busy
+# loops): a loaded machine, where tight timeouts, races and fixed sleeps show. The hogs are
+# stopped when the suite ends, passes or fails or is interrupted.
+test-stress: $(STAMP)
+	@hogs=""; trap 'kill $$hogs 2>/dev/null; wait $$hogs 2>/dev/null' EXIT INT TERM; \
+	if command -v stress-ng >/dev/null 2>&1; then \
+		stress-ng --cpu 2 --quiet & hogs="$$hogs $$!"; \
+	else \
+		for n in 1 2; do $(BIN)/python -c 'while True: pass' & hogs="$$hogs $$!"; done; \
+	fi; \
+	echo "test-stress: CPU hogs (pids$$hogs) beside the suite"; \
+	$(BIN)/python -m pytest -q -m "not slow" $(PARALLEL)
 
 lint: $(STAMP)
 	$(BIN)/ruff check shared producer worker tests $(wildcard bench examples)

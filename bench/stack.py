@@ -16,17 +16,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import boto3
 
-from tether.dev.redis_server import RedisServer, free_port
+from tether.dev.moto_server import MotoServer
+from tether.dev.redis_server import RedisServer
 from tether.dev.workers import WorkerFleet, WorkerProcess
 from tether.errors import ConfigurationError
 from tether.producer.client import Producer
@@ -60,43 +57,12 @@ class BaselineWorker(WorkerProcess):
         return cmd
 
 
-def moto_binary() -> str:
-    """The ``moto_server`` script of this interpreter's environment."""
-    path = Path(sys.executable).parent / "moto_server"
-    if not path.exists():
-        raise ConfigurationError(
-            f"moto_server not found next to {sys.executable}; install 'moto[server]'"
-        )
-    return str(path)
-
-
 def start_moto(log_dir: Path, timeout_s: float = 30.0) -> tuple[subprocess.Popen[bytes], str]:
-    """Start ``moto_server`` on a free loopback port; return the process and its endpoint."""
-    port = free_port()
-    log = (log_dir / "moto.log").open("ab")
-    try:
-        proc = subprocess.Popen(
-            [moto_binary(), "-H", "127.0.0.1", "-p", str(port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},  # request lines reach the log at once
-        )
-    finally:
-        log.close()
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise ConfigurationError(f"moto_server exited with {proc.returncode}; see {log_dir}")
-        try:
-            with urllib.request.urlopen(endpoint + "/moto-api/", timeout=1):
-                return proc, endpoint
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            time.sleep(0.05)
-    stop_process_group(proc)
-    raise ConfigurationError(f"moto_server did not answer on {endpoint} in {timeout_s} s")
+    """Start ``moto_server`` on a loopback port it picks itself (see
+    :meth:`tether.dev.moto_server.MotoServer.start`); return the process and its endpoint."""
+    server = MotoServer(log_dir, start_timeout_s=timeout_s).start()
+    assert server.proc is not None
+    return server.proc, server.endpoint
 
 
 def stop_process_group(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import os
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+import pytest
+import redis
 
 from tests.support.stack import Stack, eventually, unique
 from tether.runs.leases.redis import RedisLeaseManager
@@ -202,6 +207,66 @@ def test_tail_sees_runs_submitted_by_another_process(live_stack: Stack) -> None:
     shown = [line.split()[0] for line in replay.stdout.splitlines() if line.strip()]
     assert shown == [str(n) for n in range(3, second["last_seq"] + 1)]
     assert "noted: two" in replay.stdout
+
+
+@pytest.fixture
+def two_cpu_hogs() -> Iterator[None]:
+    """Two busy processes beside the test (the machine has 2 cores): a loaded machine."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
+@pytest.mark.parametrize("inherited", ["default", "ignored"])
+def test_ctrl_c_stops_a_tail_blocked_on_redis_at_once_on_a_loaded_machine(
+    redis_client: redis.Redis, tmp_path: Path, two_cpu_hogs: None, inherited: str
+) -> None:
+    """SIGINT ends a `tether tail` that waits in XREAD BLOCK, exit 130, with the machine busy;
+    also when it was started with SIGINT ignored (a shell's background job, a CI runner)."""
+    url = redis_client.connection_pool.connection_kwargs
+    redis_url = f"redis://{url['host']}:{url['port']}/0"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TETHER_", "AWS_"))}
+    env.update(
+        TETHER_REDIS_URL=redis_url,
+        TETHER_BROKER_URL=redis_url,
+        TETHER_STORE_URL=f"file://{tmp_path}/store",
+    )
+
+    def ignore_sigint() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def blocked_in_xread() -> set[int]:
+        clients = redis_client.client_list()
+        return {int(c["id"]) for c in clients if c["cmd"] == "xread" and "b" in c["flags"]}
+
+    earlier = blocked_in_xread()  # another test's reader may still be waiting on this server
+    proc = subprocess.Popen(
+        [*tether_argv(), "tail", unique("ctrl-c"), "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=ignore_sigint if inherited == "ignored" else None,
+    )
+    try:
+        # the CLI has started and waits on Redis
+        eventually(lambda: blocked_in_xread() - earlier, timeout_s=60)
+        proc.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        code = proc.wait(timeout=10)
+        took_s = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    stdout, stderr = proc.communicate()
+    assert code == 130, stderr
+    assert "Traceback" not in stderr and stdout == ""
+    print(f"tether tail exited {took_s:.2f} s after SIGINT")
 
 
 # --- sessions -----------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from tether import Agent, ScriptedModel, SessionLogReader
 from tether.core.events import AgentEvent
 from tether.errors import StoreUnavailable
 from tether.persistence.archives.memory import InMemoryEventArchive
-from tether.persistence.saving import save_session
+from tether.persistence.saving import archive_outbox, put_head, save_session
 from tether.persistence.stores.memory import InMemorySnapshotStore
 
 
@@ -97,3 +97,30 @@ def test_segments_never_overlap() -> None:
     distinct = sorted(set(archive.writes))
     for (_, last), (next_first, _) in itertools.pairwise(distinct):
         assert next_first == last + 1, distinct
+
+
+@pytest.mark.parametrize("with_hint", [False, True])
+def test_the_previous_writers_late_segment_never_overlaps_the_next_ones(with_hint: bool) -> None:
+    """A worker writes its segment after it finished the run and released the session: on a busy
+    machine the next holder loads that head, runs and archives first (tests/test_demo.py saw
+    ``overlap between segments 1-39 and 1-47``). The late segment must be an identical rewrite."""
+    store, archive = InMemorySnapshotStore(), FlakyArchive()
+    agent = Agent(ScriptedModel(default_text="ok"), store=store, archive=archive)
+    hint = DictHint() if with_hint else None
+    first = agent.new_session("s")
+    late: list[AgentEvent] = []
+    while not late:  # commit heads until one's outbox is due for the archive; hold it back
+        first.run("turn")
+        late = put_head(first, store, archive, archive_batch_events=10, hint=hint)
+    for n in range(3):  # the next holder goes on while the first worker is descheduled
+        session = agent.resume_session("s")
+        session.run(f"next {n}")
+        save_session(session, store, archive, archive_batch_events=10, hint=hint)
+    archive_outbox(first, archive, late)  # the first worker wakes up and writes its segment
+    distinct = sorted(set(archive.writes))
+    for (_, last), (next_first, _) in itertools.pairwise(distinct):
+        assert next_first == last + 1, distinct
+    reader = SessionLogReader(store, archive)
+    assert reader.verify("s").ok
+    events = reader.events("s")
+    assert [e.seq for e in events] == list(range(1, events[-1].seq + 1))

@@ -36,17 +36,35 @@ class Backend:
     leases: LeaseManager
     make_stream: Callable[[int | None], EventStream]  # another stream (max_len) on the same data
     make_retained: Callable[[int], EventStream]  # another one with retention_s, same data
+    # let time pass for retention: Redis measures it on the server's clock, so the Redis
+    # backends really sleep; the memory stream's retention clock is moved instead
+    sleep: Callable[[float], None] = time.sleep
+
+
+class MovableClock:
+    """Seconds that pass only when the test sleeps."""
+
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+    def sleep(self, seconds: float) -> None:
+        self.now_s += seconds
 
 
 @pytest.fixture(params=["memory", "redis", "cluster"])
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     if request.param == "memory":
         mem_leases = InMemoryLeaseManager()
+        clock = MovableClock()
         yield Backend(
             InMemoryEventStream(mem_leases),
             mem_leases,
             lambda n: InMemoryEventStream(mem_leases, max_len=n),
-            lambda s: InMemoryEventStream(mem_leases, retention_s=s),
+            lambda s: InMemoryEventStream(mem_leases, retention_s=s, clock=clock),
+            clock.sleep,
         )
         return
     url_fixture = "cluster_url" if request.param == "cluster" else "redis_url"
@@ -312,9 +330,9 @@ RETENTION_S = 2
 def test_time_retention_drops_older_entries_on_the_next_append(backend: Backend) -> None:
     stream = backend.make_retained(RETENTION_S)
     stream.append(T, S, evs(1, 3, "a"), 1)
-    time.sleep(1.0)
+    backend.sleep(1.0)
     stream.append(T, S, evs(4, 6, "b"), 1)
-    time.sleep(RETENTION_S - 0.7)  # a1..a3 are now older than the retention, b4..b6 are not
+    backend.sleep(RETENTION_S - 0.7)  # a1..a3 are now older than the retention, b4..b6 are not
     # Nothing goes by itself while the stream is in use: trimming is done by appends.
     assert texts(stream.read(T, S)) == ["a1", "a2", "a3", "b4", "b5", "b6"]
     assert stream.append(T, S, evs(7, 7, "c"), 1) == 7
@@ -330,7 +348,7 @@ def test_time_retention_drops_older_entries_on_the_next_append(backend: Backend)
 def test_time_retention_expires_an_idle_stream_but_not_its_position(backend: Backend) -> None:
     stream = backend.make_retained(1)
     stream.append(T, S, evs(1, 5), 1)
-    time.sleep(1.3)
+    backend.sleep(1.3)
     assert stream.read(T, S) == []
     assert list(stream.tail(T, S, after_seq=0, idle_timeout_s=0)) == []
     with pytest.raises(ConflictError, match="next seq must be 6"):
@@ -347,7 +365,7 @@ def test_time_retention_expires_an_idle_stream_but_not_its_position(backend: Bac
 def test_time_retention_never_resurrects_abandoned_events(backend: Backend) -> None:
     stream = backend.make_retained(1)
     stream.append(T, S, evs(1, 10, "a"), 1)
-    time.sleep(1.3)
+    backend.sleep(1.3)
     # A newer writer rewinds to seq 5: a1..a10 are all stale, and a7..a10 must not come back.
     assert stream.append(T, S, evs(5, 6, "b"), 2) == 6
     assert texts(stream.read(T, S)) == ["b5", "b6"]
@@ -371,7 +389,7 @@ def test_reader_gets_committed_events_of_a_time_trimmed_stream(backend: Backend)
     save_session(session, store, archive, archive_batch_events=1)  # all of it in the archive
     committed = list(session.events)
     assert archive.read(T, S) == committed
-    time.sleep(1.3)
+    backend.sleep(1.3)
     session.run("second")  # not committed: its events are only in the live stream
     live = stream.read(T, S)
     assert live and live[0].seq == committed[-1].seq + 1  # the first run's are gone from it

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,8 +18,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tether.dev.redis_server import free_port
 from tether.errors import ConfigurationError
+
+#: The line werkzeug logs once it listens (ANSI colours around it vary by version).
+_RUNNING_ON = re.compile(r"Running on http://127\.0\.0\.1:(\d+)")
 
 
 def moto_binary() -> str:
@@ -42,31 +45,51 @@ class MotoServer:
         self.endpoint = ""
 
     def start(self) -> MotoServer:
-        """Spawn the server and wait until it answers."""
-        port = free_port()
+        """Spawn the server on a port the kernel picks, and wait until it answers.
+
+        The server binds port 0 itself and logs the port it got: a port picked here and passed
+        on could be taken by another process in between (tests and benchmarks of several users
+        start servers on this machine at once), and then the endpoint might even answer from
+        that other process's server.
+        """
+        self.endpoint = ""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [moto_binary(), "-H", "127.0.0.1", "-p", str(port)],
+                [moto_binary(), "-H", "127.0.0.1", "-p", "0"],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},  # log lines arrive at once
             )
-        self.endpoint = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise ConfigurationError(
                     f"moto_server exited with {self.proc.returncode}; see {self.log_path}"
                 )
-            try:
-                with urllib.request.urlopen(self.endpoint + "/moto-api/", timeout=1):
-                    return self
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                time.sleep(0.05)
+            if not self.endpoint:
+                self.endpoint = self._logged_endpoint(offset)
+            if self.endpoint:
+                try:
+                    with urllib.request.urlopen(self.endpoint + "/moto-api/", timeout=1):
+                        return self
+                except (urllib.error.URLError, ConnectionError, TimeoutError):
+                    pass
+            time.sleep(0.05)
         self.stop()
-        raise ConfigurationError(f"moto_server did not answer on {self.endpoint}")
+        raise ConfigurationError(
+            f"moto_server did not answer on {self.endpoint or 'its port'}; see {self.log_path}"
+        )
+
+    def _logged_endpoint(self, offset: int) -> str:
+        """``http://127.0.0.1:<port>`` once this start's log names the port, else ''."""
+        with self.log_path.open("rb") as log:
+            log.seek(offset)
+            found = _RUNNING_ON.search(log.read().decode(errors="replace"))
+        return f"http://127.0.0.1:{found.group(1)}" if found else ""
 
     def stop(self) -> None:
         """Stop the process group (SIGTERM, then SIGKILL)."""

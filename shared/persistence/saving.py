@@ -12,8 +12,9 @@ head stays bounded (the outbox never exceeds one batch plus one run).
 Segments are always exactly the outbox of a committed head, so they never overlap: a session
 restored from a head whose outbox reached its writer's threshold cannot know whether the writer
 archived it before stopping, so it asks (a Redis hint when there is one, else the archive's
-listing) before its own first segment; below the threshold the writer certainly did not archive,
-and no request is needed.
+listing) before its own first segment, and writes that outbox's segment itself when it is not
+there yet (its writer may still write it, late: the same bytes); below the threshold the writer
+certainly did not archive, and no request is needed.
 """
 
 from __future__ import annotations
@@ -169,9 +170,19 @@ def reconcile_loaded_outbox(
         return
     loaded, loaded_batch = unreconciled
     if loaded and loaded_batch and should_archive(loaded, loaded_batch):
-        last = loaded[-1].seq
+        first, last = loaded[0].seq, loaded[-1].seq
         known = hint.archived_through(session.tenant, session.session_id) if hint else 0
         if known < last:
             known = archive.last_seq(session.tenant, session.session_id)
+        if known < first:
+            # Not there yet, but its writer may still write it: a worker archives after it
+            # finished the run and let the session go, so on a busy machine the next holder
+            # can get here first (and a frozen worker may wake up later). Write that very
+            # segment now, byte for byte what its writer writes: whatever it does, no two
+            # segments overlap (a longer one from ``first`` would, and reads refuse overlaps).
+            archive.write_segment(session.tenant, session.session_id, loaded)
+            if hint is not None:
+                hint.record(session.tenant, session.session_id, last)
+            known = last
         session.mark_archived(min(known, last))
     session.mark_reconciled()

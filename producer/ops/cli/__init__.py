@@ -12,6 +12,8 @@ This module only wires commands together and turns errors into one clear line an
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import sys
 import traceback
@@ -185,6 +187,18 @@ def run_cli(argv: list[str] | None = None) -> int:
 
 def main() -> None:
     """Console-script entry point (``tether``)."""
-    sys.exit(run_cli())
+    code = run_cli()
+    if code > 128:  # interrupted: Ctrl-C gives the prompt back now
+        _exit_now(code)
+    sys.exit(code)
 
 
+def _exit_now(code: int) -> None:
+    """Flush the output, run the atexit handlers, and leave without tearing the interpreter
+    down: freeing every object of every imported module does nothing for a process that is
+    exiting, and takes 1-3 s of a loaded machine after the command itself has stopped."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed pipe: nothing left to flush
+            stream.flush()
+    atexit._run_exitfuncs()
+    os._exit(code)

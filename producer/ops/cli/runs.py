@@ -18,6 +18,7 @@ from tether.producer.ops.cli.support import (
     JsonOption,
     TenantOption,
     cli_settings,
+    ctrl_c_stops,
     exit_code_for,
     one_line,
     warn_line,
@@ -229,7 +230,8 @@ def tail(
         idle_timeout_s=idle_timeout_s,
     )
     try:
-        _print_events(events, as_json, console)
+        with ctrl_c_stops():
+            _print_events(events, as_json, console)
     finally:
         client.close()
 

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -47,6 +50,27 @@ class CliState:
 
 
 STATE = CliState()
+
+
+@contextmanager
+def ctrl_c_stops() -> Iterator[None]:
+    """Ctrl-C (SIGINT) interrupts the block even if this process was started with SIGINT
+    ignored, as a shell starts its background jobs and some CI runners and test harnesses start
+    every command. For commands that follow forever (``tail``), whose one way out is Ctrl-C: an
+    inherited ``SIG_IGN`` would leave them running after it. A handler the caller installed
+    (``tether`` used as a library) is kept; off the main thread this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def one_line(text: str) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -54,7 +54,7 @@ class FenceSource(Protocol):
 @dataclass
 class _Log:
     entries: list[_MemEntry] = field(default_factory=list)
-    added_s: list[float] = field(default_factory=list)  # time.monotonic() of each entry's append
+    added_s: list[float] = field(default_factory=list)  # the clock at each entry's append
     last_seq: int | None = None  # None: never appended to (no history)
     last_fence: int = 0
 
@@ -73,6 +73,7 @@ class InMemoryEventStream:
         leases: the lease manager whose fences the appends must respect (optional).
         max_len: keep about this many newest entries per session (None = unbounded).
         retention_s: drop entries appended longer ago than this many seconds (None = keep).
+        clock: the seconds ``retention_s`` is measured in (tests pass one they move).
     """
 
     def __init__(
@@ -81,12 +82,14 @@ class InMemoryEventStream:
         *,
         max_len: int | None = None,
         retention_s: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         validate_max_len(max_len)
         validate_retention(retention_s)
         self._leases = leases
         self._max_len = max_len
         self._retention_s = retention_s
+        self._clock = clock
         self._logs: dict[tuple[str, str], _Log] = {}
         self._next_id = 1  # entry ids increase across all sessions, like a stream's IDs
         self._cond = threading.Condition()
@@ -119,7 +122,7 @@ class InMemoryEventStream:
             todo = events[skip:]
             if not todo:
                 return log.last_seq or 0
-            now_s = time.monotonic()
+            now_s = self._clock()
             if self._retention_s is not None:
                 log.drop_appended_before(now_s - self._retention_s)
             for ev in todo:
@@ -209,7 +212,7 @@ class InMemoryEventStream:
             log is not None
             and self._retention_s is not None
             and log.added_s
-            and log.added_s[-1] < time.monotonic() - self._retention_s
+            and log.added_s[-1] < self._clock() - self._retention_s
         ):
             log.drop_oldest(len(log.entries))
         return log
