@@ -34,6 +34,7 @@ CASES = {
         "TETHER_BROKER_URL",
         {"TETHER_BROKER_URL": f"redis:/:{SECRET}@127.0.0.1:6379/0"},
     ),
+    "unknown model API": ("TETHER_OPENAI_API", {"TETHER_OPENAI_API": "completions"}),
 }
 COMMANDS = {
     "tether worker": ["-m", "tether.producer.ops.cli", "worker", "-P", "solo"],
@@ -105,6 +106,11 @@ def test_the_message_names_the_value_masked_and_the_fix(monkeypatch: pytest.Monk
         ("TETHER_QUEUE", "two words", "use 1-200 characters"),
         ("TETHER_MAX_ATTEMPTS", "1000", "less than or equal to 100"),
         ("TETHER_AGENT_MODULES", "good.mod,bad-mod", "'bad-mod' is not a module path"),
+        ("TETHER_OPENAI_API", "completions", "'chat' or 'responses'"),
+        ("TETHER_OPENAI_TIMEOUT_S", "0", "greater than 0"),
+        ("TETHER_OPENAI_MAX_RETRIES", "-1", "greater than or equal to 0"),
+        ("TETHER_OPENAI_CHECK_MODELS", "gpt-4o,two words", "'two words' is not a model name"),
+        ("TETHER_OPENAI_AZURE_ENDPOINT", "azure.example", "has no scheme"),
     ],
 )
 def test_each_check_names_the_variable(
@@ -189,3 +195,34 @@ def test_a_stream_retention_shorter_than_a_run_is_refused_with_the_fix(
     assert "set TETHER_STREAM_RETENTION_S >= 600 or lower TETHER_MAX_RUN_S" in message
     monkeypatch.setenv("TETHER_MAX_RUN_S", "60")
     assert load_settings().stream_retention_s == 60
+
+
+@pytest.mark.parametrize(
+    ("values", "needle"),
+    [
+        (
+            {"TETHER_OPENAI_AZURE_ENDPOINT": "https://r.openai.azure.com"},
+            "TETHER_OPENAI_AZURE_ENDPOINT needs TETHER_OPENAI_AZURE_API_VERSION",
+        ),
+        (
+            {"TETHER_OPENAI_AZURE_API_VERSION": "2024-10-21"},
+            "TETHER_OPENAI_AZURE_API_VERSION is set without TETHER_OPENAI_AZURE_ENDPOINT",
+        ),
+        (
+            {
+                "TETHER_OPENAI_AZURE_ENDPOINT": "https://r.openai.azure.com",
+                "TETHER_OPENAI_AZURE_API_VERSION": "2024-10-21",
+                "TETHER_OPENAI_BASE_URL": "http://127.0.0.1:11434/v1",
+            },
+            "TETHER_OPENAI_BASE_URL and TETHER_OPENAI_AZURE_ENDPOINT are both set",
+        ),
+    ],
+)
+def test_azure_settings_must_make_one_whole_endpoint(
+    monkeypatch: pytest.MonkeyPatch, values: dict[str, str], needle: str
+) -> None:
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError, match=needle):
+        load_settings()
+
