@@ -166,7 +166,26 @@ class AgentError(TetherError):
 
 
 class ModelError(AgentError):
-    """The model client failed or returned something unusable."""
+    """The model client failed or returned something unusable.
+
+    Attributes:
+        status: the HTTP status the provider answered (None: no answer, or not an HTTP error).
+        request_id: the provider's id of the request (``x-request-id``), to quote to its support.
+        excerpt: a short excerpt of what the provider answered, secrets scrubbed ("" if none).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        request_id: str | None = None,
+        excerpt: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.request_id = request_id
+        self.excerpt = excerpt
 
 
 class ToolError(AgentError):
