@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.openai_fixture import OpenAIServer
 from tether.errors import SettingsError
-from tether.settings import load_settings, masked
+from tether.models.openai_check import check_endpoint
+from tether.settings import Settings, load_settings, masked
 from tether.settings_checks import mask_url
 
 SECRET = "s3cret-pw-7f1c"
@@ -226,3 +228,90 @@ def test_azure_settings_must_make_one_whole_endpoint(
     with pytest.raises(SettingsError, match=needle):
         load_settings()
 
+
+# --- the model endpoint, checked when a worker starts --------------------------------------------
+
+WORKER_COMMANDS = {name: args for name, args in COMMANDS.items() if "worker" in name}
+
+
+def test_a_worker_refuses_to_start_when_the_model_endpoint_check_fails(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    key = openai_server.api_key
+    wrong = "sk-wrong-" + SECRET
+    served = {"TETHER_OPENAI_BASE_URL": openai_server.base_url, "TETHER_OPENAI_API_KEY": key}
+    cases = {
+        # name: (variable at fault, its text in the line, extra environment)
+        "unknown model": (
+            "TETHER_OPENAI_CHECK_MODELS",
+            "names 'gpt-unknown', which",
+            {**served, "TETHER_OPENAI_CHECK_MODELS": "test-model,gpt-unknown"},
+        ),
+        "refused key": (
+            "TETHER_OPENAI_API_KEY",
+            "was refused by",
+            {**served, "TETHER_OPENAI_API_KEY": wrong, "TETHER_OPENAI_CHECK_MODELS": "test-model"},
+        ),
+        "unreachable endpoint": (
+            "TETHER_OPENAI_BASE_URL",
+            "cannot be reached",
+            {
+                "TETHER_OPENAI_BASE_URL": "http://127.0.0.1:1/v1",
+                "TETHER_OPENAI_API_KEY": key,
+                "TETHER_OPENAI_CHECK_MODELS": "test-model",
+            },
+        ),
+    }
+    jobs = {
+        (case, command): (args, _env(extra))
+        for case, (_, _, extra) in cases.items()
+        for command, args in WORKER_COMMANDS.items()
+    }
+    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+        futures = {key: pool.submit(_run, args, env, tmp_path) for key, (args, env) in jobs.items()}
+        done = {key: future.result() for key, future in futures.items()}
+    for (case, command), proc in done.items():
+        variable, needle = cases[case][:2]
+        where = f"{command} with {case}: rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert proc.returncode == 2, where
+        assert len(lines) == 1, where
+        assert lines[0].startswith(f"error: SettingsError: {variable}") and needle in lines[0], (
+            where
+        )
+        for secret in (SECRET, key, wrong):
+            assert secret not in proc.stdout + proc.stderr, where
+        assert "Traceback" not in proc.stdout + proc.stderr, where
+        assert "ready." not in proc.stdout + proc.stderr, where
+
+
+def test_the_model_endpoint_check_passes_for_served_models_and_is_off_by_default(
+    openai_server: OpenAIServer,
+) -> None:
+    key = openai_server.api_key
+    check_endpoint(Settings(openai_base_url="http://127.0.0.1:1/v1"))  # no list: no request
+    check_endpoint(
+        Settings(
+            openai_base_url=openai_server.base_url,
+            openai_api_key=key,
+            openai_check_models=["test-model"],
+        )
+    )
+    # Azure lists base models, not deployments: only the endpoint and the key are checked
+    azure = {
+        "openai_azure_endpoint": openai_server.root_url,
+        "openai_azure_api_version": "2024-10-21",
+        "openai_check_models": ["my-deployment"],
+    }
+    check_endpoint(Settings(openai_api_key=key, **azure))
+    with pytest.raises(SettingsError, match="TETHER_OPENAI_API_KEY was refused") as refused:
+        check_endpoint(Settings(openai_api_key="sk-wrong-" + SECRET, **azure))
+    assert refused.value.variables == ("TETHER_OPENAI_API_KEY",) and SECRET not in str(
+        refused.value
+    )
+    paths = [(r.path, r.query.get("api-version")) for r in openai_server.requests()]
+    assert paths == [
+        ("/v1/models", None),
+        ("/openai/models", "2024-10-21"),
+        ("/openai/models", "2024-10-21"),
+    ]
