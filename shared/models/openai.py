@@ -26,14 +26,18 @@ __all__ = [
     "NO_KEY",
     "AzureTarget",
     "OpenAIChatModel",
+    "OpenAIClient",
     "OpenAIEndpoint",
     "OpenAIModel",
     "OpenAIResponsesModel",
     "model_from_settings",
 ]
 
+OpenAIClient = OpenAIChatModel | OpenAIResponsesModel
+"""Either OpenAI model client (both are :class:`~tether.models.base.StreamingModelClient`)."""
 
-def model_from_settings(settings: Settings | None = None) -> OpenAIModel:
+
+def model_from_settings(settings: Settings | None = None) -> OpenAIClient:
     """The model client ``TETHER_OPENAI_API`` names (``chat`` or ``responses``), for the
     endpoint ``TETHER_OPENAI_*`` configures (settings read now when not given)."""
     if settings is None:
