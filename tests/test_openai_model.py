@@ -442,3 +442,12 @@ def test_tool_loop_sends_the_tool_result_back(openai_server: OpenAIServer) -> No
         "tool_call_id": "c1",
         "content": "3",
     }
+
+
+def test_a_server_that_cannot_start_says_why() -> None:
+    from tests.support.openai_fixture import start_openai_server
+
+    with pytest.raises(
+        RuntimeError, match=r"did not start (?s:.*)no API key; set OPENAI_SERVER_API_KEY"
+    ):
+        start_openai_server("")

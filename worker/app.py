@@ -52,10 +52,12 @@ def _check_model_endpoint(**_: Any) -> None:
     consumes, when ``TETHER_OPENAI_CHECK_MODELS`` asks for it (see
     :mod:`tether.models.openai_check`). SystemExit passes through Celery's signal dispatch,
     which only catches ``Exception``."""
-    from tether.models.openai_check import check_endpoint
-
     try:
-        check_endpoint(load_settings())
+        settings = load_settings()
+        if settings.openai_check_models:  # else not even the SDK's import (~0.4 s)
+            from tether.models.openai_check import check_endpoint
+
+            check_endpoint(settings)
     except ConfigurationError as exc:
         raise _refuse(exc) from None
 celery = app

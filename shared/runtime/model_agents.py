@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tether.models.openai import model_from_settings
 from tether.runtime.agent import Agent
 from tether.runtime.redaction import settings_redactor
 from tether.settings import load_settings
@@ -23,6 +22,10 @@ ASSISTANT_PROMPT = "You are a helpful assistant. Answer briefly and accurately."
 
 def assistant_agent() -> Agent:
     """The ``assistant`` agent, on the model the settings configure."""
+    # imported here: the SDK takes ~0.4 s to import, which every process that imports the
+    # registry (every `tether` command) would otherwise pay without running this agent
+    from tether.models.openai import model_from_settings
+
     settings = load_settings()
     return Agent(
         model_from_settings(settings),

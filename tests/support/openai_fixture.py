@@ -19,6 +19,7 @@ import os
 import secrets
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -156,32 +157,40 @@ def start_openai_server(api_key: str) -> OpenAIServer:
             message carries what it printed).
     """
     env = {**os.environ, KEY_VARIABLE: api_key}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.openai_server", "--port", "0"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-    )
-    first_line: list[bytes] = []
-    reader = threading.Thread(
-        target=lambda: first_line.append(process.stdout.readline()),  # type: ignore[union-attr]
-        daemon=True,
-    )
-    reader.start()
-    reader.join(START_TIMEOUT_S)
-    line = first_line[0].decode().strip() if first_line else ""
-    if not line.startswith("listening on "):
-        process.kill()
-        _, err = process.communicate(timeout=10)
-        raise RuntimeError(
-            f"the test OpenAI server did not start (exit code {process.returncode}, first line "
-            f"{line!r}); stderr:\n{err.decode(errors='replace')[-3000:]}"
+    # stderr to a file, not a pipe: a pipe nobody reads would fill up with the tracebacks of
+    # dropped connections and stall the server (the process keeps its own descriptor)
+    with tempfile.TemporaryFile() as errors:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.openai_server", "--port", "0"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            stdin=subprocess.DEVNULL,
         )
+        line = _first_line(process)
+        if not line.startswith("listening on "):
+            process.kill()
+            process.wait(timeout=10)
+            errors.seek(0)
+            raise RuntimeError(
+                f"the test OpenAI server did not start (exit code {process.returncode}, first "
+                f"line {line!r}); stderr:\n{errors.read().decode(errors='replace')[-3000:]}"
+            )
     server = OpenAIServer(line.removeprefix("listening on "), api_key, process)
     server._http.get("/_control/health").raise_for_status()
     return server
+
+
+def _first_line(process: subprocess.Popen[bytes]) -> str:
+    """The first line the process prints, or "" if none within the start timeout."""
+    first: list[bytes] = []
+    stdout = process.stdout
+    assert stdout is not None
+    reader = threading.Thread(target=lambda: first.append(stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(START_TIMEOUT_S)
+    return first[0].decode().strip() if first else ""
 
 
 @pytest.fixture(scope="session")
