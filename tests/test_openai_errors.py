@@ -183,6 +183,19 @@ def test_a_malformed_chunk_fails_the_stream_quoting_it_without_the_key(
     assert [p.text for p in pieces] == ["sever"]  # handed out before it; void now
 
 
+@pytest.mark.parametrize("api", APIS)
+def test_an_error_in_the_middle_of_a_stream_fails_it_without_the_key(
+    openai_server: OpenAIServer, api: str
+) -> None:
+    key = openai_server.api_key
+    openai_server.script([reply("several words", midstream_error=f"overloaded; key {key}")])
+    model = _model(openai_server, api)
+    with pytest.raises(ModelError, match=r"overloaded; key \*\*\*") as info:
+        model.stream(REQUEST, lambda _: None)
+    assert key not in _everything_about(info.value)
+    assert info.value.__context__ is None
+
+
 def test_a_body_that_is_not_json_fails_quoting_it_without_the_key(
     openai_server: OpenAIServer,
 ) -> None:

@@ -55,6 +55,12 @@ ADD_TOOL = ToolSpec(
         }
     ),
 )
+#: ADD_TOOL's parameters as sent: plain JSON (the tuple became a list)
+ADD_SCHEMA = {
+    "type": "object",
+    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+    "required": ["a", "b"],
+}
 APIS = {"chat": OpenAIChatModel, "responses": OpenAIResponsesModel}
 MODES = ("complete", "stream", "acomplete", "astream")
 
@@ -149,11 +155,7 @@ def test_chat_request_maps_system_summary_and_every_item_type(
             "function": {
                 "name": "add",
                 "description": "Add two integers.",
-                "parameters": {
-                    "type": "object",
-                    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                    "required": ["a", "b"],
-                },
+                "parameters": ADD_SCHEMA,
             },
         }
     ]
@@ -203,11 +205,7 @@ def test_responses_request_maps_instructions_summary_and_every_item_type(
             "type": "function",
             "name": "add",
             "description": "Add two integers.",
-            "parameters": {
-                "type": "object",
-                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                "required": ["a", "b"],
-            },
+            "parameters": ADD_SCHEMA,
             "strict": False,
         }
     ]

@@ -28,27 +28,17 @@ QUEUE = "assistant"
 def assistant_worker(chaos: ChaosStack, openai_server: OpenAIServer) -> Iterator[Producer]:
     """A worker on its own queue whose ``assistant`` talks to the test server (Responses API),
     and a producer for it."""
-    env = dict(chaos.env)
-    env.update(
-        {
-            "TETHER_OPENAI_BASE_URL": openai_server.base_url,
-            "TETHER_OPENAI_API_KEY": openai_server.api_key,
-            "TETHER_OPENAI_MODEL": "test-model",
-            "TETHER_OPENAI_API": "responses",
-            "TETHER_OPENAI_CHECK_MODELS": "test-model",
-            "TETHER_OPENAI_TIMEOUT_S": "10",
-            "TETHER_OPENAI_MAX_RETRIES": "1",
-            "TETHER_QUEUE": QUEUE,
-        }
-    )
-    worker = chaos.start_worker(unique("assistant"), env, queue=QUEUE)
-    producer = Producer(chaos.settings.model_copy(update={"queue": QUEUE}))
-    try:
+    settings = {
+        "TETHER_OPENAI_BASE_URL": openai_server.base_url,
+        "TETHER_OPENAI_API_KEY": openai_server.api_key,
+        "TETHER_OPENAI_MODEL": "test-model",
+        "TETHER_OPENAI_API": "responses",
+        "TETHER_OPENAI_CHECK_MODELS": "test-model",
+        "TETHER_OPENAI_TIMEOUT_S": "10",
+        "TETHER_OPENAI_MAX_RETRIES": "1",
+    }
+    with chaos.queue_worker(QUEUE, settings) as producer:
         yield producer
-    finally:
-        producer.close()
-        worker.stop()
-        chaos.extra_workers.remove(worker)
 
 
 def test_assistant_on_a_worker_answers_from_the_server_and_the_key_is_nowhere(
@@ -98,13 +88,5 @@ def test_assistant_on_a_worker_answers_from_the_server_and_the_key_is_nowhere(
     assert isinstance(errors[0].payload, ErrorPayload)
     assert "MALFORMED key=***" in errors[0].payload.message
 
-    needles = {"api key": key.encode()}
-    hits: list[str] = []
-    for name, data in chaos.s3_objects().items():
-        hits += [f"S3 {name}: {what}" for what, n in needles.items() if n in data]
-    for redis_key, value in chaos.redis_dump().items():
-        hits += [f"Redis {redis_key!r}: {what}" for what, n in needles.items() if n in value]
-    logs = chaos.worker_logs().encode()
-    hits += [f"worker logs: {what}" for what, n in needles.items() if n in logs]
-    assert hits == []
+    assert chaos.secret_hits({"api key": key.encode()}) == []
     assert b"Hello from the model." in b"".join(chaos.s3_objects().values())  # it was stored

@@ -174,26 +174,16 @@ def test_fuzz_distinct_sessions_never_share_a_key() -> None:
 @pytest.fixture
 def secrets_worker(chaos: ChaosStack, openai_server: OpenAIServer) -> Iterator[Producer]:
     """A worker serving the ``openai-chat`` agent (queue ``secrets``) and a producer for it."""
-    env = dict(chaos.env)
-    env.update(
-        {
-            "TETHER_AGENT_MODULES": "tests.support.secret_agents",
-            "TETHER_OPENAI_BASE_URL": openai_server.base_url,
-            "TETHER_OPENAI_API_KEY": openai_server.api_key,
-            "TETHER_OPENAI_MODEL": "test-model",
-            "TETHER_OPENAI_TIMEOUT_S": "10",
-            "TETHER_OPENAI_MAX_RETRIES": "1",
-            "TETHER_QUEUE": "secrets",
-        }
-    )
-    worker = chaos.start_worker(unique("secrets"), env, queue="secrets")
-    producer = Producer(chaos.settings.model_copy(update={"queue": "secrets"}))
-    try:
+    settings = {
+        "TETHER_AGENT_MODULES": "tests.support.secret_agents",
+        "TETHER_OPENAI_BASE_URL": openai_server.base_url,
+        "TETHER_OPENAI_API_KEY": openai_server.api_key,
+        "TETHER_OPENAI_MODEL": "test-model",
+        "TETHER_OPENAI_TIMEOUT_S": "10",
+        "TETHER_OPENAI_MAX_RETRIES": "1",
+    }
+    with chaos.queue_worker("secrets", settings) as producer:
         yield producer
-    finally:
-        producer.close()
-        worker.stop()
-        chaos.extra_workers.remove(worker)
 
 
 def test_secrets_never_stored_or_logged(
@@ -229,14 +219,7 @@ def test_secrets_never_stored_or_logged(
     assert any(e.type is EventType.TOOL_RESULT for e in history)
     # now scan every stored byte and every log line
     needles = {"api key": key.encode(), "redis password": password.encode()}
-    hits: list[str] = []
-    for key, data in chaos.s3_objects().items():
-        hits += [f"S3 {key}: {what}" for what, n in needles.items() if n in data]
-    for redis_key, value in chaos.redis_dump().items():
-        hits += [f"Redis {redis_key!r}: {what}" for what, n in needles.items() if n in value]
-    logs = chaos.worker_logs().encode()
-    hits += [f"worker logs: {what}" for what, n in needles.items() if n in logs]
-    assert hits == []
+    assert chaos.secret_hits(needles) == []
     objects, keys = len(chaos.s3_objects()), len(chaos.redis_dump())
     print(f"\nsecrets scan: {objects} S3 objects, {keys} Redis keys, worker logs: 0 hits")
 

@@ -22,6 +22,7 @@ import openai
 from pydantic import SecretStr
 
 from tether.errors import ModelError
+from tether.models.base import DeltaSink, ModelDelta
 from tether.models.openai_client import DEFAULT_BASE_URL, AzureTarget, OpenAIEndpoint
 from tether.models.openai_mapping import MalformedAnswer, quote
 
@@ -62,15 +63,9 @@ class OpenAIModel:
         extra_headers: Mapping[str, str] | None = None,
         azure: AzureTarget | None = None,
     ) -> None:
-        endpoint = OpenAIEndpoint.of(
-            base_url,
-            api_key,
-            timeout_s=timeout_s,
-            max_retries=max_retries,
-            extra_headers=extra_headers,
-            azure=azure,
-        )
-        self._setup(endpoint)
+        key = SecretStr(api_key) if isinstance(api_key, str) else api_key
+        headers = dict(extra_headers or {})
+        self._setup(OpenAIEndpoint(base_url, key, timeout_s, max_retries, headers, azure))
 
     def _setup(self, endpoint: OpenAIEndpoint) -> None:
         self.endpoint = endpoint
@@ -206,6 +201,34 @@ class OpenAIModel:
         except ValueError as exc:
             failure = self._unreadable("stream chunk", exc)
         raise failure
+
+    def _pump(
+        self, stream: openai.Stream[A], add: Callable[[A], list[ModelDelta]], on_delta: DeltaSink
+    ) -> None:
+        """Hand ``on_delta`` the pieces ``add`` makes of each event of ``stream``, then close it
+        (also when a piece fails or the sink raises)."""
+        try:
+            events = iter(stream)
+            while (event := self._next(events)) is not None:
+                for delta in self._read(add, event, "stream chunk"):
+                    on_delta(delta)
+        finally:
+            stream.close()
+
+    async def _apump(
+        self,
+        stream: openai.AsyncStream[A],
+        add: Callable[[A], list[ModelDelta]],
+        on_delta: DeltaSink,
+    ) -> None:
+        """:meth:`_pump` on asyncio."""
+        try:
+            events = aiter(stream)
+            while (event := await self._anext(events)) is not None:
+                for delta in self._read(add, event, "stream chunk"):
+                    on_delta(delta)
+        finally:
+            await stream.close()
 
     def _read(self, parse: Callable[[A], T], answer: A, what: str) -> T:
         """``parse(answer)``, a :class:`ModelError` quoting ``answer`` when it has the wrong

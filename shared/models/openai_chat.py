@@ -87,13 +87,7 @@ class OpenAIChatModel(OpenAIModel):
             )
         )
         assembly = _ChatAssembly()
-        try:
-            events = iter(chunks)
-            while (chunk := self._next(events)) is not None:
-                for delta in self._read(assembly.add, chunk, "stream chunk"):
-                    on_delta(delta)
-        finally:
-            chunks.close()
+        self._pump(chunks, assembly.add, on_delta)
         return self._read(_ChatAssembly.response, assembly, "stream")
 
     async def astream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
@@ -105,13 +99,7 @@ class OpenAIChatModel(OpenAIModel):
             )
         )
         assembly = _ChatAssembly()
-        try:
-            events = aiter(chunks)
-            while (chunk := await self._anext(events)) is not None:
-                for delta in self._read(assembly.add, chunk, "stream chunk"):
-                    on_delta(delta)
-        finally:
-            await chunks.close()
+        await self._apump(chunks, assembly.add, on_delta)
         return self._read(_ChatAssembly.response, assembly, "stream")
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import openai
 from pydantic import SecretStr
@@ -99,21 +99,6 @@ class OpenAIEndpoint:
         object.__setattr__(self, "extra_headers", headers)
 
     @classmethod
-    def of(
-        cls,
-        base_url: str = DEFAULT_BASE_URL,
-        api_key: SecretStr | str | None = None,
-        *,
-        timeout_s: float = 60.0,
-        max_retries: int = 2,
-        extra_headers: Mapping[str, str] | None = None,
-        azure: AzureTarget | None = None,
-    ) -> OpenAIEndpoint:
-        """An endpoint from plain arguments (the key may be a ``str``)."""
-        key = SecretStr(api_key) if isinstance(api_key, str) else api_key
-        return cls(base_url, key, timeout_s, max_retries, dict(extra_headers or {}), azure)
-
-    @classmethod
     def from_settings(cls, settings: Settings) -> OpenAIEndpoint:
         """The endpoint ``TETHER_OPENAI_*`` configures (Azure when its endpoint is set)."""
         azure = None
@@ -158,56 +143,40 @@ class OpenAIEndpoint:
             self.url, self.scrubber(), max_retries=self.max_retries, timeout_s=self.timeout_s
         )
 
-    def _key(self) -> str:
-        return self.api_key.get_secret_value() if self.api_key is not None else NO_KEY
-
-    def _headers(self) -> dict[str, str]:
-        return {
+    def _common(self) -> dict[str, Any]:
+        """The arguments every SDK client of this endpoint takes."""
+        key = self.api_key.get_secret_value() if self.api_key is not None else NO_KEY
+        headers = {
             name: value.get_secret_value() if isinstance(value, SecretStr) else value
             for name, value in self.extra_headers.items()
+        }
+        common: dict[str, Any] = {
+            "api_key": key,
+            "timeout": self.timeout_s,
+            "max_retries": self.max_retries,
+            "default_headers": headers,
+        }
+        if self.azure is None:
+            return {"base_url": self.base_url, **common}
+        azure = self.azure
+        return {
+            "azure_endpoint": azure.endpoint,
+            "azure_deployment": azure.deployment,
+            "api_version": azure.api_version,
+            **common,
         }
 
     def sync_client(self) -> openai.OpenAI:
         """A new ``openai.OpenAI`` (``openai.AzureOpenAI`` for Azure) for this endpoint."""
         if self.azure is not None:
-            return openai.AzureOpenAI(
-                azure_endpoint=self.azure.endpoint,
-                azure_deployment=self.azure.deployment,
-                api_version=self.azure.api_version,
-                api_key=self._key(),
-                timeout=self.timeout_s,
-                max_retries=self.max_retries,
-                default_headers=self._headers(),
-            )
-        return openai.OpenAI(
-            base_url=self.base_url,
-            api_key=self._key(),
-            timeout=self.timeout_s,
-            max_retries=self.max_retries,
-            default_headers=self._headers(),
-        )
+            return openai.AzureOpenAI(**self._common())
+        return openai.OpenAI(**self._common())
 
     def async_client(self) -> openai.AsyncOpenAI:
         """A new ``openai.AsyncOpenAI`` (``openai.AsyncAzureOpenAI`` for Azure)."""
         if self.azure is not None:
-            return openai.AsyncAzureOpenAI(
-                azure_endpoint=self.azure.endpoint,
-                azure_deployment=self.azure.deployment,
-                api_version=self.azure.api_version,
-                api_key=self._key(),
-                timeout=self.timeout_s,
-                max_retries=self.max_retries,
-                default_headers=self._headers(),
-                http_client=_async_http(),
-            )
-        return openai.AsyncOpenAI(
-            base_url=self.base_url,
-            api_key=self._key(),
-            timeout=self.timeout_s,
-            max_retries=self.max_retries,
-            default_headers=self._headers(),
-            http_client=_async_http(),
-        )
+            return openai.AsyncAzureOpenAI(**self._common(), http_client=_async_http())
+        return openai.AsyncOpenAI(**self._common(), http_client=_async_http())
 
 
 def _async_http() -> openai.DefaultAsyncHttpxClient:

@@ -125,6 +125,16 @@ class ErrorContext:
             f"{shorten(self.scrub(str(exc)))}"
         )
 
+    def failed(self, detail: str) -> ModelError:
+        """A :class:`ModelError` for a response the provider failed mid-stream (``detail``: its
+        error code and message)."""
+        excerpt = shorten(self.scrub(detail))
+        return ModelError(
+            f"model endpoint {self.endpoint} failed the response mid-stream ({excerpt}); "
+            "retry later, or check the request against the provider's API",
+            excerpt=excerpt,
+        )
+
     def malformed(self, what: str, chunk: str, problem: str) -> ModelError:
         """A :class:`ModelError` for an answer (``what``) the client cannot read, quoting it."""
         excerpt = shorten(self.scrub(chunk))

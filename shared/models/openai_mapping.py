@@ -245,19 +245,7 @@ def content_text(content: Any) -> str | None:
 
 def chat_usage(usage: CompletionUsage | None) -> Usage:
     """Usage of a chat completion: prompt, completion, cached and reasoning tokens."""
-    if usage is None:
-        return Usage()
-    prompt = _int(_field(usage, "prompt_tokens"))
-    completion = _int(_field(usage, "completion_tokens"))
-    return Usage(
-        input_tokens=prompt,
-        output_tokens=completion,
-        total_tokens=_int(_field(usage, "total_tokens")) or prompt + completion,
-        cached_tokens=_int(_field(_field(usage, "prompt_tokens_details"), "cached_tokens")),
-        reasoning_tokens=_int(
-            _field(_field(usage, "completion_tokens_details"), "reasoning_tokens")
-        ),
-    )
+    return _usage(usage, ("prompt_tokens", "completion_tokens"), "prompt", "completion")
 
 
 def responses_response(response: Response) -> ModelResponse:
@@ -292,16 +280,25 @@ def responses_response(response: Response) -> ModelResponse:
 
 def responses_usage(usage: ResponseUsage | None) -> Usage:
     """Usage of a response: input, output, cached and reasoning tokens."""
+    return _usage(usage, ("input_tokens", "output_tokens"), "input", "output")
+
+
+def _usage(usage: Any, totals: tuple[str, str], given: str, produced: str) -> Usage:
+    """Usage from ``<given>_tokens_details.cached_tokens`` and
+    ``<produced>_tokens_details.reasoning_tokens`` and the two ``totals`` fields (the two APIs
+    name the same counts differently)."""
     if usage is None:
         return Usage()
-    given = _int(_field(usage, "input_tokens"))
-    produced = _int(_field(usage, "output_tokens"))
+    into = _int(_field(usage, totals[0]))
+    out = _int(_field(usage, totals[1]))
     return Usage(
-        input_tokens=given,
-        output_tokens=produced,
-        total_tokens=_int(_field(usage, "total_tokens")) or given + produced,
-        cached_tokens=_int(_field(_field(usage, "input_tokens_details"), "cached_tokens")),
-        reasoning_tokens=_int(_field(_field(usage, "output_tokens_details"), "reasoning_tokens")),
+        input_tokens=into,
+        output_tokens=out,
+        total_tokens=_int(_field(usage, "total_tokens")) or into + out,
+        cached_tokens=_int(_field(_field(usage, f"{given}_tokens_details"), "cached_tokens")),
+        reasoning_tokens=_int(
+            _field(_field(usage, f"{produced}_tokens_details"), "reasoning_tokens")
+        ),
     )
 
 

@@ -14,9 +14,9 @@ from typing import Any, Required, TypedDict
 
 from openai.types.responses import FunctionToolParam, ResponseInputItemParam
 
-from tether.errors import ModelError
 from tether.models.base import DeltaSink, ModelDelta, ModelRequest, ModelResponse
 from tether.models.openai_base import OpenAIModel
+from tether.models.openai_errors import ErrorContext
 from tether.models.openai_mapping import (
     MalformedAnswer,
     responses_input,
@@ -76,61 +76,42 @@ class OpenAIResponsesModel(OpenAIModel):
         """Answer ``request`` streamed, calling ``on_delta`` with each piece as it arrives."""
         params = responses_params(request)
         stream = self._call(lambda c: c.responses.create(**params, stream=True))
-        assembly = _ResponsesAssembly()
-        try:
-            events = iter(stream)
-            while (event := self._next(events)) is not None:
-                self._fail_on_error_event(event)
-                for delta in self._read(assembly.add, event, "stream event"):
-                    on_delta(delta)
-        finally:
-            stream.close()
+        assembly = _ResponsesAssembly(self._errors)
+        self._pump(stream, assembly.add, on_delta)
         return self._read(_ResponsesAssembly.response, assembly, "stream")
 
     async def astream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         """:meth:`stream` on asyncio; ``on_delta`` is called on the loop's thread."""
         params = responses_params(request)
         stream = await self._acall(lambda c: c.responses.create(**params, stream=True))
-        assembly = _ResponsesAssembly()
-        try:
-            events = aiter(stream)
-            while (event := await self._anext(events)) is not None:
-                self._fail_on_error_event(event)
-                for delta in self._read(assembly.add, event, "stream event"):
-                    on_delta(delta)
-        finally:
-            await stream.close()
+        assembly = _ResponsesAssembly(self._errors)
+        await self._apump(stream, assembly.add, on_delta)
         return self._read(_ResponsesAssembly.response, assembly, "stream")
-
-    def _fail_on_error_event(self, event: Any) -> None:
-        """A ``response.failed`` or ``error`` event ends the call with the provider's message."""
-        kind = getattr(event, "type", None)
-        if kind == "error":
-            detail = f"{getattr(event, 'code', None) or 'error'}: {getattr(event, 'message', '')}"
-        elif kind == "response.failed":
-            error = getattr(getattr(event, "response", None), "error", None)
-            detail = f"{getattr(error, 'code', None)}: {getattr(error, 'message', None)}"
-        else:
-            return
-        excerpt = self._errors.scrub(detail)
-        raise ModelError(
-            f"model endpoint {self.endpoint.url} failed the response mid-stream ({excerpt}); "
-            "retry later, or check the request against the provider's API",
-            excerpt=excerpt,
-        )
 
 
 class _ResponsesAssembly:
     """The answer of a streamed response: pieces handed out as they come, the answer itself
     from the final ``response`` object."""
 
-    def __init__(self) -> None:
+    def __init__(self, errors: ErrorContext) -> None:
+        self.errors = errors
         self.final: Any = None
         self.call_of_output: dict[int, int] = {}
 
     def add(self, event: Any) -> list[ModelDelta]:
-        """Take one event in; answer the pieces it brought."""
+        """Take one event in; answer the pieces it brought.
+
+        Raises:
+            ModelError: an ``error`` or ``response.failed`` event, with the provider's message.
+        """
         kind = event.type
+        if kind == "error":
+            raise self.errors.failed(f"{getattr(event, 'code', None)}: {event.message}")
+        if kind == "response.failed":
+            error = getattr(event.response, "error", None)
+            raise self.errors.failed(
+                f"{getattr(error, 'code', None)}: {getattr(error, 'message', None)}"
+            )
         if kind == "response.output_text.delta":
             return [ModelDelta("text", _text(event.delta))] if event.delta else []
         if kind == "response.output_item.added" and getattr(event.item, "type", None) == (

@@ -10,7 +10,9 @@ A reply is a JSON object (it crosses a process boundary in ``POST /_control/scri
 - ``malformed``: a non-streamed answer whose body is not JSON, or, streamed, a chunk that is
   not JSON after the first piece. Either echoes the key the server received (hostile on
   purpose: clients must scrub what they quote);
-- ``body``: a JSON document sent as the non-streamed answer, as it is (for unusable answers).
+- ``body``: a JSON document sent as the non-streamed answer, as it is (for unusable answers);
+- ``midstream_error``: streamed, an error after the first piece (chat: a chunk holding an
+  ``error`` object; responses: an ``error`` event) with this message, then nothing more.
 
 Pure functions: :mod:`tests.support.openai_server` serves what they build.
 """
@@ -116,6 +118,9 @@ def chat_chunks(
         sent += 1
         if sent == 1 and reply.get("malformed"):
             yield malformed_chunk(key)
+        if sent == 1 and reply.get("midstream_error"):
+            yield json.dumps(error_body(reply["midstream_error"]))
+            return
     calls = reply.get("tool_calls") or []
     for index, call in enumerate(calls):
         head = {"index": index, "id": call["id"], "type": "function"}
@@ -233,6 +238,9 @@ def responses_events(
             sent += 1
             if sent == 1 and reply.get("malformed"):
                 yield "response.output_text.delta", malformed_chunk(key)
+            if sent == 1 and reply.get("midstream_error"):
+                yield event("error", code="server_error", message=reply["midstream_error"])
+                return
         yield event(
             "response.output_item.done", output_index=index, item=_message_item(serial, text)
         )
