@@ -166,7 +166,31 @@ class AgentError(TetherError):
 
 
 class ModelError(AgentError):
-    """The model client failed or returned something unusable."""
+    """The model client failed or returned something unusable.
+
+    Attributes:
+        status: the HTTP status the provider answered (None: no answer, or not an HTTP error).
+        request_id: the provider's id of the request (``x-request-id``), to quote to its support.
+        excerpt: a short excerpt of what the provider answered, secrets scrubbed ("" if none).
+        retry_after_s: how long the provider asked to wait (``Retry-After`` / ``retry-after-ms``
+            of a 429 or 503), None when it did not say; a fleet-wide model limit pauses the
+            model for everyone that long.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        request_id: str | None = None,
+        excerpt: str = "",
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.request_id = request_id
+        self.excerpt = excerpt
+        self.retry_after_s = retry_after_s
 
 
 class ToolError(AgentError):

@@ -44,7 +44,9 @@ if TYPE_CHECKING:
     from tether.models.limits import ModelLimits
 from tether.settings_checks import (
     BROKER_SCHEMES,
+    check_azure,
     check_http_url,
+    check_model_names,
     check_modules,
     check_queue,
     check_redis_url,
@@ -177,7 +179,29 @@ class Settings(BaseSettings):
     )
     openai_api_key: SecretStr | None = Field(default=None, description="API key (secret).")
     openai_model: str = Field(
-        default="gpt-4o-mini", min_length=1, description="Model name for the openai agent."
+        default="gpt-4o-mini", min_length=1, description="Model of the built-in assistant agent."
+    )
+    openai_api: Literal["chat", "responses"] = Field(
+        default="chat", description="chat (Chat Completions, any compatible server) or responses."
+    )
+    openai_timeout_s: float = Field(
+        default=60.0, gt=0, le=3_600, description="Timeout of one model request (per attempt)."
+    )
+    openai_max_retries: int = Field(
+        default=2, ge=0, le=20, description="Retries of a model request (429, 5xx, timeouts)."
+    )
+    openai_check_models: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Worker start: GET /models must list these (JSON or comma list; [] skips).",
+    )
+    openai_azure_endpoint: str | None = Field(
+        default=None, description="Azure OpenAI resource endpoint; set, model calls go to Azure."
+    )
+    openai_azure_api_version: str | None = Field(
+        default=None, min_length=1, description="Azure OpenAI API version (needed with Azure)."
+    )
+    openai_azure_deployment: str | None = Field(
+        default=None, min_length=1, description="Azure deployment (default: TETHER_OPENAI_MODEL)."
     )
     model_limits: str = Field(
         default="",
@@ -196,16 +220,16 @@ class Settings(BaseSettings):
         default="127.0.0.1", min_length=1, description="Worker: address the metrics port binds."
     )
 
-    @pydantic.field_validator("agent_modules", mode="before")
+    @pydantic.field_validator("agent_modules", "openai_check_models", mode="before")
     @classmethod
-    def _split_modules(cls, value: Any) -> Any:
+    def _split_list(cls, value: Any) -> Any:
         if isinstance(value, str):
             if value.strip().startswith("["):
                 try:
                     return json.loads(value)
                 except ValueError as exc:
                     raise _invalid_value(
-                        f"not a JSON list ({exc}); use a JSON list or a comma list of modules"
+                        f"not a JSON list ({exc}); use a JSON list or a comma list"
                     ) from None
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
@@ -214,6 +238,11 @@ class Settings(BaseSettings):
     @classmethod
     def _module_paths(cls, value: list[str]) -> list[str]:
         return _checked(value, check_modules(value))
+
+    @pydantic.field_validator("openai_check_models")
+    @classmethod
+    def _model_names(cls, value: list[str]) -> list[str]:
+        return _checked(value, check_model_names(value))
 
     @pydantic.field_validator("broker_url")
     @classmethod
@@ -225,7 +254,7 @@ class Settings(BaseSettings):
     def _redis(cls, value: str | None) -> str | None:
         return value if value is None else _checked(value, check_redis_url(value))
 
-    @pydantic.field_validator("s3_endpoint_url", "openai_base_url")
+    @pydantic.field_validator("s3_endpoint_url", "openai_base_url", "openai_azure_endpoint")
     @classmethod
     def _http(cls, value: str | None) -> str | None:
         return value if value is None else _checked(value, check_http_url(value))
@@ -292,6 +321,17 @@ class Settings(BaseSettings):
                 f"(broker is {scheme}://): streams, leases and run records live in Redis; "
                 "set TETHER_REDIS_URL=redis://host:port/db"
             )
+        return self
+
+    @pydantic.model_validator(mode="after")
+    def _azure_is_whole(self) -> Settings:
+        problem = check_azure(
+            self.openai_azure_endpoint,
+            self.openai_azure_api_version,
+            base_url_set="openai_base_url" in self.model_fields_set,
+        )
+        if problem is not None:
+            raise _invalid_value(problem)
         return self
 
     @pydantic.model_validator(mode="after")

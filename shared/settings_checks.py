@@ -27,6 +27,7 @@ CLUSTER_FORMS = "redis+cluster://[:password@]host:port[,host:port...] (rediss+cl
 _SCHEME_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*")
 _MODULE_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 _QUEUE_RE = re.compile(r"[A-Za-z0-9_\-.:@]{1,200}")
+_MODEL_RE = re.compile(r"[^\s,]{1,200}")
 
 
 def mask_url(value: str) -> str:
@@ -200,3 +201,33 @@ def check_modules(values: list[str]) -> str | None:
     if not bad:
         return None
     return f"{bad[0]!r} is not a module path; use e.g. my_project.agents (comma list or JSON list)"
+
+
+def check_model_names(values: list[str]) -> str | None:
+    """Why one of ``values`` is not a model name, or None."""
+    bad = [v for v in values if not _MODEL_RE.fullmatch(v)]
+    if not bad:
+        return None
+    return f"{bad[0]!r} is not a model name; use e.g. gpt-4o-mini,llama3.2 (comma or JSON list)"
+
+
+def check_azure(endpoint: str | None, api_version: str | None, *, base_url_set: bool) -> str | None:
+    """Why the Azure OpenAI settings do not make a whole endpoint, or None."""
+    if endpoint is None:
+        if api_version is not None:
+            return (
+                "TETHER_OPENAI_AZURE_API_VERSION is set without TETHER_OPENAI_AZURE_ENDPOINT: "
+                "set the endpoint (https://<resource>.openai.azure.com) or unset the version"
+            )
+        return None
+    if api_version is None:
+        return (
+            "TETHER_OPENAI_AZURE_ENDPOINT needs TETHER_OPENAI_AZURE_API_VERSION "
+            "(e.g. 2024-10-21): Azure OpenAI answers no request without it"
+        )
+    if base_url_set:
+        return (
+            "TETHER_OPENAI_BASE_URL and TETHER_OPENAI_AZURE_ENDPOINT are both set: model calls "
+            "go to one endpoint; unset TETHER_OPENAI_BASE_URL for Azure, or the Azure variables"
+        )
+    return None

@@ -7,7 +7,7 @@ pytest_plugins = [
     "tests.support.redis_cluster",
     "tests.support.moto_server",
     "tests.support.stack",
-    "tests.support.fake_openai",
+    "tests.support.openai_fixture",
     "tests.support.rabbitmq_server",
     "tests.support.crash",
 ]

@@ -6,9 +6,13 @@ tests never regenerate them.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
+
 from tether.core.events import (
+    AgentEvent,
     CompactPayload,
     EmptyPayload,
     ErrorPayload,
@@ -16,9 +20,12 @@ from tether.core.events import (
     ModelResponsePayload,
     RestoredPayload,
     ToolResultPayload,
+    Usage,
 )
 from tether.core.items import ToolCallsMessage, ToolOutput
-from tether.persistence.codec import loads_events, loads_snapshot
+from tether.errors import UnsupportedSchemaVersion
+from tether.persistence import codec
+from tether.persistence.codec import dumps_event, loads_event, loads_events, loads_snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -106,3 +113,36 @@ def test_events_v1_fixture_loads_every_payload_kind() -> None:
     assert isinstance(error, ErrorPayload) and error.retryable is True
     assert isinstance(events[14].payload, EmptyPayload)
     assert events[14].ts_ms == 1_700_000_000_015
+
+
+def test_v1_usage_reads_without_cached_or_reasoning_tokens_and_keeps_its_bytes() -> None:
+    events = loads_events((FIXTURES / "events_v1.json").read_bytes(), where="fixture")
+    old = [json.loads(dumps_event(e)) for e in events]
+    response = events[3].payload
+    assert isinstance(response, ModelResponsePayload)
+    assert (response.usage.cached_tokens, response.usage.reasoning_tokens) == (0, 0)
+    # written again, a usage without the new counts is the v1 document it was read from
+    fixture = json.loads((FIXTURES / "events_v1.json").read_bytes())
+    assert old == fixture
+    assert all(doc["v"] == 1 for doc in old)
+
+
+def test_cached_and_reasoning_tokens_are_summed_and_make_the_event_v3(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    first = Usage(input_tokens=10, output_tokens=4, total_tokens=14, cached_tokens=6)
+    second = Usage(input_tokens=5, output_tokens=9, total_tokens=14, reasoning_tokens=7)
+    assert first + second == Usage(
+        input_tokens=15, output_tokens=13, total_tokens=28, cached_tokens=6, reasoning_tokens=7
+    )
+    event = AgentEvent(type=EventType.MODEL_RESPONSE, payload=ModelResponsePayload(usage=first))
+    doc = json.loads(dumps_event(event))
+    assert doc["v"] == 3 and doc["payload"]["usage"]["cached_tokens"] == 6
+    assert "reasoning_tokens" not in doc["payload"]["usage"]  # a zero count is left out
+    assert loads_event(dumps_event(event)) == event
+    plain = AgentEvent(type=EventType.MODEL_RESPONSE, payload=ModelResponsePayload(usage=Usage()))
+    assert json.loads(dumps_event(plain))["v"] == 1
+    with monkeypatch.context() as older_build:  # a build that reads v1 and v2 says to upgrade
+        older_build.setattr(codec, "SUPPORTED_EVENT_VERSIONS", (1, 2))
+        with pytest.raises(UnsupportedSchemaVersion, match="Upgrade Tether"):
+            loads_event(dumps_event(event))

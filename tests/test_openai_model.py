@@ -1,20 +1,21 @@
-"""OpenAIChatModel against a real local HTTP server (tests/support/fake_openai.py)."""
+"""The SDK-backed model clients against a real server process (tests/support/openai_server.py):
+what they send, what they make of the answers, and how they stream.
+
+Every test talks HTTP to the server; nothing of the ``openai`` SDK is mocked. Errors, retries,
+timeouts and secrets are in tests/test_openai_errors.py.
+"""
 
 from __future__ import annotations
 
-import email.utils
+import asyncio
 import json
-import logging
-import socket
-import time
-import traceback
-from collections.abc import Iterator
+from collections.abc import Callable
 from types import MappingProxyType
+from typing import Any
 
 import pytest
-from pydantic import SecretStr
 
-from tests.support.fake_openai import FakeOpenAI, FakeReply, completion_body
+from tests.support.openai_fixture import OpenAIServer, reply
 from tether.core.events import Usage
 from tether.core.items import (
     AssistantMessage,
@@ -24,9 +25,24 @@ from tether.core.items import (
     ToolOutput,
     UserMessage,
 )
-from tether.errors import ConfigurationError, ModelError
-from tether.models.base import ModelClient, ModelRequest, ModelResponse, ToolSpec
-from tether.models.openai import OpenAIChatModel, retry_after_s
+from tether.errors import ModelError
+from tether.models.base import (
+    ModelClient,
+    ModelDelta,
+    ModelRequest,
+    ModelResponse,
+    StreamingModelClient,
+    ToolSpec,
+)
+from tether.models.openai import (
+    NO_KEY,
+    AzureTarget,
+    OpenAIChatModel,
+    OpenAIClient,
+    OpenAIResponsesModel,
+    model_from_settings,
+)
+from tether.settings import Settings
 
 ADD_TOOL = ToolSpec(
     name="add",
@@ -39,67 +55,83 @@ ADD_TOOL = ToolSpec(
         }
     ),
 )
+#: ADD_TOOL's parameters as sent: plain JSON (the tuple became a list)
+ADD_SCHEMA = {
+    "type": "object",
+    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+    "required": ["a", "b"],
+}
+APIS = {"chat": OpenAIChatModel, "responses": OpenAIResponsesModel}
+MODES = ("complete", "stream", "acomplete", "astream")
 
 
-def _request(*items: object, **kwargs: object) -> ModelRequest:
-    return ModelRequest(model="fake-model", items=tuple(items), **kwargs)  # type: ignore[arg-type]
+def _request(*items: Any, **kwargs: Any) -> ModelRequest:
+    return ModelRequest(model="test-model", items=tuple(items), **kwargs)
 
 
-@pytest.fixture
-def model(fake_openai: FakeOpenAI) -> Iterator[OpenAIChatModel]:
-    client = OpenAIChatModel(
-        fake_openai.base_url,
-        SecretStr(fake_openai.api_key),
-        timeout_s=5.0,
-        retry_backoff_s=0.01,
-    )
-    yield client
-    client.close()
+def _model(server: OpenAIServer, api: str, **kwargs: Any) -> OpenAIClient:
+    return APIS[api](server.base_url, server.api_key, timeout_s=10.0, **kwargs)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def _ignore(delta: ModelDelta) -> None:
+    """A sink for tests that look only at the assembled answer."""
 
 
-def _everything_about(exc: BaseException) -> str:
-    """Every text a log or error report could show for ``exc``, chained ones included."""
-    return "".join(traceback.format_exception(exc)) + repr(exc) + str(exc)
+def _answer(
+    model: OpenAIClient, request: ModelRequest, mode: str, sink: Callable[[ModelDelta], None]
+) -> ModelResponse:
+    """``request`` answered by ``model`` through one of its four methods."""
+    if mode == "complete":
+        return model.complete(request)
+    if mode == "stream":
+        return model.stream(request, sink)
+    if mode == "acomplete":
+        return asyncio.run(model.acomplete(request))
+    return asyncio.run(model.astream(request, sink))
 
 
-# --- request mapping ----------------------------------------------------------------------------
+# --- what is sent -------------------------------------------------------------------------------
+
+CONVERSATION = (
+    UserMessage(content="add things"),
+    Reasoning(text="private thoughts"),
+    ToolCallsMessage(
+        content="",
+        tool_calls=(
+            ToolCall(id="c1", name="add", arguments='{"a": 1, "b": 2}'),
+            ToolCall(id="c2", name="add", arguments='{"a": 3, "b": 4}'),
+        ),
+    ),
+    ToolOutput(call_id="c1", name="add", output="3"),
+    ToolOutput(call_id="c2", name="add", output="7"),
+    ToolCallsMessage(content="one more", tool_calls=(ToolCall(id="c3", name="add"),)),
+    ToolOutput(call_id="c3", output="0"),
+    AssistantMessage(content="3 and 7"),
+    UserMessage(content="thanks"),
+)
 
 
-def test_request_maps_system_summary_and_every_item_type(
-    fake_openai: FakeOpenAI, model: OpenAIChatModel
+def test_chat_request_maps_system_summary_and_every_item_type(
+    openai_server: OpenAIServer,
 ) -> None:
-    fake_openai.script(["ok"])
-    calls = (
-        ToolCall(id="c1", name="add", arguments='{"a": 1, "b": 2}'),
-        ToolCall(id="c2", name="add", arguments='{"a": 3, "b": 4}'),
-    )
+    openai_server.script(["ok"])
     request = _request(
-        UserMessage(content="add things"),
-        Reasoning(text="private thoughts"),
-        ToolCallsMessage(content="", tool_calls=calls),
-        ToolOutput(call_id="c1", name="add", output="3"),
-        ToolOutput(call_id="c2", name="add", output="7"),
-        ToolCallsMessage(content="one more", tool_calls=(ToolCall(id="c3", name="add"),)),
-        ToolOutput(call_id="c3", output="0"),
-        AssistantMessage(content="3 and 7"),
-        UserMessage(content="thanks"),
+        *CONVERSATION,
         system_prompt="You add numbers.",
         summary="The user likes sums.",
         tools=(ADD_TOOL,),
         parallel_tool_calls=True,
     )
+    _model(openai_server, "chat").complete(request)
 
-    model.complete(request)
+    (sent,) = openai_server.requests()
+    assert (sent.method, sent.path) == ("POST", "/v1/chat/completions")
+    assert sent.body["model"] == "test-model"
 
-    (sent,) = fake_openai.requests
-    assert sent.path == "/v1/chat/completions"
-    assert sent.body["model"] == "fake-model"
+    def call(call_id: str, arguments: str) -> dict[str, Any]:
+        function = {"name": "add", "arguments": arguments}
+        return {"id": call_id, "type": "function", "function": function}
+
     assert sent.messages == [
         {"role": "system", "content": "You add numbers."},
         {"role": "system", "content": "Summary of earlier conversation:\nThe user likes sums."},
@@ -107,28 +139,11 @@ def test_request_maps_system_summary_and_every_item_type(
         {
             "role": "assistant",
             "content": None,
-            "tool_calls": [
-                {
-                    "id": "c1",
-                    "type": "function",
-                    "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'},
-                },
-                {
-                    "id": "c2",
-                    "type": "function",
-                    "function": {"name": "add", "arguments": '{"a": 3, "b": 4}'},
-                },
-            ],
+            "tool_calls": [call("c1", '{"a": 1, "b": 2}'), call("c2", '{"a": 3, "b": 4}')],
         },
         {"role": "tool", "tool_call_id": "c1", "content": "3"},
         {"role": "tool", "tool_call_id": "c2", "content": "7"},
-        {
-            "role": "assistant",
-            "content": "one more",
-            "tool_calls": [
-                {"id": "c3", "type": "function", "function": {"name": "add", "arguments": "{}"}}
-            ],
-        },
+        {"role": "assistant", "content": "one more", "tool_calls": [call("c3", "{}")]},
         {"role": "tool", "tool_call_id": "c3", "content": "0"},
         {"role": "assistant", "content": "3 and 7"},
         {"role": "user", "content": "thanks"},
@@ -140,340 +155,297 @@ def test_request_maps_system_summary_and_every_item_type(
             "function": {
                 "name": "add",
                 "description": "Add two integers.",
-                "parameters": {
-                    "type": "object",
-                    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                    "required": ["a", "b"],
-                },
+                "parameters": ADD_SCHEMA,
             },
         }
     ]
     assert sent.body["parallel_tool_calls"] is True
+    assert "stream" not in sent.body
 
 
-def test_request_without_tools_system_or_summary_sends_only_items(
-    fake_openai: FakeOpenAI, model: OpenAIChatModel
+def test_responses_request_maps_instructions_summary_and_every_item_type(
+    openai_server: OpenAIServer,
 ) -> None:
-    fake_openai.script(["ok"])
-    model.complete(_request(UserMessage(content="hi"), parallel_tool_calls=True))
+    openai_server.script(["ok"])
+    request = _request(
+        *CONVERSATION,
+        system_prompt="You add numbers.",
+        summary="The user likes sums.",
+        tools=(ADD_TOOL,),
+    )
+    _model(openai_server, "responses").complete(request)
 
-    (sent,) = fake_openai.requests
-    assert sent.messages == [{"role": "user", "content": "hi"}]
-    assert "tools" not in sent.body
-    assert "parallel_tool_calls" not in sent.body
+    (sent,) = openai_server.requests()
+    assert (sent.method, sent.path) == ("POST", "/v1/responses")
+    assert sent.body["instructions"] == "You add numbers."
+    assert sent.body["store"] is False  # Tether keeps the memory; nothing stays at the provider
+
+    def call(call_id: str, arguments: str) -> dict[str, Any]:
+        return {"type": "function_call", "call_id": call_id, "name": "add", "arguments": arguments}
+
+    def output(call_id: str, text: str) -> dict[str, Any]:
+        return {"type": "function_call_output", "call_id": call_id, "output": text}
+
+    assert sent.input == [
+        {"role": "system", "content": "Summary of earlier conversation:\nThe user likes sums."},
+        {"role": "user", "content": "add things"},
+        call("c1", '{"a": 1, "b": 2}'),
+        call("c2", '{"a": 3, "b": 4}'),
+        output("c1", "3"),
+        output("c2", "7"),
+        {"role": "assistant", "content": "one more"},
+        call("c3", "{}"),
+        output("c3", "0"),
+        {"role": "assistant", "content": "3 and 7"},
+        {"role": "user", "content": "thanks"},
+    ]
+    assert "private thoughts" not in json.dumps(sent.body)
+    assert sent.body["tools"] == [
+        {
+            "type": "function",
+            "name": "add",
+            "description": "Add two integers.",
+            "parameters": ADD_SCHEMA,
+            "strict": False,
+        }
+    ]
+    assert sent.body["parallel_tool_calls"] is False
 
 
-def test_parallel_tool_calls_false_is_sent_when_tools_exist(
-    fake_openai: FakeOpenAI, model: OpenAIChatModel
+@pytest.mark.parametrize("api", APIS)
+def test_a_request_without_tools_sends_no_tools_and_no_parallel_flag(
+    openai_server: OpenAIServer, api: str
 ) -> None:
-    fake_openai.script(["ok"])
-    model.complete(_request(UserMessage(content="hi"), tools=(ADD_TOOL,)))
-    assert fake_openai.requests[0].body["parallel_tool_calls"] is False
+    openai_server.script(["ok"])
+    _model(openai_server, api).complete(
+        _request(UserMessage(content="hi"), parallel_tool_calls=True)
+    )
+    (sent,) = openai_server.requests()
+    assert "tools" not in sent.body and "parallel_tool_calls" not in sent.body
+    assert "instructions" not in sent.body  # no system prompt, no instructions
 
 
-def test_headers_carry_bearer_key_and_extra_headers(fake_openai: FakeOpenAI) -> None:
-    fake_openai.script(["ok"])
+def test_headers_carry_the_key_and_extra_headers(openai_server: OpenAIServer) -> None:
+    openai_server.script(["ok"])
     with OpenAIChatModel(
-        fake_openai.base_url + "/",  # a trailing slash must not produce //chat/completions
-        fake_openai.api_key,
+        openai_server.base_url + "/",  # a trailing slash must not make //chat/completions
+        openai_server.api_key,
         extra_headers={"OpenAI-Organization": "org-test"},
-    ) as client:
-        assert client.complete(_request(UserMessage(content="hi"))).text == "ok"
-    headers = fake_openai.requests[0].headers
-    assert fake_openai.requests[0].path == "/v1/chat/completions"
-    assert headers["authorization"] == f"Bearer {fake_openai.api_key}"
-    assert headers["openai-organization"] == "org-test"
-    assert headers["content-type"] == "application/json"
+    ) as model:
+        assert model.complete(_request(UserMessage(content="hi"))).text == "ok"
+    (sent,) = openai_server.requests()
+    assert sent.path == "/v1/chat/completions"
+    assert sent.headers["authorization"] == f"Bearer {openai_server.api_key}"
+    assert sent.headers["openai-organization"] == "org-test"
 
 
-def test_no_api_key_sends_no_authorization_header(fake_openai: FakeOpenAI) -> None:
-    fake_openai.require_auth = False
-    fake_openai.script(["ok"])
-    with OpenAIChatModel(fake_openai.base_url, None) as client:
-        client.complete(_request(UserMessage(content="hi")))
-    assert "authorization" not in fake_openai.requests[0].headers
-
-
-# --- response parsing ---------------------------------------------------------------------------
-
-
-def test_text_answer_and_usage(fake_openai: FakeOpenAI, model: OpenAIChatModel) -> None:
-    fake_openai.script([completion_body("hello", prompt_tokens=21, completion_tokens=4)])
-    response = model.complete(_request(UserMessage(content="hi")))
-    assert response == ModelResponse(
-        text="hello", usage=Usage(input_tokens=21, output_tokens=4, total_tokens=25)
-    )
-    assert isinstance(model, ModelClient)
-
-
-def test_tool_calls_are_parsed_with_generated_ids_and_string_arguments(
-    fake_openai: FakeOpenAI, model: OpenAIChatModel
-) -> None:
-    raw_calls = [
-        {"id": "call_abc", "type": "function", "function": {"name": "add", "arguments": '{"a":1}'}},
-        {"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}},
-        {"id": "", "type": "function", "function": {"name": "noop"}},
-    ]
-    body = completion_body(None, raw_calls)
-    body["usage"] = {"prompt_tokens": 5, "completion_tokens": 2}  # no total: summed
-    fake_openai.script([body])
-
-    response = model.complete(_request(UserMessage(content="hi"), tools=(ADD_TOOL,)))
-
-    assert response.text is None
-    assert response.tool_calls == (
-        ToolCall(id="call_abc", name="add", arguments='{"a":1}'),
-        ToolCall(id="call_1", name="add", arguments='{"a": 2, "b": 3}'),
-        ToolCall(id="call_2", name="noop", arguments="{}"),
-    )
-    assert response.usage == Usage(input_tokens=5, output_tokens=2, total_tokens=7)
-
-
-def test_content_parts_and_missing_usage(fake_openai: FakeOpenAI, model: OpenAIChatModel) -> None:
-    body = completion_body(None)
-    body["choices"][0]["message"]["content"] = [
-        {"type": "text", "text": "part one, "},
-        {"type": "text", "text": "part two"},
-    ]
-    del body["usage"]
-    fake_openai.script([body])
-    response = model.complete(_request(UserMessage(content="hi")))
-    assert response.text == "part one, part two"
-    assert response.usage == Usage()
+def test_without_a_key_the_placeholder_is_sent(openai_server: OpenAIServer) -> None:
+    with pytest.raises(ModelError, match="TETHER_OPENAI_API_KEY"):
+        OpenAIChatModel(openai_server.base_url, None, max_retries=0).complete(
+            _request(UserMessage(content="hi"))
+        )
+    (sent,) = openai_server.requests()
+    assert sent.headers["authorization"] == f"Bearer {NO_KEY}"  # never $OPENAI_API_KEY
 
 
 @pytest.mark.parametrize(
-    ("reply", "expected"),
+    ("api", "path"),
     [
-        (FakeReply(raw=b"<html>gateway</html>"), "not JSON"),
-        (FakeReply(body={"object": "list", "data": []}), "no choices"),
-        (FakeReply(body={"error": {"message": "model overloaded"}}), "model overloaded"),
-        (FakeReply(body={"choices": [{"index": 0}]}), "choices[0].message"),
+        ("chat", "/openai/deployments/dep-1/chat/completions"),
+        ("responses", "/openai/responses"),
+    ],
+)
+def test_azure_sends_to_the_deployment_with_the_api_version_and_api_key_header(
+    openai_server: OpenAIServer, api: str, path: str
+) -> None:
+    openai_server.script(["from azure"])
+    azure = AzureTarget(openai_server.root_url, "2024-10-21", "dep-1")
+    model = APIS[api](api_key=openai_server.api_key, azure=azure)
+    assert model.complete(_request(UserMessage(content="hi"))).text == "from azure"
+    (sent,) = openai_server.requests()
+    assert sent.path == path
+    assert sent.query == {"api-version": "2024-10-21"}
+    assert sent.headers["api-key"] == openai_server.api_key
+    assert "authorization" not in sent.headers
+
+
+def test_model_from_settings_follows_the_api_and_azure_settings(
+    openai_server: OpenAIServer,
+) -> None:
+    common = {
+        "openai_api_key": openai_server.api_key,
+        "openai_timeout_s": 7,
+        "openai_max_retries": 0,
+    }
+    chat = model_from_settings(Settings(openai_base_url=openai_server.base_url, **common))
+    responses = model_from_settings(
+        Settings(openai_base_url=openai_server.base_url, openai_api="responses", **common)
+    )
+    assert type(chat) is OpenAIChatModel and type(responses) is OpenAIResponsesModel
+    assert (chat.timeout_s, chat.max_retries) == (7, 0)
+    azure = model_from_settings(
+        Settings(
+            openai_azure_endpoint=openai_server.root_url,
+            openai_azure_api_version="2024-10-21",
+            openai_azure_deployment="dep-9",
+            **common,
+        )
+    )
+    openai_server.script(["azure"])
+    assert isinstance(azure, OpenAIChatModel)
+    azure.complete(_request(UserMessage(content="hi")))
+    assert openai_server.requests()[0].path == "/openai/deployments/dep-9/chat/completions"
+
+
+# --- what comes back ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("api", APIS)
+def test_text_tool_calls_and_usage_with_cached_and_reasoning_tokens(
+    openai_server: OpenAIServer, api: str, mode: str
+) -> None:
+    usage = {"input_tokens": 40, "output_tokens": 9, "cached_tokens": 32, "reasoning_tokens": 5}
+    calls = [("call_a", "add", '{"a": 1, "b": 2}'), ("call_b", "add", '{"a": 30, "b": 12}')]
+    openai_server.script([reply("Adding both pairs now.", calls, usage=usage)])
+    model = _model(openai_server, api)
+    assert isinstance(model, StreamingModelClient) and isinstance(model, ModelClient)
+
+    response = _answer(
+        model, _request(UserMessage(content="add"), tools=(ADD_TOOL,)), mode, _ignore
+    )
+
+    assert response == ModelResponse(
+        text="Adding both pairs now.",
+        tool_calls=(
+            ToolCall(id="call_a", name="add", arguments='{"a": 1, "b": 2}'),
+            ToolCall(id="call_b", name="add", arguments='{"a": 30, "b": 12}'),
+        ),
+        usage=Usage(
+            input_tokens=40, output_tokens=9, total_tokens=49, cached_tokens=32, reasoning_tokens=5
+        ),
+    )
+    (sent,) = openai_server.requests()
+    streamed = mode.endswith("stream")
+    assert sent.body.get("stream", False) is streamed
+    if api == "chat" and streamed:
+        assert sent.body["stream_options"] == {"include_usage": True}
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("api", APIS)
+def test_stream_hands_out_text_and_tool_argument_pieces_as_they_arrive(
+    openai_server: OpenAIServer, api: str, asynchronous: bool
+) -> None:
+    arguments = '{"a": 123456, "b": 654321}'
+    openai_server.script(
+        [reply("The sum follows.", [("call_s", "add", arguments), ("call_t", "add", "{}")])]
+    )
+    pieces: list[ModelDelta] = []
+    mode = "astream" if asynchronous else "stream"
+    response = _answer(
+        _model(openai_server, api), _request(UserMessage(content="go")), mode, pieces.append
+    )
+
+    texts = [p.text for p in pieces if p.kind == "text"]
+    assert len(texts) > 1 and "".join(texts) == response.text == "The sum follows."
+    for index, call in enumerate(response.tool_calls):
+        mine = [p for p in pieces if p.kind == "tool_arguments" and p.call_index == index]
+        assert len(mine) > (1 if index == 0 else 0)
+        assert "".join(p.text for p in mine) == call.arguments
+        # the call's id and name come with its first piece, and only with it
+        assert (mine[0].call_id, mine[0].tool_name) == (call.id, "add")
+        assert all(p.call_id is None and p.tool_name is None for p in mine[1:])
+    assert [c.id for c in response.tool_calls] == ["call_s", "call_t"]
+
+
+def test_async_calls_work_from_one_event_loop_after_another(openai_server: OpenAIServer) -> None:
+    """A judge scorer may call ``asyncio.run`` per case: each loop gets its own HTTP pool."""
+    openai_server.script(["first", "second", "third"])
+    model = _model(openai_server, "chat")
+    assert isinstance(model, OpenAIChatModel)
+    request = _request(UserMessage(content="hi"))
+    assert asyncio.run(model.acomplete(request)).text == "first"
+    assert asyncio.run(model.acomplete(request)).text == "second"
+
+    async def closing() -> str | None:
+        async with model:
+            return (await model.acomplete(request)).text
+
+    assert asyncio.run(closing()) == "third"
+
+
+def test_tool_call_ids_and_arguments_are_normalised(openai_server: OpenAIServer) -> None:
+    message = {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "part one, "}, {"type": "text", "text": "two"}],
+        "tool_calls": [
+            {"id": "call_abc", "type": "function", "function": {"name": "add", "arguments": "{}"}},
+            {"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}},
+            {"id": "", "type": "function", "function": {"name": "noop"}},
+        ],
+    }
+    body = {"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": message}]}
+    openai_server.script([{"body": body}])  # no usage at all: zero
+    response = _model(openai_server, "chat").complete(_request(UserMessage(content="hi")))
+    assert response == ModelResponse(
+        text="part one, two",
+        tool_calls=(
+            ToolCall(id="call_abc", name="add", arguments="{}"),
+            ToolCall(id="call_1", name="add", arguments='{"a": 2, "b": 3}'),
+            ToolCall(id="call_2", name="noop", arguments="{}"),
+        ),
+        usage=Usage(),
+    )
+
+
+@pytest.mark.parametrize(
+    ("api", "body", "expected"),
+    [
+        ("chat", {"object": "list", "data": []}, "no choices"),
+        ("chat", {"choices": [{"index": 0}]}, r"no choices\[0\]\.message"),
         (
-            FakeReply(body=completion_body(None, [{"id": "x", "function": {"arguments": "{}"}}])),
-            "tool_calls[0] has no function name",
+            "chat",
+            {"choices": [{"message": {"tool_calls": [{"id": "x", "function": {}}]}}]},
+            r"tool_calls\[0\] has no function name",
+        ),
+        ("responses", {"id": "r", "object": "response"}, "no output list"),
+        (
+            "responses",
+            {"output": [{"type": "function_call", "call_id": "c", "arguments": "{}"}]},
+            "function_call #0 has no name",
         ),
     ],
 )
-def test_unusable_answers_raise_model_error(
-    fake_openai: FakeOpenAI, model: OpenAIChatModel, reply: FakeReply, expected: str
+def test_unusable_answers_raise_model_error_quoting_them(
+    openai_server: OpenAIServer, api: str, body: dict[str, Any], expected: str
 ) -> None:
-    fake_openai.script([reply])
-    with pytest.raises(ModelError, match=expected.replace("[", r"\[").replace("]", r"\]")):
-        model.complete(_request(UserMessage(content="hi")))
-    assert len(fake_openai.requests) == 1  # a bad 2xx answer is not retried
+    openai_server.script([{"body": body}])
+    with pytest.raises(ModelError, match=expected) as info:
+        _model(openai_server, api).complete(_request(UserMessage(content="hi")))
+    assert "malformed answer" in str(info.value) and info.value.excerpt
+    assert len(openai_server.requests()) == 1  # a bad 2xx answer is not retried
 
 
-def test_tool_loop_sees_the_tool_result(fake_openai: FakeOpenAI, model: OpenAIChatModel) -> None:
-    fake_openai.script([ModelResponse.call("c1", "add", {"a": 1, "b": 2}), "the sum is 3"])
+def test_tool_loop_sends_the_tool_result_back(openai_server: OpenAIServer) -> None:
+    openai_server.script([ModelResponse.call("c1", "add", {"a": 1, "b": 2}), "the sum is 3"])
+    model = _model(openai_server, "chat")
     user = UserMessage(content="add 1 and 2")
-
     first = model.complete(_request(user, tools=(ADD_TOOL,)))
     assert first.tool_calls == (ToolCall(id="c1", name="add", arguments='{"a": 1, "b": 2}'),)
     items = (user, *first.items_for_memory(), ToolOutput(call_id="c1", name="add", output="3"))
-    second = model.complete(_request(*items, tools=(ADD_TOOL,)))
-
-    assert second.text == "the sum is 3"
-    assert fake_openai.requests[1].messages[-2:] == [
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": "c1",
-                    "type": "function",
-                    "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'},
-                }
-            ],
-        },
-        {"role": "tool", "tool_call_id": "c1", "content": "3"},
-    ]
-    assert fake_openai.remaining == 0
+    assert model.complete(_request(*items, tools=(ADD_TOOL,))).text == "the sum is 3"
+    assert openai_server.requests()[1].messages[-1] == {
+        "role": "tool",
+        "tool_call_id": "c1",
+        "content": "3",
+    }
 
 
-# --- retries and errors ---------------------------------------------------------------------------
+def test_a_server_that_cannot_start_says_why() -> None:
+    from tests.support.openai_fixture import start_openai_server
 
-
-@pytest.mark.parametrize("status", [500, 503, 429])
-def test_transient_statuses_are_retried_then_succeed(
-    fake_openai: FakeOpenAI, model: OpenAIChatModel, status: int
-) -> None:
-    fake_openai.fail_next(2, status)
-    fake_openai.script(["recovered"])
-    assert model.complete(_request(UserMessage(content="hi"))).text == "recovered"
-    assert [r.status for r in fake_openai.requests] == [status, status, 200]
-
-
-def test_retries_exhausted_raise_model_error_with_status_and_excerpt(
-    fake_openai: FakeOpenAI, model: OpenAIChatModel
-) -> None:
-    fake_openai.fail_next(3, 502, message="upstream   exploded\n" + "x" * 500)
-    fake_openai.script(["never reached"])
-    with pytest.raises(ModelError) as info:
-        model.complete(_request(UserMessage(content="hi")))
-    message = str(info.value)
-    assert "HTTP 502" in message
-    assert "upstream exploded" in message
-    assert "3 attempt(s)" in message
-    assert len(message) < 600  # a short excerpt, not the whole body
-    assert len(fake_openai.requests) == 3  # 1 + max_retries=2
-    assert fake_openai.remaining == 1
-
-
-def test_zero_retries_means_one_attempt(fake_openai: FakeOpenAI) -> None:
-    fake_openai.fail_next(1, 500)
-    with (
-        OpenAIChatModel(fake_openai.base_url, fake_openai.api_key, max_retries=0) as client,
-        pytest.raises(ModelError, match="HTTP 500"),
+    with pytest.raises(
+        RuntimeError, match=r"did not start (?s:.*)no API key; set OPENAI_SERVER_API_KEY"
     ):
-        client.complete(_request(UserMessage(content="hi")))
-    assert len(fake_openai.requests) == 1
-
-
-def test_401_is_not_retried_and_never_shows_the_key(fake_openai: FakeOpenAI) -> None:
-    wrong_key = "sk-wrong-" + "s3cr3t" * 4
-    with OpenAIChatModel(fake_openai.base_url, SecretStr(wrong_key)) as client:
-        with pytest.raises(ModelError) as info:
-            client.complete(_request(UserMessage(content="hi")))
-        # The fake server echoed the wrong key in its body; the client must have scrubbed it.
-        assert fake_openai.requests[0].status == 401
-        assert len(fake_openai.requests) == 1
-        text = _everything_about(info.value)
-        assert "HTTP 401" in text
-        assert "Incorrect API key provided" in text
-        assert "***" in text
-        assert wrong_key not in text
-        assert "s3cr3t" not in text
-        assert "Bearer" not in text
-        assert info.value.__cause__ is None and info.value.__context__ is None
-
-
-@pytest.mark.parametrize("status", [400, 404, 422])
-def test_client_errors_are_not_retried(
-    fake_openai: FakeOpenAI, model: OpenAIChatModel, status: int
-) -> None:
-    fake_openai.script([FakeReply(status, {"error": {"message": "bad request body"}})])
-    with pytest.raises(ModelError, match=f"HTTP {status}: bad request body"):
-        model.complete(_request(UserMessage(content="hi")))
-    assert len(fake_openai.requests) == 1
-
-
-def test_timeout_is_retried_then_raises_model_error(fake_openai: FakeOpenAI) -> None:
-    fake_openai.script([FakeReply(body=completion_body("late"), delay_s=1.0)] * 2)
-    with OpenAIChatModel(
-        fake_openai.base_url,
-        fake_openai.api_key,
-        timeout_s=0.2,
-        max_retries=1,
-        retry_backoff_s=0.01,
-    ) as client:
-        started = time.monotonic()
-        with pytest.raises(ModelError, match=r"timed out after 0\.2s") as info:
-            client.complete(_request(UserMessage(content="hi")))
-        elapsed_s = time.monotonic() - started
-    assert len(fake_openai.requests) == 2
-    assert elapsed_s < 1.0  # gave up on the client timeout, not the server's delay
-    # No httpx exception (it holds the request and its Authorization header) rides along.
-    assert info.value.__cause__ is None and info.value.__context__ is None
-    assert fake_openai.api_key not in _everything_about(info.value)
-
-
-def test_connection_refused_raises_model_error_after_retries() -> None:
-    key = "sk-unreachable-" + "k" * 20
-    url = f"http://127.0.0.1:{_free_port()}/v1"
-    with (
-        OpenAIChatModel(url, key, max_retries=1, retry_backoff_s=0.01) as client,
-        pytest.raises(ModelError, match="connection failed") as info,
-    ):
-        client.complete(_request(UserMessage(content="hi")))
-    assert "2 attempt(s)" in str(info.value)
-    assert key not in _everything_about(info.value)
-
-
-def test_retry_after_header_is_honored(fake_openai: FakeOpenAI, model: OpenAIChatModel) -> None:
-    fake_openai.fail_next(1, 429, retry_after="0.4")
-    fake_openai.script(["ok"])
-    started = time.monotonic()
-    assert model.complete(_request(UserMessage(content="hi"))).text == "ok"
-    # retry_backoff_s is 0.01, so only the header can explain a wait this long.
-    assert time.monotonic() - started >= 0.4
-
-
-@pytest.mark.timeout(10)  # an uncapped client would sleep for an hour
-def test_retry_after_is_capped(fake_openai: FakeOpenAI) -> None:
-    fake_openai.fail_next(1, 503, retry_after="3600")
-    fake_openai.script(["ok"])
-    with OpenAIChatModel(
-        fake_openai.base_url, fake_openai.api_key, max_retry_after_s=0.05
-    ) as client:
-        started = time.monotonic()
-        assert client.complete(_request(UserMessage(content="hi"))).text == "ok"
-        assert time.monotonic() - started < 2.0
-
-
-def test_retry_after_parsing() -> None:
-    future = email.utils.formatdate(time.time() + 30, usegmt=True)  # HTTP-date form
-    assert retry_after_s({"retry-after": "2"}) == 2.0
-    assert retry_after_s({"retry-after": "0.25"}) == 0.25
-    assert retry_after_s({"retry-after-ms": "1500", "retry-after": "9"}) == 1.5
-    date_delay_s = retry_after_s({"retry-after": future})
-    assert date_delay_s is not None and 25 < date_delay_s <= 31
-    assert retry_after_s({"retry-after": "soon"}) is None
-    assert retry_after_s({}) is None
-
-
-# --- secrets ------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("wrap", [SecretStr, str])
-def test_key_is_not_in_repr_or_str(wrap: type) -> None:
-    key = "sk-live-" + "z" * 32
-    client = OpenAIChatModel(
-        "https://user:pw@api.example.test/v1?token=q",
-        wrap(key),
-        extra_headers={"api-key": "hdr-secret-0451"},
-    )
-    try:
-        for text in (repr(client), str(client), f"{client}", repr(vars(client))):
-            assert key not in text
-            assert "Bearer" not in text
-            assert "hdr-secret-0451" not in text
-        assert "pw" not in repr(client) and "token=q" not in repr(client)
-        assert "api.example.test/v1" in repr(client)
-    finally:
-        client.close()
-
-
-def test_retry_logs_never_show_the_key(
-    fake_openai: FakeOpenAI, model: OpenAIChatModel, caplog: pytest.LogCaptureFixture
-) -> None:
-    fake_openai.fail_next(1, 500, message=f"echo {fake_openai.api_key}")
-    fake_openai.script(["ok"])
-    with caplog.at_level(logging.DEBUG):
-        model.complete(_request(UserMessage(content="hi")))
-    assert any("retry 1/2" in r.getMessage() for r in caplog.records)
-    for record in caplog.records:
-        assert fake_openai.api_key not in record.getMessage()
-        assert "Bearer" not in record.getMessage()
-
-
-def test_sensitive_extra_header_values_are_scrubbed(fake_openai: FakeOpenAI) -> None:
-    fake_openai.require_auth = False
-    token = "azure-" + "h" * 24
-    fake_openai.script([FakeReply(403, {"error": {"message": f"key {token} has no access"}})])
-    with (
-        OpenAIChatModel(fake_openai.base_url, None, extra_headers={"api-key": token}) as client,
-        pytest.raises(ModelError, match="HTTP 403") as info,
-    ):
-        client.complete(_request(UserMessage(content="hi")))
-    assert fake_openai.requests[0].headers["api-key"] == token
-    assert token not in _everything_about(info.value)
-
-
-def test_constructor_rejects_bad_settings() -> None:
-    with pytest.raises(ConfigurationError, match="not an http"):
-        OpenAIChatModel("api.openai.com/v1", "k")
-    with pytest.raises(ConfigurationError, match="max_retries"):
-        OpenAIChatModel("http://127.0.0.1:1/v1", "k", max_retries=-1)
-    with pytest.raises(ConfigurationError, match="timeout_s"):
-        OpenAIChatModel("http://127.0.0.1:1/v1", "k", timeout_s=0)
+        start_openai_server("")

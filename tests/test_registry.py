@@ -35,3 +35,18 @@ def test_unknown_name_is_a_usage_error() -> None:
     with pytest.raises(UnknownAgent) as info:
         AgentRegistry.default(entry_points_enabled=False).get("x" * 500)
     assert len(str(info.value)) < 400
+
+
+def test_the_assistant_is_built_in_on_the_configured_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tether.models.openai import OpenAIResponsesModel
+    from tether.runtime.model_agents import ASSISTANT_PROMPT
+
+    monkeypatch.setenv("TETHER_OPENAI_BASE_URL", "http://127.0.0.1:1/v1")  # never called here
+    monkeypatch.setenv("TETHER_OPENAI_API", "responses")
+    monkeypatch.setenv("TETHER_OPENAI_MODEL", "llama3.2")
+    monkeypatch.setenv("TETHER_OPENAI_API_KEY", "sk-assistant-key-0123")
+    agent = AgentRegistry.default().get("assistant")
+    assert isinstance(agent.model, OpenAIResponsesModel)
+    assert (agent.model_name, agent.system_prompt) == ("llama3.2", ASSISTANT_PROMPT)
+    assert agent.model.endpoint.url == "http://127.0.0.1:1/v1"
+    assert agent.redact is not None and agent.redact("key sk-assistant-key-0123") == "key ***"

@@ -22,8 +22,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.support.chaos_stack import ChaosStack
-from tests.support.fake_openai import FakeOpenAI
 from tests.support.fuzz import Tally, fuzz, valid_ids
+from tests.support.openai_fixture import OpenAIServer
 from tests.support.stack import unique
 from tether.core.events import EventType
 from tether.core.results import RunStatus
@@ -172,34 +172,26 @@ def test_fuzz_distinct_sessions_never_share_a_key() -> None:
 
 
 @pytest.fixture
-def secrets_worker(chaos: ChaosStack, fake_openai: FakeOpenAI) -> Iterator[Producer]:
+def secrets_worker(chaos: ChaosStack, openai_server: OpenAIServer) -> Iterator[Producer]:
     """A worker serving the ``openai-chat`` agent (queue ``secrets``) and a producer for it."""
-    env = dict(chaos.env)
-    env.update(
-        {
-            "TETHER_AGENT_MODULES": "tests.support.secret_agents",
-            "TETHER_OPENAI_BASE_URL": fake_openai.base_url,
-            "TETHER_OPENAI_API_KEY": fake_openai.api_key,
-            "TETHER_OPENAI_MODEL": "fake-model",
-            "TETHER_QUEUE": "secrets",
-        }
-    )
-    worker = chaos.start_worker(unique("secrets"), env, queue="secrets")
-    producer = Producer(chaos.settings.model_copy(update={"queue": "secrets"}))
-    try:
+    settings = {
+        "TETHER_AGENT_MODULES": "tests.support.secret_agents",
+        "TETHER_OPENAI_BASE_URL": openai_server.base_url,
+        "TETHER_OPENAI_API_KEY": openai_server.api_key,
+        "TETHER_OPENAI_MODEL": "test-model",
+        "TETHER_OPENAI_TIMEOUT_S": "10",
+        "TETHER_OPENAI_MAX_RETRIES": "1",
+    }
+    with chaos.queue_worker("secrets", settings) as producer:
         yield producer
-    finally:
-        producer.close()
-        worker.stop()
-        chaos.extra_workers.remove(worker)
 
 
 def test_secrets_never_stored_or_logged(
-    chaos: ChaosStack, fake_openai: FakeOpenAI, secrets_worker: Producer
+    chaos: ChaosStack, openai_server: OpenAIServer, secrets_worker: Producer
 ) -> None:
-    key, password = fake_openai.api_key, chaos.password
+    key, password = openai_server.api_key, chaos.password
     sid = unique("secret")
-    fake_openai.script(
+    openai_server.script(
         [
             ModelResponse.call("call_1", "diagnostics", {}),
             ModelResponse.final(f"done; by the way the key is {key} and redis uses {password}"),
@@ -212,12 +204,14 @@ def test_secrets_never_stored_or_logged(
     plain = secrets_worker.run(sid, "anything else?", agent="openai-chat", wait_s=60)
     assert plain.output == "plain answer"
     # a hostile server echoing the key in its errors: a failed run, still nothing leaks
-    fake_openai.fail_next(2, 500, message=f"upstream rejected {key} (redis {password})")
+    openai_server.fail_next(
+        2, 500, retry_after_s=0.01, message=f"upstream rejected {key} (redis {password})"
+    )
     failed = secrets_worker.run_async(sid, "and now?", agent="openai-chat")
     result = failed.run_result(timeout=60)
     assert result.status is RunStatus.FAILED and result.error_type == "ModelError"
     # the key really was used, and the tool output (with both secrets) reached the model redacted
-    requests = fake_openai.requests
+    requests = openai_server.requests()
     assert requests[0].headers["authorization"] == f"Bearer {key}"
     tool_messages = [m for m in requests[1].messages if m.get("role") == "tool"]
     assert tool_messages and tool_messages[0]["content"] == "redis password ***; api key ***"
@@ -225,14 +219,7 @@ def test_secrets_never_stored_or_logged(
     assert any(e.type is EventType.TOOL_RESULT for e in history)
     # now scan every stored byte and every log line
     needles = {"api key": key.encode(), "redis password": password.encode()}
-    hits: list[str] = []
-    for key, data in chaos.s3_objects().items():
-        hits += [f"S3 {key}: {what}" for what, n in needles.items() if n in data]
-    for redis_key, value in chaos.redis_dump().items():
-        hits += [f"Redis {redis_key!r}: {what}" for what, n in needles.items() if n in value]
-    logs = chaos.worker_logs().encode()
-    hits += [f"worker logs: {what}" for what, n in needles.items() if n in logs]
-    assert hits == []
+    assert chaos.secret_hits(needles) == []
     objects, keys = len(chaos.s3_objects()), len(chaos.redis_dump())
     print(f"\nsecrets scan: {objects} S3 objects, {keys} Redis keys, worker logs: 0 hits")
 

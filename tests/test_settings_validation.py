@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.openai_fixture import OpenAIServer
 from tether.errors import SettingsError
-from tether.settings import load_settings, masked
+from tether.models.openai_check import check_endpoint
+from tether.settings import Settings, load_settings, masked
 from tether.settings_checks import mask_url
 
 SECRET = "s3cret-pw-7f1c"
@@ -34,6 +36,7 @@ CASES = {
         "TETHER_BROKER_URL",
         {"TETHER_BROKER_URL": f"redis:/:{SECRET}@127.0.0.1:6379/0"},
     ),
+    "unknown model API": ("TETHER_OPENAI_API", {"TETHER_OPENAI_API": "completions"}),
 }
 COMMANDS = {
     "tether worker": ["-m", "tether.producer.ops.cli", "worker", "-P", "solo"],
@@ -105,6 +108,11 @@ def test_the_message_names_the_value_masked_and_the_fix(monkeypatch: pytest.Monk
         ("TETHER_QUEUE", "two words", "use 1-200 characters"),
         ("TETHER_MAX_ATTEMPTS", "1000", "less than or equal to 100"),
         ("TETHER_AGENT_MODULES", "good.mod,bad-mod", "'bad-mod' is not a module path"),
+        ("TETHER_OPENAI_API", "completions", "'chat' or 'responses'"),
+        ("TETHER_OPENAI_TIMEOUT_S", "0", "greater than 0"),
+        ("TETHER_OPENAI_MAX_RETRIES", "-1", "greater than or equal to 0"),
+        ("TETHER_OPENAI_CHECK_MODELS", "gpt-4o,two words", "'two words' is not a model name"),
+        ("TETHER_OPENAI_AZURE_ENDPOINT", "azure.example", "has no scheme"),
     ],
 )
 def test_each_check_names_the_variable(
@@ -189,3 +197,121 @@ def test_a_stream_retention_shorter_than_a_run_is_refused_with_the_fix(
     assert "set TETHER_STREAM_RETENTION_S >= 600 or lower TETHER_MAX_RUN_S" in message
     monkeypatch.setenv("TETHER_MAX_RUN_S", "60")
     assert load_settings().stream_retention_s == 60
+
+
+@pytest.mark.parametrize(
+    ("values", "needle"),
+    [
+        (
+            {"TETHER_OPENAI_AZURE_ENDPOINT": "https://r.openai.azure.com"},
+            "TETHER_OPENAI_AZURE_ENDPOINT needs TETHER_OPENAI_AZURE_API_VERSION",
+        ),
+        (
+            {"TETHER_OPENAI_AZURE_API_VERSION": "2024-10-21"},
+            "TETHER_OPENAI_AZURE_API_VERSION is set without TETHER_OPENAI_AZURE_ENDPOINT",
+        ),
+        (
+            {
+                "TETHER_OPENAI_AZURE_ENDPOINT": "https://r.openai.azure.com",
+                "TETHER_OPENAI_AZURE_API_VERSION": "2024-10-21",
+                "TETHER_OPENAI_BASE_URL": "http://127.0.0.1:11434/v1",
+            },
+            "TETHER_OPENAI_BASE_URL and TETHER_OPENAI_AZURE_ENDPOINT are both set",
+        ),
+    ],
+)
+def test_azure_settings_must_make_one_whole_endpoint(
+    monkeypatch: pytest.MonkeyPatch, values: dict[str, str], needle: str
+) -> None:
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError, match=needle):
+        load_settings()
+
+
+# --- the model endpoint, checked when a worker starts --------------------------------------------
+
+WORKER_COMMANDS = {name: args for name, args in COMMANDS.items() if "worker" in name}
+
+
+def test_a_worker_refuses_to_start_when_the_model_endpoint_check_fails(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    key = openai_server.api_key
+    wrong = "sk-wrong-" + SECRET
+    served = {"TETHER_OPENAI_BASE_URL": openai_server.base_url, "TETHER_OPENAI_API_KEY": key}
+    cases = {
+        # name: (variable at fault, its text in the line, extra environment)
+        "unknown model": (
+            "TETHER_OPENAI_CHECK_MODELS",
+            "names 'gpt-unknown', which",
+            {**served, "TETHER_OPENAI_CHECK_MODELS": "test-model,gpt-unknown"},
+        ),
+        "refused key": (
+            "TETHER_OPENAI_API_KEY",
+            "was refused by",
+            {**served, "TETHER_OPENAI_API_KEY": wrong, "TETHER_OPENAI_CHECK_MODELS": "test-model"},
+        ),
+        "unreachable endpoint": (
+            "TETHER_OPENAI_BASE_URL",
+            "cannot be reached",
+            {
+                "TETHER_OPENAI_BASE_URL": "http://127.0.0.1:1/v1",
+                "TETHER_OPENAI_API_KEY": key,
+                "TETHER_OPENAI_CHECK_MODELS": "test-model",
+            },
+        ),
+    }
+    jobs = {
+        (case, command): (args, _env(extra))
+        for case, (_, _, extra) in cases.items()
+        for command, args in WORKER_COMMANDS.items()
+    }
+    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+        futures = {key: pool.submit(_run, args, env, tmp_path) for key, (args, env) in jobs.items()}
+        done = {key: future.result() for key, future in futures.items()}
+    for (case, command), proc in done.items():
+        variable, needle = cases[case][:2]
+        where = f"{command} with {case}: rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert proc.returncode == 2, where
+        assert len(lines) == 1, where
+        assert lines[0].startswith(f"error: SettingsError: {variable}") and needle in lines[0], (
+            where
+        )
+        for secret in (SECRET, key, wrong):
+            assert secret not in proc.stdout + proc.stderr, where
+        assert "Traceback" not in proc.stdout + proc.stderr, where
+        assert "ready." not in proc.stdout + proc.stderr, where
+
+
+def test_the_model_endpoint_check_passes_for_served_models_and_is_off_by_default(
+    openai_server: OpenAIServer,
+) -> None:
+    key = openai_server.api_key
+    check_endpoint(Settings(openai_base_url="http://127.0.0.1:1/v1"))  # no list: no request
+    check_endpoint(
+        Settings(
+            openai_base_url=openai_server.base_url,
+            openai_api_key=key,
+            openai_check_models=["test-model"],
+        )
+    )
+    # Azure lists base models, not deployments: only the endpoint and the key are checked
+    azure = {
+        "openai_azure_endpoint": openai_server.root_url,
+        "openai_azure_api_version": "2024-10-21",
+        "openai_check_models": ["my-deployment"],
+    }
+    check_endpoint(Settings(openai_api_key=key, **azure))
+    with pytest.raises(SettingsError, match="TETHER_OPENAI_API_KEY was refused") as refused:
+        check_endpoint(Settings(openai_api_key="sk-wrong-" + SECRET, **azure))
+    assert refused.value.variables == ("TETHER_OPENAI_API_KEY",) and SECRET not in str(
+        refused.value
+    )
+    paths = [(r.path, r.query.get("api-version")) for r in openai_server.requests()]
+    assert paths == [
+        ("/v1/models", None),
+        ("/openai/models", "2024-10-21"),
+        ("/openai/models", "2024-10-21"),
+    ]

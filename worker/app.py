@@ -4,7 +4,9 @@ The app object exists at import, but its configuration is read lazily from the e
 first time Celery needs it, so importing this module reads no settings and opens no connection.
 That first read validates every setting (:func:`tether.settings.load_settings`): a bad one ends
 the process there, before anything is consumed, with one line on stderr naming the variable
-(exit code 2, as ``tether`` uses for configuration errors), never a traceback.
+(exit code 2, as ``tether`` uses for configuration errors), never a traceback. A worker then
+checks the model endpoint when ``TETHER_OPENAI_CHECK_MODELS`` asks for it, with the same
+outcome when it is unreachable, refuses the key or lacks a model.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import sys
 from typing import Any
 
 from celery import Celery
+from celery.signals import celeryd_init
 
 from tether.errors import ConfigurationError
 from tether.runs.celery_config import celery_config
@@ -26,15 +29,35 @@ app = Celery(
 )
 
 
+def _refuse(exc: ConfigurationError) -> SystemExit:
+    # celery's CLI would print a traceback and, for some errors, start anyway
+    sys.stderr.write(f"error: {exc.error_type}: {' '.join(str(exc).split())}\n")
+    sys.stderr.flush()
+    return SystemExit(EXIT_SETTINGS)
+
+
 def _lazy_config() -> dict[str, Any]:
     try:
         return celery_config(load_settings())
     except ConfigurationError as exc:
-        # celery's CLI would print a traceback and, for some errors, start anyway
-        sys.stderr.write(f"error: {exc.error_type}: {' '.join(str(exc).split())}\n")
-        sys.stderr.flush()
-        raise SystemExit(EXIT_SETTINGS) from None
+        raise _refuse(exc) from None
 
 
 app.add_defaults(_lazy_config)
+
+
+@celeryd_init.connect
+def _check_model_endpoint(**_: Any) -> None:
+    """A worker (only: producers import this app too) checks the model endpoint before it
+    consumes, when ``TETHER_OPENAI_CHECK_MODELS`` asks for it (see
+    :mod:`tether.models.openai_check`). SystemExit passes through Celery's signal dispatch,
+    which only catches ``Exception``."""
+    try:
+        settings = load_settings()
+        if settings.openai_check_models:  # else not even the SDK's import (~0.4 s)
+            from tether.models.openai_check import check_endpoint
+
+            check_endpoint(settings)
+    except ConfigurationError as exc:
+        raise _refuse(exc) from None
 celery = app

@@ -11,6 +11,8 @@ Schema versions (field ``v``):
   them is written as v2, so every other event keeps its v1 bytes and older builds keep reading
   it; an older build reading a v2 event fails with ``UnsupportedSchemaVersion`` ("upgrade
   Tether") instead of misreading it.
+- 3: additive: :class:`Usage` counts ``cached_tokens`` and ``reasoning_tokens``. A usage
+  without them (both 0) is written without them, so only an event whose usage has one is v3.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from tether.core.context import CompactResult, ContextReport
 from tether.core.items import ExternalItem, Item, ToolCall, ToolOutput, UserMessage
 from tether.core.memory import MemorySnapshot
 
-EVENT_SCHEMA_VERSION = 2
+EVENT_SCHEMA_VERSION = 3
 """The newest version this build writes (only for events that need it; see the module doc)."""
-SUPPORTED_EVENT_VERSIONS = (1, 2)
+SUPPORTED_EVENT_VERSIONS = (1, 2, 3)
 
 
 class EventType(StrEnum):
@@ -73,20 +75,38 @@ class TextPayload(_Payload):
     text: str
 
 
+def _zero(value: int) -> bool:
+    return value == 0
+
+
 class Usage(_Payload):
-    """Token usage of one model call or summed over a run."""
+    """Token usage of one model call or summed over a run.
+
+    ``cached_tokens`` (input tokens the provider read from its prompt cache) is part of
+    ``input_tokens``, and ``reasoning_tokens`` part of ``output_tokens``. Both are left out of
+    the JSON when 0, so a usage without them keeps the bytes older builds read (schema v3).
+    """
 
     kind: Literal["usage"] = "usage"
     input_tokens: int = 0
     output_tokens: int = 0
     total_tokens: int = 0
+    cached_tokens: int = Field(default=0, exclude_if=_zero)
+    reasoning_tokens: int = Field(default=0, exclude_if=_zero)
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
             total_tokens=self.total_tokens + other.total_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
         )
+
+    @property
+    def has_details(self) -> bool:
+        """Whether it counts cached or reasoning tokens (what schema v3 added)."""
+        return bool(self.cached_tokens or self.reasoning_tokens)
 
 
 class ModelRequestPayload(_Payload):
@@ -230,7 +250,7 @@ class AgentEvent(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    v: Literal[1, 2] = 1
+    v: Literal[1, 2, 3] = 1
     type: EventType
     tenant: str = "default"
     session_id: str | None = None
@@ -243,7 +263,7 @@ class AgentEvent(BaseModel):
     @model_validator(mode="after")
     def _schema_version(self) -> AgentEvent:
         # the version follows the content, so v1 events stay byte-identical for older readers
-        needed = 2 if _uses_v2(self) else 1
+        needed = _needed_version(self)
         if self.v < needed:
             if "v" in self.model_fields_set:
                 raise ValueError(
@@ -256,6 +276,14 @@ class AgentEvent(BaseModel):
     def with_seq(self, seq: int) -> AgentEvent:
         """A copy with another sequence number."""
         return self.model_copy(update={"seq": seq})
+
+
+def _needed_version(event: AgentEvent) -> int:
+    payload = event.payload
+    usage = payload.usage if isinstance(payload, ModelResponsePayload) else payload
+    if isinstance(usage, Usage) and usage.has_details:
+        return 3
+    return 2 if _uses_v2(event) else 1
 
 
 def _uses_v2(event: AgentEvent) -> bool:

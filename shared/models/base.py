@@ -1,7 +1,9 @@
 """The model-client seam: what the agent loop sends to a model and what it gets back.
 
 Implementations: :class:`tether.models.scripted.ScriptedModel` (deterministic, for tests and demo
-agents) and :class:`tether.models.openai.OpenAIChatModel` (any OpenAI-compatible endpoint).
+agents), and on the official ``openai`` SDK :class:`tether.models.openai.OpenAIChatModel` (Chat
+Completions, any OpenAI-compatible endpoint) and :class:`tether.models.openai.OpenAIResponsesModel`
+(the Responses API); all of them stream.
 
 A client that can stream also implements :class:`StreamingModelClient`: its ``stream`` answers
 exactly like ``complete`` and hands each piece of the answer to a sink as it arrives.

@@ -1,4 +1,5 @@
-"""Agents by name: the built-in demo agents, configured modules, and entry points.
+"""Agents by name: the built-in agents (the offline demo agents and ``assistant``, on the
+configured model), configured modules, and entry points.
 
 A module registers agents by exposing ``TETHER_AGENTS: dict[str, Callable[[], Agent]]``; a package
 can also publish factories under the entry-point group ``tether.agents``. Later sources override
@@ -16,6 +17,7 @@ from tether.errors import ConfigurationError, UnknownAgent
 from tether.models.base import ModelClient
 from tether.runtime.agent import Agent
 from tether.runtime.demo_agents import DEMO_AGENTS
+from tether.runtime.model_agents import MODEL_AGENTS
 
 AgentFactory = Callable[[], Agent]
 ENTRY_POINT_GROUP = "tether.agents"
@@ -35,7 +37,7 @@ class AgentRegistry:
         cls, modules: Iterable[str] = (), *, entry_points_enabled: bool = True
     ) -> AgentRegistry:
         """Built-ins + entry points + the given modules."""
-        registry = cls(DEMO_AGENTS)
+        registry = cls({**DEMO_AGENTS, **MODEL_AGENTS})
         if entry_points_enabled:
             for ep in entry_points(group=ENTRY_POINT_GROUP):
                 registry.register(ep.name, ep.load())

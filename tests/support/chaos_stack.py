@@ -27,7 +27,7 @@ from typing import Any
 import boto3
 
 from tests.support.fault_proxy import FaultProxy
-from tests.support.stack import eventually, s3_reader, stack_env
+from tests.support.stack import eventually, s3_reader, stack_env, unique
 from tether.dev.moto_server import MotoServer
 from tether.dev.redis_server import RedisServer
 from tether.dev.workers import WorkerFleet, WorkerProcess
@@ -169,6 +169,18 @@ class ChaosStack:
         """The text of every worker log file of this stack."""
         return "\n".join(p.read_text(errors="replace") for p in sorted(self.log_dir.glob("*.log")))
 
+    def secret_hits(self, needles: dict[str, bytes]) -> list[str]:
+        """Where any of ``needles`` (name -> bytes) occurs: every S3 object, every Redis key
+        (streams, run records and results, the task queue) and every worker log line."""
+        hits: list[str] = []
+        for name, data in self.s3_objects().items():
+            hits += [f"S3 {name}: {what}" for what, n in needles.items() if n in data]
+        for redis_key, value in self.redis_dump().items():
+            hits += [f"Redis {redis_key!r}: {what}" for what, n in needles.items() if n in value]
+        logs = self.worker_logs().encode()
+        hits += [f"worker logs: {what}" for what, n in needles.items() if n in logs]
+        return hits
+
     # --- observing workers ----------------------------------------------------------------------
 
     def broker_idle(self) -> bool:
@@ -221,6 +233,20 @@ class ChaosStack:
         self.extra_workers.append(worker)
         worker.start()
         return worker
+
+    @contextlib.contextmanager
+    def queue_worker(self, queue: str, settings: dict[str, str]) -> Iterator[Producer]:
+        """One more worker consuming ``queue`` with ``settings`` on top of the stack's
+        environment, and a producer that submits to that queue; both stopped on exit."""
+        env = {**self.env, **settings, "TETHER_QUEUE": queue}
+        worker = self.start_worker(unique(queue), env, queue=queue)
+        producer = Producer(self.settings.model_copy(update={"queue": queue}))
+        try:
+            yield producer
+        finally:
+            producer.close()
+            worker.stop()
+            self.extra_workers.remove(worker)
 
 
 def parent_pid(pid: int) -> int | None:

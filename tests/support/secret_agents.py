@@ -1,7 +1,7 @@
 """Agents for the secrets test, loaded by workers through ``TETHER_AGENT_MODULES``.
 
-``openai-chat`` talks to an OpenAI-compatible server (the test's fake one) with the key from
-``TETHER_OPENAI_API_KEY``, has a deliberately leaky ``diagnostics`` tool that returns the
+``openai-chat`` talks to an OpenAI-compatible server (the test's server process) with the key
+from ``TETHER_OPENAI_API_KEY``, has a deliberately leaky ``diagnostics`` tool that returns the
 worker's secrets, and redacts every secret of its settings (the API key, the broker and Redis
 passwords) from everything it stores, with :func:`tether.runtime.redaction.settings_redactor`.
 """
@@ -28,13 +28,7 @@ def diagnostics() -> str:
 def openai_chat() -> Agent:
     """The ``openai-chat`` agent (settings read when the worker first needs it)."""
     settings = load_settings()
-    model = OpenAIChatModel(
-        settings.openai_base_url,
-        settings.openai_api_key,
-        timeout_s=10.0,
-        max_retries=1,
-        retry_backoff_s=0.01,
-    )
+    model = OpenAIChatModel.from_settings(settings)
     return Agent(
         model,
         settings.openai_model,
