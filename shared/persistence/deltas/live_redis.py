@@ -10,10 +10,12 @@ finishes in between is then seen whole in the events, its pieces dropped).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from tether.core.events import AgentEvent
 from tether.persistence.codec import loads_event
+from tether.persistence.deltas.base import Cursor, LiveDelta
 from tether.persistence.deltas.live import Fenced, LiveItem, LiveOrder
 from tether.persistence.deltas.redis import RedisDeltaChannel, entries_of, parse_entries
 from tether.persistence.redis_conn import translate_errors
@@ -28,6 +30,8 @@ from tether.persistence.streams._common import (
 from tether.persistence.streams.redis import RedisEventStream
 
 RedisEntry = Entry[bytes, bytes]
+#: What :func:`tether.persistence.streams._common.tail_catch_up` answers.
+CaughtUp = tuple[list[RedisEntry], RedisEntry | None, int]
 
 
 def decode(key: str, entry: RedisEntry) -> Fenced:
@@ -35,6 +39,56 @@ def decode(key: str, entry: RedisEntry) -> Fenced:
     where = f"redis stream {key} entry {entry.entry_id!r}"
     event: AgentEvent = loads_event(entry.data, where=where)
     return entry.fence, event
+
+
+class FollowState:
+    """Where a follower is in both streams (sans-IO: the sync and asyncio followers do the
+    reads, this decides what they yield).
+
+    Args:
+        events_key: the session's event stream.
+        deltas_key: the session's delta channel.
+        current: the current step's pieces (read first) and the channel's newest cursor.
+        caught_up: the event stream's catch-up (read second).
+    """
+
+    def __init__(
+        self,
+        events_key: str,
+        deltas_key: str,
+        current: tuple[list[LiveDelta], Cursor],
+        caught_up: CaughtUp,
+    ) -> None:
+        kept, top, start_seq = caught_up
+        self._events_key, self._deltas_key = events_key, deltas_key
+        self._cursor = TailCursor(start_seq, top)
+        self._events_after: bytes = b"0-0" if top is None else top.entry_id
+        self._deltas_after = current[1]
+        self._order = LiveOrder()
+        first = [decode(events_key, e) for e in kept if self._cursor.accept(e)]
+        top_event = None if top is None else decode(events_key, top)
+        self.first = self._order.start(first, top_event, current[0])
+
+    def positions(self) -> dict[str, bytes | str]:
+        """The ``XREAD`` arguments: both keys, from what was read so far."""
+        return {self._events_key: self._events_after, self._deltas_key: self._deltas_after}
+
+    def take(self, resp: Any) -> list[LiveItem] | None:
+        """What to yield for one ``XREAD`` reply (None: it was empty)."""
+        raw_events = entries_of(resp, self._events_key)
+        pieces = parse_entries(entries_of(resp, self._deltas_key))
+        if not raw_events and not pieces:
+            return None
+        events: list[Fenced] = []
+        for entry_id, fields in raw_events:
+            seq, fence = int(fields[b"seq"]), int(fields[b"fence"])
+            entry = Entry(entry_id, seq, fence, fields[b"event"])
+            self._events_after = entry_id
+            if self._cursor.accept(entry):
+                events.append(decode(self._events_key, entry))
+        if pieces:
+            self._deltas_after = pieces[-1][0]
+        return self._order.batch(events, (d for _c, d in pieces))
 
 
 class RedisLiveFeed:
@@ -59,9 +113,11 @@ class RedisLiveFeed:
         after_seq: int = 0,
         block_ms: int = 1000,
         idle_timeout_s: float | None = None,
+        stop: Callable[[], bool] | None = None,
     ) -> Iterator[LiveItem]:
         """Yield the session's events after ``after_seq`` and the live pieces, as they come;
-        stop after ``idle_timeout_s`` without either (None: never).
+        stop after ``idle_timeout_s`` without either (None: never), or once ``stop()`` answers
+        True (asked after every batch and every empty wait of at most ``block_ms``).
 
         Raises:
             StreamUnavailable: Redis cannot be reached; follow again from the last seq.
@@ -70,7 +126,7 @@ class RedisLiveFeed:
         validate_session(tenant, session_id)
         validate_tail_args(after_seq, block_ms, idle_timeout_s)
         self._stream.check_block_ms(block_ms)
-        return self._follow(tenant, session_id, after_seq, block_ms, idle_timeout_s)
+        return self._follow(tenant, session_id, after_seq, block_ms, idle_timeout_s, stop)
 
     def _follow(
         self,
@@ -79,39 +135,25 @@ class RedisLiveFeed:
         after_seq: int,
         block_ms: int,
         idle_timeout_s: float | None,
+        stop: Callable[[], bool] | None,
     ) -> Iterator[LiveItem]:
         keys = self._channel.keys
-        events_key, deltas_key = keys.events(tenant, session_id), keys.deltas(tenant, session_id)
-        current, deltas_after = self._channel.current_step(tenant, session_id)
-        newest_first = self._stream.newest_first(tenant, session_id)
-        kept, top, start_seq = tail_catch_up(newest_first, after_seq)
-        cursor = TailCursor(start_seq, top)
-        events_after: bytes = b"0-0" if top is None else top.entry_id
-        order = LiveOrder()
-        first = [decode(events_key, e) for e in kept if cursor.accept(e)]
-        top_event = None if top is None else decode(events_key, top)
-        yield from order.start(first, top_event, current)
+        current = self._channel.current_step(tenant, session_id)  # first: see the docstring
+        caught_up = tail_catch_up(self._stream.newest_first(tenant, session_id), after_seq)
+        state = FollowState(
+            keys.events(tenant, session_id), keys.deltas(tenant, session_id), current, caught_up
+        )
+        yield from state.first
         idle_since = time.monotonic()
         while True:
+            if stop is not None and stop():
+                return
             wait_ms = tail_wait_ms(block_ms, idle_timeout_s, idle_since)
             if wait_ms is None:
                 return
             with translate_errors(self._where):
-                resp = self._client.xread(
-                    {events_key: events_after, deltas_key: deltas_after}, block=wait_ms
-                )
-            raw_events = entries_of(resp, events_key)
-            pieces = parse_entries(entries_of(resp, deltas_key))
-            if not raw_events and not pieces:
-                continue
-            idle_since = time.monotonic()
-            events: list[Fenced] = []
-            for entry_id, fields in raw_events:
-                seq, fence = int(fields[b"seq"]), int(fields[b"fence"])
-                entry = Entry(entry_id, seq, fence, fields[b"event"])
-                events_after = entry_id
-                if cursor.accept(entry):
-                    events.append(decode(events_key, entry))
-            if pieces:
-                deltas_after = pieces[-1][0]
-            yield from order.batch(events, (d for _c, d in pieces))
+                resp = self._client.xread(state.positions(), block=wait_ms)  # type: ignore[arg-type]
+            items = state.take(resp)
+            if items is not None:
+                idle_since = time.monotonic()
+                yield from items
