@@ -9,70 +9,21 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-
-import pytest
-import redis
 
 from tests.support.stack import Stack, eventually, unique
 from tests.support.stream_agents import FINAL_TEXT, HALF, STEP0_TEXT
+from tests.support.stream_stack import MAX_LEN, TTL_S, Streaming
 from tether.core.events import AgentEvent, EventType
 from tether.core.results import RunStatus
-from tether.dev.workers import WorkerFleet, WorkerProcess
-from tether.persistence.deltas import LiveDelta, RedisDeltaChannel
+from tether.dev.workers import WorkerProcess
+from tether.persistence.deltas import LiveDelta
 from tether.persistence.deltas.live import LiveText
-from tether.persistence.redis_conn import redis_from_url
-from tether.producer import Producer
 from tether.producer.handle import RunHandle
 from tether.runs.contract import RunResult
 from tether.runs.queue.base import CancelOutcome
 
-QUEUE = "streamq"
-MAX_LEN = 200
-TTL_S = 5
 Item = AgentEvent | LiveDelta | RunResult
-
-
-@dataclass
-class Streaming:
-    producer: Producer
-    fleet: WorkerFleet
-    client: redis.Redis
-    prefix: str
-    channel: RedisDeltaChannel
-
-    def open(self, token: str) -> None:
-        self.client.set(f"{self.prefix}:{token}:open", 1)
-
-    def midway(self, token: str) -> bool:
-        return bool(self.client.exists(f"{self.prefix}:{token}:midway"))
-
-
-@pytest.fixture(scope="module")
-def streaming(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Streaming]:
-    tmp = tmp_path_factory.mktemp("stream")
-    prefix = f"st-{uuid.uuid4().hex[:6]}"
-    env = dict(
-        stack.env,
-        TETHER_AGENT_MODULES="tests.support.stream_agents",
-        TETHER_QUEUE=QUEUE,
-        TETHER_DELTA_MAX_LEN=str(MAX_LEN),
-        TETHER_DELTA_TTL_S=str(TTL_S),
-        STREAM_TEST_REDIS_URL=stack.redis.url,
-        STREAM_TEST_PREFIX=prefix,
-    )
-    producer = Producer(stack.settings.model_copy(update={"queue": QUEUE}))
-    fleet = WorkerFleet(env, tmp, count=2, queue=QUEUE, prefix="stream")
-    fleet.start()
-    client = redis_from_url(stack.settings.effective_redis_url)
-    try:
-        yield Streaming(producer, fleet, client, prefix, RedisDeltaChannel(client, producer.keys))
-    finally:
-        fleet.stop()
-        producer.close()
-        client.close()
 
 
 def collect(handle: RunHandle, out: list[Item]) -> threading.Thread:

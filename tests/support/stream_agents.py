@@ -50,12 +50,17 @@ def _input(request: ModelRequest) -> str:
     return next(i.content for i in reversed(request.items) if isinstance(i, UserMessage))
 
 
+def _tool_done(request: ModelRequest) -> bool:
+    """Whether this run's ``note`` call has its result (step 1), after the newest input."""
+    last_input = max(i for i, item in enumerate(request.items) if isinstance(item, UserMessage))
+    return any(isinstance(item, ToolOutput) for item in request.items[last_input:])
+
+
 def _respond(request: ModelRequest) -> ModelResponse:
     text = _input(request)
     if text == "long":
         return ModelResponse.final(" ".join(f"w{n}" for n in range(LONG_WORDS)))
-    last_input = max(i for i, item in enumerate(request.items) if isinstance(item, UserMessage))
-    if any(isinstance(item, ToolOutput) for item in request.items[last_input:]):
+    if _tool_done(request):
         return ModelResponse.final(FINAL_TEXT)
     return ModelResponse.call(
         "call_note", "note", {"text": "forty two, for the record"}, text=STEP0_TEXT
@@ -70,8 +75,7 @@ class GatedModel(ScriptedModel):
 
     def stream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         mode, _, token = _input(request).partition(":")
-        first_step = not any(isinstance(i, ToolOutput) for i in request.items)
-        if mode not in ("gate", "die") or not first_step:
+        if mode not in ("gate", "die") or _tool_done(request):
             return super().stream(request, on_delta)
         client, prefix = _client()
         calls = client.incr(f"{prefix}:{token}:calls")

@@ -17,6 +17,8 @@ from tether.core.events import AgentEvent, event_to_dict
 from tether.core.results import RunStatus
 from tether.errors import RunNotFound
 from tether.keys import RedisKeys
+from tether.persistence.deltas.live_redis import RedisLiveFeed
+from tether.persistence.deltas.redis import RedisDeltaChannel
 from tether.persistence.redis_conn import redis_from_url
 from tether.persistence.streams.redis import RedisEventStream
 from tether.producer.client import Producer
@@ -30,6 +32,7 @@ from tether.producer.ops.cli.support import (
     one_line,
     warn_line,
 )
+from tether.producer.ops.live_tokens import TokenPrinter
 from tether.producer.ops.render import emit_json, event_text, make_console, result_line
 from tether.producer.submission import scoped_view
 from tether.producer.worker_watch import warn_if_unconsumed, watch_for_workers
@@ -199,21 +202,33 @@ def tail(
         ),
     ] = None,
     as_json: JsonOption = False,
+    tokens: Annotated[
+        bool,
+        typer.Option(
+            "--tokens",
+            help="Also print the model's text as it streams (the pieces of the step under way).",
+        ),
+    ] = False,
 ) -> None:
     """Follow a session's events live, coloured by type (Ctrl-C to stop)."""
     settings = cli_settings()
     client = redis_from_url(settings.effective_redis_url)
-    stream = RedisEventStream(client, keys=RedisKeys(settings.namespace))
+    keys = RedisKeys(settings.namespace)
+    stream = RedisEventStream(client, keys=keys)
     console = make_console()
-    events = stream.tail(
-        tenant or settings.tenant,
-        session_id,
-        after_seq=from_seq - 1,
-        block_ms=1000,
-        idle_timeout_s=idle_timeout_s,
-    )
+    target = (tenant or settings.tenant, session_id)
     try:
-        _print_events(events, as_json, console)
+        if tokens:
+            live = RedisLiveFeed(stream, RedisDeltaChannel(client, keys))
+            items = live.follow(
+                *target, after_seq=from_seq - 1, block_ms=1000, idle_timeout_s=idle_timeout_s
+            )
+            TokenPrinter(console, as_json=as_json).show_all(items)
+        else:
+            events = stream.tail(
+                *target, after_seq=from_seq - 1, block_ms=1000, idle_timeout_s=idle_timeout_s
+            )
+            _print_events(events, as_json, console)
     finally:
         client.close()
 
