@@ -124,7 +124,8 @@ def test_the_engine_numbers_pieces_per_step_under_the_fence() -> None:
     assert {d.run_id for d in pieces} == {request.run_id} and {d.fence for d in pieces} == {fence}
     for step in (0, 1):
         mine = [d for d in pieces if d.step == step]
-        assert [d.index for d in mine] == list(range(len(mine)))
+        indexes = [d.index for d in mine]  # pieces published together share an entry
+        assert indexes[0] == 0 and indexes == sorted(set(indexes))
         assert "".join(d.text for d in mine if d.kind == "text") == script()[step].text
     # nothing of them reaches the event stream
     events = rt.stream.read(request.tenant, request.session_id)
@@ -156,3 +157,23 @@ def test_calls_of_a_parsed_response_keep_their_pieces() -> None:
     Agent(model, tools=[lookup]).new_session().run("x", on_delta=rec)
     firsts = [v[1] for k, v in rec.log if k == "piece" and v[1].call_id is not None]
     assert [(d.call_id, d.tool_name) for d in firsts] == [("call_9", "lookup")]
+
+
+def test_pieces_published_together_are_joined_per_text_and_per_call() -> None:
+    from tether.worker.engine.deltas import coalesce
+
+    def d(i: int, kind: str, text: str, call: int = 0, cid: str | None = None) -> LiveDelta:
+        return LiveDelta("r", 1, 0, i, kind, text, call, cid, "t" if cid else None)  # type: ignore[arg-type]
+
+    pieces = [
+        d(0, "text", "a "), d(1, "text", "b"),
+        d(2, "tool_arguments", '{"x"', 0, "c1"), d(3, "tool_arguments", ": 1}", 0),
+        d(4, "tool_arguments", "{}", 1, "c2"), d(5, "tool_arguments", " ", 1),
+    ]  # fmt: skip
+    assert coalesce(pieces) == [
+        d(0, "text", "a b"),
+        d(2, "tool_arguments", '{"x": 1}', 0, "c1"),
+        d(4, "tool_arguments", "{} ", 1, "c2"),
+    ]
+    other_step = LiveDelta("r", 1, 1, 0, "text", "c")
+    assert coalesce([pieces[0], other_step]) == [pieces[0], other_step]

@@ -7,7 +7,8 @@ steers it:
   opens ``<prefix>:<token>:open`` (the test attaches readers or asks for a cancel meanwhile);
 - ``die:<token>``: the first attempt of step 0 stops after :data:`HALF` pieces and waits to be
   killed; later attempts stream straight through;
-- ``long``: one step answering :data:`LONG_WORDS` words (the channel's bound).
+- ``long``: one step answering :data:`LONG_WORDS` words, a word every :data:`LONG_PACE_S`
+  (slower than a publish round trip, so about an entry per word: the channel's bound).
 
 Each call counts itself at ``<prefix>:<token>:calls``; at a stop it sets
 ``<prefix>:<token>:midway``. The Redis and the prefix come from ``STREAM_TEST_REDIS_URL`` and
@@ -23,11 +24,12 @@ import redis
 
 from tether import Agent, ModelResponse, tool
 from tether.core.items import ToolOutput, UserMessage
-from tether.models.base import DeltaSink, ModelRequest
+from tether.models.base import DeltaSink, ModelDelta, ModelRequest
 from tether.models.scripted import ScriptedModel
 
 HALF = 4
 LONG_WORDS = 600
+LONG_PACE_S = 0.001
 #: Longest a stopped step waits for its gate (a test that failed never opens it).
 GATE_WAIT_S = 60.0
 STEP0_TEXT = "let me write that down in the notes before answering you"
@@ -67,6 +69,14 @@ def _respond(request: ModelRequest) -> ModelResponse:
     )
 
 
+def _paced(on_delta: DeltaSink) -> DeltaSink:
+    def paced(piece: ModelDelta) -> None:
+        on_delta(piece)
+        time.sleep(LONG_PACE_S)  # the model's own pace, as a provider's tokens come
+
+    return paced
+
+
 class GatedModel(ScriptedModel):
     """Streams word by word; step 0 of a ``gate:``/``die:`` run stops halfway (see above)."""
 
@@ -75,6 +85,8 @@ class GatedModel(ScriptedModel):
 
     def stream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         mode, _, token = _input(request).partition(":")
+        if mode == "long":
+            return super().stream(request, _paced(on_delta))
         if mode not in ("gate", "die") or _tool_done(request):
             return super().stream(request, on_delta)
         client, prefix = _client()

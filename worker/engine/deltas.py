@@ -3,7 +3,10 @@
 :class:`DeltaPublisher` (one per worker process) takes pieces on the run's thread, where it only
 appends to a list, and publishes them on a thread of its own: whatever accumulated while the
 previous round trip was in flight goes out as the next batch (one script call), so the model
-never waits for Redis and a fast model costs a round trip per batch, not per piece.
+never waits for Redis and a fast model costs a round trip per batch, not per piece. Within a
+batch, consecutive pieces of the same text (or the same call's arguments) are joined into one
+entry (:func:`coalesce`): a model faster than Redis makes fewer, longer entries, a slow one an
+entry per piece.
 :class:`RunDeltaStream` is one run's :class:`~tether.runtime.streaming.RunDeltas`: it numbers
 the pieces of each step and, at the end of the step's model call, waits until they are out, so
 they precede the step's ``MODEL_RESPONSE`` event in Redis.
@@ -17,10 +20,9 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections import defaultdict
+from collections import defaultdict, deque
+from dataclasses import replace
 
-from tether.errors import TetherError
 from tether.models.base import ModelDelta
 from tether.observability import metrics
 from tether.persistence.deltas.base import DeltaChannel, LiveDelta
@@ -37,6 +39,10 @@ _Queued = tuple[str, str, LiveDelta]  # tenant, session id, piece
 class DeltaPublisher:
     """Publishes pieces in batches from one daemon thread (started on the first piece).
 
+    The run's thread only appends to a deque (atomic, no lock) and sets an event when the
+    thread sleeps; :meth:`flush` queues a marker that the thread sets once everything queued
+    before it is out, so a step waits for exactly its own pieces.
+
     Args:
         channel: where the pieces go.
         flush_timeout_s: the longest :meth:`flush` waits.
@@ -45,64 +51,95 @@ class DeltaPublisher:
     def __init__(self, channel: DeltaChannel, *, flush_timeout_s: float = FLUSH_TIMEOUT_S) -> None:
         self.channel = channel
         self._flush_timeout_s = flush_timeout_s
-        self._cond = threading.Condition()
-        self._pending: list[_Queued] = []
-        self._queued = 0  # pieces ever put
-        self._handled = 0  # pieces ever published or dropped
-        self._thread: threading.Thread | None = None
+        self._queue: deque[_Queued | threading.Event] = deque()
+        self._wake = threading.Event()
+        self._start_lock = threading.Lock()
+        self._started = False
 
     def put(self, tenant: str, session_id: str, delta: LiveDelta) -> None:
-        """Queue one piece (cheap: no I/O on the caller's thread)."""
-        with self._cond:
-            self._pending.append((tenant, session_id, delta))
-            self._queued += 1
-            if self._thread is None or not self._thread.is_alive():
-                # started here, not in __init__: a Celery pool child forks after services exist
-                self._thread = threading.Thread(
-                    target=self._loop, name="tether-deltas", daemon=True
-                )
-                self._thread.start()
-            self._cond.notify_all()
+        """Queue one piece (cheap: no I/O and no lock on the caller's thread)."""
+        self._queue.append((tenant, session_id, delta))
+        if not self._wake.is_set():
+            self._wake.set()
+        if not self._started:
+            self._start()
 
     def flush(self) -> bool:
         """Wait until every piece put so far is published (or dropped); False on timeout."""
-        deadline = time.monotonic() + self._flush_timeout_s
-        with self._cond:
-            target = self._queued
-            while self._handled < target:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(left)
-        return True
+        marker = threading.Event()
+        self._queue.append(marker)
+        self._wake.set()
+        if not self._started:
+            self._start()
+        return marker.wait(self._flush_timeout_s)
+
+    def _start(self) -> None:
+        # started on first use, not in __init__: a Celery pool child forks after services exist
+        with self._start_lock:
+            if not self._started:
+                threading.Thread(target=self._loop, name="tether-deltas", daemon=True).start()
+                self._started = True
 
     def _loop(self) -> None:
         while True:
-            with self._cond:
-                while not self._pending:
-                    self._cond.wait()
-                batch, self._pending = self._pending, []
-            try:
-                self._publish(batch)
-            finally:
-                with self._cond:
-                    self._handled += len(batch)
-                    self._cond.notify_all()
+            self._wake.wait()
+            self._wake.clear()  # before draining: a piece queued from here on wakes us again
+            batch: list[_Queued] = []
+            while self._queue:
+                item = self._queue.popleft()
+                if isinstance(item, threading.Event):
+                    self._publish(batch)
+                    batch = []
+                    item.set()
+                else:
+                    batch.append(item)
+            self._publish(batch)
 
     def _publish(self, batch: list[_Queued]) -> None:
+        if not batch:
+            return
         by_session: dict[tuple[str, str], list[LiveDelta]] = defaultdict(list)
         for tenant, session_id, delta in batch:
             by_session[(tenant, session_id)].append(delta)
-        for (tenant, session_id), deltas in by_session.items():
+        for (tenant, session_id), pieces in by_session.items():
+            deltas = coalesce(pieces)
             try:
                 self.channel.publish(tenant, session_id, deltas)
-            except (TetherError, OSError) as exc:  # never the run's problem
+            except Exception as exc:  # never the run's problem, nor the end of this thread
                 log.warning(
-                    "dropped %d live pieces of %s/%s: %s", len(deltas), tenant, session_id, exc
+                    "dropped %d live pieces of %s/%s: %s", len(pieces), tenant, session_id, exc
                 )
-                metrics.delta_publish_failed(len(deltas))
+                metrics.delta_publish_failed(len(pieces))
             else:
-                metrics.deltas_published(len(deltas))
+                metrics.deltas_published(len(pieces))
+
+
+def coalesce(pieces: list[LiveDelta]) -> list[LiveDelta]:
+    """``pieces`` with each run of consecutive pieces of one step's text (or of one call's
+    arguments) joined into one, which keeps the index of its first piece; a piece that names
+    its call (id, tool) starts a new one."""
+    out: list[LiveDelta] = []
+    head: LiveDelta | None = None
+    parts: list[str] = []
+    for piece in pieces:
+        if (
+            head is not None
+            and piece.call_id is None
+            and piece.tool_name is None
+            and piece.step == head.step
+            and piece.kind == head.kind
+            and piece.call_index == head.call_index
+            and piece.run_id == head.run_id
+            and piece.fence == head.fence
+        ):
+            parts.append(piece.text)
+            continue
+        if head is not None:
+            out.append(head if len(parts) == 1 else replace(head, text="".join(parts)))
+        head, parts = piece, [piece.text]
+    if head is not None:
+        out.append(head if len(parts) == 1 else replace(head, text="".join(parts)))
+    return out
 
 
 class RunDeltaStream:

@@ -38,7 +38,8 @@ class LiveDelta:
         run_id: the run whose model call streamed it.
         fence: the attempt's fencing token (a redo of the step has a higher one).
         step: the step of the run.
-        index: its place among the step's pieces of this attempt, from 0.
+        index: its place among the step's pieces of this attempt, from 0 (an entry that joins
+            several consecutive pieces, published together, has the index of its first).
         kind: ``text`` (the answer's text) or ``tool_arguments`` (a call's JSON arguments).
         text: the new characters.
         call_index: which tool call of the answer the arguments belong to.
