@@ -4,6 +4,7 @@
     python -m bench --quick         # CI-sized smoke run (tiny sizes; numbers mean nothing)
     python -m bench --only P1,P3    # some measures
     python -m bench --out DIR       # where latest.md / latest.json / latency.png go
+    python -m bench --only P10,P10r,P10e --name p10   # writes p10.md / p10.json instead
 
 Written under ``bench/results`` (the default), the results are then published: ``python -m
 bench.publish`` regenerates the README's performance table and docs/performance.md from them
@@ -44,6 +45,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help=f"output directory (default {DEFAULT_OUT}; with --quick a temporary directory)",
     )
     parser.add_argument("--log-dir", type=Path, default=None, help="worker/moto logs")
+    parser.add_argument(
+        "--name", default="latest", help="base name of the .md/.json written (default latest)"
+    )
     parser.add_argument(
         "--no-publish",
         action="store_true",
@@ -109,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         }
     finally:
         stack.close()
-    paths = write_reports(measures, meta, args.out)
+    paths = write_reports(measures, meta, args.out, args.name)
     print(paths["markdown"].read_text())
     _say(f"wrote {', '.join(str(p) for p in paths.values())} in {meta['duration_s']} s")
     if args.out.resolve().is_relative_to(DEFAULT_OUT) and not args.no_publish:

@@ -67,3 +67,59 @@ def _steps10(delay_s: float) -> Agent:
 
 TETHER_AGENTS["steps10"] = lambda: _steps10(0.0)
 TETHER_AGENTS["steps10-slow"] = lambda: _steps10(0.3)
+
+
+# --- P10: live token streaming ------------------------------------------------------------------
+
+#: The answer of the ``p10-answer`` agent's final step (one streamed piece per word).
+P10_ANSWER = " ".join(f"word{n}" for n in range(300))
+
+
+def _p10_stamped() -> Agent:
+    """Streams pieces stamped with ``time.time_ns()`` when handed to the sink: input
+    ``"<count> <interval_s>"`` (an interval of 0: as fast as the model's loop goes)."""
+    import time
+
+    from tether import ModelResponse, ScriptedModel
+    from tether.core.items import UserMessage
+    from tether.models.base import DeltaSink, ModelDelta, ModelRequest
+
+    class Stamped(ScriptedModel):
+        def stream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
+            text = next(i.content for i in request.items if isinstance(i, UserMessage))
+            count, interval_s = text.split()
+            pause_s = float(interval_s)
+            sent = []
+            for _ in range(int(count)):
+                piece = f"{time.time_ns()} "
+                on_delta(ModelDelta("text", piece))
+                sent.append(piece)
+                if pause_s:
+                    time.sleep(pause_s)
+            return ModelResponse.final("".join(sent))
+
+    return Agent(Stamped(default_text="unstreamed"), "scripted-stamped", name="p10-stamped")
+
+
+def _p10_answer() -> Agent:
+    """Two steps: a tool call, then :data:`P10_ANSWER` (streamed word by word when the worker
+    streams; the same run unstreamed on a worker with ``TETHER_DELTA_MAX_LEN=0``)."""
+    from tether import ModelResponse, ScriptedModel, tool
+    from tether.core.items import ToolOutput
+    from tether.models.base import ModelRequest
+
+    @tool
+    def fetch(topic: str) -> str:
+        """Fetch notes on a topic."""
+        return f"notes on {topic}"
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        if isinstance(request.items[-1], ToolOutput):
+            return ModelResponse.final(P10_ANSWER)
+        return ModelResponse.call("call_fetch", "fetch", {"topic": "streams"}, text="fetching")
+
+    return Agent(ScriptedModel(responder=respond), "scripted-answer", tools=[fetch], name="p10")
+
+
+TETHER_AGENTS["p10-stamped"] = _p10_stamped
+TETHER_AGENTS["p10-answer"] = _p10_answer

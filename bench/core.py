@@ -65,6 +65,11 @@ class Sizes:
     p7_warmup: int = 10
     p8_kills: int = 10
     p9_runs: int = 250
+    p10_pieces: int = 2000
+    p10_interval_s: float = 0.002
+    p10_warmup: int = 50
+    p10_burst: int = 10_000
+    p10_runs: int = 100
 
 
 FULL = Sizes()
@@ -90,6 +95,11 @@ QUICK = Sizes(
     p7_warmup=1,
     p8_kills=1,
     p9_runs=10,
+    p10_pieces=60,
+    p10_interval_s=0.002,
+    p10_warmup=5,
+    p10_burst=300,
+    p10_runs=3,
 )
 
 

@@ -1,7 +1,9 @@
-"""The measures P1..P9 (plus P4w, informational), each run against its baseline in one go.
+"""The measures P1..P10 (plus P4w, informational; P10 is three rows: P10, P10r, P10e), each
+run against its baseline in one go.
 
 The latency measures are in :mod:`bench.latency`, the throughput and resource measures in
-:mod:`bench.capacity`, the durability measures in :mod:`bench.durability`. Every measure starts
+:mod:`bench.capacity`, the durability measures in :mod:`bench.durability`, live token streaming in
+:mod:`bench.streaming`. Every measure starts
 from an empty bucket (moto is reset and the bucket re-created), so data an earlier measure left
 in moto cannot change a later one. Session ids carry a per-run tag, so Redis state never
 collides. See :mod:`bench.core` for how latencies are taken.
@@ -16,6 +18,7 @@ from bench.core import Bench, Measure
 from bench.durability import p7_step_durability, p8_resume_after_kill
 from bench.fanout import p9_producer_fanout
 from bench.latency import p1_latency, p3_long_session, p4_tail_latency, p4w_worker_path
+from bench.streaming import p10_delta_latency, p10e_streamed_run, p10r_publish_rate
 
 #: Every measure, in the order a full run executes them.
 MEASURES: dict[str, Callable[[Bench], Measure]] = {
@@ -29,4 +32,7 @@ MEASURES: dict[str, Callable[[Bench], Measure]] = {
     "P7": p7_step_durability,
     "P8": p8_resume_after_kill,
     "P9": p9_producer_fanout,
+    "P10": p10_delta_latency,
+    "P10r": p10r_publish_rate,
+    "P10e": p10e_streamed_run,
 }

@@ -11,7 +11,8 @@ A generated block sits between two marker comments, so the prose around it stays
 ``soak``, ``scaling``, ``cli``, ``earlier``). What goes in them:
 
 - ``bench/results/latest.json`` (``python -m bench``): the README's table, one row per
-  measure, and the full report in the docs;
+  measure, and the full report in the docs; the measures of :data:`SUPPLEMENTS` (run on their
+  own, e.g. ``p10.json``) join the README's table;
 - every other benchmark document (``bench/results/**/*.json`` with ``measures``: partial and
   earlier runs, e.g. ``durability/latest.json``), newest first, in the docs;
 - ``bench/results/soak*.json`` (``python -m bench.soak``) and ``bench/results/scaling.json``
@@ -47,6 +48,8 @@ README = Path("README.md")
 PERF_PAGE = Path("docs") / "performance.md"
 PLOT_DIR = Path("docs") / "img" / "perf"
 SCALING_JSON, SCALING_PLOT = "scaling.json", "scaling.png"
+#: Documents run on their own whose rows join latest.json's in the README (with their command).
+SUPPLEMENTS = (RESULTS / "p10.json",)
 MIB = 1024 * 1024
 #: A census kind of key is listed in the docs when it held at least this much at a checkpoint.
 CENSUS_MIN_BYTES = MIB // 2
@@ -184,21 +187,31 @@ def readme_block(
     latest: BenchRun,
     soaks: Sequence[tuple[Path, dict[str, Any]]],
     scaling: dict[str, Any] | None,
+    supplements: Sequence[BenchRun] = (),
     cli: BenchRun | None = None,
 ) -> str:
-    """The README's compact table: one row per measure of ``latest.json`` and of
-    ``cli_startup.json``, then one line each for the worker's per-run cost, the largest soak,
-    the scaling curve and where the CLI rows come from."""
+    """The README's compact table: one row per measure of ``latest.json``, of the
+    ``supplements`` (unless latest has it too) and of ``cli_startup.json``, then one line each
+    for the worker's per-run cost, the largest soak, the scaling curve and where the CLI rows
+    come from."""
     cpus = latest.meta.get("machine", {}).get("cpu_count", "?")
+    own = {m.id for m in latest.measures}
+    extra = [(run, [m for m in run.measures if m.id not in own]) for run in supplements]
+    sources = "".join(
+        f"; {', '.join(m.id for m in ms)} from `{run.path}` (`{run.meta.get('command', '?')}`)"
+        for run, ms in extra
+        if ms
+    )
     lines = [
-        f"From `{latest.path}` (`{latest.meta.get('command', 'python -m bench')}`, {cpus} CPUs). "
-        "Cells are median / p95, P1's median / p95 / p99.",
+        f"From `{latest.path}` (`{latest.meta.get('command', 'python -m bench')}`, {cpus} CPUs)"
+        f"{sources}. Cells are median / p95, P1's median / p95 / p99.",
         "",
         "| id | measure | Tether | baseline | result | target | |",
         "|---|---|---|---|---|---|---|",
     ]
     cli_measures = sorted(cli.measures, key=_measure_order) if cli is not None else []
-    for m in [*sorted(latest.measures, key=_measure_order), *cli_measures]:
+    rows = [*latest.measures, *(m for _run, ms in extra for m in ms)]
+    for m in [*sorted(rows, key=_measure_order), *cli_measures]:
         full = m.id == "P1" and m.tether.n > 1
         baseline = _stats_cell(m.baseline, m.unit, p99=full)
         if m.baseline is not None and m.baseline_name:
@@ -452,7 +465,9 @@ def expected(root: Path = ROOT) -> dict[Path, str | bytes]:
             plots[PLOT_DIR / name] = source.read_bytes()
     out: dict[Path, str | bytes] = {}
     readme = (root / README).read_text()
-    out[README] = replace_blocks(readme, {None: readme_block(latest, soaks, scaling, cli)}, README)
+    supplements = [run for run in runs if run.path in SUPPLEMENTS]
+    block = readme_block(latest, soaks, scaling, supplements, cli)
+    out[README] = replace_blocks(readme, {None: block}, README)
     page = (root / PERF_PAGE).read_text()
     out[PERF_PAGE] = replace_blocks(
         page,

@@ -315,10 +315,13 @@ def dump_json(document: dict[str, Any]) -> str:
     return _NUMBER_LIST.sub(lambda m: "[" + " ".join(m.group(1).split()) + "]", text) + "\n"
 
 
-def write_reports(measures: list[Measure], meta: dict[str, Any], out_dir: Path) -> dict[str, Path]:
-    """Write latest.md, latest.json and (when P3 ran) latency.png into ``out_dir``."""
+def write_reports(
+    measures: list[Measure], meta: dict[str, Any], out_dir: Path, name: str = "latest"
+) -> dict[str, Path]:
+    """Write ``<name>.md``, ``<name>.json`` (latest.md, latest.json by default) and (when P3
+    ran) latency.png into ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"markdown": out_dir / MD_NAME, "json": out_dir / JSON_NAME}
+    paths = {"markdown": out_dir / f"{name}.md", "json": out_dir / f"{name}.json"}
     paths["markdown"].write_text(markdown(measures, meta))
     document = to_json(measures, meta)
     paths["json"].write_text(dump_json(document))

@@ -31,6 +31,8 @@ from tether.core.results import Resolution
 from tether.errors import TetherError
 from tether.ids import new_id, validate_tenant
 from tether.keys import RedisKeys
+from tether.persistence.deltas.live import LiveItem
+from tether.persistence.deltas.live_redis_aio import AsyncLiveFeed
 from tether.persistence.redis_conn import redact_url
 from tether.persistence.redis_conn_aio import async_redis_from_url
 from tether.persistence.streams.redis_aio import AsyncEventTail
@@ -74,7 +76,9 @@ class AsyncProducer:
         self.runs = AsyncRunQueue(
             self.redis, self.keys, result_ttl_s=self.settings.result_ttl_s, where=where
         )
-        self.stream = AsyncEventTail(self.redis, self.keys, where=where)
+        #: The sessions' live event streams (was ``stream`` before :meth:`stream`).
+        self.event_stream = AsyncEventTail(self.redis, self.keys, where=where)
+        self.live = AsyncLiveFeed(self.redis, self.keys, where=where)
         self._celery = celery_app
         self._celery_lock = threading.Lock()  # built on the publisher thread
         self._publisher = BackgroundPublisher(lambda: self.celery)
@@ -282,7 +286,22 @@ class AsyncProducer:
     ) -> AsyncIterator[AgentEvent]:
         """Follow a session's live events: ``async for event in producer.tail(...)``."""
         tenant, session_id = submission.tail_target(self.settings, session_id, tenant)
-        return self.stream.tail(
+        return self.event_stream.tail(
+            tenant, session_id, after_seq=after_seq, block_ms=1000, idle_timeout_s=idle_timeout_s
+        )
+
+    def stream(
+        self,
+        session_id: str,
+        tenant: str | None = None,
+        after_seq: int = 0,
+        *,
+        idle_timeout_s: float | None = None,
+    ) -> AsyncIterator[LiveItem]:
+        """Follow a session live, events and pieces in order: ``async for item in
+        producer.stream(...)`` (see ``Producer.stream``)."""
+        tenant, session_id = submission.tail_target(self.settings, session_id, tenant)
+        return self.live.follow(
             tenant, session_id, after_seq=after_seq, block_ms=1000, idle_timeout_s=idle_timeout_s
         )
 

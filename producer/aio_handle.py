@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator, Generator
 from typing import TYPE_CHECKING, Any
 
 from tether.core.events import AgentEvent
+from tether.persistence.deltas.base import LiveDelta
+from tether.producer.handle import STREAM_BLOCK_MS
 from tether.producer.submission import (
     RunIds,
     cancelled_before_start,
@@ -183,7 +185,7 @@ class AsyncRunHandle:
         last_seq = 0
         idle_since = time.monotonic()
         while True:
-            async for event in self._producer.stream.tail(
+            async for event in self._producer.event_stream.tail(
                 tenant, session_id, after_seq=last_seq, block_ms=200, idle_timeout_s=0.3
             ):
                 last_seq = event.seq  # a replacement after a retried attempt may go back
@@ -196,3 +198,35 @@ class AsyncRunHandle:
                     return
             elif idle_timeout_s is not None and time.monotonic() - idle_since > idle_timeout_s:
                 return
+
+    async def stream(
+        self, *, idle_timeout_s: float | None = 60.0
+    ) -> AsyncIterator[AgentEvent | LiveDelta | RunResult]:
+        """This run live, events and pieces in order, ending with its :class:`RunResult`
+        whatever the status (see ``RunHandle.stream``)."""
+        await self.load()
+        tenant, session_id = self.tenant, self.session_id
+        if tenant is None or session_id is None:
+            return
+        settled = await self._ensure()
+        seen = [0]
+
+        def finished() -> bool:  # settled, and every event of the run was yielded
+            if not settled.done():
+                return False
+            last_seq = settled.result().last_seq
+            return last_seq == 0 or seen[0] >= last_seq
+
+        async for item in self._producer.live.follow(
+            tenant,
+            session_id,
+            block_ms=STREAM_BLOCK_MS,
+            idle_timeout_s=idle_timeout_s,
+            stop=finished,
+        ):
+            if isinstance(item, AgentEvent):
+                seen[0] = item.seq  # a redo after a crash may go back
+            if item.run_id == self.run_id:
+                yield item
+        if settled.done():
+            yield self._ids.complete(settled.result())

@@ -23,6 +23,9 @@ from tether.errors import InvalidInput, TetherError
 from tether.ids import new_id, validate_tenant
 from tether.keys import RedisKeys
 from tether.observability.tracing import traced
+from tether.persistence.deltas.live import LiveItem
+from tether.persistence.deltas.live_redis import RedisLiveFeed
+from tether.persistence.deltas.redis import RedisDeltaChannel
 from tether.persistence.redis_conn import redis_from_url
 from tether.persistence.streams.redis import RedisEventStream
 from tether.producer import submission
@@ -57,7 +60,10 @@ class Producer:
         self.keys = RedisKeys(self.settings.namespace)
         self.redis = redis_from_url(self.settings.effective_redis_url)
         self.runs = RedisRunQueue(self.redis, self.keys, result_ttl_s=self.settings.result_ttl_s)
-        self.stream = RedisEventStream(self.redis, keys=self.keys)
+        #: The sessions' live event streams (was ``stream`` before :meth:`stream` followed a
+        #: session's pieces too).
+        self.event_stream = RedisEventStream(self.redis, keys=self.keys)
+        self.live = RedisLiveFeed(self.event_stream, RedisDeltaChannel(self.redis, self.keys))
         self._celery = celery_app
         self._celery_lock = threading.Lock()
         #: One completion listener per tenant this producer submitted to (see listener_for).
@@ -276,12 +282,29 @@ class Producer:
     ) -> Iterator[AgentEvent]:
         """Follow a session's live events (resume with the last seen ``seq``)."""
         tenant, session_id = submission.tail_target(self.settings, session_id, tenant)
-        return self.stream.tail(
+        return self.event_stream.tail(
             tenant,
             session_id,
             after_seq=after_seq,
             block_ms=1000,
             idle_timeout_s=idle_timeout_s,
+        )
+
+    def stream(
+        self,
+        session_id: str,
+        tenant: str | None = None,
+        after_seq: int = 0,
+        *,
+        idle_timeout_s: float | None = None,
+    ) -> Iterator[LiveItem]:
+        """Follow a session live: its committed events (an :class:`AgentEvent` each, as
+        :meth:`tail`) and, while a worker streams a model's answer, its pieces (a
+        :class:`~tether.persistence.deltas.base.LiveDelta` each), in order; attached mid-step,
+        the step's pieces so far come first. See docs/streaming.md for the order and redos."""
+        tenant, session_id = submission.tail_target(self.settings, session_id, tenant)
+        return self.live.follow(
+            tenant, session_id, after_seq=after_seq, block_ms=1000, idle_timeout_s=idle_timeout_s
         )
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether.core.events import AgentEvent
 from tether.errors import TetherError
+from tether.persistence.deltas.base import LiveDelta
 from tether.producer.submission import (
     RunIds,
     cancelled_before_start,
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _Future = concurrent.futures.Future
+#: How long :meth:`RunHandle.stream` waits for more before it looks at the run again.
+STREAM_BLOCK_MS = 100
 
 
 class _RegisteringWaiters(list[Any]):
@@ -290,7 +293,7 @@ class RunHandle(concurrent.futures.Future[RunResult]):
         last_seq = 0
         idle_since = time.monotonic()
         while True:
-            for event in self._producer.stream.tail(
+            for event in self._producer.event_stream.tail(
                 tenant, session_id, after_seq=last_seq, block_ms=200, idle_timeout_s=0.3
             ):
                 last_seq = event.seq  # a replacement after a retried attempt may go back
@@ -303,3 +306,41 @@ class RunHandle(concurrent.futures.Future[RunResult]):
                     return
             elif idle_timeout_s is not None and time.monotonic() - idle_since > idle_timeout_s:
                 return
+
+    def stream(
+        self, *, idle_timeout_s: float | None = 60.0
+    ) -> Iterator[AgentEvent | LiveDelta | RunResult]:
+        """This run live: its committed events and the pieces of its model answers in order
+        (see docs/streaming.md), ending with its :class:`RunResult` whatever the status (a
+        failed or cancelled run ends the stream with its result, nothing is raised).
+
+        Pieces come while a worker streams a step, before that step's ``MODEL_RESPONSE``; a
+        step redone after a crash starts again with pieces of a higher ``fence``. Stops without
+        a result after ``idle_timeout_s`` with nothing new while the run is unfinished (None:
+        never).
+        """
+        tenant, session_id = self.tenant, self.session_id
+        if tenant is None or session_id is None:
+            return
+        self._ensure()
+        seen = [0]
+
+        def finished() -> bool:  # done, and every event of the run was yielded
+            if not _Future.done(self):
+                return False
+            last_seq = self.run_result().last_seq
+            return last_seq == 0 or seen[0] >= last_seq
+
+        for item in self._producer.live.follow(
+            tenant,
+            session_id,
+            block_ms=STREAM_BLOCK_MS,
+            idle_timeout_s=idle_timeout_s,
+            stop=finished,
+        ):
+            if isinstance(item, AgentEvent):
+                seen[0] = item.seq  # a redo after a crash may go back
+            if item.run_id == self.run_id:
+                yield item
+        if _Future.done(self):
+            yield self.run_result()

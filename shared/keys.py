@@ -18,6 +18,13 @@ Per-session keys (``T`` = ``{<tenant>/<session>}``):
 - ``<p>:T:events`` (stream): the live event log; entry fields ``seq``, ``fence`` and ``event``
   (the event JSON from :mod:`tether.persistence.codec`). With ``TETHER_STREAM_RETENTION_S`` it
   keeps that many seconds of events and expires when idle that long (``:meta`` stays).
+- ``<p>:T:deltas`` (stream): the live pieces of the model's answer while a worker streams it
+  (ephemeral, never the durable log: see :mod:`tether.persistence.deltas`); entry fields ``r``
+  run id, ``f`` the attempt's fence, ``s`` step, ``i`` the piece's index in its step, ``k`` kind
+  (``t`` text, ``a`` tool arguments), ``c`` call index, ``t`` the text, and on a call's first
+  piece ``id`` / ``n`` (call id, tool name). Every append trims it to about
+  ``TETHER_DELTA_MAX_LEN`` entries (``XADD MAXLEN ~``) and sets it to expire
+  ``TETHER_DELTA_TTL_S`` after the last one.
 - ``<p>:T:meta`` (hash): stream meta, ``last_seq`` and ``last_fence`` of the last append.
 - ``<p>:T:fence`` (string): the fencing-token counter, INCR-ed on every lease grant and read by
   the stream's append script.
@@ -130,6 +137,10 @@ class RedisKeys:
     def events(self, tenant: str, session_id: str) -> str:
         """The session's event stream."""
         return self._session_key(tenant, session_id, "events")
+
+    def deltas(self, tenant: str, session_id: str) -> str:
+        """The session's live delta channel (the model's answer in pieces, ephemeral)."""
+        return self._session_key(tenant, session_id, "deltas")
 
     def stream_meta(self, tenant: str, session_id: str) -> str:
         """The stream meta hash (``last_seq``, ``last_fence``)."""

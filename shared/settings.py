@@ -138,6 +138,22 @@ class Settings(BaseSettings):
         le=3650 * _DAY_S,
         description="Seconds a live stream keeps events (default: up to TETHER_STREAM_MAX_LEN).",
     )
+    # the pieces of a streamed answer are for people watching: a bounded, short-lived copy
+    delta_max_len: int = Field(
+        default=10_000,
+        ge=0,
+        le=10_000_000,
+        description=(
+            "Pieces of streamed model output kept per session's delta channel, about "
+            "(0: workers do not stream)."
+        ),
+    )
+    delta_ttl_s: int = Field(
+        default=30,
+        ge=1,
+        le=_DAY_S,
+        description="Seconds a session's delta channel lives after its last piece.",
+    )
     broker_visibility_timeout_s: int | None = Field(
         default=None,
         ge=1,

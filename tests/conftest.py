@@ -10,6 +10,7 @@ pytest_plugins = [
     "tests.support.openai_fixture",
     "tests.support.rabbitmq_server",
     "tests.support.crash",
+    "tests.support.stream_stack",
 ]
 
 # moto's embedded werkzeug server logs every request at INFO; keep test output readable

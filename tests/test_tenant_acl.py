@@ -119,7 +119,7 @@ def test_a_tenant_credential_runs_its_producer_side(world: World) -> None:
 
         # acme's own completion feed settles its handle; its session's events are readable
         assert first.result(timeout=30).output == "2"
-        assert next(e.run_id for e in acme.stream.read("acme", "s-1")) == first.run_id
+        assert next(e.run_id for e in acme.event_stream.read("acme", "s-1")) == first.run_id
         assert queued.run_result(timeout=30).status == "CANCELLED"
     finally:
         acme.close()
@@ -142,7 +142,7 @@ def test_a_tenant_credential_gets_noperm_for_another_tenant(world: World) -> Non
         with pytest.raises(ConfigurationError, match="denied"):
             acme.runs.request_cancel(bob_ref)
         with pytest.raises(ConfigurationError, match="denied"):
-            acme.stream.read("bob", "s-bob")  # bob's events
+            acme.event_stream.read("bob", "s-bob")  # bob's events
         for feed in (keys.producer_done(bob.feed), keys.done()):  # bob's, everyone's completions
             with pytest.raises(redis.exceptions.NoPermissionError):
                 acme.redis.xrevrange(feed, count=1)

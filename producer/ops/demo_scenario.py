@@ -103,7 +103,7 @@ class Scenario:
         """Several turns of ``notes`` on one session, tailed live."""
         sid = self.sid("notes")
         self.console.rule(f"1. notes: several turns of session {sid}, tailed live")
-        tail = LiveTail(self.producer.stream, self.tenant, sid, self.console)
+        tail = LiveTail(self.producer.event_stream, self.tenant, sid, self.console)
         try:
             tail.start()  # inside the try: Ctrl-C right after it still stops the thread
             facts, labels = self._notes_turns(sid)

@@ -106,3 +106,31 @@ def lease_granted(takeover: bool) -> None:
 def session_recovered() -> None:
     """Count a session woken by the crash-recovery sweeper."""
     RECOVERIES.inc()
+
+
+DELTAS_PUBLISHED = Counter(
+    "tether_deltas_published", "Pieces of streamed model answers published to delta channels."
+)
+DELTA_PUBLISH_FAILURES = Counter(
+    "tether_delta_publish_failures",
+    "Pieces of streamed model answers dropped because publishing them failed (runs go on).",
+)
+DELTA_FLUSH_TIMEOUTS = Counter(
+    "tether_delta_flush_timeouts",
+    "Steps whose streamed pieces were not all published when the step's model call ended.",
+)
+
+
+def deltas_published(count: int) -> None:
+    """Count pieces a worker published."""
+    DELTAS_PUBLISHED.inc(count)
+
+
+def delta_publish_failed(count: int) -> None:
+    """Count pieces dropped by a failed publish."""
+    DELTA_PUBLISH_FAILURES.inc(count)
+
+
+def delta_flush_timed_out() -> None:
+    """Count a step that went on before its pieces were all out."""
+    DELTA_FLUSH_TIMEOUTS.inc()

@@ -34,7 +34,7 @@ from tether.core.events import (
 from tether.core.items import Item, ToolCall, ToolOutput, UserMessage
 from tether.core.results import AgentResult, PendingCall, RunStatus, ToolResultRecord
 from tether.errors import ModelError, RunCancelled, RunTimeout, TetherError, TokenBudgetExceeded
-from tether.models.base import ModelRequest, ModelResponse
+from tether.models.base import ModelClient, ModelRequest, ModelResponse, StreamingModelClient
 from tether.observability.tracing import record_usage, span
 from tether.runtime.progress import RunProgress
 from tether.runtime.tool_runner import Call, execute_parallel, run_with_timeout
@@ -42,6 +42,7 @@ from tether.runtime.tools import APPROVAL_OUTPUT, ToolContext, ToolOutcome, fail
 
 if TYPE_CHECKING:
     from tether.runtime.session import AgentSession, CancelCheck
+    from tether.runtime.streaming import RunDeltas
 
 #: Called at every point a run can be resumed from (see the module docstring).
 Checkpoint = Callable[[], None]
@@ -60,6 +61,7 @@ class _RunState:
     tool_results: list[ToolResultRecord] = field(default_factory=list)
     last_text: str | None = None
     checkpoint: Checkpoint | None = None
+    deltas: RunDeltas | None = None
 
     def mark(self) -> None:
         """A point this run can be resumed from."""
@@ -79,15 +81,18 @@ def run_loop(
     timeout_s: float | None = None,
     checkpoint: Checkpoint | None = None,
     resume: RunProgress | None = None,
+    on_delta: RunDeltas | None = None,
 ) -> AgentResult:
     """Run one request on ``session`` (the caller holds the session lock), or go on with one
-    whose recorded ``resume`` progress the session already holds."""
+    whose recorded ``resume`` progress the session already holds; a streaming model hands its
+    pieces to ``on_delta`` (see :mod:`tether.runtime.streaming`)."""
     state = _RunState(
         run_id=run_id,
         started_s=time.monotonic(),
         first_seq=session.last_seq + 1 if resume is None else resume.first_seq,
         timeout_s=session.agent.options.timeout_s if timeout_s is None else timeout_s,
         checkpoint=checkpoint,
+        deltas=on_delta,
     )
     step = 0
     try:
@@ -230,7 +235,7 @@ def _call_model(session: AgentSession, state: _RunState, step: int) -> ModelResp
     )
     try:
         with span("tether.model", {"gen_ai.request.model": request.model}, step=step) as call:
-            response = agent.model.complete(request)
+            response = _ask(agent.model, request, state.deltas, step)
             record_usage(call, response.usage)
     except TetherError:
         raise
@@ -252,6 +257,18 @@ def _call_model(session: AgentSession, state: _RunState, step: int) -> ModelResp
             f"{budget}; raise AgentOptions.token_budget"
         )
     return response
+
+
+def _ask(
+    model: ModelClient, request: ModelRequest, deltas: RunDeltas | None, step: int
+) -> ModelResponse:
+    """The model's answer: streamed when someone takes the pieces and the model can stream."""
+    if deltas is not None and isinstance(model, StreamingModelClient):
+        try:
+            return model.stream(request, lambda delta: deltas.piece(step, delta))
+        finally:
+            deltas.step_done(step)  # the step's pieces go out before its MODEL_RESPONSE
+    return model.complete(request)
 
 
 def _normalize_calls(calls: tuple[ToolCall, ...], step: int) -> list[ToolCall]:

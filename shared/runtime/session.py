@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from tether.core.results import AgentResult
     from tether.runtime.agent import Agent
     from tether.runtime.progress import RunProgress
+    from tether.runtime.streaming import RunDeltas
 
 log = logging.getLogger(__name__)
 
@@ -254,6 +255,7 @@ class AgentSession(SessionMemoryOps):
         timeout_s: float | None = None,
         checkpoint: Callable[[], None] | None = None,
         resume: RunProgress | None = None,
+        on_delta: RunDeltas | None = None,
     ) -> AgentResult:
         """Run the agent loop on ``input`` (None continues from memory, e.g. after a patch).
 
@@ -266,6 +268,8 @@ class AgentSession(SessionMemoryOps):
                 :mod:`tether.runtime.loop`).
             resume: go on with ``run_id`` from this progress, which :meth:`replay` put in
                 this session, instead of starting it (``input`` is then ignored).
+            on_delta: takes the pieces of each model answer as they arrive, when the model
+                streams (:mod:`tether.runtime.streaming`); None: the model's ``complete``.
 
         Raises:
             AgentError: the model failed, the run timed out or was cancelled (after an ``ERROR``
@@ -282,6 +286,7 @@ class AgentSession(SessionMemoryOps):
                 timeout_s=timeout_s,
                 checkpoint=checkpoint,
                 resume=resume,
+                on_delta=on_delta,
             )
 
     def resolve(self, resolutions: Sequence[Resolution], *, run_id: str | None = None) -> None:

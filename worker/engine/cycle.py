@@ -45,6 +45,7 @@ from tether.runtime.agent import Agent
 from tether.runtime.session import AgentSession
 from tether.worker.engine.claim import Carried
 from tether.worker.engine.commit import CommitTarget
+from tether.worker.engine.deltas import RunDeltaStream
 from tether.worker.engine.drain_state import DrainState
 from tether.worker.engine.fencing import load_head
 from tether.worker.engine.lease_keeper import LeaseKeeper
@@ -315,6 +316,8 @@ def _execute(d: DrainState, session: AgentSession, request: RunRequest, agent: A
     d.rt.guard.watch(d.lease, request.run_id, time.time() + timeout_s)
     notice = WaitNotice(d.rt.runs, request.ref)
     listening = budget_waits.set(notice)
+    publisher = d.rt.deltas
+    deltas = None if publisher is None else RunDeltaStream(publisher, d.lease, request.run_id)
     try:
         if request.resolutions and resumed is None:  # a resumed run settled them before
             session.resolve(request.resolutions, run_id=request.run_id)
@@ -325,6 +328,7 @@ def _execute(d: DrainState, session: AgentSession, request: RunRequest, agent: A
             timeout_s=timeout_s,
             checkpoint=checkpointer,
             resume=resumed.progress if resumed else None,
+            on_delta=deltas,
         )
         record = applied_record(request, result, first_seq)
         d.pending = result.pending

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from tether.keys import RedisKeys
 from tether.persistence.archives.base import EventArchive
 from tether.persistence.archives.redis_hint import RedisArchiveHint
+from tether.persistence.deltas.redis import RedisDeltaChannel
 from tether.persistence.headcache.base import HeadCache
 from tether.persistence.headcache.redis import RedisHeadCache
 from tether.persistence.redis_conn import redis_from_url
@@ -36,6 +37,7 @@ from tether.worker.engine.checkpoints.base import CheckpointStore
 from tether.worker.engine.checkpoints.redis import RedisCheckpointStore
 from tether.worker.engine.claim import Claimer, SequentialClaimer
 from tether.worker.engine.claim_redis import RedisClaimer
+from tether.worker.engine.deltas import DeltaPublisher
 from tether.worker.engine.guard import NoGuard, RunGuard
 
 
@@ -66,6 +68,9 @@ class EngineServices:
     head_cache: HeadCache | None = None
     """The cached heads ``store`` reads first (:mod:`tether.persistence.headcache`); the drain
     drops a session's entry where its writes may have bypassed it."""
+    deltas: DeltaPublisher | None = None
+    """Publishes the pieces of streamed model answers (None: models answer with ``complete``,
+    as in-process)."""
     claimer: Claimer | None = None
     """Claim-and-begin in one round trip (:mod:`tether.worker.engine.claim`); None: the same steps
     as
@@ -112,8 +117,15 @@ def build_services(
     if limits.root:  # only then does a model call cost a round trip (to its budget)
         budget = RedisModelBudget(client, keys)
         registry.wrap_models(lambda model: BudgetedModel(model, budget, limits))
+    deltas = None
+    if settings.delta_max_len > 0:  # TETHER_DELTA_MAX_LEN=0 turns streaming off
+        channel = RedisDeltaChannel(
+            client, keys, max_len=settings.delta_max_len, ttl_ms=settings.delta_ttl_s * 1000
+        )
+        deltas = DeltaPublisher(channel)
     return EngineServices(
         settings=settings,
+        deltas=deltas,
         runs=runs,
         store=store,
         archive=archive,

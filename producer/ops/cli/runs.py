@@ -211,6 +211,13 @@ def tail(
         ),
     ] = None,
     as_json: JsonOption = False,
+    tokens: Annotated[
+        bool,
+        typer.Option(
+            "--tokens",
+            help="Also print the model's text as it streams (the pieces of the step under way).",
+        ),
+    ] = False,
 ) -> None:
     """Follow a session's events live, coloured by type (Ctrl-C to stop)."""
     from tether.keys import RedisKeys
@@ -220,18 +227,27 @@ def tail(
 
     settings = cli_settings()
     client = redis_from_url(settings.effective_redis_url)
-    stream = RedisEventStream(client, keys=RedisKeys(settings.namespace))
+    keys = RedisKeys(settings.namespace)
+    stream = RedisEventStream(client, keys=keys)
     console = make_console()
-    events = stream.tail(
-        tenant or settings.tenant,
-        session_id,
-        after_seq=from_seq - 1,
-        block_ms=1000,
-        idle_timeout_s=idle_timeout_s,
-    )
+    target = (tenant or settings.tenant, session_id)
     try:
         with ctrl_c_stops():
-            _print_events(events, as_json, console)
+            if tokens:
+                from tether.persistence.deltas.live_redis import RedisLiveFeed
+                from tether.persistence.deltas.redis import RedisDeltaChannel
+                from tether.producer.ops.live_tokens import TokenPrinter
+
+                live = RedisLiveFeed(stream, RedisDeltaChannel(client, keys))
+                items = live.follow(
+                    *target, after_seq=from_seq - 1, block_ms=1000, idle_timeout_s=idle_timeout_s
+                )
+                TokenPrinter(console, as_json=as_json).show_all(items)
+            else:
+                events = stream.tail(
+                    *target, after_seq=from_seq - 1, block_ms=1000, idle_timeout_s=idle_timeout_s
+                )
+                _print_events(events, as_json, console)
     finally:
         client.close()
 

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 import redis
 
 from tether.keys import RedisKeys
+from tether.persistence.deltas.live_redis import RedisLiveFeed
+from tether.persistence.deltas.redis import RedisDeltaChannel
 from tether.persistence.reader import SessionLogReader
 from tether.persistence.redis_conn import redis_from_url
 from tether.persistence.storage_url import open_storage
@@ -28,6 +30,7 @@ class Backends:
     runs: RedisRunQueue
     stream: RedisEventStream
     reader: SessionLogReader
+    live: RedisLiveFeed
     _producer: Producer | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -67,4 +70,5 @@ def open_backends(settings: Settings) -> Backends:
         runs=RedisRunQueue(client, keys, result_ttl_s=settings.result_ttl_s),
         stream=stream,
         reader=SessionLogReader(store, archive, stream),
+        live=RedisLiveFeed(stream, RedisDeltaChannel(client, keys)),
     )

@@ -1,6 +1,7 @@
 """Live updates for the pages, as server-sent events.
 
-Two feeds: a session's events (its live Redis stream, tailed with ``XREAD BLOCK``) and the
+Two feeds: a session's events (its live Redis stream, tailed with ``XREAD BLOCK``, with the
+pieces of a model answer a worker is streaming as ``delta`` messages) and the
 tenant's run updates (the completion feed, plus a short poll of in-flight runs so a run going
 from queued to running shows too). Redis clients block, so each open feed has one daemon thread
 that hands what it reads to the event loop; it stops within a second of the page closing.
@@ -18,10 +19,12 @@ from typing import Any
 
 from tether.core.events import AgentEvent
 from tether.errors import TetherError
+from tether.persistence.deltas.base import LiveDelta
 from tether.producer.ops.console.backends import Backends
 from tether.producer.ops.console.fmt import fmt_time
 from tether.producer.ops.console.runs_view import RunRow, active_sessions, queued_run_ids, read_runs
 from tether.producer.ops.console.timeline import SUMMARY_CHARS
+from tether.producer.ops.live_tokens import delta_doc
 from tether.producer.ops.render import event_summary
 
 log = logging.getLogger(__name__)
@@ -82,16 +85,16 @@ class LiveFeeds:
         b, tenant = self._b, self._tenant
 
         def pump(put: Put, stop: threading.Event) -> None:
-            last = after_seq
-            while not stop.is_set():
-                for event in b.stream.tail(
-                    tenant, session_id, after_seq=last, block_ms=BLOCK_MS, idle_timeout_s=IDLE_S
-                ):
-                    data = json.dumps(event_doc(event))
-                    put({"event": "event", "data": data, "id": str(event.seq)})
-                    last = event.seq
-                    if stop.is_set():
-                        return
+            for item in b.live.follow(
+                tenant, session_id, after_seq=after_seq, block_ms=BLOCK_MS, stop=stop.is_set
+            ):
+                if isinstance(item, LiveDelta):
+                    put({"event": "delta", "data": json.dumps(delta_doc(item))})
+                else:
+                    data = json.dumps(event_doc(item))
+                    put({"event": "event", "data": data, "id": str(item.seq)})
+                if stop.is_set():
+                    return
 
         return self._feed(pump)
 

@@ -159,6 +159,23 @@ class RedisEventStream:
                 return
             end = b"(" + page[-1][0]
 
+    def newest_first(self, tenant: str, session_id: str) -> Iterator[_RedisEntry]:
+        """The session's raw entries from the newest, page by page (for a follower that reads
+        this stream together with another one, :mod:`tether.persistence.deltas.live_redis`)."""
+        return self._newest_first(self._keys.events(tenant, session_id))
+
+    def check_block_ms(self, block_ms: int) -> None:
+        """Refuse a blocking read that the client's socket timeout would cut.
+
+        Raises:
+            ConfigurationError: ``block_ms`` is not below the client's socket timeout.
+        """
+        if self._max_block_ms is not None and block_ms > self._max_block_ms:
+            raise ConfigurationError(
+                f"block_ms={block_ms} is too close to the Redis socket timeout of {self._where}; "
+                f"use block_ms <= {self._max_block_ms} or raise socket_timeout"
+            )
+
     def _decode(self, key: str, entry: _RedisEntry) -> AgentEvent:
         return loads_event(entry.data, where=f"redis stream {key} entry {entry.entry_id!r}")
 
@@ -198,11 +215,7 @@ class RedisEventStream:
         """
         validate_session(tenant, session_id)
         validate_tail_args(after_seq, block_ms, idle_timeout_s)
-        if self._max_block_ms is not None and block_ms > self._max_block_ms:
-            raise ConfigurationError(
-                f"block_ms={block_ms} is too close to the Redis socket timeout of {self._where}; "
-                f"use block_ms <= {self._max_block_ms} or raise socket_timeout"
-            )
+        self.check_block_ms(block_ms)
         return self._tail(tenant, session_id, after_seq, block_ms, idle_timeout_s)
 
     def _tail(

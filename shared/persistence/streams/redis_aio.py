@@ -35,6 +35,20 @@ AsyncRedis = redis.asyncio.Redis
 PAGE = 512
 
 
+def check_block_ms(block_ms: int) -> None:
+    """Refuse a blocking read that the asyncio client's socket timeout would cut.
+
+    Raises:
+        ConfigurationError: ``block_ms`` is not below the socket timeout.
+    """
+    limit_ms = int(DEFAULT_SOCKET_TIMEOUT_S * 1000) - BLOCK_MARGIN_MS
+    if block_ms > limit_ms:
+        raise ConfigurationError(
+            f"block_ms={block_ms} is too close to the Redis socket timeout; use "
+            f"block_ms <= {limit_ms}"
+        )
+
+
 class _Fetched:
     """Entries fetched so far, newest first; remembers whether a reader wanted more."""
 
@@ -60,6 +74,13 @@ class AsyncEventTail:
         self._client = client
         self._keys = keys
         self._where = where
+
+    async def catch_up(
+        self, tenant: str, session_id: str, after_seq: int
+    ) -> tuple[list[Entry[bytes, bytes]], Entry[bytes, bytes] | None, int]:
+        """What a tail of the session yields before waiting (see :func:`tail_catch_up`), for a
+        follower that reads this stream together with another one."""
+        return await self._catch_up(self._keys.events(tenant, session_id), after_seq)
 
     async def _catch_up(
         self, key: str, after_seq: int
@@ -96,12 +117,7 @@ class AsyncEventTail:
         """
         validate_session(tenant, session_id)
         validate_tail_args(after_seq, block_ms, idle_timeout_s)
-        limit_ms = int(DEFAULT_SOCKET_TIMEOUT_S * 1000) - BLOCK_MARGIN_MS
-        if block_ms > limit_ms:
-            raise ConfigurationError(
-                f"block_ms={block_ms} is too close to the Redis socket timeout; use "
-                f"block_ms <= {limit_ms}"
-            )
+        check_block_ms(block_ms)
         key = self._keys.events(tenant, session_id)
         kept, top, start_seq = await self._catch_up(key, after_seq)
         cursor = TailCursor(start_seq, top)

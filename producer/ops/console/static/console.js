@@ -32,7 +32,51 @@ function followSession(list) {
     count += 1;
     const counter = document.getElementById("live-count");
     if (counter) counter.textContent = count + " new";
+    if (e.type === "MODEL_RESPONSE") commitText(list, e);
   });
+  // the model's text growing while a worker streams it (pieces, never stored)
+  source.addEventListener("delta", (message) => growText(list, JSON.parse(message.data)));
+}
+
+function textItem(list, d) {
+  const selector = 'li.live-text[data-run="' + CSS.escape(d.run_id) + '"][data-step="' + d.step + '"]';
+  let item = list.querySelector(selector);
+  if (!item) {
+    item = document.createElement("li");
+    item.className = "live-text";
+    item.dataset.run = d.run_id;
+    item.dataset.step = d.step;
+    item.dataset.fence = d.fence;
+    const label = document.createElement("span");
+    label.className = "dim";
+    label.textContent = "streaming  " + d.run_id + "  s" + d.step + "  ";
+    const body = document.createElement("span");
+    body.className = "text";
+    item.append(label, body);
+    list.prepend(item);
+  }
+  return item;
+}
+
+function growText(list, d) {
+  const item = textItem(list, d);
+  if (Number(d.fence) > Number(item.dataset.fence)) {
+    // a newer attempt redoes the step (a worker died mid-stream): the text so far is void
+    item.dataset.fence = d.fence;
+    item.classList.add("redone");
+    item.querySelector(".text").textContent = "";
+  } else if (Number(d.fence) < Number(item.dataset.fence)) {
+    return; // a late piece of the superseded attempt
+  }
+  const body = item.querySelector(".text");
+  const prefix = d.kind === "tool_arguments" && d.tool_name ? " " + d.tool_name + "(" : "";
+  body.textContent += prefix + d.text;
+}
+
+function commitText(list, e) {
+  const selector = 'li.live-text[data-run="' + CSS.escape(e.run_id || "") + '"][data-step="' + e.step + '"]';
+  const item = list.querySelector(selector);
+  if (item) item.classList.add("committed");
 }
 
 function link(href, text) {

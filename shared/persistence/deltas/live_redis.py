@@ -1,0 +1,159 @@
+"""Follow a session live on Redis: its committed events and the pieces of the step under way,
+in one order (:class:`~tether.persistence.deltas.live.LiveOrder`).
+
+Both streams are in the session's slot, so each wait is one ``XREAD BLOCK`` on the two keys,
+without ``COUNT``: one reply holds both streams up to one moment, which is what the order
+needs. The catch-up reads the current step's pieces first, then the events (a step that
+finishes in between is then seen whole in the events, its pieces dropped).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tether.core.events import AgentEvent
+from tether.persistence.codec import loads_event
+from tether.persistence.deltas.base import Cursor, LiveDelta
+from tether.persistence.deltas.live import Fenced, LiveItem, LiveOrder
+from tether.persistence.deltas.redis import RedisDeltaChannel, entries_of, parse_entries
+from tether.persistence.redis_conn import translate_errors
+from tether.persistence.streams._common import (
+    Entry,
+    TailCursor,
+    tail_catch_up,
+    tail_wait_ms,
+    validate_session,
+    validate_tail_args,
+)
+from tether.persistence.streams.redis import RedisEventStream
+
+RedisEntry = Entry[bytes, bytes]
+#: What :func:`tether.persistence.streams._common.tail_catch_up` answers.
+CaughtUp = tuple[list[RedisEntry], RedisEntry | None, int]
+
+
+def decode(key: str, entry: RedisEntry) -> Fenced:
+    """An event entry as ``(fence, event)``."""
+    where = f"redis stream {key} entry {entry.entry_id!r}"
+    event: AgentEvent = loads_event(entry.data, where=where)
+    return entry.fence, event
+
+
+class FollowState:
+    """Where a follower is in both streams (sans-IO: the sync and asyncio followers do the
+    reads, this decides what they yield).
+
+    Args:
+        events_key: the session's event stream.
+        deltas_key: the session's delta channel.
+        current: the current step's pieces (read first) and the channel's newest cursor.
+        caught_up: the event stream's catch-up (read second).
+    """
+
+    def __init__(
+        self,
+        events_key: str,
+        deltas_key: str,
+        current: tuple[list[LiveDelta], Cursor],
+        caught_up: CaughtUp,
+    ) -> None:
+        kept, top, start_seq = caught_up
+        self._events_key, self._deltas_key = events_key, deltas_key
+        self._cursor = TailCursor(start_seq, top)
+        self._events_after: bytes = b"0-0" if top is None else top.entry_id
+        self._deltas_after = current[1]
+        self._order = LiveOrder()
+        first = [decode(events_key, e) for e in kept if self._cursor.accept(e)]
+        top_event = None if top is None else decode(events_key, top)
+        self.first = self._order.start(first, top_event, current[0])
+
+    def positions(self) -> dict[str, bytes | str]:
+        """The ``XREAD`` arguments: both keys, from what was read so far."""
+        return {self._events_key: self._events_after, self._deltas_key: self._deltas_after}
+
+    def take(self, resp: Any) -> list[LiveItem] | None:
+        """What to yield for one ``XREAD`` reply (None: it was empty)."""
+        raw_events = entries_of(resp, self._events_key)
+        pieces = parse_entries(entries_of(resp, self._deltas_key))
+        if not raw_events and not pieces:
+            return None
+        events: list[Fenced] = []
+        for entry_id, fields in raw_events:
+            seq, fence = int(fields[b"seq"]), int(fields[b"fence"])
+            entry = Entry(entry_id, seq, fence, fields[b"event"])
+            self._events_after = entry_id
+            if self._cursor.accept(entry):
+                events.append(decode(self._events_key, entry))
+        if pieces:
+            self._deltas_after = pieces[-1][0]
+        return self._order.batch(events, (d for _c, d in pieces))
+
+
+class RedisLiveFeed:
+    """Follows sessions live on Redis (events and pieces).
+
+    Args:
+        stream: the sessions' event streams.
+        channel: their delta channels (the same Redis).
+    """
+
+    def __init__(self, stream: RedisEventStream, channel: RedisDeltaChannel) -> None:
+        self._stream = stream
+        self._channel = channel
+        self._client = channel.client
+        self._where = channel.where
+
+    def follow(
+        self,
+        tenant: str,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        block_ms: int = 1000,
+        idle_timeout_s: float | None = None,
+        stop: Callable[[], bool] | None = None,
+    ) -> Iterator[LiveItem]:
+        """Yield the session's events after ``after_seq`` and the live pieces, as they come;
+        stop after ``idle_timeout_s`` without either (None: never), or once ``stop()`` answers
+        True (asked after every batch and every empty wait of at most ``block_ms``).
+
+        Raises:
+            StreamUnavailable: Redis cannot be reached; follow again from the last seq.
+            ConfigurationError: ``block_ms`` is not below the client's socket timeout.
+        """
+        validate_session(tenant, session_id)
+        validate_tail_args(after_seq, block_ms, idle_timeout_s)
+        self._stream.check_block_ms(block_ms)
+        return self._follow(tenant, session_id, after_seq, block_ms, idle_timeout_s, stop)
+
+    def _follow(
+        self,
+        tenant: str,
+        session_id: str,
+        after_seq: int,
+        block_ms: int,
+        idle_timeout_s: float | None,
+        stop: Callable[[], bool] | None,
+    ) -> Iterator[LiveItem]:
+        keys = self._channel.keys
+        current = self._channel.current_step(tenant, session_id)  # first: see the docstring
+        caught_up = tail_catch_up(self._stream.newest_first(tenant, session_id), after_seq)
+        state = FollowState(
+            keys.events(tenant, session_id), keys.deltas(tenant, session_id), current, caught_up
+        )
+        yield from state.first
+        idle_since = time.monotonic()
+        while True:
+            if stop is not None and stop():
+                return
+            wait_ms = tail_wait_ms(block_ms, idle_timeout_s, idle_since)
+            if wait_ms is None:
+                return
+            with translate_errors(self._where):
+                resp = self._client.xread(state.positions(), block=wait_ms)  # type: ignore[arg-type]
+            items = state.take(resp)
+            if items is not None:
+                idle_since = time.monotonic()
+                yield from items

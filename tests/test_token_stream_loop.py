@@ -1,0 +1,179 @@
+"""Streaming in the agent loop and the worker's publisher, in-process: a run given a sink gets
+each step's pieces between its MODEL_REQUEST and MODEL_RESPONSE events, joining to the answer;
+without one the model's ``complete`` answers as before; the engine numbers pieces per step
+under the lease's fence, and a failing channel never fails the run."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from tests.support.crash import memory_backends, request_for, worker_runtime
+from tether import Agent, ModelResponse, ScriptedModel, tool
+from tether.core.events import AgentEvent, EventType
+from tether.core.items import ToolCall
+from tether.errors import StreamUnavailable
+from tether.models.base import DeltaSink, ModelDelta, ModelRequest
+from tether.observability import metrics
+from tether.persistence.deltas import InMemoryDeltaChannel, LiveDelta
+from tether.runs.queue.base import submit
+from tether.runtime.registry import AgentRegistry
+from tether.worker.engine.cycle import drain
+from tether.worker.engine.deltas import DeltaPublisher
+
+
+@tool
+def lookup(key: str) -> str:
+    """Look a key up."""
+    return f"value-of-{key}"
+
+
+def script() -> list[ModelResponse]:
+    args = json.dumps({"key": "a fairly long key to be cut in pieces"})
+    return [
+        ModelResponse.call("call_1", "lookup", args, text="let me look that up"),
+        ModelResponse.final("the value is value-of-a, as the tool said"),
+    ]
+
+
+class Recorder:
+    """A RunDeltas that logs pieces and step ends in one list with the session's events."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, Any]] = []
+
+    def piece(self, step: int, delta: ModelDelta) -> None:
+        self.log.append(("piece", (step, delta)))
+
+    def step_done(self, step: int) -> None:
+        self.log.append(("done", step))
+
+    def event(self, event: AgentEvent) -> None:
+        self.log.append(("event", event))
+
+
+def test_pieces_come_between_the_request_and_the_response_and_join_to_it() -> None:
+    agent = Agent(ScriptedModel(script()), tools=[lookup])
+    session = agent.new_session()
+    rec = Recorder()
+    session.add_listener(rec.event)
+    result = session.run("what is a?", on_delta=rec)
+    assert result.output == "the value is value-of-a, as the tool said"
+    for step, answer in enumerate(script()):
+        mine = [v[1] for k, v in rec.log if k == "piece" and v[0] == step]
+        positions = [i for i, (k, v) in enumerate(rec.log) if k == "piece" and v[0] == step]
+        events = [(i, v) for i, (k, v) in enumerate(rec.log) if k == "event" and v.step == step]
+        request_i = next(i for i, e in events if e.type is EventType.MODEL_REQUEST)
+        response_i = next(i for i, e in events if e.type is EventType.MODEL_RESPONSE)
+        done_i = rec.log.index(("done", step))
+        assert request_i < min(positions) and max(positions) < done_i < response_i
+        assert "".join(d.text for d in mine if d.kind == "text") == answer.text
+        for index, call in enumerate(answer.tool_calls):
+            args = [d for d in mine if d.kind == "tool_arguments" and d.call_index == index]
+            assert "".join(d.text for d in args) == call.arguments
+            assert (args[0].call_id, args[0].tool_name) == (call.id, call.name)
+
+
+class CountingModel(ScriptedModel):
+    def __init__(self, responses: Sequence[ModelResponse]) -> None:
+        super().__init__(responses)
+        self.streamed = 0
+
+    def stream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
+        self.streamed += 1
+        return super().stream(request, on_delta)
+
+
+def test_without_a_sink_the_model_completes_as_before() -> None:
+    model = CountingModel(script())
+    session = Agent(model, tools=[lookup]).new_session()
+    assert session.run("what is a?").output == script()[1].text
+    assert model.streamed == 0
+
+
+class PlainModel:
+    """A model that cannot stream."""
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        return ModelResponse.final("plain")
+
+
+def test_a_model_that_cannot_stream_completes_even_with_a_sink() -> None:
+    rec = Recorder()
+    result = Agent(PlainModel()).new_session().run("hi", on_delta=rec)
+    assert result.output == "plain" and rec.log == []
+
+
+def _engine(channel: Any, agent: Agent) -> tuple[Any, Any]:
+    backends = memory_backends()
+    registry = AgentRegistry({"streamer": lambda: agent})
+    rt = worker_runtime(backends, "w1", registry=registry)
+    rt.deltas = DeltaPublisher(channel)
+    return rt, backends
+
+
+def test_the_engine_numbers_pieces_per_step_under_the_fence() -> None:
+    channel = InMemoryDeltaChannel()
+    rt, _backends = _engine(channel, Agent(ScriptedModel(script()), tools=[lookup]))
+    request = request_for("s-engine", "what is a?").model_copy(update={"agent": "streamer"})
+    submit(rt.runs, request)
+    assert drain(rt, request.tenant, request.session_id) == 1
+    pieces = [d for _c, d in channel.read(request.tenant, request.session_id)]
+    fence = rt.leases.current_fence(request.tenant, request.session_id)
+    assert {d.run_id for d in pieces} == {request.run_id} and {d.fence for d in pieces} == {fence}
+    for step in (0, 1):
+        mine = [d for d in pieces if d.step == step]
+        indexes = [d.index for d in mine]  # pieces published together share an entry
+        assert indexes[0] == 0 and indexes == sorted(set(indexes))
+        assert "".join(d.text for d in mine if d.kind == "text") == script()[step].text
+    # nothing of them reaches the event stream
+    events = rt.stream.read(request.tenant, request.session_id)
+    assert not any(isinstance(e, LiveDelta) for e in events)
+
+
+class BrokenChannel(InMemoryDeltaChannel):
+    def publish(self, tenant: str, session_id: str, deltas: Sequence[LiveDelta]) -> None:
+        raise StreamUnavailable("redis is away (test)")
+
+
+def test_a_failing_channel_never_fails_the_run() -> None:
+    before = metrics.DELTA_PUBLISH_FAILURES._value.get()
+    rt, _backends = _engine(BrokenChannel(), Agent(ScriptedModel(script()), tools=[lookup]))
+    request = request_for("s-broken", "what is a?").model_copy(update={"agent": "streamer"})
+    submit(rt.runs, request)
+    assert drain(rt, request.tenant, request.session_id) == 1
+    view = rt.runs.get(request.ref)
+    assert view is not None and view.result is not None
+    assert view.result.status == "COMPLETED" and view.result.output == script()[1].text
+    assert metrics.DELTA_PUBLISH_FAILURES._value.get() > before
+
+
+def test_calls_of_a_parsed_response_keep_their_pieces() -> None:
+    # a call id the loop normalizes (blank) still has its pieces tagged with the model's
+    rec = Recorder()
+    call = ToolCall(id="call_9", name="lookup", arguments='{"key": "b"}')
+    model = ScriptedModel([ModelResponse.calls(call), ModelResponse.final("ok")])
+    Agent(model, tools=[lookup]).new_session().run("x", on_delta=rec)
+    firsts = [v[1] for k, v in rec.log if k == "piece" and v[1].call_id is not None]
+    assert [(d.call_id, d.tool_name) for d in firsts] == [("call_9", "lookup")]
+
+
+def test_pieces_published_together_are_joined_per_text_and_per_call() -> None:
+    from tether.worker.engine.deltas import coalesce
+
+    def d(i: int, kind: str, text: str, call: int = 0, cid: str | None = None) -> LiveDelta:
+        return LiveDelta("r", 1, 0, i, kind, text, call, cid, "t" if cid else None)  # type: ignore[arg-type]
+
+    pieces = [
+        d(0, "text", "a "), d(1, "text", "b"),
+        d(2, "tool_arguments", '{"x"', 0, "c1"), d(3, "tool_arguments", ": 1}", 0),
+        d(4, "tool_arguments", "{}", 1, "c2"), d(5, "tool_arguments", " ", 1),
+    ]  # fmt: skip
+    assert coalesce(pieces) == [
+        d(0, "text", "a b"),
+        d(2, "tool_arguments", '{"x": 1}', 0, "c1"),
+        d(4, "tool_arguments", "{} ", 1, "c2"),
+    ]
+    other_step = LiveDelta("r", 1, 1, 0, "text", "c")
+    assert coalesce([pieces[0], other_step]) == [pieces[0], other_step]
