@@ -22,13 +22,10 @@ from __future__ import annotations
 import difflib
 import json
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import pydantic
-from dotenv import dotenv_values
 from pydantic import Field, SecretStr
-from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
@@ -53,12 +50,11 @@ from tether.settings_checks import (
     check_store_url,
     mask_url,
 )
+from tether.settings_files import ENV_FILES as ENV_FILES
+from tether.settings_files import ENV_PREFIX as ENV_PREFIX
+from tether.settings_files import LOCAL_ENV_FILE as LOCAL_ENV_FILE
+from tether.settings_files import EnvFiles
 
-ENV_PREFIX = "TETHER_"
-#: Written by ``tether up``: the settings of the local stack of the project in this folder.
-LOCAL_ENV_FILE = Path(".tether") / "env"
-#: Read after (so overridden by) ``.env``.
-ENV_FILES = (str(LOCAL_ENV_FILE), ".env")
 _SECRET = "********"
 _DAY_S = 86_400
 _T = TypeVar("_T")
@@ -84,7 +80,7 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """Keyword arguments, then the environment, then the env files (see the module)."""
-        return init_settings, env_settings, _EnvFiles(settings_cls), file_secret_settings
+        return init_settings, env_settings, EnvFiles(settings_cls), file_secret_settings
 
     broker_url: str = Field(
         default="redis://127.0.0.1:6379/0",
@@ -383,26 +379,6 @@ class Settings(BaseSettings):
         if self.broker_visibility_timeout_s is not None:
             return self.broker_visibility_timeout_s
         return int(self.max_run_s * 2 + 300)
-
-
-class _EnvFiles(PydanticBaseSettingsSource):
-    """The ``TETHER_*`` lines of :data:`ENV_FILES` (later files win); other lines are left to
-    whoever else reads the file (a ``.env`` often holds ``AWS_*`` or an app's own variables)."""
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return None, field_name, False  # __call__ reads the files whole
-
-    def __call__(self) -> dict[str, Any]:
-        values: dict[str, Any] = {}
-        for name in ENV_FILES:
-            path = Path(name)
-            if not path.is_file():
-                continue
-            for key, value in dotenv_values(path).items():
-                if value is not None and key.upper().startswith(ENV_PREFIX):
-                    # an unknown TETHER_* name stays in: `extra="forbid"` reports it
-                    values[key[len(ENV_PREFIX) :].lower()] = value
-        return values
 
 
 def _is_redis(url: str) -> bool:
