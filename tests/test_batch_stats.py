@@ -233,3 +233,25 @@ def test_version_1_lines_read_as_epoch_0(tmp_path: Path) -> None:
     path.write_text(json.dumps(v1) + "\n")
     (record,) = read_results(path)
     assert (record.v, record.epoch, record.scores, record.passed) == (1, 0, None, True)
+
+
+# --- the results format: golden files of each version ------------------------------------------
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_golden_results_files_of_each_version() -> None:
+    v1 = read_results(FIXTURES / "batch_results_v1.jsonl")
+    assert [(r.v, r.id, r.epoch, r.passed, r.grader, r.scores) for r in v1] == [
+        (1, "add-1", 0, True, "exact", None), (1, "lost", 0, None, None, None),
+    ]
+    assert v1[1].errored and not v1[0].errored and v1[1].error_type == "UnknownAgent"
+    v2 = read_results(FIXTURES / "batch_results_v2.jsonl")
+    first, second = v2
+    assert (first.v, first.epoch, first.tags, first.score) == (2, 1, ["math"], 1.0)
+    assert first.scores is not None and first.scores["judge"].usage is not None
+    assert first.scores["judge"].usage.total_tokens == 135
+    assert (second.attempt, second.error_kind, second.errored) == (1, "model", True)
+    # written back byte for byte (the retry rewrites files with these lines)
+    raw = (FIXTURES / "batch_results_v2.jsonl").read_bytes()
+    assert b"".join(dump_line(r) for r in v2) == raw
