@@ -205,7 +205,7 @@ def test_judge_scores_a_batch_and_a_bad_reply_is_a_scoring_error(
         {"id": f"{tag}-{i}", "input": f"q{i}", "expected": f"echo: q{i}"} for i in range(3)
     ])
     with Producer(settings) as producer:
-        summary = run_batch(producer, path, agent="echo", concurrency=1, out=tmp_path / "jd.out",
+        summary = run_batch(producer, path, agent="echo", concurrency=3, out=tmp_path / "jd.out",
                             scorers=["judge:threshold=0.5", "exact"])
     assert summary.scoring_errors == 1 and summary.scorer_tokens == 55 + 55 + 52
     lines = read_results(tmp_path / "jd.out")

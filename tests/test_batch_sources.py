@@ -5,6 +5,7 @@ field that does not exist, a row that does not validate, reported by its row num
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -176,3 +177,20 @@ def test_scan_of_a_spooled_dataset_hashes_its_selection(tmp_path: Path) -> None:
     scan_a, scan_b = scan_cases(a, default_agent="echo"), scan_cases(b, default_agent="echo")
     assert (scan_a.valid, scan_b.valid) == (4, 2)
     assert scan_a.sha256 != scan_b.sha256  # another selection is another batch
+
+
+def test_bad_scorers_and_fields_are_refused_before_any_run(tmp_path: Path) -> None:
+    source = write_csv(tmp_path / "d.csv", ROWS)
+    nowhere = "redis://127.0.0.1:1"  # never contacted: every refusal comes first
+    producer = Producer(Settings(redis_url=nowhere, broker_url=nowhere))
+    out = tmp_path / "r.jsonl"
+    bad_scorer = re.escape("--scorer 'no_such_pkg.scorers:grade': module")
+    with pytest.raises(InvalidInput, match=bad_scorer):
+        run_batch(producer, source, agent="echo", dataset=MAPPING, out=out,
+                  scorers=["exact", "no_such_pkg.scorers:grade"])
+    with pytest.raises(InvalidInput, match=re.escape("has no field 'prompt' (--input-field)")):
+        run_batch(producer, source, agent="echo", out=out,
+                  dataset=DatasetOptions(input_field="prompt"))
+    with pytest.raises(InvalidInput, match=re.escape("epochs must be 1..1000, got 0")):
+        run_batch(producer, source, agent="echo", dataset=MAPPING, out=out, epochs=0)
+    assert not out.exists()

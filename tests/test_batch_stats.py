@@ -255,3 +255,20 @@ def test_golden_results_files_of_each_version() -> None:
     # written back byte for byte (the retry rewrites files with these lines)
     raw = (FIXTURES / "batch_results_v2.jsonl").read_bytes()
     assert b"".join(dump_line(r) for r in v2) == raw
+
+
+def test_retry_refuses_a_version_1_file_before_any_run(tmp_path: Path) -> None:
+    from tether.producer.client import Producer
+    from tether.producer.ops.batch import BatchOptions
+    from tether.producer.ops.batch.retry import retry_batch
+    from tether.settings import Settings
+
+    path = tmp_path / "v1.jsonl"
+    path.write_bytes((FIXTURES / "batch_results_v1.jsonl").read_bytes())
+    nowhere = "redis://127.0.0.1:1"  # never contacted: the refusal comes first
+    producer = Producer(Settings(redis_url=nowhere, broker_url=nowhere))
+    with pytest.raises(InvalidInput, match=r"has no input in its results line \(a version-1"):
+        retry_batch(producer, path, BatchOptions())
+    with pytest.raises(InvalidInput, match="does not exist"):
+        retry_batch(producer, tmp_path / "missing.jsonl", BatchOptions())
+    assert path.read_bytes() == (FIXTURES / "batch_results_v1.jsonl").read_bytes()

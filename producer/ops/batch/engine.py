@@ -5,6 +5,7 @@ from __future__ import annotations
 import queue
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from tether.errors import InfrastructureError, RunLost, UsageError
@@ -15,7 +16,7 @@ from tether.producer.ops.batch.ids import case_request_id, case_session_id
 from tether.producer.ops.batch.options import BatchOptions
 from tether.producer.ops.batch.progress import BatchProgress
 from tether.producer.ops.batch.records import CaseOutcome, EventsLoader, build_record
-from tether.producer.ops.batch.results import ResultsFile
+from tether.producer.ops.batch.results import CaseResult, ResultsFile
 from tether.producer.ops.batch.scoring.base import Scorer
 from tether.producer.ops.batch.summary import SummaryStats
 from tether.runs.contract import RunRef, RunResult
@@ -28,6 +29,8 @@ MAX_LOST_RESUBMITS = 3
 SUBMIT_CHUNK = 500
 #: How often the loop wakes up without a completion.
 IDLE_WAKE_S = 0.25
+#: Threads that run slow scorers (a judge's model calls, custom code) beside the loop.
+MAX_SCORING_THREADS = 8
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,14 @@ class Unit:
     numbered: NumberedCase
     epoch: int = 0
     attempt: int = 0
+
+
+@dataclass(frozen=True)
+class _Scored:
+    """A case scored on a scoring thread: its results line, or what went wrong building it."""
+
+    record: CaseResult | None
+    failure: BaseException | None = None
 
 
 @dataclass
@@ -86,7 +97,17 @@ class BatchRunner:
         self.results = results
         self.stats = stats
         self.progress = progress
-        self.completions: queue.SimpleQueue[tuple[_CaseRun, RunResult]] = queue.SimpleQueue()
+        self.completions: queue.SimpleQueue[tuple[_CaseRun, RunResult] | _Scored] = (
+            queue.SimpleQueue()
+        )
+        # slow scorers run on threads, so a judge's latency does not stall submitting and
+        # collecting; a case keeps its slot until its line is written (bounded memory)
+        slow = any(s.slow for s in self.scorers)
+        self.pool = (
+            ThreadPoolExecutor(min(self.concurrency, MAX_SCORING_THREADS), "tether-scoring")
+            if slow
+            else None
+        )
         self.in_flight = 0
         self.max_in_flight = 0
         self.runs = 0
@@ -98,28 +119,38 @@ class BatchRunner:
         (:meth:`Producer.submit_many`), then waits for completions and processes all that came.
         """
         todo = (u for u in units if not self.results.holds(u.numbered.case.id, u.epoch))
+        try:
+            self._loop(todo)
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def _loop(self, todo: Iterator[Unit]) -> None:
         exhausted = False
         due: list[_CaseRun] = []
         while True:
             while not exhausted and self.in_flight < self.concurrency:
-                numbered = next(todo, None)
-                if numbered is None:
+                unit = next(todo, None)
+                if unit is None:
                     exhausted = True
                 else:
-                    due.append(self._start(numbered))
+                    due.append(self._start(unit))
             for start in range(0, len(due), SUBMIT_CHUNK):
                 self._submit(due[start : start + SUBMIT_CHUNK])
             due = []
             if exhausted and self.in_flight == 0:
                 return
             try:
-                state, result = self.completions.get(timeout=IDLE_WAKE_S)
+                item = self.completions.get(timeout=IDLE_WAKE_S)
             except queue.Empty:
                 continue
             while True:
-                self._turn_done(state, result, due)
+                if isinstance(item, _Scored):
+                    self._write(item)
+                else:
+                    self._turn_done(item[0], item[1], due)
                 try:
-                    state, result = self.completions.get_nowait()
+                    item = self.completions.get_nowait()
                 except queue.Empty:
                     break
 
@@ -216,9 +247,30 @@ class BatchRunner:
     def _finish(
         self, state: _CaseRun, result: RunResult | None, *, error: tuple[str, str] | None
     ) -> None:
-        record = build_record(
+        if self.pool is None:
+            self._write(_Scored(self._record(state, result, error)))
+            return
+        completions = self.completions
+
+        def score() -> None:
+            try:
+                completions.put(_Scored(self._record(state, result, error)))
+            except BaseException as exc:  # a bug, not a scorer's error: end the batch with it
+                completions.put(_Scored(None, exc))
+
+        self.pool.submit(score)
+
+    def _record(
+        self, state: _CaseRun, result: RunResult | None, error: tuple[str, str] | None
+    ) -> CaseResult:
+        return build_record(
             state, result, error, batch_id=self.batch_id, scorers=self.scorers, events=self.events
         )
+
+    def _write(self, scored: _Scored) -> None:
+        if scored.record is None:
+            raise RuntimeError("scoring a case failed") from scored.failure
+        record = scored.record
         self.results.append(record)
         self.stats.add(record)
         self.in_flight -= 1

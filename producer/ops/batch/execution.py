@@ -8,6 +8,7 @@ and both only when first needed.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -45,17 +46,23 @@ class EventsReader:
         self.producer = producer
         self.tenant = tenant
         self._reader: SessionLogReader | None = None
+        self._lock = threading.Lock()  # scorers read events from several scoring threads
 
     def __call__(self, session_id: str, run_ids: list[str]) -> list[AgentEvent]:
+        with self._lock:
+            reader = self._reader or self._open()
+        wanted = set(run_ids)
+        events = reader.events(session_id, tenant=self.tenant)
+        return [e for e in events if e.run_id in wanted]
+
+    def _open(self) -> SessionLogReader:
         if self._reader is None:
             from tether.persistence.reader import SessionLogReader
             from tether.persistence.storage_url import storage_from_settings
 
             store, archive = storage_from_settings(self.producer.settings)
             self._reader = SessionLogReader(store, archive)
-        wanted = set(run_ids)
-        events = self._reader.events(session_id, tenant=self.tenant)
-        return [e for e in events if e.run_id in wanted]
+        return self._reader
 
 
 class BatchRun:

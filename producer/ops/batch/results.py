@@ -15,7 +15,6 @@ from __future__ import annotations
 import bisect
 import fcntl
 import hashlib
-import json
 import os
 import time
 from array import array
@@ -139,11 +138,7 @@ _OPTIONAL = ("outputs", "metadata", "grader", "tags", "input", "expected", "scor
 def dump_line(result: CaseResult) -> bytes:
     """One results line: empty optional fields left out, a newline at the end."""
     empty = {n for n in _OPTIONAL if getattr(result, n) is None}
-    doc = result.model_dump(exclude=empty, mode="json")
-    for record in (doc.get("scores") or {}).values():  # a score's unset parts are noise
-        for name in [k for k, v in record.items() if v is None]:
-            del record[name]
-    return json.dumps(doc, ensure_ascii=False).encode() + b"\n"
+    return result.model_dump_json(exclude=empty).encode() + b"\n"
 
 
 def case_key(case_id: str, epoch: int = 0) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, overload, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, overload, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
@@ -68,6 +68,10 @@ class Score(BaseModel):
         return value
 
 
+def _unset(value: object) -> bool:
+    return value is None
+
+
 class ScoreRecord(BaseModel):
     """One scorer's entry in a results line: the score, or the scoring error instead.
 
@@ -77,13 +81,14 @@ class ScoreRecord(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
+    # unset parts are left out of results lines (a score has no error, an error no value)
     scorer: str
-    value: float | None = None
-    passed: bool | None = None
-    explanation: str | None = None
-    metadata: dict[str, JsonValue] | None = None
-    error: str | None = None
-    usage: ScoreUsage | None = None
+    value: float | None = Field(default=None, exclude_if=_unset)
+    passed: bool | None = Field(default=None, exclude_if=_unset)
+    explanation: str | None = Field(default=None, exclude_if=_unset)
+    metadata: dict[str, JsonValue] | None = Field(default=None, exclude_if=_unset)
+    error: str | None = Field(default=None, exclude_if=_unset)
+    usage: ScoreUsage | None = Field(default=None, exclude_if=_unset)
 
 
 @runtime_checkable
@@ -142,13 +147,15 @@ class Scorer:
         fn: ``fn(sample) -> Score``; raising is a scoring error for that case.
         threshold: a score passes at or above it (unless the score sets ``passed``).
         needs_target: the case must have ``expected`` (cases without one are not scored).
+        slow: it may block (a model call, custom code): the batch runs it on scoring threads,
+            so several cases are scored at once (it must be thread-safe).
     """
 
     name: str
     fn: Callable[[Sample], Score]
     threshold: float = 1.0
     needs_target: bool = True
-    extra: dict[str, Any] = field(default_factory=dict)
+    slow: bool = False
 
 
 __all__ = [

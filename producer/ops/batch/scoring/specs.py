@@ -86,7 +86,8 @@ def judge_scorer(value: str, client_factory: ClientFactory | None) -> Scorer:
     client, default_model = client_factory()
     judge = Judge(client, options.get("model") or default_model, rubric)
     return Scorer(
-        name=value, fn=judge, threshold=options.get("threshold", 1.0), needs_target=False
+        name=value, fn=judge, threshold=options.get("threshold", 1.0), needs_target=False,
+        slow=True,
     )
 
 
@@ -124,7 +125,7 @@ def import_scorer(value: str) -> Scorer:
         return as_score(custom(sample.case, sample.output, sample.events))
 
     return Scorer(name=value, fn=call, threshold=options.get("threshold", 1.0),
-                  needs_target=False)
+                  needs_target=False, slow=True)
 
 
 def as_score(result: Any) -> Score:
