@@ -57,7 +57,7 @@ def ks_for(epochs: int) -> list[int]:
     return ks
 
 
-@dataclass
+@dataclass(slots=True)
 class _Tally:
     """Samples of one case (or of one case under one scorer)."""
 
