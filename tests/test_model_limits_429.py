@@ -33,7 +33,7 @@ from tether.runs.limits.redis import RedisModelBudget
 
 MODEL = "test-model"
 QUEUE = "limit429"
-RETRY_AFTER_S = 1.5
+RETRY_AFTER_S = 2.5  # long enough that a starved test process still sees the pause
 REQUEST = ModelRequest(model=MODEL, items=(UserMessage(content="hi"),))
 
 # --- Retry-After parsing ------------------------------------------------------------------------
