@@ -107,10 +107,10 @@ QUICK = Sizes(
     p10_warmup=5,
     p10_burst=300,
     p10_runs=3,
-    # a short variant with the same bound: a 600/min limit over 3 s windows (30 requests + 1)
+    # a short variant with the same bound: the 300/min limit over 6 s windows (30 requests + 1)
     p14_runs=40,
-    p14_rpm=600,
-    p14_window_s=3.0,
+    p14_rpm=300,
+    p14_window_s=6.0,
     p14_workers=2,
     p14_burst_every_s=2.0,
     p14_burst=2,

@@ -15,8 +15,8 @@ not the submitter, sets the pace. The server stamps each request as it arrives
   how many requests arrived while the model was paused (none: the pause begins when the 429
   is answered and lasts its Retry-After, and the next request arrives after it).
 
-The quick sizes are a short variant, stated as such: a 600/min limit measured over 6 s windows
-(the same bound, the window's share of the limit plus one).
+The quick sizes are a short variant, stated as such: the same 300/min limit measured over 6 s
+windows (the same bound: the window's share of the limit plus one), 40 runs on 2 workers.
 """
 
 from __future__ import annotations
@@ -222,6 +222,7 @@ def p14u_allowance_used(bench: Bench) -> Measure:
     """How much of the limit the fleet used in its busiest window."""
     t = traffic(bench)[0]
     used = 100 * t.busiest_window() / t.window_share
+    most = 100 * (t.window_share + 1) / t.window_share
     return Measure(
         id="P14u",
         name=f"share of the {t.rpm}/min model limit the fleet used",
@@ -234,7 +235,10 @@ def p14u_allowance_used(bench: Bench) -> Measure:
         target=Target(">=", 95.0, "%"),
         value_unit="%",
         extra=_extra(t),
-        note=_setup(t, bench) + " (the same traffic as P14)",
+        note=(
+            f"{_setup(t, bench)} (the same traffic as P14); the busiest closed window may hold "
+            f"the limit's share plus one, so up to {most:.1f}%"
+        ),
     )
 
 
