@@ -87,7 +87,11 @@ def model_calls(stack: Stack, env: dict[str, str]) -> int:
 
 
 def test_a_recorded_worker_run_replays_identically_and_a_new_version_diverges(
-    live_stack: Stack, fleet_env: dict[str, str], producer: Producer, cli: Cli
+    live_stack: Stack,
+    fleet_env: dict[str, str],
+    producer: Producer,
+    cli: Cli,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     sid = unique("replay")
     producer.run(sid, "warm up", agent="tally", wait_s=60)  # the replayed run has a past
@@ -116,6 +120,13 @@ def test_a_recorded_worker_run_replays_identically_and_a_new_version_diverges(
     assert effects(live_stack, fleet_env) == before[0]  # still no tool ran
     # the one model asked is tally_shifted's own (--model agent), once per recorded step
     assert model_calls(live_stack, fleet_env) == before[1] + STEPS + 1
+
+    # with its session and agent given, a replay needs the store only: no Redis at all
+    for name in ("TETHER_REDIS_URL", "TETHER_BROKER_URL"):
+        monkeypatch.setenv(name, "redis://127.0.0.1:1/0")  # nothing listens on port 1
+    code, out, err = cli("replay", result.run_id, "--session", sid, "--agent", "tally")
+    assert code == 0, err
+    assert "identical (4 steps" in out
 
 
 def test_rerun_from_a_step_forks_and_goes_on_there_on_a_worker(

@@ -136,8 +136,9 @@ def recorded_run(history: Sequence[AgentEvent], run_id: str, *, where: str) -> R
     mine = [e for e in history if e.run_id == run_id]
     if not mine:
         raise RunNotFound(
-            f"run {run_id!r} has no events in {where}: it never ran there, or its events were "
-            "purged; list the session's runs with 'tether sessions history'"
+            f"run {run_id!r} has no events in {where}: it never ran there, has not committed "
+            "yet, or its events were purged; list the session's runs with 'tether sessions "
+            "history'"
         )
     if mine[0].step != 0:
         raise InvalidInput(

@@ -62,6 +62,7 @@ def replay(
 ) -> None:
     """Re-execute a recorded run offline (recorded model answers and tool results played back)
     and report `identical` (exit 0) or the first divergence (exit 1)."""
+    import contextlib
     from dataclasses import asdict
 
     from tether.errors import InvalidInput
@@ -75,8 +76,9 @@ def replay(
     settings = cli_settings()
     scope = tenant or settings.tenant
     reader = open_reader(settings)
-    # the run record names the session and the agent; with --session it is only a hint
-    with Producer(settings) as producer:
+    with contextlib.ExitStack() as stack:
+        # the run's record names its session and agent: with both given, no Redis is needed
+        producer = None if session_id and agent else stack.enter_context(Producer(settings))
         report = replay_recorded(
             reader,
             run_id,
