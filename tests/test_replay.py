@@ -209,3 +209,11 @@ def test_parallel_tool_calls_play_back_by_position() -> None:
 
     assert report.identical, report.summary()
     assert executions == []
+
+
+def test_a_run_whose_earlier_events_are_gone_cannot_be_replayed() -> None:
+    _, recorded = recorded_tally(runs=2)
+    holed = dataclasses.replace(recorded, before=recorded.before[3:])  # seqs 1..3 purged
+
+    with pytest.raises(InvalidInput, match=f"run {recorded.run_id!r} cannot be replayed"):
+        replay_run(local_tally(), holed)

@@ -83,8 +83,14 @@ class RecordedRun:
         at = self.first_seq - 1
         if at == 0:
             return MemorySnapshot(), None
-        where = f"{self.tenant}/{self.session_id} before run {self.run_id}"
-        _, memory, last_compact = memory_at(self.before, at, where=where)
+        try:
+            _, memory, last_compact = memory_at(self.before, at)
+        except InvalidInput as exc:
+            raise InvalidInput(
+                f"run {self.run_id!r} cannot be replayed: the events of "
+                f"{self.tenant}/{self.session_id} before it (up to seq {at}) are not all there "
+                "to rebuild its session (purged); replay a run whose history is whole"
+            ) from exc
         return memory, last_compact
 
     def answers(self) -> list[RecordedAnswer]:
