@@ -75,6 +75,16 @@ def cli(
     return run
 
 
+def stored_bytes(stack: Stack, session_id: str) -> dict[str, bytes]:
+    """Every S3 object of a session (head, archive segments), by key."""
+    client = stack.s3_client()
+    return {
+        key: client.get_object(Bucket=stack.bucket, Key=key)["Body"].read()
+        for key in stack.s3_keys()
+        if session_id in key
+    }
+
+
 def effects(stack: Stack, env: dict[str, str]) -> dict[str, int]:
     """Executions of ``mark`` per ``step:idempotency key``."""
     raw = stack.redis.client().hgetall(effects_key(env["COUNTER_PREFIX"]))
@@ -141,6 +151,8 @@ def test_rerun_from_a_step_forks_and_goes_on_there_on_a_worker(
     head_before = store.load("default", sid)
     assert head_before is not None
     source_events = reader.events(sid)
+    source_bytes = stored_bytes(live_stack, sid)
+    assert source_bytes  # its head at least
     done = effects(live_stack, fleet_env)
     asked = model_calls(live_stack, fleet_env)
     assert sorted(key.split(":")[0] for key in done if key not in earlier) == ["0", "1", "2"]
@@ -176,7 +188,8 @@ def test_rerun_from_a_step_forks_and_goes_on_there_on_a_worker(
     mark = head.snapshot.metadata.attributes[RERUN_ATTRIBUTE]
     assert isinstance(mark, dict)
     assert (mark["source_run_id"], mark["from_step"]) == (original.run_id, 2)
-    # the original is untouched: the same stored object (version) and the same history
+    # the original is untouched: the same stored bytes, version and history
+    assert stored_bytes(live_stack, sid) == source_bytes
     head_after = store.load("default", sid)
     assert head_after is not None and head_after.version == head_before.version
     assert head_after.snapshot == head_before.snapshot
