@@ -23,7 +23,7 @@ from typing import Annotated
 import click
 import typer
 
-from tether.producer.ops.cli import approvals, batch, runs, sessions, stack
+from tether.producer.ops.cli import approvals, batch, replay, runs, sessions, stack
 from tether.producer.ops.cli import console as console_cli
 from tether.producer.ops.cli.support import (
     EXIT_FAILED,
@@ -154,6 +154,7 @@ def worker(
 
 runs.register(app)
 approvals.register(app)
+replay.register(app)
 sessions.register(app)
 batch.register(app)
 console_cli.register(app)
