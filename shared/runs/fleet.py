@@ -28,8 +28,11 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from tether.keys import RedisKeys
-from tether.persistence.redis_conn import describe_client, translate_errors
+from tether.persistence.redis_conn import describe_client, redis_from_url, translate_errors
 from tether.runs.presence import PRIORITY_SUFFIXES, list_workers
+from tether.settings import Settings
+
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 @dataclass(frozen=True)
@@ -177,3 +180,25 @@ class FleetCollector(Collector):
         yield GaugeMetricFamily(
             "tether_worker_slots", "Pool slots of the live workers (busy or free).", signals.slots
         )
+
+
+def broker_client(settings: Settings, state: redis.Redis) -> redis.Redis | None:
+    """The client of the Redis broker: ``state`` when broker and state share one Redis, a new
+    client for another Redis broker, None for a broker that is no Redis (RabbitMQ)."""
+    if settings.broker_url == settings.effective_redis_url:
+        return state
+    if settings.broker_url.startswith(_REDIS_SCHEMES):
+        return redis_from_url(settings.broker_url, retry=None)
+    return None
+
+
+def fleet_collector(settings: Settings, state: redis.Redis | None = None) -> FleetCollector:
+    """The collector of the settings' queue (a client of the settings' Redis unless given)."""
+    state = state if state is not None else redis_from_url(settings.effective_redis_url)
+    return FleetCollector(
+        state,
+        RedisKeys(settings.namespace),
+        [settings.queue],
+        broker=broker_client(settings, state),
+        broker_namespace=settings.namespace,
+    )

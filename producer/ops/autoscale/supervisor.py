@@ -34,7 +34,7 @@ from tether.errors import TetherError
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import redis_from_url
 from tether.producer.ops.autoscale.policy import Decision, Load, PolicyState, ScalePolicy, decide
-from tether.runs.fleet import FleetSignals, read_fleet_signals
+from tether.runs.fleet import FleetSignals, broker_client, read_fleet_signals
 from tether.runs.presence import list_workers
 from tether.settings import Settings
 
@@ -55,14 +55,7 @@ class FleetProbe:
         s = self.settings
         self.keys = RedisKeys(s.namespace)
         self.state = redis_from_url(s.effective_redis_url, retry=None, socket_timeout=5.0)
-        redis_broker = s.broker_url.startswith(("redis://", "rediss://", "unix://"))
-        self.broker = (
-            self.state
-            if s.broker_url == s.effective_redis_url
-            else redis_from_url(s.broker_url, retry=None, socket_timeout=5.0)
-            if redis_broker
-            else None
-        )
+        self.broker = broker_client(s, self.state)
 
     def read(self) -> FleetSignals:
         """One reading (raises StreamUnavailable when a Redis is away)."""
