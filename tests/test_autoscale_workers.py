@@ -30,7 +30,7 @@ def _check(figures: Figures) -> None:
 
 
 def test_a_burst_scales_out_to_max_drains_and_returns_to_min(tmp_path: Path) -> None:
-    _check(run_scenario(tmp_path, runs=60, min_workers=1, max_workers=3, idle_s=4))
+    _check(run_scenario(tmp_path, runs=45, min_workers=1, max_workers=3, idle_s=3))
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tether.producer.ops.local_stack import console_available
 
@@ -132,6 +133,7 @@ def test_down_never_signals_a_process_it_did_not_start(tmp_path: Path) -> None:
         stranger.wait()
 
 
+@pytest.mark.slow  # ~20 s of worker starts and stops; the supervisor itself runs in make test
 def test_up_autoscale_runs_the_supervisor_and_down_stops_its_workers(tmp_path: Path) -> None:
     """``tether up --autoscale 1:2``: the supervisor is a service of the stack and starts the
     minimum at once; ``status --json`` shows its worker and the fleet signals; ``down`` leaves
