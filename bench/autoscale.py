@@ -1,9 +1,10 @@
 """Autoscaling on real workers: a burst of runs at one worker, ``tether autoscale`` scales out to
 MAX, the queue drains, it scales back to MIN after the idle period. Counts what was lost,
-duplicated and redone. Writes ``bench/results/autoscale.json`` and ``autoscale.md``.
+duplicated and redone. ``python -m bench.autoscale`` (:mod:`bench.autoscale_report`) repeats it,
+measures fixed-fleet baselines and writes ``bench/results/autoscale.json`` and ``autoscale.md``.
 
-    python -m bench.autoscale                          # 400 runs, 1:4 workers, 15 s idle
-    python -m bench.autoscale --runs 60 --max 3 --idle-s 3
+    python -m bench.autoscale                          # 400 runs, 1:4 workers, 15 s idle, 3x
+    python -m bench.autoscale --runs 60 --max 3 --idle-s 3 --repeat 1 --no-baseline
 
 The stack: a private redis-server (broker and state), a local-directory store, and ``tether
 autoscale --min MIN --max MAX`` as a subprocess that starts and stops the worker processes. The
@@ -23,20 +24,17 @@ timing targets are checked here only.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
@@ -46,6 +44,7 @@ from bench.stack import REPO_ROOT
 from tether.core.events import EventType
 from tether.core.results import RunStatus
 from tether.dev.redis_server import RedisServer
+from tether.dev.workers import WorkerFleet
 from tether.keys import RedisKeys
 from tether.persistence.reader import SessionLogReader
 from tether.persistence.storage_url import open_storage
@@ -137,38 +136,54 @@ def _supervisor(env: dict[str, str], workdir: Path, args: list[str]) -> Iterator
                 os.killpg(proc.pid, signal.SIGKILL)
 
 
+def _environment(server_url: str, namespace: str, store_url: str) -> dict[str, str]:
+    """The workers' (and the supervisor's) environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TETHER_", "BENCH_"))}
+    path = env.get("PYTHONPATH")
+    env.update(
+        TETHER_BROKER_URL=server_url,
+        TETHER_STORE_URL=store_url,
+        TETHER_NAMESPACE=namespace,
+        TETHER_QUEUE=QUEUE,
+        TETHER_AGENT_MODULES=json.dumps(["bench.autoscale_agents"]),
+        BENCH_EFFECTS_URL=server_url,
+        BENCH_EFFECTS_PREFIX=namespace,
+        PYTHONPATH=str(REPO_ROOT) + (os.pathsep + path if path else ""),
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+@contextlib.contextmanager
+def _stack(workdir: Path) -> Iterator[tuple[dict[str, str], Settings, redis.Redis]]:
+    """A private redis-server and a local-directory store: the environment, the producer's
+    settings, a client."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    store_url = f"file://{workdir / 'store'}"
+    namespace = f"as{uuid.uuid4().hex[:8]}"
+    with RedisServer(unix_socket=False) as server:
+        settings = Settings(
+            broker_url=server.url, store_url=store_url, namespace=namespace, queue=QUEUE
+        )
+        client = redis.Redis.from_url(server.url)
+        try:
+            yield _environment(server.url, namespace, store_url), settings, client
+        finally:
+            client.close()
+
+
 def run_scenario(
     workdir: Path, *, runs: int, min_workers: int = 1, max_workers: int = 4, idle_s: float = 15.0
 ) -> Figures:
     """Run the scenario once (see the module docstring) and return its figures."""
     figures = Figures(runs, min_workers, max_workers, idle_s)
-    workdir.mkdir(parents=True, exist_ok=True)
-    store_url = f"file://{workdir / 'store'}"
-    namespace = f"as{uuid.uuid4().hex[:8]}"
-    with RedisServer(unix_socket=False) as server:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("TETHER_", "BENCH_"))}
-        path = env.get("PYTHONPATH")
-        env.update(
-            TETHER_BROKER_URL=server.url,
-            TETHER_STORE_URL=store_url,
-            TETHER_NAMESPACE=namespace,
-            TETHER_QUEUE=QUEUE,
-            TETHER_AGENT_MODULES=json.dumps(["bench.autoscale_agents"]),
-            BENCH_EFFECTS_URL=server.url,
-            BENCH_EFFECTS_PREFIX=namespace,
-            PYTHONPATH=str(REPO_ROOT) + (os.pathsep + path if path else ""),
-            PYTHONUNBUFFERED="1",
-        )
-        settings = Settings(
-            broker_url=server.url, store_url=store_url, namespace=namespace, queue=QUEUE
-        )
-        client = redis.Redis.from_url(server.url)
+    with _stack(workdir) as (env, settings, client):
         args = ["--min", str(min_workers), "--max", str(max_workers), "--idle-s", str(idle_s),
                 "--interval-s", "0.5", "--cooldown-s", "1",
                 "--log-dir", str(workdir / "logs")]  # fmt: skip
         with (
             _supervisor(env, workdir, args) as log,
-            WorkerCount(client, RedisKeys(namespace)) as count,
+            WorkerCount(client, RedisKeys(settings.namespace)) as count,
             Producer(settings) as producer,
         ):
             if not count.wait_for(min_workers, 120):
@@ -176,9 +191,23 @@ def run_scenario(
             sessions = _burst(figures, producer, count, runs)
             figures.supervisor = log.read_text().splitlines()
         figures.peak_workers = max(n for _, n in count.samples)
-        _count_effects(figures, client, namespace, store_url, sessions)
-        client.close()
+        _count_effects(figures, client, settings.namespace, settings.store_url, sessions)
     return figures
+
+
+def fixed_fleet_drain_s(workdir: Path, *, runs: int, workers: int) -> float:
+    """The baseline: the same burst on ``workers`` fixed workers started beforehand; seconds
+    from the submit to the last result."""
+    with (
+        _stack(workdir) as (env, settings, _client),
+        WorkerFleet(env, workdir / "logs", count=workers, queue=QUEUE, prefix="fixed"),
+        Producer(settings) as producer,
+    ):
+        specs = [RunSpec(f"fixed-{i}", f"run {i}", "stepper") for i in range(runs)]
+        start = time.monotonic()
+        for handle in producer.submit_many(specs):
+            handle.result(timeout=max(300, runs))
+        return round(time.monotonic() - start, 2)
 
 
 def _burst(figures: Figures, producer: Producer, count: WorkerCount, runs: int) -> list[str]:
@@ -221,64 +250,7 @@ def _count_effects(
     figures.duplicated = sum(1 for n in finals if n > 1)
 
 
-def _markdown(doc: dict[str, object], f: Figures) -> str:
-    def ok(value: float | None, target: float) -> str:
-        return (
-            "not reached"
-            if value is None
-            else f"{value} s ({'met' if value <= target else 'MISSED'})"
-        )
-
-    return "\n".join([
-        "# Autoscaling on real workers", "",
-        f"`{doc['command']}` on {doc['machine']}, {doc['date']}.", "",
-        f"{f.runs} runs of a {STEPS}-step agent submitted at once to {f.min_workers} worker; "
-        f"`tether autoscale --min {f.min_workers} --max {f.max_workers} --idle-s {f.idle_s}`.", "",
-        "| figure | value | target |", "| --- | --- | --- |",
-        f"| submit -> {f.max_workers} workers live | {ok(f.to_max_s, TARGET_TO_MAX_S)} | <= 10 s |",
-        f"| submit -> last result (drain) | {f.drain_s} s | - |",
-        f"| last result -> {f.min_workers} worker live | "
-        f"{ok(f.back_to_min_s, TARGET_BACK_TO_MIN_S)} | <= 30 s |",
-        f"| peak workers | {f.peak_workers} | {f.max_workers} |",
-        f"| runs completed / lost | {f.completed} / {f.lost} | {f.runs} / 0 |",
-        f"| runs duplicated | {f.duplicated} | 0 |",
-        f"| steps redone / missing, extra model calls | {f.redone_steps} / {f.missing_steps}, "
-        f"{f.extra_model_calls} | 0 / 0, 0 |",
-        "", "Supervisor:", "", "```", *f.supervisor, "```", "",
-    ])  # fmt: skip
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.autoscale", description=__doc__)
-    parser.add_argument("--runs", type=int, default=400)
-    parser.add_argument("--min", type=int, default=1, dest="min_workers")
-    parser.add_argument("--max", type=int, default=4, dest="max_workers")
-    parser.add_argument("--idle-s", type=float, default=15.0)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    args = parser.parse_args(argv)
-    workdir = Path(tempfile.mkdtemp(prefix="tether-autoscale-"))
-    figures = run_scenario(workdir, runs=args.runs, min_workers=args.min_workers,
-                           max_workers=args.max_workers, idle_s=args.idle_s)  # fmt: skip
-    command = "python -m bench.autoscale " + " ".join(argv if argv is not None else sys.argv[1:])
-    doc: dict[str, object] = {
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "command": command.strip(),
-        "machine": f"{os.cpu_count()} CPUs, {platform.platform()}",
-        "targets": {"to_max_s": TARGET_TO_MAX_S, "back_to_min_s": TARGET_BACK_TO_MIN_S},
-        "figures": asdict(figures),
-    }
-    met = (
-        figures.to_max_s is not None and figures.to_max_s <= TARGET_TO_MAX_S
-        and figures.back_to_min_s is not None and figures.back_to_min_s <= TARGET_BACK_TO_MIN_S
-        and figures.lost == figures.duplicated == figures.redone_steps == 0
-    )  # fmt: skip
-    doc["targets_met"] = met
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "autoscale.json").write_text(json.dumps(doc, indent=2) + "\n")
-    (args.out / "autoscale.md").write_text(_markdown(doc, figures))
-    print(json.dumps({**asdict(figures), "targets_met": met}, indent=2))
-    return 0 if met else 1
-
-
 if __name__ == "__main__":
+    from bench.autoscale_report import main  # the command line and the results page
+
     raise SystemExit(main())
