@@ -120,3 +120,23 @@ def test_bad_bounds_name_the_value_and_the_form(text: str) -> None:
 def test_bounds() -> None:
     assert parse_bounds("1:4") == (1, 4)
     assert parse_bounds("0:2") == (0, 2)
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--min", "3", "--max", "1"], "--min/--max"),
+        (["--concurrency", "0"], "--concurrency"),
+        (["--idle-s", "-1"], "--idle-s"),
+    ],
+)
+def test_tether_autoscale_refuses_bad_options_with_exit_2(
+    args: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused before any setting is read or process started (no Redis is configured here)."""
+    from tether.producer.ops.cli import run_cli
+
+    assert run_cli(["autoscale", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: UsageError: tether autoscale " + named), err
+    assert "see tether autoscale --help" in err
