@@ -140,3 +140,17 @@ def test_tether_autoscale_refuses_bad_options_with_exit_2(
     err = capsys.readouterr().err
     assert err.startswith("error: UsageError: tether autoscale " + named), err
     assert "see tether autoscale --help" in err
+
+
+def test_tether_autoscale_needs_a_redis_broker(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With RabbitMQ the queue cannot be read here: exit 2 naming the setting and the way out,
+    before any connection (nothing listens at these addresses)."""
+    from tether.producer.ops.cli import run_cli
+
+    monkeypatch.setenv("TETHER_BROKER_URL", "amqp://guest:guest@127.0.0.1:1//")
+    monkeypatch.setenv("TETHER_REDIS_URL", "redis://127.0.0.1:1/0")
+    assert run_cli(["autoscale", "--min", "1", "--max", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "TETHER_BROKER_URL is amqp://" in err and "rabbitmq trigger" in err, err

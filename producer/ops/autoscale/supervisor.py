@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tether.dev.workers import WorkerProcess
-from tether.errors import TetherError
+from tether.errors import ConfigurationError, TetherError
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import redis_from_url
 from tether.producer.ops.autoscale.policy import Decision, Load, PolicyState, ScalePolicy, decide
@@ -46,7 +46,11 @@ STOP_TIMEOUT_S = 60.0
 
 @dataclass
 class FleetProbe:
-    """Reads the signals of one queue from the settings' Redis (state) and Redis broker."""
+    """Reads the signals of one queue from the settings' Redis (state) and Redis broker.
+
+    Raises:
+        ConfigurationError: the broker is no Redis (its queue cannot be read here).
+    """
 
     settings: Settings
     queue: str
@@ -56,6 +60,14 @@ class FleetProbe:
         self.keys = RedisKeys(s.namespace)
         self.state = redis_from_url(s.effective_redis_url, retry=None, socket_timeout=5.0)
         self.broker = broker_client(s, self.state)
+        if self.broker is None:
+            self.state.close()
+            scheme = s.broker_url.split("://", 1)[0]
+            raise ConfigurationError(
+                f"tether autoscale reads the queue from a Redis broker, and TETHER_BROKER_URL is "
+                f"{scheme}://; use a Redis broker, or scale on the broker's own queue length "
+                "(e.g. KEDA's rabbitmq trigger, see docs/autoscaling.md)"
+            )
 
     def read(self) -> FleetSignals:
         """One reading (raises StreamUnavailable when a Redis is away)."""
