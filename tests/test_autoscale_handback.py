@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from tests.support.durable_agents import STEPS, RedisCounter, counter_env
 from tests.support.stack import eventually, unique
 from tether.core.results import RunStatus
@@ -68,3 +70,30 @@ def test_scale_in_of_a_busy_worker_hands_its_run_back(tmp_path: Path) -> None:
         assert counter.read("total") == 2 * STEPS
         assert counter.read("model_calls") == 2 * (STEPS + 1)  # resumed, no step asked again
         assert counter.read("invocation_count") == 2 * STEPS  # no tool ran twice
+
+
+@pytest.mark.slow  # two worker boots for a rule of a few lines
+def test_a_worker_that_dies_is_replaced_at_the_next_reading(tmp_path: Path) -> None:
+    with RedisServer(unix_socket=False) as server:
+        store_url = f"file://{tmp_path / 'store'}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("TETHER_", "AWS_"))}
+        env.update(TETHER_BROKER_URL=server.url, TETHER_STORE_URL=store_url, TETHER_QUEUE=QUEUE)
+        settings = Settings(broker_url=server.url, store_url=store_url, queue=QUEUE)
+        probe = FleetProbe(settings, QUEUE)
+        lines: list[str] = []
+        supervisor = Supervisor(probe, ScalePolicy(min_workers=1, max_workers=1), env=env,
+                                log_dir=tmp_path / "logs", say=lines.append)  # fmt: skip
+        try:
+            supervisor.tick()
+            (first,) = supervisor.workers
+            first.wait_ready(90)
+            first.kill()  # SIGKILL to its process group: a crash
+            supervisor.tick()
+            (second,) = supervisor.workers
+            assert second is not first and second.alive()
+            second.wait_ready(90)
+            assert lines == ["bounds [1, 1]: workers 0 -> 1"] * 2
+        finally:
+            supervisor.shutdown()
+            probe.close()
+        assert not second.alive()  # shutdown stopped it

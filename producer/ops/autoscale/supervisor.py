@@ -137,7 +137,9 @@ class Supervisor:
         """Read the signals once and act on the policy's answer."""
         now_s = time.monotonic() if now_s is None else now_s
         self._reap(now_s)
-        self.workers = [w for w in self.workers if w.alive()]  # a crashed worker is replaced
+        for dead in [w for w in self.workers if not w.alive()]:  # replaced below
+            dead.stop(timeout_s=0)  # its pool children, if any outlived it
+            self.workers.remove(dead)
         signals = self.probe.read()
         load = Load(
             queued=signals.queued.get(self.probe.queue, 0),
