@@ -24,6 +24,7 @@ import click
 import typer
 
 from tether.producer.ops.cli import approvals, batch, replay, runs, sessions, stack
+from tether.producer.ops.cli import autoscale as autoscale_cli
 from tether.producer.ops.cli import console as console_cli
 from tether.producer.ops.cli.support import (
     EXIT_FAILED,
@@ -159,6 +160,7 @@ sessions.register(app)
 batch.register(app)
 console_cli.register(app)
 stack.register(app)
+autoscale_cli.register(app)
 
 
 def run_cli(argv: list[str] | None = None) -> int:
