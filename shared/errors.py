@@ -218,6 +218,12 @@ class RetriesExhausted(AgentError):
     """A run was attempted the maximum number of times and never committed."""
 
 
+class BudgetExceeded(TetherError):
+    """A tenant reached its budget (``TETHER_TENANT_BUDGETS``: tokens or USD per day, runs per
+    minute): a submission is refused, or a run ends after the step it was in, keeping its
+    finished steps. Never retried: wait for the reset or raise the budget."""
+
+
 def error_from_record(error_type: str, message: str) -> TetherError:
     """Rebuild an exception from a recorded ``(error_type, message)`` pair.
 

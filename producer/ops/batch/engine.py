@@ -43,6 +43,7 @@ class _CaseRun:
     run_ids: list[str] = field(default_factory=list)
     steps: int = 0
     tokens: int = 0
+    cost_usd: float | None = None
     lost: int = 0
 
     @property
@@ -190,6 +191,8 @@ class BatchRunner:
         state.outputs.append(result.output)
         state.steps += result.steps
         state.tokens += result.usage.total_tokens
+        if result.cost_usd is not None:
+            state.cost_usd = (state.cost_usd or 0.0) + result.cost_usd
         if result.ok and state.turn + 1 < len(state.case.turns):
             state.turn += 1
             due.append(state)
@@ -228,6 +231,7 @@ class BatchRunner:
             latency_ms=int((time.monotonic() - state.started) * 1000),
             steps=state.steps,
             tokens=state.tokens,
+            cost_usd=state.cost_usd,
             turns=len(state.outputs),
             error_type=error[0] if error else None,
             error=message,

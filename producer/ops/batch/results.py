@@ -55,6 +55,8 @@ class CaseResult(BaseModel):
     latency_ms: int = 0
     steps: int = 0
     tokens: int = 0
+    cost_usd: float | None = None
+    """What the case's runs cost at the workers' ``TETHER_MODEL_PRICES`` (None: unpriced)."""
     turns: int = 0
     error_type: str | None = None
     error: str | None = None

@@ -38,6 +38,8 @@ class SummaryStats:
         self.graded = 0
         self.passed = 0
         self.tokens = 0
+        self.cost_usd = 0.0
+        self.unpriced = 0
         self.steps = 0
         self.latencies_ms = array("I")
 
@@ -48,6 +50,8 @@ class SummaryStats:
             self.graded += 1
             self.passed += int(result.passed)
         self.tokens += result.tokens
+        self.cost_usd += result.cost_usd or 0.0
+        self.unpriced += int(result.cost_usd is None and result.tokens > 0)
         self.steps += result.steps
         self.latencies_ms.append(min(max(result.latency_ms, 0), _MAX_U32))
 
@@ -79,6 +83,8 @@ class BatchSummary:
         total_tokens, total_steps: summed over finished cases.
         runs: runs (turns) this invocation completed; wall_s: its wall time.
         concurrency: the in-flight cap; max_in_flight: the most cases in flight at once.
+        total_cost_usd: summed over finished cases, at the workers' ``TETHER_MODEL_PRICES``;
+            unpriced_cases: cases with tokens but no price (counted as 0 in the total).
     """
 
     batch_id: str
@@ -99,6 +105,8 @@ class BatchSummary:
     wall_s: float
     concurrency: int
     max_in_flight: int
+    total_cost_usd: float = 0.0
+    unpriced_cases: int = 0
 
     @property
     def failed(self) -> int:
@@ -143,6 +151,8 @@ def build_summary(stats: SummaryStats, **fields: Any) -> BatchSummary:
         latency_max_ms=ordered[-1] if ordered else None,
         total_tokens=stats.tokens,
         total_steps=stats.steps,
+        total_cost_usd=round(stats.cost_usd, 9),
+        unpriced_cases=stats.unpriced,
         **fields,
     )
 
@@ -173,6 +183,8 @@ def render_summary(summary: BatchSummary, console: Console | None = None) -> Non
         _ms(v) for v in (summary.latency_p50_ms, summary.latency_p95_ms, summary.latency_max_ms)
     ))
     table.add_row("tokens", f"{summary.total_tokens:,}")
+    unpriced = f" ({summary.unpriced_cases:,} cases unpriced)" if summary.unpriced_cases else ""
+    table.add_row("cost", f"${summary.total_cost_usd:,.4f}{unpriced}")
     table.add_row("wall time", f"{summary.wall_s:.1f} s ({summary.runs_per_s:.1f} runs/s)")
     table.add_row("results", summary.out)
     (console or Console()).print(table)

@@ -1,0 +1,52 @@
+"""The price table and the tenant budgets of this process (parsed once from the settings), and
+the budget check of a submission."""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import Sequence
+
+from tether.budgets import TenantBudget, TenantBudgets
+from tether.models.prices import ModelPrices
+from tether.runs.contract import RunRequest
+from tether.runs.usage.base import TenantUsage, exceeded, utc_day
+from tether.settings import Settings
+
+
+@functools.lru_cache(maxsize=4)
+def _prices(text: str) -> ModelPrices:
+    return ModelPrices.parse(text)
+
+
+@functools.lru_cache(maxsize=4)
+def _budgets(text: str) -> TenantBudgets:
+    return TenantBudgets.parse(text)
+
+
+def prices(settings: Settings) -> ModelPrices:
+    """``TETHER_MODEL_PRICES``, parsed once per process (validated with the settings)."""
+    return _prices(settings.model_prices)
+
+
+def budget_of(settings: Settings, tenant: str) -> TenantBudget | None:
+    """``tenant``'s budget from ``TETHER_TENANT_BUDGETS`` (None: unlimited)."""
+    return _budgets(settings.tenant_budgets).for_tenant(tenant)
+
+
+def admit_submission(
+    usage: TenantUsage, settings: Settings, requests: Sequence[RunRequest]
+) -> None:
+    """Refuse ``requests`` when a tenant among them is over its budget: its tokens or USD
+    today, or its runs per minute (one round trip per budgeted tenant; none without budgets).
+
+    Raises:
+        BudgetExceeded: naming the tenant, the budget, the use and when it resets.
+    """
+    for tenant, runs in Counter(r.tenant for r in requests).items():
+        budget = budget_of(settings, tenant)
+        if budget is None:
+            continue
+        verdict = usage.admit(tenant, budget, runs=runs)
+        if not verdict.admitted:
+            raise exceeded(tenant, budget, verdict, utc_day())
