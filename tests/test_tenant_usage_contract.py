@@ -15,12 +15,15 @@ from tether.core.results import RunStatus
 from tether.errors import BudgetExceeded
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import redis_from_url
-from tether.runs.contract import RunResult
+from tether.runs.contract import RunRequest, RunResult
 from tether.runs.leases.memory import InMemoryLeaseManager
 from tether.runs.queue.base import RunQueue
 from tether.runs.queue.memory import InMemoryRunQueue
 from tether.runs.queue.redis import RedisRunQueue
 from tether.runs.usage.base import TenantUsage, exceeded, utc_day
+from tether.runs.usage.policy import admit_submission
+from tether.runs.usage.redis import RedisTenantUsage
+from tether.settings import Settings
 
 CALL = Usage(input_tokens=1000, output_tokens=100, total_tokens=1100, cached_tokens=200)
 NOON_MS = 1_796_000_000_000  # 2026-11-30 (UTC), a fixed day for the day tests
@@ -114,3 +117,27 @@ def test_finish_counts_a_run_once_and_a_run_without_tokens_not_at_all(backend: B
     assert (day.runs, day.tokens, day.unpriced_runs) == (1, 1100, 0)
     assert day.cost_usd == pytest.approx(0.002)
 
+
+
+def test_a_tenant_without_a_budget_costs_no_redis_command_at_submit(redis_url: str) -> None:
+    client = redis_from_url(redis_url)
+    usage = RedisTenantUsage(client, RedisKeys(f"use-{uuid.uuid4().hex[:8]}"))
+    settings = Settings(tenant_budgets='{"capped": {"runs_per_minute": 1}}')
+    free = RunRequest(
+        run_id="r-1", request_id="r-1", tenant="free", session_id="s", input="hi", agent="echo"
+    )
+
+    def commands() -> int:
+        return int(client.info("stats")["total_commands_processed"])
+
+    idle = -commands() + commands()  # what reading the counter costs
+    before = commands()
+    admit_submission(usage, settings, [free, free])
+    assert commands() - before == idle
+    capped = free.model_copy(update={"tenant": "capped"})
+    before = commands()
+    admit_submission(usage, settings, [capped])
+    assert commands() - before > idle  # its script ran (the counter counts its commands too)
+    with pytest.raises(BudgetExceeded, match="runs_per_minute=1"):
+        admit_submission(usage, settings, [capped, capped])
+    client.close()

@@ -208,8 +208,8 @@ class InMemoryRunQueue:
             st.attempts.pop(ref, None)
             st.active[session] = self._clock()
             if has_tokens(result.usage):
-                self.tenant_usage.add(
-                    ref.tenant, ref.run_id, result.usage, result.cost_usd, at_ms=self._clock()
+                self.tenant_usage.add(  # the wall clock's day, as on Redis (not the test clock)
+                    ref.tenant, ref.run_id, result.usage, result.cost_usd, at_ms=now_ms()
                 )
             self._announce(ref, reply_to)
             return pending[0] if pending else None
