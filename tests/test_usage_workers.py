@@ -6,6 +6,7 @@ after the step it was in, keeping its finished steps."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ import pytest
 
 from tests.support.spend_agents import CALL, CALL_USD, PRICED, PRICES, UNPRICED
 from tests.support.stack import Stack, eventually, unique
-from tests.test_cli import tether
+from tests.test_cli import parallel
 from tests.test_metrics import MeteredWorker, scrape, value
 from tether.core.items import ToolOutput
 from tether.dev.redis_server import free_port
@@ -25,6 +26,8 @@ from tether.producer.client import Producer
 QUEUE = "spendq"
 #: The capped tenant's tokens per day: a call is 1,100, so its run stops after its third call.
 CAP_TOKENS = 2500
+#: A tenant admitted one run per minute.
+RATED = f"rated-{uuid.uuid4().hex[:6]}"
 
 
 @dataclass
@@ -49,7 +52,9 @@ def spending(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         TETHER_QUEUE=QUEUE,
         TETHER_AGENT_MODULES="tests.support.spend_agents",
         TETHER_MODEL_PRICES=json.dumps(PRICES),
-        TETHER_TENANT_BUDGETS=json.dumps({capped: {"tokens_per_day": CAP_TOKENS}}),
+        TETHER_TENANT_BUDGETS=json.dumps(
+            {capped: {"tokens_per_day": CAP_TOKENS}, RATED: {"runs_per_minute": 1}}
+        ),
     )
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # `tether worker` makes a fresh one
     worker = MeteredWorker(env, log_dir, free_port(), queue=QUEUE, name="uw")
@@ -102,10 +107,6 @@ def test_a_run_reports_its_usage_and_cost_and_its_tenant_day_and_metrics_sum_the
     assert cost == pytest.approx(3 * CALL_USD)
     assert spending.metric("tether_model_cost_usd_total", model=UNPRICED, tenant=tenant) == 0
 
-    shown = tether(spending.env, "wait", result.run_id, "--json", "--tenant", tenant)
-    assert shown.returncode == 0, shown.stderr
-    doc = json.loads(shown.stdout)
-    assert doc["usage"]["input_tokens"] == 3000 and doc["cost_usd"] == pytest.approx(0.0039)
 
 
 def test_a_budget_stops_a_run_after_its_step_and_refuses_the_next_submission(
@@ -127,10 +128,16 @@ def test_a_budget_stops_a_run_after_its_step_and_refuses_the_next_submission(
 
     with pytest.raises(BudgetExceeded, match=f"tenant '{capped}'.*tokens_per_day.*3300 tokens"):
         spending.producer.run_async(unique(), "steps=0", agent="spender", tenant=capped)
-    refused = tether(
-        spending.env, "run", unique(), "hello", "--agent", "spender", "--tenant", capped
+    shown, refused = parallel(
+        spending.env,
+        ["wait", result.run_id, "--json", "--tenant", capped],
+        ["run", unique(), "hello", "--agent", "spender", "--tenant", capped],
     )
-    assert refused.returncode == 3, refused.stderr
+    assert shown.returncode == 3, shown.stderr  # the run ended BudgetExceeded
+    doc = json.loads(shown.stdout)
+    assert (doc["error_type"], doc["usage"]["input_tokens"]) == ("BudgetExceeded", 3000)
+    assert doc["cost_usd"] == pytest.approx(3 * CALL_USD)
+    assert refused.returncode == 3, refused.stderr  # the submission was refused
     assert "BudgetExceeded" in refused.stderr and "resets at" in refused.stderr
 
 
@@ -161,3 +168,18 @@ def test_the_console_shows_a_runs_and_a_sessions_tokens_and_cost(
     assert '<dd class="cost">$0.0026</dd>' in run_page
     assert '<dd class="tokens">3300 <span class="dim">(3000 in, 600 cached, 300 out' in session_page
     assert '<dd class="cost">$0.0039' in session_page
+
+
+def test_the_asyncio_producer_refuses_a_submission_over_its_tenants_rate(
+    spending: Spending,
+) -> None:
+    from tether.producer.aio import AsyncProducer
+
+    async def submit_twice() -> str:
+        async with AsyncProducer(spending.producer.settings) as producer:
+            first = await producer.run_async(unique(), "steps=0", agent="spender", tenant=RATED)
+            with pytest.raises(BudgetExceeded, match=f"tenant '{RATED}'.*runs_per_minute=1"):
+                await producer.run_async(unique(), "steps=0", agent="spender", tenant=RATED)
+            return (await first.result(timeout=60)).status
+
+    assert asyncio.run(submit_twice()) == "COMPLETED"

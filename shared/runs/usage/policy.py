@@ -1,5 +1,6 @@
 """The price table and the tenant budgets of this process (parsed once from the settings), and
-the budget check of a submission."""
+the budget check of a submission (the asyncio producer's: :func:`budgeted` with
+:class:`~tether.runs.usage.redis.AsyncTenantAdmission`)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,15 @@ def budget_of(settings: Settings, tenant: str) -> TenantBudget | None:
     return _budgets(settings.tenant_budgets).for_tenant(tenant)
 
 
+def budgeted(
+    settings: Settings, requests: Sequence[RunRequest]
+) -> list[tuple[str, TenantBudget, int]]:
+    """The tenants among ``requests`` that have a budget, each with it and its run count."""
+    counts = Counter(r.tenant for r in requests)
+    found = [(tenant, budget_of(settings, tenant), runs) for tenant, runs in counts.items()]
+    return [(tenant, budget, runs) for tenant, budget, runs in found if budget is not None]
+
+
 def admit_submission(
     usage: TenantUsage, settings: Settings, requests: Sequence[RunRequest]
 ) -> None:
@@ -43,10 +53,7 @@ def admit_submission(
     Raises:
         BudgetExceeded: naming the tenant, the budget, the use and when it resets.
     """
-    for tenant, runs in Counter(r.tenant for r in requests).items():
-        budget = budget_of(settings, tenant)
-        if budget is None:
-            continue
+    for tenant, budget, runs in budgeted(settings, requests):
         verdict = usage.admit(tenant, budget, runs=runs)
         if not verdict.admitted:
             raise exceeded(tenant, budget, verdict, utc_day())

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 import redis
+import redis.asyncio
 
 from tether.budgets import TenantBudget
 from tether.core.events import Usage
@@ -99,20 +100,53 @@ class RedisTenantUsage:
         return DayUsage(day, n[0], n[1], n[2], n[3], n[4], n[5], n[6])
 
     def admit(self, tenant: str, budget: TenantBudget, *, runs: int = 1) -> Verdict:
-        day, _, rate = self._keys.tenant_usage(tenant, utc_day())
-        argv = ADMIT.argv(
-            tokens_per_day=budget.tokens_per_day,
-            cost_nano_per_day=round(budget.usd_per_day * NANO),
-            us_per_run=budget.us_per_run,
-            runs=max(1, runs),
-            burst_us=int(BURST_S * 1_000_000),
-        )
+        keys, argv = admit_call(self._keys, tenant, budget, runs)
         with translate_errors(self._where):
-            reply = cast(list[Any], self._admit(keys=ADMIT.keys(day=day, rate=rate), args=argv))
-        if int(reply[0]):
-            return ADMITTED
-        name = cast(BudgetName, _text(reply[1]))
-        used = float(_text(reply[2]))
-        if name == "usd_per_day":
-            used /= NANO
-        return Verdict(False, name, used, int(reply[3]) / 1e6)
+            return verdict_of(cast(list[Any], self._admit(keys=keys, args=argv)))
+
+
+class AsyncTenantAdmission:
+    """:meth:`RedisTenantUsage.admit` for asyncio producers (the same script).
+
+    Args:
+        client: the producer's asyncio Redis client.
+        keys: the key schema (namespace).
+        where: a password-free description of the server, for messages.
+    """
+
+    def __init__(self, client: redis.asyncio.Redis, keys: RedisKeys, *, where: str) -> None:
+        self._keys = keys
+        self._where = where
+        self._admit = client.register_script(ADMIT.source)
+
+    async def admit(self, tenant: str, budget: TenantBudget, *, runs: int = 1) -> Verdict:
+        """See :meth:`~tether.runs.usage.base.TenantUsage.admit`."""
+        keys, argv = admit_call(self._keys, tenant, budget, runs)
+        with translate_errors(self._where):
+            return verdict_of(cast(list[Any], await self._admit(keys=keys, args=argv)))
+
+
+def admit_call(
+    keys: RedisKeys, tenant: str, budget: TenantBudget, runs: int
+) -> tuple[list[Any], list[Any]]:
+    """The KEYS and ARGV of ``tenant_admit.lua`` for ``runs`` submissions under ``budget``."""
+    day, _, rate = keys.tenant_usage(tenant, utc_day())
+    argv = ADMIT.argv(
+        tokens_per_day=budget.tokens_per_day,
+        cost_nano_per_day=round(budget.usd_per_day * NANO),
+        us_per_run=budget.us_per_run,
+        runs=max(1, runs),
+        burst_us=int(BURST_S * 1_000_000),
+    )
+    return ADMIT.keys(day=day, rate=rate), argv
+
+
+def verdict_of(reply: list[Any]) -> Verdict:
+    """The script's reply as a :class:`Verdict`."""
+    if int(reply[0]):
+        return ADMITTED
+    name = cast(BudgetName, _text(reply[1]))
+    used = float(_text(reply[2]))
+    if name == "usd_per_day":
+        used /= NANO
+    return Verdict(False, name, used, int(reply[3]) / 1e6)
