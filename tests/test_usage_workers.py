@@ -117,7 +117,7 @@ def test_a_budget_stops_a_run_after_its_step_and_refuses_the_next_submission(
     with pytest.raises(BudgetExceeded, match=f"tenant '{capped}'.*tokens_per_day=2500") as ended:
         handle.result(timeout=60)
     result = ended.value.result  # type: ignore[attr-defined]
-    assert (result.status, result.error_type) == ("FAILED", "BudgetExceeded")
+    assert (result.status, result.error_type, result.steps) == ("FAILED", "BudgetExceeded", 3)
     # three calls (3,300 tokens) went over 2,500: it stopped at the boundary after the third
     assert result.usage == CALL + CALL + CALL
     head = stack.reader().read(session, tenant=capped)

@@ -61,7 +61,7 @@ from tether.worker.engine.records import (
 )
 from tether.worker.engine.resume import ASK, Checkpointer, resume_point
 from tether.worker.engine.services import EngineServices
-from tether.worker.engine.spend import committed, priced, run_usage, spend_check
+from tether.worker.engine.spend import committed, priced, run_steps, run_usage, spend_check
 from tether.worker.engine.stops import RunStops
 from tether.worker.engine.waits import WaitNotice
 
@@ -350,6 +350,7 @@ def _execute(d: DrainState, session: AgentSession, request: RunRequest, agent: A
         raise
     except BudgetExceeded as exc:  # at a step boundary: the finished steps stay
         record = interrupted_record(request, session, first_seq, exc, RunStatus.FAILED)
+        record = record.model_copy(update={"steps": run_steps(session, first_seq)})
     except RunCancelled as exc:
         if stops.lost():
             raise ConflictError(f"lease or stream lost during run {request.run_id}") from exc

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tether.budgets import TenantBudget
-from tether.core.events import Usage
+from tether.core.events import EventType, Usage
 from tether.models.prices import ModelPrices, usage_by_model
 from tether.observability import metrics
 from tether.runs.contract import RunResult
@@ -84,3 +84,8 @@ def spend_check(
     if budget is None or not budget.spend_limited:
         return None
     return SpendCheck(usage, tenant, budget, model, prices(settings), session, first_seq)
+
+
+def run_steps(session: AgentSession, first_seq: int) -> int:
+    """How many steps the run that began at ``first_seq`` finished (its ``STEP_END`` events)."""
+    return sum(1 for e in session.events if e.seq >= first_seq and e.type is EventType.STEP_END)
