@@ -108,3 +108,22 @@ def test_the_batch_summary_sums_cost_and_counts_unpriced_cases() -> None:
     assert (summary.total_tokens, summary.unpriced_cases) == (3100, 1)
     assert summary.total_cost_usd == pytest.approx(0.75)
     assert summary.to_dict()["total_cost_usd"] == pytest.approx(0.75)
+
+
+def test_the_human_lines_show_tokens_and_cost_or_unpriced() -> None:
+    from tether.core.results import RunStatus
+    from tether.producer.ops.console.fmt import fmt_usd
+    from tether.producer.ops.render import result_line
+    from tether.runs.contract import RunResult
+
+    base = RunResult(
+        run_id="r", request_id="r", session_id="s", tenant="t", status=RunStatus.COMPLETED
+    )
+    used = base.model_copy(update={"usage": Usage(input_tokens=3000, output_tokens=300)})
+    assert "tokens" not in result_line(base).plain
+    assert result_line(used).plain.endswith(", attempts 0, 3,300 tokens)")
+    priced = used.model_copy(update={"cost_usd": 0.0039})
+    assert result_line(priced).plain.endswith(", 3,300 tokens, $0.0039)")
+    assert (fmt_usd(None), fmt_usd(0.0), fmt_usd(0.00021), fmt_usd(12.5)) == (
+        "unpriced", "$0", "$0.00021", "$12.50"
+    )
