@@ -11,6 +11,7 @@ import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -183,3 +184,19 @@ def test_the_asyncio_producer_refuses_a_submission_over_its_tenants_rate(
             return (await first.result(timeout=60)).status
 
     assert asyncio.run(submit_twice()) == "COMPLETED"
+
+
+def test_a_batch_sums_its_cases_tokens_and_cost(spending: Spending, tmp_path: Path) -> None:
+    from tether.producer.ops.batch import run_batch
+
+    cases = [{"id": f"c{n}", "input": f"steps={n}"} for n in range(3)]  # 1, 2 and 3 calls
+    out = tmp_path / "results.jsonl"
+    summary = run_batch(
+        spending.producer, cases, agent="spender", tenant=unique("t"), concurrency=3, out=out
+    )
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(line["cost_usd"] for line in lines) == pytest.approx(
+        [CALL_USD, 2 * CALL_USD, 3 * CALL_USD]
+    )
+    assert (summary.finished, summary.total_tokens, summary.unpriced_cases) == (3, 6 * 1100, 0)
+    assert summary.total_cost_usd == pytest.approx(6 * CALL_USD)
