@@ -1,6 +1,6 @@
-"""A run whose worker dies at any commit step is counted once: its tenant's day (Redis or
-memory) and the token metrics hold its calls exactly once after the recovery, whichever worker
-finished it, and however often the request was redelivered."""
+"""A run whose worker dies at any commit step is counted once: its tenant's day (memory; Redis
+and S3 marked slow, in ``make test-long``) and the token metrics hold its calls exactly once after the
+recovery, whichever worker finished it, and however often the request was redelivered."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from tests.support.crash import (
     PowerSwitch,
     SimulatedCrash,
     crash_at,
+    memory_backends,
     worker_runtime,
 )
 from tests.support.spend_agents import CALL, PRICED, TETHER_AGENTS
@@ -39,10 +40,21 @@ def input_tokens(tenant: str) -> float:
 
 
 @pytest.mark.parametrize(("step", "phase"), CRASH_POINTS, ids=lambda v: str(v))
-def test_a_run_dead_at_any_commit_step_is_counted_once(
+def test_a_run_dead_at_any_commit_step_is_counted_once(step: CommitStep, phase: str) -> None:
+    counted_once(memory_backends(), step, phase)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("make_backends", ["redis+s3"], indirect=True)
+@pytest.mark.parametrize(("step", "phase"), CRASH_POINTS, ids=lambda v: str(v))
+def test_the_same_on_redis_and_s3(
     make_backends: Callable[[], Backends], step: CommitStep, phase: str
 ) -> None:
-    backends = make_backends()
+    counted_once(make_backends(), step, phase)
+
+
+def counted_once(backends: Backends, step: CommitStep, phase: str) -> None:
+    """Kill a worker at ``phase`` of ``step``, recover twice; check the counts."""
     tenant = new_id("t").replace("-", "")[:12]
     run_id = new_id("run")
     request = RunRequest(
