@@ -62,12 +62,3 @@ class InMemoryTenantUsage:
                 return Verdict(False, "runs_per_minute", float(runs), over_us / 1e6)
             self._tat_us[tenant] = new_tat
         return ADMITTED
-
-    def forget(self, tenant: str) -> None:
-        """Drop everything of ``tenant`` (a tenant purge)."""
-        with self._lock:
-            self._days = {k: v for k, v in self._days.items() if k[0] != tenant}
-            self._counted = {k for k in self._counted if k[0] != tenant}
-            self._tat_us.pop(tenant, None)
-
-
