@@ -1,6 +1,7 @@
 """A run whose worker dies at any commit step is counted once: its tenant's day (memory; Redis
-and S3 marked slow, in ``make test-long``) and the token metrics hold its calls exactly once after the
-recovery, whichever worker finished it, and however often the request was redelivered."""
+and S3 marked slow, in ``make test-long``) and the token metrics hold its calls exactly once
+after the recovery, whichever worker finished it, and however often the request was
+redelivered."""
 
 from __future__ import annotations
 
