@@ -37,6 +37,7 @@ from tether.runs.contract import BusyPolicy, RunRef, RunResult, WireRequest
 from tether.runs.options import RunOptionsKwargs
 from tether.runs.queue.base import CancelOutcome, RunView
 from tether.runs.queue.redis import RedisRunQueue
+from tether.runs.usage.policy import admit_submission
 from tether.settings import Settings, load_settings
 
 
@@ -219,6 +220,7 @@ class Producer:
         requests = submission.build_requests(self.settings, specs, self.producer_id)
         if not requests:
             return []
+        admit_submission(self.runs.tenant_usage, self.settings, [w.request for w in requests])
         queued_after = time.monotonic()
         outcomes = self.runs.submit_many(requests, queue=self.settings.queue)
         submitted = submission.plan_submission(requests, outcomes)

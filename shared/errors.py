@@ -218,6 +218,12 @@ class RetriesExhausted(AgentError):
     """A run was attempted the maximum number of times and never committed."""
 
 
+class BudgetExceeded(TetherError):
+    """A tenant reached its budget (``TETHER_TENANT_BUDGETS``: tokens or USD per day, runs per
+    minute): a submission is refused, or a run ends after the step it was in, keeping its
+    finished steps. Never retried: wait for the reset or raise the budget."""
+
+
 class ReplayDiverged(AgentError):
     """A replayed run asked for something its recording does not hold (a model request unlike
     the recorded one, a step past the recording's end): the replay stops there and reports the

@@ -222,6 +222,13 @@ class Settings(BaseSettings):
             '{"requests_per_minute", "tokens_per_minute", "concurrent_requests"}.'
         ),
     )
+    model_prices: str = Field(
+        default="",
+        description="Model prices: JSON (or @path) from model name to USD per million tokens.",
+    )
+    tenant_budgets: str = Field(
+        default="", description="Tenant budgets: JSON (or @path) from tenant ('*': any) to limits."
+    )
     metrics_port: int | None = Field(
         default=None,
         ge=0,
@@ -271,13 +278,13 @@ class Settings(BaseSettings):
     def _http(cls, value: str | None) -> str | None:
         return value if value is None else _checked(value, check_http_url(value))
 
-    @pydantic.field_validator("model_limits")
+    @pydantic.field_validator("model_limits", "model_prices", "tenant_budgets")
     @classmethod
-    def _model_limits(cls, value: str) -> str:
-        from tether.models.limits import ModelLimits
+    def _json_setting(cls, value: str, info: pydantic.ValidationInfo) -> str:
+        from tether.settings_json import check_json_setting
 
         try:
-            ModelLimits.parse(value, where="")
+            check_json_setting(info.field_name or "", value)
         except ConfigurationError as exc:
             raise _invalid_value(str(exc)) from None
         return value

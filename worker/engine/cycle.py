@@ -26,6 +26,7 @@ from tether.core.events import EventType, now_ms
 from tether.core.results import RunStatus
 from tether.core.snapshot import MAX_APPLIED_RECORDS, RunRecord
 from tether.errors import (
+    BudgetExceeded,
     ConflictError,
     DataError,
     InfrastructureError,
@@ -41,6 +42,8 @@ from tether.observability.tracing import run_span, span
 from tether.runs.contract import RunRef, RunRequest, RunResult
 from tether.runs.limits.gate import budget_waits
 from tether.runs.queue.base import IdleRelease, RunView, SubmitOutcome
+from tether.runs.usage.base import has_tokens
+from tether.runs.usage.policy import prices
 from tether.runtime.agent import Agent
 from tether.runtime.session import AgentSession
 from tether.worker.engine.claim import Carried
@@ -58,6 +61,7 @@ from tether.worker.engine.records import (
 )
 from tether.worker.engine.resume import ASK, Checkpointer, resume_point
 from tether.worker.engine.services import EngineServices
+from tether.worker.engine.spend import committed, priced, run_steps, run_usage, spend_check
 from tether.worker.engine.stops import RunStops
 from tether.worker.engine.waits import WaitNotice
 
@@ -258,8 +262,13 @@ def _attempt(
     # the head decides before the attempt budget does: a run that committed on its last
     # allowed attempt, then lost its worker before finishing, is finished as committed
     applied = session.find_applied(request.request_id)
+    table = prices(d.rt.settings)
     if applied is not None:
-        commit.finish(result_from_record(request, applied, duplicate=True, attempts=attempts))
+        # committed by an attempt that died before its finish: counted here, once
+        done = result_from_record(request, applied, duplicate=True, attempts=attempts)
+        done = priced(done, agent.model_name, table)
+        commit.finish(done)
+        committed(done, agent.model_name)
         return Outcome.DONE
     if budget_spent:
         commit.finish(_retries_exhausted(request, attempts, view))
@@ -276,9 +285,11 @@ def _attempt(
         run_ms=now_ms() - started_ms,
         worker=d.rt.worker_id,
     ).model_copy(update={"pending": d.pending})
+    result = priced(result, agent.model_name, table)
     checkpointed = d.checkpointer is not None and d.checkpointer.saved
     with span("tether.commit", run_id=request.run_id):
         commit.run(session, d.publisher, lambda: d.keeper.lost, result, checkpointed=checkpointed)
+    committed(result, agent.model_name)
     return Outcome.DONE
 
 
@@ -311,7 +322,10 @@ def _execute(d: DrainState, session: AgentSession, request: RunRequest, agent: A
     d.checkpointer = checkpointer
 
     begun_by_claim = d.applying is not None and d.applying.begun
-    stops = RunStops(d, request, checkpointer, asked=begun_by_claim and resumed is None)
+    spend = spend_check(
+        d.rt.settings, d.rt.runs.tenant_usage, request.tenant, agent.model_name, session, first_seq
+    )
+    stops = RunStops(d, request, checkpointer, begun_by_claim and resumed is None, spend)
     timeout_s = min(request.timeout_s or d.rt.settings.max_run_s, d.rt.settings.max_run_s)
     d.rt.guard.watch(d.lease, request.run_id, time.time() + timeout_s)
     notice = WaitNotice(d.rt.runs, request.ref)
@@ -334,6 +348,9 @@ def _execute(d: DrainState, session: AgentSession, request: RunRequest, agent: A
         d.pending = result.pending
     except RunHandedBack:
         raise
+    except BudgetExceeded as exc:  # at a step boundary: the finished steps stay
+        record = interrupted_record(request, session, first_seq, exc, RunStatus.FAILED)
+        record = record.model_copy(update={"steps": run_steps(session, first_seq)})
     except RunCancelled as exc:
         if stops.lost():
             raise ConflictError(f"lease or stream lost during run {request.run_id}") from exc
@@ -351,6 +368,8 @@ def _execute(d: DrainState, session: AgentSession, request: RunRequest, agent: A
         budget_waits.reset(listening)
         notice.done()
     record = record.model_copy(update={"last_seq": session.last_seq, "finished_at_ms": now_ms()})
+    if not has_tokens(record.usage):  # it ended early: its model calls were spent all the same
+        record = record.model_copy(update={"usage": run_usage(session, first_seq)})
     record = redacted(record, agent)
     session.record_applied(record, keep=MAX_APPLIED_RECORDS)
     return record
