@@ -134,3 +134,16 @@ def delta_publish_failed(count: int) -> None:
 def delta_flush_timed_out() -> None:
     """Count a step that went on before its pieces were all out."""
     DELTA_FLUSH_TIMEOUTS.inc()
+
+
+MESSAGES_REFUSED = Counter(
+    "tether_messages_refused",
+    "Run messages a worker refused without writing anything, by why (``unregistered``: no run "
+    "of that id was registered by its tenant, with TETHER_REGISTERED_RUNS_ONLY).",
+    ["reason"],
+)
+
+
+def message_refused(reason: str) -> None:
+    """Count a run message refused before anything was written."""
+    MESSAGES_REFUSED.labels(reason=reason).inc()
