@@ -11,12 +11,13 @@ behave the same by construction.
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Iterable, Sequence
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Unpack
 
 from tether.core.results import Resolution, RunStatus
-from tether.errors import RunNotFound, SessionBusy
+from tether.errors import PermissionDenied, RunNotFound, SessionBusy
 from tether.ids import new_id, validate_id, validate_tenant
 from tether.observability.tracing import current_trace_context
 from tether.runs.contract import (
@@ -132,6 +133,27 @@ def build_request(settings: Settings, spec: RunSpec, reply_to: str | None = None
     request = parse_request(doc)
     request.check_input_size(settings.max_input_bytes)
     return request
+
+
+@contextlib.contextmanager
+def acting_for(settings: Settings, tenants: Iterable[str]) -> Iterator[None]:
+    """Say "this credential may not act for tenant X" when Redis refuses a command for a
+    tenant other than the producer's own (with per-tenant users, granting more permissions
+    is never the fix: using that tenant's own credential is)."""
+    try:
+        yield
+    except PermissionDenied as exc:
+        foreign = sorted({t for t in tenants if t != settings.tenant})
+        if not foreign:
+            raise
+        names = ", ".join(repr(t) for t in foreign)
+        raise PermissionDenied(
+            f"Redis denied this credential acting for tenant {names} ({exc.__cause__ or exc}): "
+            f"this producer's credential may not act for that tenant (with per-tenant Redis "
+            f"users each credential is limited to its own tenant's keys, docs/trust-model.md); "
+            f"use that tenant's own credential (TETHER_REDIS_URL), or submit for "
+            f"{settings.tenant!r}"
+        ) from exc
 
 
 def build_requests(

@@ -17,7 +17,7 @@ import redis
 from tests.support.crash import Backends, worker_runtime
 from tests.support.moto_server import S3TestBucket
 from tether.dev.redis_server import RedisServer
-from tether.errors import ConfigurationError
+from tether.errors import ConfigurationError, PermissionDenied
 from tether.keys import RedisKeys
 from tether.persistence.archives.redis_hint import RedisArchiveHint
 from tether.persistence.redis_conn import redis_from_url
@@ -160,3 +160,23 @@ def test_a_tenant_credential_gets_noperm_for_another_tenant(world: World) -> Non
     finally:
         acme.close()
         bob.close()
+
+
+def test_a_cross_tenant_refusal_says_the_credential_may_not_act_for_that_tenant(
+    world: World,
+) -> None:
+    """#29 item 6: not "grant more permissions" (the wrong fix) but "not your tenant"."""
+    acme = world.producer("acme")
+    try:
+        for attempt in (
+            lambda: acme.run_async("s-bob", "9+9", agent="calculator", tenant="bob"),
+            lambda: acme.approve("s-bob", "call_1", agent="calculator", tenant="bob"),
+            lambda: acme.locate("run-x", tenant="bob"),
+        ):
+            with pytest.raises(PermissionDenied) as refused:
+                attempt()
+            message = str(refused.value)
+            assert "may not act for that tenant" in message and "'bob'" in message
+            assert "grant" not in message
+    finally:
+        acme.close()
