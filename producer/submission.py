@@ -31,7 +31,7 @@ from tether.runs.contract import (
 )
 from tether.runs.options import RunExtras, RunOptionsKwargs, check_options
 from tether.runs.queue.base import RunView, StopMode, SubmitOutcome, SubmitState
-from tether.runtime.redaction import DEFAULT_REDACTOR
+from tether.runtime.redaction import DEFAULT_REDACTOR, redact_tree
 from tether.settings import Settings
 
 
@@ -103,6 +103,18 @@ def _redacted(text: object) -> object:
     return DEFAULT_REDACTOR(text) if isinstance(text, str) and text else text
 
 
+def _masked(settings: Settings, metadata: object) -> object:
+    # metadata and settled texts are stored like inputs (the run record, the head)
+    if not settings.redact_inputs or not isinstance(metadata, dict):
+        return metadata
+    return redact_tree(metadata, DEFAULT_REDACTOR)
+
+
+def _redacted_resolution(resolution: Resolution) -> dict[str, object]:
+    doc = resolution.model_dump()
+    return {**doc, "text": _redacted(doc["text"])}
+
+
 def build_request(settings: Settings, spec: RunSpec, reply_to: str | None = None) -> RunRequest:
     """Validate ``spec`` into a request with a fresh run id (no I/O); its completion is
     announced to producer ``reply_to``. The only validation a request gets in the producer.
@@ -125,8 +137,11 @@ def build_request(settings: Settings, spec: RunSpec, reply_to: str | None = None
         "session_id": spec.session_id,
         # a secret pasted into an input never reaches the run record, the broker or the log
         "input": _redacted(spec.input) if settings.redact_inputs else spec.input,
-        "metadata": {} if metadata is None else metadata,
-        "resolutions": [r.model_dump() for r in spec.resolutions],
+        "metadata": {} if metadata is None else _masked(settings, metadata),
+        "resolutions": [
+            _redacted_resolution(r) if settings.redact_inputs else r.model_dump()
+            for r in spec.resolutions
+        ],
         "trace": current_trace_context(),  # the worker's spans continue this trace
         "reply_to": reply_to,
     }
