@@ -150,10 +150,8 @@ def test_resume_on_real_redis_and_s3(make_backends: Callable[[], Backends]) -> N
     assert_committed_once(backends, request)
 
 
-def test_a_lost_stream_falls_back_to_redoing_the_run() -> None:
-    backends = memory_backends()
-    counter = MemoryCounter()
-    request = counting_request("s-lost")
+def die_in_step_seven(backends: Backends, counter: MemoryCounter, request: RunRequest) -> None:
+    """A step-durable run whose worker dies in its seventh tool call, after checkpoints."""
     switch = PowerSwitch()
     dying = worker_runtime(
         backends, "w1", switch=switch, registry=registry_for(counter, "step", 7, switch)
@@ -161,6 +159,13 @@ def test_a_lost_stream_falls_back_to_redoing_the_run() -> None:
     submit(dying.runs, request)
     with pytest.raises(SimulatedCrash):
         drain(dying, TENANT, request.session_id)
+
+
+def test_a_lost_stream_falls_back_to_redoing_the_run() -> None:
+    backends = memory_backends()
+    counter = MemoryCounter()
+    request = counting_request("s-lost")
+    die_in_step_seven(backends, counter, request)
     backends.stream.trim(TENANT, request.session_id, max_len=0)  # Redis lost the run's events
     backends.expire_lease(TENANT, request.session_id)
     taker = worker_runtime(backends, "w2", registry=registry_for(counter, "step", None, None))
@@ -194,13 +199,7 @@ def test_a_checkpoint_replays_only_events_its_own_run_wrote() -> None:
     backends = memory_backends()
     counter = MemoryCounter()
     request = counting_request("s-replay")
-    switch = PowerSwitch()
-    dying = worker_runtime(
-        backends, "w1", switch=switch, registry=registry_for(counter, "step", 7, switch)
-    )
-    submit(dying.runs, request)
-    with pytest.raises(SimulatedCrash):
-        drain(dying, TENANT, request.session_id)
+    die_in_step_seven(backends, counter, request)
     taker = worker_runtime(backends, "w2", registry=registry_for(counter, "step", None, None))
     agent = taker.registry.get("counter")
     assert resume_point(taker, agent, request, None) is not None  # its own events: resumed
