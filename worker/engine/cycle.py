@@ -205,8 +205,32 @@ def _apply_one(d: DrainState, run_id: str) -> Outcome:
         _abandon(d, ref, attempts, unreadable.cause, before_commit=True)
         return Outcome.ABORT
     except (InfrastructureError, ConflictError) as exc:
+        if _finished(d, run_id):
+            _failed_after_commit(d, ref, exc)
+            return Outcome.DONE
         _abandon(d, ref, attempts, exc)
         return Outcome.ABORT
+
+
+def _finished(d: DrainState, run_id: str) -> bool:
+    """True when this drain's commit of ``run_id`` passed its commit point and its finish."""
+    commit = d.last_commit
+    return commit is not None and commit.finished and commit.run_id == run_id
+
+
+def _failed_after_commit(d: DrainState, ref: RunRef, exc: TetherError) -> None:
+    """A step after ``finish`` failed (the archive segment, its hint): the run is committed and
+    its result recorded, so nothing is retried; the held session is dropped (the head, which
+    keeps the events not archived, is read again by the next run)."""
+    log.error(
+        "run %s is committed and finished, but a step after its commit failed (not retried): "
+        "%s. When an archive segment already holds different events, the session's head was "
+        "restored without its archive (or the archive belongs to another history): the head "
+        "stays the truth of the session's memory; restore the archive taken with that head, "
+        "or move aside the segments newer than it",
+        ref.run_id, str(exc).rstrip("."),
+    )  # fmt: skip
+    d.session, d.loaded = None, False
 
 
 class RunUnreadable(Exception):
