@@ -2,9 +2,9 @@
 
 Each tenant has its own Redis ACL user (docs/trust-model.md) that also reaches the broker's
 keys, as every tenant that submits must. Tenant ``team-b`` publishes ordinary run messages (a
-run and an approval) whose bodies name ``team-a``'s session. The worker runs with
-``TETHER_REGISTERED_RUNS_ONLY``: it refuses both (no run of those ids was registered in
-team-a's keyspace, which team-b's credential cannot write), counts them in
+run and an approval) whose bodies name ``team-a``'s session, and a canvas task for it. The
+worker runs with ``TETHER_REGISTERED_RUNS_ONLY``: it refuses all three (no run of those ids was
+registered in team-a's keyspace, which team-b's credential cannot write), counts them in
 ``tether_messages_refused``, and team-a's session is byte-identical in S3 and in Redis.
 """
 
@@ -33,6 +33,7 @@ from tether.producer.submission import run_message
 from tether.runs.contract import RunRef, RunRequest, WireRequest
 from tether.runs.queue.redis import RedisRunQueue
 from tether.settings import Settings
+from tether.worker.canvas import CANVAS_RUN_TASK
 
 NS = "forge"
 QUEUE = "forge-q"
@@ -139,10 +140,13 @@ def test_a_run_message_forged_by_another_tenant_is_refused_and_changes_nothing(
         try:
             for wire in (run, approval):
                 celery.send_task(**run_message(wire, QUEUE))
+            # a canvas task, which registers its run itself unless the mode forbids it
+            canvas = {"agent": "notes", "tenant": "team-a"}
+            celery.send_task(CANVAS_RUN_TASK, (session, "remember B"), canvas, queue=QUEUE)
         finally:
             celery.close()
 
-        assert eventually(lambda: refused(world.worker) >= 2, timeout_s=60)
+        assert eventually(lambda: refused(world.worker) >= 3, timeout_s=60)
         assert world.stored() == stored  # head and archive byte-identical
         assert world.session_keys("team-a", session) == in_redis  # no record, event, session
         runs = RedisRunQueue(world.admin, RedisKeys(NS), result_ttl_s=3600)
