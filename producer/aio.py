@@ -171,7 +171,8 @@ class AsyncProducer:
 
     async def _submit_requests(self, requests: list[WireRequest]) -> list[Submitted]:
         """Submit, preempt, publish, record refusals: what ``Producer.submit_many`` does."""
-        outcomes = await self.runs.submit_many(requests, queue=self.settings.queue)
+        with submission.acting_for(self.settings, (w.request.tenant for w in requests)):
+            outcomes = await self.runs.submit_many(requests, queue=self.settings.queue)
         submitted = submission.plan_submission(requests, outcomes)
         for item in submitted:
             mode = item.stop_mode
@@ -275,7 +276,8 @@ class AsyncProducer:
     async def locate(self, run_id: str, *, tenant: str | None = None) -> RunRef | None:
         """Where run ``run_id`` of ``tenant`` (default: this producer's) lives, or None."""
         scope = validate_tenant(tenant or self.settings.tenant)
-        return await self.runs.locate(scope, submission.run_id_arg(run_id))
+        with submission.acting_for(self.settings, [scope]):
+            return await self.runs.locate(scope, submission.run_id_arg(run_id))
 
     def handle(self, run_id: str, *, tenant: str | None = None) -> AsyncRunHandle:
         """A handle on an existing run of ``tenant`` (default: this producer's); does no I/O.

@@ -47,6 +47,11 @@ class ConfigurationError(UsageError):
     """A setting is missing or malformed."""
 
 
+class PermissionDenied(ConfigurationError):
+    """Redis refused a command to this credential: its ACL user may not run it, or may not
+    touch that key (with per-tenant users: another tenant's; see docs/trust-model.md)."""
+
+
 class SettingsError(ConfigurationError):
     """A ``TETHER_*`` setting (environment, ``.env`` or ``.tether/env``) is invalid or unknown.
 

@@ -108,6 +108,11 @@ class Settings(BaseSettings):
         description="Producers mask common credential formats (sk-..., AKIA..., bearer tokens) "
         "in run inputs before anything is stored or sent.",
     )
+    registered_runs_only: bool = Field(
+        default=False,
+        description="Workers run only runs a producer registered in its tenant's keyspace; a "
+        "run message is never registered on delivery (set it with per-tenant Redis users).",
+    )
     queue: str = Field(default="tether", description="Celery queue for run tasks.")
     # 6 s: a dead worker's run is taken over within about one TTL (renewed every TTL/3)
     lease_ttl_ms: int = Field(

@@ -163,3 +163,16 @@ def model_usage(model: str, tenant: str, usage: Usage, cost_usd: float | None) -
         MODEL_TOKENS.labels(model=model, kind=kind, tenant=tenant).inc(tokens)
     if cost_usd is not None:
         MODEL_COST.labels(model=model, tenant=tenant).inc(cost_usd)
+
+
+MESSAGES_REFUSED = Counter(
+    "tether_messages_refused",
+    "Run messages a worker refused without writing anything, by why (``unregistered``: no run "
+    "of that id was registered by its tenant, with TETHER_REGISTERED_RUNS_ONLY).",
+    ["reason"],
+)
+
+
+def message_refused(reason: str) -> None:
+    """Count a run message refused before anything was written."""
+    MESSAGES_REFUSED.labels(reason=reason).inc()

@@ -30,6 +30,7 @@ from tether.errors import (
     ConflictError,
     DataError,
     InfrastructureError,
+    InvalidInput,
     RetriesExhausted,
     RunCancelled,
     RunHandedBack,
@@ -45,6 +46,7 @@ from tether.runs.queue.base import IdleRelease, RunView, SubmitOutcome
 from tether.runs.usage.base import has_tokens
 from tether.runs.usage.policy import prices
 from tether.runtime.agent import Agent
+from tether.runtime.approvals import check_resolutions
 from tether.runtime.session import AgentSession
 from tether.worker.engine.claim import Carried
 from tether.worker.engine.commit import CommitTarget
@@ -207,8 +209,32 @@ def _apply_one(d: DrainState, run_id: str) -> Outcome:
         _abandon(d, ref, attempts, unreadable.cause, before_commit=True)
         return Outcome.ABORT
     except (InfrastructureError, ConflictError) as exc:
+        if _finished(d, run_id):
+            _failed_after_commit(d, ref, exc)
+            return Outcome.DONE
         _abandon(d, ref, attempts, exc)
         return Outcome.ABORT
+
+
+def _finished(d: DrainState, run_id: str) -> bool:
+    """True when this drain's commit of ``run_id`` passed its commit point and its finish."""
+    commit = d.last_commit
+    return commit is not None and commit.finished and commit.run_id == run_id
+
+
+def _failed_after_commit(d: DrainState, ref: RunRef, exc: TetherError) -> None:
+    """A step after ``finish`` failed (the archive segment, its hint): the run is committed and
+    its result recorded, so nothing is retried; the held session is dropped (the head, which
+    keeps the events not archived, is read again by the next run)."""
+    log.error(
+        "run %s is committed and finished, but a step after its commit failed (not retried): "
+        "%s. When an archive segment already holds different events, the session's head was "
+        "restored without its archive (or the archive belongs to another history): the head "
+        "stays the truth of the session's memory; restore the archive taken with that head, "
+        "or move aside the segments newer than it",
+        ref.run_id, str(exc).rstrip("."),
+    )  # fmt: skip
+    d.session, d.loaded = None, False
 
 
 class RunUnreadable(Exception):
@@ -273,6 +299,10 @@ def _attempt(
     if budget_spent:
         commit.finish(_retries_exhausted(request, attempts, view))
         return Outcome.DONE
+    refused = _refused_settlement(d, session, request, attempts)
+    if refused is not None:
+        commit.finish(refused)
+        return Outcome.DONE
     started_ms = now_ms()
     d.pending = ()
     record = _execute(d, session, request, agent)
@@ -293,6 +323,25 @@ def _attempt(
     return Outcome.DONE
 
 
+def _refused_settlement(
+    d: DrainState, session: AgentSession, request: RunRequest, attempts: int
+) -> RunResult | None:
+    """The failure of a continuation that settles no pending call (before it writes anything:
+    no session is saved, no event published), else None."""
+    if not request.resolutions or d.resumed is not None:  # a resumed run settled them already
+        return None
+    try:
+        check_resolutions(session, request.resolutions)
+    except InvalidInput as exc:
+        log.warning("run %s refused: %s", request.run_id, exc)
+        if d.announce is not None:  # restored for this run alone: forget it, unannounced
+            d.session, d.loaded, d.announce = None, False, None
+        return RunResult.failure(
+            request, RunStatus.FAILED, exc.error_type, str(exc), attempts=attempts
+        )
+    return None
+
+
 def _retries_exhausted(
     request: RunRequest, attempts: int, view: RunView, now: TetherError | None = None
 ) -> RunResult:
@@ -309,6 +358,9 @@ def _retries_exhausted(
 def _execute(d: DrainState, session: AgentSession, request: RunRequest, agent: Agent) -> RunRecord:
     """Run (or resume) the agent on ``session``; the record of how it ended, applied to it."""
     resumed, d.resumed = d.resumed, None
+    if d.announce is not None:
+        d.publisher(d.announce)
+        d.announce = None
     first_seq = resumed.progress.first_seq if resumed else session.last_seq + 1
     before = resumed.before if resumed else (session.memory_snapshot(), session.last_compact)
     for key, value in request.metadata.items():
@@ -379,7 +431,7 @@ def _adopt(d: DrainState, session: AgentSession, agent_name: str) -> AgentSessio
     """Make ``session`` the held one, publishing from now on (its restore event included)."""
     session.add_listener(d.publisher)
     if session.events and session.events[-1].type is EventType.SESSION_RESTORED:
-        d.publisher(session.events[-1])
+        d.announce = session.events[-1]  # published when a run executes on it (_execute)
     d.session, d.agent_name = session, agent_name
     return session
 
@@ -388,6 +440,7 @@ def _session_for(d: DrainState, request: RunRequest, agent: Agent) -> AgentSessi
     """The session to run on: loaded once per lease (at the run's checkpoint, when it has
     one), then kept between runs."""
     if not d.loaded:
+        d.announce = None  # a restore of an abandoned attempt is never announced
         with span("tether.restore", session_id=request.session_id):
             stored = load_head(d.rt, d.lease, agent, request, d.applying)
         d.loaded = True
