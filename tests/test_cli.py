@@ -409,4 +409,4 @@ def test_approve_a_waiting_run_from_the_shell(live_stack: Stack) -> None:
     )
     assert "not today" in rejected.stdout
     again = tether(live_stack.env, "approve", sid, call["call_id"], "--agent", "approver")
-    one_error_line(again, "InvalidInput", "does not wait for approval")
+    one_error_line(again, "InvalidInput", "is not pending")

@@ -153,15 +153,25 @@ def settings_redactor(settings: Any, extra: Iterable[str | None] = ()) -> TextRe
     return secret_redactor(values)
 
 
-def redact_tree(value: Any, redact: TextRedactor) -> Any:
+#: Deeper trees are left as they are: the request's validation refuses them (run metadata may be
+#: 32 levels deep), and recursing into a hostile one would blow the stack first.
+MAX_TREE_DEPTH = 64
+
+
+def redact_tree(value: Any, redact: TextRedactor, *, depth: int = 0) -> Any:
     """``value`` (a JSON tree: run metadata, a settled call's text) with ``redact`` applied to
-    every string in it, keys included."""
+    every string in it, keys included (down to :data:`MAX_TREE_DEPTH` levels)."""
     if isinstance(value, str):
         return redact(value)
+    if depth >= MAX_TREE_DEPTH:
+        return value
     if isinstance(value, dict):
-        return {redact_tree(k, redact): redact_tree(v, redact) for k, v in value.items()}
+        return {
+            redact_tree(k, redact, depth=depth + 1): redact_tree(v, redact, depth=depth + 1)
+            for k, v in value.items()
+        }
     if isinstance(value, list | tuple):
-        return [redact_tree(v, redact) for v in value]
+        return [redact_tree(v, redact, depth=depth + 1) for v in value]
     return value
 
 
