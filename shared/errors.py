@@ -81,6 +81,14 @@ class UnknownAgent(UsageError):
     """A request names an agent that no registry knows."""
 
 
+class ScheduleNotFound(UsageError):
+    """No run schedule with that name exists."""
+
+
+class ScheduleExists(UsageError):
+    """A run schedule with that name already exists (``add`` refused; remove it first)."""
+
+
 class InputTooLarge(InvalidInput):
     """A run input exceeds the configured size limit."""
 

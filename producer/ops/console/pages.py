@@ -26,6 +26,7 @@ from tether.producer.ops.console.fmt import fmt_duration, fmt_time
 from tether.producer.ops.console.live import LiveFeeds, TooManyFeeds
 from tether.producer.ops.console.metrics import console_registry, render
 from tether.producer.ops.console.runs_view import RUN_STATUSES, get_run, list_runs
+from tether.producer.ops.console.schedules_view import ScheduleSource
 from tether.producer.ops.console.sessions_view import list_sessions, session_detail
 from tether.producer.ops.console.workers_view import RateTracker, broker_depth, list_worker_rows
 
@@ -69,6 +70,7 @@ class Pages:
     def __post_init__(self) -> None:
         self.feeds = LiveFeeds(self.b, self.config.tenant)
         self.registry = console_registry(self.b, self.config.tenant)
+        self.schedule_source = ScheduleSource(self.b)
 
     def page(
         self, request: Request, name: str, status_code: int = 200, **context: Any
@@ -132,6 +134,10 @@ class Pages:
     def workers(self, request: Request) -> Response:
         rows = list_worker_rows(self.b, self.config.tenant, self.rates)
         return self.page(request, "workers.html", rows=rows, broker=broker_depth(self.b))
+
+    def schedules(self, request: Request) -> Response:
+        rows = self.schedule_source.rows(self.config.tenant)
+        return self.page(request, "schedules.html", rows=rows)
 
     def metrics(self, request: Request) -> Response:
         return Response(render(self.registry), media_type=CONTENT_TYPE_LATEST)
