@@ -11,11 +11,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import httpx
 import pytest
 import redis
 
-from tests.support.console import Console
 from tether.errors import InvalidInput, ScheduleExists, ScheduleNotFound, UnknownAgent
 from tether.producer.client import Producer
 from tether.producer.schedules import Schedules
@@ -184,15 +182,3 @@ def test_a_tick_fired_by_two_beats_is_one_run(redis_url: str) -> None:
             f"sched:twice:{int(tick.timestamp())}"
         ]
 
-
-def test_the_console_shows_its_tenants_schedules(redis_url: str, tmp_path: Path) -> None:
-    schedules = Schedules(Settings(broker_url=redis_url, redis_url=redis_url))
-    schedules.add("mine", session_id="s-1", agent="echo", cron="0 7 * * *")
-    schedules.add("theirs", session_id="s-1", agent="echo", every_s=60, tenant="other")
-    schedules.pause("mine")
-    env = {**_env(redis_url), "TETHER_STORE_URL": f"file://{tmp_path / 'store'}"}
-    with Console(env, tmp_path) as console:
-        page = httpx.get(console.url + "/schedules", timeout=30)
-    assert page.status_code == 200
-    assert 'data-schedule="mine"' in page.text and "0 7 * * *" in page.text
-    assert "paused" in page.text and 'data-schedule="theirs"' not in page.text

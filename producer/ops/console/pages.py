@@ -139,6 +139,12 @@ class Pages:
         rows = self.schedule_source.rows(self.config.tenant)
         return self.page(request, "schedules.html", rows=rows)
 
+    def webhooks(self, request: Request) -> Response:
+        from tether.producer.ops.webhooks_admin import dead_letters
+
+        dead = dead_letters(self.b.producer()).list(tenant=self.config.tenant)
+        return self.page(request, "webhooks.html", dead=dead)
+
     def metrics(self, request: Request) -> Response:
         return Response(render(self.registry), media_type=CONTENT_TYPE_LATEST)
 
