@@ -4,8 +4,12 @@ its checks at submit (nothing written), the settings, the body, the dead letters
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import redis
@@ -158,3 +162,15 @@ def test_dead_letters_round_trip_on_redis(redis_url: str) -> None:
     assert stored is not None and stored.last_error == "HTTP 500" and stored.body == first.body
     assert letters.remove(first.id) and not letters.remove(first.id)
     assert [d.id for d in letters.list()] == [second.id]
+
+
+def test_the_cli_refuses_a_bad_webhook_with_one_line_and_exit_2(redis_url: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    env.update({"TETHER_BROKER_URL": redis_url, "TETHER_REDIS_URL": redis_url})
+    script = Path(sys.executable).parent / "tether"
+    argv = [str(script), "submit", "s-1", "hi", "--agent", "echo", "--webhook", "http://10.0.0.7/h"]
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=90)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "10.0.0.7" in lines[0] and "Traceback" not in result.stderr
+    assert redis.Redis.from_url(redis_url).keys("*") == []

@@ -5,7 +5,7 @@ written.
 Persisted as the ``kwargs`` of its celery-redbeat entry (JSON). Versions:
 
 - 1: ``name``, ``session_id``, ``agent``, ``input``, ``tenant``, ``cron`` | ``every_s``,
-  ``missed`` (``skip`` or ``catch_up``).
+  ``missed`` (``skip`` or ``catch_up``). Golden file: ``tests/fixtures/schedule_entry_v1.json``.
 """
 
 from __future__ import annotations

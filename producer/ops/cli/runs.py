@@ -67,6 +67,7 @@ RunTimeoutOption = Annotated[
     ),
 ]
 BusyOption = Annotated[str | None, typer.Option("--on-busy", help=option_help("on_busy"))]
+WebhookOption = Annotated[str | None, typer.Option("--webhook", help=option_help("webhook"))]
 
 
 def register(app: typer.Typer) -> None:
@@ -95,6 +96,7 @@ def run_command(
     request_id: RequestIdOption = None,
     timeout_s: RunTimeoutOption = None,
     on_busy: BusyOption = None,
+    webhook: WebhookOption = None,
     wait_s: WaitOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -120,6 +122,7 @@ def submit(
     request_id: RequestIdOption = None,
     timeout_s: RunTimeoutOption = None,
     on_busy: BusyOption = None,
+    webhook: WebhookOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Enqueue a run and print its run id (follow it with `tether wait RUN_ID`)."""

@@ -29,7 +29,19 @@ def register(app: typer.Typer) -> None:
     app.command()(beat)
 
 
+def _require_redbeat() -> None:
+    try:
+        import redbeat  # noqa: F401
+    except ImportError:
+        from tether.errors import ConfigurationError
+
+        raise ConfigurationError(
+            "scheduled runs need celery-redbeat: pip install 'tether[schedules]'"
+        ) from None
+
+
 def _schedules() -> Schedules:
+    _require_redbeat()
     from tether.producer.schedules import Schedules
 
     return Schedules(cli_settings())
@@ -151,6 +163,7 @@ def beat(
     ] = False,
 ) -> None:
     """Run Celery beat for the schedules (any number of them: one ticks, the others wait)."""
+    _require_redbeat()
     from tether.producer.schedules.beat import beat_config
 
     settings = cli_settings()

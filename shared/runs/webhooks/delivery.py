@@ -4,7 +4,8 @@ redelivery send the same bytes), one attempt at it, and the delay before the nex
 Persisted (in the retry task's arguments and the dead letters) as JSON. Versions:
 
 - 1: ``id``, ``url``, ``tenant``, ``session_id``, ``run_id``, ``status``, ``body``,
-  ``attempts``, ``last_error``, ``died_at_ms``.
+  ``attempts``, ``last_error``, ``died_at_ms``. Golden file:
+  ``tests/fixtures/webhook_delivery_v1.json``.
 """
 
 from __future__ import annotations
