@@ -139,7 +139,6 @@ def _env(redis_url: str) -> dict[str, str]:
     [
         (["--cron", "*/5 * * *"], "'*/5 * * *'"),
         (["--cron", "*/5 * * * *", "--agent", "nobody"], "'nobody'"),
-        (["--every-s", "5", "--session", "bad/id"], "'bad/id'"),
     ],
 )
 def test_the_cli_refuses_bad_input_with_one_line_and_exit_2(
@@ -181,4 +180,3 @@ def test_a_tick_fired_by_two_beats_is_one_run(redis_url: str) -> None:
         assert [r.rsplit(":req:", 1)[1] for r in requests] == [
             f"sched:twice:{int(tick.timestamp())}"
         ]
-

@@ -18,8 +18,9 @@ from tests.support.stack import eventually, unique
 from tests.support.webhook_receiver import ACCEPT, FAIL, HANG, Receiver, webhook_receiver
 from tether.core.results import RunStatus
 from tether.dev.workers import WorkerFleet
+from tether.errors import UsageError
 from tether.producer.client import Producer
-from tether.producer.ops.webhooks_admin import dead_letters
+from tether.producer.ops.webhooks_admin import dead_letters, redeliver
 from tether.runs.webhooks import ID_HEADER, verify_webhook
 from tether.settings import load_settings
 
@@ -100,23 +101,20 @@ def test_a_dead_webhook_is_listed_and_redelivered(
     assert waiting.status is RunStatus.WAITING  # the tenant's webhook: a person is needed
     delivery_id = f"wh-{waiting.run_id}-waiting"
 
-    def dead() -> list[dict[str, Any]]:
-        listed = _tether(hooks_env, "webhooks", "dead", "--tenant", "hooks", "--json")
-        assert listed.returncode == 0, listed.stderr
-        return [d for d in json.loads(listed.stdout) if d["id"] == delivery_id]
-
     with Producer(settings) as producer:  # wait in-process: a CLI start per poll is slow
         eventually(lambda: dead_letters(producer).get(delivery_id), 60)
-    letter = dead()[0]
-    assert letter["attempts"] == MAX_ATTEMPTS and letter["last_error"] == "HTTP 500"
-    assert len(receiver.on("/tenant")) == MAX_ATTEMPTS
-    receiver.default["/tenant"] = ACCEPT
-    again = _tether(hooks_env, "webhooks", "redeliver", delivery_id)
-    assert again.returncode == 0, again.stderr
-    accepted = eventually(lambda: [r for r in receiver.on("/tenant") if r.action == ACCEPT], 60)
+        listed = _tether(hooks_env, "webhooks", "dead", "--tenant", "hooks", "--json")
+        assert listed.returncode == 0, listed.stderr
+        letter = next(d for d in json.loads(listed.stdout) if d["id"] == delivery_id)
+        assert letter["attempts"] == MAX_ATTEMPTS and letter["last_error"] == "HTTP 500"
+        assert len(receiver.on("/tenant")) == MAX_ATTEMPTS
+        receiver.default["/tenant"] = ACCEPT
+        again = _tether(hooks_env, "webhooks", "redeliver", delivery_id)
+        assert again.returncode == 0, again.stderr
+        accepted = eventually(lambda: [r for r in receiver.on("/tenant") if r.action == ACCEPT], 60)
+        assert dead_letters(producer).get(delivery_id) is None
+        with pytest.raises(UsageError, match=delivery_id):  # redelivered: no longer dead
+            redeliver(producer, delivery_id)
     body = verify_webhook(accepted[0].body, accepted[0].headers, SECRET)
     assert body["status"] == "WAITING" and body["pending"][0]["tool"] == "transfer"
     assert accepted[0].headers[ID_HEADER] == delivery_id
-    assert dead() == []
-    missing = _tether(hooks_env, "webhooks", "redeliver", delivery_id)
-    assert missing.returncode == 2 and delivery_id in missing.stderr
