@@ -46,6 +46,6 @@ def test_sleepy_sleeps(registry: AgentRegistry) -> None:
 
 
 def test_unknown_agent_lists_known_names(registry: AgentRegistry) -> None:
-    names = "approver, calculator, echo, notes, sleepy"
+    names = "approver, assistant, calculator, echo, notes, sleepy"
     with pytest.raises(UnknownAgent, match=f"known agents: {names}"):
         registry.get("nope")

@@ -79,7 +79,7 @@ def test_assistant_on_a_worker_answers_from_the_server_and_the_key_is_nowhere(
     openai_server.script([reply("unused", malformed=True)])
     failed = assistant_worker.run_async(sid, "and now?", agent="assistant").run_result(timeout=60)
     assert failed.status is RunStatus.FAILED and failed.error_type == "ModelError"
-    assert "malformed answer" in (failed.error_message or "")
+    assert "sent a malformed" in (failed.error_message or "")
     assert "MALFORMED key=***" in (failed.error_message or "")
     after = reader.read(sid)
     assert after is not None and after.memory == before.memory

@@ -177,3 +177,56 @@ def test_pieces_published_together_are_joined_per_text_and_per_call() -> None:
     ]
     other_step = LiveDelta("r", 1, 1, 0, "text", "c")
     assert coalesce([pieces[0], other_step]) == [pieces[0], other_step]
+
+
+class SplittingModel(ScriptedModel):
+    """Streams its answer in 3-character pieces, so a secret always spans several."""
+
+    def stream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
+        response = self.complete(request)
+        for start in range(0, len(response.text), 3):
+            on_delta(ModelDelta("text", response.text[start : start + 3]))
+        for index, call in enumerate(response.tool_calls):
+            for start in range(0, len(call.arguments), 3):
+                first = start == 0
+                on_delta(
+                    ModelDelta(
+                        "tool_arguments",
+                        call.arguments[start : start + 3],
+                        call_index=index,
+                        call_id=call.id if first else None,
+                        tool_name=call.name if first else None,
+                    )
+                )
+        return response
+
+
+def test_a_secret_split_across_pieces_never_reaches_the_sink() -> None:
+    from tether.runtime.redaction import secret_redactor
+
+    secret = "hunter2-very-secret"
+    pasted = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0K1"  # caught by the default patterns
+    answers = [
+        ModelResponse.call(
+            "call_1", "lookup", json.dumps({"key": secret}), text=f"using {secret} now"
+        ),
+        ModelResponse.final(f"done with {secret}, and {pasted}\nbye"),
+    ]
+    agent = Agent(SplittingModel(answers), tools=[lookup], redact=secret_redactor([secret]))
+    rec = Recorder()
+    agent.new_session().run("go", on_delta=rec)
+    pieces = [v[1] for k, v in rec.log if k == "piece"]
+    published = "".join(d.text for d in pieces)
+    assert secret[:8] not in published and pasted[:12] not in published
+    texts = {
+        step: "".join(
+            d.text
+            for s, d in (v for k, v in rec.log if k == "piece")
+            if s == step and d.kind == "text"
+        )
+        for step in (0, 1)
+    }
+    assert texts == {0: "using *** now", 1: "done with ***, and ***\nbye"}
+    args = [d for s, d in (v for k, v in rec.log if k == "piece") if d.kind == "tool_arguments"]
+    assert "".join(d.text for d in args) == json.dumps({"key": "***"})
+    assert (args[0].call_id, args[0].tool_name) == ("call_1", "lookup")

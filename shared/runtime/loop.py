@@ -37,6 +37,7 @@ from tether.errors import ModelError, RunCancelled, RunTimeout, TetherError, Tok
 from tether.models.base import ModelClient, ModelRequest, ModelResponse, StreamingModelClient
 from tether.observability.tracing import record_usage, span
 from tether.runtime.progress import RunProgress
+from tether.runtime.streaming import redacted
 from tether.runtime.tool_runner import Call, execute_parallel, run_with_timeout
 from tether.runtime.tools import APPROVAL_OUTPUT, ToolContext, ToolOutcome, failed
 
@@ -92,7 +93,7 @@ def run_loop(
         first_seq=session.last_seq + 1 if resume is None else resume.first_seq,
         timeout_s=session.agent.options.timeout_s if timeout_s is None else timeout_s,
         checkpoint=checkpoint,
-        deltas=on_delta,
+        deltas=redacted(on_delta, session.agent.redact) if on_delta is not None else None,
     )
     step = 0
     try:

@@ -6,13 +6,18 @@ of ``complete`` and passes each piece on with its step. ``step_done`` comes once
 returned or failed and before the step's ``MODEL_RESPONSE`` event is emitted, so everything
 published for a step is out before the step's events. Without one (in-process use) the loop
 calls ``complete`` as it always did.
+
+Pieces are redacted like events (:func:`redacted`): a secret the model repeats never reaches the
+live channel either, even when the provider splits it across pieces.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Protocol
 
 from tether.models.base import ModelDelta
+from tether.runtime.redaction import TextRedactor
 
 
 class RunDeltas(Protocol):
@@ -24,3 +29,75 @@ class RunDeltas(Protocol):
     def step_done(self, step: int) -> None:
         """``step``'s model call is over: hand out what is pending before returning (never
         raise: pieces are for people watching, the run does not depend on them)."""
+
+
+def redacted(inner: RunDeltas, redact: TextRedactor | None) -> RunDeltas:
+    """``inner`` behind the agent's redactor (``inner`` itself when redaction is off)."""
+    return inner if redact is None else _RedactedDeltas(inner, redact)
+
+
+class _RedactedDeltas:
+    """Hands out each piece redacted as part of everything its stream has said so far.
+
+    A piece alone cannot be redacted: a provider may split a secret across pieces, and a
+    pattern may need the text before it (``Bearer <token>``). So each stream (the text, or one
+    tool call's arguments) keeps its raw text, and only the part up to its last whitespace is
+    redacted and handed out; the rest waits for more text or for the end of the step. Secrets
+    and the credential patterns hold no whitespace, so a match never crosses that boundary and
+    what was handed out stays a prefix of the redacted whole. A stream ends whole when the
+    next one starts (the text before the calls, call 0 before call 1) or when the step does.
+    """
+
+    def __init__(self, inner: RunDeltas, redact: TextRedactor) -> None:
+        self._inner = inner
+        self._redact = redact
+        self._streams: dict[tuple[int, str, int], _Stream] = {}
+        self._last: tuple[int, str, int] | None = None
+
+    def piece(self, step: int, delta: ModelDelta) -> None:
+        key = (step, delta.kind, delta.call_index)
+        if self._last is not None and self._last != key and self._last in self._streams:
+            # providers stream the text, then each call's arguments, one after the other: a
+            # piece of the next one means the last one is complete, so it goes out whole (and
+            # the pieces keep the order the model sent them in)
+            last = self._streams[self._last]
+            self._emit(self._last[0], last, last.raw)
+        self._last = key
+        stream = self._streams.get(key)
+        if stream is None:
+            stream = self._streams[key] = _Stream(first=delta)
+        stream.raw += delta.text
+        cut = max(delta.text.rfind(c) for c in " \t\n\r")
+        if cut >= 0:
+            self._emit(step, stream, stream.raw[: len(stream.raw) - len(delta.text) + cut + 1])
+
+    def step_done(self, step: int) -> None:
+        self._last = None
+        for key in [k for k in self._streams if k[0] == step]:
+            stream = self._streams.pop(key)
+            self._emit(step, stream, stream.raw)
+        self._inner.step_done(step)
+
+    def _emit(self, step: int, stream: _Stream, stable: str) -> None:
+        text = self._redact(stable)
+        if not text.startswith(stream.sent):
+            return  # a redaction reached back into what was handed out: the event will tell
+        new = text[len(stream.sent) :]
+        if not new:
+            return
+        stream.sent = text
+        first, stream.first = stream.first, None
+        template = first if first is not None else stream.template
+        self._inner.piece(step, dataclasses.replace(template, text=new))
+
+
+@dataclasses.dataclass
+class _Stream:
+    first: ModelDelta | None
+    raw: str = ""
+    sent: str = ""
+
+    def __post_init__(self) -> None:
+        assert self.first is not None
+        # later pieces of a call carry no id or name (the first one did)
+        self.template = dataclasses.replace(self.first, text="", call_id=None, tool_name=None)

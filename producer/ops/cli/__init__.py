@@ -26,7 +26,17 @@ from typing import Annotated
 import click
 import typer
 
-from tether.producer.ops.cli import approvals, batch, runs, schedule, sessions, stack, webhooks
+from tether.producer.ops.cli import (
+    approvals,
+    batch,
+    replay,
+    runs,
+    schedule,
+    sessions,
+    stack,
+    webhooks,
+)
+from tether.producer.ops.cli import autoscale as autoscale_cli
 from tether.producer.ops.cli import console as console_cli
 from tether.producer.ops.cli.support import (
     EXIT_FAILED,
@@ -157,10 +167,12 @@ def worker(
 
 runs.register(app)
 approvals.register(app)
+replay.register(app)
 sessions.register(app)
 batch.register(app)
 console_cli.register(app)
 stack.register(app)
+autoscale_cli.register(app)
 schedule.register(app)
 webhooks.register(app)
 
