@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from tether.producer.client import Producer, RunSpec
     from tether.producer.handle import RunHandle
     from tether.producer.ops.batch import run_batch
+    from tether.producer.schedules import Schedules
     from tether.runs.options import RunOptions, RunOptionsKwargs
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "RunOptions",
     "RunOptionsKwargs",
     "RunSpec",
+    "Schedules",
     "run_batch",
 ]
 
@@ -50,6 +52,10 @@ def __getattr__(name: str) -> Any:
         from tether.runs import options
 
         return getattr(options, name)
+    if name == "Schedules":  # scheduled runs (the `schedules` extra: celery-redbeat)
+        from tether.producer.schedules import Schedules
+
+        return Schedules
     if name == "run_batch":
         from tether.producer.ops.batch import run_batch
 

@@ -177,10 +177,21 @@ def build_requests(
     """:func:`build_request` for each spec, each serialized once: the text both the run record
     and the run message carry (see :class:`~tether.runs.contract.WireRequest`).
 
+    A request with a webhook also has its destination checked (a DNS lookup: the one I/O here,
+    only for those) and its tenant's signing secret.
+
     Raises:
-        InvalidInput: as :func:`build_request`, for the first bad spec (none is returned).
+        InvalidInput: as :func:`build_request`, for the first bad spec (none is returned), or a
+            refused webhook address.
+        ConfigurationError: a webhook without a signing secret for its tenant.
     """
-    return [WireRequest.of(build_request(settings, spec, reply_to)) for spec in specs]
+    built = [WireRequest.of(build_request(settings, spec, reply_to)) for spec in specs]
+    for wire in built:
+        if wire.request.webhook is not None:
+            from tether.runs.webhooks.addresses import check_webhook
+
+            check_webhook(settings, wire.request.webhook, wire.request.tenant)
+    return built
 
 
 @dataclass(frozen=True)

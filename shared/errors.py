@@ -86,6 +86,18 @@ class UnknownAgent(UsageError):
     """A request names an agent that no registry knows."""
 
 
+class ScheduleNotFound(UsageError):
+    """No run schedule with that name exists."""
+
+
+class ScheduleExists(UsageError):
+    """A run schedule with that name already exists (``add`` refused; remove it first)."""
+
+
+class InvalidSignature(InvalidInput):
+    """A webhook's signature or timestamp does not verify (receivers: refuse the delivery)."""
+
+
 class InputTooLarge(InvalidInput):
     """A run input exceeds the configured size limit."""
 

@@ -69,6 +69,13 @@ Namespace-wide keys (each in its own slot, written beside a script, never inside
   call's token, score its expiry in ms) and ``:pause`` (string, PX): one model's fleet-wide rate
   limit (see :mod:`tether.runs.limits`); one slot per model, so one script decides a call.
 - ``<p>:{~waiting}`` (zset): runs waiting for a model's budget now (``tether status``).
+- ``<p>:{~sched}:<name>`` (hash, fields ``definition`` and ``meta``, celery-redbeat's format),
+  ``<p>:{~sched}::schedule`` (zset, entry key scored by its next tick) and
+  ``<p>:{~sched}::lock`` (the active beat's lock): the run schedules (see
+  :mod:`tether.producer.schedules`); :meth:`RedisKeys.schedules` is redbeat's key prefix.
+- ``<p>:{~webhooks}:dead`` (hash, field a delivery id, value its JSON) and
+  ``<p>:{~webhooks}:dead:order`` (zset, delivery id scored by when it died): webhook deliveries
+  that ran out of attempts, for ``tether webhooks dead | redeliver``.
 - ``<p>:{~workers}`` (zset): the presence index, member worker id, score its last heartbeat
   (ms). One slot for all presence keys: listing workers is one MGET.
 
@@ -316,3 +323,16 @@ class RedisKeys:
     def kick(self, tenant: str, session_id: str) -> str:
         """The sweeper's short-lived claim on re-enqueueing a session (SET NX PX)."""
         return self._session_key(tenant, session_id, "kick")
+
+    def schedules(self) -> str:
+        """The key prefix of the run schedules: celery-redbeat's ``redbeat_key_prefix``, so an
+        entry is ``<p>:{~sched}:<name>``; schedule names are ids without ``:`` (see
+        :mod:`tether.producer.schedules`), so no name meets redbeat's ``::schedule`` and
+        ``::lock``."""
+        return f"{self.prefix}:{{~sched}}:"
+
+    def webhooks_dead(self) -> tuple[str, str]:
+        """The webhook dead letters: a hash (delivery id to its JSON) and a zset (delivery id
+        scored by when it died, ms), in one slot."""
+        tag = f"{self.prefix}:{{~webhooks}}:dead"
+        return tag, f"{tag}:order"

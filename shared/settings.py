@@ -54,6 +54,7 @@ from tether.settings_files import ENV_FILES as ENV_FILES
 from tether.settings_files import ENV_PREFIX as ENV_PREFIX
 from tether.settings_files import LOCAL_ENV_FILE as LOCAL_ENV_FILE
 from tether.settings_files import EnvFiles
+from tether.settings_webhooks import WebhookSettings
 
 _SECRET = "********"
 _DAY_S = 86_400
@@ -65,8 +66,9 @@ def _invalid_value(reason: str) -> PydanticCustomError:
     return PydanticCustomError("tether_setting", "{reason}", {"reason": reason})
 
 
-class Settings(BaseSettings):
-    """All of Tether's settings (see docs/configuration.md)."""
+class Settings(WebhookSettings):
+    """All of Tether's settings (see docs/configuration.md); the ``TETHER_WEBHOOK_*`` ones are
+    declared in :mod:`tether.settings_webhooks`."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
 

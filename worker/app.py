@@ -25,7 +25,13 @@ from tether.settings import load_settings
 EXIT_SETTINGS = 2
 
 app = Celery(
-    "tether", include=["tether.worker.tasks", "tether.worker.heartbeat", "tether.worker.canvas"]
+    "tether",
+    include=[
+        "tether.worker.tasks",
+        "tether.worker.heartbeat",
+        "tether.worker.canvas",
+        "tether.worker.webhooks",
+    ],
 )
 
 

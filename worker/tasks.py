@@ -189,8 +189,16 @@ def get_services() -> EngineServices:
             _runtime = build_services(enqueue_drain)
             _runtime.draining = _is_draining
             _runtime.guard = guard_for_this_process()
+            _runtime.on_finished = _webhook_notifier(_runtime.settings)
             _runtime_pid = os.getpid()
         return _runtime
+
+
+def _webhook_notifier(settings: Any) -> Any:
+    """The engine's ``on_finished``: a run's webhook, queued once its result is committed."""
+    from tether.worker.webhooks import notify_finished
+
+    return lambda request, result: notify_finished(settings, request, result)
 
 
 _sweeper: Any = None

@@ -33,6 +33,9 @@ class WorkerProcess:
         queue: the queue to consume.
     """
 
+    #: What the log shows once the process is ready (a subclass runs another command).
+    ready_mark = READY_MARK
+
     def __init__(
         self,
         name: str,
@@ -112,7 +115,7 @@ class WorkerProcess:
         """Block until the worker logged that it is ready."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if READY_MARK in self.log_text():
+            if self.ready_mark in self.log_text():
                 return
             if self.proc is not None and self.proc.poll() is not None:
                 raise ConfigurationError(

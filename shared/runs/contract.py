@@ -122,7 +122,7 @@ class RunRequest(RunOptions):
         self, handler: pydantic.SerializerFunctionWrapHandler
     ) -> dict[str, Any]:
         doc: dict[str, Any] = handler(self)
-        for optional in ("trace", "reply_to"):
+        for optional in ("trace", "reply_to", "webhook"):
             if doc.get(optional, 0) is None:
                 del doc[optional]
         return doc

@@ -94,6 +94,12 @@ class RunOptions(BaseModel):
         description="Override the agent's durability for this run: step checkpoints at every "
         "step boundary (default: the agent's AgentOptions.durability).",
     )
+    webhook: str | None = Field(
+        default=None,
+        max_length=2048,
+        description="An http(s) URL called, signed, when the run completes, fails or waits for "
+        "a person (default: the tenant's TETHER_WEBHOOK_URLS entry, if any).",
+    )
 
     @pydantic.field_validator("agent")
     @classmethod
@@ -110,6 +116,13 @@ class RunOptions(BaseModel):
     @classmethod
     def _request_id(cls, value: str | None) -> str | None:
         return None if value is None else validate_id(value, kind="request id")
+
+    @pydantic.field_validator("webhook")
+    @classmethod
+    def _webhook(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_webhook_url(value)
+        return value
 
     @pydantic.field_validator("metadata")
     @classmethod
@@ -137,6 +150,7 @@ class RunExtras(TypedDict, total=False):
     timeout_s: float | None
     on_busy: str
     durability: str | None
+    webhook: str | None
 
 
 class RunOptionsKwargs(RunExtras):
@@ -163,6 +177,21 @@ def check_options(options: Mapping[str, object]) -> None:
             f"unexpected keyword argument(s) {', '.join(map(repr, sorted(unknown)))}: "
             f"the run options are {', '.join(RunOptions.model_fields)}"
         )
+
+
+def check_webhook_url(url: str) -> None:
+    """Refuse a webhook URL that is not ``http(s)://host...`` (where it points is checked where
+    the settings are known: :mod:`tether.runs.webhooks.addresses`).
+
+    Raises:
+        ValueError: naming the URL.
+    """
+    from tether.settings_checks import check_http_url
+
+    check_text(url, "webhook")
+    problem = check_http_url(url)
+    if problem is not None:
+        raise ValueError(f"webhook URL {url[:200]!r} is not valid: {problem}")
 
 
 def check_text(value: str, what: str) -> None:

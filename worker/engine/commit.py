@@ -206,6 +206,8 @@ class Commit:
         self._run_id = run_id
         self._reply_to = reply_to
         self.finished = False
+        #: The result :meth:`finish` recorded (announced to webhooks after the commit).
+        self.result: RunResult | None = None
         #: After :meth:`finish`: the run id then at the head of the session's queue (None: empty).
         self.next_head: str | None = None
         #: After :meth:`finish` with ``release_when_idle``: what releasing the lease did (None:
@@ -299,6 +301,7 @@ class Commit:
         else:
             self.next_head = queue.finish(result, reply_to=self._reply_to)
         self.finished = True
+        self.result = result
         run_finished(result)
         self._step(CommitStep.FINISH, "after")
 

@@ -154,7 +154,20 @@ def _drain_queue(d: DrainState) -> tuple[bool, bool]:
         if outcome is not Outcome.DONE:
             return False, outcome is Outcome.HANDOVER
         d.processed += 1
+        _announce(d)
     return False, False
+
+
+def _announce(d: DrainState) -> None:
+    """Tell :attr:`EngineServices.on_finished` (webhooks) about the run just finished: after its
+    result is committed, and never failing the drain."""
+    commit, request = d.last_commit, d.applied
+    if d.rt.on_finished is None or commit is None or commit.result is None or request is None:
+        return
+    try:
+        d.rt.on_finished(request, commit.result)
+    except Exception:  # an announcement must never fail the session's next runs
+        log.exception("announcing run %s failed", commit.result.run_id)
 
 
 def _apply_one(d: DrainState, run_id: str) -> Outcome:
@@ -166,6 +179,7 @@ def _apply_one(d: DrainState, run_id: str) -> Outcome:
         log.warning("dropping queued run %s without a record", run_id)
         rt.runs.drop(d.lease.tenant, d.lease.session_id, run_id)
         return Outcome.DONE
+    d.applied = view.request
     reply_to = view.request.reply_to
     if view.result is not None:  # finished before a crash popped it
         d.commit(run_id, reply_to).finish(view.result)

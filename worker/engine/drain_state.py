@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from tether.core.events import AgentEvent
 from tether.core.results import PendingCall
-from tether.runs.contract import RunRef
+from tether.runs.contract import RunRef, RunRequest
 from tether.runs.leases.base import Lease
 from tether.runs.queue.base import IdleRelease
 from tether.runtime.session import AgentSession
@@ -50,6 +50,8 @@ class DrainState:
     need not ask again: a stop asked after the claim is seen at the next one)."""
     finish_released: IdleRelease | None = None
     """What the last run's finish did to the lease when it emptied the queue."""
+    applied: RunRequest | None = None
+    """The request of the run being applied (for :attr:`EngineServices.on_finished`)."""
 
     def __post_init__(self) -> None:
         self.publisher = StreamPublisher(

@@ -25,6 +25,7 @@ from tether.persistence.stores.base import SnapshotStore
 from tether.persistence.stores.blob import BlobSnapshotStore
 from tether.persistence.streams.base import EventStream
 from tether.persistence.streams.redis import RedisEventStream
+from tether.runs.contract import RunRequest, RunResult
 from tether.runs.leases.base import LeaseManager
 from tether.runs.leases.redis import RedisLeaseManager
 from tether.runs.limits.gate import BudgetedModel
@@ -71,6 +72,9 @@ class EngineServices:
     deltas: DeltaPublisher | None = None
     """Publishes the pieces of streamed model answers (None: models answer with ``complete``,
     as in-process)."""
+    on_finished: Callable[[RunRequest, RunResult], None] | None = None
+    """Told of every run the drain finished, after its result is committed (the Celery worker
+    sends its webhook); its errors are logged, never raised."""
     claimer: Claimer | None = None
     """Claim-and-begin in one round trip (:mod:`tether.worker.engine.claim`); None: the same steps
     as

@@ -5,7 +5,10 @@ This module only wires commands together and turns errors into one clear line an
 :mod:`tether.producer.ops.cli.runs` (run, submit, wait, cancel, tail),
 :mod:`tether.producer.ops.cli.sessions`
 (``tether sessions ...``), :mod:`tether.producer.ops.demo` (``tether demo``),
-:mod:`tether.producer.ops.cli.stack` (``tether up | down | status``), and, when installed,
+:mod:`tether.producer.ops.cli.stack` (``tether up | down | status``),
+:mod:`tether.producer.ops.cli.schedule` (``tether schedule ...``, ``tether beat``),
+:mod:`tether.producer.ops.cli.webhooks` (``tether webhooks dead | redeliver``), and, when
+installed,
 ``tether.producer.ops.cli.batch`` (``tether batch``). Settings are validated once, by
 :func:`~tether.producer.ops.cli.support.cli_settings`, before a command touches any service.
 """
@@ -23,7 +26,16 @@ from typing import Annotated
 import click
 import typer
 
-from tether.producer.ops.cli import approvals, batch, replay, runs, sessions, stack
+from tether.producer.ops.cli import (
+    approvals,
+    batch,
+    replay,
+    runs,
+    schedule,
+    sessions,
+    stack,
+    webhooks,
+)
 from tether.producer.ops.cli import autoscale as autoscale_cli
 from tether.producer.ops.cli import console as console_cli
 from tether.producer.ops.cli.support import (
@@ -161,6 +173,8 @@ batch.register(app)
 console_cli.register(app)
 stack.register(app)
 autoscale_cli.register(app)
+schedule.register(app)
+webhooks.register(app)
 
 
 def run_cli(argv: list[str] | None = None) -> int:

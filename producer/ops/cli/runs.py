@@ -71,6 +71,7 @@ DurabilityOption = Annotated[
     str | None,
     typer.Option("--durability", metavar="run|step", help=option_help("durability")),
 ]
+WebhookOption = Annotated[str | None, typer.Option("--webhook", help=option_help("webhook"))]
 
 
 def register(app: typer.Typer) -> None:
@@ -100,6 +101,7 @@ def run_command(
     timeout_s: RunTimeoutOption = None,
     on_busy: BusyOption = None,
     durability: DurabilityOption = None,
+    webhook: WebhookOption = None,
     wait_s: WaitOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -126,6 +128,7 @@ def submit(
     timeout_s: RunTimeoutOption = None,
     on_busy: BusyOption = None,
     durability: DurabilityOption = None,
+    webhook: WebhookOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Enqueue a run and print its run id (follow it with `tether wait RUN_ID`)."""

@@ -114,3 +114,18 @@ class Actions:
             return f"forked {session_id} to {new_id}"
 
         return await self._do(f"/sessions/{quote(session_id)}", act)
+
+    async def redeliver(self, request: Request) -> Response:
+        """Queue a dead webhook delivery of this tenant again."""
+        fields = await self._form(request)
+        if isinstance(fields, Response):
+            return fields
+        delivery_id = request.path_params["delivery_id"]
+
+        def act() -> str:
+            from tether.producer.ops.webhooks_admin import redeliver
+
+            again = redeliver(self.b.producer(), delivery_id, tenant=self.config.tenant)
+            return f"webhook {again.id} queued for delivery again"
+
+        return await self._do("/webhooks", act)

@@ -50,6 +50,8 @@ def create_app(backends: Backends, config: ConsoleConfig) -> Starlette:
         Route("/runs", pages.runs),
         Route("/runs/{run_id}", pages.run),
         Route("/workers", pages.workers),
+        Route("/schedules", pages.schedules),
+        Route("/webhooks", pages.webhooks),
         Route("/live/sessions/{session_id}", pages.live_session),
         Route("/live/runs", pages.live_runs),
         Route("/metrics", pages.metrics),
@@ -58,6 +60,7 @@ def create_app(backends: Backends, config: ConsoleConfig) -> Starlette:
         Route("/runs/{run_id}/cancel", actions.cancel, methods=["POST"]),
         Route("/sessions/{session_id}/calls/{verb}", actions.resolve, methods=["POST"]),
         Route("/sessions/{session_id}/fork", actions.fork, methods=["POST"]),
+        Route("/webhooks/{delivery_id}/redeliver", actions.redeliver, methods=["POST"]),
         # the editable install links each file: follow the links (names stay confined to STATIC)
         Mount("/static", app=StaticFiles(directory=STATIC, follow_symlink=True), name="static"),
     ]

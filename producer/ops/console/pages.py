@@ -26,6 +26,7 @@ from tether.producer.ops.console.fmt import fmt_duration, fmt_time, fmt_usd
 from tether.producer.ops.console.live import LiveFeeds, TooManyFeeds
 from tether.producer.ops.console.metrics import console_registry, render
 from tether.producer.ops.console.runs_view import RUN_STATUSES, get_run, list_runs
+from tether.producer.ops.console.schedules_view import ScheduleSource
 from tether.producer.ops.console.sessions_view import list_sessions, session_detail
 from tether.producer.ops.console.workers_view import RateTracker, broker_depth, list_worker_rows
 
@@ -70,6 +71,7 @@ class Pages:
     def __post_init__(self) -> None:
         self.feeds = LiveFeeds(self.b, self.config.tenant)
         self.registry = console_registry(self.b, self.config.tenant)
+        self.schedule_source = ScheduleSource(self.b)
 
     def page(
         self, request: Request, name: str, status_code: int = 200, **context: Any
@@ -133,6 +135,16 @@ class Pages:
     def workers(self, request: Request) -> Response:
         rows = list_worker_rows(self.b, self.config.tenant, self.rates)
         return self.page(request, "workers.html", rows=rows, broker=broker_depth(self.b))
+
+    def schedules(self, request: Request) -> Response:
+        rows = self.schedule_source.rows(self.config.tenant)
+        return self.page(request, "schedules.html", rows=rows)
+
+    def webhooks(self, request: Request) -> Response:
+        from tether.producer.ops.webhooks_admin import dead_letters
+
+        dead = dead_letters(self.b.producer()).list(tenant=self.config.tenant)
+        return self.page(request, "webhooks.html", dead=dead)
 
     def metrics(self, request: Request) -> Response:
         return Response(render(self.registry), media_type=CONTENT_TYPE_LATEST)

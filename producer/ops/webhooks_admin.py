@@ -1,0 +1,37 @@
+"""The webhook dead letters for operators: list them, and redeliver one (queued to the workers
+again, with a fresh count of attempts). ``tether webhooks dead | redeliver`` and the console."""
+
+from __future__ import annotations
+
+from tether.errors import UsageError
+from tether.keys import RedisKeys
+from tether.producer.client import Producer
+from tether.runs.webhooks.dead import WebhookDeadLetters
+from tether.runs.webhooks.delivery import WEBHOOK_TASK, Delivery
+
+
+def dead_letters(producer: Producer) -> WebhookDeadLetters:
+    """The dead letters of the producer's namespace."""
+    return WebhookDeadLetters(producer.redis, RedisKeys(producer.settings.namespace))
+
+
+def redeliver(producer: Producer, delivery_id: str, *, tenant: str | None = None) -> Delivery:
+    """Queue dead letter ``delivery_id`` (of ``tenant``, when given) for delivery again, with a
+    fresh count of attempts, and take it off the dead letters.
+
+    Raises:
+        UsageError: no such dead letter (of that tenant).
+    """
+    letters = dead_letters(producer)
+    dead = letters.get(delivery_id)
+    if dead is None or (tenant is not None and dead.tenant != tenant):
+        raise UsageError(f"no dead webhook {delivery_id!r}; 'tether webhooks dead' lists them")
+    again = dead.model_copy(update={"attempts": 0, "last_error": None, "died_at_ms": None})
+    producer.celery.send_task(
+        WEBHOOK_TASK,
+        kwargs={"delivery": again.model_dump_json()},
+        queue=producer.settings.queue,
+        kwargsrepr=f"{{'delivery': <{again.id} redelivered>}}",
+    )
+    letters.remove(delivery_id)
+    return again

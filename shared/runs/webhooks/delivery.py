@@ -1,0 +1,151 @@
+"""One webhook delivery: its body (built once from the run's result, so every attempt and a
+redelivery send the same bytes), one attempt at it, and the delay before the next.
+
+Persisted (in the retry task's arguments and the dead letters) as JSON. Versions:
+
+- 1: ``id``, ``url``, ``tenant``, ``session_id``, ``run_id``, ``status``, ``body``,
+  ``attempts``, ``last_error``, ``died_at_ms``. Golden file:
+  ``tests/fixtures/webhook_delivery_v1.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict
+
+from tether.core.results import RunStatus
+from tether.errors import InfrastructureError, InvalidInput
+from tether.runs.contract import RunResult
+from tether.runs.webhooks.addresses import check_destination
+from tether.runs.webhooks.signing import sign_webhook
+from tether.settings import Settings
+
+#: The Celery task that makes one attempt (``tether.worker.webhooks``).
+WEBHOOK_TASK = "tether.webhook"
+#: The statuses a webhook is sent for: the run ended, or it waits for a person.
+NOTIFIED = frozenset(
+    {
+        RunStatus.COMPLETED,
+        RunStatus.FAILED,
+        RunStatus.WAITING,
+        RunStatus.CANCELLED,
+        RunStatus.INTERRUPTED,
+    }
+)
+#: The output summary: the first characters of the output (or the error message).
+SUMMARY_CHARS = 1_000
+#: The longest delay between two attempts (s).
+MAX_BACKOFF_S = 3_600.0
+
+
+class Delivery(BaseModel):
+    """A webhook to deliver (see the module docstring)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    v: Literal[1] = 1
+    id: str
+    url: str
+    tenant: str
+    session_id: str
+    run_id: str
+    status: str
+    body: str
+    attempts: int = 0
+    last_error: str | None = None
+    died_at_ms: int | None = None
+
+
+def delivery_for(result: RunResult, url: str) -> Delivery:
+    """The delivery announcing ``result`` to ``url``; its id is the same for the same run and
+    status, so a receiver dedupes a repeated announcement on ``Tether-Webhook-Id``."""
+    delivery_id = f"wh-{result.run_id}-{result.status.value.lower()}"
+    text = result.output if result.output is not None else result.error_message
+    body = {
+        "id": delivery_id,
+        "type": f"run.{result.status.value.lower()}",
+        "run_id": result.run_id,
+        "request_id": result.request_id,
+        "session_id": result.session_id,
+        "tenant": result.tenant,
+        "status": result.status.value,
+        "output_summary": None if text is None else text[:SUMMARY_CHARS],
+        "error_type": result.error_type,
+        "usage": result.usage.model_dump(mode="json"),
+        "steps": result.steps,
+        "pending": [call.model_dump(mode="json") for call in result.pending],
+        "created_at_ms": int(time.time() * 1000),
+    }
+    return Delivery(
+        id=delivery_id,
+        url=url,
+        tenant=result.tenant,
+        session_id=result.session_id,
+        run_id=result.run_id,
+        status=result.status.value,
+        body=json.dumps(body, separators=(",", ":")),
+    )
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """How one attempt went: ``error`` None when delivered; ``final`` when retrying is
+    pointless (a refused address, no secret)."""
+
+    error: str | None
+    final: bool = False
+
+
+def attempt_delivery(delivery: Delivery, settings: Settings) -> Attempt:
+    """POST ``delivery`` once, signed with its tenant's secret; any 2xx is delivered.
+
+    The destination is checked again here (DNS may have changed since the run was submitted),
+    and redirects are not followed (they could lead to a refused address).
+    """
+    try:
+        check_destination(delivery.url, allow_private=settings.webhook_allow_private)
+    except InvalidInput as exc:
+        return Attempt(str(exc), final=True)
+    except InfrastructureError as exc:  # DNS may come back: retry
+        return Attempt(str(exc))
+    secret = settings.webhook_secret_for(delivery.tenant)
+    if secret is None:
+        return Attempt(
+            f"no webhook secret for tenant {delivery.tenant!r}: set TETHER_WEBHOOK_SECRETS on "
+            "the workers, then redeliver",
+            final=True,
+        )
+    body = delivery.body.encode()
+    headers = {"Content-Type": "application/json", "User-Agent": "tether-webhooks/1"}
+    headers.update(sign_webhook(body, secret, delivery.id))
+    try:
+        response = httpx.post(
+            delivery.url,
+            content=body,
+            headers=headers,
+            timeout=settings.webhook_timeout_s,
+            follow_redirects=False,
+        )
+    except httpx.TimeoutException:
+        return Attempt(f"timed out after {settings.webhook_timeout_s:g} s")
+    except httpx.HTTPError as exc:
+        return Attempt(f"{type(exc).__name__}: {exc}"[:500])
+    if 200 <= response.status_code < 300:
+        return Attempt(None)
+    return Attempt(f"HTTP {response.status_code}")
+
+
+def backoff_s(settings: Settings, attempts: int) -> float:
+    """The delay after the ``attempts``-th failed attempt: ``TETHER_WEBHOOK_BACKOFF_S``,
+    doubling, at most an hour."""
+    return float(min(MAX_BACKOFF_S, settings.webhook_backoff_s * 2 ** max(0, attempts - 1)))
+
+
+def webhook_url(settings: Settings, request_webhook: str | None, tenant: str) -> str | None:
+    """Where a run's webhook goes: its own option, else its tenant's setting, else nowhere."""
+    return request_webhook or settings.webhook_url_for(tenant)

@@ -1,0 +1,181 @@
+"""Run schedules: tick arithmetic, the missed-ticks policy, editing on a private redis-server,
+the CLI's refusals, and a tick submitted twice (two beats) making one run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import redis
+
+from tether.errors import InvalidInput, ScheduleExists, ScheduleNotFound, UnknownAgent
+from tether.producer.client import Producer
+from tether.producer.schedules import Schedules
+from tether.producer.schedules.model import Schedule, parse_schedule
+from tether.producer.schedules.scheduler import TetherEntry, TetherScheduler
+from tether.producer.schedules.ticks import first_last_tick, next_tick, plan_tick
+from tether.settings import Settings
+
+T0 = datetime(2026, 1, 1, 10, 0, 0, tzinfo=UTC)
+
+
+def every(seconds: int, missed: str = "catch_up") -> Schedule:
+    return parse_schedule(
+        name="e", session_id="s", agent="echo", tenant="t", every_s=seconds, missed=missed
+    )
+
+
+def cron(expression: str, missed: str = "catch_up") -> Schedule:
+    return parse_schedule(
+        name="c", session_id="s", agent="echo", tenant="t", cron=expression, missed=missed
+    )
+
+
+# --- ticks ---------------------------------------------------------------------------------------
+
+
+def test_interval_ticks_sit_on_a_grid_and_do_not_drift_with_lateness() -> None:
+    schedule = every(5)
+    start = first_last_tick(schedule, T0 + timedelta(seconds=7.9))
+    assert start == T0 + timedelta(seconds=5)
+    # fired 0.9 s late: the next tick is still on the grid
+    plan = plan_tick(schedule, start, T0 + timedelta(seconds=10.9))
+    assert plan.fire == plan.last == T0 + timedelta(seconds=10)
+    assert plan.last is not None
+    assert next_tick(schedule, plan.last) == T0 + timedelta(seconds=15)
+    assert plan_tick(schedule, plan.last, T0 + timedelta(seconds=14.9)).fire is None
+
+
+def test_cron_ticks_are_the_expressions_times() -> None:
+    schedule = cron("*/5 * * * *")
+    assert next_tick(schedule, T0 + timedelta(minutes=3, seconds=20)) == T0 + timedelta(minutes=5)
+    assert next_tick(schedule, T0 + timedelta(minutes=5)) == T0 + timedelta(minutes=10)
+
+
+@pytest.mark.parametrize("make", [lambda m: every(60, m), lambda m: cron("* * * * *", m)])
+def test_missed_ticks_catch_up_once_for_the_latest_or_skip_all(
+    make: Callable[[str], Schedule],
+) -> None:
+    now = T0 + timedelta(minutes=10, seconds=30)  # ticks 10:01 .. 10:10 are due: 10 of them
+    caught = plan_tick(make("catch_up"), T0, now)
+    assert (caught.fire, caught.last, caught.missed) == (T0 + timedelta(minutes=10),) * 2 + (9,)
+    skipped = plan_tick(make("skip"), T0, now)
+    assert (skipped.fire, skipped.last, skipped.missed) == (None, T0 + timedelta(minutes=10), 10)
+
+
+def test_a_long_outage_of_a_minutely_cron_finds_the_latest_tick() -> None:
+    now = T0 + timedelta(days=30, seconds=5)
+    plan = plan_tick(cron("* * * * *"), T0, now)
+    assert plan.fire == T0 + timedelta(days=30)
+
+
+def test_the_request_id_names_the_schedule_and_its_tick_time() -> None:
+    assert every(5).request_id(T0) == f"sched:e:{int(T0.timestamp())}"
+
+
+@pytest.mark.parametrize(
+    ("fields", "needle"),
+    [
+        ({"cron": "61 * * * *"}, "'61 * * * *'"),
+        ({"cron": "* * *"}, "'* * *'"),
+        ({"every_s": 0}, "every_s=0"),
+        ({}, "exactly one of"),
+        ({"cron": "* * * * *", "every_s": 5}, "exactly one of"),
+        ({"cron": "* * * * *", "name": "a:b"}, "'a:b'"),
+        ({"cron": "* * * * *", "missed": "never"}, "missed='never'"),
+    ],
+)
+def test_a_bad_schedule_is_one_error_naming_the_value(
+    fields: dict[str, object], needle: str
+) -> None:
+    base: dict[str, object] = {"name": "n", "session_id": "s", "agent": "echo", "tenant": "t"}
+    with pytest.raises(InvalidInput) as info:
+        parse_schedule(**{**base, **fields})
+    assert needle in str(info.value)
+
+
+# --- editing on Redis ----------------------------------------------------------------------
+
+
+def test_add_list_pause_resume_remove(redis_url: str) -> None:
+    schedules = Schedules(Settings(broker_url=redis_url, redis_url=redis_url))
+    view = schedules.add("digest", session_id="s-1", agent="echo", input="hi", every_s=60)
+    assert view.next_tick is not None and view.last_tick is not None
+    assert view.next_tick - view.last_tick == timedelta(seconds=60)
+    with pytest.raises(ScheduleExists, match="'digest'"):
+        schedules.add("digest", session_id="s-2", agent="echo", cron="0 7 * * *")
+    schedules.add("morning", session_id="s-2", agent="echo", cron="0 7 * * *", missed="skip")
+    assert [v.name for v in schedules.list()] == ["digest", "morning"]
+    assert schedules.pause("digest").paused
+    assert schedules.get("digest").paused and schedules.get("digest").as_dict()["next_tick"] is None
+    assert not schedules.resume("digest").paused
+    assert schedules.get("digest").schedule.input == "hi"  # the definition survives edits
+    schedules.remove("digest")
+    assert [v.name for v in schedules.list()] == ["morning"]
+    with pytest.raises(ScheduleNotFound, match="'digest'"):
+        schedules.remove("digest")
+
+
+def test_an_unknown_agent_writes_nothing(redis_url: str) -> None:
+    schedules = Schedules(Settings(broker_url=redis_url, redis_url=redis_url))
+    with pytest.raises(UnknownAgent, match="'no-such-agent'"):
+        schedules.add("x", session_id="s-1", agent="no-such-agent", every_s=5)
+    assert redis.Redis.from_url(redis_url).keys("*") == []
+
+
+def _env(redis_url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    return {**env, "TETHER_BROKER_URL": redis_url, "TETHER_REDIS_URL": redis_url}
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--cron", "*/5 * * *"], "'*/5 * * *'"),
+        (["--cron", "*/5 * * * *", "--agent", "nobody"], "'nobody'"),
+    ],
+)
+def test_the_cli_refuses_bad_input_with_one_line_and_exit_2(
+    redis_url: str, args: list[str], needle: str
+) -> None:
+    argv = ["schedule", "add", "nightly", "--session", "s-1", "--agent", "echo", *args]
+    script = Path(sys.executable).parent / "tether"
+    result = subprocess.run(
+        [str(script), *argv], env=_env(redis_url), capture_output=True, text=True, timeout=90
+    )
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in result.stderr, lines
+    assert redis.Redis.from_url(redis_url).keys("*") == []
+
+
+def test_a_tick_fired_by_two_beats_is_one_run(redis_url: str) -> None:
+    """Two schedulers without the lock fire the same due tick: the request id dedupes it."""
+    settings = Settings(broker_url=redis_url, redis_url=redis_url, store_url="memory://")
+    schedules = Schedules(settings)
+    added = schedules.add("twice", session_id="s-twice", agent="echo", input="tick", every_s=3600)
+    tick = added.last_tick  # the hour that began before now: made due by moving the state back
+    assert tick is not None
+    entry_key = TetherEntry.generate_key(schedules.app, "twice")
+    TetherEntry.from_key(entry_key, app=schedules.app).reschedule(tick - timedelta(hours=1))
+    beats = [TetherScheduler(app=schedules.app, lazy=True) for _ in range(2)]
+    # both load the entry before either fires it, as two unlocked beats on one tick would
+    entries = [TetherEntry.from_key(entry_key, app=schedules.app) for _ in beats]
+    assert all(entry.is_due()[0] for entry in entries)
+    with Producer(settings) as producer:
+        for beat in beats:
+            beat._producer = producer
+        handles = [beat.apply_async(entry) for beat, entry in zip(beats, entries, strict=True)]
+        run_ids = {h.run_id for h in handles if h is not None}
+        assert len(run_ids) == 1 and None not in handles
+        assert schedules.get("twice").last_run_id in run_ids
+        client = redis.Redis.from_url(redis_url, decode_responses=True)
+        requests = client.keys("*{default/s-twice}:req:*")
+        assert [r.rsplit(":req:", 1)[1] for r in requests] == [
+            f"sched:twice:{int(tick.timestamp())}"
+        ]
