@@ -102,9 +102,13 @@ class Tool:
     """A callable tool with a derived argument model and JSON schema.
 
     ``timeout_s`` limits each call of this tool (overriding the agent's ``tool_timeout_s``).
-    ``isolated`` runs each call in a child process killed at the limit: the only limit that holds
-    for code that never releases the GIL (see :mod:`tether.runtime.isolation`); it costs a fork
-    per call, and the tool's side effects on the worker's memory are lost with the child.
+    ``isolated`` runs each call in a child process killed at the limit, with every process it
+    started: the only limit that holds for code that never releases the GIL (see
+    :mod:`tether.runtime.isolation`); it costs a fork per call, and the tool's side effects on the
+    worker's memory are lost with the child. A tool that declares ``timeout_s`` is isolated unless
+    it says ``isolated=False``: a limit the tool states must hold (a thread cannot be stopped, so
+    an in-process call past its limit fails but goes on running, and one that holds the GIL
+    cannot even be waited on: its worker is killed and the run retried as a crash).
     """
 
     def __init__(
@@ -113,13 +117,13 @@ class Tool:
         *,
         name: str | None = None,
         description: str | None = None,
-        isolated: bool = False,
+        isolated: bool | None = None,
         timeout_s: float | None = None,
     ) -> None:
         if timeout_s is not None and not timeout_s > 0:
             raise ToolError(f"tool {name or fn.__name__!r}: timeout_s must be > 0, not {timeout_s}")
         self.fn = fn
-        self.isolated = isolated
+        self.isolated = timeout_s is not None if isolated is None else isolated
         self.timeout_s = timeout_s
         self.name = name or fn.__name__
         self.description = (description or inspect.getdoc(fn) or self.name).strip()
@@ -214,7 +218,7 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    isolated: bool = False,
+    isolated: bool | None = None,
     timeout_s: float | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
@@ -225,7 +229,7 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    isolated: bool = False,
+    isolated: bool | None = None,
     timeout_s: float | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Decorator turning a typed function into a :class:`Tool` (see its ``isolated`` and

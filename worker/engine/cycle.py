@@ -292,7 +292,10 @@ def _retries_exhausted(
         f"run {request.run_id} was attempted {attempts - 1} times without committing{cause}; "
         "see the worker logs, fix the cause and submit it again"
     )
-    return RunResult.failure(request, RunStatus.FAILED, RetriesExhausted.__name__, message)
+    # attempts: the ones made, not the one refused for lack of budget
+    return RunResult.failure(
+        request, RunStatus.FAILED, RetriesExhausted.__name__, message, attempts=attempts - 1
+    )
 
 
 def _execute(d: DrainState, session: AgentSession, request: RunRequest, agent: Agent) -> RunRecord:
