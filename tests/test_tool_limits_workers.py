@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.limit_agents import is_running
+from tests.support.own_fleet import own_fleet
 from tests.support.stack import Stack, eventually, unique
-from tether.dev.workers import WorkerFleet
 from tether.producer import Producer
 
 QUEUE = "limitq"
@@ -23,16 +23,11 @@ QUEUE = "limitq"
 
 @pytest.fixture(scope="module")
 def limited(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Producer]:
-    tmp_path = tmp_path_factory.mktemp("limited")
-    env = dict(stack.env, TETHER_AGENT_MODULES="tests.support.limit_agents", TETHER_QUEUE=QUEUE)
-    producer = Producer(stack.settings.model_copy(update={"queue": QUEUE}))
-    fleet = WorkerFleet(env, tmp_path, count=1, queue=QUEUE, prefix="limit")
-    fleet.start()
-    try:
+    with own_fleet(
+        stack, tmp_path_factory.mktemp("limited"), queue=QUEUE,
+        agent_modules="tests.support.limit_agents",
+    ) as producer:
         yield producer
-    finally:
-        fleet.stop()
-        producer.close()
 
 
 def test_a_gil_holding_tool_past_its_limit_fails_the_call_in_one_attempt(

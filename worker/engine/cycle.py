@@ -35,6 +35,7 @@ from tether.errors import (
     RunInterrupted,
     TetherError,
     UnknownAgent,
+    VersionConflict,
 )
 from tether.observability import metrics
 from tether.observability.tracing import run_span, span
@@ -74,6 +75,8 @@ class Outcome(Enum):
     DONE = "done"
     ABORT = "abort"
     HANDOVER = "handover"
+    AGAIN = "again"
+    """The attempt lost its compare-and-set: start the run again from the store, now."""
 
 
 def drain(
@@ -135,6 +138,7 @@ def _drain_queue(d: DrainState) -> tuple[bool, bool]:
     """Apply queued runs until the queue is empty; return (lease released, hand over)."""
     rt = d.rt
     started = time.monotonic()
+    redone: set[str] = set()
     while not d.keeper.lost:
         run_id = d.next_run()
         if run_id is None:
@@ -145,6 +149,9 @@ def _drain_queue(d: DrainState) -> tuple[bool, bool]:
             d.undo_claim()  # its attempt does not count: the next holder starts it
             return False, True
         outcome = _apply_one(d, run_id)
+        if outcome is Outcome.AGAIN and run_id not in redone:
+            redone.add(run_id)  # once: a second conflict in a row is left to the sweeper
+            continue
         if outcome is not Outcome.DONE:
             return False, outcome is Outcome.HANDOVER
         d.processed += 1
@@ -202,6 +209,12 @@ def _apply_one(d: DrainState, run_id: str) -> Outcome:
     except RunUnreadable as unreadable:
         _abandon(d, ref, attempts, unreadable.cause, before_commit=True)
         return Outcome.ABORT
+    except VersionConflict as exc:
+        # the head it started from was not the newest (a cached head that a write outside the
+        # lease made stale): the store (which save() just made the cache drop) has the truth,
+        # and this drain still holds the lease, so go again now rather than after the sweeper
+        _abandon(d, ref, attempts, exc)
+        return Outcome.AGAIN
     except (InfrastructureError, ConflictError) as exc:
         _abandon(d, ref, attempts, exc)
         return Outcome.ABORT
