@@ -58,6 +58,13 @@ def up(
     console_port: Annotated[
         int | None, typer.Option("--console-port", min=1, max=65535, help="Console port.")
     ] = None,
+    console_actions: Annotated[
+        bool,
+        typer.Option(
+            "--console-actions",
+            help="Start the console with its actions on (cancel, approve, reject, answer, fork).",
+        ),
+    ] = False,
 ) -> None:
     """Start a local stack in this folder (Redis, store, workers, console), detached.
 
@@ -79,6 +86,7 @@ def up(
         s3=s3,
         console=not no_console,
         console_port=console_port,
+        console_actions=console_actions,
     )
     result = stack.up(options, progress=lambda step: console.print(f"[dim]{escape(step)}...[/]"))
     if result.already_up:
