@@ -25,3 +25,10 @@ USER root
 RUN pip install "flower==2.0.1"
 USER tether
 CMD ["python", "-m", "celery", "-A", "tether.worker.app", "flower", "--port=5555"]
+
+# The web console (`tether console`, deploy/k8s/console.yaml): the same app plus the console extra.
+FROM base AS console
+USER root
+RUN pip install ".[console]"
+USER tether
+CMD ["tether", "console", "--host", "0.0.0.0"]

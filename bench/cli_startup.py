@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.core import Measure, Stats, Target
-from bench.report import dump_json, host_info, now_iso, to_json
+from bench.report import dump_json, header, host_info, now_iso, to_json
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 JSON_NAME, MD_NAME = "cli_startup.json", "cli_startup.md"
@@ -168,14 +168,11 @@ def markdown(rows: Sequence[Measure], meta: dict[str, Any]) -> str:
     machine = meta["machine"]
     pkgs = machine["packages"]
     lines = [
-        f"Date: {meta['date']} · command: `{meta['command']}` · commit {machine['git_commit']}",
-        "",
-        f"Machine: {machine['cpu_count']} CPUs ({machine['cpu_model']}), "
-        f"{machine['platform']}; Python {machine['python']}; typer {pkgs['typer']}, "
-        f"click {pkgs['click']}, rich {pkgs['rich']}, pydantic {pkgs['pydantic']}. Load average "
-        f"(1 min) at start / end: {meta['load_average_1m_start']} / "
-        f"{machine['load_average_1m_end']}.",
-        "",
+        *header(
+            meta,
+            f"{machine['platform']}; Python {machine['python']}; typer {pkgs['typer']}, "
+            f"click {pkgs['click']}, rich {pkgs['rich']}, pydantic {pkgs['pydantic']}",
+        ),
         "Wall time of a fresh process, median / p95; the commands take turns.",
         "",
         "| id | command | wall | `python -c pass` | difference | CPU | target | |",

@@ -70,6 +70,13 @@ class Sizes:
     p10_warmup: int = 50
     p10_burst: int = 10_000
     p10_runs: int = 100
+    p14_runs: int = 480
+    p14_rpm: int = 300
+    p14_window_s: float = 60.0
+    p14_workers: int = 4
+    p14_burst_every_s: float = 20.0
+    p14_burst: int = 3
+    p14_retry_after_s: float = 2.0
 
 
 FULL = Sizes()
@@ -100,6 +107,14 @@ QUICK = Sizes(
     p10_warmup=5,
     p10_burst=300,
     p10_runs=3,
+    # a short variant with the same bound: the 300/min limit over 6 s windows (30 requests + 1)
+    p14_runs=40,
+    p14_rpm=300,
+    p14_window_s=6.0,
+    p14_workers=2,
+    p14_burst_every_s=2.0,
+    p14_burst=2,
+    p14_retry_after_s=0.3,
 )
 
 

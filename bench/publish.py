@@ -49,7 +49,7 @@ PERF_PAGE = Path("docs") / "performance.md"
 PLOT_DIR = Path("docs") / "img" / "perf"
 SCALING_JSON, SCALING_PLOT = "scaling.json", "scaling.png"
 #: Documents run on their own whose rows join latest.json's in the README (with their command).
-SUPPLEMENTS = (RESULTS / "p10.json", RESULTS / "p13.json")
+SUPPLEMENTS = (RESULTS / "p10.json", RESULTS / "p13.json", RESULTS / "p14.json")
 MIB = 1024 * 1024
 #: A census kind of key is listed in the docs when it held at least this much at a checkpoint.
 CENSUS_MIN_BYTES = MIB // 2
@@ -484,21 +484,17 @@ def expected(root: Path = ROOT) -> dict[Path, str | bytes]:
     return out
 
 
+def _differs(target: Path, content: str | bytes) -> bool:
+    if not target.is_file():
+        return True
+    if isinstance(content, bytes):
+        return target.read_bytes() != content
+    return target.read_text() != content
+
+
 def stale(root: Path = ROOT) -> list[Path]:
     """The generated files that differ from what the committed results give."""
-    differ = []
-    for path, content in expected(root).items():
-        target = root / path
-        current: str | bytes | None
-        if not target.is_file():
-            current = None
-        elif isinstance(content, bytes):
-            current = target.read_bytes()
-        else:
-            current = target.read_text()
-        if current != content:
-            differ.append(path)
-    return differ
+    return [path for path, content in expected(root).items() if _differs(root / path, content)]
 
 
 def publish(root: Path = ROOT) -> list[Path]:
@@ -506,14 +502,12 @@ def publish(root: Path = ROOT) -> list[Path]:
     changed = []
     for path, content in expected(root).items():
         target = root / path
+        if not _differs(target, content):
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
         if isinstance(content, bytes):
-            if target.is_file() and target.read_bytes() == content:
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)
         else:
-            if target.is_file() and target.read_text() == content:
-                continue
             target.write_text(content)
         changed.append(path)
     return changed

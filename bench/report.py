@@ -129,20 +129,32 @@ def _verdict(m: Measure) -> str:
     return "info" if met is None else ("met" if met else "**missed**")
 
 
+def header(meta: dict[str, Any], software: str) -> list[str]:
+    """The first lines of a result page: date, command, commit, the machine (``software``: what
+    ran on it) and its load at the start and the end."""
+    machine = meta["machine"]
+    return [
+        f"Date: {meta['date']} · command: `{meta['command']}` · commit {machine['git_commit']}",
+        "",
+        f"Machine: {machine['cpu_count']} CPUs ({machine['cpu_model']}), {software}. "
+        f"Load average (1 min) at start / end: {meta.get('load_average_1m_start', '?')} / "
+        f"{machine.get('load_average_1m_end', '?')}.",
+        "",
+    ]
+
+
 def markdown(measures: list[Measure], meta: dict[str, Any]) -> str:
     """The result table with its date, command and machine, and one note per measure."""
     machine = meta["machine"]
     pkgs = machine["packages"]
     lines = [
-        f"Date: {meta['date']} · command: `{meta['command']}` · commit {machine['git_commit']}",
-        "",
-        f"Machine: {machine['cpu_count']} CPUs ({machine['cpu_model']}), "
-        f"{machine['mem_total_gib']} GiB, {machine['platform']}; Python {machine['python']}; "
-        f"redis-server {machine['redis_server']}; moto {pkgs['moto']} (S3 over HTTP, own "
-        f"process); celery {pkgs['celery']}, redis-py {pkgs['redis']}, boto3 {pkgs['boto3']}. "
-        f"Load average (1 min) at start / end: {meta.get('load_average_1m_start', '?')} / "
-        f"{machine.get('load_average_1m_end', '?')}.",
-        "",
+        *header(
+            meta,
+            f"{machine['mem_total_gib']} GiB, {machine['platform']}; Python {machine['python']}; "
+            f"redis-server {machine['redis_server']}; moto {pkgs['moto']} (S3 over HTTP, own "
+            f"process); celery {pkgs['celery']}, redis-py {pkgs['redis']}, "
+            f"boto3 {pkgs['boto3']}",
+        ),
         "Cells are median / p95 (one number: a single pass). Every baseline ran in the same "
         "run, on the same Redis and S3 endpoint.",
         "",

@@ -218,6 +218,12 @@ class RetriesExhausted(AgentError):
     """A run was attempted the maximum number of times and never committed."""
 
 
+class ReplayDiverged(AgentError):
+    """A replayed run asked for something its recording does not hold (a model request unlike
+    the recorded one, a step past the recording's end): the replay stops there and reports the
+    first divergence (see :mod:`tether.runtime.replay`)."""
+
+
 def error_from_record(error_type: str, message: str) -> TetherError:
     """Rebuild an exception from a recorded ``(error_type, message)`` pair.
 

@@ -32,13 +32,13 @@ def _numbers(value: Any) -> list[float]:
 
 
 @pytest.mark.slow  # a long variant: `make test-long` (keeps `make test` under 10 min)
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(240)  # 178 s at load 17 on 2 cores, P14's short variant ~40 s of it
 def test_quick_bench_writes_table_json_and_plot(tmp_path: Path) -> None:
     out = tmp_path / "results"
     proc = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--out", str(out), "--log-dir",
          str(tmp_path / "logs")],
-        cwd=REPO, capture_output=True, text=True, timeout=85, check=False,
+        cwd=REPO, capture_output=True, text=True, timeout=235, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
 

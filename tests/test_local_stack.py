@@ -18,6 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tether.producer.ops.local_stack import console_available
 
@@ -131,3 +132,34 @@ def test_down_never_signals_a_process_it_did_not_start(tmp_path: Path) -> None:
     finally:
         stranger.kill()
         stranger.wait()
+
+
+@pytest.mark.slow  # ~20 s of worker starts and stops; the supervisor itself runs in make test
+def test_up_autoscale_runs_the_supervisor_and_down_stops_its_workers(tmp_path: Path) -> None:
+    """``tether up --autoscale 1:2``: the supervisor is a service of the stack and starts the
+    minimum at once; ``status --json`` shows its worker and the fleet signals; ``down`` leaves
+    neither the supervisor nor any worker it started."""
+    bad = tether(tmp_path, "up", "--autoscale", "3:1")
+    assert bad.returncode == 2 and "MIN:MAX" in bad.stderr, bad.stderr
+    assert not (tmp_path / ".tether" / "stack.json").exists()  # nothing started
+    ok(tether(tmp_path, "up", "--autoscale", "1:2", "--no-console"))
+    state = json.loads((tmp_path / ".tether" / "stack.json").read_text())
+    services = {s["name"]: s for s in state["services"]}
+    family: set[tuple[int, float]] = set()
+    try:
+        assert set(services) == {"redis", "autoscaler"}
+        shown = json.loads(ok(tether(tmp_path, "status", "--json")).stdout)
+        assert len(shown["workers"]) == 1  # the minimum, up before `up` returned
+        assert shown["fleet"]["workers"] == 1 and shown["fleet"]["slots"] == 1
+        assert shown["fleet"]["queued"] == {"tether": 0}
+        assert shown["fleet"]["oldest_queued_age_s"] == {}
+        supervisor = psutil.Process(services["autoscaler"]["pid"])
+        family = {(p.pid, p.create_time()) for p in [supervisor, *supervisor.children(True)]}
+        assert len(family) >= 3  # the supervisor, its worker and the worker's pool child
+        run = ok(tether(tmp_path, "run", "s1", "hi", "--agent", "echo"))
+        assert run.stdout.strip() == "echo: hi"
+    finally:
+        down = tether(tmp_path, "down")
+    ok(down)
+    assert "autoscaler" in down.stdout
+    assert [pid for pid, created in family if _alive(pid, created)] == []

@@ -176,3 +176,19 @@ def test_a_holder_dead_between_runs_is_counted_as_a_sweeper_recovery(metered: Me
     after = eventually(recovered, timeout_s=10)
     assert delta(before, after, "tether_recoveries_total") == 1
     assert delta(before, after, "tether_lease_takeovers_total") == 1
+
+
+def test_worker_and_console_export_the_fleet_signals(metered: Metered) -> None:
+    """The autoscaling signals (tether.runs.fleet) on both /metrics pages: the metered worker's
+    two pool slots, read from its presence record."""
+
+    def slots(samples: Samples) -> Samples | None:
+        return samples if value(samples, "tether_worker_slots") == 2 else None
+
+    worker = eventually(lambda: slots(metered.scrape()), timeout_s=30)
+    assert value(worker, "tether_broker_queue_depth", queue=QUEUE) == 0
+    assert ("tether_oldest_queued_run_age_seconds", frozenset({("queue", QUEUE)})) in worker
+    assert ("tether_worker_slots_busy", frozenset()) in worker
+    assert ("tether_runs_in_flight", frozenset()) in worker
+    console = eventually(lambda: slots(scrape(metered.console.url + "/metrics")), timeout_s=30)
+    assert value(console, "tether_broker_queue_depth", queue=QUEUE) == 0

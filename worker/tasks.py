@@ -251,11 +251,14 @@ def _serve_metrics(sender: Any = None, **_: Any) -> None:
     """Serve ``/metrics`` from the main process when ``TETHER_METRICS_PORT`` is set."""
     global _metrics
     from tether.observability.worker_metrics import start_worker_metrics
+    from tether.runs.fleet import fleet_collector
     from tether.settings import load_settings
 
     try:
         prefork = "prefork" in str(getattr(sender, "pool_cls", "")).lower()
-        _metrics = start_worker_metrics(load_settings(), prefork=prefork)
+        settings = load_settings()
+        fleet = [fleet_collector(settings)] if settings.metrics_port is not None else []
+        _metrics = start_worker_metrics(settings, prefork=prefork, collectors=fleet)
     except TetherError as exc:
         log.error("metrics not served: %s", exc)
 

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict
 from tether.dev.redis_server import find_redis_server_binary, free_port
 from tether.errors import ConfigurationError
 from tether.persistence.redis_conn import redis_from_url
+from tether.settings import Settings
 
 #: Start times are floats derived from clock ticks; equal processes agree far closer than this.
 _START_TIME_TOLERANCE_S = 0.05
@@ -177,6 +178,38 @@ def wait_for_port(record: ProcessRecord, port: int, timeout_s: float) -> None:
         f"{record.name} did not listen on 127.0.0.1:{port} within {timeout_s:.0f} s; see "
         f"{record.log}"
     )
+
+
+def wait_for_workers(
+    record: ProcessRecord, redis_url: str, settings: Settings, count: int, timeout_s: float
+) -> None:
+    """Block until ``count`` workers consume the settings' queue (their presence records),
+    while ``record`` (the process that starts them) runs.
+
+    Raises:
+        ConfigurationError: the process exited, or the workers did not come in time.
+    """
+    from tether.keys import RedisKeys
+    from tether.runs.presence import workers_for_queue
+
+    client = redis_from_url(redis_url, retry=None)
+    keys = RedisKeys(settings.namespace)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(workers_for_queue(client, keys, settings.queue)) < count:
+            if not is_running(record):
+                raise ConfigurationError(
+                    f"{record.name} exited during start; its log {record.log} ends with:\n"
+                    + log_tail(record.log)
+                )
+            if time.monotonic() > deadline:
+                raise ConfigurationError(
+                    f"{record.name} did not start {count} worker(s) within {timeout_s:.0f} s; "
+                    f"see {record.log}"
+                )
+            time.sleep(0.1)
+    finally:
+        client.close()
 
 
 # --- the stack's redis-server --------------------------------------------------------------------

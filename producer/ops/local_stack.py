@@ -6,7 +6,9 @@
   append-only file under ``.tether/redis`` (queued runs survive ``down`` / ``up``);
 - the local-directory store ``.tether/store`` (or, with ``--s3``, a moto S3 server and a
   ``tether`` bucket);
-- ``--workers N`` Celery worker processes;
+- ``--workers N`` Celery worker processes, or with ``--autoscale MIN:MAX`` the autoscaling
+  supervisor (``tether autoscale``, :mod:`tether.producer.ops.autoscale`), which starts and
+  stops them on the queue's load;
 - ``tether console`` when the console is installed (``--no-console`` to skip it).
 
 It records each process (pid and start time) in ``.tether/stack.json``, writes the settings to
@@ -42,6 +44,7 @@ from tether.producer.ops.local_procs import (
     start_redis,
     stop_all,
     wait_for_port,
+    wait_for_workers,
 )
 from tether.settings import LOCAL_ENV_FILE, Settings
 from tether.settings_checks import mask_url
@@ -53,6 +56,8 @@ CONSOLE_READY_TIMEOUT_S = 30.0
 CONSOLE_DEFAULT_PORT = 8765
 #: How long a worker may finish its run before ``down`` kills it (warm shutdown).
 WORKER_STOP_TIMEOUT_S = 15.0
+#: The autoscaler's own limit for its workers' warm shutdown, within ``WORKER_STOP_TIMEOUT_S``.
+AUTOSCALER_STOP_TIMEOUT_S = 10.0
 S3_BUCKET = "tether"
 #: What the stack sets; the rest of the caller's environment reaches its services unchanged.
 _STACK_KEYS = (
@@ -119,6 +124,8 @@ class UpOptions:
     console_port: int | None = None
     console_actions: bool = False
     """Start the console with ``--actions`` (cancel, approve, reject, answer, fork)."""
+    autoscale: tuple[int, int] | None = None
+    """``(MIN, MAX)``: the supervisor runs the workers instead of ``workers`` fixed ones."""
 
 
 @dataclass
@@ -213,7 +220,10 @@ class LocalStack:
         exports = [("TETHER_BROKER_URL", url), ("TETHER_REDIS_URL", url)]
         exports += self._start_store(state, options, progress)
         env = {**base_env, **dict(exports)}
-        self._start_workers(state, options, env, progress)
+        if options.autoscale is not None:
+            self._start_autoscaler(state, options, env, progress, url)
+        else:
+            self._start_workers(state, options, env, progress)
         if options.console and console_available():
             self._start_console(state, options, env, progress)
         return exports
@@ -265,6 +275,31 @@ class LocalStack:
         for worker in workers:
             worker.wait_ready(WORKER_READY_TIMEOUT_S)
 
+    def _start_autoscaler(
+        self,
+        state: StackState,
+        options: UpOptions,
+        env: dict[str, str],
+        progress: Callable[[str], None],
+        redis_url: str,
+    ) -> None:
+        assert options.autoscale is not None
+        low, high = options.autoscale
+        progress(f"starting the autoscaler ({low}..{high} workers)")
+        argv = [
+            sys.executable, "-m", "tether.producer.ops.cli", "autoscale",
+            "--min", str(low), "--max", str(high), "--concurrency", str(options.concurrency),
+            "--queue", self.settings.queue, "--log-dir", str(self.paths.logs),
+            # it must have stopped its workers before `down` kills what is left
+            "--stop-timeout-s", str(AUTOSCALER_STOP_TIMEOUT_S),
+        ]  # fmt: skip
+        record = spawn(
+            "autoscaler", "autoscaler", argv, env=env,
+            log_path=self.paths.logs / "autoscaler.log", cwd=self.paths.project,
+        )  # fmt: skip
+        self._add(state, record)
+        wait_for_workers(record, redis_url, self.settings, low, WORKER_READY_TIMEOUT_S)
+
     def _start_console(
         self,
         state: StackState,
@@ -306,7 +341,7 @@ class LocalStack:
             # consumers first, so no worker loses its Redis in the middle of a run
             for kinds, timeout_s in (
                 (("console",), 10.0),
-                (("worker",), WORKER_STOP_TIMEOUT_S),
+                (("worker", "autoscaler"), WORKER_STOP_TIMEOUT_S),
                 (("moto", "redis"), 10.0),
             ):
                 group = [r for r in state.services if r.kind in kinds]

@@ -84,6 +84,14 @@ class OpenAIModel:
         model._setup(endpoint)
         return model
 
+    def surfacing_rate_limits(self) -> Self:
+        """A client of the same endpoint on which the SDK does not retry 429s: each reaches
+        the caller at once (a :class:`~tether.runs.limits.gate.BudgetedModel` then pauses the
+        model for the whole fleet); other failures keep the SDK's retries."""
+        if not self.endpoint.retry_rate_limits:
+            return self
+        return self.for_endpoint(self.endpoint.surfacing_rate_limits())
+
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> Self:
         """A client of the endpoint ``TETHER_OPENAI_*`` configures (read now when not given)."""

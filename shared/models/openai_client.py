@@ -15,6 +15,7 @@ event redaction knows about.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -65,6 +66,8 @@ class OpenAIEndpoint:
             credential headers (``api-key``, ``authorization``...) are held and scrubbed like
             the key.
         azure: send to an Azure OpenAI deployment instead of ``base_url``.
+        retry_rate_limits: whether the SDK retries 429s (off: a 429 reaches the caller at its
+            first answer; 5xx, 408, 409, timeouts and connection errors are still retried).
 
     Raises:
         ConfigurationError: a URL that is not http(s), a negative retry budget, or a timeout
@@ -77,6 +80,7 @@ class OpenAIEndpoint:
     max_retries: int = 2
     extra_headers: Mapping[str, str | SecretStr] = field(default_factory=dict)
     azure: AzureTarget | None = None
+    retry_rate_limits: bool = True
 
     def __post_init__(self) -> None:
         url = self.azure.endpoint if self.azure is not None else self.base_url
@@ -127,6 +131,7 @@ class OpenAIEndpoint:
     def __repr__(self) -> str:
         key = "None" if self.api_key is None else repr(self.api_key)  # SecretStr masks itself
         azure = "" if self.azure is None else f", azure={self.azure!r}"
+        azure += "" if self.retry_rate_limits else ", retry_rate_limits=False"
         return (
             f"OpenAIEndpoint({self.url!r}, api_key={key}, timeout_s={self.timeout_s:g}, "
             f"max_retries={self.max_retries}, extra_headers={sorted(self.extra_headers)}{azure})"
@@ -140,8 +145,16 @@ class OpenAIEndpoint:
     def error_context(self) -> ErrorContext:
         """What translated SDK errors say about this endpoint."""
         return ErrorContext(
-            self.url, self.scrubber(), max_retries=self.max_retries, timeout_s=self.timeout_s
+            self.url,
+            self.scrubber(),
+            max_retries=self.max_retries,
+            timeout_s=self.timeout_s,
+            retry_rate_limits=self.retry_rate_limits,
         )
+
+    def surfacing_rate_limits(self) -> OpenAIEndpoint:
+        """This endpoint with the SDK's 429 retries off (see ``retry_rate_limits``)."""
+        return dataclasses.replace(self, retry_rate_limits=False)
 
     def _common(self) -> dict[str, Any]:
         """The arguments every SDK client of this endpoint takes."""
@@ -168,19 +181,37 @@ class OpenAIEndpoint:
 
     def sync_client(self) -> openai.OpenAI:
         """A new ``openai.OpenAI`` (``openai.AzureOpenAI`` for Azure) for this endpoint."""
+        common = self._common()
+        if not self.retry_rate_limits:
+            hooks = {"response": [_not_retried_if_429]}
+            common["http_client"] = openai.DefaultHttpxClient(event_hooks=hooks)
         if self.azure is not None:
-            return openai.AzureOpenAI(**self._common())
-        return openai.OpenAI(**self._common())
+            return openai.AzureOpenAI(**common)
+        return openai.OpenAI(**common)
 
     def async_client(self) -> openai.AsyncOpenAI:
         """A new ``openai.AsyncOpenAI`` (``openai.AsyncAzureOpenAI`` for Azure)."""
+        http = _async_http(self.retry_rate_limits)
         if self.azure is not None:
-            return openai.AsyncAzureOpenAI(**self._common(), http_client=_async_http())
-        return openai.AsyncOpenAI(**self._common(), http_client=_async_http())
+            return openai.AsyncAzureOpenAI(**self._common(), http_client=http)
+        return openai.AsyncOpenAI(**self._common(), http_client=http)
 
 
-def _async_http() -> openai.DefaultAsyncHttpxClient:
+def _not_retried_if_429(response: Any) -> None:
+    """Mark a 429 as not to be retried: the SDK obeys an ``x-should-retry`` answer header
+    before its own rules (``BaseClient._should_retry``), and keeps retrying everything else."""
+    if response.status_code == 429:
+        response.headers["x-should-retry"] = "false"
+
+
+async def _anot_retried_if_429(response: Any) -> None:
+    _not_retried_if_429(response)
+
+
+def _async_http(retry_rate_limits: bool = True) -> openai.DefaultAsyncHttpxClient:
     """The SDK's default asyncio HTTP client, without the finalizer of the one it builds itself:
     that one schedules its close on whatever loop runs when it is collected, which fails (and
     logs) for a client whose own loop is gone."""
-    return openai.DefaultAsyncHttpxClient()
+    if retry_rate_limits:
+        return openai.DefaultAsyncHttpxClient()
+    return openai.DefaultAsyncHttpxClient(event_hooks={"response": [_anot_retried_if_429]})

@@ -28,6 +28,12 @@ EXCERPT_CHARS = 200
 REDACTED = "***"
 #: Statuses the SDK retries (its ``_should_retry``): the message then says how many attempts.
 RETRIED_STATUSES = frozenset({408, 409, 429})
+#: What to do about a 429 the SDK did not retry (the model has a fleet-wide limit, which paused
+#: it for everyone and waited its turn again, up to 8 times).
+FLEET_429_HINT = (
+    "the provider is rate limiting below the model's fleet-wide limit: lower its "
+    "requests_per_minute or tokens_per_minute in TETHER_MODEL_LIMITS"
+)
 
 
 class Scrubber:
@@ -77,13 +83,23 @@ class ErrorContext:
         scrub: hides the client's credentials.
         max_retries: the SDK's retry budget (to say how many attempts were made).
         timeout_s: the per-request timeout.
+        retry_rate_limits: whether the SDK retried 429s (off: behind a fleet-wide limit).
     """
 
-    def __init__(self, endpoint: str, scrub: Scrubber, *, max_retries: int, timeout_s: float):
+    def __init__(
+        self,
+        endpoint: str,
+        scrub: Scrubber,
+        *,
+        max_retries: int,
+        timeout_s: float,
+        retry_rate_limits: bool = True,
+    ):
         self.endpoint = safe_url(endpoint)
         self.scrub = scrub
         self.max_retries = max_retries
         self.timeout_s = timeout_s
+        self.retry_rate_limits = retry_rate_limits
 
     def __repr__(self) -> str:
         return f"ErrorContext({self.endpoint!r})"
@@ -152,10 +168,13 @@ class ErrorContext:
         rid = exc.request_id
         where = f" (request id {rid})" if rid else ""
         retried = status in RETRIED_STATUSES or status >= 500
+        if status == 429 and not self.retry_rate_limits:
+            retried = False
         tried = f" after {self._attempts()}" if retried else ""
+        advice = hint(status) if retried or status != 429 else FLEET_429_HINT
         return ModelError(
             f"model endpoint {self.endpoint} answered HTTP {status}{where}{tried}: "
-            f"{_clause(excerpt)}; {hint(status)}",
+            f"{_clause(excerpt)}; {advice}",
             status=status,
             request_id=rid,
             excerpt=excerpt,

@@ -12,7 +12,10 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
+
+from prometheus_client.registry import Collector
 
 from tether.keys import RedisKeys
 from tether.observability.exposition import (
@@ -51,9 +54,11 @@ def worker_metrics_env(settings: Settings, port: int | None) -> dict[str, str]:
     return env
 
 
-def start_worker_metrics(settings: Settings, *, prefork: bool) -> MetricsServer | None:
-    """Serve the worker's metrics (all its processes) plus queue depth, when
-    ``TETHER_METRICS_PORT`` is set.
+def start_worker_metrics(
+    settings: Settings, *, prefork: bool, collectors: Sequence[Collector] = ()
+) -> MetricsServer | None:
+    """Serve the worker's metrics (all its processes) plus queue depth and ``collectors`` (the
+    fleet signals, which this layer cannot build), when ``TETHER_METRICS_PORT`` is set.
 
     Raises:
         ConfigurationError: the port cannot be bound.
@@ -68,7 +73,9 @@ def start_worker_metrics(settings: Settings, *, prefork: bool) -> MetricsServer 
             MULTIPROC_ENV,
         )
     client = redis_from_url(settings.effective_redis_url)
-    registry = build_registry(QueueDepthCollector(client, RedisKeys(settings.namespace)))
+    registry = build_registry(
+        QueueDepthCollector(client, RedisKeys(settings.namespace)), *collectors
+    )
     server = serve_metrics(registry, settings.metrics_port, settings.metrics_host)
     log.info("metrics on http://%s:%d/metrics", settings.metrics_host, server.port)
     return server

@@ -7,8 +7,10 @@ archive plus the head's outbox) and an optional live stream (for events of runs 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+
+from pydantic import JsonValue
 
 from tether.core.context import CompactResult
 from tether.core.events import AgentEvent, EventType, ForkedPayload, now_ms
@@ -165,6 +167,7 @@ class SessionLogReader:
         *,
         tenant: str = "default",
         at_seq: int | None = None,
+        attributes: Mapping[str, JsonValue] | None = None,
     ) -> SessionSnapshot:
         """Copy a session under a new id, as it is or as it was at ``at_seq``; the source is
         untouched.
@@ -173,7 +176,8 @@ class SessionLogReader:
         renamed to the new id, followed by one ``SESSION_FORKED`` event naming the source and
         ``at_seq``; its memory is their fold. It keeps the metadata attributes, gets a fresh
         ``updated_at_ms`` and ``parent_session_id`` set to the source, and no applied-request
-        records (its runs are its own).
+        records (its runs are its own). ``attributes`` are added to the fork's metadata
+        attributes (a rerun marks its fork so, see :mod:`tether.runs.rerun`).
 
         Raises:
             SessionNotFound: the source does not exist.
@@ -195,6 +199,8 @@ class SessionLogReader:
             at = at_seq
             kept, memory, last_compact = memory_at(history, at, where=f"{tenant}/{session_id}")
         fork = _fork_head(head, new_session_id, at, kept, memory, last_compact)
+        if attributes:
+            fork.metadata.attributes.update(attributes)
         self.store.save(fork, None)
         if self.archive is not None:
             # the head keeps the history as its outbox until the fork's next save trims it

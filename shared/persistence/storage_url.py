@@ -28,7 +28,20 @@ from tether.persistence.stores.s3 import S3SnapshotStore
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
+    from tether.settings import Settings
+
 ACCEPTED_FORMS = "memory://, file:///absolute/path, s3://bucket[/prefix]"
+
+
+def storage_from_settings(settings: Settings) -> tuple[SnapshotStore, EventArchive]:
+    """The snapshot store and event archive ``TETHER_STORE_URL`` and ``TETHER_S3_*`` name."""
+    return open_storage(
+        settings.store_url,
+        endpoint_url=settings.s3_endpoint_url,
+        region_name=settings.s3_region,
+        sse=settings.s3_sse,
+        sse_kms_key_id=settings.s3_kms_key_id,
+    )
 
 
 def open_storage(

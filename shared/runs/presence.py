@@ -37,7 +37,7 @@ HEARTBEAT_INTERVAL_S = 2.0
 #: A record outlives this many missed heartbeats (a busy Redis or a GC pause is no death).
 TTL_HEARTBEATS = 3
 #: kombu's Redis transport keeps priorities 3, 6 and 9 in lists beside the queue's own.
-_PRIORITY_SUFFIXES = ("", "\x06\x163", "\x06\x166", "\x06\x169")
+PRIORITY_SUFFIXES = ("", "\x06\x163", "\x06\x166", "\x06\x169")
 _UNSAFE_ID_CHARS = re.compile(r"[^A-Za-z0-9_\-.:]")
 
 
@@ -205,7 +205,7 @@ def queue_depth(client: redis.Redis, namespace: str, queues: Sequence[str]) -> d
     The Celery broker keys are ``<namespace>-celery:<queue>`` (see
     :func:`tether.runs.celery_config.celery_config`), one list per priority.
     """
-    names = [(q, f"{namespace}-celery:{q}{sfx}") for q in queues for sfx in _PRIORITY_SUFFIXES]
+    names = [(q, f"{namespace}-celery:{q}{sfx}") for q in queues for sfx in PRIORITY_SUFFIXES]
     with translate_errors(describe_client(client)):
         pipe = client.pipeline(transaction=False)
         for _, key in names:

@@ -1,4 +1,5 @@
-"""An agent whose model call takes a while and logs when it runs, for the fleet-limit tests;
+"""Agents for the fleet-limit tests: ``slowcall``, whose model call takes a while and logs when it
+runs; ``freecall`` and ``limitedcall``, answered at once, on a model without and with a limit;
 loaded by workers through TETHER_AGENT_MODULES. The log (``BUDGET_TEST_CALL_LOG``) gets one line
 per call, ``<start> <end>`` in wall-clock seconds, appended by every worker process."""
 
@@ -23,3 +24,12 @@ def _slow(request: ModelRequest) -> ModelResponse:
 
 
 TETHER_AGENTS = {"slowcall": lambda: Agent(ScriptedModel(responder=_slow), MODEL)}
+
+#: A model no test configures a limit for.
+FREE_MODEL = "free-model"
+
+TETHER_AGENTS |= {
+    # instant answers, for counting what the model edge costs in Redis
+    "freecall": lambda: Agent(ScriptedModel(), FREE_MODEL),
+    "limitedcall": lambda: Agent(ScriptedModel(), MODEL),
+}

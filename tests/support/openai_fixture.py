@@ -52,6 +52,8 @@ class RecordedRequest:
     body: Any
     status: int
     request_id: str
+    received_at: float
+    """When it arrived (wall-clock seconds, the server's clock)."""
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -122,6 +124,10 @@ class OpenAIServer:
         """Fail the next ``count`` model requests with ``status`` (before the script resumes)."""
         doc = {"count": count, "status": status, "retry_after_s": retry_after_s, "message": message}
         self._post("/_control/fail_next", doc)
+
+    def default_reply(self, entry: Scripted | None) -> None:
+        """Answer every request the script leaves unanswered with ``entry`` (None: stop)."""
+        self._post("/_control/default", {"reply": None if entry is None else _to_reply(entry)})
 
     def set_models(self, models: Iterable[str]) -> None:
         """What ``GET /v1/models`` lists."""

@@ -21,8 +21,11 @@ The control API (no key, for tests in another process; :mod:`tests.support.opena
 wraps it): ``POST /_control/script`` ``{"replies": [...]}`` appends replies (see
 :mod:`tests.support.openai_replies`) that model requests consume in order;
 ``POST /_control/fail_next`` ``{"count", "status", "retry_after_s", "message"}`` fails the next
-requests first; ``POST /_control/models`` ``{"models": [...]}`` sets what ``/models`` lists;
-``GET /_control/requests`` the recorded requests; ``POST /_control/reset``;
+requests first; ``POST /_control/default`` ``{"reply": {...} | null}`` answers every request
+the script leaves unanswered (a benchmark's endless traffic); ``POST /_control/models``
+``{"models": [...]}`` sets what ``/models`` lists;
+``GET /_control/requests`` the recorded requests (each with ``received_at``, the wall-clock
+second it arrived: rates are measured on the server's side); ``POST /_control/reset``;
 ``GET /_control/health``. An exhausted script answers 400 "script exhausted", which clients do
 not retry, so a test that scripts too little fails fast saying so.
 """
@@ -65,6 +68,7 @@ class ServerState:
             self.requests: list[dict[str, Any]] = []
             self.models = list(DEFAULT_MODELS)
             self.serial = 0
+            self.default: dict[str, Any] | None = None
 
     def next_serial(self) -> int:
         """A fresh number for ids (request ids, completion ids)."""
@@ -79,6 +83,8 @@ class ServerState:
                 return self.failures.popleft()
             if self.script:
                 return self.script.popleft()
+            if self.default is not None:
+                return self.default
         return {"status": 400, "message": "openai_server script exhausted; script more replies"}
 
 
@@ -124,6 +130,7 @@ class _Handler(BaseHTTPRequestHandler):
             pass  # the client gave up (a timeout test): nothing left to answer
 
     def _api(self, path: str, query: str, body: Any) -> None:
+        received_at = time.time()
         state = self.server.state
         request_id = f"req_{state.next_serial()}"
         api_path = _AZURE_PREFIX.sub("/v1", path)
@@ -136,6 +143,7 @@ class _Handler(BaseHTTPRequestHandler):
             "headers": {k.lower(): v for k, v in self.headers.items()},
             "body": body,
             "request_id": request_id,
+            "received_at": received_at,
         }
         status, answer = self._answer(api_path, received, body, request_id)
         record["status"] = status
@@ -277,6 +285,10 @@ class _Handler(BaseHTTPRequestHandler):
                 failure["headers"] = {"Retry-After": str(doc["retry_after_s"])}
             with state.lock:
                 state.failures.extend([failure] * int(doc.get("count", 1)))
+        elif path == "/_control/default":
+            reply = doc.get("reply")
+            with state.lock:
+                state.default = dict(reply) if isinstance(reply, dict) else None
         elif path == "/_control/models":
             with state.lock:
                 state.models = [str(m) for m in doc.get("models", [])]

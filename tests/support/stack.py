@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import boto3
 import pytest
@@ -78,15 +78,19 @@ class Stack:
         """A reader over the stack's S3 store and archive."""
         return s3_reader(self.bucket, self.s3_endpoint)
 
-    def s3_keys(self) -> list[str]:
-        """Every object key in the bucket."""
-        client = boto3.client(
+    def s3_client(self) -> Any:
+        """A boto3 S3 client on the stack's moto server."""
+        return boto3.client(
             "s3",
             endpoint_url=self.s3_endpoint,
             region_name="us-east-1",
             aws_access_key_id="testing",
             aws_secret_access_key="testing",
         )
+
+    def s3_keys(self) -> list[str]:
+        """Every object key in the bucket."""
+        client = self.s3_client()
         keys: list[str] = []
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket):
             keys.extend(obj["Key"] for obj in page.get("Contents", []))

@@ -17,11 +17,14 @@ from dataclasses import dataclass
 
 from tether.core.context import CompactResult
 from tether.core.events import AgentEvent
+from tether.core.history import memory_at
 from tether.core.memory import MemorySnapshot
-from tether.errors import TetherError
+from tether.core.snapshot import SessionSnapshot
+from tether.errors import InvalidInput, TetherError
 from tether.persistence.stores.base import StoredSnapshot
 from tether.runs.contract import RunRequest
 from tether.runs.leases.base import Lease
+from tether.runs.rerun import rerun_mark
 from tether.runtime.agent import Agent
 from tether.runtime.progress import RunProgress, progress_of
 from tether.runtime.session import AgentSession
@@ -64,10 +67,11 @@ def resume_point(
         checkpoint = rt.checkpoints.load(t, s, request.run_id)
     assert checkpoint is None or isinstance(checkpoint, Checkpoint)
     if checkpoint is None:
-        return None
+        return rerun_point(agent, request, stored)
     base_seq = stored.snapshot.last_seq if stored is not None else 0
     events = _recorded(rt, request, checkpoint, base_seq)
-    progress = progress_of(request.run_id, events) if events else None
+    # a rerun's steps kept in its fork count as this run's, for its totals
+    progress = progress_of(request.run_id, [*_kept(request, stored), *events]) if events else None
     if progress is None:
         log.warning("run %s: checkpoint at seq %d unusable; starting over from the head",
                     request.run_id, checkpoint.last_seq)
@@ -86,6 +90,58 @@ def resume_point(
     log.info("run %s resumed at step %d from seq %d", request.run_id, progress.next_step,
              checkpoint.last_seq)
     return Resumed(session, progress, before)
+
+
+def rerun_point(agent: Agent, request: RunRequest, stored: StoredSnapshot | None) -> Resumed | None:
+    """The session at the step a rerun goes on from, when ``request`` is the run a rerun's fork
+    is marked for (:mod:`tether.runs.rerun`) and the fork has not applied it yet; else None.
+
+    The fork holds the source run's steps before the rerun's step as recorded: the loop goes on
+    after them, as after a checkpoint, without asking the model or running a tool of theirs.
+    """
+    kept = _kept(request, stored)
+    if not kept or stored is None:
+        return None
+    progress = progress_of(request.run_id, kept)
+    if progress is None:
+        return None
+    snapshot = stored.snapshot
+    session = agent.session_from_snapshot(
+        snapshot, version=stored.version, by_reference=True, announce=False
+    )
+    session.mark_archived(snapshot.archived_seq)
+    log.info("run %s goes on at step %d of a rerun's fork", request.run_id, progress.next_step)
+    return Resumed(session, progress, _before(snapshot, kept[0].seq))
+
+
+def _kept(request: RunRequest, stored: StoredSnapshot | None) -> list[AgentEvent]:
+    """The source run's events a rerun's fork holds for ``request``, under its run id."""
+    if stored is None:
+        return []
+    head = stored.snapshot
+    mark = rerun_mark(head.metadata.attributes)
+    if mark is None or mark.request_id != request.request_id:
+        return []
+    if any(record.request_id == request.request_id for record in head.applied):
+        return []  # applied already: the attempt finishes it as committed
+    return [
+        e.model_copy(update={"run_id": request.run_id})
+        for e in head.events
+        if e.run_id == mark.source_run_id
+    ]
+
+
+def _before(
+    head: SessionSnapshot, first_seq: int
+) -> tuple[MemorySnapshot, CompactResult | None]:
+    """Memory before a rerun's kept steps (what a failed rerun rolls back to)."""
+    if first_seq <= 1:
+        return MemorySnapshot(), None
+    try:
+        _, memory, last_compact = memory_at(head.events, first_seq - 1)
+    except InvalidInput:  # the fork's outbox no longer starts at seq 1: keep the fork's memory
+        return head.memory, head.last_compact
+    return memory, last_compact
 
 
 def _recorded(

@@ -32,8 +32,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,12 +46,18 @@ from tether.producer.ops.batch.cases import (
     scan_cases,
     spool_cases,
 )
-from tether.producer.ops.batch.engine import BatchRunner
+from tether.producer.ops.batch.engine import Unit
+from tether.producer.ops.batch.execution import BatchRun, judge_client_factory
 from tether.producer.ops.batch.ids import derive_batch_id
 from tether.producer.ops.batch.options import BatchOptions
-from tether.producer.ops.batch.progress import BatchProgress
-from tether.producer.ops.batch.results import ResultsFile
-from tether.producer.ops.batch.summary import BatchSummary, SummaryStats, build_summary
+from tether.producer.ops.batch.scoring import Score, Scorer, resolve_scorers
+from tether.producer.ops.batch.sources import (
+    DatasetOptions,
+    needs_spool,
+    spool_dataset,
+    unit_of,
+)
+from tether.producer.ops.batch.summary import BatchSummary
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -75,13 +80,17 @@ def run_batch(
     progress: bool = False,
     console: Console | None = None,
     fsync_interval_s: float = 1.0,
+    epochs: int = 1,
+    scorers: Sequence[str | Scorer] = (),
+    dataset: DatasetOptions | None = None,
 ) -> BatchSummary:
     """Run a batch of cases; see the module docstring. Re-running resumes.
 
     Args:
         producer: the producer to submit with.
-        cases: a JSONL file path, or an iterable of cases (:class:`BatchCase`, dicts or JSON
-            lines), which is first spooled to a temporary file.
+        cases: a dataset path (JSONL, CSV, Parquet, or a saved Hugging Face dataset's folder),
+            or an iterable of cases (:class:`BatchCase`, dicts or JSON lines), which is first
+            spooled to a temporary file.
         agent: the agent of cases that name none.
         concurrency: the most cases in flight at once.
         out: the results file (default: ``<cases stem>.results.jsonl`` next to the cases file,
@@ -93,10 +102,15 @@ def run_batch(
         progress: show a progress bar on stderr.
         console: where to draw the progress bar.
         fsync_interval_s: fsync the results file at most this often (lines are flushed always).
+        epochs: runs of every case, each in a fresh session.
+        scorers: ``--scorer`` values or :class:`Scorer` objects (see
+            :mod:`tether.producer.ops.batch.scoring.specs`).
+        dataset: field mapping and row selection (:class:`DatasetOptions`).
 
     Raises:
         CasesInvalid: invalid lines and not ``skip_invalid``; nothing was submitted.
-        InvalidInput: bad arguments, or a results file of another batch.
+        InvalidInput: bad arguments (a scorer that does not import, a dataset field that does
+            not exist...), or a results file of another batch; nothing was submitted.
     """
     options = BatchOptions(
         agent=agent,
@@ -108,6 +122,9 @@ def run_batch(
         progress=progress,
         console=console,
         fsync_interval_s=fsync_interval_s,
+        epochs=epochs,
+        scorers=scorers,
+        dataset=dataset or DatasetOptions(),
     )
     return run_batch_with(producer, cases, options)
 
@@ -117,7 +134,7 @@ def run_batch_with(producer: Producer, cases: CasesSource, options: BatchOptions
 
     Args:
         producer: the producer to submit with.
-        cases: a JSONL file path, or an iterable of cases (spooled to a temporary file).
+        cases: a dataset path, or an iterable of cases (spooled to a temporary file).
         options: how to run the batch.
 
     Raises:
@@ -125,72 +142,67 @@ def run_batch_with(producer: Producer, cases: CasesSource, options: BatchOptions
         InvalidInput: bad options, or a results file of another batch.
     """
     options = options.checked(default_tenant=producer.settings.tenant)
+    scorers = resolve_scorers(options.scorers, client_factory=judge_client_factory(producer))
     max_bytes = producer.settings.max_input_bytes
     with ExitStack() as stack:
-        path, source = _cases_file(cases, stack)
-        scan = _scan(path, source, options, max_bytes)
+        path, source, unit = _cases_file(cases, options.dataset, stack)
+        scan = _scan(path, source, options, max_bytes, unit)
         batch_id = options.batch_id or derive_batch_id(scan.sha256, options.agent)
         out = Path(options.out) if options.out is not None else _default_out(source, batch_id)
-        results = ResultsFile(out, batch_id, fsync_interval_s=options.fsync_interval_s)
-        stats = SummaryStats()
-        resumed = results.open(stats.add)
-        stack.callback(results.close)
-        started = time.monotonic()
-        ui = BatchProgress(
-            batch_id=batch_id,
-            total=scan.valid,
-            completed=resumed,
-            failed=stats.failed,
-            enabled=options.progress,
-            console=options.console,
-        )
-        runner = BatchRunner(
-            producer, options, batch_id=batch_id, results=results, stats=stats, progress=ui
-        )
-        with ui:
-            runner.run(
-                iter_cases(
-                    path,
-                    default_agent=options.agent,
-                    max_input_bytes=max_bytes,
-                    skip_lines=scan.duplicate_lines,
-                )
+        epochs = options.epochs
+
+        def units() -> Iterator[Unit]:
+            numbered = iter_cases(
+                path,
+                default_agent=options.agent,
+                max_input_bytes=max_bytes,
+                skip_lines=scan.duplicate_lines,
             )
-        return build_summary(
-            stats,
-            batch_id=batch_id,
-            out=str(out),
-            total=scan.valid,
-            resumed=resumed,
-            invalid_skipped=scan.invalid,
-            runs=runner.runs,
-            wall_s=time.monotonic() - started,
-            concurrency=options.concurrency,
-            max_in_flight=runner.max_in_flight,
-        )
+            for case in numbered:
+                for epoch in range(epochs):
+                    yield Unit(case, epoch)
+
+        run = BatchRun(producer, options, batch_id, scorers)
+        return run.execute(out, units(), total=scan.valid * epochs, cases=scan.valid,
+                           invalid_skipped=scan.invalid)
 
 
-def _cases_file(cases: CasesSource, stack: ExitStack) -> tuple[Path, Path | None]:
-    """The cases as a file, and the file the caller named (None for an iterable).
+def _cases_file(
+    cases: CasesSource, dataset: DatasetOptions, stack: ExitStack
+) -> tuple[Path, Path | None, str]:
+    """The cases as a JSONL file, the source the caller named (None for an iterable), and what
+    problems are numbered by (``line``, or ``row`` for CSV, Parquet and Hugging Face).
 
-    An iterable is spooled into a temporary directory that ``stack`` removes: scanning and
-    running read the cases twice, without ever holding them all in memory.
+    An iterable, or a source to convert (:func:`needs_spool`), is spooled into a temporary
+    directory that ``stack`` removes: scanning and running read the cases twice, without ever
+    holding them all in memory.
     """
     if isinstance(cases, str | os.PathLike):
         path = Path(cases)
-        if not path.is_file():
-            raise InvalidInput(f"cases file {path} does not exist or is not a file")
-        return path, path
+        if not path.exists():
+            raise InvalidInput(f"cases file {path} does not exist")
+        if not needs_spool(path, dataset):
+            if not path.is_file():
+                raise InvalidInput(f"cases file {path} is not a file")
+            return path, path, "line"
+        spooled = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "cases.jsonl"
+        return spooled, path, unit_of(spool_dataset(path, dataset, spooled))
     path = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "cases.jsonl"
     spool_cases(cases, path)
-    return path, None
+    if dataset.maps_fields or dataset.selects:
+        spooled = path.with_name("selected.jsonl")
+        spool_dataset(path, dataset, spooled)
+        return spooled, None, "line"
+    return path, None, "line"
 
 
-def _scan(path: Path, source: Path | None, options: BatchOptions, max_bytes: int) -> CasesScan:
+def _scan(
+    path: Path, source: Path | None, options: BatchOptions, max_bytes: int, unit: str
+) -> CasesScan:
     """Validate every case before anything is submitted (see :func:`scan_cases`)."""
     scan = scan_cases(path, default_agent=options.agent, max_input_bytes=max_bytes)
     if scan.invalid and not options.skip_invalid:
-        raise CasesInvalid(source or Path("<cases>"), scan.problems, scan.invalid)
+        raise CasesInvalid(source or Path("<cases>"), scan.problems, scan.invalid, unit)
     return scan
 
 
@@ -201,10 +213,14 @@ def _default_out(source: Path | None, batch_id: str) -> Path:
 
 
 __all__ = [
+    "BatchCase",
     "BatchOptions",
     "BatchSummary",
     "CasesInvalid",
     "CasesSource",
+    "DatasetOptions",
+    "Score",
+    "Scorer",
     "run_batch",
     "run_batch_with",
 ]

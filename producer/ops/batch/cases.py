@@ -37,14 +37,21 @@ from tether.runs.contract import MAX_METADATA_BYTES
 MAX_REPORTED_PROBLEMS = 20
 MAX_CASE_ID_CHARS = 256
 MAX_TURNS = 1000
+MAX_TAGS = 32
+MAX_TAG_CHARS = 64
 
 
 class Grader(StrEnum):
-    """How a case's final output is compared with ``expected``."""
+    """How a case's final output is compared with ``expected`` (the built-in scorers; see
+    :mod:`tether.producer.ops.batch.scoring.builtin`)."""
 
     EXACT = "exact"  # output == expected (no normalisation)
     CONTAINS = "contains"  # expected is a substring of output
     REGEX = "regex"  # re.search(expected, output) finds a match
+    INCLUDES_ANY = "includes-any"  # one of the strings of expected is in output
+    NUMERIC = "numeric"  # the last number of output equals expected
+    JSON = "json"  # output parses as JSON equal to expected
+    F1 = "f1"  # token F1 of output and expected (passes at 1.0)
 
 
 class BatchCase(BaseModel):
@@ -56,8 +63,9 @@ class BatchCase(BaseModel):
     input: str | list[str]
     session_id: str | None = None
     agent: str | None = Field(default=None, min_length=1, max_length=128)
-    expected: str | None = None
+    expected: JsonValue = None
     grader: Grader = Grader.EXACT
+    tags: list[str] = Field(default_factory=list, max_length=MAX_TAGS)
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
 
     @pydantic.field_validator("id", mode="before")
@@ -75,6 +83,14 @@ class BatchCase(BaseModel):
         if value not in names:
             raise ValueError(f"grader must be one of {', '.join(names)}, got {value!r}")
         return Grader(value)
+
+    @pydantic.field_validator("tags")
+    @classmethod
+    def _tags(cls, value: list[str]) -> list[str]:
+        for tag in value:
+            if not 1 <= len(tag) <= MAX_TAG_CHARS:
+                raise ValueError(f"a tag must be 1 to {MAX_TAG_CHARS} characters, got {tag!r}")
+        return value
 
     @pydantic.field_validator("input")
     @classmethod
@@ -104,7 +120,7 @@ class BatchCase(BaseModel):
     def _grading(self) -> BatchCase:
         if self.expected is None and "grader" in self.model_fields_set:
             raise ValueError("'grader' is given without 'expected'")
-        if self.expected is not None and self.grader is Grader.REGEX:
+        if isinstance(self.expected, str) and self.grader is Grader.REGEX:
             try:
                 re.compile(self.expected)
             except re.error as exc:
@@ -128,14 +144,16 @@ class NumberedCase:
 class CasesInvalid(InvalidInput):
     """Some lines of a cases file are invalid; the batch did not start."""
 
-    def __init__(self, path: Path, problems: list[tuple[int, str]], count: int) -> None:
+    def __init__(
+        self, path: Path, problems: list[tuple[int, str]], count: int, unit: str = "line"
+    ) -> None:
         self.path = path
         self.problems = problems
         self.count = count
-        lines = "\n".join(f"  line {n}: {msg}" for n, msg in problems)
+        lines = "\n".join(f"  {unit} {n}: {msg}" for n, msg in problems)
         more = f"\n  ... and {count - len(problems)} more" if count > len(problems) else ""
         super().__init__(
-            f"{path}: {count} invalid line(s); the batch was not started. Fix them, or pass "
+            f"{path}: {count} invalid {unit}(s); the batch was not started. Fix them, or pass "
             f"--skip-invalid (skip_invalid=True) to run the valid cases only:\n{lines}{more}"
         )
 

@@ -5,18 +5,19 @@ from __future__ import annotations
 import queue
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
-from tether.core.results import RunStatus
 from tether.errors import InfrastructureError, RunLost, UsageError
 from tether.producer.client import Producer, RunSpec
 from tether.producer.handle import RunHandle
 from tether.producer.ops.batch.cases import BatchCase, NumberedCase
-from tether.producer.ops.batch.grading import grade
 from tether.producer.ops.batch.ids import case_request_id, case_session_id
 from tether.producer.ops.batch.options import BatchOptions
 from tether.producer.ops.batch.progress import BatchProgress
+from tether.producer.ops.batch.records import CaseOutcome, EventsLoader, build_record
 from tether.producer.ops.batch.results import CaseResult, ResultsFile
+from tether.producer.ops.batch.scoring.base import Scorer
 from tether.producer.ops.batch.summary import SummaryStats
 from tether.runs.contract import RunRef, RunResult
 
@@ -28,21 +29,31 @@ MAX_LOST_RESUBMITS = 3
 SUBMIT_CHUNK = 500
 #: How often the loop wakes up without a completion.
 IDLE_WAKE_S = 0.25
+#: Threads that run slow scorers (a judge's model calls, custom code) beside the loop.
+MAX_SCORING_THREADS = 8
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One run of a case: its epoch, and its retry attempt (0: the first run)."""
+
+    numbered: NumberedCase
+    epoch: int = 0
+    attempt: int = 0
+
+
+@dataclass(frozen=True)
+class _Scored:
+    """A case scored on a scoring thread: its results line, or what went wrong building it."""
+
+    record: CaseResult | None
+    failure: BaseException | None = None
 
 
 @dataclass
-class _CaseRun:
-    """A case in flight: its turn and what its finished turns produced."""
+class _CaseRun(CaseOutcome):
+    """A case (epoch) in flight: its turn and what its finished turns produced."""
 
-    numbered: NumberedCase
-    session_id: str
-    agent: str
-    started: float
-    turn: int = 0
-    outputs: list[str | None] = field(default_factory=list)
-    run_ids: list[str] = field(default_factory=list)
-    steps: int = 0
-    tokens: int = 0
     lost: int = 0
 
     @property
@@ -60,6 +71,8 @@ class BatchRunner:
         results: the open results file; finished cases are appended to it.
         stats: the running statistics, fed with every finished case.
         progress: the progress bar.
+        scorers: the batch's scorers (``--scorer``); a case's own grader is added to them.
+        events: reads a finished case's events, for scorers that ask.
     """
 
     def __init__(
@@ -71,8 +84,12 @@ class BatchRunner:
         results: ResultsFile,
         stats: SummaryStats,
         progress: BatchProgress,
+        scorers: list[Scorer] | None = None,
+        events: EventsLoader | None = None,
     ) -> None:
         self.producer = producer
+        self.scorers = scorers or []
+        self.events = events
         self.batch_id = batch_id
         self.default_agent = options.agent
         self.tenant = options.tenant
@@ -80,50 +97,73 @@ class BatchRunner:
         self.results = results
         self.stats = stats
         self.progress = progress
-        self.completions: queue.SimpleQueue[tuple[_CaseRun, RunResult]] = queue.SimpleQueue()
+        self.completions: queue.SimpleQueue[tuple[_CaseRun, RunResult] | _Scored] = (
+            queue.SimpleQueue()
+        )
+        # slow scorers run on threads, so a judge's latency does not stall submitting and
+        # collecting; a case keeps its slot until its line is written (bounded memory)
+        slow = any(s.slow for s in self.scorers)
+        self.pool = (
+            ThreadPoolExecutor(min(self.concurrency, MAX_SCORING_THREADS), "tether-scoring")
+            if slow
+            else None
+        )
         self.in_flight = 0
         self.max_in_flight = 0
         self.runs = 0
 
-    def run(self, cases: Iterator[NumberedCase]) -> None:
-        """Submit every case not in the results file, keeping at most ``concurrency`` in flight.
+    def run(self, units: Iterator[Unit]) -> None:
+        """Submit every case (epoch) not in the results file, at most ``concurrency`` at once.
 
         Each pass starts cases into free slots, submits every turn that is due in one round trip
         (:meth:`Producer.submit_many`), then waits for completions and processes all that came.
         """
-        todo = (c for c in cases if not self.results.holds(c.case.id))
+        todo = (u for u in units if not self.results.holds(u.numbered.case.id, u.epoch))
+        try:
+            self._loop(todo)
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def _loop(self, todo: Iterator[Unit]) -> None:
         exhausted = False
         due: list[_CaseRun] = []
         while True:
             while not exhausted and self.in_flight < self.concurrency:
-                numbered = next(todo, None)
-                if numbered is None:
+                unit = next(todo, None)
+                if unit is None:
                     exhausted = True
                 else:
-                    due.append(self._start(numbered))
+                    due.append(self._start(unit))
             for start in range(0, len(due), SUBMIT_CHUNK):
                 self._submit(due[start : start + SUBMIT_CHUNK])
             due = []
             if exhausted and self.in_flight == 0:
                 return
             try:
-                state, result = self.completions.get(timeout=IDLE_WAKE_S)
+                item = self.completions.get(timeout=IDLE_WAKE_S)
             except queue.Empty:
                 continue
             while True:
-                self._turn_done(state, result, due)
+                if isinstance(item, _Scored):
+                    self._write(item)
+                else:
+                    self._turn_done(item[0], item[1], due)
                 try:
-                    state, result = self.completions.get_nowait()
+                    item = self.completions.get_nowait()
                 except queue.Empty:
                     break
 
     # --- submitting ----------------------------------------------------------------------------
 
-    def _start(self, numbered: NumberedCase) -> _CaseRun:
-        case = numbered.case
+    def _start(self, unit: Unit) -> _CaseRun:
+        case = unit.numbered.case
         agent = case.agent or self.default_agent
         assert agent is not None  # validated by parse_case_line
-        state = _CaseRun(numbered, case_session_id(self.batch_id, case), agent, time.monotonic())
+        session_id = case_session_id(self.batch_id, case, unit.epoch, unit.attempt)
+        state = _CaseRun(
+            unit.numbered, session_id, agent, time.monotonic(), unit.epoch, unit.attempt
+        )
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         return state
@@ -135,8 +175,13 @@ class BatchRunner:
             input=case.turns[turn],
             agent=state.agent,
             tenant=self.tenant,
-            request_id=case_request_id(self.batch_id, case, turn),
-            metadata={"batch_id": self.batch_id, "case_id": case.id, "turn": turn},
+            request_id=case_request_id(self.batch_id, case, turn, state.epoch, state.attempt),
+            metadata={
+                "batch_id": self.batch_id,
+                "case_id": case.id,
+                "turn": turn,
+                **({"epoch": state.epoch} if state.epoch else {}),
+            },
         )
 
     def _submit(self, states: list[_CaseRun]) -> None:
@@ -189,7 +234,7 @@ class BatchRunner:
             return
         state.outputs.append(result.output)
         state.steps += result.steps
-        state.tokens += result.usage.total_tokens
+        state.usage += result.usage
         if result.ok and state.turn + 1 < len(state.case.turns):
             state.turn += 1
             due.append(state)
@@ -202,45 +247,37 @@ class BatchRunner:
     def _finish(
         self, state: _CaseRun, result: RunResult | None, *, error: tuple[str, str] | None
     ) -> None:
-        case = state.case
-        status = result.status.value if result is not None else RunStatus.FAILED.value
-        output = result.output if result is not None else None
-        passed = None
-        if case.expected is not None:
-            ok = result is not None and result.ok
-            passed = ok and grade(case.grader, case.expected, output)
-        message = None
-        if error is not None:
-            message = error[1]
-            if len(case.turns) > 1:
-                message = f"turn {state.turn} of {len(case.turns)}: {message}"
-        record = CaseResult(
-            batch_id=self.batch_id,
-            id=case.id,
-            line=state.numbered.line,
-            session_id=state.session_id,
-            agent=state.agent,
-            status=status,
-            output=output,
-            outputs=state.outputs if len(case.turns) > 1 else None,
-            passed=passed,
-            grader=case.grader.value if case.expected is not None else None,
-            latency_ms=int((time.monotonic() - state.started) * 1000),
-            steps=state.steps,
-            tokens=state.tokens,
-            turns=len(state.outputs),
-            error_type=error[0] if error else None,
-            error=message,
-            run_ids=state.run_ids,
-            metadata=case.metadata or None,
+        if self.pool is None:
+            self._write(_Scored(self._record(state, result, error)))
+            return
+        completions = self.completions
+
+        def score() -> None:
+            try:
+                completions.put(_Scored(self._record(state, result, error)))
+            except BaseException as exc:  # a bug, not a scorer's error: end the batch with it
+                completions.put(_Scored(None, exc))
+
+        self.pool.submit(score)
+
+    def _record(
+        self, state: _CaseRun, result: RunResult | None, error: tuple[str, str] | None
+    ) -> CaseResult:
+        return build_record(
+            state, result, error, batch_id=self.batch_id, scorers=self.scorers, events=self.events
         )
+
+    def _write(self, scored: _Scored) -> None:
+        if scored.record is None:
+            raise RuntimeError("scoring a case failed") from scored.failure
+        record = scored.record
         self.results.append(record)
         self.stats.add(record)
         self.in_flight -= 1
-        self.progress.case_done(failed=status in ("FAILED", "CANCELLED"))
+        self.progress.case_done(failed=record.status in ("FAILED", "CANCELLED"))
 
 
-__all__ = ["BatchRunner"]
+__all__ = ["BatchRunner", "Unit"]
 
 
 def _ref_of(handle: RunHandle) -> RunRef:

@@ -1,7 +1,11 @@
 """Ids derived from a batch and its cases: stable across runs, which makes a batch resumable.
 
 The session of a case is ``<batch>:<case>`` (unless the case names its own ``session_id``) and
-the request id (idempotency key) of its turn ``n`` is ``<batch>:<case>:<n>``. A case id that
+the request id (idempotency key) of its turn ``n`` is ``<batch>:<case>:<n>``. Epoch ``k > 0`` of
+a case runs in its own fresh session ``<batch>:<case>:e<k>`` with request ids
+``<batch>:<case>:e<k>:<n>``, and a retry (``tether batch retry``, attempt ``a > 0``) in
+``...:e<k>r<a>``: epoch 0 keeps the ids of a batch run once, so a batch run with ``--epochs 1``
+and then ``--epochs 3`` adds two epochs and re-runs nothing. A case id that
 cannot be part of an id (characters outside :mod:`tether.ids`' alphabet, or too long) is replaced
 by ``h-<sha256 prefix>`` of it. Batch ids leave out ``:``, so ids of two batches never collide.
 """
@@ -53,16 +57,27 @@ def _fit(candidate: str, batch_id: str, case_id: str, suffix: str) -> str:
         return validate_id(f"{batch_id}:{hashed}{suffix}")
 
 
-def case_session_id(batch_id: str, case: BatchCase) -> str:
-    """The session a case runs in: its own ``session_id``, else ``<batch>:<case>``."""
+def _unit(epoch: int, attempt: int) -> str:
+    """The id suffix of an epoch and retry attempt (empty for the first run of epoch 0)."""
+    if epoch == 0 and attempt == 0:
+        return ""
+    return f":e{epoch}" + (f"r{attempt}" if attempt else "")
+
+
+def case_session_id(batch_id: str, case: BatchCase, epoch: int = 0, attempt: int = 0) -> str:
+    """The session a case runs in: its own ``session_id``, else ``<batch>:<case>``; other
+    epochs and retries add ``:e<epoch>[r<attempt>]`` (a fresh session each)."""
+    unit = _unit(epoch, attempt)
     if case.session_id is not None:
-        return case.session_id
-    return _fit(f"{batch_id}:{_case_part(case.id)}", batch_id, case.id, "")
+        return validate_id(case.session_id + unit)
+    return _fit(f"{batch_id}:{_case_part(case.id)}{unit}", batch_id, case.id, unit)
 
 
-def case_request_id(batch_id: str, case: BatchCase, turn: int) -> str:
-    """The idempotency key of turn ``turn`` of a case: ``<batch>:<case>:<turn>``."""
-    suffix = f":{turn}"
+def case_request_id(
+    batch_id: str, case: BatchCase, turn: int, epoch: int = 0, attempt: int = 0
+) -> str:
+    """The idempotency key of turn ``turn`` of a case: ``<batch>:<case>[:e<k>[r<a>]]:<turn>``."""
+    suffix = f"{_unit(epoch, attempt)}:{turn}"
     return _fit(f"{batch_id}:{_case_part(case.id)}{suffix}", batch_id, case.id, suffix)
 
 

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from tether.errors import InvalidInput
 from tether.ids import validate_tenant
 from tether.producer.ops.batch.ids import check_batch_id
+from tether.producer.ops.batch.sources import DatasetOptions
 
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from tether.producer.ops.batch.scoring.base import Scorer
+
 #: The most cases a batch may keep in flight.
 MAX_CONCURRENCY = 100_000
+#: The most epochs (runs of each case) a batch may ask for.
+MAX_EPOCHS = 1000
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,9 @@ class BatchOptions:
         progress: show a progress bar on stderr.
         console: where to draw the progress bar.
         fsync_interval_s: fsync the results file at most this often (lines are flushed always).
+        epochs: runs of every case, each in a fresh session.
+        scorers: ``--scorer`` values (or :class:`Scorer` objects), applied to every case.
+        dataset: field mapping and row selection of the cases source.
     """
 
     agent: str | None = None
@@ -46,6 +55,9 @@ class BatchOptions:
     progress: bool = False
     console: Console | None = None
     fsync_interval_s: float = 1.0
+    epochs: int = 1
+    scorers: Sequence[str | Scorer] = ()
+    dataset: DatasetOptions = field(default_factory=DatasetOptions)
 
     def checked(self, default_tenant: str) -> BatchOptions:
         """These options validated, with the tenant filled in from ``default_tenant``.
@@ -57,10 +69,13 @@ class BatchOptions:
             raise InvalidInput(
                 f"concurrency must be 1..{MAX_CONCURRENCY}, got {self.concurrency}"
             )
+        if not 1 <= self.epochs <= MAX_EPOCHS:
+            raise InvalidInput(f"epochs must be 1..{MAX_EPOCHS}, got {self.epochs}")
+        self.dataset.check()
         tenant = validate_tenant(self.tenant or default_tenant)
         if self.batch_id is not None:
             check_batch_id(self.batch_id)
         return replace(self, tenant=tenant)
 
 
-__all__ = ["MAX_CONCURRENCY", "BatchOptions"]
+__all__ = ["MAX_CONCURRENCY", "MAX_EPOCHS", "BatchOptions"]

@@ -26,22 +26,69 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, JsonValue
 
 from tether.errors import InvalidInput
+from tether.producer.ops.batch.scoring.base import ScoreRecord
 
-RESULT_SCHEMA_VERSION = 1
+#: Version 1: one line per case (status, output, passed by the case's grader, latency, tokens,
+#: run ids). Version 2 (epochs and scorers) adds: epoch, attempt, tags, input, expected,
+#: scores (one record per scorer), score, scorers, usage, error_kind. Version 1 lines read as
+#: version 2 lines of epoch 0 without scores.
+RESULT_SCHEMA_VERSION: Literal[2] = 2
+
+#: What a run's ``error_type`` says about who must act (the ``tether.errors`` tree).
+ERROR_KINDS = ("usage", "data", "conflict", "infrastructure", "agent", "model")
 
 
-class CaseResult(BaseModel):
-    """One line of a results file.
+def error_kind(error_type: str | None) -> str | None:
+    """The kind of a run's error by its class in :mod:`tether.errors` (None: not one of ours)."""
+    if error_type is None:
+        return None
+    from tether import errors
 
-    ``status`` is the status of the case's last run (``FAILED`` when a turn failed, which ends
-    the case). ``output`` is the final output; ``outputs`` lists every turn's output for
-    multi-turn cases. ``passed`` is None when the case has no ``expected`` value.
-    ``latency_ms`` is measured by the producer from the first submission to the last result.
-    """
+    cls = getattr(errors, error_type, None)
+    if not (isinstance(cls, type) and issubclass(cls, errors.TetherError)):
+        return None
+    for kind, base in (
+        ("model", errors.ModelError),
+        ("agent", errors.AgentError),
+        ("infrastructure", errors.InfrastructureError),
+        ("conflict", errors.ConflictError),
+        ("data", errors.DataError),
+        ("usage", errors.UsageError),
+    ):
+        if issubclass(cls, base):
+            return kind
+    return None
+
+
+class RunUsage(BaseModel):
+    """Tokens a case's runs spent (every turn summed)."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
-    v: Literal[1] = 1
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+
+
+class CaseResult(BaseModel):
+    """One line of a results file: one epoch of one case.
+
+    ``status`` is the status of the case's last run (``FAILED`` when a turn failed, which ends
+    the case). ``output`` is the final output; ``outputs`` lists every turn's output for
+    multi-turn cases. ``scores`` holds one record per scorer that applied (``value`` in [0, 1],
+    ``passed``, ``explanation``, ``metadata``, or ``error`` for a scoring error), ``score`` their
+    mean; ``passed`` is True when every scorer passed, False when one did not, errored, or the
+    run failed, and None when no scorer applied. ``latency_ms`` is measured by the producer from
+    the first submission to the last result. ``error_kind`` classifies ``error_type``
+    (``infrastructure``, ``model``, ``agent``, ``usage``, ``conflict``, ``data``; ``None`` for
+    an error type Tether does not know).
+    """
+
+    # fields this version does not know (added by a newer build) are kept, so a retry that
+    # rewrites the file does not drop them
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    v: Literal[1, 2] = RESULT_SCHEMA_VERSION
     batch_id: str
     id: str
     line: int
@@ -60,11 +107,64 @@ class CaseResult(BaseModel):
     error: str | None = None
     run_ids: list[str] = []
     metadata: dict[str, JsonValue] | None = None
+    # version 2
+    epoch: int = 0
+    attempt: int = 0
+    tags: list[str] | None = None
+    input: str | list[str] | None = None
+    expected: JsonValue = None
+    scores: dict[str, ScoreRecord] | None = None
+    score: float | None = None
+    scorers: list[str] | None = None
+    usage: RunUsage | None = None
+    error_kind: str | None = None
+
+    @property
+    def errored(self) -> bool:
+        """The run failed (an infrastructure, model or agent error), as opposed to grading."""
+        return self.error_type is not None or self.status in ("FAILED", "CANCELLED")
+
+    @property
+    def scoring_errors(self) -> int:
+        """How many scorers failed on this case."""
+        return sum(1 for r in (self.scores or {}).values() if r.error is not None)
 
 
-def case_key(case_id: str) -> int:
-    """The 8-byte hash a finished case is remembered by."""
-    return int.from_bytes(hashlib.blake2b(case_id.encode(), digest_size=8).digest(), "big")
+#: Fields left out of a line when empty (``passed``, ``output`` and ``error`` stay, as null).
+_OPTIONAL = ("outputs", "metadata", "grader", "tags", "input", "expected", "scores", "score",
+             "scorers", "usage", "error_kind")
+
+
+def dump_line(result: CaseResult) -> bytes:
+    """One results line: empty optional fields left out, a newline at the end."""
+    empty = {n for n in _OPTIONAL if getattr(result, n) is None}
+    return result.model_dump_json(exclude=empty).encode() + b"\n"
+
+
+def case_key(case_id: str, epoch: int = 0) -> int:
+    """The 8-byte hash a finished case (epoch) is remembered by."""
+    text = case_id if epoch == 0 else f"{case_id}\0e{epoch}"
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+
+
+def read_results(path: Path) -> list[CaseResult]:
+    """Every complete line of a results file (a trailing partial line is ignored).
+
+    Raises:
+        InvalidInput: the file is missing, or a line is not a result line.
+    """
+    if not path.is_file():
+        raise InvalidInput(f"results file {path} does not exist; pass the file a batch wrote")
+    results = []
+    with path.open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            if not raw.endswith(b"\n") or not raw.strip():
+                continue
+            try:
+                results.append(CaseResult.model_validate_json(raw))
+            except pydantic.ValidationError as exc:
+                raise InvalidInput(f"{path} line {number} is not a batch result line") from exc
+    return results
 
 
 class ResultsFile:
@@ -135,15 +235,15 @@ class ResultsFile:
                     f"{self.batch_id!r}; pass --batch-id {result.batch_id} to resume that batch, "
                     "or choose another --out"
                 )
-            keys.append(case_key(result.id))
+            keys.append(case_key(result.id, result.epoch))
             on_existing(result)
         if self.dropped_partial_line:
             fh.truncate(good_end)
         self._done = array("Q", sorted(keys))
 
-    def holds(self, case_id: str) -> bool:
-        """True when the file already has a result for ``case_id``."""
-        key = case_key(case_id)
+    def holds(self, case_id: str, epoch: int = 0) -> bool:
+        """True when the file already has a result for epoch ``epoch`` of ``case_id``."""
+        key = case_key(case_id, epoch)
         index = bisect.bisect_left(self._done, key)
         return index < len(self._done) and self._done[index] == key
 
@@ -152,8 +252,7 @@ class ResultsFile:
         if self._fh is None:
             raise RuntimeError("ResultsFile.open() was not called")
         # optional fields are left out when empty; passed/output/error stay (null) for clarity
-        empty = {n for n in ("outputs", "metadata", "grader") if getattr(result, n) is None}
-        self._fh.write(result.model_dump_json(exclude=empty).encode() + b"\n")
+        self._fh.write(dump_line(result))
         self._fh.flush()
         now = time.monotonic()
         if now - self._last_sync >= self.fsync_interval_s:
@@ -169,4 +268,14 @@ class ResultsFile:
             self._fh = None
 
 
-__all__ = ["CaseResult", "ResultsFile", "case_key"]
+__all__ = [
+    "ERROR_KINDS",
+    "RESULT_SCHEMA_VERSION",
+    "CaseResult",
+    "ResultsFile",
+    "RunUsage",
+    "case_key",
+    "dump_line",
+    "error_kind",
+    "read_results",
+]

@@ -10,12 +10,13 @@ from __future__ import annotations
 import math
 from array import array
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from tether.producer.ops.batch.metrics import EpochMetrics
 from tether.producer.ops.batch.results import CaseResult
 
 _MAX_U32 = 2**32 - 1
@@ -40,9 +41,13 @@ class SummaryStats:
         self.tokens = 0
         self.steps = 0
         self.latencies_ms = array("I")
+        self.metrics = EpochMetrics()
+        self.scoring_errors = 0
+        self.scorer_tokens = 0
+        self.errors_by_kind: Counter[str] = Counter()
 
     def add(self, result: CaseResult) -> None:
-        """Count one finished case."""
+        """Count one finished case (one epoch of it)."""
         self.by_status[result.status] += 1
         if result.passed is not None:
             self.graded += 1
@@ -50,6 +55,19 @@ class SummaryStats:
         self.tokens += result.tokens
         self.steps += result.steps
         self.latencies_ms.append(min(max(result.latency_ms, 0), _MAX_U32))
+        if result.errored:
+            self.errors_by_kind[result.error_kind or "other"] += 1
+        records = (result.scores or {}).values()
+        self.scoring_errors += result.scoring_errors
+        self.scorer_tokens += sum(r.usage.total_tokens for r in records if r.usage is not None)
+        self.metrics.add(
+            result.id,
+            result.epoch,
+            passed=result.passed,
+            score=result.score,
+            scorer_results=[(r.scorer, r.passed, r.value) for r in records],
+            tags=result.tags or (),
+        )
 
     @property
     def finished(self) -> int:
@@ -79,6 +97,14 @@ class BatchSummary:
         total_tokens, total_steps: summed over finished cases.
         runs: runs (turns) this invocation completed; wall_s: its wall time.
         concurrency: the in-flight cap; max_in_flight: the most cases in flight at once.
+        epochs: runs of each case; cases: valid cases (``total`` is ``cases * epochs``).
+        retried: errored cases ``tether batch retry`` ran again.
+        scoring_errors: scorer failures (each a case's scoring error; the batch went on).
+        scorer_tokens: tokens the scorers spent (a judge's calls).
+        errors_by_kind: errored cases by ``error_kind`` (``other`` for unknown error types).
+        metrics: mean, standard error and pass@k of the cases' verdicts (``overall``), of each
+            scorer (``scorers``) and of the cases of each tag (``tags``); see
+            :mod:`tether.producer.ops.batch.metrics`.
     """
 
     batch_id: str
@@ -99,6 +125,13 @@ class BatchSummary:
     wall_s: float
     concurrency: int
     max_in_flight: int
+    epochs: int = 1
+    cases: int = 0
+    retried: int = 0
+    scoring_errors: int = 0
+    scorer_tokens: int = 0
+    errors_by_kind: dict[str, int] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
 
     @property
     def failed(self) -> int:
@@ -130,10 +163,21 @@ class BatchSummary:
         return doc
 
 
-def build_summary(stats: SummaryStats, **fields: Any) -> BatchSummary:
+def build_summary(stats: SummaryStats, *, epochs: int = 1, **fields: Any) -> BatchSummary:
     """Freeze the accumulated stats into a :class:`BatchSummary`."""
     ordered = sorted(stats.latencies_ms)
+    epochs = max(epochs, stats.metrics.max_epoch + 1)
+    metrics = {
+        "overall": stats.metrics.overall(epochs).to_dict(),
+        "scorers": {n: m.to_dict() for n, m in stats.metrics.by_scorer(epochs).items()},
+        "tags": {n: m.to_dict() for n, m in stats.metrics.by_tag(epochs).items()},
+    }
     return BatchSummary(
+        epochs=epochs,
+        scoring_errors=stats.scoring_errors,
+        scorer_tokens=stats.scorer_tokens,
+        errors_by_kind=dict(sorted(stats.errors_by_kind.items())),
+        metrics=metrics,
         finished=stats.finished,
         by_status=dict(sorted(stats.by_status.items())),
         graded=stats.graded,
@@ -149,6 +193,36 @@ def build_summary(stats: SummaryStats, **fields: Any) -> BatchSummary:
 
 def _ms(value: int | None) -> str:
     return "-" if value is None else f"{value:,} ms"
+
+
+def _stat(stats: dict[str, Any]) -> str:
+    mean, stderr = stats.get("mean"), stats.get("stderr")
+    text = "-" if mean is None else f"{mean:.3f}"
+    if stderr is not None:
+        text += f" ± {stderr:.3f}"
+    at_k = stats.get("pass_at_k") or {}
+    if len(at_k) > 1:
+        text += "  " + " ".join(f"pass@{k} {v:.3f}" for k, v in at_k.items())
+    return text
+
+
+def _render_metrics(table: Table, summary: BatchSummary) -> None:
+    if summary.epochs > 1:
+        table.add_row("epochs", f"{summary.epochs} (of {summary.cases:,} cases)")
+    metrics = summary.metrics
+    overall = metrics.get("overall") or {}
+    if overall.get("mean") is not None:
+        table.add_row("score (mean ± stderr)", _stat(overall))
+    scorers = metrics.get("scorers") or {}
+    if len(scorers) > 1 or summary.epochs > 1:
+        for name, stats in scorers.items():
+            table.add_row(f"  {name}", _stat(stats))
+    for name, stats in (metrics.get("tags") or {}).items():
+        table.add_row(f"  tag {name}", _stat(stats))
+    if summary.scoring_errors:
+        table.add_row("[red]scoring errors[/]", f"{summary.scoring_errors:,}")
+    if summary.scorer_tokens:
+        table.add_row("scorer tokens", f"{summary.scorer_tokens:,}")
 
 
 def render_summary(summary: BatchSummary, console: Console | None = None) -> None:
@@ -169,6 +243,7 @@ def render_summary(summary: BatchSummary, console: Console | None = None) -> Non
         table.add_row("passed", rate)
     else:
         table.add_row("passed", "- (no case has 'expected')")
+    _render_metrics(table, summary)
     table.add_row("latency p50 / p95 / max", " / ".join(
         _ms(v) for v in (summary.latency_p50_ms, summary.latency_p95_ms, summary.latency_max_ms)
     ))

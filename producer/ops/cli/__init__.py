@@ -23,7 +23,8 @@ from typing import Annotated
 import click
 import typer
 
-from tether.producer.ops.cli import approvals, batch, runs, sessions, stack
+from tether.producer.ops.cli import approvals, batch, replay, runs, sessions, stack
+from tether.producer.ops.cli import autoscale as autoscale_cli
 from tether.producer.ops.cli import console as console_cli
 from tether.producer.ops.cli.support import (
     EXIT_FAILED,
@@ -154,10 +155,12 @@ def worker(
 
 runs.register(app)
 approvals.register(app)
+replay.register(app)
 sessions.register(app)
 batch.register(app)
 console_cli.register(app)
 stack.register(app)
+autoscale_cli.register(app)
 
 
 def run_cli(argv: list[str] | None = None) -> int:

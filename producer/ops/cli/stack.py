@@ -65,6 +65,14 @@ def up(
             help="Start the console with its actions on (cancel, approve, reject, answer, fork).",
         ),
     ] = False,
+    autoscale: Annotated[
+        str | None,
+        typer.Option(
+            "--autoscale",
+            metavar="MIN:MAX",
+            help="Run `tether autoscale` with MIN..MAX workers instead of --workers.",
+        ),
+    ] = None,
 ) -> None:
     """Start a local stack in this folder (Redis, store, workers, console), detached.
 
@@ -73,9 +81,11 @@ def up(
     """
     from rich.markup import escape
 
+    from tether.producer.ops.cli.autoscale import parse_bounds
     from tether.producer.ops.local_stack import LocalStack, UpOptions, console_available
     from tether.producer.ops.render import make_console
 
+    bounds = parse_bounds(autoscale) if autoscale is not None else None
     settings = cli_settings()
     project = Path.cwd()
     console = make_console()
@@ -87,6 +97,7 @@ def up(
         console=not no_console,
         console_port=console_port,
         console_actions=console_actions,
+        autoscale=bounds,
     )
     result = stack.up(options, progress=lambda step: console.print(f"[dim]{escape(step)}...[/]"))
     if result.already_up:
@@ -163,6 +174,8 @@ class Status:
     waiting: list[dict[str, str]] = field(default_factory=list)
     """Runs waiting now, and for what (``"model budget"``)."""
     active_sessions: int = 0
+    fleet: dict[str, Any] = field(default_factory=dict)
+    """The autoscaling signals (:class:`tether.runs.fleet.FleetSignals`)."""
     error: str | None = None
 
     @property
@@ -182,6 +195,7 @@ class Status:
             "running": self.running,
             "waiting": self.waiting,
             "active_sessions": self.active_sessions,
+            "fleet": self.fleet,
             "error": self.error,
             "healthy": self.healthy,
         }
@@ -216,6 +230,7 @@ def collect_status(project: Path, settings: Settings) -> Status:
         queues = sorted({settings.queue, *(q for w in info.workers for q in w.queues)})
         if settings.broker_url == settings.effective_redis_url:
             info.queue_depth = queue_depth(client, settings.namespace, queues)
+        info.fleet = _fleet(client, keys, queues, settings)
         info.running = sorted({r for w in info.workers for r in w.current_runs})
         from tether.runs.queue.redis import RedisRunQueue  # here: `tether --help` stays light
 
@@ -231,6 +246,16 @@ def collect_status(project: Path, settings: Settings) -> Status:
     finally:
         client.close()
     return info
+
+
+def _fleet(client: Any, keys: Any, queues: list[str], settings: Settings) -> dict[str, Any]:
+    from tether.runs.fleet import read_fleet_signals
+
+    broker = client if settings.broker_url == settings.effective_redis_url else None
+    signals = read_fleet_signals(
+        client, keys, queues, broker=broker, broker_namespace=settings.namespace
+    )
+    return signals.to_dict()
 
 
 def status(as_json: JsonOption = False) -> None:
@@ -284,6 +309,13 @@ def _print_status(console: Console, info: Status, project: Path) -> None:
     console.print(
         f"runs in flight: {len(info.running)} running; active sessions: {info.active_sessions}"
     )
+    if info.fleet:
+        ages = info.fleet["oldest_queued_age_s"]
+        oldest = ", ".join(f"{q}: {a:.1f} s" for q, a in ages.items()) or "none waiting"
+        console.print(
+            f"slots: {info.fleet['busy_slots']} busy of {info.fleet['slots']}; "
+            f"oldest queued run: {oldest}"
+        )
     for run in info.waiting:
         console.print(
             f"  {escape(run['run_id'])} ({escape(run['tenant'])}/{escape(run['session_id'])}): "

@@ -1,6 +1,6 @@
-"""The console's ``/metrics``: the tenant's queue depth and the live workers, read from Redis
-at scrape time, plus the workers' own metrics when they share this host's
-``PROMETHEUS_MULTIPROC_DIR`` (as a ``tether up`` stack does)."""
+"""The console's ``/metrics``: the tenant's queue depth, the live workers and the fleet signals
+(:mod:`tether.runs.fleet`), read from Redis at scrape time, plus the workers' own metrics when
+they share this host's ``PROMETHEUS_MULTIPROC_DIR`` (as a ``tether up`` stack does)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from prometheus_client.registry import Collector
 from tether.observability.exposition import multiprocess_dir
 from tether.observability.queue_depth import QueueDepthCollector
 from tether.producer.ops.console.backends import Backends
+from tether.runs.fleet import fleet_collector
 from tether.runs.presence import list_workers
 
 
@@ -37,6 +38,7 @@ def console_registry(backends: Backends, tenant: str) -> CollectorRegistry:
         MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     registry.register(QueueDepthCollector(backends.client, backends.keys, tenant))
     registry.register(WorkersCollector(backends))
+    registry.register(fleet_collector(backends.settings, backends.client))
     return registry
 
 

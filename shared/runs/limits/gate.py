@@ -5,6 +5,10 @@ the :class:`~tether.runs.limits.base.ModelBudget` to admit it (on an estimate of
 sleeps as told while it is not admitted, and settles the call with the tokens it really used.
 A 429 from the provider pauses the model for the whole fleet (its ``Retry-After``, else
 :data:`DEFAULT_PAUSE_S`) and the call waits its turn again, up to ``max_429_retries`` times.
+For that a 429 must reach the gate: calls of a limited model go to the client's
+:meth:`~RateLimitSurfacing.surfacing_rate_limits` twin (the OpenAI clients: the SDK retries no
+429, still its 5xx, timeouts and connection errors), not to one whose SDK would wait the 429 out
+inside one process, hidden from the fleet, while every other worker kept sending.
 
 While a call waits, :data:`budget_waits` (set by the worker for the run it executes) hears the
 reason, then ``None`` once admitted: the worker shows "waiting for model budget" and counts it;
@@ -17,10 +21,16 @@ import contextvars
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, cast, runtime_checkable
 
 from tether.errors import ModelError
-from tether.models.base import DeltaSink, ModelClient, ModelRequest, ModelResponse
+from tether.models.base import (
+    DeltaSink,
+    ModelClient,
+    ModelRequest,
+    ModelResponse,
+    StreamingModelClient,
+)
 from tether.models.limits import ModelLimits
 from tether.runs.limits.base import ModelBudget, WaitReason
 
@@ -38,6 +48,15 @@ WaitHook = Callable[[WaitReason | None], None]
 budget_waits: contextvars.ContextVar[WaitHook | None] = contextvars.ContextVar(
     "tether_budget_waits", default=None
 )
+
+
+@runtime_checkable
+class RateLimitSurfacing(Protocol):
+    """A model client that can hand 429s to its caller instead of retrying them itself."""
+
+    def surfacing_rate_limits(self) -> ModelClient:
+        """The same client, except that a 429 is raised (a :class:`ModelError` with
+        ``status == 429`` and its ``retry_after_s``) at the provider's first answer."""
 
 
 def estimate_tokens(request: ModelRequest) -> int:
@@ -69,6 +88,10 @@ class BudgetedModel:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.inner = inner
+        # limited models' calls: their 429s must reach _call (see the module's docstring)
+        self._surfacing = (
+            inner.surfacing_rate_limits() if isinstance(inner, RateLimitSurfacing) else inner
+        )
         self._budget = budget
         self._limits = limits
         self._max_429_retries = max_429_retries
@@ -78,25 +101,28 @@ class BudgetedModel:
         return f"BudgetedModel({self.inner!r})"
 
     def complete(self, request: ModelRequest) -> ModelResponse:
-        return self._call(request, lambda: self.inner.complete(request))
+        return self._call(request, lambda model: model.complete(request))
 
     def stream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
-        streaming = getattr(self.inner, "stream", None)
-        if streaming is None:
+        if getattr(self.inner, "stream", None) is None:
             return self.complete(request)
-        return self._call(request, lambda: streaming(request, on_delta))
+        return self._call(
+            request, lambda model: cast(StreamingModelClient, model).stream(request, on_delta)
+        )
 
-    def _call(self, request: ModelRequest, call: Callable[[], ModelResponse]) -> ModelResponse:
+    def _call(
+        self, request: ModelRequest, call: Callable[[ModelClient], ModelResponse]
+    ) -> ModelResponse:
         limit = self._limits.for_model(request.model)
         if limit is None:
-            return call()
+            return call(self.inner)
         estimate = estimate_tokens(request)
         for attempt in range(self._max_429_retries + 1):
             token = uuid.uuid4().hex
             self._wait_for_admission(request.model, token, estimate)
             used = 0
             try:
-                response = call()
+                response = call(self._surfacing)
                 used = response.usage.input_tokens + response.usage.output_tokens
                 return response
             except ModelError as exc:

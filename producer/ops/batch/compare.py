@@ -1,0 +1,199 @@
+"""``tether batch compare A B``: what changed between two batches run on the same cases.
+
+Cases are matched by id (their epochs by ``(id, epoch)``). Per case, the score is the mean over
+its epochs of the line's ``score`` (or of one scorer's value with ``scorer=``; a line whose run
+failed scores 0). Reported:
+
+- per case: ``improved`` (B's score is higher), ``regressed`` (lower) or ``unchanged``;
+- the mean score difference B - A with its paired bootstrap 95% interval (seeded, so the same
+  files give the same interval);
+- McNemar's exact test on pass/fail over the matched ``(case, epoch)`` pairs;
+- the mean latency, tokens and (when the lines carry ``cost_usd``) cost of each side.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tether.errors import InvalidInput
+from tether.producer.ops.batch.results import CaseResult, read_results
+from tether.producer.ops.batch.stats import DEFAULT_RESAMPLES, bootstrap_mean_ci, mcnemar_exact
+
+#: Score differences smaller than this are "unchanged" (float noise of means).
+EPSILON = 1e-9
+
+
+def _line_score(record: CaseResult, scorer: str | None) -> float | None:
+    if scorer is not None:
+        entry = (record.scores or {}).get(scorer)
+        if entry is not None:
+            return entry.value
+        return 0.0 if record.errored else None
+    if record.score is not None:
+        return record.score
+    if record.passed is not None:
+        return float(record.passed)
+    return None
+
+
+def _line_passed(record: CaseResult, scorer: str | None) -> bool | None:
+    if scorer is None:
+        return record.passed
+    entry = (record.scores or {}).get(scorer)
+    if entry is not None:
+        return entry.passed
+    return False if record.errored else None
+
+
+@dataclass(frozen=True)
+class Side:
+    """Totals of one results file."""
+
+    path: str
+    lines: int
+    latency_mean_ms: float | None
+    tokens: int
+    cost_usd: float | None
+
+
+def _side(path: Path, records: list[CaseResult]) -> Side:
+    latencies = [r.latency_ms for r in records]
+    costs = [c for c in (getattr(r, "cost_usd", None) for r in records) if c is not None]
+    return Side(
+        path=str(path),
+        lines=len(records),
+        latency_mean_ms=math.fsum(latencies) / len(latencies) if latencies else None,
+        tokens=sum(r.tokens for r in records),
+        cost_usd=math.fsum(float(c) for c in costs) if costs else None,
+    )
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The outcome of comparing A with B (see the module docstring)."""
+
+    a: Side
+    b: Side
+    scorer: str | None
+    cases: int
+    improved: list[str]
+    regressed: list[str]
+    unchanged: int
+    only_in_a: int
+    only_in_b: int
+    mean_a: float | None
+    mean_b: float | None
+    mean_difference: float | None
+    ci95: tuple[float, float] | None
+    pairs: int
+    a_only_passed: int
+    b_only_passed: int
+    mcnemar_p: float
+    resamples: int
+    seed: int
+    per_case: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def latency_difference_ms(self) -> float | None:
+        """Mean latency of B minus A."""
+        if self.a.latency_mean_ms is None or self.b.latency_mean_ms is None:
+            return None
+        return self.b.latency_mean_ms - self.a.latency_mean_ms
+
+    @property
+    def cost_difference_usd(self) -> float | None:
+        """Cost of B minus A (None unless both files carry costs)."""
+        if self.a.cost_usd is None or self.b.cost_usd is None:
+            return None
+        return self.b.cost_usd - self.a.cost_usd
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        doc = asdict(self)
+        doc["latency_difference_ms"] = self.latency_difference_ms
+        doc["cost_difference_usd"] = self.cost_difference_usd
+        doc["tokens_difference"] = self.b.tokens - self.a.tokens
+        return doc
+
+
+def _by_case(
+    records: Iterable[CaseResult], scorer: str | None
+) -> tuple[dict[str, float], dict[tuple[str, int], bool]]:
+    scores: defaultdict[str, list[float]] = defaultdict(list)
+    verdicts: dict[tuple[str, int], bool] = {}
+    for record in records:
+        value = _line_score(record, scorer)
+        if value is not None:
+            scores[record.id].append(value)
+        passed = _line_passed(record, scorer)
+        if passed is not None:
+            verdicts[(record.id, record.epoch)] = passed
+    return {k: math.fsum(v) / len(v) for k, v in scores.items()}, verdicts
+
+
+def compare_results(
+    a: str | Path,
+    b: str | Path,
+    *,
+    scorer: str | None = None,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> Comparison:
+    """Compare two results files (see the module docstring).
+
+    Raises:
+        InvalidInput: a file is missing or not a results file, or the two share no case.
+    """
+    path_a, path_b = Path(a), Path(b)
+    records_a, records_b = read_results(path_a), read_results(path_b)
+    scores_a, verdicts_a = _by_case(records_a, scorer)
+    scores_b, verdicts_b = _by_case(records_b, scorer)
+    ids_a = {r.id for r in records_a}
+    ids_b = {r.id for r in records_b}
+    if not ids_a & ids_b:
+        raise InvalidInput(
+            f"{path_a} and {path_b} have no case id in common; compare two batches of one "
+            "cases file"
+        )
+    shared = sorted(set(scores_a) & set(scores_b))
+    diffs = {cid: scores_b[cid] - scores_a[cid] for cid in shared}
+    improved = [cid for cid, d in diffs.items() if d > EPSILON]
+    regressed = [cid for cid, d in diffs.items() if d < -EPSILON]
+    pairs = sorted(set(verdicts_a) & set(verdicts_b))
+    a_only = sum(1 for k in pairs if verdicts_a[k] and not verdicts_b[k])
+    b_only = sum(1 for k in pairs if verdicts_b[k] and not verdicts_a[k])
+    values = list(diffs.values())
+
+    def mean(xs: list[float]) -> float | None:
+        return math.fsum(xs) / len(xs) if xs else None
+
+    return Comparison(
+        a=_side(path_a, records_a),
+        b=_side(path_b, records_b),
+        scorer=scorer,
+        cases=len(shared),
+        improved=improved,
+        regressed=regressed,
+        unchanged=len(shared) - len(improved) - len(regressed),
+        only_in_a=len(ids_a - ids_b),
+        only_in_b=len(ids_b - ids_a),
+        mean_a=mean([scores_a[c] for c in shared]),
+        mean_b=mean([scores_b[c] for c in shared]),
+        mean_difference=mean(values),
+        ci95=bootstrap_mean_ci(values, resamples=resamples, seed=seed),
+        pairs=len(pairs),
+        a_only_passed=a_only,
+        b_only_passed=b_only,
+        mcnemar_p=mcnemar_exact(a_only, b_only),
+        resamples=resamples,
+        seed=seed,
+        per_case=diffs,
+    )
+
+
+__all__ = ["Comparison", "Side", "compare_results"]

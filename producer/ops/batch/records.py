@@ -1,0 +1,141 @@
+"""A finished case (one epoch) to its results line: its runs' outcome, then its scores.
+
+Which scorers score a case: the batch's (``--scorer``), plus the case's own ``grader`` when the
+case names one or when the batch has none (the default ``exact``, as before scorers existed).
+Built-in scorers need the case's ``expected`` value; custom scorers and the judge do not. A
+case whose run failed is not scored (``passed`` is False when a scorer would have applied).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tether.core.events import Usage
+from tether.core.results import RunStatus
+from tether.producer.ops.batch.cases import NumberedCase
+from tether.producer.ops.batch.grading import grader_scorer
+from tether.producer.ops.batch.results import CaseResult, RunUsage, error_kind
+from tether.producer.ops.batch.scoring.apply import applies, score_sample
+from tether.producer.ops.batch.scoring.base import LazyEvents, Sample, Scorer, ScoreRecord
+
+if TYPE_CHECKING:
+    from tether.core.events import AgentEvent
+    from tether.runs.contract import RunResult
+
+#: Reads the events of a case's runs: ``(session_id, run_ids) -> events``.
+EventsLoader = Callable[[str, list[str]], "list[AgentEvent]"]
+
+
+@dataclass
+class CaseOutcome:
+    """What a case's runs produced, turn by turn."""
+
+    numbered: NumberedCase
+    session_id: str
+    agent: str
+    started: float
+    epoch: int = 0
+    attempt: int = 0
+    turn: int = 0
+    outputs: list[str | None] = field(default_factory=list)
+    run_ids: list[str] = field(default_factory=list)
+    steps: int = 0
+    usage: Usage = field(default_factory=Usage)
+
+
+def case_scorers(outcome: CaseOutcome, scorers: list[Scorer]) -> tuple[list[Scorer], bool]:
+    """The scorers of this case, and whether its own grader is one of them."""
+    case = outcome.numbered.case
+    own = case.expected is not None and (not scorers or "grader" in case.model_fields_set)
+    if not own:
+        return scorers, False
+    mine = grader_scorer(case.grader)
+    if any(s.name == mine.name for s in scorers):
+        return scorers, False
+    return [*scorers, mine], True
+
+
+def _verdict(records: list[ScoreRecord]) -> tuple[bool | None, float | None]:
+    """The case's ``passed`` (every scorer passed) and ``score`` (the mean of the values)."""
+    if not records:
+        return None, None
+    values = [r.value for r in records if r.value is not None]
+    score = math.fsum(values) / len(values) if values else None
+    return all(r.passed is True for r in records), score
+
+
+def build_record(
+    outcome: CaseOutcome,
+    result: RunResult | None,
+    error: tuple[str, str] | None,
+    *,
+    batch_id: str,
+    scorers: list[Scorer],
+    events: EventsLoader | None,
+) -> CaseResult:
+    """The results line of a finished case: run outcome, scores, verdict."""
+    case = outcome.numbered.case
+    status = result.status.value if result is not None else RunStatus.FAILED.value
+    output = result.output if result is not None else None
+    mine, own_grader = case_scorers(outcome, scorers)
+    ran_ok = result is not None and result.ok
+    records: list[ScoreRecord] = []
+    passed: bool | None
+    score: float | None = None
+    if ran_ok:
+        sample = Sample(case=case, output=output, epoch=outcome.epoch)
+        if events is not None:
+            load = events
+            sample.events = LazyEvents(lambda: load(outcome.session_id, list(outcome.run_ids)))
+        records = score_sample(mine, sample)
+        passed, score = _verdict(records)
+    else:
+        probe = Sample(case=case, output=None)
+        passed = False if any(applies(s, probe) for s in mine) else None
+    message = None
+    if error is not None:
+        message = error[1]
+        if len(case.turns) > 1:
+            message = f"turn {outcome.turn} of {len(case.turns)}: {message}"
+    usage = outcome.usage
+    return CaseResult(
+        batch_id=batch_id,
+        id=case.id,
+        line=outcome.numbered.line,
+        session_id=outcome.session_id,
+        agent=outcome.agent,
+        status=status,
+        output=output,
+        outputs=outcome.outputs if len(case.turns) > 1 else None,
+        passed=passed,
+        grader=case.grader.value if own_grader else None,
+        latency_ms=int((time.monotonic() - outcome.started) * 1000),
+        steps=outcome.steps,
+        tokens=usage.total_tokens,
+        turns=len(outcome.outputs),
+        error_type=error[0] if error else None,
+        error=message,
+        run_ids=outcome.run_ids,
+        metadata=case.metadata or None,
+        epoch=outcome.epoch,
+        attempt=outcome.attempt,
+        tags=case.tags or None,
+        input=case.input,
+        expected=case.expected,
+        scores={r.scorer: r for r in records} or None,
+        score=score,
+        scorers=[s.name for s in mine] or None,
+        usage=RunUsage(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            total_tokens=usage.total_tokens,
+        ),
+        error_kind=error_kind(error[0]) if error else None,
+    )
+
+
+__all__ = ["CaseOutcome", "EventsLoader", "build_record", "case_scorers"]

@@ -1,0 +1,144 @@
+"""``tether batch retry RESULTS``: run the errored cases again and keep the rest.
+
+A case (epoch) errored when its run failed or was cancelled (an infrastructure, model or agent
+error, or a usage error such as an unknown agent): failed grading is not an error and is kept.
+Each errored case runs again as retry attempt ``a + 1`` (``a`` is its line's ``attempt``) in a
+fresh session, with request ids that carry the attempt (see :mod:`tether.producer.ops.batch.ids`),
+so the failed run is not simply returned again, and a retry that is itself interrupted resumes
+exactly: its finished cases are in ``RESULTS.retry`` (the side file), the others are re-attached
+through their request ids.
+
+When every errored case has a new line, the side file's lines replace the errored lines in
+RESULTS (written to a temporary file, then renamed over it: RESULTS is never half-written) and
+the side file is removed. The cases come from the results lines themselves (``input``,
+``expected``, ``tags``, the scorers), so version-1 results files, which do not hold inputs,
+cannot be retried.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tether.errors import InvalidInput
+from tether.producer.ops.batch.cases import BatchCase, Grader, NumberedCase
+from tether.producer.ops.batch.engine import Unit
+from tether.producer.ops.batch.execution import BatchRun, judge_client_factory
+from tether.producer.ops.batch.ids import case_session_id
+from tether.producer.ops.batch.results import CaseResult, dump_line, read_results
+from tether.producer.ops.batch.scoring.specs import resolve_scorers
+from tether.producer.ops.batch.summary import BatchSummary, SummaryStats, build_summary
+
+if TYPE_CHECKING:
+    from tether.producer.client import Producer
+    from tether.producer.ops.batch.options import BatchOptions
+
+
+def side_file(path: Path) -> Path:
+    """Where a retry of ``path`` writes its new lines until it merges them."""
+    return path.with_name(path.name + ".retry")
+
+
+def case_of(record: CaseResult) -> BatchCase:
+    """The case a results line ran (from the line's input, expected, tags and metadata)."""
+    if record.input is None:
+        raise InvalidInput(
+            f"case {record.id!r} has no input in its results line (a version-1 results file); "
+            "run the batch again instead of retrying it"
+        )
+    fields: dict[str, object] = {
+        "id": record.id,
+        "input": record.input,
+        "agent": record.agent,
+        "expected": record.expected,
+        "tags": record.tags or [],
+        "metadata": record.metadata or {},
+    }
+    if record.grader is not None:
+        fields["grader"] = Grader(record.grader)
+    case = BatchCase.model_validate(fields)
+    derived = case_session_id(record.batch_id, case, record.epoch, record.attempt)
+    if derived != record.session_id:  # the case named its own session: strip the epoch suffix
+        own = record.session_id
+        suffix = derived[len(case_session_id(record.batch_id, case)):]
+        case = case.model_copy(update={"session_id": own[: len(own) - len(suffix)] or own})
+    return case
+
+
+def _batch_scorers(records: list[CaseResult]) -> list[str]:
+    """The ``--scorer`` values the batch ran with (a line's scorers less its own grader)."""
+    for record in records:
+        if record.scorers is not None:
+            return [s for s in record.scorers if s != record.grader]
+    return []
+
+
+def retry_batch(producer: Producer, results: str | os.PathLike[str],
+                options: BatchOptions) -> BatchSummary:
+    """Run the errored cases of a results file again; see the module docstring.
+
+    ``options`` gives the concurrency, tenant and progress bar (and ``scorers``, which default to
+    those the batch ran with); its other fields are ignored.
+
+    Raises:
+        InvalidInput: no such results file, a version-1 file, or another process writes it.
+    """
+    path = Path(results)
+    records = read_results(path)
+    if not records:
+        raise InvalidInput(f"results file {path} holds no results; nothing to retry")
+    batch_id = records[0].batch_id
+    errored = [r for r in records if r.errored]
+    options = options.checked(default_tenant=producer.settings.tenant)
+    specs = list(options.scorers) or _batch_scorers(records)
+    scorers = resolve_scorers(specs, client_factory=judge_client_factory(producer))
+    units = [Unit(NumberedCase(r.line, case_of(r)), r.epoch, r.attempt + 1) for r in errored]
+    epochs = max(r.epoch for r in records) + 1
+    with path.open("a+b") as lock:
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise InvalidInput(
+                f"results file {path} is being written by a batch process; wait for it to end"
+            ) from exc
+        side = side_file(path)
+        run = BatchRun(producer, replace(options, epochs=epochs), batch_id, scorers)
+        done = run.execute(side, iter(units), total=len(units), cases=len(units))
+        fresh = {(r.id, r.epoch): r for r in read_results(side)}
+        merged = [fresh.get((r.id, r.epoch), r) for r in records]
+        if all((u.numbered.case.id, u.epoch) in fresh for u in units):
+            _replace_lines(path, merged)
+            side.unlink()
+    stats = SummaryStats()
+    for record in merged:
+        stats.add(record)
+    fields = {k: v for k, v in done.to_dict().items() if k in ("runs", "wall_s", "concurrency",
+                                                               "max_in_flight")}
+    return build_summary(
+        stats,
+        epochs=epochs,
+        batch_id=batch_id,
+        out=str(path),
+        total=len(records),
+        cases=len({r.id for r in records}),
+        resumed=len(records) - len(units),
+        invalid_skipped=0,
+        retried=len(units),
+        **fields,
+    )
+
+
+def _replace_lines(path: Path, records: list[CaseResult]) -> None:
+    """Write ``records`` over ``path`` atomically (a temporary file renamed over it)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as fh:
+        fh.writelines(dump_line(r) for r in records)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+__all__ = ["case_of", "retry_batch", "side_file"]

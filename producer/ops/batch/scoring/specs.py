@@ -1,0 +1,177 @@
+"""``--scorer`` values to scorers, checked before any run starts.
+
+A value is a built-in name with optional ``key=value`` options, or a Python import path:
+
+- ``exact``, ``contains``, ``regex``, ``includes-any``, ``numeric:tol=0.01,rel=0.001``,
+  ``json``, ``json:field=answer.value``, ``json:schema=schema.json``, ``f1:threshold=0.8``;
+- ``judge``, ``judge:rubric=rubric.txt,model=gpt-4o-mini,threshold=0.5`` (model-graded);
+- ``mypkg.scorers:grade`` (any callable ``grade(case, output, events)``), with options after a
+  second colon: ``mypkg.scorers:grade:threshold=0.5``.
+
+Every scorer takes ``threshold`` (a score passes at or above it; default 1.0). A value that does
+not parse, an unknown option, or an import path that does not import is refused with
+:class:`~tether.errors.InvalidInput` naming the value, before anything is submitted.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tether.errors import InvalidInput
+from tether.producer.ops.batch.scoring import builtin
+from tether.producer.ops.batch.scoring.base import Sample, Score, Scorer
+
+if TYPE_CHECKING:
+    from tether.models.base import ModelClient
+
+#: Built-in scorers: name -> (factory taking the options, options it takes besides threshold).
+_BUILTINS: dict[str, tuple[Callable[..., builtin.BuiltinFn], frozenset[str]]] = {
+    "exact": (lambda: builtin.exact, frozenset()),
+    "contains": (lambda: builtin.contains, frozenset()),
+    "regex": (lambda: builtin.regex, frozenset()),
+    "includes-any": (lambda: builtin.includes_any, frozenset()),
+    "numeric": (builtin.numeric, frozenset({"tol", "rel"})),
+    "json": (builtin.json_match, frozenset({"field", "schema"})),
+    "f1": (lambda: builtin.f1, frozenset()),
+}
+_FLOAT_OPTIONS = frozenset({"tol", "rel", "threshold"})
+JUDGE = "judge"
+BUILTIN_NAMES = (*_BUILTINS, JUDGE)
+
+#: Builds the judge's model client when a judge is asked for (from the producer's settings).
+ClientFactory = Callable[[], "tuple[ModelClient, str]"]
+
+
+def _options(value: str, text: str, allowed: frozenset[str]) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for part in filter(None, text.split(",")):
+        key, sep, raw = part.partition("=")
+        key = key.strip()
+        if not sep or key not in allowed | {"threshold"}:
+            names = ", ".join(sorted(allowed | {"threshold"}))
+            raise InvalidInput(f"--scorer {value!r}: unknown option {part!r}; options: {names}")
+        if key in _FLOAT_OPTIONS:
+            try:
+                options[key] = float(raw)
+            except ValueError:
+                raise InvalidInput(f"--scorer {value!r}: {key} must be a number, got {raw!r}"
+                                   ) from None
+        else:
+            options[key] = raw.strip()
+    threshold = options.get("threshold", 1.0)
+    if not 0.0 <= threshold <= 1.0:
+        raise InvalidInput(f"--scorer {value!r}: threshold must be in [0, 1], got {threshold}")
+    return options
+
+
+def builtin_scorer(value: str) -> Scorer:
+    """A built-in scorer from its ``--scorer`` value (not the judge)."""
+    name, _, text = value.partition(":")
+    factory, allowed = _BUILTINS[name]
+    options = _options(value, text, allowed)
+    threshold = options.pop("threshold", 1.0)
+    return Scorer(name=value, fn=factory(**options), threshold=threshold)
+
+
+def judge_scorer(value: str, client_factory: ClientFactory | None) -> Scorer:
+    """The judge from its ``--scorer`` value; its model client comes from ``client_factory``."""
+    from tether.producer.ops.batch.scoring.judge import Judge, load_rubric
+
+    options = _options(value, value.partition(":")[2], frozenset({"rubric", "model"}))
+    rubric = load_rubric(options.get("rubric"))
+    if client_factory is None:
+        raise InvalidInput(f"--scorer {value!r} needs a model client; none was configured")
+    client, default_model = client_factory()
+    judge = Judge(client, options.get("model") or default_model, rubric)
+    return Scorer(
+        name=value, fn=judge, threshold=options.get("threshold", 1.0), needs_target=False,
+        slow=True,
+    )
+
+
+def import_scorer(value: str) -> Scorer:
+    """A custom scorer ``module.path:function[:options]``, imported now.
+
+    Raises:
+        InvalidInput: the module or the attribute does not import, or is not callable.
+    """
+    module_name, _, rest = value.partition(":")
+    attr, _, text = rest.partition(":")
+    if not module_name or not attr:
+        raise InvalidInput(
+            f"--scorer {value!r} is neither a built-in scorer ({', '.join(BUILTIN_NAMES)}) nor "
+            "an import path module.path:function"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # any import failure: the batch must not start
+        raise InvalidInput(
+            f"--scorer {value!r}: module {module_name!r} does not import "
+            f"({type(exc).__name__}: {exc}); check the path and PYTHONPATH"
+        ) from exc
+    fn: Any = module
+    for part in attr.split("."):
+        fn = getattr(fn, part, None)
+        if fn is None:
+            raise InvalidInput(f"--scorer {value!r}: module {module_name!r} has no {attr!r}")
+    if not callable(fn):
+        raise InvalidInput(f"--scorer {value!r}: {attr!r} is not callable")
+    options = _options(value, text, frozenset())
+    custom: Callable[..., Any] = fn
+
+    def call(sample: Sample) -> Score:
+        return as_score(custom(sample.case, sample.output, sample.events))
+
+    return Scorer(name=value, fn=call, threshold=options.get("threshold", 1.0),
+                  needs_target=False, slow=True)
+
+
+def as_score(result: Any) -> Score:
+    """A custom scorer's answer as a :class:`Score` (a bool or a number in [0, 1] is fine)."""
+    if isinstance(result, Score):
+        return result
+    if isinstance(result, bool):
+        return Score(value=float(result))
+    if isinstance(result, int | float):
+        return Score(value=float(result))
+    raise TypeError(f"a scorer must return a Score, a bool or a float, got {type(result).__name__}")
+
+
+def resolve_scorers(
+    values: Sequence[str | Scorer], *, client_factory: ClientFactory | None = None
+) -> list[Scorer]:
+    """The scorers of a batch, every value checked (see the module docstring).
+
+    Raises:
+        InvalidInput: a value that does not parse or import, or a name given twice.
+    """
+    scorers: list[Scorer] = []
+    for value in values:
+        if isinstance(value, Scorer):
+            scorers.append(value)
+            continue
+        name = value.partition(":")[0]
+        if name in _BUILTINS:
+            scorers.append(builtin_scorer(value))
+        elif name == JUDGE:
+            scorers.append(judge_scorer(value, client_factory))
+        else:
+            scorers.append(import_scorer(value))
+    names = [s.name for s in scorers]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise InvalidInput(f"--scorer {repeated[0]!r} is given twice; give each scorer once")
+    return scorers
+
+
+__all__ = [
+    "BUILTIN_NAMES",
+    "ClientFactory",
+    "as_score",
+    "builtin_scorer",
+    "import_scorer",
+    "judge_scorer",
+    "resolve_scorers",
+]

@@ -1,0 +1,274 @@
+"""Epoch statistics and batch comparison without workers: pass@k, mean and standard error
+against hand-computed values, the bootstrap interval and McNemar's test against scipy and worked
+examples, ``compare`` on hand-made results files, and its CLI (``--fail-if-regressed``)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+from typer.testing import CliRunner
+
+from tether.errors import InvalidInput
+from tether.producer.ops.batch.compare import compare_results
+from tether.producer.ops.batch.metrics import EpochMetrics, ks_for, mean_stderr, pass_at_k
+from tether.producer.ops.batch.results import CaseResult, dump_line, read_results
+from tether.producer.ops.batch.stats import bootstrap_mean_ci, mcnemar_exact
+from tether.producer.ops.cli.batch import batch_app
+
+# --- pass@k, mean, stderr --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("n", "c", "k", "want"),
+    [
+        (5, 2, 1, 1 - 3 / 5),  # 1 - C(3,1)/C(5,1)
+        (5, 2, 2, 1 - 3 / 10),  # 1 - C(3,2)/C(5,2)
+        (5, 2, 3, 1 - 1 / 10),  # 1 - C(3,3)/C(5,3)
+        (5, 2, 4, 1.0),  # n - c < k: some pick always holds a pass
+        (5, 0, 3, 0.0),
+        (3, 3, 1, 1.0),
+        (10, 1, 5, 1 - 126 / 252),  # 1 - C(9,5)/C(10,5)
+    ],
+)
+def test_pass_at_k_by_hand(n: int, c: int, k: int, want: float) -> None:
+    assert pass_at_k(n, c, k) == pytest.approx(want)
+
+
+def test_pass_at_k_refuses_impossible_counts() -> None:
+    for n, c, k in [(3, 1, 0), (3, 1, 4), (3, 4, 1)]:
+        with pytest.raises(ValueError, match="pass@k needs"):
+            pass_at_k(n, c, k)
+
+
+def test_mean_and_stderr_by_hand() -> None:
+    # mean 0.5; sample variance (0.25 + 0.25 + 0 + 0) / 3 = 1/6; stderr sqrt(1/6 / 4)
+    mean, stderr = mean_stderr([1.0, 0.0, 0.5, 0.5])
+    assert mean == 0.5 and stderr == pytest.approx(math.sqrt(1 / 24))
+    assert mean_stderr([0.3]) == (0.3, None) and mean_stderr([]) == (None, None)
+    values = [random.Random(3).random() for _ in range(50)]
+    assert mean_stderr(values)[1] == pytest.approx(scipy_stats.sem(values))
+
+
+def test_epoch_metrics_reduce_per_case_first() -> None:
+    metrics = EpochMetrics()
+    # case a: 3 epochs, passes T F T; case b: 3 epochs, no pass (scores 0, 0, 0.5)
+    for epoch, (ok, score) in enumerate([(True, 1.0), (False, 0.0), (True, 1.0)]):
+        metrics.add("a", epoch, passed=ok, score=score, scorer_results=[("exact", ok, score)],
+                    tags=["math", "easy"])
+    for epoch, score in enumerate([0.0, 0.0, 0.5]):
+        metrics.add("b", epoch, passed=False, score=score, scorer_results=[("exact", False,
+                    score)], tags=["math"])
+    metrics.add("c", 0, passed=None, score=None)  # ungraded: not counted
+    overall = metrics.overall(3)
+    assert (overall.cases, overall.samples, overall.passed) == (2, 6, 2)
+    # case means 2/3 and 1/6: mean 5/12; two values: stderr = |a - b| / 2
+    assert overall.mean == pytest.approx(5 / 12)
+    assert overall.stderr == pytest.approx((2 / 3 - 1 / 6) / 2)
+    # pass@1: a 1 - C(1,1)/C(3,1) = 2/3, b 0; pass@2: a 1 (n - c < 2), b 0; pass@3 the same
+    assert overall.pass_at_k == pytest.approx({1: 1 / 3, 2: 0.5, 3: 0.5})
+    tags = metrics.by_tag(3)
+    assert tags["easy"].cases == 1 and tags["easy"].pass_at_k[1] == pytest.approx(2 / 3)
+    assert tags["math"].mean == pytest.approx(5 / 12)
+    assert metrics.by_scorer(3)["exact"].to_dict()["pass_at_k"]["1"] == pytest.approx(1 / 3)
+
+
+def test_reported_ks() -> None:
+    assert ks_for(1) == [1]
+    assert ks_for(3) == [1, 2, 3]
+    assert ks_for(20) == [1, 2, 3, 4, 5, 8, 16, 20]
+
+
+# --- bootstrap and McNemar ------------------------------------------------------------------
+
+
+def test_bootstrap_interval_against_scipy() -> None:
+    rng = random.Random(11)
+    diffs = [rng.choice([-1.0, 0.0, 0.0, 1.0, 1.0]) + rng.random() * 0.1 for _ in range(300)]
+    ours = bootstrap_mean_ci(diffs, resamples=5000, seed=5)
+    assert ours is not None
+    reference = scipy_stats.bootstrap(
+        (np.array(diffs),), np.mean, confidence_level=0.95, n_resamples=5000,
+        method="percentile", random_state=np.random.default_rng(1),
+    ).confidence_interval
+    # two independent Monte-Carlo estimates of the same quantiles (standard error ~0.001 here)
+    assert ours[0] == pytest.approx(reference.low, abs=0.01)
+    assert ours[1] == pytest.approx(reference.high, abs=0.01)
+    assert bootstrap_mean_ci(diffs, resamples=5000, seed=5) == ours  # seeded: the same
+    assert bootstrap_mean_ci(diffs, resamples=5000, seed=6) != ours
+
+
+def test_bootstrap_worked_examples() -> None:
+    assert bootstrap_mean_ci([0.5] * 20, resamples=500) == (0.5, 0.5)  # no spread, no width
+    assert bootstrap_mean_ci([], resamples=500) is None
+    low, high = bootstrap_mean_ci([0.0, 1.0], resamples=4000, seed=1) or (0, 0)
+    assert (low, high) == (0.0, 1.0)  # means of two draws: 0, 0.5 or 1 (each end 1/4 of mass)
+
+
+@pytest.mark.parametrize(("b", "c"), [(0, 0), (1, 6), (6, 1), (5, 5), (0, 12), (30, 45),
+                                      (3, 0)])
+def test_mcnemar_exact_against_scipy(b: int, c: int) -> None:
+    want = 1.0 if b + c == 0 else scipy_stats.binomtest(min(b, c), b + c, 0.5).pvalue
+    assert mcnemar_exact(b, c) == pytest.approx(want, rel=1e-12)
+
+
+def test_mcnemar_by_hand() -> None:
+    # 7 discordant pairs, 1 one way: P[X <= 1] = (1 + 7) / 2^7; two-sided 16/128
+    assert mcnemar_exact(1, 6) == 16 / 128
+    assert mcnemar_exact(5, 5) == 1.0
+
+
+# --- compare ---------------------------------------------------------------------------------
+
+
+def line(cid: str, score: float | None, passed: bool | None, *, epoch: int = 0,
+         latency_ms: int = 100, tokens: int = 10, status: str = "COMPLETED",
+         **extra: Any) -> CaseResult:
+    return CaseResult(batch_id="b", id=cid, line=1, session_id=f"b:{cid}", agent="echo",
+                      status=status, passed=passed, score=score, epoch=epoch,
+                      latency_ms=latency_ms, tokens=tokens, **extra)
+
+
+def write(path: Path, records: list[CaseResult]) -> Path:
+    path.write_bytes(b"".join(dump_line(r) for r in records))
+    return path
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> tuple[Path, Path]:
+    a = write(tmp_path / "a.jsonl", [
+        line("c1", 1.0, True, latency_ms=100, cost_usd=0.01),
+        line("c2", 0.0, False, latency_ms=200, cost_usd=0.01),
+        line("c3", 1.0, True, latency_ms=300, cost_usd=0.01),
+        line("c4", 0.5, False, latency_ms=400, cost_usd=0.01),
+        line("c5", None, False, status="FAILED", error_type="ModelError"),
+        line("gone", 1.0, True),
+    ])
+    b = write(tmp_path / "b.jsonl", [
+        line("c1", 1.0, True, latency_ms=50, cost_usd=0.02),
+        line("c2", 1.0, True, latency_ms=50, cost_usd=0.02),
+        line("c3", 0.0, False, latency_ms=50, cost_usd=0.02),
+        line("c4", 0.5, False, latency_ms=50, cost_usd=0.02),
+        line("c5", 1.0, True, latency_ms=50, cost_usd=0.02),
+        line("new", 1.0, True),
+    ])
+    return a, b
+
+
+def test_compare_by_hand(pair: tuple[Path, Path]) -> None:
+    a, b = pair
+    result = compare_results(a, b, resamples=2000, seed=3)
+    # c5 failed in A (score 0 by its verdict), passes in B
+    assert (result.improved, result.regressed, result.unchanged) == (["c2", "c5"], ["c3"], 2)
+    assert (result.cases, result.only_in_a, result.only_in_b) == (5, 1, 1)
+    assert result.mean_a == pytest.approx((1 + 0 + 1 + 0.5 + 0) / 5)
+    assert result.mean_b == pytest.approx((1 + 1 + 0 + 0.5 + 1) / 5)
+    assert result.mean_difference == pytest.approx(0.2)  # diffs 0, 1, -1, 0, 1
+    assert result.ci95 == bootstrap_mean_ci([0.0, 1.0, -1.0, 0.0, 1.0], resamples=2000, seed=3)
+    # pass/fail pairs: c2 and c5 pass only in B, c3 only in A: McNemar on (1, 2)
+    assert (result.a_only_passed, result.b_only_passed, result.pairs) == (1, 2, 5)
+    assert result.mcnemar_p == pytest.approx(scipy_stats.binomtest(1, 3, 0.5).pvalue)
+    # latency and tokens over every line of each file
+    assert result.a.latency_mean_ms == pytest.approx((100 + 200 + 300 + 400 + 100 + 100) / 6)
+    assert result.b.latency_mean_ms == pytest.approx((5 * 50 + 100) / 6)
+    assert result.latency_difference_ms == pytest.approx((350 - 1200) / 6)
+    assert result.cost_difference_usd == pytest.approx(0.10 - 0.04)
+
+
+def test_compare_a_scorer_and_epochs(tmp_path: Path) -> None:
+    def scored(cid: str, epoch: int, value: float) -> CaseResult:
+        record = {"scorer": "f1", "value": value, "passed": value >= 1.0}
+        return line(cid, value, value >= 1.0, epoch=epoch, scores={"f1": record})
+
+    a = write(tmp_path / "a.jsonl", [scored("x", 0, 1.0), scored("x", 1, 0.0),
+                                     scored("y", 0, 0.5), scored("y", 1, 0.5)])
+    b = write(tmp_path / "b.jsonl", [scored("x", 0, 1.0), scored("x", 1, 1.0),
+                                     scored("y", 0, 0.5), scored("y", 1, 0.25)])
+    result = compare_results(a, b, scorer="f1", resamples=500)
+    assert (result.improved, result.regressed) == (["x"], ["y"])  # means 0.5 -> 1, 0.5 -> 0.375
+    assert result.per_case == pytest.approx({"x": 0.5, "y": -0.125})
+    assert (result.pairs, result.a_only_passed, result.b_only_passed) == (4, 0, 1)
+
+
+def test_compare_refuses_unrelated_files(tmp_path: Path) -> None:
+    a = write(tmp_path / "a.jsonl", [line("p", 1.0, True)])
+    b = write(tmp_path / "b.jsonl", [line("q", 1.0, True)])
+    with pytest.raises(InvalidInput, match="no case id in common"):
+        compare_results(a, b)
+    with pytest.raises(InvalidInput, match="does not exist"):
+        compare_results(a, tmp_path / "missing.jsonl")
+
+
+def test_compare_cli_and_fail_if_regressed(pair: tuple[Path, Path]) -> None:
+    a, b = pair
+    runner = CliRunner()
+    done = runner.invoke(batch_app, ["compare", str(a), str(b), "--json", "--resamples", "500"])
+    assert done.exit_code == 0, done.output
+    doc = json.loads(done.output)
+    assert doc["regressed"] == ["c3"] and doc["mcnemar_p"] == pytest.approx(1.0)
+    failing = runner.invoke(batch_app, ["compare", str(a), str(b), "--fail-if-regressed"])
+    assert failing.exit_code == 1
+    assert "regressed" in failing.output and "McNemar exact p" in failing.output
+    # the other way round nothing regressed... except c2 and c5: B -> A regresses those
+    back = runner.invoke(batch_app, ["compare", str(b), str(a), "--fail-if-regressed", "--json"])
+    assert back.exit_code == 1 and json.loads(back.output)["regressed"] == ["c2", "c5"]
+    same = runner.invoke(batch_app, ["compare", str(a), str(a), "--fail-if-regressed"])
+    assert same.exit_code == 0, same.output
+    missing = runner.invoke(batch_app, ["compare", str(a), str(a) + ".nope"])
+    assert missing.exit_code == 2 and "does not exist" in missing.output
+
+
+def test_version_1_lines_read_as_epoch_0(tmp_path: Path) -> None:
+    v1 = {"v": 1, "batch_id": "b", "id": "q1", "line": 1, "session_id": "b:q1", "agent": "echo",
+          "status": "COMPLETED", "output": "4", "passed": True, "grader": "exact",
+          "latency_ms": 5, "steps": 1, "tokens": 0, "turns": 1, "error_type": None,
+          "error": None, "run_ids": ["r"]}
+    path = tmp_path / "v1.jsonl"
+    path.write_text(json.dumps(v1) + "\n")
+    (record,) = read_results(path)
+    assert (record.v, record.epoch, record.scores, record.passed) == (1, 0, None, True)
+
+
+# --- the results format: golden files of each version ------------------------------------------
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_golden_results_files_of_each_version() -> None:
+    v1 = read_results(FIXTURES / "batch_results_v1.jsonl")
+    assert [(r.v, r.id, r.epoch, r.passed, r.grader, r.scores) for r in v1] == [
+        (1, "add-1", 0, True, "exact", None), (1, "lost", 0, None, None, None),
+    ]
+    assert v1[1].errored and not v1[0].errored and v1[1].error_type == "UnknownAgent"
+    v2 = read_results(FIXTURES / "batch_results_v2.jsonl")
+    first, second = v2
+    assert (first.v, first.epoch, first.tags, first.score) == (2, 1, ["math"], 1.0)
+    assert first.scores is not None and first.scores["judge"].usage is not None
+    assert first.scores["judge"].usage.total_tokens == 135
+    assert (second.attempt, second.error_kind, second.errored) == (1, "model", True)
+    # written back byte for byte (the retry rewrites files with these lines)
+    raw = (FIXTURES / "batch_results_v2.jsonl").read_bytes()
+    assert b"".join(dump_line(r) for r in v2) == raw
+
+
+def test_retry_refuses_a_version_1_file_before_any_run(tmp_path: Path) -> None:
+    from tether.producer.client import Producer
+    from tether.producer.ops.batch import BatchOptions
+    from tether.producer.ops.batch.retry import retry_batch
+    from tether.settings import Settings
+
+    path = tmp_path / "v1.jsonl"
+    path.write_bytes((FIXTURES / "batch_results_v1.jsonl").read_bytes())
+    nowhere = "redis://127.0.0.1:1"  # never contacted: the refusal comes first
+    producer = Producer(Settings(redis_url=nowhere, broker_url=nowhere))
+    with pytest.raises(InvalidInput, match=r"has no input in its results line \(a version-1"):
+        retry_batch(producer, path, BatchOptions())
+    with pytest.raises(InvalidInput, match="does not exist"):
+        retry_batch(producer, tmp_path / "missing.jsonl", BatchOptions())
+    assert path.read_bytes() == (FIXTURES / "batch_results_v1.jsonl").read_bytes()
