@@ -2,7 +2,7 @@
 
 Why: the cache holds the newest head a lease holder wrote (see
 :mod:`tether.persistence.headcache.base`). Any other write to the store (a ``TetherSession``, an
-in-process ``AgentSession.save``, ``tether sessions fork/repair``, an operator restoring a backup)
+in-process ``AgentSession.save``, ``tether sessions fork/delete``, an operator restoring a backup)
 makes that entry stale; a run that then starts from it loses its compare-and-set and is redone.
 A writer without a lease may not fill the entry (it could race a holder's fill), so it drops it:
 :func:`attach_writer_cache` gives a store a :class:`DroppingHeadCache`, and the store's ``save``

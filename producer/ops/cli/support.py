@@ -144,7 +144,7 @@ def open_store(settings: Settings) -> tuple[SnapshotStore, EventArchive]:
     """The snapshot store and event archive named by the settings."""
     from tether.persistence.writer_storage import open_writer_storage
 
-    # every write of a command (fork, repair, delete...) drops the session's cached head
+    # every write of a command (fork, delete, purge...) drops the session's cached head
     return open_writer_storage(settings, url=resolve_store_url(settings.store_url))
 
 
