@@ -1,5 +1,7 @@
 """Agents registered for the benchmarks (``TETHER_AGENT_MODULES=bench.agents``).
 
+``priced-echo`` is the ``echo`` demo agent whose model reports usage on every call (model
+:data:`PRICED_MODEL`), for the round trips of usage counting and budgets.
 ``notes-compact`` is the ``notes`` demo agent with a compaction policy: once memory holds more
 than :data:`TRIGGER_ITEMS` items it is projected down to :data:`KEEP_ITEMS` (the first
 :data:`PINNED_ITEMS` pinned) plus a structured summary, so a long session's memory, and hence its
@@ -123,3 +125,23 @@ def _p10_answer() -> Agent:
 
 TETHER_AGENTS["p10-stamped"] = _p10_stamped
 TETHER_AGENTS["p10-answer"] = _p10_answer
+
+
+PRICED_MODEL = "bench-priced"
+
+
+def priced_echo_agent() -> Agent:
+    """An echo whose every model call reports 1,100 tokens."""
+    from tether import ModelResponse, ScriptedModel
+    from tether.core.events import Usage
+    from tether.models.base import ModelRequest
+
+    call = Usage(input_tokens=1000, output_tokens=100, total_tokens=1100, cached_tokens=200)
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        return ModelResponse.final(f"echo: {len(request.items)}", usage=call)
+
+    return Agent(ScriptedModel(responder=respond), PRICED_MODEL, name="priced-echo")
+
+
+TETHER_AGENTS["priced-echo"] = priced_echo_agent

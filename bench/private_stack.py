@@ -7,6 +7,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import boto3
 
@@ -34,9 +35,12 @@ def private_redis_and_s3(bucket: str, log_prefix: str) -> Iterator[tuple[str, st
         redis_server.close()
 
 
-def production_runtime(redis_url: str, s3_endpoint: str, bucket: str) -> EngineServices:
+def production_runtime(
+    redis_url: str, s3_endpoint: str, bucket: str, **overrides: Any
+) -> EngineServices:
     """A worker's runtime built as a Celery worker builds it (the one-script claimer, the Redis
-    queue, stream and leases, S3 over HTTP), in a fresh namespace and store prefix."""
+    queue, stream and leases, S3 over HTTP), in a fresh namespace and store prefix; more
+    settings in ``overrides``."""
     for name, value in FAKE_AWS.items():  # moto takes any credentials; boto3 wants some
         os.environ.setdefault(name, value)
     tag = new_id("n")[-8:]
@@ -46,5 +50,6 @@ def production_runtime(redis_url: str, s3_endpoint: str, bucket: str) -> EngineS
         store_url=f"s3://{bucket}/bench-{tag}",
         s3_endpoint_url=s3_endpoint,
         namespace=f"bench-{tag}",
+        **overrides,
     )
     return build_services(lambda tenant, session_id: None, settings)

@@ -10,12 +10,15 @@ one-script claimer, the Redis queue, stream and leases), driving the calls the `
 task makes for each message (:func:`tether.worker.engine.cycle.drain` with the carried request).
 
     python -m bench.round_trips            # 100 sequential 1-step runs on a private stack
+    python -m bench.round_trips --usage    # runs whose model reports usage (counted per tenant)
+    python -m bench.round_trips --usage --budgets   # ... priced, under a tenant budget
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -24,10 +27,12 @@ from typing import Any
 
 from redis.connection import AbstractConnection
 
+from bench.agents import PRICED_MODEL
 from bench.private_stack import private_redis_and_s3, production_runtime
 from tether.ids import new_id
 from tether.runs.contract import RunRequest
 from tether.runs.queue.base import submit
+from tether.runs.usage.policy import admit_submission
 from tether.worker.engine.claim import Carried
 from tether.worker.engine.cycle import drain
 
@@ -126,11 +131,28 @@ def counting(namespace: str = "tether") -> Iterator[dict[str, Tally]]:
             _state.active = False
 
 
-def worker_path(redis_url: str, s3_endpoint: str, bucket: str, runs: int) -> dict[str, float]:
-    """Per sequential 1-step ``echo`` run: the producer's submit and the worker's drain, each
-    as round trips and commands on Tether's Redis (the broker's publish is not Tether's)."""
-    rt = production_runtime(redis_url, s3_endpoint, bucket)
+def worker_path(
+    redis_url: str,
+    s3_endpoint: str,
+    bucket: str,
+    runs: int,
+    *,
+    usage: bool = False,
+    budgets: bool = False,
+) -> dict[str, float]:
+    """Per sequential 1-step ``echo`` run (``usage``: ``priced-echo``, whose model reports
+    tokens; ``budgets``: priced, its tenant under a budget): the producer's submit and the
+    worker's drain, each as round trips and commands on Tether's Redis (the broker's publish
+    is not Tether's)."""
+    overrides: dict[str, Any] = {"agent_modules": ["bench.agents"]} if usage else {}
+    if budgets:
+        overrides |= {
+            "model_prices": json.dumps({PRICED_MODEL: PRICE}),
+            "tenant_budgets": json.dumps({"t": {"usd_per_day": 1e6, "runs_per_minute": 10**6}}),
+        }
+    rt = production_runtime(redis_url, s3_endpoint, bucket, **overrides)
     settings = rt.settings
+    agent = "priced-echo" if usage else "echo"
     feed = "p-" + uuid.uuid4().hex  # announced on a producer's own feed, as a Producer asks
     submit_rts = submit_cmds = drain_rts = drain_cmds = 0
     names: dict[str, int] = {}
@@ -138,9 +160,10 @@ def worker_path(redis_url: str, s3_endpoint: str, bucket: str, runs: int) -> dic
     def one(i: int) -> tuple[Tally, Tally]:
         request = RunRequest(
             run_id=new_id("run"), request_id=new_id("req"), tenant="t",
-            session_id=f"s-{i % 10}", agent="echo", input=f"hello {i}", reply_to=feed,
+            session_id=f"s-{i % 10}", agent=agent, input=f"hello {i}", reply_to=feed,
         )  # fmt: skip
         with counting(settings.namespace) as tallies:
+            admit_submission(rt.runs.tenant_usage, settings, [request])  # as a Producer does
             submit(rt.runs, request, on=settings.queue)
         submitted = sum_tallies(tallies)
         with counting(settings.namespace) as tallies:
@@ -167,6 +190,10 @@ def worker_path(redis_url: str, s3_endpoint: str, bucket: str, runs: int) -> dic
     return {k: round(v, 2) for k, v in out.items()}
 
 
+#: USD per million tokens of the priced runs.
+PRICE = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 4.0}
+
+
 def sum_tallies(tallies: dict[str, Tally]) -> Tally:
     """Every thread's counts added up."""
     total = Tally()
@@ -181,9 +208,14 @@ def sum_tallies(tallies: dict[str, Tally]) -> Tally:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.round_trips", description=__doc__)
     parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--usage", action="store_true", help="a model that reports tokens")
+    parser.add_argument("--budgets", action="store_true", help="priced, under a tenant budget")
     args = parser.parse_args(argv)
     with private_redis_and_s3("rt-bucket", "tether-round-trips-") as (redis_url, endpoint):
-        for name, value in worker_path(redis_url, endpoint, "rt-bucket", args.runs).items():
+        measured = worker_path(
+            redis_url, endpoint, "rt-bucket", args.runs, usage=args.usage, budgets=args.budgets
+        )
+        for name, value in measured.items():
             print(f"{name:40s} {value}")
     return 0
 

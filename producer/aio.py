@@ -46,6 +46,9 @@ from tether.runs.contract import RunRef, RunResult, WireRequest
 from tether.runs.options import RunOptionsKwargs
 from tether.runs.queue.base import CancelOutcome
 from tether.runs.queue.redis.aio import AsyncRunQueue
+from tether.runs.usage.base import exceeded, utc_day
+from tether.runs.usage.policy import budgeted
+from tether.runs.usage.redis import AsyncTenantAdmission
 from tether.settings import Settings, load_settings
 
 #: Calls whose requests are validated between two yields to the event loop.
@@ -76,6 +79,7 @@ class AsyncProducer:
         self.runs = AsyncRunQueue(
             self.redis, self.keys, result_ttl_s=self.settings.result_ttl_s, where=where
         )
+        self.admission = AsyncTenantAdmission(self.redis, self.keys, where=where)
         #: The sessions' live event streams (was ``stream`` before :meth:`stream`).
         self.event_stream = AsyncEventTail(self.redis, self.keys, where=where)
         self.live = AsyncLiveFeed(self.redis, self.keys, where=where)
@@ -138,7 +142,9 @@ class AsyncProducer:
         built: list[list[WireRequest] | Exception] = []
         for n, specs in enumerate(calls, start=1):
             try:
-                built.append(submission.build_requests(self.settings, specs, self.producer_id))
+                wires = submission.build_requests(self.settings, specs, self.producer_id)
+                await self._admit(wires)
+                built.append(wires)
             except Exception as exc:  # this call's own error; the others go on
                 built.append(exc)
             if n % BUILD_CHUNK == 0:
@@ -155,9 +161,18 @@ class AsyncProducer:
                 start += len(requests)
         return answers
 
+    async def _admit(self, requests: list[WireRequest]) -> None:
+        """Refuse the requests when a tenant among them is over its budget (no Redis command
+        for tenants without one; see :func:`tether.runs.usage.policy.admit_submission`)."""
+        for tenant, budget, runs in budgeted(self.settings, [w.request for w in requests]):
+            verdict = await self.admission.admit(tenant, budget, runs=runs)
+            if not verdict.admitted:
+                raise exceeded(tenant, budget, verdict, utc_day())
+
     async def _submit_requests(self, requests: list[WireRequest]) -> list[Submitted]:
         """Submit, preempt, publish, record refusals: what ``Producer.submit_many`` does."""
-        outcomes = await self.runs.submit_many(requests, queue=self.settings.queue)
+        with submission.acting_for(self.settings, (w.request.tenant for w in requests)):
+            outcomes = await self.runs.submit_many(requests, queue=self.settings.queue)
         submitted = submission.plan_submission(requests, outcomes)
         for item in submitted:
             mode = item.stop_mode
@@ -261,7 +276,8 @@ class AsyncProducer:
     async def locate(self, run_id: str, *, tenant: str | None = None) -> RunRef | None:
         """Where run ``run_id`` of ``tenant`` (default: this producer's) lives, or None."""
         scope = validate_tenant(tenant or self.settings.tenant)
-        return await self.runs.locate(scope, submission.run_id_arg(run_id))
+        with submission.acting_for(self.settings, [scope]):
+            return await self.runs.locate(scope, submission.run_id_arg(run_id))
 
     def handle(self, run_id: str, *, tenant: str | None = None) -> AsyncRunHandle:
         """A handle on an existing run of ``tenant`` (default: this producer's); does no I/O.

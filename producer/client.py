@@ -37,6 +37,7 @@ from tether.runs.contract import BusyPolicy, RunRef, RunResult, WireRequest
 from tether.runs.options import RunOptionsKwargs
 from tether.runs.queue.base import CancelOutcome, RunView
 from tether.runs.queue.redis import RedisRunQueue
+from tether.runs.usage.policy import admit_submission
 from tether.settings import Settings, load_settings
 
 
@@ -219,8 +220,10 @@ class Producer:
         requests = submission.build_requests(self.settings, specs, self.producer_id)
         if not requests:
             return []
+        admit_submission(self.runs.tenant_usage, self.settings, [w.request for w in requests])
         queued_after = time.monotonic()
-        outcomes = self.runs.submit_many(requests, queue=self.settings.queue)
+        with submission.acting_for(self.settings, (w.request.tenant for w in requests)):
+            outcomes = self.runs.submit_many(requests, queue=self.settings.queue)
         submitted = submission.plan_submission(requests, outcomes)
         for item in submitted:
             mode = item.stop_mode
@@ -249,7 +252,8 @@ class Producer:
         """Where run ``run_id`` of ``tenant`` (default: this producer's) lives, or None when
         that tenant has no such run (one read of the tenant's run index)."""
         scope = validate_tenant(tenant or self.settings.tenant)
-        return self.runs.locate(scope, submission.run_id_arg(run_id))
+        with submission.acting_for(self.settings, [scope]):
+            return self.runs.locate(scope, submission.run_id_arg(run_id))
 
     def record(self, run_id: str, *, tenant: str | None = None) -> RunView | None:
         """The record of run ``run_id`` of ``tenant`` (default: this producer's), or None."""

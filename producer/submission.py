@@ -11,12 +11,13 @@ behave the same by construction.
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Iterable, Sequence
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Unpack
 
 from tether.core.results import Resolution, RunStatus
-from tether.errors import RunNotFound, SessionBusy
+from tether.errors import PermissionDenied, RunNotFound, SessionBusy
 from tether.ids import new_id, validate_id, validate_tenant
 from tether.observability.tracing import current_trace_context
 from tether.runs.contract import (
@@ -30,7 +31,7 @@ from tether.runs.contract import (
 )
 from tether.runs.options import RunExtras, RunOptionsKwargs, check_options
 from tether.runs.queue.base import RunView, StopMode, SubmitOutcome, SubmitState
-from tether.runtime.redaction import DEFAULT_REDACTOR
+from tether.runtime.redaction import DEFAULT_REDACTOR, redact_tree
 from tether.settings import Settings
 
 
@@ -102,6 +103,18 @@ def _redacted(text: object) -> object:
     return DEFAULT_REDACTOR(text) if isinstance(text, str) and text else text
 
 
+def _masked(settings: Settings, metadata: object) -> object:
+    # metadata and settled texts are stored like inputs (the run record, the head)
+    if not settings.redact_inputs or not isinstance(metadata, dict):
+        return metadata
+    return redact_tree(metadata, DEFAULT_REDACTOR)
+
+
+def _redacted_resolution(resolution: Resolution) -> dict[str, object]:
+    doc = resolution.model_dump()
+    return {**doc, "text": _redacted(doc["text"])}
+
+
 def build_request(settings: Settings, spec: RunSpec, reply_to: str | None = None) -> RunRequest:
     """Validate ``spec`` into a request with a fresh run id (no I/O); its completion is
     announced to producer ``reply_to``. The only validation a request gets in the producer.
@@ -124,14 +137,38 @@ def build_request(settings: Settings, spec: RunSpec, reply_to: str | None = None
         "session_id": spec.session_id,
         # a secret pasted into an input never reaches the run record, the broker or the log
         "input": _redacted(spec.input) if settings.redact_inputs else spec.input,
-        "metadata": {} if metadata is None else metadata,
-        "resolutions": [r.model_dump() for r in spec.resolutions],
+        "metadata": {} if metadata is None else _masked(settings, metadata),
+        "resolutions": [
+            _redacted_resolution(r) if settings.redact_inputs else r.model_dump()
+            for r in spec.resolutions
+        ],
         "trace": current_trace_context(),  # the worker's spans continue this trace
         "reply_to": reply_to,
     }
     request = parse_request(doc)
     request.check_input_size(settings.max_input_bytes)
     return request
+
+
+@contextlib.contextmanager
+def acting_for(settings: Settings, tenants: Iterable[str]) -> Iterator[None]:
+    """Say "this credential may not act for tenant X" when Redis refuses a command for a
+    tenant other than the producer's own (with per-tenant users, granting more permissions
+    is never the fix: using that tenant's own credential is)."""
+    try:
+        yield
+    except PermissionDenied as exc:
+        foreign = sorted({t for t in tenants if t != settings.tenant})
+        if not foreign:
+            raise
+        names = ", ".join(repr(t) for t in foreign)
+        raise PermissionDenied(
+            f"Redis denied this credential acting for tenant {names} ({exc.__cause__ or exc}): "
+            f"this producer's credential may not act for that tenant (with per-tenant Redis "
+            f"users each credential is limited to its own tenant's keys, docs/trust-model.md); "
+            f"use that tenant's own credential (TETHER_REDIS_URL), or submit for "
+            f"{settings.tenant!r}"
+        ) from exc
 
 
 def build_requests(

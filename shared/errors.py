@@ -47,6 +47,11 @@ class ConfigurationError(UsageError):
     """A setting is missing or malformed."""
 
 
+class PermissionDenied(ConfigurationError):
+    """Redis refused a command to this credential: its ACL user may not run it, or may not
+    touch that key (with per-tenant users: another tenant's; see docs/trust-model.md)."""
+
+
 class SettingsError(ConfigurationError):
     """A ``TETHER_*`` setting (environment, ``.env`` or ``.tether/env``) is invalid or unknown.
 
@@ -216,6 +221,12 @@ class RunInterrupted(RunCancelled):
 
 class RetriesExhausted(AgentError):
     """A run was attempted the maximum number of times and never committed."""
+
+
+class BudgetExceeded(TetherError):
+    """A tenant reached its budget (``TETHER_TENANT_BUDGETS``: tokens or USD per day, runs per
+    minute): a submission is refused, or a run ends after the step it was in, keeping its
+    finished steps. Never retried: wait for the reset or raise the budget."""
 
 
 class ReplayDiverged(AgentError):

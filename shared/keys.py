@@ -50,6 +50,12 @@ Per-tenant keys:
   bare run id (``tether wait RUN_ID``) finds its session; ``k`` spreads it over
   :data:`RUN_INDEX_SHARDS` slots. ``~`` is refused in ids, so this never names a session.
 
+- ``<p>:{<tenant>/~usage}:<YYYYMMDD>`` (hash: ``input``, ``output``, ``cached``,
+  ``reasoning``, ``cost_nano``, ``runs``, ``unpriced``): what the tenant's runs used that UTC
+  day; ``:<YYYYMMDD>:runs`` (set) the run ids counted, so a run is counted once;
+  ``<p>:{<tenant>/~usage}:rate`` (string) its runs-per-minute GCRA state. One slot per tenant
+  (see :mod:`tether.runs.usage`), written beside the finish script, never inside it.
+
 Namespace-wide keys (each in its own slot, written beside a script, never inside one):
 
 - ``<p>:{~done}`` (stream): every completion, for observers (the console).
@@ -219,6 +225,14 @@ class RedisKeys:
         validate_id(run_id, kind="run id")
         shard = zlib.crc32(run_id.encode()) % RUN_INDEX_SHARDS
         return f"{self.prefix}:{{{tenant}/~runs:{shard}}}:{run_id}"
+
+    def tenant_usage(self, tenant: str, day: str) -> tuple[str, str, str]:
+        """The keys of ``tenant``'s usage: the day's counters (hash), the run ids counted that
+        day (set), and the runs-per-minute rate (string), in one slot."""
+        tag = f"{self.prefix}:{{{validate_tenant(tenant)}/~usage}}"
+        if not (len(day) == 8 and day.isdigit()):
+            raise ValueError(f"day {day!r} is not YYYYMMDD")
+        return f"{tag}:{day}", f"{tag}:{day}:runs", f"{tag}:rate"
 
     def tenant_pattern(self, tenant: str) -> str:
         """A SCAN/ACL glob matching every key of ``tenant`` (sessions, runs, run index)."""

@@ -108,6 +108,11 @@ class Settings(BaseSettings):
         description="Producers mask common credential formats (sk-..., AKIA..., bearer tokens) "
         "in run inputs before anything is stored or sent.",
     )
+    registered_runs_only: bool = Field(
+        default=False,
+        description="Workers run only runs a producer registered in its tenant's keyspace; a "
+        "run message is never registered on delivery (set it with per-tenant Redis users).",
+    )
     queue: str = Field(default="tether", description="Celery queue for run tasks.")
     # 6 s: a dead worker's run is taken over within about one TTL (renewed every TTL/3)
     lease_ttl_ms: int = Field(
@@ -184,9 +189,7 @@ class Settings(BaseSettings):
         default_factory=list, description="Modules exposing TETHER_AGENTS (JSON or comma list)."
     )
     console_hosts: Annotated[list[str], NoDecode] = Field(
-        default_factory=list,
-        description="Host names the console answers to besides loopback and its bind address "
-        "(comma list).",
+        default_factory=list, description="Console host names besides loopback (comma list)."
     )
     redis_server: str | None = Field(
         default=None, description="redis-server binary for the embedded default (else PATH)."
@@ -226,6 +229,13 @@ class Settings(BaseSettings):
             "Fleet-wide model limits: JSON (or @path to a JSON file) from model name to "
             '{"requests_per_minute", "tokens_per_minute", "concurrent_requests"}.'
         ),
+    )
+    model_prices: str = Field(
+        default="",
+        description="Model prices: JSON (or @path) from model name to USD per million tokens.",
+    )
+    tenant_budgets: str = Field(
+        default="", description="Tenant budgets: JSON (or @path) from tenant ('*': any) to limits."
     )
     metrics_port: int | None = Field(
         default=None,
@@ -278,13 +288,13 @@ class Settings(BaseSettings):
     def _http(cls, value: str | None) -> str | None:
         return value if value is None else _checked(value, check_http_url(value))
 
-    @pydantic.field_validator("model_limits")
+    @pydantic.field_validator("model_limits", "model_prices", "tenant_budgets")
     @classmethod
-    def _model_limits(cls, value: str) -> str:
-        from tether.models.limits import ModelLimits
+    def _json_setting(cls, value: str, info: pydantic.ValidationInfo) -> str:
+        from tether.settings_json import check_json_setting
 
         try:
-            ModelLimits.parse(value, where="")
+            check_json_setting(info.field_name or "", value)
         except ConfigurationError as exc:
             raise _invalid_value(str(exc)) from None
         return value

@@ -32,6 +32,7 @@ from tether.runtime.agent import Durability
 from tether.runtime.registry import AgentRegistry
 from tether.worker.engine.checkpoints.base import Checkpoint
 from tether.worker.engine.cycle import drain
+from tether.worker.engine.resume import resume_point
 
 
 def registry_for(
@@ -150,10 +151,8 @@ def test_resume_on_real_redis_and_s3(make_backends: Callable[[], Backends]) -> N
     assert_committed_once(backends, request)
 
 
-def test_a_lost_stream_falls_back_to_redoing_the_run() -> None:
-    backends = memory_backends()
-    counter = MemoryCounter()
-    request = counting_request("s-lost")
+def die_in_step_seven(backends: Backends, counter: MemoryCounter, request: RunRequest) -> None:
+    """A step-durable run whose worker dies in its seventh tool call, after checkpoints."""
     switch = PowerSwitch()
     dying = worker_runtime(
         backends, "w1", switch=switch, registry=registry_for(counter, "step", 7, switch)
@@ -161,6 +160,13 @@ def test_a_lost_stream_falls_back_to_redoing_the_run() -> None:
     submit(dying.runs, request)
     with pytest.raises(SimulatedCrash):
         drain(dying, TENANT, request.session_id)
+
+
+def test_a_lost_stream_falls_back_to_redoing_the_run() -> None:
+    backends = memory_backends()
+    counter = MemoryCounter()
+    request = counting_request("s-lost")
+    die_in_step_seven(backends, counter, request)
     backends.stream.trim(TENANT, request.session_id, max_len=0)  # Redis lost the run's events
     backends.expire_lease(TENANT, request.session_id)
     taker = worker_runtime(backends, "w2", registry=registry_for(counter, "step", None, None))
@@ -185,3 +191,27 @@ def test_a_zombie_cannot_checkpoint_after_a_takeover() -> None:
         )
     kept = backends.checkpoints.load(TENANT, "s-zombie", "r1")
     assert kept is not None and kept.last_seq == 5
+
+
+def test_a_checkpoint_replays_only_events_its_own_run_wrote() -> None:
+    """#29 item 9: the events a checkpoint covers are replayed only when the run that saved it
+    wrote them; events another run wrote at those places (a stream rebuilt out of band) make
+    the run start over from the head instead of replaying a stranger's memory."""
+    backends = memory_backends()
+    counter = MemoryCounter()
+    request = counting_request("s-replay")
+    die_in_step_seven(backends, counter, request)
+    taker = worker_runtime(backends, "w2", registry=registry_for(counter, "step", None, None))
+    agent = taker.registry.get("counter")
+    assert resume_point(taker, agent, request, None) is not None  # its own events: resumed
+
+    events = backends.stream.read(TENANT, request.session_id)
+    assert {e.run_id for e in events} == {request.run_id} and len(events) > 2
+    backends.expire_lease(TENANT, request.session_id)
+    lease = backends.leases.acquire(TENANT, request.session_id, "rebuilder", 60_000)
+    assert lease is not None
+    backends.stream.trim(TENANT, request.session_id, max_len=0)
+    intruder = [e.model_copy(update={"run_id": "run-intruder"}) for e in events[:2]]
+    backends.stream.append(TENANT, request.session_id, [*intruder, *events[2:]], lease.fence)
+    assert resume_point(taker, agent, request, None) is None  # not replayed: starts over
+    assert backends.checkpoints.load(TENANT, request.session_id, request.run_id) is None

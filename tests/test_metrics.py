@@ -34,8 +34,17 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 class MeteredWorker(WorkerProcess):
     """``tether worker --metrics-port PORT`` (the CLI path, which prepares multiprocess mode)."""
 
-    def __init__(self, env: dict[str, str], log_dir: Path, port: int) -> None:
-        super().__init__("mw", env, log_dir, concurrency=2, queue=QUEUE)
+    def __init__(
+        self,
+        env: dict[str, str],
+        log_dir: Path,
+        port: int,
+        *,
+        queue: str = QUEUE,
+        name: str = "mw",
+        pool: int = 2,
+    ) -> None:
+        super().__init__(name, env, log_dir, concurrency=pool, queue=queue)
         self.metrics_port = port
 
     def command(self) -> list[str]:

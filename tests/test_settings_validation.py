@@ -113,6 +113,16 @@ def test_the_message_names_the_value_masked_and_the_fix(monkeypatch: pytest.Monk
         ("TETHER_OPENAI_MAX_RETRIES", "-1", "greater than or equal to 0"),
         ("TETHER_OPENAI_CHECK_MODELS", "gpt-4o,two words", "'two words' is not a model name"),
         ("TETHER_OPENAI_AZURE_ENDPOINT", "azure.example", "has no scheme"),
+        ("TETHER_MODEL_PRICES", "{not json", "is not JSON"),
+        ("TETHER_MODEL_PRICES", '{"m": {"input_usd_per_mtok": -1, "output_usd_per_mtok": 1}}',
+         "m.input_usd_per_mtok"),
+        ("TETHER_MODEL_PRICES", '{"m": {"input_usd_per_mtok": 1}}', "output_usd_per_mtok"),
+        ("TETHER_MODEL_PRICES", '{"a b": {"input_usd_per_mtok": 1, "output_usd_per_mtok": 1}}',
+         "'a b'"),
+        ("TETHER_TENANT_BUDGETS", '{"acme": {"usd_per_day": "lots"}}', "acme.usd_per_day"),
+        ("TETHER_TENANT_BUDGETS", '{"acme": {"tokens_per_month": 5}}', "tokens_per_month"),
+        ("TETHER_TENANT_BUDGETS", '{"a/b": {}}', "'a/b'"),
+        ("TETHER_TENANT_BUDGETS", "@/nonexistent/budgets.json", "cannot be read"),
     ],
 )
 def test_each_check_names_the_variable(
@@ -122,6 +132,7 @@ def test_each_check_names_the_variable(
     with pytest.raises(SettingsError) as caught:
         load_settings()
     assert str(caught.value).startswith(f"{variable}=") and needle in str(caught.value)
+    assert "\n" not in str(caught.value)
 
 
 def test_an_api_key_is_never_shown(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,17 +17,20 @@ import redis
 from tests.support.crash import Backends, worker_runtime
 from tests.support.moto_server import S3TestBucket
 from tether.dev.redis_server import RedisServer
-from tether.errors import ConfigurationError
+from tether.errors import ConfigurationError, PermissionDenied
 from tether.keys import RedisKeys
 from tether.persistence.archives.redis_hint import RedisArchiveHint
 from tether.persistence.redis_conn import redis_from_url
 from tether.persistence.storage_url import open_storage
 from tether.persistence.streams.redis import RedisEventStream
 from tether.producer import Producer
+from tether.producer.ops.console.backends import open_backends
+from tether.producer.ops.console.runs_view import list_runs
 from tether.runs.contract import RunRef
 from tether.runs.leases.redis import RedisLeaseManager
 from tether.runs.queue.base import CancelOutcome
 from tether.runs.queue.redis import RedisRunQueue
+from tether.runs.queue.redis._common import NO_RUN
 from tether.settings import Settings
 from tether.worker.engine.checkpoints.redis import RedisCheckpointStore
 from tether.worker.engine.cycle import drain
@@ -158,5 +161,62 @@ def test_a_tenant_credential_gets_noperm_for_another_tenant(world: World) -> Non
             and world.admin.llen(keys.pending("bob", "s-bob")) == 0
         )
     finally:
+        acme.close()
+        bob.close()
+
+
+def test_a_cross_tenant_refusal_says_the_credential_may_not_act_for_that_tenant(
+    world: World,
+) -> None:
+    """#29 item 6: not "grant more permissions" (the wrong fix) but "not your tenant"."""
+    acme = world.producer("acme")
+    try:
+        for attempt in (
+            lambda: acme.run_async("s-bob", "9+9", agent="calculator", tenant="bob"),
+            lambda: acme.approve("s-bob", "call_1", agent="calculator", tenant="bob"),
+            lambda: acme.locate("run-x", tenant="bob"),
+        ):
+            with pytest.raises(PermissionDenied) as refused:
+                attempt()
+            message = str(refused.value)
+            assert "may not act for that tenant" in message and "'bob'" in message
+            assert "grant" not in message
+    finally:
+        acme.close()
+
+
+def test_forged_completion_entries_are_pointers_the_console_checks(world: World) -> None:
+    """#29 item 9: any tenant may append to the namespace completion feed (to announce a run it
+    refused itself), so the console treats its entries as untrusted: it shows each run as its
+    own record tells it, never an entry's status, and an entry naming no valid run is skipped
+    (a malformed one used to raise InvalidId out of the runs page)."""
+    acme, bob = world.producer("acme"), world.producer("bob")
+    console = open_backends(
+        Settings(
+            redis_url=world.server.url,
+            namespace=NS,
+            tenant="acme",
+            store_url=f"s3://{world.bucket.bucket}/{NS}",
+            s3_endpoint_url=world.bucket.endpoint_url,
+        )
+    )
+    try:
+        queued = acme.run_async("s-1", "1+1", agent="calculator")  # no worker: stays QUEUED
+        feed = bob.keys.done()
+        forged = [
+            {"run_id": queued.run_id, "tenant": "acme", "session_id": "s-1", "status": "FAILED"},
+            {"run_id": "run-made-up", "tenant": "acme", "session_id": "s-1", "status": "COMPLETED"},
+            {"run_id": "x", "tenant": "acme", "session_id": "bad id!", "status": "COMPLETED"},
+            {"status": "COMPLETED"},
+        ]
+        for entry in forged:
+            bob.redis.xadd(feed, entry)  # bob's credential may append (write-only)
+        rows = list_runs(console, "acme")
+        assert [(r.run_id, r.status) for r in rows] == [(queued.run_id, "QUEUED")]
+        positions = console.runs.read_done(b"0-0", block_ms=1)
+        assert len(positions) == len(forged)  # every entry still advances a reader
+        assert [ref for _, ref in positions][2:] == [NO_RUN, NO_RUN]
+    finally:
+        console.close()
         acme.close()
         bob.close()

@@ -206,11 +206,12 @@ def test_a_secret_split_across_pieces_never_reaches_the_sink() -> None:
 
     secret = "hunter2-very-secret"
     pasted = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0K1"  # caught by the default patterns
+    bearer = "tok" + "en0123456789abcdef"  # only after "Bearer ", a stretch before it
     answers = [
         ModelResponse.call(
             "call_1", "lookup", json.dumps({"key": secret}), text=f"using {secret} now"
         ),
-        ModelResponse.final(f"done with {secret}, and {pasted}\nbye"),
+        ModelResponse.final(f"done with {secret}, and {pasted}\nbye Bearer {bearer} end"),
     ]
     agent = Agent(SplittingModel(answers), tools=[lookup], redact=secret_redactor([secret]))
     rec = Recorder()
@@ -218,6 +219,7 @@ def test_a_secret_split_across_pieces_never_reaches_the_sink() -> None:
     pieces = [v[1] for k, v in rec.log if k == "piece"]
     published = "".join(d.text for d in pieces)
     assert secret[:8] not in published and pasted[:12] not in published
+    assert bearer[:8] not in published
     texts = {
         step: "".join(
             d.text
@@ -226,7 +228,7 @@ def test_a_secret_split_across_pieces_never_reaches_the_sink() -> None:
         )
         for step in (0, 1)
     }
-    assert texts == {0: "using *** now", 1: "done with ***, and ***\nbye"}
+    assert texts == {0: "using *** now", 1: "done with ***, and ***\nbye Bearer *** end"}
     args = [d for s, d in (v for k, v in rec.log if k == "piece") if d.kind == "tool_arguments"]
     assert "".join(d.text for d in args) == json.dumps({"key": "***"})
     assert (args[0].call_id, args[0].tool_name) == ("call_1", "lookup")

@@ -15,12 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from tests.support.otel_spans import SPANS_FILE_ENV, span_doc
+from tests.support.otel_spans import SPANS_FILE_ENV, memory_exporter, span_doc
 from tests.support.stack import Stack, eventually, unique
 from tether.core.results import RunStatus
 from tether.dev.workers import WorkerFleet
@@ -33,13 +30,7 @@ QUEUE = "traced"
 @pytest.fixture(scope="module")
 def producer_spans() -> InMemorySpanExporter:
     """The SDK in this process, exporting to memory."""
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    exporter = InMemorySpanExporter()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return exporter
+    return memory_exporter()
 
 
 @pytest.fixture(scope="module")

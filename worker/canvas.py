@@ -41,11 +41,11 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from celery import Task
+from celery import Task, current_task
 from celery.utils import uuid
 
 from tether.core.results import RunStatus
-from tether.errors import InvalidInput, RunLost, RunTimeout, SessionBusy
+from tether.errors import ConfigurationError, InvalidInput, RunLost, RunTimeout, SessionBusy
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import redis_from_url
 from tether.runs.contract import RunRequest, RunResult, parse_request
@@ -54,6 +54,7 @@ from tether.runs.queue.base import RunQueue, SubmitState, preempt_for, submit
 from tether.runs.queue.redis import RedisRunQueue
 from tether.settings import Settings, load_settings
 from tether.worker.app import app
+from tether.worker.engine.admission import registered
 from tether.worker.engine.cycle import drain
 from tether.worker.engine.services import EngineServices
 from tether.worker.tasks import get_services
@@ -205,6 +206,14 @@ class CanvasRunTask(Task):  # type: ignore[misc]
     ) -> Any:
         task_id = task_id or uuid()
         settings, runs = _caller_runs()
+        if settings.registered_runs_only and current_task:
+            # a chain's next step, applied by a worker from a message body: registering it
+            # would act for whatever tenant that body names
+            raise ConfigurationError(
+                "tether_run signatures cannot be applied inside a worker task (a chain's later "
+                "steps) with TETHER_REGISTERED_RUNS_ONLY: apply each step from the tenant's "
+                "own process, or use a group"
+            )
         request = canvas_request(tuple(args or ()), dict(kwargs or {}), task_id, settings)
         _submit(runs, request, settings.queue)
         return super().apply_async(args, kwargs, task_id, *rest, **options)
@@ -258,7 +267,16 @@ def tether_run(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     """Apply one run to its session (see the module docstring); its RunResult as a dict."""
     rt = get_services()
     request = canvas_request(args, kwargs, self.request.id, rt.settings)
-    refused = _submit(rt.runs, request, rt.settings.queue)
+    if rt.settings.registered_runs_only:  # the caller registered it, or nobody may
+        if not registered(rt.runs, request.ref):
+            raise RunLost(
+                f"run {request.run_id}: no run of that id is registered for tenant "
+                f"{request.tenant!r} (TETHER_REGISTERED_RUNS_ONLY); apply the signature "
+                "from a process holding that tenant's credential"
+            )
+        refused = None
+    else:
+        refused = _submit(rt.runs, request, rt.settings.queue)
     result = refused or finish_own_run(rt, request, _wait_s(kwargs, rt.settings))
     return result.model_dump(mode="json")
 

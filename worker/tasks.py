@@ -2,7 +2,8 @@
 
 Both are safe to deliver more than once: ``tether.run`` registers its request idempotently (by
 request id) before draining, and a drain of a session whose lease is held, or whose queue is
-empty, does nothing.
+empty, does nothing. With ``TETHER_REGISTERED_RUNS_ONLY`` ``tether.run`` registers nothing: it
+drains the session only when its tenant registered the run (:mod:`tether.worker.engine.admission`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from tether.runs.contract import (
 )
 from tether.runs.queue.base import SubmitOutcome, SubmitState, preempt_for
 from tether.worker.app import app
+from tether.worker.engine.admission import MALFORMED, UNREGISTERED, refuse, registered
 from tether.worker.engine.claim import Carried
 from tether.worker.engine.cycle import drain
 from tether.worker.engine.services import EngineServices, build_services
@@ -94,11 +96,19 @@ def run_task(self: Any, request: Any = None) -> dict[str, Any]:
         req = wire.request
         req.check_input_size(rt.settings.max_input_bytes)
     except InvalidInput as exc:
+        if rt.settings.registered_runs_only:  # recording it would write for an unproven tenant
+            refuse(MALFORMED, f"refused malformed run message: {exc}")
+            return {"state": "refused", "error": exc.error_type}
         salvaged = _salvage_ids(request)
         if salvaged is None:
             log.error("dropping malformed run message (no usable ids): %s", exc)
             return {"state": "dropped", "error": exc.error_type}
         return _reject(rt, salvaged, exc)
+    if rt.settings.registered_runs_only:
+        # the message is a wake-up: the drain runs what the tenant registered, and only that
+        if not registered(rt.runs, req.ref):
+            return {"run_id": req.run_id, "state": "refused", "error": UNREGISTERED}
+        return {"processed": drain(rt, req.tenant, req.session_id)}
     try:
         rt.registry.get(req.agent)
     except UnknownAgent as exc:

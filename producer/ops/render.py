@@ -132,10 +132,20 @@ def result_line(result: RunResult, worker: str | None = None) -> Text:
     text = Text(f"{result.status.value}", style=style)
     text.append(f" run {result.run_id} on {worker or result.worker or '?'}", style="dim")
     text.append(f" (queued {result.queue_ms} ms, ran {result.run_ms} ms", style="dim")
-    text.append(f", attempts {result.attempts})", style="dim")
+    text.append(f", attempts {result.attempts}{spend_text(result)})", style="dim")
     if result.error_type:
         text.append(f" {result.error_type}: {result.error_message}", style="red")
     return text
+
+
+def spend_text(result: RunResult) -> str:
+    """``, 1,234 tokens, $0.0012`` (nothing for a run without tokens; no cost when unpriced)."""
+    usage = result.usage
+    tokens = usage.input_tokens + usage.output_tokens
+    if not tokens:
+        return ""
+    cost = "" if result.cost_usd is None else f", ${result.cost_usd:.4g}"
+    return f", {tokens:,} tokens{cost}"
 
 
 def settings_table(values: Mapping[str, Any], descriptions: Mapping[str, str]) -> Table:

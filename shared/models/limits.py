@@ -6,13 +6,12 @@ from model name to its limits, validated once at start-up.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from tether.errors import ConfigurationError
 from tether.ids import validate_model_name
+from tether.settings_json import JsonTable
 
 #: The variable the limits come from, for messages.
 VARIABLE = "TETHER_MODEL_LIMITS"
@@ -50,57 +49,17 @@ class ModelLimit(BaseModel):
         return bool(self.requests_per_minute or self.tokens_per_minute or self.concurrent_requests)
 
 
-class ModelLimits(RootModel[dict[str, ModelLimit]]):
+class ModelLimits(JsonTable[ModelLimit]):
     """Limits by model name."""
 
-    model_config = ConfigDict(frozen=True)
+    variable: ClassVar[str] = VARIABLE
+    example: ClassVar[str] = '{"gpt-4o-mini": {"requests_per_minute": 300}}'
 
-    @field_validator("root")
     @classmethod
-    def _names(cls, value: dict[str, ModelLimit]) -> dict[str, ModelLimit]:
-        for name in value:
-            validate_model_name(name)
-        return value
+    def check_name(cls, name: str) -> None:
+        validate_model_name(name)
 
     def for_model(self, model: str) -> ModelLimit | None:
         """The limits of ``model``, or None when it has none."""
         found = self.root.get(model)
         return found if found is not None and found.limited else None
-
-    @classmethod
-    def parse(cls, text: str | None, *, where: str = VARIABLE) -> ModelLimits:
-        """Read the setting: JSON, ``@path`` to a JSON file, or empty (no limits).
-
-        Args:
-            text: the setting's value.
-            where: what to call it in messages ("": the settings' own errors name the variable).
-
-        Raises:
-            ConfigurationError: one line naming ``where`` and what is wrong.
-        """
-        if text is None or not text.strip():
-            return cls({})
-        raw = text.strip()
-        if raw.startswith("@"):
-            path = Path(raw[1:]).expanduser()
-            where = f"{where} file {str(path)!r}".strip()
-            try:
-                raw = path.read_text()
-            except OSError as exc:
-                raise ConfigurationError(_said(where, f"cannot be read: {exc.strerror}")) from None
-        try:
-            return cls.model_validate(json.loads(raw))
-        except json.JSONDecodeError as exc:
-            example = '{"gpt-4o-mini": {"requests_per_minute": 300}}'
-            problem = f"is not JSON ({exc.msg} at line {exc.lineno}); use e.g. {example}"
-            raise ConfigurationError(_said(where, problem)) from None
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            at = ".".join(str(p) for p in first["loc"]) or "top"
-            raise ConfigurationError(_said(where, f"is invalid at {at}: {first['msg']}")) from None
-        except ConfigurationError as exc:
-            raise ConfigurationError(_said(where, str(exc))) from None
-
-
-def _said(where: str, problem: str) -> str:
-    return f"{where} {problem}" if where else problem

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from prometheus_client import Counter, Histogram
 
+from tether.core.events import Usage
 from tether.errors import ConflictError
 
 #: Runs last from milliseconds (an echo) to hours (a long tool-using run).
@@ -134,3 +135,44 @@ def delta_publish_failed(count: int) -> None:
 def delta_flush_timed_out() -> None:
     """Count a step that went on before its pieces were all out."""
     DELTA_FLUSH_TIMEOUTS.inc()
+
+
+MODEL_TOKENS = Counter(
+    "tether_model_tokens",
+    "Tokens of committed model calls, by model, kind (input, output, cached, reasoning: cached "
+    "are part of input, reasoning part of output) and tenant; counted once per run, after its "
+    "commit.",
+    ["model", "kind", "tenant"],
+)
+MODEL_COST = Counter(
+    "tether_model_cost_usd",
+    "Cost in USD of committed model calls at TETHER_MODEL_PRICES, by model and tenant (models "
+    "without a price are not counted).",
+    ["model", "tenant"],
+)
+
+
+def model_usage(model: str, tenant: str, usage: Usage, cost_usd: float | None) -> None:
+    """Count the tokens (and cost, when priced) of a committed run's model calls."""
+    for kind, tokens in (
+        ("input", usage.input_tokens),
+        ("output", usage.output_tokens),
+        ("cached", usage.cached_tokens),
+        ("reasoning", usage.reasoning_tokens),
+    ):
+        MODEL_TOKENS.labels(model=model, kind=kind, tenant=tenant).inc(tokens)
+    if cost_usd is not None:
+        MODEL_COST.labels(model=model, tenant=tenant).inc(cost_usd)
+
+
+MESSAGES_REFUSED = Counter(
+    "tether_messages_refused",
+    "Run messages a worker refused without writing anything, by why (``unregistered``: no run "
+    "of that id was registered by its tenant, with TETHER_REGISTERED_RUNS_ONLY).",
+    ["reason"],
+)
+
+
+def message_refused(reason: str) -> None:
+    """Count a run message refused before anything was written."""
+    MESSAGES_REFUSED.labels(reason=reason).inc()

@@ -23,7 +23,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.connection import parse_url
 from redis.retry import Retry
 
-from tether.errors import ConfigurationError, StreamUnavailable, TetherError
+from tether.errors import ConfigurationError, PermissionDenied, StreamUnavailable, TetherError
 from tether.settings_checks import mask_url
 
 #: Cluster schemes and the single-node scheme whose URL options they share.
@@ -238,7 +238,7 @@ def translate_errors(where: str) -> Iterator[None]:
     except _CREDENTIAL_ERRORS as exc:
         raise _credentials_refused(where, exc) from exc
     except redis.exceptions.NoPermissionError as exc:
-        raise ConfigurationError(
+        raise PermissionDenied(
             f"Redis at {where} denied a command ({exc}); grant the ACL user access to stream, "
             "hash, string and scripting commands"
         ) from exc

@@ -264,6 +264,10 @@ class RunResult(RunOutcome):
     queue_ms: int = 0
     run_ms: int = 0
     worker: str | None = None
+    cost_usd: float | None = Field(default=None, exclude_if=lambda v: v is None)
+    """What ``usage`` cost at the worker's ``TETHER_MODEL_PRICES`` (None: the run's model has no
+    price, or it used no tokens). Omitted from the JSON when None, so results stay as older
+    producers read them until prices are set (upgrade producers before setting them)."""
 
     @classmethod
     def failure(

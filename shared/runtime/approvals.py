@@ -14,12 +14,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from tether.core.events import EventType, ToolOutputReplacedPayload, ToolResultPayload
 from tether.core.items import ToolCall, ToolCallsMessage, ToolOutput
 from tether.core.results import Resolution
 from tether.errors import InvalidInput
 from tether.runtime.tool_runner import run_with_timeout
 from tether.runtime.tools import (
     APPROVAL_OUTPUT,
+    WAITING_OUTPUT,
     ToolContext,
     failed,
     tool_error_text,
@@ -32,21 +34,18 @@ if TYPE_CHECKING:
 def resolve_calls(
     session: AgentSession, resolutions: Sequence[Resolution], *, run_id: str
 ) -> None:
-    """Apply ``resolutions`` in order (the caller holds the session lock).
+    """Apply ``resolutions`` in order (the caller holds the session lock), once every one of
+    them is known to settle a pending call (:func:`check_resolutions`): a refused request
+    changes nothing.
 
     Raises:
-        InvalidInput: a call is not pending, or is approved without waiting for approval.
+        InvalidInput: a call is not pending, or is settled the wrong way.
     """
+    check_resolutions(session, resolutions)
     for resolution in resolutions:
-        call, output = _pending_call(session, resolution.call_id)
+        call, _ = _latest_output(session, resolution.call_id)
         if resolution.action == "output":
             text = resolution.text or ""
-        elif output != APPROVAL_OUTPUT:
-            raise InvalidInput(
-                f"call {resolution.call_id!r} of session {session.session_id!r} does not wait "
-                "for approval (already settled, or it waits for an output: give that instead, "
-                "with submit_tool_output or `tether answer`)"
-            )
         elif resolution.action == "reject":
             reason = resolution.text or "rejected by a person"
             text = tool_error_text(call, "Rejected", reason)
@@ -55,7 +54,59 @@ def resolve_calls(
         session.replace_tool_output(call.id, text, run_id=run_id)
 
 
-def _pending_call(session: AgentSession, call_id: str) -> tuple[ToolCall, str]:
+def check_resolutions(session: AgentSession, resolutions: Sequence[Resolution]) -> None:
+    """Refuse ``resolutions`` unless each settles a call that is pending now, the way it waits:
+    approve or reject a call waiting for approval, give the output of a call waiting for one,
+    each call once. Reads only: nothing is written whatever the answer.
+
+    Raises:
+        InvalidInput: naming the call, the tenant and the session, and what to do instead.
+    """
+    waiting = _waiting_for_output(session)
+    settled: set[str] = set()
+    for resolution in resolutions:
+        call_id = resolution.call_id
+        where = f"call {call_id!r} of session {session.tenant}/{session.session_id}"
+        _, output = _latest_output(session, call_id)
+        if call_id in settled:
+            raise InvalidInput(f"{where} is settled twice in one request; settle it once")
+        settled.add(call_id)
+        if output == APPROVAL_OUTPUT:
+            if resolution.action == "output":
+                raise InvalidInput(
+                    f"{where} waits for a person's approval, not for an output: approve or "
+                    "reject it (`tether approve` / `tether reject`)"
+                )
+        elif output == WAITING_OUTPUT or call_id in waiting:
+            if resolution.action != "output":
+                raise InvalidInput(
+                    f"{where} does not wait for approval but for an output: give that instead, "
+                    "with submit_tool_output or `tether answer`"
+                )
+        else:
+            raise InvalidInput(
+                f"{where} is not pending (it already has its result); only the calls a WAITING "
+                "run lists in its result's `pending` can be settled"
+            )
+
+
+def _waiting_for_output(session: AgentSession) -> set[str]:
+    """Calls whose newest result the session still holds as an event says ``WAITING`` (a
+    ``Waiting`` tool with its own placeholder text), unless a later event replaced it."""
+    waiting: set[str] = set()
+    for event in session.events:
+        payload = event.payload
+        if event.type is EventType.TOOL_RESULT and isinstance(payload, ToolResultPayload):
+            if payload.status == "WAITING" and payload.item.output != APPROVAL_OUTPUT:
+                waiting.add(payload.item.call_id)
+            else:
+                waiting.discard(payload.item.call_id)
+        elif isinstance(payload, ToolOutputReplacedPayload):
+            waiting.discard(payload.call_id)
+    return waiting
+
+
+def _latest_output(session: AgentSession, call_id: str) -> tuple[ToolCall, str]:
     """The call and its current output (the newest one recorded for it)."""
     items = session.memory_snapshot().items
     output = next(
@@ -74,8 +125,8 @@ def _pending_call(session: AgentSession, call_id: str) -> tuple[ToolCall, str]:
     )
     if call is None or output is None:
         raise InvalidInput(
-            f"call {call_id!r} is unknown in session {session.session_id!r}; see the WAITING "
-            "run's result for the calls it waits on"
+            f"call {call_id!r} is unknown in session {session.tenant}/{session.session_id}; see "
+            "the WAITING run's result for the calls it waits on"
         )
     return call, output
 

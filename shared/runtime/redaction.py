@@ -153,6 +153,18 @@ def settings_redactor(settings: Any, extra: Iterable[str | None] = ()) -> TextRe
     return secret_redactor(values)
 
 
+def redact_tree(value: Any, redact: TextRedactor) -> Any:
+    """``value`` (a JSON tree: run metadata, a settled call's text) with ``redact`` applied to
+    every string in it, keys included."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact_tree(k, redact): redact_tree(v, redact) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_tree(v, redact) for v in value]
+    return value
+
+
 def redact_event(event: AgentEvent, redact: TextRedactor) -> AgentEvent:
     """``event`` with ``redact`` applied to every text of its payload (the same object when
     nothing changed)."""

@@ -110,7 +110,13 @@ class AgentSession(SessionMemoryOps):
         return self._metadata.model_copy(deep=True)
 
     def put_metadata(self, key: str, value: JsonValue) -> None:
-        """Set a metadata attribute and touch ``updated_at_ms``."""
+        """Set a metadata attribute and touch ``updated_at_ms``; the agent's redaction applies
+        to its key and every text in its value first (metadata is stored in the head)."""
+        redact = self._agent.redact
+        if redact is not None:
+            from tether.runtime.redaction import redact_tree
+
+            key, value = redact(key), redact_tree(value, redact)
         with self._lock:
             self._metadata.attributes[key] = value
             self.touch()

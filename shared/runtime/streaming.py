@@ -36,6 +36,11 @@ def redacted(inner: RunDeltas, redact: TextRedactor | None) -> RunDeltas:
     return inner if redact is None else _RedactedDeltas(inner, redact)
 
 
+#: How much text before a new stretch its redaction sees: what a pattern may look behind at
+#: (``Bearer `` and a word boundary; a match itself holds no whitespace, so none starts in it).
+CONTEXT_CHARS = 16
+
+
 class _RedactedDeltas:
     """Hands out each piece redacted as part of everything its stream has said so far.
 
@@ -61,7 +66,7 @@ class _RedactedDeltas:
             # piece of the next one means the last one is complete, so it goes out whole (and
             # the pieces keep the order the model sent them in)
             last = self._streams[self._last]
-            self._emit(self._last[0], last, last.raw)
+            self._emit(self._last[0], last, len(last.raw))
         self._last = key
         stream = self._streams.get(key)
         if stream is None:
@@ -69,23 +74,31 @@ class _RedactedDeltas:
         stream.raw += delta.text
         cut = max(delta.text.rfind(c) for c in " \t\n\r")
         if cut >= 0:
-            self._emit(step, stream, stream.raw[: len(stream.raw) - len(delta.text) + cut + 1])
+            self._emit(step, stream, len(stream.raw) - len(delta.text) + cut + 1)
 
     def step_done(self, step: int) -> None:
         self._last = None
         for key in [k for k in self._streams if k[0] == step]:
             stream = self._streams.pop(key)
-            self._emit(step, stream, stream.raw)
+            self._emit(step, stream, len(stream.raw))
         self._inner.step_done(step)
 
-    def _emit(self, step: int, stream: _Stream, stable: str) -> None:
-        text = self._redact(stable)
-        if not text.startswith(stream.sent):
-            return  # a redaction reached back into what was handed out: the event will tell
-        new = text[len(stream.sent) :]
+    def _emit(self, step: int, stream: _Stream, end: int) -> None:
+        """Hand out ``stream``'s raw text up to ``end``, redacted: only the part not handed out
+        yet is redacted, behind :data:`CONTEXT_CHARS` of what came before it (a pattern may
+        look behind, as ``Bearer <token>`` does), so a step's cost stays linear in its text."""
+        if end <= stream.done:
+            return
+        context = stream.raw[max(0, stream.done - CONTEXT_CHARS) : stream.done]
+        text = self._redact(stream.raw[stream.done - len(context) : end])
+        stream.done = end
+        if not text.startswith(context):  # rare: the context itself holds something masked
+            context = self._redact(context)
+            if not text.startswith(context):
+                return  # a redaction reached back into what was handed out: the event will tell
+        new = text[len(context) :]
         if not new:
             return
-        stream.sent = text
         first, stream.first = stream.first, None
         template = first if first is not None else stream.template
         self._inner.piece(step, dataclasses.replace(template, text=new))
@@ -95,7 +108,8 @@ class _RedactedDeltas:
 class _Stream:
     first: ModelDelta | None
     raw: str = ""
-    sent: str = ""
+    done: int = 0
+    """How much of ``raw`` was redacted and handed out (always just after a whitespace)."""
 
     def __post_init__(self) -> None:
         assert self.first is not None

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tether.runtime.agent import Agent
 
@@ -51,6 +52,18 @@ class JsonLinesExporter(SpanExporter):
 
     def shutdown(self) -> None:
         return None
+
+
+def memory_exporter() -> InMemorySpanExporter:
+    """The SDK in this (test) process, exporting to memory: a new exporter on the provider
+    already set, or on a new one."""
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter
 
 
 def _install() -> None:

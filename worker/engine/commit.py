@@ -216,6 +216,11 @@ class Commit:
         #: The run is the only one queued, as far as the claim saw (a hint for the finish).
         self.expect_idle = expect_idle
 
+    @property
+    def run_id(self) -> str | None:
+        """The run this commit is for (None: a lease release)."""
+        return self._run_id
+
     def _step(self, step: CommitStep, phase: Phase) -> None:
         probe(
             StepContext(

@@ -26,9 +26,11 @@ from tether.core.events import EventType, now_ms
 from tether.core.results import RunStatus
 from tether.core.snapshot import MAX_APPLIED_RECORDS, RunRecord
 from tether.errors import (
+    BudgetExceeded,
     ConflictError,
     DataError,
     InfrastructureError,
+    InvalidInput,
     RetriesExhausted,
     RunCancelled,
     RunHandedBack,
@@ -42,7 +44,10 @@ from tether.observability.tracing import run_span, span
 from tether.runs.contract import RunRef, RunRequest, RunResult
 from tether.runs.limits.gate import budget_waits
 from tether.runs.queue.base import IdleRelease, RunView, SubmitOutcome
+from tether.runs.usage.base import has_tokens
+from tether.runs.usage.policy import prices
 from tether.runtime.agent import Agent
+from tether.runtime.approvals import check_resolutions
 from tether.runtime.session import AgentSession
 from tether.worker.engine.claim import Carried
 from tether.worker.engine.commit import CommitTarget
@@ -59,6 +64,7 @@ from tether.worker.engine.records import (
 )
 from tether.worker.engine.resume import ASK, Checkpointer, resume_point
 from tether.worker.engine.services import EngineServices
+from tether.worker.engine.spend import committed, priced, run_steps, run_usage, spend_check
 from tether.worker.engine.stops import RunStops
 from tether.worker.engine.waits import WaitNotice
 
@@ -209,15 +215,36 @@ def _apply_one(d: DrainState, run_id: str) -> Outcome:
     except RunUnreadable as unreadable:
         _abandon(d, ref, attempts, unreadable.cause, before_commit=True)
         return Outcome.ABORT
-    except VersionConflict as exc:
-        # the head it started from was not the newest (a cached head that a write outside the
-        # lease made stale): the store (which save() just made the cache drop) has the truth,
-        # and this drain still holds the lease, so go again now rather than after the sweeper
-        _abandon(d, ref, attempts, exc)
-        return Outcome.AGAIN
     except (InfrastructureError, ConflictError) as exc:
+        if _finished(d, run_id):
+            _failed_after_commit(d, ref, exc)
+            return Outcome.DONE
         _abandon(d, ref, attempts, exc)
-        return Outcome.ABORT
+        # a lost compare-and-set: the head it started from was not the newest (a cached head
+        # that a write outside the lease made stale); the store (which save() just made the
+        # cache drop) has the truth and this drain still holds the lease: go again now
+        return Outcome.AGAIN if isinstance(exc, VersionConflict) else Outcome.ABORT
+
+
+def _finished(d: DrainState, run_id: str) -> bool:
+    """True when this drain's commit of ``run_id`` passed its commit point and its finish."""
+    commit = d.last_commit
+    return commit is not None and commit.finished and commit.run_id == run_id
+
+
+def _failed_after_commit(d: DrainState, ref: RunRef, exc: TetherError) -> None:
+    """A step after ``finish`` failed (the archive segment, its hint): the run is committed and
+    its result recorded, so nothing is retried; the held session is dropped (the head, which
+    keeps the events not archived, is read again by the next run)."""
+    log.error(
+        "run %s is committed and finished, but a step after its commit failed (not retried): "
+        "%s. When an archive segment already holds different events, the session's head was "
+        "restored without its archive (or the archive belongs to another history): the head "
+        "stays the truth of the session's memory; restore the archive taken with that head, "
+        "or move aside the segments newer than it",
+        ref.run_id, str(exc).rstrip("."),
+    )  # fmt: skip
+    d.session, d.loaded = None, False
 
 
 class RunUnreadable(Exception):
@@ -271,11 +298,20 @@ def _attempt(
     # the head decides before the attempt budget does: a run that committed on its last
     # allowed attempt, then lost its worker before finishing, is finished as committed
     applied = session.find_applied(request.request_id)
+    table = prices(d.rt.settings)
     if applied is not None:
-        commit.finish(result_from_record(request, applied, duplicate=True, attempts=attempts))
+        # committed by an attempt that died before its finish: counted here, once
+        done = result_from_record(request, applied, duplicate=True, attempts=attempts)
+        done = priced(done, agent.model_name, table)
+        commit.finish(done)
+        committed(done, agent.model_name)
         return Outcome.DONE
     if budget_spent:
         commit.finish(_retries_exhausted(request, attempts, view))
+        return Outcome.DONE
+    refused = _refused_settlement(d, session, request, attempts)
+    if refused is not None:
+        commit.finish(refused)
         return Outcome.DONE
     started_ms = now_ms()
     d.pending = ()
@@ -289,10 +325,31 @@ def _attempt(
         run_ms=now_ms() - started_ms,
         worker=d.rt.worker_id,
     ).model_copy(update={"pending": d.pending})
+    result = priced(result, agent.model_name, table)
     checkpointed = d.checkpointer is not None and d.checkpointer.saved
     with span("tether.commit", run_id=request.run_id):
         commit.run(session, d.publisher, lambda: d.keeper.lost, result, checkpointed=checkpointed)
+    committed(result, agent.model_name)
     return Outcome.DONE
+
+
+def _refused_settlement(
+    d: DrainState, session: AgentSession, request: RunRequest, attempts: int
+) -> RunResult | None:
+    """The failure of a continuation that settles no pending call (before it writes anything:
+    no session is saved, no event published), else None."""
+    if not request.resolutions or d.resumed is not None:  # a resumed run settled them already
+        return None
+    try:
+        check_resolutions(session, request.resolutions)
+    except InvalidInput as exc:
+        log.warning("run %s refused: %s", request.run_id, exc)
+        if d.announce is not None:  # restored for this run alone: forget it, unannounced
+            d.session, d.loaded, d.announce = None, False, None
+        return RunResult.failure(
+            request, RunStatus.FAILED, exc.error_type, str(exc), attempts=attempts
+        )
+    return None
 
 
 def _retries_exhausted(
@@ -314,6 +371,9 @@ def _retries_exhausted(
 def _execute(d: DrainState, session: AgentSession, request: RunRequest, agent: Agent) -> RunRecord:
     """Run (or resume) the agent on ``session``; the record of how it ended, applied to it."""
     resumed, d.resumed = d.resumed, None
+    if d.announce is not None:
+        d.publisher(d.announce)
+        d.announce = None
     first_seq = resumed.progress.first_seq if resumed else session.last_seq + 1
     before = resumed.before if resumed else (session.memory_snapshot(), session.last_compact)
     for key, value in request.metadata.items():
@@ -327,7 +387,10 @@ def _execute(d: DrainState, session: AgentSession, request: RunRequest, agent: A
     d.checkpointer = checkpointer
 
     begun_by_claim = d.applying is not None and d.applying.begun
-    stops = RunStops(d, request, checkpointer, asked=begun_by_claim and resumed is None)
+    spend = spend_check(
+        d.rt.settings, d.rt.runs.tenant_usage, request.tenant, agent.model_name, session, first_seq
+    )
+    stops = RunStops(d, request, checkpointer, begun_by_claim and resumed is None, spend)
     timeout_s = min(request.timeout_s or d.rt.settings.max_run_s, d.rt.settings.max_run_s)
     d.rt.guard.watch(d.lease, request.run_id, time.time() + timeout_s)
     notice = WaitNotice(d.rt.runs, request.ref)
@@ -350,6 +413,9 @@ def _execute(d: DrainState, session: AgentSession, request: RunRequest, agent: A
         d.pending = result.pending
     except RunHandedBack:
         raise
+    except BudgetExceeded as exc:  # at a step boundary: the finished steps stay
+        record = interrupted_record(request, session, first_seq, exc, RunStatus.FAILED)
+        record = record.model_copy(update={"steps": run_steps(session, first_seq)})
     except RunCancelled as exc:
         if stops.lost():
             raise ConflictError(f"lease or stream lost during run {request.run_id}") from exc
@@ -367,6 +433,8 @@ def _execute(d: DrainState, session: AgentSession, request: RunRequest, agent: A
         budget_waits.reset(listening)
         notice.done()
     record = record.model_copy(update={"last_seq": session.last_seq, "finished_at_ms": now_ms()})
+    if not has_tokens(record.usage):  # it ended early: its model calls were spent all the same
+        record = record.model_copy(update={"usage": run_usage(session, first_seq)})
     record = redacted(record, agent)
     session.record_applied(record, keep=MAX_APPLIED_RECORDS)
     return record
@@ -376,7 +444,7 @@ def _adopt(d: DrainState, session: AgentSession, agent_name: str) -> AgentSessio
     """Make ``session`` the held one, publishing from now on (its restore event included)."""
     session.add_listener(d.publisher)
     if session.events and session.events[-1].type is EventType.SESSION_RESTORED:
-        d.publisher(session.events[-1])
+        d.announce = session.events[-1]  # published when a run executes on it (_execute)
     d.session, d.agent_name = session, agent_name
     return session
 
@@ -385,6 +453,7 @@ def _session_for(d: DrainState, request: RunRequest, agent: Agent) -> AgentSessi
     """The session to run on: loaded once per lease (at the run's checkpoint, when it has
     one), then kept between runs."""
     if not d.loaded:
+        d.announce = None  # a restore of an abandoned attempt is never announced
         with span("tether.restore", session_id=request.session_id):
             stored = load_head(d.rt, d.lease, agent, request, d.applying)
         d.loaded = True

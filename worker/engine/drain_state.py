@@ -38,6 +38,9 @@ class DrainState:
     """The calls the run just applied waits on (when it ended WAITING)."""
     resumed: Resumed | None = None
     """Set when the session was rebuilt at the next run's last checkpoint."""
+    announce: AgentEvent | None = None
+    """The held session's ``SESSION_RESTORED``, published when a run first executes on it: a
+    run refused before it executes (a settlement of no pending call) publishes nothing."""
     last_commit: Commit | None = None
     claimed: Claim | None = None
     """The claim that took the lease, until its head run is taken up (once)."""

@@ -51,13 +51,18 @@ def rolled_back_record(
 
 
 def interrupted_record(
-    request: RunRequest, session: AgentSession, first_seq: int, exc: BaseException
+    request: RunRequest,
+    session: AgentSession,
+    first_seq: int,
+    exc: BaseException,
+    status: RunStatus = RunStatus.INTERRUPTED,
 ) -> RunRecord:
-    """A run stopped for a newer one: memory keeps what its finished steps wrote."""
+    """A run stopped at a step boundary (for a newer one; ``FAILED``: its tenant's budget was
+    spent): memory keeps what its finished steps wrote."""
     return RunRecord(
         request_id=request.request_id,
         run_id=request.run_id,
-        status=RunStatus.INTERRUPTED.value,
+        status=status.value,
         error_type=type(exc).__name__,
         error_message=str(exc)[:2000],
         first_seq=first_seq,

@@ -147,8 +147,17 @@ def _before(
 def _recorded(
     rt: EngineServices, request: RunRequest, checkpoint: Checkpoint, base_seq: int
 ) -> list[AgentEvent]:
-    """The checkpointed events, or [] when the stream no longer holds all of them."""
-    if checkpoint.base_seq != base_seq or checkpoint.last_seq <= base_seq:
+    """The checkpointed events, or [] when the stream no longer holds all of them, or holds
+    events another run wrote at those places (a stream rebuilt or appended to out of band):
+    every event replayed must be this run's. The attempt is the checkpoint's: it was saved
+    under its lease's fence (a stale attempt's save is refused), and the stream is fenced the
+    same way, so events between the head and the checkpoint are that attempt's or an earlier
+    attempt's of the same run, which it resumed from."""
+    if (
+        checkpoint.run_id != request.run_id
+        or checkpoint.base_seq != base_seq
+        or checkpoint.last_seq <= base_seq
+    ):
         return []
     events = [
         e
@@ -156,7 +165,17 @@ def _recorded(
         if e.seq <= checkpoint.last_seq
     ]
     expected = list(range(base_seq + 1, checkpoint.last_seq + 1))
-    return events if [e.seq for e in events] == expected else []
+    if [e.seq for e in events] != expected:
+        return []
+    foreign = {e.run_id for e in events} - {request.run_id}
+    if foreign:
+        log.warning(
+            "run %s: the events its checkpoint covers (seq %d..%d) include events of %s; "
+            "not replaying them",
+            request.run_id, base_seq + 1, checkpoint.last_seq, sorted(map(str, foreign)),
+        )  # fmt: skip
+        return []
+    return events
 
 
 class Checkpointer:

@@ -1,8 +1,9 @@
 """The agent loop's stop check for one run: lost lease, lost stream or checkpoint, a stop asked
-for, or a warm shutdown that hands the run back at a checkpoint."""
+for, a warm shutdown that hands the run back at a checkpoint, or the tenant's budget spent."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tether.errors import RunHandedBack, RunInterrupted
@@ -22,6 +23,9 @@ class RunStops:
     checkpointer: Checkpointer | None
     asked: bool = False
     """The stop flag was read moments ago (by the claim): the first boundary skips the read."""
+    spend: Callable[[], None] | None = None
+    """The tenant's budget check (:class:`~tether.worker.engine.spend.SpendCheck`): raises
+    ``BudgetExceeded``, which ends the run here keeping its finished steps."""
 
     def lost(self) -> bool:
         d, checkpointer = self.d, self.checkpointer
@@ -40,6 +44,8 @@ class RunStops:
             raise RunHandedBack(
                 f"run {request.run_id} handed back: worker {self.d.rt.worker_id} is shutting down"
             )
+        if self.spend is not None:
+            self.spend()
         if self.asked:
             self.asked = False
             return False

@@ -235,6 +235,8 @@ class BatchRunner:
         state.outputs.append(result.output)
         state.steps += result.steps
         state.usage += result.usage
+        if result.cost_usd is not None:
+            state.cost_usd = (state.cost_usd or 0.0) + result.cost_usd
         if result.ok and state.turn + 1 < len(state.case.turns):
             state.turn += 1
             due.append(state)

@@ -45,6 +45,8 @@ class CaseOutcome:
     run_ids: list[str] = field(default_factory=list)
     steps: int = 0
     usage: Usage = field(default_factory=Usage)
+    cost_usd: float | None = None
+    """At the workers' ``TETHER_MODEL_PRICES`` (None: no turn was priced)."""
 
 
 def case_scorers(outcome: CaseOutcome, scorers: list[Scorer]) -> tuple[list[Scorer], bool]:
@@ -116,6 +118,7 @@ def build_record(
         latency_ms=int((time.monotonic() - outcome.started) * 1000),
         steps=outcome.steps,
         tokens=usage.total_tokens,
+        cost_usd=outcome.cost_usd,
         turns=len(outcome.outputs),
         error_type=error[0] if error else None,
         error=message,

@@ -102,6 +102,8 @@ class CaseResult(BaseModel):
     latency_ms: int = 0
     steps: int = 0
     tokens: int = 0
+    cost_usd: float | None = None
+    """What the case's runs cost at the workers' ``TETHER_MODEL_PRICES`` (None: unpriced)."""
     turns: int = 0
     error_type: str | None = None
     error: str | None = None
@@ -132,7 +134,7 @@ class CaseResult(BaseModel):
 
 #: Fields left out of a line when empty (``passed``, ``output`` and ``error`` stay, as null).
 _OPTIONAL = ("outputs", "metadata", "grader", "tags", "input", "expected", "scores", "score",
-             "scorers", "usage", "error_kind")
+             "scorers", "usage", "error_kind", "cost_usd")
 
 
 def dump_line(result: CaseResult) -> bytes:

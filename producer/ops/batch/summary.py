@@ -39,6 +39,8 @@ class SummaryStats:
         self.graded = 0
         self.passed = 0
         self.tokens = 0
+        self.cost_usd = 0.0
+        self.unpriced = 0
         self.steps = 0
         self.latencies_ms = array("I")
         self.metrics = EpochMetrics()
@@ -53,6 +55,8 @@ class SummaryStats:
             self.graded += 1
             self.passed += int(result.passed)
         self.tokens += result.tokens
+        self.cost_usd += result.cost_usd or 0.0
+        self.unpriced += int(result.cost_usd is None and result.tokens > 0)
         self.steps += result.steps
         self.latencies_ms.append(min(max(result.latency_ms, 0), _MAX_U32))
         if result.errored:
@@ -105,6 +109,8 @@ class BatchSummary:
         metrics: mean, standard error and pass@k of the cases' verdicts (``overall``), of each
             scorer (``scorers``) and of the cases of each tag (``tags``); see
             :mod:`tether.producer.ops.batch.metrics`.
+        total_cost_usd: summed over finished cases, at the workers' ``TETHER_MODEL_PRICES``;
+            unpriced_cases: cases with tokens but no price (counted as 0 in the total).
     """
 
     batch_id: str
@@ -132,6 +138,8 @@ class BatchSummary:
     scorer_tokens: int = 0
     errors_by_kind: dict[str, int] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
+    total_cost_usd: float = 0.0
+    unpriced_cases: int = 0
 
     @property
     def failed(self) -> int:
@@ -187,6 +195,8 @@ def build_summary(stats: SummaryStats, *, epochs: int = 1, **fields: Any) -> Bat
         latency_max_ms=ordered[-1] if ordered else None,
         total_tokens=stats.tokens,
         total_steps=stats.steps,
+        total_cost_usd=round(stats.cost_usd, 9),
+        unpriced_cases=stats.unpriced,
         **fields,
     )
 
@@ -248,6 +258,8 @@ def render_summary(summary: BatchSummary, console: Console | None = None) -> Non
         _ms(v) for v in (summary.latency_p50_ms, summary.latency_p95_ms, summary.latency_max_ms)
     ))
     table.add_row("tokens", f"{summary.total_tokens:,}")
+    unpriced = f" ({summary.unpriced_cases:,} cases unpriced)" if summary.unpriced_cases else ""
+    table.add_row("cost", f"${summary.total_cost_usd:,.4f}{unpriced}")
     table.add_row("wall time", f"{summary.wall_s:.1f} s ({summary.runs_per_s:.1f} runs/s)")
     table.add_row("results", summary.out)
     (console or Console()).print(table)

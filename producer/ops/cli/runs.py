@@ -67,6 +67,10 @@ RunTimeoutOption = Annotated[
     ),
 ]
 BusyOption = Annotated[str | None, typer.Option("--on-busy", help=option_help("on_busy"))]
+DurabilityOption = Annotated[
+    str | None,
+    typer.Option("--durability", metavar="run|step", help=option_help("durability")),
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -95,6 +99,7 @@ def run_command(
     request_id: RequestIdOption = None,
     timeout_s: RunTimeoutOption = None,
     on_busy: BusyOption = None,
+    durability: DurabilityOption = None,
     wait_s: WaitOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -120,6 +125,7 @@ def submit(
     request_id: RequestIdOption = None,
     timeout_s: RunTimeoutOption = None,
     on_busy: BusyOption = None,
+    durability: DurabilityOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Enqueue a run and print its run id (follow it with `tether wait RUN_ID`)."""

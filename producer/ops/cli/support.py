@@ -6,6 +6,8 @@ Exit codes of ``tether`` (documented in docs/cli.md):
 - 1: a run failed or was cancelled, a check or verification failed, or a service error.
 - 2: a usage or configuration error (:class:`~tether.errors.UsageError`: bad setting, invalid
   id, unknown agent, unknown or existing session, bad command-line option).
+- 3: a tenant's budget refused the submission, or ended the run
+  (:class:`~tether.errors.BudgetExceeded`, ``TETHER_TENANT_BUDGETS``).
 - 124: gave up waiting for a run (``--wait-s``); the run itself goes on.
 - 130 (or 128 + signal number): interrupted by Ctrl-C / SIGTERM.
 """
@@ -24,7 +26,7 @@ from urllib.parse import unquote, urlsplit
 
 import typer
 
-from tether.errors import ConfigurationError, TetherError, UsageError
+from tether.errors import BudgetExceeded, ConfigurationError, TetherError, UsageError
 
 # Every command module imports this one while `tether --help` builds the command tree: what it
 # imports at the top, every command pays. Settings (pydantic-settings, ~0.15 s) and the storage
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+EXIT_BUDGET = 3
 EXIT_WAIT_TIMEOUT = 124
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 
@@ -82,6 +85,8 @@ def exit_code_for(exc: BaseException) -> int:
     """The process exit code for an error (see the module docstring)."""
     if isinstance(exc, UsageError):
         return EXIT_USAGE
+    if isinstance(exc, BudgetExceeded):
+        return EXIT_BUDGET
     if isinstance(exc, TimeoutError):
         return EXIT_WAIT_TIMEOUT
     return EXIT_FAILED

@@ -21,3 +21,10 @@ def fmt_duration(ms: float | None) -> str:
     if ms < 120_000:
         return f"{ms / 1000:.1f} s"
     return f"{ms / 60_000:.1f} min"
+
+
+def fmt_usd(usd: float | None) -> str:
+    """A cost in USD, readable ("unpriced" when the model has no price)."""
+    if usd is None:
+        return "unpriced"
+    return f"${usd:,.2f}" if usd >= 1 else f"${usd:.6f}".rstrip("0").rstrip(".")

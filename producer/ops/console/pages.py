@@ -22,7 +22,7 @@ from tether.errors import InvalidId, TetherError
 from tether.ids import validate_id
 from tether.producer.ops.console.backends import Backends
 from tether.producer.ops.console.config import ConsoleConfig
-from tether.producer.ops.console.fmt import fmt_duration, fmt_time
+from tether.producer.ops.console.fmt import fmt_duration, fmt_time, fmt_usd
 from tether.producer.ops.console.live import LiveFeeds, TooManyFeeds
 from tether.producer.ops.console.metrics import console_registry, render
 from tether.producer.ops.console.runs_view import RUN_STATUSES, get_run, list_runs
@@ -53,6 +53,7 @@ def make_templates() -> Jinja2Templates:
     templates = Jinja2Templates(directory=TEMPLATES)
     templates.env.filters["time"] = fmt_time
     templates.env.filters["duration"] = fmt_duration
+    templates.env.filters["usd"] = fmt_usd
     templates.env.filters["item_text"] = item_text
     return templates
 

@@ -13,6 +13,7 @@ from tether.core.results import PendingCall
 from tether.core.snapshot import SessionSnapshot
 from tether.errors import InvalidId
 from tether.ids import validate_id
+from tether.models.prices import Spend, spend_of, usage_by_model
 from tether.producer.ops.console.backends import Backends
 from tether.producer.ops.console.runs_view import (
     RunRow,
@@ -22,6 +23,7 @@ from tether.producer.ops.console.runs_view import (
 )
 from tether.producer.ops.console.timeline import RunTimeline, build_timeline
 from tether.runs.contract import RunRef
+from tether.runs.usage.policy import prices
 
 PAGE_SIZE = 50
 #: Sessions examined for a status that needs their head (completed, waiting, failed...).
@@ -125,6 +127,8 @@ class SessionDetail:
     queued_runs: list[RunRow] = field(default_factory=list)
     pending: tuple[PendingCall, ...] = ()
     waiting_agent: str | None = None
+    spend: Spend | None = None
+    """The committed model calls' tokens and cost (at this console's TETHER_MODEL_PRICES)."""
 
 
 def session_detail(b: Backends, tenant: str, session_id: str) -> SessionDetail | None:
@@ -150,6 +154,7 @@ def session_detail(b: Backends, tenant: str, session_id: str) -> SessionDetail |
         memory=project_events(committed),
         last_seq=events[-1].seq if events else 0,
         queued_runs=read_runs(b, tenant, queued_run_ids(b, tenant, [session_id])),
+        spend=spend_of(prices(b.settings), usage_by_model(committed)),
     )
     if applied and applied[-1].status == "WAITING":
         _add_pending(b, RunRef(tenant, session_id, applied[-1].run_id), detail)

@@ -21,6 +21,7 @@ from typing import NamedTuple, Protocol
 
 from tether.runs.contract import BusyPolicy, RunRef, RunRequest, RunResult
 from tether.runs.leases.base import Lease
+from tether.runs.usage.base import TenantUsage
 
 #: Completion feeds keep about this many newest entries.
 DONE_MAX_LEN = 100_000
@@ -173,10 +174,16 @@ class SessionQueue(Protocol):
         ``before_commit``: it failed before it could write anything (counted, so the attempt
         budget can end a run that provably never committed)."""
 
+    @property
+    def tenant_usage(self) -> TenantUsage:
+        """Where :meth:`finish` counts each run's tokens and cost into its tenant's day, once
+        per run (in the same round trip on Redis)."""
+
     def finish(self, result: RunResult, *, reply_to: str | None = None) -> str | None:
         """Record the result, pop the run from its session queue and announce its completion
         on the namespace feed and, when given, on producer ``reply_to``'s own feed; the run id
-        now at the head of the session's queue (None: empty), so the drain needs no read."""
+        now at the head of the session's queue (None: empty), so the drain needs no read. A
+        result with tokens is counted into :attr:`tenant_usage` (once per run id)."""
 
     def finish_and_release(
         self,

@@ -28,6 +28,8 @@ from tether.runs.queue.base import (
     SubmitOutcome,
     SubmitState,
 )
+from tether.runs.usage.base import has_tokens
+from tether.runs.usage.memory import InMemoryTenantUsage
 
 _Session = tuple[str, str]
 
@@ -60,6 +62,7 @@ class InMemoryRunQueue:
         self._clock = clock
         self._state = _State()
         self._lock = threading.Condition()
+        self.tenant_usage = InMemoryTenantUsage()
 
     # --- submissions -------------------------------------------------------------------------
 
@@ -204,6 +207,10 @@ class InMemoryRunQueue:
                 pending.remove(ref.run_id)
             st.attempts.pop(ref, None)
             st.active[session] = self._clock()
+            if has_tokens(result.usage):
+                self.tenant_usage.add(  # the wall clock's day, as on Redis (not the test clock)
+                    ref.tenant, ref.run_id, result.usage, result.cost_usd, at_ms=now_ms()
+                )
             self._announce(ref, reply_to)
             return pending[0] if pending else None
 

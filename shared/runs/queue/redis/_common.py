@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from tether.core.events import now_ms
+from tether.errors import InvalidId
+from tether.ids import validate_id, validate_tenant
 from tether.keys import RedisKeys
 from tether.persistence.lua import Key, load
 from tether.runs.contract import RunRef, RunRequest, RunResult, WireRequest
@@ -218,11 +220,24 @@ def stray_index_keys(
     return stray
 
 
+#: The run of a completion entry that names no valid run: it keeps only its position.
+NO_RUN = RunRef("", "", "")
+
+
 def done_entry(entry_id: bytes, fields: dict[bytes, bytes]) -> tuple[bytes, RunRef]:
-    """One completion-feed entry as ``(position, run)``."""
-    ref = RunRef(
-        text(fields.get(b"tenant", b"")),
-        text(fields.get(b"session_id", b"")),
-        text(fields[b"run_id"]),
-    )
+    """One completion-feed entry as ``(position, run)``.
+
+    An entry is a pointer, never a fact: every tenant's credential may append to the
+    namespace feed (docs/trust-model.md), so readers look the run up in its own record (the
+    console, canvas waits) and an entry whose ids are missing or invalid names :data:`NO_RUN`
+    (its position still advances the reader).
+    """
+    try:
+        ref = RunRef(
+            validate_tenant(text(fields.get(b"tenant", b"default"))),
+            validate_id(text(fields.get(b"session_id", b""))),
+            validate_id(text(fields.get(b"run_id", b"")), kind="run id"),
+        )
+    except (InvalidId, UnicodeDecodeError):
+        return entry_id, NO_RUN
     return entry_id, ref

@@ -13,6 +13,7 @@ from tether.core.events import now_ms
 from tether.keys import RedisKeys
 from tether.persistence.lua import LuaScript
 from tether.persistence.redis_conn import describe_client
+from tether.runs.usage.redis import RedisTenantUsage
 
 
 class RedisQueuePart:
@@ -31,6 +32,7 @@ class RedisQueuePart:
         self._where = describe_client(client)
         self._scripts: dict[str, Script] = {}
         self._cluster = isinstance(cast(Any, client), RedisCluster)
+        self.tenant_usage = RedisTenantUsage(client, keys)
 
     def _script(self, lua: LuaScript) -> Script:
         """``lua`` registered on this queue's client (once)."""

@@ -23,6 +23,7 @@ from tether.runs.queue.redis._common import (
     text,
 )
 from tether.runs.queue.redis._part import RedisQueuePart
+from tether.runs.usage.base import has_tokens
 
 
 def _lease_value(lease: Lease) -> str:
@@ -160,9 +161,15 @@ class RedisSessionQueue(RedisQueuePart):
             else:
                 pipe.zadd(k.active(t, s), {k.active_member(t, s): now_ms()})
             announce(pipe, k, result, reply_to, self.result_ttl_s, raw=raw)
+            if counted:  # last: the replies above keep their places
+                usage = self.tenant_usage
+                usage.queue_add(pipe, t, result.run_id, result.usage, result.cost_usd, at_ms=now)
 
+        counted = has_tokens(result.usage)
+        now = now_ms()
+        scripts = [script, self.tenant_usage.add_script] if counted else [script]
         with translate_errors(self._where):
-            replies = run_pipeline(self.client, [script], fill)
+            replies = run_pipeline(self.client, scripts, fill)
         return replies[0], int(replies[2]) if leave_active else None
 
     def note_waiting(self, ref: RunRef, what: str | None) -> None:

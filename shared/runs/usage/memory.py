@@ -1,0 +1,64 @@
+"""Tenant usage in one process: the same rules as the Redis scripts, on a monotonic clock."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from tether.budgets import TenantBudget
+from tether.core.events import Usage
+from tether.runs.usage.base import (
+    ADMITTED,
+    BURST_S,
+    DayUsage,
+    Verdict,
+    monotonic_us,
+    spent,
+    utc_day,
+)
+
+
+class InMemoryTenantUsage:
+    """:class:`~tether.runs.usage.base.TenantUsage` for one process (tests, in-process runs).
+
+    Args:
+        clock_us: the rate's clock in microseconds (injectable for tests).
+    """
+
+    def __init__(self, *, clock_us: Callable[[], int] = monotonic_us) -> None:
+        self._clock_us = clock_us
+        self._days: dict[tuple[str, str], DayUsage] = {}
+        self._counted: set[tuple[str, str, str]] = set()
+        self._tat_us: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def add(
+        self, tenant: str, run_id: str, usage: Usage, cost_usd: float | None, *, at_ms: int
+    ) -> bool:
+        day = utc_day(at_ms)
+        with self._lock:
+            if (tenant, day, run_id) in self._counted:
+                return False
+            self._counted.add((tenant, day, run_id))
+            before = self._days.get((tenant, day), DayUsage(day))
+            self._days[tenant, day] = before.plus(usage, cost_usd)
+        return True
+
+    def day(self, tenant: str, *, at_ms: int | None = None) -> DayUsage:
+        day = utc_day(at_ms)
+        with self._lock:
+            return self._days.get((tenant, day), DayUsage(day))
+
+    def admit(self, tenant: str, budget: TenantBudget, *, runs: int = 1) -> Verdict:
+        verdict = spent(budget, self.day(tenant)) if budget.spend_limited else ADMITTED
+        if not verdict.admitted or not budget.runs_per_minute:
+            return verdict
+        now = self._clock_us()
+        with self._lock:
+            tat = max(self._tat_us.get(tenant, 0), now)
+            new_tat = tat + budget.us_per_run * runs
+            over_us = new_tat - now - int(BURST_S * 1_000_000)
+            if over_us > 0:
+                return Verdict(False, "runs_per_minute", float(runs), over_us / 1e6)
+            self._tat_us[tenant] = new_tat
+        return ADMITTED

@@ -1,0 +1,152 @@
+"""Tenant usage on Redis: ``usage_add.lua`` counts a run once (queued by the run queue's
+finish into the round trip it makes anyway, see :meth:`RedisTenantUsage.queue_add`) and
+``tenant_admit.lua`` admits a submission. Every key of a tenant's usage shares its slot, so a
+Redis Cluster runs each script on one node."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import redis
+import redis.asyncio
+
+from tether.budgets import TenantBudget
+from tether.core.events import Usage
+from tether.keys import RedisKeys
+from tether.persistence.lua import load
+from tether.persistence.redis_conn import describe_client, translate_errors
+from tether.persistence.scripts import queue_script, run_pipeline
+from tether.runs.usage.base import (
+    ADMITTED,
+    BURST_S,
+    DAY_TTL_S,
+    NANO,
+    BudgetName,
+    DayUsage,
+    Verdict,
+    nano_usd,
+    utc_day,
+)
+
+ADD = load("usage_add")
+ADMIT = load("tenant_admit")
+_FIELDS = (b"input", b"output", b"cached", b"reasoning", b"runs", b"unpriced", b"cost_nano")
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RedisTenantUsage:
+    """:class:`~tether.runs.usage.base.TenantUsage` for the fleet.
+
+    Args:
+        client: a bytes Redis client.
+        keys: the key schema (namespace).
+    """
+
+    def __init__(self, client: redis.Redis, keys: RedisKeys) -> None:
+        self._client = client
+        self._keys = keys
+        self._where = describe_client(client)
+        self._add = client.register_script(ADD.source)
+        self._admit = client.register_script(ADMIT.source)
+
+    @property
+    def add_script(self) -> Any:
+        """The registered ``usage_add`` script (for :func:`run_pipeline`)."""
+        return self._add
+
+    def queue_add(
+        self,
+        pipe: Any,
+        tenant: str,
+        run_id: str,
+        usage: Usage,
+        cost_usd: float | None,
+        *,
+        at_ms: int,
+    ) -> None:
+        """Queue :meth:`add` on ``pipe`` (a pipeline the caller runs with :func:`run_pipeline`
+        and :attr:`add_script`); its reply is :meth:`add`'s, as 1 or 0."""
+        day, counted, _ = self._keys.tenant_usage(tenant, utc_day(at_ms))
+        argv = ADD.argv(
+            run_id=run_id,
+            ttl_s=DAY_TTL_S,
+            input=usage.input_tokens,
+            output=usage.output_tokens,
+            cached=usage.cached_tokens,
+            reasoning=usage.reasoning_tokens,
+            cost_nano=nano_usd(cost_usd),
+            unpriced=int(cost_usd is None),
+        )
+        queue_script(pipe, self._add, ADD.keys(day=day, counted=counted), argv)
+
+    def add(
+        self, tenant: str, run_id: str, usage: Usage, cost_usd: float | None, *, at_ms: int
+    ) -> bool:
+        def fill(pipe: Any) -> None:
+            self.queue_add(pipe, tenant, run_id, usage, cost_usd, at_ms=at_ms)
+
+        with translate_errors(self._where):
+            return bool(int(run_pipeline(self._client, [self._add], fill)[0]))
+
+    def day(self, tenant: str, *, at_ms: int | None = None) -> DayUsage:
+        day = utc_day(at_ms)
+        key, _, _ = self._keys.tenant_usage(tenant, day)
+        with translate_errors(self._where):
+            raw = cast(list[Any], self._client.hmget(key, list(_FIELDS)))
+        n = [int(v) if v is not None else 0 for v in raw]
+        return DayUsage(day, n[0], n[1], n[2], n[3], n[4], n[5], n[6])
+
+    def admit(self, tenant: str, budget: TenantBudget, *, runs: int = 1) -> Verdict:
+        keys, argv = admit_call(self._keys, tenant, budget, runs)
+        with translate_errors(self._where):
+            return verdict_of(cast(list[Any], self._admit(keys=keys, args=argv)))
+
+
+class AsyncTenantAdmission:
+    """:meth:`RedisTenantUsage.admit` for asyncio producers (the same script).
+
+    Args:
+        client: the producer's asyncio Redis client.
+        keys: the key schema (namespace).
+        where: a password-free description of the server, for messages.
+    """
+
+    def __init__(self, client: redis.asyncio.Redis, keys: RedisKeys, *, where: str) -> None:
+        self._keys = keys
+        self._where = where
+        self._admit = client.register_script(ADMIT.source)
+
+    async def admit(self, tenant: str, budget: TenantBudget, *, runs: int = 1) -> Verdict:
+        """See :meth:`~tether.runs.usage.base.TenantUsage.admit`."""
+        keys, argv = admit_call(self._keys, tenant, budget, runs)
+        with translate_errors(self._where):
+            return verdict_of(cast(list[Any], await self._admit(keys=keys, args=argv)))
+
+
+def admit_call(
+    keys: RedisKeys, tenant: str, budget: TenantBudget, runs: int
+) -> tuple[list[Any], list[Any]]:
+    """The KEYS and ARGV of ``tenant_admit.lua`` for ``runs`` submissions under ``budget``."""
+    day, _, rate = keys.tenant_usage(tenant, utc_day())
+    argv = ADMIT.argv(
+        tokens_per_day=budget.tokens_per_day,
+        cost_nano_per_day=round(budget.usd_per_day * NANO),
+        us_per_run=budget.us_per_run,
+        runs=max(1, runs),
+        burst_us=int(BURST_S * 1_000_000),
+    )
+    return ADMIT.keys(day=day, rate=rate), argv
+
+
+def verdict_of(reply: list[Any]) -> Verdict:
+    """The script's reply as a :class:`Verdict`."""
+    if int(reply[0]):
+        return ADMITTED
+    name = cast(BudgetName, _text(reply[1]))
+    used = float(_text(reply[2]))
+    if name == "usd_per_day":
+        used /= NANO
+    return Verdict(False, name, used, int(reply[3]) / 1e6)

@@ -1,0 +1,140 @@
+"""#29 N3 and item 6: only pending calls can be settled, and a refused settlement changes nothing.
+
+A call waiting for approval is approved or rejected, never answered with an invented output; a
+call waiting for an output (a ``Waiting`` tool) is answered, never approved; a call that has its
+result is settled by nothing. A refused approval, rejection or answer (twice, an unknown call,
+a session of another tenant) fails with ``InvalidInput`` naming the tenant, and creates no
+session, saves no head and publishes no event (today's ``SESSION_RESTORED`` of a rollback).
+In-process, on the worker's cycle with memory backends (the same cycle real workers run).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.approval_agents import approver_agent
+from tests.support.crash import TENANT, Backends, memory_backends, request_for, worker_runtime
+from tether import Agent, ModelResponse, ScriptedModel, SessionLogReader, tool
+from tether.core.results import Resolution, RunStatus
+from tether.errors import InvalidInput
+from tether.runs.contract import RunRequest, RunResult
+from tether.runs.queue.base import submit
+from tether.runtime.registry import AgentRegistry
+from tether.runtime.session import AgentSession
+from tether.runtime.tools import Waiting
+from tether.worker.engine.cycle import drain
+
+
+@tool
+def slow_job() -> Waiting:
+    """Start a job whose output arrives later."""
+    return Waiting(output="job started; its output comes later")
+
+
+def waiter_agent() -> Agent:
+    """Calls ``slow_job`` (which waits for an output from outside), then answers with it."""
+    model = ScriptedModel(
+        [ModelResponse.call("job-1", "slow_job"), ModelResponse.final("job done")]
+    )
+    return Agent(model, "scripted-waiter", tools=[slow_job], name="waiter")
+
+
+def unchanged(session: AgentSession) -> tuple[object, ...]:
+    return (session.memory_snapshot(), len(session.events), session.last_seq)
+
+
+def test_only_a_pending_call_can_be_settled_in_process() -> None:
+    session = approver_agent().new_session("local")
+    call_id = session.run("transfer 3").pending[0].call_id
+    before = unchanged(session)
+    with pytest.raises(InvalidInput, match="waits for a person's approval"):
+        session.submit_tool_output(call_id, "transferred 1000000")  # invented, tool never ran
+    with pytest.raises(InvalidInput, match="unknown"):
+        session.approve("call_nope")
+    with pytest.raises(InvalidInput, match="settled twice"):
+        session.resolve([Resolution(call_id=call_id, action="approve")] * 2)
+    assert unchanged(session) == before
+
+    session.approve(call_id)
+    settled = unchanged(session)
+    with pytest.raises(InvalidInput, match="not pending"):
+        session.submit_tool_output(call_id, "rewritten")  # a completed result stays
+    with pytest.raises(InvalidInput, match="not pending"):
+        session.reject(call_id, "too late")
+    assert unchanged(session) == settled
+
+    waiting = waiter_agent().new_session("job")
+    assert waiting.run("go").status is RunStatus.WAITING
+    before = unchanged(waiting)
+    for settle in (waiting.approve, lambda c: waiting.reject(c, "no")):
+        with pytest.raises(InvalidInput, match="does not wait for approval but for an output"):
+            settle("job-1")
+    assert unchanged(waiting) == before
+    waiting.submit_tool_output("job-1", "ok")
+    assert waiting.run(None).output == "job done"
+
+
+def apply(backends: Backends, request: RunRequest) -> RunResult:
+    registry = AgentRegistry({"approver": approver_agent})
+    rt = worker_runtime(backends, "w1", registry=registry)
+    submit(rt.runs, request)
+    drain(rt, request.tenant, request.session_id)
+    view = backends.runs.get(request.ref)
+    assert view is not None and view.result is not None
+    return view.result
+
+
+def ask(session_id: str, text: str) -> RunRequest:
+    return request_for(session_id, text).model_copy(update={"agent": "approver"})
+
+
+def settle(session_id: str, *resolutions: Resolution, tenant: str = TENANT) -> RunRequest:
+    return ask(session_id, "x").model_copy(
+        update={"input": None, "resolutions": resolutions, "tenant": tenant}
+    )
+
+
+def state(backends: Backends, session_id: str, tenant: str = TENANT) -> tuple[object, ...]:
+    """What a refusal must leave alone: the head, the archive's events, the published stream."""
+    reader = SessionLogReader(backends.store, backends.archive)
+    head = backends.store.load(tenant, session_id)
+    return (
+        None if head is None else head.version,
+        [e.seq for e in reader.events(session_id, tenant=tenant)] if head else [],
+        [(e.seq, e.type) for e in backends.stream.read(tenant, session_id)],
+    )
+
+
+def test_a_worker_refuses_an_invented_output_for_a_call_waiting_for_approval() -> None:
+    backends = memory_backends()
+    call_id = apply(backends, ask("s-inv", "transfer 7")).pending[0].call_id
+    before = state(backends, "s-inv")
+    invented = apply(backends, settle("s-inv", Resolution(call_id=call_id, action="output")))
+    assert invented.status is RunStatus.FAILED and invented.error_type == "InvalidInput"
+    assert "waits for a person's approval" in (invented.error_message or "")
+    assert state(backends, "s-inv") == before
+
+
+def test_a_refused_settlement_creates_nothing_and_appends_nothing() -> None:
+    backends = memory_backends()
+    call_id = apply(backends, ask("s-ref", "transfer 7")).pending[0].call_id
+    approved = apply(backends, settle("s-ref", Resolution(call_id=call_id, action="approve")))
+    assert approved.status is RunStatus.COMPLETED
+    settled = state(backends, "s-ref")
+    refusals = [
+        settle("s-ref", Resolution(call_id=call_id, action="approve")),  # twice
+        settle("s-ref", Resolution(call_id="call_nope", action="reject", text="no")),  # unknown
+    ]
+    for request in refusals:
+        refused = apply(backends, request)
+        assert refused.status is RunStatus.FAILED and refused.error_type == "InvalidInput"
+        assert f"{TENANT}/s-ref" in (refused.error_message or "")
+    assert state(backends, "s-ref") == settled
+
+    # another tenant's producer settling "its" s-ref: no such session there, and none is made
+    other = apply(backends, settle("s-ref", Resolution(call_id=call_id, action="approve"),
+                                   tenant="globex"))  # fmt: skip
+    assert other.status is RunStatus.FAILED and "globex/s-ref" in (other.error_message or "")
+    assert backends.store.load("globex", "s-ref") is None
+    assert backends.stream.read("globex", "s-ref") == []
+    assert state(backends, "s-ref") == settled

@@ -1,0 +1,158 @@
+"""#29 N1: a worker acts for a tenant only on that tenant's word, on real workers.
+
+Each tenant has its own Redis ACL user (docs/trust-model.md) that also reaches the broker's
+keys, as every tenant that submits must. Tenant ``team-b`` publishes ordinary run messages (a
+run and an approval) whose bodies name ``team-a``'s session, and a canvas task for it. The
+worker runs with ``TETHER_REGISTERED_RUNS_ONLY``: it refuses all three (no run of those ids was
+registered in team-a's keyspace, which team-b's credential cannot write), counts them in
+``tether_messages_refused``, and team-a's session is byte-identical in S3 and in Redis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+import redis
+from celery import Celery
+
+from tests.support.moto_server import S3TestBucket
+from tests.support.stack import eventually, stack_env, unique
+from tests.test_metrics import MeteredWorker, scrape, value
+from tests.test_tenant_acl import tenant_acl
+from tether.core.results import Resolution
+from tether.dev.redis_server import RedisServer, free_port
+from tether.ids import new_id
+from tether.keys import RedisKeys
+from tether.persistence.redis_conn import redis_from_url
+from tether.producer import Producer
+from tether.producer.submission import run_message
+from tether.runs.contract import RunRef, RunRequest, WireRequest
+from tether.runs.queue.redis import RedisRunQueue
+from tether.settings import Settings
+from tether.worker.canvas import CANVAS_RUN_TASK
+
+NS = "forge"
+QUEUE = "forge-q"
+
+
+def refused(worker: MeteredWorker) -> float:
+    """The worker's ``tether_messages_refused_total{reason="unregistered"}``."""
+    samples = scrape(f"http://127.0.0.1:{worker.metrics_port}/metrics")
+    return value(samples, "tether_messages_refused_total", reason="unregistered")
+
+
+@dataclass
+class World:
+    server: RedisServer
+    admin: redis.Redis
+    bucket: S3TestBucket
+    worker: MeteredWorker
+
+    def tenant_url(self, tenant: str) -> str:
+        """A tenant's own credential: its keys (the trust model's rules) and the broker's."""
+        password = f"pw-{tenant}-secret"
+        broker = [f"~{NS}-celery:*", "&*"]  # the broker's keys and fan-out channels
+        rules = [*tenant_acl(RedisKeys(NS), tenant), *broker]
+        self.admin.execute_command("ACL", "SETUSER", tenant, "reset", f">{password}", *rules)
+        return f"redis://{quote(tenant)}:{quote(password)}@127.0.0.1:{self.server.port}/0"
+
+    def producer(self, tenant: str) -> Producer:
+        url = self.tenant_url(tenant)
+        return Producer(
+            Settings(
+                broker_url=url,
+                redis_url=url,
+                namespace=NS,
+                queue=QUEUE,
+                tenant=tenant,
+                store_url=f"s3://{self.bucket.bucket}/{NS}",
+                s3_endpoint_url=self.bucket.endpoint_url,
+            )
+        )
+
+    def stored(self) -> dict[str, bytes]:
+        """Every object of the bucket, by key: heads and archives, byte for byte."""
+        s3 = self.bucket.client()
+        listed = s3.list_objects_v2(Bucket=self.bucket.bucket).get("Contents", [])
+        return {
+            o["Key"]: s3.get_object(Bucket=self.bucket.bucket, Key=o["Key"])["Body"].read()
+            for o in listed
+        }
+
+    def session_keys(self, tenant: str, session_id: str) -> dict[bytes, bytes]:
+        """Every Redis key of the tenant, dumped (the session's stream, records, index)."""
+        pattern = RedisKeys(NS).tenant_pattern(tenant)
+        return {k: self.admin.dump(k) or b"" for k in self.admin.scan_iter(match=pattern)}
+
+
+@pytest.fixture
+def world(s3_bucket: S3TestBucket, tmp_path: Path) -> Iterator[World]:
+    server = RedisServer(unix_socket=False, password="admin-" + "x" * 24).start()
+    admin = redis_from_url(server.url)
+    env = stack_env(server.url, s3_bucket.endpoint_url, s3_bucket.bucket)
+    env.update(
+        TETHER_NAMESPACE=NS,
+        TETHER_QUEUE=QUEUE,
+        TETHER_STORE_URL=f"s3://{s3_bucket.bucket}/{NS}",
+        TETHER_REGISTERED_RUNS_ONLY="1",
+    )
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # `tether worker` makes a fresh one
+    worker = MeteredWorker(env, tmp_path, free_port(), queue=QUEUE, pool=1)
+    try:
+        worker.start()
+        yield World(server, admin, s3_bucket, worker)
+    finally:
+        worker.stop()
+        admin.close()
+        server.close()
+
+
+def forged(session_id: str, **fields: object) -> WireRequest:
+    """A run request for team-a's session, as team-b writes it (never registered)."""
+    run_id = new_id("run")
+    doc = {"run_id": run_id, "request_id": run_id, "tenant": "team-a", "session_id": session_id}
+    return WireRequest.of(RunRequest.model_validate({**doc, "agent": "notes", **fields}))
+
+
+def test_a_run_message_forged_by_another_tenant_is_refused_and_changes_nothing(
+    world: World,
+) -> None:
+    session = unique()
+    team_a = world.producer("team-a")
+    try:
+        assert team_a.run(session, "remember A's fact", agent="notes", wait_s=60).ok
+        stored, in_redis = world.stored(), world.session_keys("team-a", session)
+        assert any(f"/team-a/{session}/" in key for key in stored)
+
+        # team-b's own credential: its keys, the broker; team-a's keys are refused to it
+        b_url = world.tenant_url("team-b")
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            redis_from_url(b_url).get(RedisKeys(NS).run("team-a", session, "run-x"))
+        celery = Celery("team-b", broker=b_url)
+        celery.conf.broker_transport_options = {"global_keyprefix": f"{NS}-celery:"}
+        run = forged(session, input="remember B WAS HERE")
+        approve = Resolution(call_id="c-1", action="approve")
+        approval = forged(session, input=None, resolutions=[approve])
+        try:
+            for wire in (run, approval):
+                celery.send_task(**run_message(wire, QUEUE))
+            # a canvas task, which registers its run itself unless the mode forbids it
+            canvas = {"agent": "notes", "tenant": "team-a"}
+            celery.send_task(CANVAS_RUN_TASK, (session, "remember B"), canvas, queue=QUEUE)
+        finally:
+            celery.close()
+
+        assert eventually(lambda: refused(world.worker) >= 3, timeout_s=60)
+        assert world.stored() == stored  # head and archive byte-identical
+        assert world.session_keys("team-a", session) == in_redis  # no record, event, session
+        runs = RedisRunQueue(world.admin, RedisKeys(NS), result_ttl_s=3600)
+        assert runs.get(RunRef("team-a", session, run.request.run_id)) is None
+        assert "refused run message" in world.worker.log_text()
+        # team-a's own runs still run: the registered-only worker serves registered runs
+        assert team_a.run(session, "recall", agent="notes", wait_s=60).output == "A's fact"
+    finally:
+        team_a.close()

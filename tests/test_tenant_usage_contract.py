@@ -1,0 +1,143 @@
+"""Contract of :class:`tether.runs.usage.base.TenantUsage`: memory, a redis-server and a 3-master
+cluster pass the same tests (a run counted once into its tenant's UTC day, budgets refusing a
+submission), and the run queue's finish counts a run's usage (once, in its round trip)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tether.budgets import TenantBudget
+from tether.core.events import Usage, now_ms
+from tether.core.results import RunStatus
+from tether.errors import BudgetExceeded
+from tether.keys import RedisKeys
+from tether.persistence.redis_conn import redis_from_url
+from tether.runs.contract import RunRequest, RunResult
+from tether.runs.leases.memory import InMemoryLeaseManager
+from tether.runs.queue.base import RunQueue
+from tether.runs.queue.memory import InMemoryRunQueue
+from tether.runs.queue.redis import RedisRunQueue
+from tether.runs.usage.base import TenantUsage, exceeded, utc_day
+from tether.runs.usage.policy import admit_submission
+from tether.runs.usage.redis import RedisTenantUsage
+from tether.settings import Settings
+
+CALL = Usage(input_tokens=1000, output_tokens=100, total_tokens=1100, cached_tokens=200)
+NOON_MS = 1_796_000_000_000  # 2026-11-30 (UTC), a fixed day for the day tests
+Backend = tuple[TenantUsage, RunQueue]
+
+
+@pytest.fixture(params=["memory", "redis", "cluster"])
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """A tenant usage and a run queue over the same state."""
+    if request.param == "memory":
+        queue = InMemoryRunQueue(InMemoryLeaseManager())
+        yield queue.tenant_usage, queue
+        return
+    url = request.getfixturevalue("cluster_url" if request.param == "cluster" else "redis_url")
+    client = redis_from_url(url)
+    redis_queue = RedisRunQueue(client, RedisKeys(f"use-{uuid.uuid4().hex[:8]}"), result_ttl_s=60)
+    yield redis_queue.tenant_usage, redis_queue
+    client.close()
+
+
+def tenant() -> str:
+    return f"t-{uuid.uuid4().hex[:8]}"
+
+
+def test_a_run_is_counted_once_into_its_day(backend: Backend) -> None:
+    usage, _ = backend
+    t = tenant()
+    assert usage.add(t, "r-1", CALL, 0.25, at_ms=NOON_MS)
+    assert not usage.add(t, "r-1", CALL, 0.25, at_ms=NOON_MS)  # a redo after a crash
+    assert usage.add(t, "r-2", CALL + CALL, None, at_ms=NOON_MS)
+    day = usage.day(t, at_ms=NOON_MS)
+    assert day.day == utc_day(NOON_MS) == "20261130"
+    assert (day.input_tokens, day.output_tokens, day.cached_tokens) == (3000, 300, 600)
+    assert (day.tokens, day.runs, day.unpriced_runs) == (3300, 2, 1)
+    assert day.cost_usd == pytest.approx(0.25)
+    assert usage.day(t, at_ms=NOON_MS + 86_400_000).runs == 0  # the next day starts at 0
+    assert usage.day(tenant(), at_ms=NOON_MS).runs == 0  # tenants never mix
+
+
+def test_budgets_refuse_a_spent_day(backend: Backend) -> None:
+    usage, _ = backend
+    t = tenant()
+    now = now_ms()
+    tokens, dollars = TenantBudget(tokens_per_day=2000), TenantBudget(usd_per_day=0.5)
+    assert usage.admit(t, tokens).admitted and usage.admit(t, dollars).admitted
+    usage.add(t, "r-1", CALL, 0.3, at_ms=now)
+    assert usage.admit(t, tokens).admitted  # 1100 of 2000
+    usage.add(t, "r-2", CALL, 0.3, at_ms=now)
+    by_tokens, by_cost = usage.admit(t, tokens), usage.admit(t, dollars)
+    assert (by_tokens.admitted, by_tokens.budget, by_tokens.used) == (False, "tokens_per_day", 2200)
+    assert (by_cost.admitted, by_cost.budget) == (False, "usd_per_day")
+    assert by_cost.used == pytest.approx(0.6)
+    message = str(exceeded(t, dollars, by_cost, utc_day(now)))
+    assert t in message and "usd_per_day=0.5" in message and "0.6 USD" in message
+    assert "resets at" in message and "TETHER_TENANT_BUDGETS" in message
+
+
+def test_runs_per_minute_admits_a_minute_at_once_then_refuses(backend: Backend) -> None:
+    usage, _ = backend
+    t = tenant()
+    budget = TenantBudget(runs_per_minute=6)
+    assert usage.admit(t, budget, runs=4).admitted
+    assert usage.admit(t, budget, runs=2).admitted
+    refused = usage.admit(t, budget, runs=1)
+    assert (refused.admitted, refused.budget) == (False, "runs_per_minute")
+    assert 0 < refused.retry_after_s <= 10  # one run's interval, 10 s
+    assert usage.admit(tenant(), budget, runs=6).admitted  # another tenant has its own rate
+    with pytest.raises(BudgetExceeded, match="runs_per_minute=6"):
+        raise exceeded(t, budget, refused, utc_day())
+
+
+def _result(t: str, run_id: str, usage: Usage, cost: float | None) -> RunResult:
+    return RunResult(
+        run_id=run_id,
+        request_id=run_id,
+        session_id="s-1",
+        tenant=t,
+        status=RunStatus.COMPLETED,
+        usage=usage,
+        cost_usd=cost,
+    )
+
+
+def test_finish_counts_a_run_once_and_a_run_without_tokens_not_at_all(backend: Backend) -> None:
+    usage, queue = backend
+    t = tenant()
+    queue.finish(_result(t, "r-1", CALL, 0.002))
+    queue.finish(_result(t, "r-1", CALL, 0.002))  # finished again after a crash
+    queue.finish(_result(t, "r-2", Usage(), None))
+    day = usage.day(t)
+    assert (day.runs, day.tokens, day.unpriced_runs) == (1, 1100, 0)
+    assert day.cost_usd == pytest.approx(0.002)
+
+
+
+def test_a_tenant_without_a_budget_costs_no_redis_command_at_submit(redis_url: str) -> None:
+    client = redis_from_url(redis_url)
+    usage = RedisTenantUsage(client, RedisKeys(f"use-{uuid.uuid4().hex[:8]}"))
+    settings = Settings(tenant_budgets='{"capped": {"runs_per_minute": 1}}')
+    free = RunRequest(
+        run_id="r-1", request_id="r-1", tenant="free", session_id="s", input="hi", agent="echo"
+    )
+
+    def commands() -> int:
+        return int(client.info("stats")["total_commands_processed"])
+
+    idle = -commands() + commands()  # what reading the counter costs
+    before = commands()
+    admit_submission(usage, settings, [free, free])
+    assert commands() - before == idle
+    capped = free.model_copy(update={"tenant": "capped"})
+    before = commands()
+    admit_submission(usage, settings, [capped])
+    assert commands() - before > idle  # its script ran (the counter counts its commands too)
+    with pytest.raises(BudgetExceeded, match="runs_per_minute=1"):
+        admit_submission(usage, settings, [capped, capped])
+    client.close()
