@@ -190,6 +190,9 @@ class Settings(WebhookSettings):
     agent_modules: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Modules exposing TETHER_AGENTS (JSON or comma list)."
     )
+    console_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Console host names besides loopback (comma list)."
+    )
     redis_server: str | None = Field(
         default=None, description="redis-server binary for the embedded default (else PATH)."
     )
@@ -246,7 +249,9 @@ class Settings(WebhookSettings):
         default="127.0.0.1", min_length=1, description="Worker: address the metrics port binds."
     )
 
-    @pydantic.field_validator("agent_modules", "openai_check_models", mode="before")
+    @pydantic.field_validator(
+        "agent_modules", "openai_check_models", "console_hosts", mode="before"
+    )
     @classmethod
     def _split_list(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -19,6 +19,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from tests.support.console import CHROMIUM, CHROMIUM_ARGS, CHROMIUM_MISSING, Console
 from tests.support.stack import Stack, unique
 from tether.core.results import RunStatus
+from tether.producer import Producer
 
 README_SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "img" / "console.png"
 WAIT_MS = 30_000
@@ -85,14 +86,20 @@ def test_the_console_finds_a_session_a_worker_just_ran(
     expect(page.locator("dl.meta")).to_contain_text(result.worker)
 
 
+def _follow_a_new_session(producer: Producer, console: Console, page: Page, prefix: str) -> str:
+    """A session a run just created, open in ``page`` with its live feed connected."""
+    sid = unique(prefix)
+    producer.run(sid, "hello", agent="echo", wait_s=60)  # the session exists
+    page.goto(f"{console.url}/sessions/{sid}")
+    expect(page.locator("#live-dot")).to_have_class(re.compile(r"\bon\b"))
+    return sid
+
+
 def test_a_live_event_arrives_and_a_queued_run_is_cancelled_from_the_page(
     live_stack: Stack, console: Console, page: Page, tmp_path: Path
 ) -> None:
     producer = live_stack.producer
-    sid = unique("live")
-    producer.run(sid, "hello", agent="echo", wait_s=60)  # the session exists
-    page.goto(f"{console.url}/sessions/{sid}")
-    expect(page.locator("#live-dot")).to_have_class(re.compile(r"\bon\b"))
+    sid = _follow_a_new_session(producer, console, page, "live")
 
     slow = producer.run_async(sid, "sleep 3", agent="sleepy")
     expect(page.locator('#live-events li[data-type="TOOL_CALL"]')).to_have_count(1)
@@ -124,3 +131,21 @@ def test_a_live_event_arrives_and_a_queued_run_is_cancelled_from_the_page(
     page.goto(f"{console.url}/sessions/{sid}")
     tool = page.locator(f'article[data-timeline-run="{slow.run_id}"] tr.call-tool')
     expect(tool.locator("td").nth(3)).to_have_text(re.compile(r"^3\.\d s$"))  # the tool's duration
+
+
+def test_a_run_row_that_appears_live_gets_its_cancel_button(
+    live_stack: Stack, console: Console, page: Page
+) -> None:
+    """#29 N4: a queued run added to the page by the live feed can be cancelled from its row,
+    without a reload (before, only rows the server rendered had the button)."""
+    producer = live_stack.producer
+    sid = _follow_a_new_session(producer, console, page, "livecancel")
+
+    slow = producer.run_async(sid, "sleep 8", agent="sleepy")
+    queued = producer.run_async(sid, "after the sleep", agent="echo")  # behind the slow run
+    live_row = page.locator(f'#session-runs tr[data-run-id="{queued.run_id}"]')
+    expect(live_row.locator(".status .badge")).to_have_text("queued")  # added live
+    live_row.locator("button[data-cancel]").click()
+    expect(page.locator("#flash")).to_contain_text("cancelled: it will never start")
+    assert queued.run_result(timeout=30).status is RunStatus.CANCELLED
+    assert slow.run_result(timeout=60).status is RunStatus.COMPLETED

@@ -51,7 +51,7 @@ def _alive(pid: int, create_time: float) -> bool:
 
 def test_up_run_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
     started = time.monotonic()
-    up = ok(tether(tmp_path, "up", "--workers", "1"))
+    up = ok(tether(tmp_path, "up", "--workers", "1", "--console-actions"))
     up_s = time.monotonic() - started
     assert "local stack up" in up.stdout
     state = json.loads((tmp_path / ".tether" / "stack.json").read_text())
@@ -93,6 +93,7 @@ def test_up_run_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
         if console_available():
             with urllib.request.urlopen(state["console_url"], timeout=10) as page:
                 assert page.status == 200
+                assert "actions on" in page.read().decode()  # --console-actions (#29 N4)
         family = {
             (p.pid, p.create_time())
             for s in services.values()

@@ -143,6 +143,7 @@ def test_never_yielding_tool_is_killed_past_its_deadline_and_the_run_fails(
         assert result.status == "FAILED", result
         assert result.error_type == "RetriesExhausted"
         assert "RunTimeout" in (result.error_message or ""), result.error_message
+        assert result.attempts == 1  # the one attempt made (#29 item 7: it said 0)
         # no process of the worker is still computing the ended run
         main_pid = fleet.workers[0].pid
         assert main_pid is not None

@@ -122,6 +122,8 @@ class UpOptions:
     s3: bool = False
     console: bool = True
     console_port: int | None = None
+    console_actions: bool = False
+    """Start the console with ``--actions`` (cancel, approve, reject, answer, fork)."""
     autoscale: tuple[int, int] | None = None
     """``(MIN, MAX)``: the supervisor runs the workers instead of ``workers`` fixed ones."""
 
@@ -308,6 +310,8 @@ class LocalStack:
         port = options.console_port or _console_port()
         progress(f"starting the console on port {port}")
         argv = [sys.executable, "-m", "tether.producer.ops.cli", "console", "--port", str(port)]
+        if options.console_actions:
+            argv.append("--actions")
         record = spawn(
             "console", "console", argv, env=env, log_path=self.paths.logs / "console.log",
             cwd=self.paths.project, port=port,

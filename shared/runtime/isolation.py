@@ -6,6 +6,10 @@ run's timeout, the cancel check and the lease heartbeat all stall behind it. An 
 in a forked child instead; the worker thread waits on a pipe (releasing the GIL), and past the
 limit the child is SIGKILLed, so no process goes on computing a call whose run has moved on.
 
+The child leads a process group of its own, and the whole group is SIGKILLed when the call ends
+(at the limit or not): a process the tool started (a shell command, a helper server) never
+outlives its call. A process that leaves the group on purpose (``setsid``) is its own business.
+
 The child inherits the tool, its arguments and its context by ``fork``; only the outcome crosses
 back, as JSON (never pickle). A fork costs a few milliseconds, so isolation is opt-in per tool.
 """
@@ -43,6 +47,7 @@ def run_isolated(
     pid = os.fork()
     if pid == 0:  # the child: run, reply, exit without the parent's atexit handlers
         try:
+            os.setpgid(0, 0)  # its own group, so the kill below reaches what it starts
             os.close(read_fd)
             _reply(write_fd, tool.execute(call, context))
         finally:
@@ -52,8 +57,7 @@ def run_isolated(
         raw = _read_until(read_fd, time.monotonic() + limit_s)
     finally:
         os.close(read_fd)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)  # a no-op for a child that already exited
+        _kill_group(pid)
         os.waitpid(pid, 0)
     if raw is None:
         return failed(
@@ -71,6 +75,16 @@ def run_isolated(
         )
     except (ValueError, KeyError, TypeError):
         return failed(call, "ToolCrashed", "isolated tool process exited without a result")
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL the child and every process of its group (it may not have made the group yet)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.setpgid(pid, pid)  # the parent sets it too: no race with a child killed before it did
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)  # a no-op for a child that already exited
 
 
 def _read_until(fd: int, deadline: float) -> bytes | None:

@@ -300,7 +300,7 @@ def _validated(
     agent = session.agent
     valid: list[Call] = []
     parked = False
-    for call in calls:
+    for position, call in enumerate(calls):
         if call.name in agent.options.require_approval:
             placeholder = ToolOutcome(call=call, output=APPROVAL_OUTPUT, ok=True, status="WAITING")
             _write_result(session, state, placeholder, step)
@@ -320,7 +320,9 @@ def _validated(
             _write_result(session, state, problem, step)
             continue
         assert tool is not None
-        context = ToolContext(session.tenant, session.session_id, state.run_id, step, call.id)
+        context = ToolContext(
+            session.tenant, session.session_id, state.run_id, step, call.id, position=position
+        )
         valid.append((tool, call, context))
     return valid, parked
 

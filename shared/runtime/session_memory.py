@@ -44,7 +44,8 @@ def last_items(items: Sequence[T], limit: int | None) -> list[T]:
         return list(items)
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise InvalidInput(f"limit {limit!r} is not allowed; pass None (all items) or an int >= 0")
-    return list(items[len(items) - limit :]) if limit else []
+    # max(): a limit above the length is all of them, not a negative (wrapping) start
+    return list(items[max(0, len(items) - limit) :]) if limit else []
 
 
 class SessionMemoryOps:

@@ -49,11 +49,13 @@ class Waiting:
 class ToolContext:
     """Who is calling a tool: the run, the step and the call.
 
-    ``idempotency_key`` is derived from tenant, session, run, step and call id only, so every
-    execution of the same recorded call (a retry, a resume on another worker after a crash) sees
-    the same key, and no other call does. A call that had started but whose result was not
-    recorded when its worker died is executed again with the same key: a tool with side
-    effects should deduplicate by it.
+    ``idempotency_key`` is derived from tenant, session, run, step and the call's position in
+    its step (``position``) only, so every execution of the same call (a retry, a resume on
+    another worker after a crash, a redo of the step after a lost compare-and-set, where the
+    model is asked again and answers with new call ids) sees the same key, and no other call
+    does. A call that had started but whose result was not recorded when its worker died is
+    executed again with the same key: a tool with side effects should deduplicate by it.
+    Without a position (a call settled outside the loop) the model's call id stands in for it.
     """
 
     tenant: str
@@ -61,11 +63,13 @@ class ToolContext:
     run_id: str
     step: int
     call_id: str
+    position: int | None = None
 
     @property
     def idempotency_key(self) -> str:
         """A stable 40-hex-digit key for this call (``tk-`` prefixed)."""
-        parts = (self.tenant, self.session_id or "", self.run_id, str(self.step), self.call_id)
+        where = self.call_id if self.position is None else f"#{self.position}"
+        parts = (self.tenant, self.session_id or "", self.run_id, str(self.step), where)
         digest = hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()
         return "tk-" + digest[:40]
 
@@ -102,9 +106,13 @@ class Tool:
     """A callable tool with a derived argument model and JSON schema.
 
     ``timeout_s`` limits each call of this tool (overriding the agent's ``tool_timeout_s``).
-    ``isolated`` runs each call in a child process killed at the limit: the only limit that holds
-    for code that never releases the GIL (see :mod:`tether.runtime.isolation`); it costs a fork
-    per call, and the tool's side effects on the worker's memory are lost with the child.
+    ``isolated`` runs each call in a child process killed at the limit, with every process it
+    started: the only limit that holds for code that never releases the GIL (see
+    :mod:`tether.runtime.isolation`); it costs a fork per call, and the tool's side effects on the
+    worker's memory are lost with the child. A tool that declares ``timeout_s`` is isolated unless
+    it says ``isolated=False``: a limit the tool states must hold (a thread cannot be stopped, so
+    an in-process call past its limit fails but goes on running, and one that holds the GIL
+    cannot even be waited on: its worker is killed and the run retried as a crash).
     """
 
     def __init__(
@@ -113,13 +121,13 @@ class Tool:
         *,
         name: str | None = None,
         description: str | None = None,
-        isolated: bool = False,
+        isolated: bool | None = None,
         timeout_s: float | None = None,
     ) -> None:
         if timeout_s is not None and not timeout_s > 0:
             raise ToolError(f"tool {name or fn.__name__!r}: timeout_s must be > 0, not {timeout_s}")
         self.fn = fn
-        self.isolated = isolated
+        self.isolated = timeout_s is not None if isolated is None else isolated
         self.timeout_s = timeout_s
         self.name = name or fn.__name__
         self.description = (description or inspect.getdoc(fn) or self.name).strip()
@@ -214,7 +222,7 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    isolated: bool = False,
+    isolated: bool | None = None,
     timeout_s: float | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
@@ -225,7 +233,7 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    isolated: bool = False,
+    isolated: bool | None = None,
     timeout_s: float | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Decorator turning a typed function into a :class:`Tool` (see its ``isolated`` and

@@ -37,6 +37,7 @@ from tether.errors import (
     RunInterrupted,
     TetherError,
     UnknownAgent,
+    VersionConflict,
 )
 from tether.observability import metrics
 from tether.observability.tracing import run_span, span
@@ -80,6 +81,8 @@ class Outcome(Enum):
     DONE = "done"
     ABORT = "abort"
     HANDOVER = "handover"
+    AGAIN = "again"
+    """The attempt lost its compare-and-set: start the run again from the store, now."""
 
 
 def drain(
@@ -141,6 +144,7 @@ def _drain_queue(d: DrainState) -> tuple[bool, bool]:
     """Apply queued runs until the queue is empty; return (lease released, hand over)."""
     rt = d.rt
     started = time.monotonic()
+    redone: set[str] = set()
     while not d.keeper.lost:
         run_id = d.next_run()
         if run_id is None:
@@ -151,6 +155,9 @@ def _drain_queue(d: DrainState) -> tuple[bool, bool]:
             d.undo_claim()  # its attempt does not count: the next holder starts it
             return False, True
         outcome = _apply_one(d, run_id)
+        if outcome is Outcome.AGAIN and run_id not in redone:
+            redone.add(run_id)  # once: a second conflict in a row is left to the sweeper
+            continue
         if outcome is not Outcome.DONE:
             return False, outcome is Outcome.HANDOVER
         d.processed += 1
@@ -227,7 +234,10 @@ def _apply_one(d: DrainState, run_id: str) -> Outcome:
             _failed_after_commit(d, ref, exc)
             return Outcome.DONE
         _abandon(d, ref, attempts, exc)
-        return Outcome.ABORT
+        # a lost compare-and-set: the head it started from was not the newest (a cached head
+        # that a write outside the lease made stale); the store (which save() just made the
+        # cache drop) has the truth and this drain still holds the lease: go again now
+        return Outcome.AGAIN if isinstance(exc, VersionConflict) else Outcome.ABORT
 
 
 def _finished(d: DrainState, run_id: str) -> bool:
@@ -366,7 +376,10 @@ def _retries_exhausted(
         f"run {request.run_id} was attempted {attempts - 1} times without committing{cause}; "
         "see the worker logs, fix the cause and submit it again"
     )
-    return RunResult.failure(request, RunStatus.FAILED, RetriesExhausted.__name__, message)
+    # attempts: the ones made, not the one refused for lack of budget
+    return RunResult.failure(
+        request, RunStatus.FAILED, RetriesExhausted.__name__, message, attempts=attempts - 1
+    )
 
 
 def _execute(d: DrainState, session: AgentSession, request: RunRequest, agent: Agent) -> RunRecord:

@@ -27,6 +27,14 @@ def console(
     actions: Annotated[
         bool, typer.Option("--actions", help="Allow cancel, approve, reject, answer and fork.")
     ] = False,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            help="A host name the console answers to besides loopback and --host (repeatable; "
+            "also TETHER_CONSOLE_HOSTS).",
+        ),
+    ] = None,
 ) -> None:
     """Serve the web console: sessions, runs, workers, live events, /metrics."""
     if not available():
@@ -40,7 +48,12 @@ def console(
     settings = cli_settings()
     port = port or _free_port(host)
     config = ConsoleConfig(
-        host=host, port=port, tenant=tenant or settings.tenant, token=token, actions=actions
+        host=host,
+        port=port,
+        tenant=tenant or settings.tenant,
+        token=token,
+        actions=actions,
+        allowed_hosts=(*settings.console_hosts, *(allow_host or ())),
     )
     typer.echo(f"console on http://{host}:{port}/ (tenant {config.tenant}); Ctrl-C stops it",
                err=True)

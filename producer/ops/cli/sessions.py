@@ -1,4 +1,5 @@
-"""``tether sessions ...``: read, check, list fork points, fork, delete and purge stored sessions.
+"""``tether sessions ...``: read, check, list fork points, fork, delete and purge stored sessions,
+and drop a session's cached head.
 
 Reads go through :class:`tether.persistence.reader.SessionLogReader` over the store and archive
 named by
@@ -326,6 +327,29 @@ def delete(
             f"{report.segments_deleted} archive segments, "
             f"{report.stream_keys_deleted} stream keys, {report.runs_deleted} run records"
         )
+
+
+@sessions_app.command("drop-cache")
+def drop_cache(session_id: SessionArg, tenant: TenantOption = None) -> None:
+    """Forget the session's cached head, so its next run reads the store: run it after
+    writing the store behind Tether's back (restoring head.json from a backup, say)."""
+    from tether.keys import RedisKeys
+    from tether.persistence.headcache.redis import RedisHeadCache
+    from tether.persistence.redis_conn import redis_from_url
+
+    settings, tenant = _context(tenant)
+    client = redis_from_url(settings.effective_redis_url)
+    try:
+        cache = RedisHeadCache(
+            client,
+            RedisKeys(settings.namespace),
+            ttl_ms=max(1, settings.head_cache_ttl_s) * 1000,
+            max_bytes=settings.head_cache_max_bytes,
+        )
+        cache.drop(tenant, session_id)
+    finally:
+        client.close()
+    typer.echo(f"dropped the cached head of {tenant}/{session_id}; its next run reads the store")
 
 
 @sessions_app.command()

@@ -58,6 +58,13 @@ def up(
     console_port: Annotated[
         int | None, typer.Option("--console-port", min=1, max=65535, help="Console port.")
     ] = None,
+    console_actions: Annotated[
+        bool,
+        typer.Option(
+            "--console-actions",
+            help="Start the console with its actions on (cancel, approve, reject, answer, fork).",
+        ),
+    ] = False,
     autoscale: Annotated[
         str | None,
         typer.Option(
@@ -89,6 +96,7 @@ def up(
         s3=s3,
         console=not no_console,
         console_port=console_port,
+        console_actions=console_actions,
         autoscale=bounds,
     )
     result = stack.up(options, progress=lambda step: console.print(f"[dim]{escape(step)}...[/]"))

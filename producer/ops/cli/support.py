@@ -147,15 +147,10 @@ def resolve_store_url(url: str, base: Path | None = None) -> str:
 
 def open_store(settings: Settings) -> tuple[SnapshotStore, EventArchive]:
     """The snapshot store and event archive named by the settings."""
-    from tether.persistence.storage_url import open_storage
+    from tether.persistence.writer_storage import open_writer_storage
 
-    return open_storage(
-        resolve_store_url(settings.store_url),
-        endpoint_url=settings.s3_endpoint_url,
-        region_name=settings.s3_region,
-        sse=settings.s3_sse,
-        sse_kms_key_id=settings.s3_kms_key_id,
-    )
+    # every write of a command (fork, delete, purge...) drops the session's cached head
+    return open_writer_storage(settings, url=resolve_store_url(settings.store_url))
 
 
 def open_reader(settings: Settings) -> SessionLogReader:

@@ -1,4 +1,5 @@
-"""The console's ASGI application: routes, static files, error pages and the token check."""
+"""The console's ASGI application: routes, static files, error pages, the site guard and the
+token check."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from tether.producer.ops.console.actions import Actions
 from tether.producer.ops.console.auth import TokenAuth
 from tether.producer.ops.console.backends import Backends
 from tether.producer.ops.console.config import ConsoleConfig
+from tether.producer.ops.console.guard import SiteGuard, allowed_hosts
 from tether.producer.ops.console.pages import Pages
 
 log = logging.getLogger(__name__)
@@ -64,7 +66,11 @@ def create_app(backends: Backends, config: ConsoleConfig) -> Starlette:
         # the editable install links each file: follow the links (names stay confined to STATIC)
         Mount("/static", app=StaticFiles(directory=STATIC, follow_symlink=True), name="static"),
     ]
-    middleware = [Middleware(TokenAuth, token=config.token)] if config.token else []
+    # the guard first: a wrong Host or a cross-site POST is refused before anything else
+    hosts = allowed_hosts(config.host, config.allowed_hosts)
+    middleware = [Middleware(SiteGuard, hosts=hosts)]
+    if config.token:
+        middleware.append(Middleware(TokenAuth, token=config.token))
     return Starlette(
         routes=routes,
         middleware=middleware,

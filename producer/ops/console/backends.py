@@ -13,8 +13,8 @@ from tether.persistence.deltas.live_redis import RedisLiveFeed
 from tether.persistence.deltas.redis import RedisDeltaChannel
 from tether.persistence.reader import SessionLogReader
 from tether.persistence.redis_conn import redis_from_url
-from tether.persistence.storage_url import open_storage
 from tether.persistence.streams.redis import RedisEventStream
+from tether.persistence.writer_storage import open_writer_storage
 from tether.producer.client import Producer
 from tether.runs.queue.redis import RedisRunQueue
 from tether.settings import Settings
@@ -56,13 +56,7 @@ def open_backends(settings: Settings) -> Backends:
     stream = RedisEventStream(
         client, keys=keys, max_len=settings.stream_max_len, retention_s=settings.stream_retention_s
     )
-    store, archive = open_storage(
-        settings.store_url,
-        endpoint_url=settings.s3_endpoint_url,
-        region_name=settings.s3_region,
-        sse=settings.s3_sse,
-        sse_kms_key_id=settings.s3_kms_key_id,
-    )
+    store, archive = open_writer_storage(settings)  # its writes drop the cached head
     return Backends(
         settings=settings,
         client=client,

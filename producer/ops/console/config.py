@@ -25,6 +25,8 @@ class ConsoleConfig:
         tenant: the only tenant this console shows.
         token: required on every request when set (header, or the cookie ``?token=`` sets).
         actions: allow cancel, approve, reject, answer and fork.
+        allowed_hosts: names besides loopback and ``host`` that requests may use as ``Host``
+            (the console's DNS name behind a proxy; see :mod:`~tether.producer.ops.console.guard`).
     """
 
     host: str = "127.0.0.1"
@@ -32,6 +34,7 @@ class ConsoleConfig:
     tenant: str = "default"
     token: str | None = None
     actions: bool = False
+    allowed_hosts: tuple[str, ...] = ()
     form_key: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     """A per-process secret every action form carries (no cross-site form can know it)."""
 

@@ -30,14 +30,14 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from tether.errors import ModelError, VersionConflict
+from tether.errors import InvalidInput, ModelError, VersionConflict
 from tether.ids import validate_id, validate_tenant
 from tether.integrations.openai_agents.items import SdkItem, from_memory, to_memory
 from tether.models.base import ModelRequest, ModelResponse
 from tether.persistence.archives.base import EventArchive
 from tether.persistence.saving import should_archive
-from tether.persistence.storage_url import open_storage
 from tether.persistence.stores.base import SnapshotStore
+from tether.persistence.writer_storage import open_writer_storage
 from tether.runtime.agent import Agent
 from tether.runtime.redaction import TextRedactor
 from tether.runtime.session import AgentSession
@@ -61,6 +61,25 @@ class _NoModel:
         )
 
 
+def _session_settings(value: Any) -> Any:
+    """``value`` as the SDK's ``SessionSettings`` (a dict converted, None the defaults), as
+    ``SQLiteSession`` does; ``Runner.run`` reads its fields as attributes."""
+    # imported here: the SDK is an optional extra, and importing this package must not need it
+    from agents.memory import SessionSettings
+
+    if value is None:
+        return SessionSettings()
+    if not isinstance(value, Mapping):
+        return value
+    try:
+        return SessionSettings(**value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(
+            f"session_settings {dict(value)!r} are not the SDK's SessionSettings ({exc}); "
+            "pass SessionSettings(limit=...) or a dict of its fields"
+        ) from exc
+
+
 class TetherSession:
     """A durable OpenAI Agents SDK session (``agents.memory.Session`` protocol).
 
@@ -71,8 +90,8 @@ class TetherSession:
         tenant: the tenant.
         redact: applied to every text before it is stored (see
             :mod:`tether.runtime.redaction`).
-        session_settings: the SDK's ``SessionSettings`` (its ``limit`` is the default of
-            :meth:`get_items`).
+        session_settings: the SDK's ``SessionSettings``, or a dict of its fields, converted
+            as the SDK's own sessions do (its ``limit`` is the default of :meth:`get_items`).
     """
 
     def __init__(
@@ -87,7 +106,7 @@ class TetherSession:
     ) -> None:
         self.session_id = validate_id(session_id)
         self.tenant = validate_tenant(tenant)
-        self.session_settings = session_settings
+        self.session_settings = _session_settings(session_settings)
         self._agent = Agent(
             _NoModel(), "none", store=store, archive=archive, name="openai-agents", redact=redact
         )
@@ -97,15 +116,15 @@ class TetherSession:
         cls, session_id: str, settings: Settings | None = None, *, tenant: str | None = None
     ) -> TetherSession:
         """A session on the store named by the settings (``TETHER_STORE_URL`` and the S3
-        settings; the environment when None), in ``tenant`` (default ``TETHER_TENANT``)."""
+        settings; the environment when None), in ``tenant`` (default ``TETHER_TENANT``).
+
+        Its writes drop the session's cached head (``TETHER_HEAD_CACHE_TTL_S``); a session
+        built on a store of your own should get one from
+        :func:`tether.persistence.writer_storage.open_writer_storage` for the same reason."""
         settings = settings or load_settings()
-        store, archive = open_storage(
-            settings.store_url,
-            endpoint_url=settings.s3_endpoint_url,
-            region_name=settings.s3_region,
-            sse=settings.s3_sse,
-            sse_kms_key_id=settings.s3_kms_key_id,
-        )
+        # its writes drop the deployment's cached head, so a worker's next run of this session
+        # reads what it wrote (not a cached older head it would redo after losing the CAS)
+        store, archive = open_writer_storage(settings)
         return cls(session_id, store=store, archive=archive, tenant=tenant or settings.tenant)
 
     # --- the Session protocol ---------------------------------------------------------------
@@ -113,8 +132,8 @@ class TetherSession:
     async def get_items(self, limit: int | None = None) -> list[SdkItem]:
         """The last ``limit`` items, oldest first (all with None, unless the session settings
         give a limit)."""
-        if limit is None and self.session_settings is not None:
-            limit = getattr(self.session_settings, "limit", None)
+        if limit is None:
+            limit = self.session_settings.limit
         return await asyncio.to_thread(self.read_items, limit)
 
     async def add_items(self, items: list[SdkItem]) -> None:

@@ -86,6 +86,35 @@ function link(href, text) {
   return a;
 }
 
+function isActive(run) {
+  return run.status === "QUEUED" || run.status === "RUNNING";
+}
+
+function hidden(name, value) {
+  const input = document.createElement("input");
+  input.type = "hidden";
+  input.name = name;
+  input.value = value;
+  return input;
+}
+
+function cancelForm(table, run) {
+  // the same form as the server renders (_status.html's cancel_form), for a row added live
+  const form = document.createElement("form");
+  form.className = "inline cancel-form";
+  form.method = "post";
+  form.action = "/runs/" + encodeURIComponent(run.run_id) + "/cancel";
+  form.appendChild(hidden("form_key", table.dataset.formKey));
+  form.appendChild(hidden("back", table.dataset.back || "/runs"));
+  const button = document.createElement("button");
+  button.type = "submit";
+  button.className = "danger";
+  button.dataset.cancel = run.run_id;
+  button.textContent = "cancel";
+  form.appendChild(button);
+  return form;
+}
+
 function newRunRow(table, run) {
   // one cell per column of the table's header; the feed fills what it knows
   const row = document.createElement("tr");
@@ -98,6 +127,7 @@ function newRunRow(table, run) {
     if (col === "session") cell.appendChild(link("/sessions/" + encodeURIComponent(run.session_id), run.session_id));
     if (col === "agent") cell.textContent = run.agent || "";
     if (col === "submitted") cell.textContent = run.submitted || "";
+    if (col === "cancel" && table.dataset.formKey && isActive(run)) cell.appendChild(cancelForm(table, run));
     row.appendChild(cell);
   }
   const body = table.querySelector("tbody");
@@ -128,7 +158,7 @@ function updateRun(table, run) {
   if (worker && run.worker) worker.textContent = run.worker;
   const attempts = row.querySelector(".attempts");
   if (attempts) attempts.textContent = run.attempts;
-  if (run.status !== "QUEUED" && run.status !== "RUNNING") {
+  if (!isActive(run)) {
     const form = row.querySelector("form.cancel-form");
     if (form) form.remove();
   }

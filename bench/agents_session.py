@@ -1,0 +1,181 @@
+"""P13: the Agents SDK session, ``TetherSession`` against the SDK's own ``SQLiteSession``.
+
+    python -m bench.agents_session              # writes bench/results/p13.md / p13.json
+    python -m bench.agents_session --quick      # a smoke run (numbers mean nothing)
+
+Both sides run in this process on local disk, side by side in one run, calls alternating so
+load hits both alike: ``TetherSession`` on a ``file://`` store (head + event archive), and
+``SQLiteSession`` on a database file. Rows (Tether / SQLite, target ≤ 1.0x):
+
+- **P13** ``add_items`` of one item on a session of 100 items, **P13b** on one of 10,000 (the
+  ``extra`` gives Tether's own 10,000 / 100 ratio: flat is 1.0);
+- **P13g** ``get_items()`` and **P13l** ``get_items(limit=20)`` on 10,000 items.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.core import Measure, Stats, Target
+from bench.report import PACKAGES as REPORT_PACKAGES
+from bench.report import _cell, _value, _verdict, dump_json, host_info, now_iso, to_json
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+NAME = "p13"
+#: the packages every benchmark document lists (its header names them), and the SDK
+PACKAGES = (*REPORT_PACKAGES, "matplotlib", "openai-agents")
+TARGET = Target("<=", 1.0)
+
+
+def _item(n: int) -> dict[str, Any]:
+    return {"role": "user", "content": f"message number {n} of a long conversation"}
+
+
+def _sessions(root: Path, session_id: str, size: int) -> tuple[Any, Any]:
+    """A TetherSession and a SQLiteSession, each holding ``size`` items."""
+    from agents.memory import SQLiteSession
+
+    from tether.integrations.openai_agents import TetherSession
+    from tether.persistence.storage_url import open_storage
+
+    store, archive = open_storage(f"file://{root / 'tether'}")
+    tether = TetherSession(session_id, store=store, archive=archive)
+    sqlite = SQLiteSession(session_id, db_path=root / "sqlite.db")
+    items = [_item(n) for n in range(size)]
+    for session in (tether, sqlite):
+        asyncio.run(session.add_items(items))
+    return tether, sqlite
+
+
+def _timed(call: Callable[[], Any]) -> float:
+    started = time.perf_counter()
+    asyncio.run(call())
+    return (time.perf_counter() - started) * 1000
+
+
+def _side_by_side(
+    tether: Any, sqlite: Any, call: Callable[[Any], Callable[[], Any]], samples: int
+) -> tuple[list[float], list[float]]:
+    """``samples`` timings (ms) of ``call(session)`` on each, alternating; two warm-ups."""
+    ours, theirs = [], []
+    for n in range(samples + 2):
+        first, second = (tether, sqlite) if n % 2 == 0 else (sqlite, tether)
+        times = {id(first): _timed(call(first)), id(second): _timed(call(second))}
+        if n >= 2:
+            ours.append(times[id(tether)])
+            theirs.append(times[id(sqlite)])
+    return ours, theirs
+
+
+def _row(
+    id_: str, name: str, ours: list[float], theirs: list[float], note: str, **extra: Any
+) -> Measure:
+    tether, sqlite = Stats.of(ours), Stats.of(theirs)
+    return Measure(
+        id=id_,
+        name=name,
+        unit="ms",
+        tether=tether,
+        baseline=sqlite,
+        baseline_name="the SDK's SQLiteSession (file), the same call, alternating",
+        value=tether.median / sqlite.median,
+        value_of="median ratio",
+        target=TARGET,
+        note=note,
+        extra=extra,
+    )
+
+
+def measures(root: Path, small: int, large: int, samples: int) -> list[Measure]:
+    """The four rows (sessions of ``small`` and ``large`` items)."""
+    counter = iter(range(10**9))
+
+    def add_one(session: Any) -> Callable[[], Any]:
+        return lambda: session.add_items([_item(next(counter))])
+
+    rows = []
+    t_small, s_small = _sessions(root, "p13-small", small)
+    add_small = _side_by_side(t_small, s_small, add_one, samples)
+    t_large, s_large = _sessions(root, "p13-large", large)
+    add_large = _side_by_side(t_large, s_large, add_one, samples)
+    growth = Stats.of(add_large[0]).median / Stats.of(add_small[0]).median
+    rows.append(_row("P13", f"add_items of 1 item, session of {small} items", *add_small,
+                     f"{samples} appends after 2 warm-ups"))
+    rows.append(_row("P13b", f"add_items of 1 item, session of {large} items", *add_large,
+                     f"{samples} appends; Tether's {large}/{small} median ratio {growth:.2f} "
+                     "(flat: 1.0)", tether_growth=round(growth, 3)))
+    read_all = _side_by_side(t_large, s_large, lambda s: lambda: s.get_items(), samples)
+    rows.append(_row("P13g", f"get_items(), session of {large} items", *read_all,
+                     f"{samples} reads"))
+    read_20 = _side_by_side(t_large, s_large, lambda s: lambda: s.get_items(limit=20), samples)
+    rows.append(_row("P13l", f"get_items(limit=20), session of {large} items", *read_20,
+                     f"{samples} reads"))
+    return rows
+
+
+def markdown(rows: list[Measure], meta: dict[str, Any]) -> str:
+    """The table with its date, command and machine, and one note per row."""
+    machine = meta["machine"]
+    pkgs = machine["packages"]
+    lines = [
+        f"# P13: the Agents SDK session ({meta['date']})",
+        "",
+        f"`{meta['command']}` in {meta['duration_s']} s on {machine['cpu_count']} CPUs "
+        f"({machine['cpu_model']}), load {meta['load_average_1m_start']} at the start; "
+        f"tether {pkgs['tether']} ({machine['git_commit']}), openai-agents "
+        f"{pkgs['openai-agents']}. Cells are median / p95.",
+        "",
+        "| id | measure | Tether | SQLiteSession | result | target | |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for m in rows:
+        lines.append(
+            f"| {m.id} | {m.name} | {_cell(m.tether, m.unit)} | {_cell(m.baseline, m.unit)} "
+            f"| {_value(m)} | {m.target} | {_verdict(m)} |"
+        )
+    lines += ["", *(f"- **{m.id}**: {m.note}" for m in rows), ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure, print and write ``p13.md`` / ``p13.json``."""
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="python -m bench.agents_session")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke run)")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    small, large, samples = (10, 200, 5) if args.quick else (100, 10_000, 30)
+    out = args.out or (Path(tempfile.gettempdir()) / "tether-bench-quick" if args.quick
+                       else DEFAULT_OUT)
+    load_start = round(os.getloadavg()[0], 2)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="tether-p13-") as root:
+        rows = measures(Path(root), small, large, samples)
+    meta = {
+        "date": now_iso(),
+        "command": " ".join(["python -m bench.agents_session", *argv]),
+        "quick": args.quick,
+        "sizes": {"p13_small": small, "p13_large": large, "p13_samples": samples},
+        "duration_s": round(time.monotonic() - started, 1),
+        "load_average_1m_start": load_start,
+        "machine": host_info(PACKAGES, redis_server="not used"),
+        "errors": {},
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    text = markdown(rows, meta)
+    (out / f"{NAME}.md").write_text(text)
+    (out / f"{NAME}.json").write_text(dump_json(to_json(rows, meta)))
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,144 @@
+"""#29 item 8: ``TetherSession`` behaves like the Agents SDK's own ``SQLiteSession``.
+
+One behavioural suite, run on both (``[sqlite]`` is the reference the SDK ships, ``[tether]`` a
+``TetherSession`` on a file store with its event archive): limits (also above the length, where
+``TetherSession`` returned too few), ``session_settings`` from a dict or an object (a dict was kept
+as a dict and ``Runner.run`` failed with ``AttributeError``), ordering, pop, clear, concurrent
+writers and isolation between ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents import Runner
+from agents.memory import SessionSettings, SQLiteSession
+
+from tests.support.sdk_agents import shouter
+from tether.integrations.openai_agents import TetherSession
+from tether.persistence.storage_url import open_storage
+
+MakeSession = Callable[..., Any]
+
+
+@pytest.fixture(params=["sqlite", "tether"])
+def make_session(request: pytest.FixtureRequest, tmp_path: Path) -> MakeSession:
+    """A factory of sessions on one storage: ``make_session(id, session_settings=...)``."""
+    if request.param == "sqlite":
+        db = tmp_path / "sessions.db"
+
+        def sqlite(session_id: str, **kw: Any) -> Any:
+            return SQLiteSession(session_id, db_path=db, **kw)
+
+        return sqlite
+
+    def tether(session_id: str, **kw: Any) -> Any:
+        store, archive = open_storage(f"file://{tmp_path / 'store'}")
+        return TetherSession(session_id, store=store, archive=archive, **kw)
+
+    return tether
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def texts(items: list[Any]) -> list[str]:
+    return [str(item["content"]) for item in items]
+
+
+def test_limits_give_the_newest_items_in_order(make_session: MakeSession) -> None:
+    session = make_session("limits")
+    for n in range(7):
+        asyncio.run(session.add_items([user(f"m{n}")]))
+    everything = [f"m{n}" for n in range(7)]
+    assert texts(asyncio.run(session.get_items())) == everything
+    assert texts(asyncio.run(session.get_items(limit=10))) == everything  # 7 of 10: all 7
+    assert texts(asyncio.run(session.get_items(limit=12))) == everything
+    assert texts(asyncio.run(session.get_items(limit=5))) == everything[-5:]
+    assert texts(asyncio.run(session.get_items(limit=1))) == ["m6"]
+    assert asyncio.run(session.get_items(limit=0)) == []
+
+
+@pytest.mark.parametrize("settings", [{"limit": 2}, SessionSettings(limit=2)], ids=["dict", "obj"])
+def test_session_settings_from_a_dict_or_an_object(
+    make_session: MakeSession, settings: Any
+) -> None:
+    session = make_session("settings", session_settings=settings)
+    assert isinstance(session.session_settings, SessionSettings)
+    assert session.session_settings.limit == 2
+    asyncio.run(session.add_items([user("a"), user("b"), user("c")]))
+    assert texts(asyncio.run(session.get_items())) == ["b", "c"]  # the settings' limit
+    assert texts(asyncio.run(session.get_items(limit=3))) == ["a", "b", "c"]  # explicit wins
+    # the SDK's Runner reads the settings as attributes
+    result = asyncio.run(Runner.run(shouter(), "hello", session=session))
+    assert str(result.final_output).startswith("heard HELLO")
+
+
+def test_no_settings_means_no_limit(make_session: MakeSession) -> None:
+    session = make_session("defaults")
+    assert isinstance(session.session_settings, SessionSettings)
+    assert session.session_settings.limit is None
+
+
+def test_items_keep_their_order_across_writes(make_session: MakeSession) -> None:
+    session = make_session("order")
+    asyncio.run(session.add_items([user("a"), user("b")]))
+    asyncio.run(session.add_items([]))
+    asyncio.run(session.add_items([user("c")]))
+    assert texts(asyncio.run(session.get_items())) == ["a", "b", "c"]
+
+
+def test_pop_returns_the_newest_and_none_when_empty(make_session: MakeSession) -> None:
+    session = make_session("pop")
+    assert asyncio.run(session.pop_item()) is None
+    asyncio.run(session.add_items([user("a"), user("b")]))
+    assert asyncio.run(session.pop_item()) == user("b")
+    assert texts(asyncio.run(session.get_items())) == ["a"]
+    assert asyncio.run(session.pop_item()) == user("a")
+    assert asyncio.run(session.pop_item()) is None
+
+
+def test_clear_empties_the_session_and_it_goes_on(make_session: MakeSession) -> None:
+    session = make_session("clear")
+    asyncio.run(session.clear_session())  # clearing nothing is fine
+    asyncio.run(session.add_items([user("a"), user("b")]))
+    asyncio.run(session.clear_session())
+    assert asyncio.run(session.get_items()) == []
+    asyncio.run(session.add_items([user("c")]))
+    assert texts(asyncio.run(session.get_items())) == ["c"]
+
+
+def test_ids_are_isolated(make_session: MakeSession) -> None:
+    one, two = make_session("one"), make_session("two")
+    asyncio.run(one.add_items([user("for one")]))
+    asyncio.run(two.add_items([user("for two")]))
+    asyncio.run(one.clear_session())
+    assert asyncio.run(one.get_items()) == []
+    assert texts(asyncio.run(two.get_items())) == ["for two"]
+    assert texts(asyncio.run(make_session("two").get_items())) == ["for two"]  # another object
+
+
+def test_concurrent_writers_lose_no_item(make_session: MakeSession) -> None:
+    writers, per_writer = 4, 8
+
+    def write(n: int) -> None:
+        session = make_session("race")  # one object per writer
+        for i in range(per_writer):
+            asyncio.run(session.add_items([user(f"w{n}-{i}")]))
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    got = texts(asyncio.run(make_session("race").get_items()))
+    assert sorted(got) == sorted(f"w{n}-{i}" for n in range(writers) for i in range(per_writer))
+    for n in range(writers):  # each writer's items in its own order
+        mine = [t for t in got if t.startswith(f"w{n}-")]
+        assert mine == [f"w{n}-{i}" for i in range(per_writer)]
