@@ -54,6 +54,7 @@ from tether.settings_files import ENV_FILES as ENV_FILES
 from tether.settings_files import ENV_PREFIX as ENV_PREFIX
 from tether.settings_files import LOCAL_ENV_FILE as LOCAL_ENV_FILE
 from tether.settings_files import EnvFiles
+from tether.settings_openai import OpenAISettings
 from tether.settings_webhooks import WebhookSettings
 
 _SECRET = "********"
@@ -66,9 +67,10 @@ def _invalid_value(reason: str) -> PydanticCustomError:
     return PydanticCustomError("tether_setting", "{reason}", {"reason": reason})
 
 
-class Settings(WebhookSettings):
+class Settings(WebhookSettings, OpenAISettings):
     """All of Tether's settings (see docs/configuration.md); the ``TETHER_WEBHOOK_*`` ones are
-    declared in :mod:`tether.settings_webhooks`."""
+    declared in :mod:`tether.settings_webhooks`, the ``TETHER_OPENAI_*`` ones in
+    :mod:`tether.settings_openai`."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
 
@@ -195,35 +197,6 @@ class Settings(WebhookSettings):
     )
     redis_server: str | None = Field(
         default=None, description="redis-server binary for the embedded default (else PATH)."
-    )
-    openai_base_url: str = Field(
-        default="https://api.openai.com/v1", description="OpenAI-compatible endpoint."
-    )
-    openai_api_key: SecretStr | None = Field(default=None, description="API key (secret).")
-    openai_model: str = Field(
-        default="gpt-4o-mini", min_length=1, description="Model of the built-in assistant agent."
-    )
-    openai_api: Literal["chat", "responses"] = Field(
-        default="chat", description="chat (Chat Completions, any compatible server) or responses."
-    )
-    openai_timeout_s: float = Field(
-        default=60.0, gt=0, le=3_600, description="Timeout of one model request (per attempt)."
-    )
-    openai_max_retries: int = Field(
-        default=2, ge=0, le=20, description="Retries of a model request (429, 5xx, timeouts)."
-    )
-    openai_check_models: Annotated[list[str], NoDecode] = Field(
-        default_factory=list,
-        description="Worker start: GET /models must list these (JSON or comma list; [] skips).",
-    )
-    openai_azure_endpoint: str | None = Field(
-        default=None, description="Azure OpenAI resource endpoint; set, model calls go to Azure."
-    )
-    openai_azure_api_version: str | None = Field(
-        default=None, min_length=1, description="Azure OpenAI API version (needed with Azure)."
-    )
-    openai_azure_deployment: str | None = Field(
-        default=None, min_length=1, description="Azure deployment (default: TETHER_OPENAI_MODEL)."
     )
     model_limits: str = Field(
         default="",
