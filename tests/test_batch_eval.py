@@ -154,7 +154,7 @@ def test_retry_reruns_only_errored_cases(
     assert first.by_status == {"COMPLETED": 4, "FAILED": 6}
     assert first.errors_by_kind == {"model": 6}
     before = {(x["id"], x["epoch"]): x for x in read_results(out)}
-    flaky_lines = [x for k, x in before.items() if "-f" in k[0]]
+    flaky_lines = [x for k, x in before.items() if k[0].startswith(f"{tag}-f")]
     assert {x["error_kind"] for x in flaky_lines} == {"model"}
     assert {x["error_type"] for x in flaky_lines} == {"ModelError"}
     assert all(x["passed"] is False and "scores" not in x for x in flaky_lines)
@@ -169,7 +169,7 @@ def test_retry_reruns_only_errored_cases(
     assert [(x["id"], x["epoch"]) for x in after] == list(before)  # same lines, same order
     for line in after:
         old = before[(line["id"], line["epoch"])]
-        if "-f" in line["id"]:
+        if line["id"].startswith(f"{tag}-f"):
             assert line["attempt"] == 1 and line["status"] == "COMPLETED"
             assert line["output"] == f"flaky: {line['input']}"
             assert line["scores"]["f1"]["value"] == 1.0 and line["passed"] is True

@@ -161,7 +161,7 @@ def test_the_console_shows_a_runs_and_a_sessions_tokens_and_cost(
         if name.startswith("AWS_"):  # the stack's moto credentials, as the console process has
             monkeypatch.setenv(name, text)
     app = create_app(open_backends(spending.producer.settings), ConsoleConfig(tenant=tenant))
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://127.0.0.1") as client:  # a loopback Host
         run_page = client.get(f"/runs/{run.run_id}").text
         session_page = client.get(f"/sessions/{session}").text
     # the run: two calls; the session: its two runs, three calls
