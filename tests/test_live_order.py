@@ -107,3 +107,27 @@ def test_live_text_collects_tool_arguments_per_call() -> None:
     text.add(LiveDelta(R, 1, 0, 1, "tool_arguments", ': "v"}', 0))
     assert text.current is not None
     assert text.current.arguments == {0: '{"k": "v"}'} and text.current.tools == {0: "lookup"}
+
+
+def test_catch_up_pieces_ahead_of_their_request_wait_for_it() -> None:
+    # the worker's pieces landed before its MODEL_REQUEST event (two connections, a busy
+    # machine): the catch-up keeps them and shows them right after the request, then the rest
+    order = LiveOrder()
+    first = order.start(
+        [ev(1, EventType.STEP_START, 0)], ev(1, EventType.STEP_START, 0), pieces(0, 2)
+    )
+    assert shape(first) == ["STEP_START0"]
+    got = order.batch([ev(2, EventType.MODEL_REQUEST, 0)], pieces(0, 3, start=2))
+    assert shape(got) == ["MODEL_REQUEST0", "d0.0", "d0.1", "d0.2"]
+
+
+def test_catch_up_pieces_of_a_step_committed_meanwhile_are_dropped() -> None:
+    order = LiveOrder()
+    order.start([ev(1, EventType.STEP_START, 0)], ev(1, EventType.STEP_START, 0), pieces(0, 2))
+    events = [ev(2, EventType.MODEL_REQUEST, 0), ev(3, EventType.MODEL_RESPONSE, 0)]
+    got = order.batch(events, ())
+    # the request comes with its pieces; the response closes the step
+    assert shape(got) == ["MODEL_REQUEST0", "d0.0", "d0.1", "MODEL_RESPONSE0"]
+    assert shape(order.batch([ev(4, EventType.STEP_END, 0)], pieces(0, 3, start=2))) == [
+        "STEP_END0"
+    ]

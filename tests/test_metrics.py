@@ -109,8 +109,11 @@ def test_worker_metrics_count_and_time_runs_across_pool_processes(metered: Meter
     before = metered.scrape()
     producer = metered.producer
     quick = [producer.run_async(unique("m"), "hi", agent="echo") for _ in range(3)]
+    for handle in quick:  # done before the gauges are read: the slow run is then the one running
+        assert handle.run_result(timeout=30).status is RunStatus.COMPLETED
     sid = unique("m")
-    slow = producer.run_async(sid, "sleep 1.5", agent="sleepy")
+    # long enough to still run when the gauges are read on a loaded machine
+    slow = producer.run_async(sid, "sleep 4", agent="sleepy")
     eventually(lambda: slow.running(), timeout_s=30)
     queued = producer.run_async(sid, "never", agent="echo")  # waits behind the slow run
 
@@ -123,8 +126,6 @@ def test_worker_metrics_count_and_time_runs_across_pool_processes(metered: Meter
     assert value(console, "tether_workers_alive") == 1
 
     assert producer.cancel(queued.run_id).value == "cancelled"
-    for handle in quick:
-        assert handle.run_result(timeout=30).status is RunStatus.COMPLETED
     assert slow.run_result(timeout=30).status is RunStatus.COMPLETED
     assert queued.run_result(timeout=30).status is RunStatus.CANCELLED
 

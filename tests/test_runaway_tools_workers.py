@@ -24,8 +24,9 @@ from tether.dev.workers import WorkerFleet
 from tether.producer import Producer
 
 QUEUE = "burnq"
-#: How long the GIL-holding tool should compute: three and a half lease TTLs of the test stack.
-LONG_BURN_S = 6.0
+#: How long the GIL-holding tool should compute: four and a half lease TTLs of the test stack
+#: (the probe that sizes it runs in this busy process, so the burn may come out shorter).
+LONG_BURN_S = 9.0
 FOREVER = 10**9
 
 

@@ -49,18 +49,27 @@ class LiveOrder:
     """Puts batches of both streams in one order, dropping superseded pieces."""
 
     runs: dict[str, _RunState] = field(default_factory=dict)
+    #: Pieces of the catch-up whose step's ``MODEL_REQUEST`` was not in the stream yet.
+    pending: list[LiveDelta] = field(default_factory=list)
 
     def start(
         self, events: Sequence[Fenced], top: Fenced | None, current: Sequence[LiveDelta]
     ) -> list[LiveItem]:
         """The catch-up: the visible events, and the pieces of the step under way (read before
-        the events) when the stream's newest event is still that step's ``MODEL_REQUEST``."""
+        the events) when the stream's newest event is still that step's ``MODEL_REQUEST``.
+        When the request is not in the stream yet (the worker publishes events and pieces on
+        two connections, so on a loaded machine its pieces can land first), the pieces wait
+        for it and come right after it."""
         under_way = (
             bool(current)
             and top is not None
             and _request_key(top) == (current[0].run_id, current[0].fence, current[0].step)
         )
-        return self.batch(events, current if under_way else ())
+        if under_way:
+            return self.batch(events, current)
+        out = self.batch(events, ())
+        self.pending = [d for d in current if self._live(d)]
+        return out
 
     def batch(self, events: Sequence[Fenced], deltas: Iterable[LiveDelta]) -> list[LiveItem]:
         """One batch read together (both streams up to one moment), in order."""
@@ -68,6 +77,9 @@ class LiveOrder:
             self._seen(event.run_id, fence)
         pieces = [d for d in deltas if self._live(d)]
         anchored = {k for k in map(_request_key, events) if k is not None}
+        waiting = [d for d in self.pending if self._live(d)]
+        self.pending = [d for d in waiting if (d.run_id, d.fence, d.step) not in anchored]
+        pieces = [d for d in waiting if (d.run_id, d.fence, d.step) in anchored] + pieces
         out: list[LiveItem] = [d for d in pieces if (d.run_id, d.fence, d.step) not in anchored]
         for fenced in events:
             fence, event = fenced
