@@ -67,9 +67,35 @@ def export_command(
     typer.echo(f"wrote {written} ({fmt.value})")
 
 
+def report_command(
+    results: Annotated[Path, typer.Argument(help="The results file of a batch.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="The page to write (report.html).")],
+    compare: Annotated[
+        Path | None,
+        typer.Option("--compare", help="A baseline results file of the same cases."),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the compare bootstrap.")] = 0,
+    tenant: Annotated[str | None, TENANT] = None,
+    no_transcripts: Annotated[bool, NO_TRANSCRIPTS] = False,
+) -> None:
+    """Write RESULTS as one self-contained HTML page: summary, charts, cases, transcripts."""
+    from tether.producer.ops.batch.outputs.report_data import build_report_data
+    from tether.producer.ops.batch.outputs.report_html import write_report
+    from tether.producer.ops.cli.batch import run_guarded
+
+    def work(_: object) -> Path:
+        events_of = _transcripts(tenant, not no_transcripts)
+        data = build_report_data(results, events_of, compare_to=compare, seed=seed)
+        return write_report(data, out)
+
+    written = run_guarded(work, producer=False)
+    typer.echo(f"wrote {written}")
+
+
 def register(app: typer.Typer) -> None:
     """Add ``export`` and ``report`` to the batch group."""
     app.command("export")(export_command)
+    app.command("report")(report_command)
 
 
-__all__ = ["export_command", "register"]
+__all__ = ["export_command", "register", "report_command"]
