@@ -50,6 +50,8 @@ def create_app(backends: Backends, config: ConsoleConfig) -> Starlette:
         Route("/runs", pages.runs),
         Route("/runs/{run_id}", pages.run),
         Route("/workers", pages.workers),
+        Route("/batches", pages.batches),
+        Route("/batches/{batch_id}/report", pages.batch_report),
         Route("/live/sessions/{session_id}", pages.live_session),
         Route("/live/runs", pages.live_runs),
         Route("/metrics", pages.metrics),
