@@ -14,6 +14,7 @@ bench.publish`` regenerates the README's performance table and docs/performance.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import tempfile
@@ -22,7 +23,7 @@ import traceback
 from dataclasses import asdict
 from pathlib import Path
 
-from bench.core import FULL, QUICK, Bench, Measure
+from bench.core import FULL, QUICK, Bench, Measure, Sizes
 from bench.measures import MEASURES
 from bench.publish import PublishError, publish
 from bench.report import command_line, machine_info, now_iso, write_reports
@@ -46,6 +47,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--log-dir", type=Path, default=None, help="worker/moto logs")
     parser.add_argument(
+        "--size", action="append", default=[], metavar="FIELD=N",
+        help="override one size (e.g. --size p11_cases=200); the results record the sizes used",
+    )
+    parser.add_argument(
         "--name", default="latest", help="base name of the .md/.json written (default latest)"
     )
     parser.add_argument(
@@ -65,6 +70,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def with_overrides(sizes: Sizes, overrides: list[str]) -> Sizes:
+    """``sizes`` with ``FIELD=N`` overrides (refused, naming it, when a field is unknown)."""
+    fields = {f.name: f.type for f in dataclasses.fields(Sizes)}
+    changes: dict[str, float | int] = {}
+    for item in overrides:
+        name, _, text = item.partition("=")
+        if name not in fields or not text:
+            raise SystemExit(f"--size {item!r}: expected FIELD=N with FIELD one of "
+                             f"{', '.join(fields)}")
+        changes[name] = float(text) if "float" in str(fields[name]) else int(text)
+    return dataclasses.replace(sizes, **changes)  # type: ignore[arg-type]
+
+
 def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
@@ -73,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the selected measures; return 0 when every one of them produced a result."""
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    sizes = QUICK if args.quick else FULL
+    sizes = with_overrides(QUICK if args.quick else FULL, args.size)
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="tether-bench-logs-"))
     started = time.monotonic()
     load_start = round(os.getloadavg()[0], 2)

@@ -77,6 +77,11 @@ class Sizes:
     p14_burst_every_s: float = 20.0
     p14_burst: int = 3
     p14_retry_after_s: float = 2.0
+    p11_cases: int = 1000
+    p11_epochs: int = 3
+    p11_trials: int = 3
+    p11_concurrency: int = 16
+    p11_workers: int = 2
 
 
 FULL = Sizes()
@@ -115,6 +120,8 @@ QUICK = Sizes(
     p14_burst_every_s=2.0,
     p14_burst=2,
     p14_retry_after_s=0.3,
+    p11_cases=20,
+    p11_trials=1,
 )
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from bench.capacity import p2_throughput, p5_submit_rate, p6_worker_rss
 from bench.core import Bench, Measure
 from bench.durability import p7_step_durability, p8_resume_after_kill
+from bench.eval_p11 import p11_eval_vs_inspect
 from bench.fanout import p9_producer_fanout
 from bench.latency import p1_latency, p3_long_session, p4_tail_latency, p4w_worker_path
 from bench.model_limits import p14_limit_window, p14r_rate_limited, p14u_allowance_used
@@ -39,4 +40,5 @@ MEASURES: dict[str, Callable[[Bench], Measure]] = {
     "P14": p14_limit_window,
     "P14u": p14u_allowance_used,
     "P14r": p14r_rate_limited,
+    "P11": p11_eval_vs_inspect,
 }

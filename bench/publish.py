@@ -49,7 +49,12 @@ PERF_PAGE = Path("docs") / "performance.md"
 PLOT_DIR = Path("docs") / "img" / "perf"
 SCALING_JSON, SCALING_PLOT = "scaling.json", "scaling.png"
 #: Documents run on their own whose rows join latest.json's in the README (with their command).
-SUPPLEMENTS = (RESULTS / "p10.json", RESULTS / "p13.json", RESULTS / "p14.json")
+SUPPLEMENTS = (
+    RESULTS / "p10.json",
+    RESULTS / "p11.json",
+    RESULTS / "p13.json",
+    RESULTS / "p14.json",
+)
 MIB = 1024 * 1024
 #: A census kind of key is listed in the docs when it held at least this much at a checkpoint.
 CENSUS_MIN_BYTES = MIB // 2

@@ -49,6 +49,10 @@ Per-tenant keys:
 - ``<p>:{<tenant>/~runs:<k>}:<run_id>`` (string): the run-id index, run id to session id, so a
   bare run id (``tether wait RUN_ID``) finds its session; ``k`` spreads it over
   :data:`RUN_INDEX_SHARDS` slots. ``~`` is refused in ids, so this never names a session.
+- ``<p>:{<tenant>/~batches}`` (zset): the tenant's batches a producer ran lately, member the
+  batch id, score its record's last update (ms); ``<p>:{<tenant>/~batches}:<batch_id>``
+  (string): that batch's progress record (JSON, see :mod:`tether.producer.ops.batch.boards`),
+  rewritten at most once a second while it runs, expiring one result TTL after the last write.
 
 - ``<p>:{<tenant>/~usage}:<YYYYMMDD>`` (hash: ``input``, ``output``, ``cached``,
   ``reasoning``, ``cost_nano``, ``runs``, ``unpriced``): what the tenant's runs used that UTC
@@ -297,6 +301,14 @@ class RedisKeys:
         ``<tenant>/<session>/<run_id>``, score when it began to wait (ms); what each waits for
         is its record's ``waiting`` field."""
         return f"{self.prefix}:{{~waiting}}"
+
+    def batches(self, tenant: str) -> str:
+        """The tenant's batch index: batch ids scored by their record's last update (ms)."""
+        return f"{self.prefix}:{{{validate_tenant(tenant)}/~batches}}"
+
+    def batch(self, tenant: str, batch_id: str) -> str:
+        """The progress record of one batch of ``tenant`` (in its index's slot)."""
+        return f"{self.batches(tenant)}:{validate_id(batch_id, kind='batch id')}"
 
     def worker(self, worker_id: str) -> str:
         """The presence record of one worker process group (see :mod:`tether.runs.presence`);

@@ -14,29 +14,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
-from tests.support.console import CHROMIUM, CHROMIUM_ARGS, CHROMIUM_MISSING, Console
+from tests.support.browser import browser, page
+from tests.support.console import Console
 from tests.support.stack import Stack, unique
 from tether.core.results import RunStatus
 from tether.producer import Producer
 
 README_SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "img" / "console.png"
-WAIT_MS = 30_000
 
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    """Headless Chromium from /usr/bin/chromium (Playwright's driver, no browser download)."""
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(CHROMIUM_MISSING, pytrace=False)
-    expect.set_options(timeout=WAIT_MS)
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+__all__ = ["browser", "page"]  # fixtures used by name
 
 
 @pytest.fixture(scope="module")
@@ -44,17 +32,6 @@ def console(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     """``tether console --actions`` on the shared stack."""
     with Console(stack.env, tmp_path_factory.mktemp("console"), "--actions") as running:
         yield running
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    """A fresh browser tab (its own cookies)."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(WAIT_MS)
-    try:
-        yield context.new_page()
-    finally:
-        context.close()
 
 
 def test_the_console_finds_a_session_a_worker_just_ran(

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tether.producer.ops.batch.boards.redis import RedisBatchBoard
+from tether.producer.ops.batch.boards.reporter import BatchReporter
 from tether.producer.ops.batch.engine import BatchRunner, Unit
 from tether.producer.ops.batch.progress import BatchProgress
 from tether.producer.ops.batch.results import CaseResult, ResultsFile
@@ -100,8 +102,11 @@ class BatchRun:
                 seen(result)
 
         resumed = results.open(existing)
+        reporter = self._reporter(out, total, stats)
+        done = False
         try:
             started = time.monotonic()
+            reporter.start()
             ui = BatchProgress(
                 batch_id=self.batch_id,
                 total=total,
@@ -109,6 +114,7 @@ class BatchRun:
                 failed=stats.failed,
                 enabled=options.progress,
                 console=options.console,
+                on_case=reporter.tick,
             )
             runner = BatchRunner(
                 self.producer,
@@ -122,8 +128,10 @@ class BatchRun:
             )
             with ui:
                 runner.run(units)
+            done = True
         finally:
             results.close()
+            reporter.end(finished=done)
         return build_summary(
             stats,
             epochs=options.epochs,
@@ -138,6 +146,15 @@ class BatchRun:
             concurrency=options.concurrency,
             max_in_flight=runner.max_in_flight,
         )
+
+
+    def _reporter(self, out: Path, total: int, stats: SummaryStats) -> BatchReporter:
+        """Keeps this batch's record on the namespace's board (the console's Batches page)."""
+        settings = self.producer.settings
+        board = RedisBatchBoard(self.producer.redis, self.producer.keys,
+                                ttl_s=settings.result_ttl_s)
+        return BatchReporter(board, tenant=self.options.tenant or settings.tenant,
+                             batch_id=self.batch_id, results=out, total=total, stats=stats)
 
 
 __all__ = ["BatchRun", "EventsReader", "judge_client_factory"]

@@ -1,7 +1,9 @@
-"""The live progress bar of a batch (rich, on stderr): done and failed counts, runs/s, ETA."""
+"""The live progress bar of a batch (rich, on stderr): done and failed counts, runs/s, ETA; and
+the hook that keeps the batch's progress record (the console's Batches page) up to date."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import TracebackType
 
 from rich.console import Console
@@ -38,6 +40,7 @@ class BatchProgress:
         failed: how many of those failed.
         enabled: show the bar.
         console: where to draw (default: stderr, so stdout stays clean for ``--json``).
+        on_case: called after every finished case (with or without a bar).
     """
 
     def __init__(
@@ -49,7 +52,9 @@ class BatchProgress:
         failed: int,
         enabled: bool,
         console: Console | None = None,
+        on_case: Callable[[], None] | None = None,
     ) -> None:
+        self._on_case = on_case
         self._failed = failed
         self._runs = 0
         self._progress: Progress | None = None
@@ -96,6 +101,8 @@ class BatchProgress:
         self._failed += int(failed)
         if self._progress is not None:
             self._progress.update(self._task, advance=1, failed=self._failed)
+        if self._on_case is not None:
+            self._on_case()
 
 
 __all__ = ["BatchProgress"]

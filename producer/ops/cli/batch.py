@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from tether.producer.ops.cli import batch_tools
+from tether.producer.ops.cli import batch_outputs, batch_tools
 
 if TYPE_CHECKING:  # the settings (pydantic-settings) too: `tether --help` does not need them
     from tether.producer.ops.batch import BatchOptions, BatchSummary
@@ -207,6 +207,7 @@ def run_guarded(work: Any, *, producer: bool = True) -> Any:
 
 
 batch_tools.register(batch_app)
+batch_outputs.register(batch_app)
 
 
 def register(app: typer.Typer) -> None:

@@ -54,6 +54,8 @@ def create_app(backends: Backends, config: ConsoleConfig) -> Starlette:
         Route("/workers", pages.workers),
         Route("/schedules", pages.schedules),
         Route("/webhooks", pages.webhooks),
+        Route("/batches", pages.batches),
+        Route("/batches/{batch_id}/report", pages.batch_report),
         Route("/live/sessions/{session_id}", pages.live_session),
         Route("/live/runs", pages.live_runs),
         Route("/metrics", pages.metrics),

@@ -15,12 +15,13 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST
 from sse_starlette import EventSourceResponse
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
-from tether.errors import InvalidId, TetherError
+from tether.errors import InvalidId, InvalidInput, TetherError
 from tether.ids import validate_id
 from tether.producer.ops.console.backends import Backends
+from tether.producer.ops.console.batches_view import batch_report_html, list_batch_rows
 from tether.producer.ops.console.config import ConsoleConfig
 from tether.producer.ops.console.fmt import fmt_duration, fmt_time, fmt_usd
 from tether.producer.ops.console.live import LiveFeeds, TooManyFeeds
@@ -145,6 +146,23 @@ class Pages:
 
         dead = dead_letters(self.b.producer()).list(tenant=self.config.tenant)
         return self.page(request, "webhooks.html", dead=dead)
+    def batches(self, request: Request) -> Response:
+        rows = list_batch_rows(self.b, self.config.tenant)
+        return self.page(request, "batches.html", rows=rows)
+
+    def batch_report(self, request: Request) -> Response:
+        batch_id = request.path_params["batch_id"]
+        what = f"batch {batch_id!r} of tenant {self.config.tenant!r}"
+        try:
+            html = batch_report_html(self.b, self.config.tenant, validate_id(batch_id))
+        except InvalidId:
+            return self.not_found(request, f"{what} not found")
+        except InvalidInput as exc:
+            return self.page(request, "error.html", 404, title="No report", error=str(exc))
+        if html is None:
+            return self.not_found(request, f"{what} not found (records expire after "
+                                  "TETHER_RESULT_TTL_S)")
+        return HTMLResponse(html)
 
     def metrics(self, request: Request) -> Response:
         return Response(render(self.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,159 @@
+"""P11: batch evaluation with a model-graded scorer, Tether against Inspect AI, in one run.
+
+The same dataset (``p11_cases`` one-turn cases), ``p11_epochs`` epochs and a model-graded scorer
+on both sides, trials alternated (which side goes first alternates too):
+
+- **Tether**: ``run_batch(..., epochs=N, scorers=["judge"])`` at concurrency ``p11_concurrency``
+  on ``p11_workers`` single-process workers; the agent (``assistant``, one model call) and the
+  judge both talk HTTP to the test OpenAI-compatible server (its own process), which answers
+  ``{"reasoning": ..., "score": 1}`` (a valid verdict, and the agent's output); Redis and S3
+  (moto) are the bench stack's.
+- **Inspect AI**: ``eval()`` in its own process (:mod:`bench.inspect_side`) with the ``mockllm``
+  provider for the solver (``generate()``) and for ``model_graded_qa``, ``max_samples`` =
+  ``max_connections`` = the same concurrency; its import is not timed.
+
+Figure: the median Tether wall time over the median Inspect wall time (target <= 0.5); the
+per-sample overhead of each side (wall time / samples) is in the extra columns. Every sample
+must be scored and pass on both sides, or the measure fails.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.core import Bench, BenchFailure, Measure, Stats, Target
+from bench.stack import bench_settings
+from tests.support.openai_fixture import OpenAIServer, start_openai_server
+from tether.dev.workers import WorkerProcess
+from tether.producer.client import Producer
+from tether.producer.ops.batch import run_batch
+
+QUEUE = "p11"
+MODEL = "test-model"
+VERDICT = json.dumps({"reasoning": "matches the reference", "score": 1})
+INSPECT_TIMEOUT_S = 3600
+
+
+def _start_workers(bench: Bench, server: OpenAIServer) -> list[WorkerProcess]:
+    stack = bench.stack
+    env = {**stack.env, "TETHER_QUEUE": QUEUE, "TETHER_OPENAI_BASE_URL": server.base_url,
+           "TETHER_OPENAI_API_KEY": server.api_key, "TETHER_OPENAI_MODEL": MODEL,
+           "TETHER_OPENAI_API": "chat"}
+    workers = [WorkerProcess(f"p11w{i + 1}", env, stack.log_dir, concurrency=1, queue=QUEUE)
+               for i in range(bench.sizes.p11_workers)]
+    stack.extra_workers.extend(workers)
+    for worker in workers:  # boot in parallel
+        worker.start(wait=False)
+    for worker in workers:
+        worker.wait_ready(120.0)
+    return workers
+
+
+def _tether_trial(bench: Bench, producer: Producer, cases: Path, folder: Path, n: int) -> float:
+    sz = bench.sizes
+    out = folder / f"tether-{n}.results.jsonl"
+    started = time.perf_counter()
+    summary = run_batch(producer, cases, agent="assistant", concurrency=sz.p11_concurrency,
+                        out=out, batch_id=f"p11-{bench.tag}-{n}", epochs=sz.p11_epochs,
+                        scorers=["judge"])
+    wall_s = time.perf_counter() - started
+    samples = sz.p11_cases * sz.p11_epochs
+    if summary.finished != samples or summary.passed != samples:
+        raise BenchFailure(f"P11 Tether trial {n}: {summary.passed} of {summary.finished} "
+                           f"samples passed, {samples} expected")
+    return wall_s
+
+
+def _inspect_trial(bench: Bench, folder: Path, n: int) -> float:
+    sz = bench.sizes
+    argv = [sys.executable, "-m", "bench.inspect_side", str(sz.p11_cases), str(sz.p11_epochs),
+            str(sz.p11_concurrency), str(folder / f"inspect-{n}")]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=INSPECT_TIMEOUT_S,
+                          check=False)
+    if done.returncode != 0:
+        raise BenchFailure(f"P11 Inspect trial {n} exited {done.returncode}: {done.stderr[-800:]}")
+    doc = json.loads(done.stdout.strip().splitlines()[-1])
+    samples = sz.p11_cases * sz.p11_epochs
+    if doc["status"] != "success" or doc["correct"] != samples:
+        raise BenchFailure(f"P11 Inspect trial {n}: {doc}")
+    return float(doc["wall_s"])
+
+
+def _trials(bench: Bench) -> tuple[list[float], list[float]]:
+    sz = bench.sizes
+    server = start_openai_server("sk-p11-" + secrets.token_hex(8))
+    server.default_reply(VERDICT)
+    settings = bench_settings(bench.stack.redis_url, bench.stack.s3_endpoint, queue=QUEUE,
+                              openai_base_url=server.base_url, openai_api_key=server.api_key,
+                              openai_model=MODEL, openai_api="chat")
+    producer = Producer(settings)
+    workers: list[WorkerProcess] = []
+    tether: list[float] = []
+    inspect: list[float] = []
+    try:
+        workers = _start_workers(bench, server)
+        with tempfile.TemporaryDirectory(prefix="p11-") as tmp:
+            folder = Path(tmp)
+            cases = folder / "cases.jsonl"
+            cases.write_text("".join(
+                json.dumps({"id": f"c{i}", "input": f"question {i}", "expected": "the answer"})
+                + "\n" for i in range(sz.p11_cases)))
+            for n in range(sz.p11_trials):
+                if n % 2 == 0:
+                    inspect.append(_inspect_trial(bench, folder, n))
+                    tether.append(_tether_trial(bench, producer, cases, folder, n))
+                else:
+                    tether.append(_tether_trial(bench, producer, cases, folder, n))
+                    inspect.append(_inspect_trial(bench, folder, n))
+                server.reset()
+                server.default_reply(VERDICT)
+    finally:
+        producer.close()
+        for worker in workers:
+            worker.stop()
+            bench.stack.extra_workers.remove(worker)
+        server.close()
+    return tether, inspect
+
+
+def p11_eval_vs_inspect(bench: Bench) -> Measure:
+    """Tether's batch with a judge against Inspect AI's eval() with a model-graded scorer."""
+    sz = bench.sizes
+    tether, inspect = _trials(bench)
+    t, i = Stats.of(tether), Stats.of(inspect)
+    samples = sz.p11_cases * sz.p11_epochs
+    return Measure(
+        id="P11",
+        name=(f"{sz.p11_cases} cases x {sz.p11_epochs} epochs with a model-graded scorer, "
+              f"wall time vs Inspect AI eval()"),
+        unit="s",
+        tether=t,
+        baseline=i,
+        baseline_name="Inspect AI eval(), mockllm",
+        value=t.median / i.median,
+        value_of="median wall time ratio",
+        target=Target("<=", 0.5, "x"),
+        extra={
+            "samples per trial": samples,
+            "trials": sz.p11_trials,
+            "Tether per-sample (ms)": round(1000 * t.median / samples, 2),
+            "Inspect per-sample (ms)": round(1000 * i.median / samples, 2),
+            "Tether samples/s": round(samples / t.median, 1),
+            "Inspect samples/s": round(samples / i.median, 1),
+        },
+        note=(
+            f"{sz.p11_trials} trials alternated (the first side alternates); Tether: run_batch "
+            f"at concurrency {sz.p11_concurrency} on {sz.p11_workers} single-process workers, "
+            f"agent 'assistant' (one model call) and the judge scorer both over HTTP to the "
+            f"test OpenAI server (own process), results file, Redis and S3 (moto); Inspect: "
+            f"eval() in its own process (import not timed), mockllm for generate() and "
+            f"model_graded_qa, max_samples = max_connections = {sz.p11_concurrency}; every "
+            f"sample scored and passed on both sides"
+        ),
+    )
