@@ -24,6 +24,7 @@ from tether.producer.ops.console.backends import Backends
 from tether.producer.ops.console.batches_view import batch_report_html, list_batch_rows
 from tether.producer.ops.console.config import ConsoleConfig
 from tether.producer.ops.console.fmt import fmt_duration, fmt_time, fmt_usd
+from tether.producer.ops.console.guard import SELF_CONTAINED_CSP
 from tether.producer.ops.console.live import LiveFeeds, TooManyFeeds
 from tether.producer.ops.console.metrics import console_registry, render
 from tether.producer.ops.console.runs_view import RUN_STATUSES, get_run, list_runs
@@ -162,7 +163,8 @@ class Pages:
         if html is None:
             return self.not_found(request, f"{what} not found (records expire after "
                                   "TETHER_RESULT_TTL_S)")
-        return HTMLResponse(html)
+        # the report is one self-contained file: its inline script and style run, nothing loads
+        return HTMLResponse(html, headers={"content-security-policy": SELF_CONTAINED_CSP})
 
     def metrics(self, request: Request) -> Response:
         return Response(render(self.registry), media_type=CONTENT_TYPE_LATEST)
