@@ -97,9 +97,18 @@ S3_FAILURES = {"RetriesExhausted", "StoreUnavailable"}
 
 
 def _s3_workload(
-    chaos: ChaosStack, fault: Callable[[], None], *, sessions: int = 4, per_session: int = 3
+    chaos: ChaosStack,
+    fault: Callable[[], None],
+    heal: Callable[[], None] | None = None,
+    *,
+    sessions: int = 4,
+    per_session: int = 3,
 ) -> tuple[dict[str, str], float]:
-    """Submit runs, apply ``fault`` while they are in flight, heal, and audit every session.
+    """Apply ``fault``, submit runs, ``heal`` (it may wait while they are in flight), and audit
+    every session.
+
+    The fault starts before the runs are submitted: started after, it was missed by runs that
+    had all committed while the producer of the test was still submitting (a loaded machine).
 
     Returns the outcome counts and the seconds until every handle resolved.
     """
@@ -107,13 +116,15 @@ def _s3_workload(
     plan = {unique("s3"): [f"f{i}" for i in range(per_session)] for _ in range(sessions)}
     for sid in plan:  # every session exists before the fault: a lost head would show
         producer.run(sid, "remember base", agent="notes", wait_s=60)
+    started = time.monotonic()
+    fault()
     handles = {
         (sid, fact): producer.run_async(sid, f"remember {fact}", agent="notes")
         for sid, facts in plan.items()
         for fact in facts
     }
-    started = time.monotonic()
-    fault()
+    if heal is not None:
+        heal()
     outcomes = {key: _outcome(h) for key, h in handles.items()}
     resolve_s = time.monotonic() - started
     chaos.proxy.passthrough()
@@ -142,7 +153,6 @@ def test_s3_500s_for_a_while_retry_or_fail_clearly(chaos: ChaosStack) -> None:
     before = chaos.proxy.stats["error"]
 
     def outage() -> None:
-        chaos.proxy.set_mode("error")
         time.sleep(3.0)
         # on a loaded machine the retries back off past 3 s: the outage lasts until it was hit
         deadline = time.monotonic() + 30
@@ -150,7 +160,7 @@ def test_s3_500s_for_a_while_retry_or_fail_clearly(chaos: ChaosStack) -> None:
             time.sleep(0.1)
         chaos.proxy.passthrough()
 
-    counts, seconds = _s3_workload(chaos, outage)
+    counts, seconds = _s3_workload(chaos, lambda: chaos.proxy.set_mode("error"), outage)
     assert chaos.proxy.stats["error"] - before > 5  # the outage was really hit
     print(f"\nS3 500s for 3 s: {counts} in {seconds:.1f} s")
 
@@ -159,13 +169,12 @@ def test_s3_stopped_endpoint_retry_or_fail_clearly(chaos: ChaosStack) -> None:
     before = chaos.proxy.stats["refuse"]
 
     def stopped() -> None:
-        chaos.proxy.set_mode("refuse")
         time.sleep(3.0)
         chaos.proxy.passthrough()
 
     # _s3_workload asserts each run COMPLETED or failed with a clear S3 error, and that every
     # session recalls exactly its completed runs and verifies
-    counts, seconds = _s3_workload(chaos, stopped)
+    counts, seconds = _s3_workload(chaos, lambda: chaos.proxy.set_mode("refuse"), stopped)
     assert chaos.proxy.stats["refuse"] - before > 0  # connections were really refused
     assert sum(int(n) for n in counts.values()) == 4 * 3  # every handle resolved
     print(f"\nS3 refusing connections for 3 s: {counts} in {seconds:.1f} s")
@@ -173,11 +182,12 @@ def test_s3_stopped_endpoint_retry_or_fail_clearly(chaos: ChaosStack) -> None:
 
 def test_s3_slow_endpoint_completes(chaos: ChaosStack) -> None:
     def slow() -> None:
-        chaos.proxy.set_mode("delay", delay_s=0.3)
         time.sleep(2.0)
         chaos.proxy.passthrough()
 
-    counts, seconds = _s3_workload(chaos, slow, sessions=3, per_session=2)
+    counts, seconds = _s3_workload(
+        chaos, lambda: chaos.proxy.set_mode("delay", delay_s=0.3), slow, sessions=3, per_session=2
+    )
     assert counts == {"COMPLETED": "6"}
     assert chaos.proxy.stats["delay"] > 0
     print(f"\nS3 +0.3 s per request for 2 s: {counts} in {seconds:.1f} s")
