@@ -285,6 +285,10 @@ def test_await_handle_in_asyncio(live_stack: Stack) -> None:
         handles = [
             live_stack.producer.run_async(f"{sid}-{i}", f"hi {i}", agent="echo") for i in range(5)
         ]
+        # Submitted last, a run that sleeps 1 s keeps the gather waiting whatever the load: on a
+        # busy machine the echo runs had all committed while the submissions were still going on,
+        # so the gather returned before the ticker's second tick.
+        handles.append(live_stack.producer.run_async(f"{sid}-slow", "sleep 1", agent="sleepy"))
         ticks = 0
 
         async def ticker() -> None:
@@ -297,7 +301,8 @@ def test_await_handle_in_asyncio(live_stack: Stack) -> None:
         results = await asyncio.gather(*handles)  # type: ignore[arg-type]
         task.cancel()
         assert ticks > 1  # the loop kept running while we waited
-        return [r.output or "" for r in results]
+        assert results[-1].status == "COMPLETED", results[-1]
+        return [r.output or "" for r in results[:-1]]
 
     assert asyncio.run(main()) == [f"echo: hi {i}" for i in range(5)]
 

@@ -89,16 +89,17 @@ def test_isolated_tool_is_killed_at_its_limit_and_the_worker_goes_on(
 
 def _burn_exponent(seconds: float) -> int:
     """An exponent ``n`` for which ``pow(7, n)`` takes at least about ``seconds`` on this machine:
-    time a small call and scale by Karatsuba's n**1.585. The fastest of three probes measures
-    the core, not the load beside it (a probe slowed by a busy neighbour gave a burn that ended
-    before two lease TTLs once the worker ran on a quieter core); load only makes the burn
-    longer."""
+    time a small call and scale by Karatsuba's n**1.585. The probe is timed in this thread's CPU
+    time, not wall time, so it measures the core, not the load beside it: a probe slowed by busy
+    neighbours (make test-stress) gave a burn that ended before two lease TTLs once the worker
+    ran while the machine was quieter. The burn's wall time is at least its CPU time, so load
+    only makes it longer."""
     probe = 2_000_000
     fastest_s = float("inf")
     for _ in range(3):
-        started = time.perf_counter()
+        started = time.thread_time()
         pow(7, probe)
-        fastest_s = min(fastest_s, time.perf_counter() - started)
+        fastest_s = min(fastest_s, time.thread_time() - started)
     return int(probe * (seconds / max(fastest_s, 1e-3)) ** (1 / 1.585))
 
 
