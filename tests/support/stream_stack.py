@@ -19,7 +19,10 @@ from tether.producer import Producer
 
 QUEUE = "streamq"
 MAX_LEN = 200
-TTL_S = 5
+#: Long enough for a `tether tail` process to start and attach while a gated step waits: the
+#: channel expires this long after its last piece, and beside two CPU hogs (make test-stress) the
+#: tail took over 5 s to attach and found step 0's first pieces gone.
+TTL_S = 20
 
 
 @dataclass
