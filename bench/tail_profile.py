@@ -2,6 +2,7 @@
 
     python -m bench.tail_profile                       # 1000 runs each side, label "after"
     python -m bench.tail_profile --runs 300 --label before
+    python -m bench.tail_profile --label after --record-p1 DIR/latest.json   # a P1 run's row
 
 Runs P1's workload through the real stack (:func:`bench.stack.start_stack`: private Redis, moto
 S3, two Tether and two hand-written-task workers, one pool child each): 1-step ``echo`` runs
@@ -206,6 +207,53 @@ def profile(runs: int, warmup: int, sessions: int, log_dir: Path) -> dict[str, A
     }
 
 
+def p1_row(path: Path, label: str) -> dict[str, Any]:
+    """P1's figures from a ``python -m bench --only P1`` result document (for the table of
+    repeated P1 runs beside the profiles)."""
+    document = json.loads(path.read_text())
+    (m,) = [row for row in document["measures"] if row["id"] == "P1"]
+    t, b = m["tether"], m["baseline"]
+    return {
+        "label": label,
+        "date": document["date"],
+        "commit": document["machine"]["git_commit"],
+        "median_ratio": round(t["median"] / b["median"], 3),
+        "p99_ratio": round(t["p99"] / b["p99"], 3),
+        "tether_median_ms": round(t["median"], 2),
+        "baseline_median_ms": round(b["median"], 2),
+        "tether_p99_ms": round(t["p99"], 2),
+        "baseline_p99_ms": round(b["p99"], 2),
+        "load_1m": [
+            document.get("load_average_1m_start"),
+            document["machine"].get("load_average_1m_end"),
+        ],
+    }
+
+
+def _p1_lines(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    lines = [
+        "",
+        "## `python -m bench --only P1`, repeated",
+        "",
+        "P1's own figures (200 runs a side) of each run, with the machine's load average (1 min) "
+        "at its start and end: other jobs shared the 2 CPUs.",
+        "",
+        "| label | commit | Tether median / p99 ms | hand-written median / p99 ms | median ratio "
+        "| p99 ratio | load |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['label']} | {r['commit']} | {r['tether_median_ms']:.1f} / "
+            f"{r['tether_p99_ms']:.1f} | {r['baseline_median_ms']:.1f} / "
+            f"{r['baseline_p99_ms']:.1f} | {r['median_ratio']:.2f}x | {r['p99_ratio']:.2f}x | "
+            f"{r['load_1m'][0]} / {r['load_1m'][1]} |"
+        )
+    return lines
+
+
 def markdown(document: dict[str, Any]) -> str:
     """The labelled profiles side by side, then each one's slowest runs."""
     labels = list(document["profiles"])
@@ -214,11 +262,14 @@ def markdown(document: dict[str, Any]) -> str:
         "",
         "Written by `python -m bench.tail_profile` (P1's workload on the real stack; garbage "
         "collector pauses from `gc.callbacks` in the Tether workers' processes and the client, "
-        "on the wall clock; a task's own time from Celery's `succeeded in`).",
+        "on the wall clock; a task's own time from Celery's `succeeded in`). Other jobs shared "
+        "the 2 CPUs (the load in the last column): medians move with it, on both sides; what a "
+        "profile shows is which collections the slowest runs contain.",
         "",
         "| label | commit | runs | Tether median / p99 ms | hand-written median / p99 ms "
-        "| median ratio | p99 ratio | slowest 1% with a full GC | full GCs in pool children |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| median ratio | p99 ratio | slowest 1% with a full GC | full GCs in pool children "
+        "| load at the end |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label in labels:
         p = document["profiles"][label]
@@ -231,8 +282,9 @@ def markdown(document: dict[str, Any]) -> str:
             f"{t['stats']['p99']:.1f} | {b['stats']['median']:.1f} / {b['stats']['p99']:.1f} | "
             f"{p['median_ratio']:.2f}x | {p['p99_ratio']:.2f}x | "
             f"{t['slowest_1pct_with_full_gc']} of {len(t['slowest_1pct'])} | "
-            f"{full} (longest {worst:.1f} ms) |"
+            f"{full} (longest {worst:.1f} ms) | {p.get('load_average_1m_end', '?')} |"
         )
+    lines += _p1_lines(document.get("p1_runs", []))
     for label in labels:
         p = document["profiles"][label]
         lines += ["", f"## {label}: the slowest 1% of Tether's runs", ""]
@@ -258,17 +310,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, default=10)
     parser.add_argument("--label", default="after")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument(
+        "--record-p1",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="JSON",
+        help="add the P1 row of a `python -m bench --only P1` result (under --label) instead "
+        "of profiling",
+    )
     args = parser.parse_args(argv)
-    log_dir = Path(tempfile.mkdtemp(prefix="tether-tail-"))
-    result = profile(args.runs, args.warmup, args.sessions, log_dir)
     path = args.out / f"{NAME}.json"
     document: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {"profiles": {}}
-    document["profiles"][args.label] = result
+    if args.record_p1:
+        rows = document.setdefault("p1_runs", [])
+        rows.extend(p1_row(p, args.label) for p in args.record_p1)
+    else:
+        log_dir = Path(tempfile.mkdtemp(prefix="tether-tail-"))
+        document["profiles"][args.label] = profile(args.runs, args.warmup, args.sessions, log_dir)
+        print(f"logs in {log_dir}", file=sys.stderr)
     args.out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=1) + "\n")
     (args.out / f"{NAME}.md").write_text(markdown(document))
     print(markdown(document))
-    print(f"wrote {path} (logs in {log_dir})", file=sys.stderr)
+    print(f"wrote {path}", file=sys.stderr)
     return 0
 
 
