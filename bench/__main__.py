@@ -47,7 +47,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--log-dir", type=Path, default=None, help="worker/moto logs")
     parser.add_argument(
-        "--size", action="append", default=[], metavar="FIELD=N",
+        "--size",
+        action="append",
+        default=[],
+        metavar="FIELD=N",
         help="override one size (e.g. --size p11_cases=200); the results record the sizes used",
     )
     parser.add_argument(
@@ -77,8 +80,9 @@ def with_overrides(sizes: Sizes, overrides: list[str]) -> Sizes:
     for item in overrides:
         name, _, text = item.partition("=")
         if name not in fields or not text:
-            raise SystemExit(f"--size {item!r}: expected FIELD=N with FIELD one of "
-                             f"{', '.join(fields)}")
+            raise SystemExit(
+                f"--size {item!r}: expected FIELD=N with FIELD one of {', '.join(fields)}"
+            )
         changes[name] = float(text) if "float" in str(fields[name]) else int(text)
     return dataclasses.replace(sizes, **changes)  # type: ignore[arg-type]
 
@@ -117,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             verdict = {None: "info", True: "met", False: "MISSED"}[measure.met]
             _say(
                 f"[{measure_id}] {time.monotonic() - t0:.1f} s: {measure.value:.3f} "
-                f"({measure.value_of}), target {measure.target or '-'}: {verdict}"
+                f"({measure.value_of}), target {measure.target_text}: {verdict}"
             )
         meta = {
             "date": now_iso(),

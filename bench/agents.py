@@ -64,7 +64,12 @@ def _steps10(delay_s: float) -> Agent:
             return ModelResponse.final(STEPS10_ANSWER)
         return ModelResponse.call(f"call_{len(items)}", "tick", {"n": done + 1})
 
-    return Agent(ScriptedModel(responder=respond), "scripted-steps10", tools=[tick], name="steps10")
+    return Agent(
+        ScriptedModel(responder=respond, keep_requests=0),
+        "scripted-steps10",
+        tools=[tick],
+        name="steps10",
+    )
 
 
 TETHER_AGENTS["steps10"] = lambda: _steps10(0.0)
@@ -120,7 +125,12 @@ def _p10_answer() -> Agent:
             return ModelResponse.final(P10_ANSWER)
         return ModelResponse.call("call_fetch", "fetch", {"topic": "streams"}, text="fetching")
 
-    return Agent(ScriptedModel(responder=respond), "scripted-answer", tools=[fetch], name="p10")
+    return Agent(
+        ScriptedModel(responder=respond, keep_requests=0),
+        "scripted-answer",
+        tools=[fetch],
+        name="p10",
+    )
 
 
 TETHER_AGENTS["p10-stamped"] = _p10_stamped
@@ -141,7 +151,9 @@ def priced_echo_agent() -> Agent:
     def respond(request: ModelRequest) -> ModelResponse:
         return ModelResponse.final(f"echo: {len(request.items)}", usage=call)
 
-    return Agent(ScriptedModel(responder=respond), PRICED_MODEL, name="priced-echo")
+    return Agent(
+        ScriptedModel(responder=respond, keep_requests=0), PRICED_MODEL, name="priced-echo"
+    )
 
 
 TETHER_AGENTS["priced-echo"] = priced_echo_agent

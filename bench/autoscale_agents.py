@@ -54,7 +54,7 @@ def _stepping_agent() -> Agent:
         return ModelResponse.call(f"call_{uuid.uuid4().hex[:12]}", "effect", {})
 
     return Agent(
-        ScriptedModel(responder=respond),
+        ScriptedModel(responder=respond, keep_requests=0),
         "scripted-steps",
         tools=[effect],
         name="stepper",

@@ -185,7 +185,8 @@ class Measure:
     """One row of the result table.
 
     ``value`` is the figure compared with ``target``: a Tether/baseline ratio for P1, P2, P5, a
-    late/early ratio for P3, a p99 in ms for P4, an RSS ratio for P6.
+    late/early ratio for P3, a p99 in ms for P4, an RSS ratio for P6. ``tail_target``, when set,
+    bounds the p99 ratio (:attr:`tail_value`) too (P1): a median alone hides a slow 1%.
     """
 
     id: str
@@ -201,11 +202,31 @@ class Measure:
     note: str = ""
     extra: dict[str, float | int | str] = field(default_factory=dict)
     series: dict[str, list[float]] = field(default_factory=dict)
+    tail_target: Target | None = None
+
+    @property
+    def tail_value(self) -> float | None:
+        """The p99 ratio, Tether / baseline (None without a baseline)."""
+        if self.baseline is None or self.baseline.p99 <= 0:
+            return None
+        return self.tether.p99 / self.baseline.p99
 
     @property
     def met(self) -> bool | None:
-        """Whether the target is met (None: informational row)."""
-        return None if self.target is None else self.target.met(self.value)
+        """Whether the target (and the tail target, when set) is met (None: informational)."""
+        if self.target is None:
+            return None
+        tail = self.tail_value
+        tail_met = self.tail_target is None or (tail is not None and self.tail_target.met(tail))
+        return self.target.met(self.value) and tail_met
+
+    @property
+    def target_text(self) -> str:
+        """The target cell: ``≤ 1.1x``, with the tail target ``≤ 1.1x, p99 ≤ 1.5x``."""
+        if self.target is None:
+            return "-"
+        tail = f", p99 {self.tail_target}" if self.tail_target is not None else ""
+        return f"{self.target}{tail}"
 
 
 @dataclass

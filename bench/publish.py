@@ -87,11 +87,13 @@ def _measure(row: dict[str, Any]) -> Measure:
     fields = {k: v for k, v in row.items() if k in _MEASURE_FIELDS}
     fields["tether"] = Stats(**row["tether"])
     fields["baseline"] = Stats(**row["baseline"]) if row.get("baseline") else None
-    target = row.get("target")
-    fields["target"] = (
-        Target(target["op"], target["value"], target.get("unit", "x")) if target else None
-    )
+    fields["target"] = _target(row.get("target"))
+    fields["tail_target"] = _target(row.get("tail_target"))
     return Measure(**fields)
+
+
+def _target(target: dict[str, Any] | None) -> Target | None:
+    return Target(target["op"], target["value"], target.get("unit", "x")) if target else None
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -223,7 +225,7 @@ def readme_block(
             baseline += f", {m.baseline_name}"
         lines.append(
             f"| {m.id} | {m.name} | {_stats_cell(m.tether, m.unit, p99=full)} | {baseline} | "
-            f"{_result_cell(m, tails=full)} | {m.target or '-'} | {_verdict(m)} |"
+            f"{_result_cell(m, tails=full)} | {m.target_text} | {_verdict(m)} |"
         )
     notes = [_per_run_line(latest), _soak_line(soaks), _scaling_line(scaling), _cli_line(cli)]
     lines += ["", *(f"- {n}" for n in notes if n)]

@@ -21,7 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench.core import Measure, Stats
+from bench.core import Measure, Stats, Target
 from tether.persistence.redis_conn import redis_from_url
 
 PACKAGES = ("tether", "celery", "kombu", "redis", "boto3", "botocore", "moto", "pydantic")
@@ -121,7 +121,15 @@ def _cell(stats: Stats | None, unit: str) -> str:
 
 
 def _value(m: Measure) -> str:
-    return f"{m.value:.2f}x" if m.value_unit == "x" else f"{m.value:.2f} {m.value_unit}"
+    value = f"{m.value:.2f}x" if m.value_unit == "x" else f"{m.value:.2f} {m.value_unit}"
+    tail = m.tail_value if m.tail_target is not None else None
+    return value if tail is None else f"{value} (p99 {tail:.2f}x)"
+
+
+def _target_json(target: Target | None) -> dict[str, Any] | None:
+    if target is None:
+        return None
+    return {"op": target.op, "value": target.value, "unit": target.unit, "text": str(target)}
 
 
 def _verdict(m: Measure) -> str:
@@ -164,7 +172,7 @@ def markdown(measures: list[Measure], meta: dict[str, Any]) -> str:
     for m in measures:
         lines.append(
             f"| {m.id} | {m.name} | {_cell(m.tether, m.unit)} | {_cell(m.baseline, m.unit)} | "
-            f"{_value(m)} | {m.target or '-'} | {_verdict(m)} |"
+            f"{_value(m)} | {m.target_text} | {_verdict(m)} |"
         )
     lines.append("")
     for m in measures:
@@ -259,16 +267,10 @@ def to_json(measures: list[Measure], meta: dict[str, Any]) -> dict[str, Any]:
     rows = []
     for m in measures:
         row = asdict(m)
-        row["target"] = (
-            None
-            if m.target is None
-            else {
-                "op": m.target.op,
-                "value": m.target.value,
-                "unit": m.target.unit,
-                "text": str(m.target),
-            }
-        )
+        row["target"] = _target_json(m.target)
+        row["tail_target"] = _target_json(m.tail_target)
+        if m.tail_target is not None:
+            row["tail_value"] = m.tail_value
         row["met"] = m.met
         rows.append(row)
     document: dict[str, Any] = _finite({**meta, "measures": rows})

@@ -178,11 +178,18 @@ class BenchStack:
                 step()
 
 
-def start_stack(log_dir: Path, *, tether_workers: int = 2, baseline_workers: int = 2) -> BenchStack:
+def start_stack(
+    log_dir: Path,
+    *,
+    tether_workers: int = 2,
+    baseline_workers: int = 2,
+    env_extra: dict[str, str] | None = None,
+) -> BenchStack:
     """Start Redis, moto (+ bucket), Tether's and the baseline's workers, and a producer.
 
     Every worker is a prefork worker with one pool child (``-c 1``), so "N worker processes"
-    means N processes executing tasks on both sides.
+    means N processes executing tasks on both sides. ``env_extra`` is added to every worker's
+    environment (:mod:`bench.tail_profile` loads its probe with it).
     """
     log_dir.mkdir(parents=True, exist_ok=True)
     redis_server = RedisServer(unix_socket=False).start()
@@ -193,7 +200,7 @@ def start_stack(log_dir: Path, *, tether_workers: int = 2, baseline_workers: int
         moto, endpoint = start_moto(log_dir)
         client = s3_client(endpoint)
         client.create_bucket(Bucket=BUCKET)
-        env = bench_env(redis_server.url, endpoint)
+        env = {**bench_env(redis_server.url, endpoint), **(env_extra or {})}
         fleet = WorkerFleet(env, log_dir, count=tether_workers, prefix="tether")
         baseline = [
             BaselineWorker(f"baseline{i + 1}", env, log_dir, queue=BASELINE_QUEUE)

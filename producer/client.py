@@ -204,11 +204,20 @@ class Producer:
     ) -> RunResult:
         """Enqueue a run and wait for its result, at most ``wait_s`` (see
         :meth:`RunHandle.result`); ``options`` as for :meth:`run_async`."""
-        handle = self.run_async(session_id, input, **options)
-        from tether.producer.worker_watch import watch_for_workers  # warns if no worker consumes
+        from tether.producer.worker_watch import GRACE_S, watch_for_workers
 
-        with watch_for_workers(self, handle.run_id):
-            return handle.result(timeout=wait_s)
+        handle = self.run_async(session_id, input, **options)
+        # most runs end within the watch's grace: wait that long first, so they cost no thread
+        # (a start, and a join on the way out that sat between the result and the caller)
+        grace_s = GRACE_S if wait_s is None else min(wait_s, GRACE_S)
+        try:
+            return handle.result(timeout=grace_s)
+        except TimeoutError:
+            if wait_s is not None and wait_s <= grace_s:
+                raise
+        rest_s = None if wait_s is None else wait_s - grace_s
+        with watch_for_workers(self, handle.run_id, grace_s=0):  # warns if no worker consumes
+            return handle.result(timeout=rest_s)
 
     @traced("tether.submit")
     def submit_many(self, specs: Iterable[RunSpec]) -> list[RunHandle]:

@@ -70,9 +70,15 @@ def warn_if_unconsumed(
 
 class _Watch:
     def __init__(
-        self, producer: Producer, run_id: str, warn: Warn | None, tenant: str | None
+        self,
+        producer: Producer,
+        run_id: str,
+        warn: Warn | None,
+        tenant: str | None,
+        grace_s: float = GRACE_S,
     ) -> None:
         self._producer = producer
+        self._grace_s = grace_s
         self._run_id = run_id
         self._tenant = tenant
         self._warn = warn
@@ -95,7 +101,7 @@ class _Watch:
         return view.queue or self._producer.settings.queue
 
     def _loop(self) -> None:
-        if self._stop.wait(GRACE_S):
+        if self._stop.wait(self._grace_s):
             return
         try:
             while (queue := self._queued_on()) is not None:
@@ -110,7 +116,12 @@ class _Watch:
 
 @contextlib.contextmanager
 def watch_for_workers(
-    producer: Producer, run_id: str, *, warn: Warn | None = None, tenant: str | None = None
+    producer: Producer,
+    run_id: str,
+    *,
+    warn: Warn | None = None,
+    tenant: str | None = None,
+    grace_s: float = GRACE_S,
 ) -> Iterator[None]:
     """Within the block, warn once if ``run_id`` stays queued with no live worker for its queue.
 
@@ -119,8 +130,9 @@ def watch_for_workers(
         run_id: the run being waited for.
         warn: called with the warning (default: ``logging.getLogger("tether.producer").warning``).
         tenant: the run's tenant (default: the producer's).
+        grace_s: how long the block runs before the first check (0: the caller already waited).
     """
-    watch = _Watch(producer, run_id, warn, tenant)
+    watch = _Watch(producer, run_id, warn, tenant, grace_s)
     watch.start()
     try:
         yield

@@ -26,6 +26,8 @@ from tests.support.stack import eventually, unique
 from tether.core.items import UserMessage
 from tether.core.results import RunStatus
 from tether.errors import RetriesExhausted, RunLost, TetherError
+from tether.keys import RedisKeys
+from tether.persistence.headcache.redis import RedisHeadCache
 from tether.producer.client import Producer
 from tether.producer.handle import RunHandle
 from tether.runs.contract import RunRef
@@ -201,10 +203,27 @@ def test_s3_lost_replies_to_writes_apply_once(chaos: ChaosStack) -> None:
     print(f"\nS3 12 lost replies: {counts} in {seconds:.1f} s")
 
 
+def _drop_cached_head(chaos: ChaosStack, session_id: str) -> None:
+    client = chaos.redis_client()
+    try:
+        cache = RedisHeadCache(
+            client, RedisKeys(chaos.settings.namespace), ttl_ms=60_000, max_bytes=1 << 20
+        )
+        cache.drop(chaos.settings.tenant, session_id)
+    finally:
+        client.close()
+
+
 @pytest.mark.slow  # three whole attempts, each with botocore's five backed-off retries: ~40 s
 def test_retries_exhausted_is_a_clear_error(chaos: ChaosStack) -> None:
+    """Every attempt fails reading the head: the run provably never committed, and the budget
+    ends it. The cached head is dropped first (as ``tether sessions drop-cache`` does): with it,
+    the first attempt restores from Redis and fails at its head PUT, whose effect S3's 500
+    leaves in doubt, so no attempt budget may end the run while S3 is down (it was seen
+    attempted 6 times in 120 s, the test timing out)."""
     sid = unique("s3down")
     chaos.producer.run(sid, "remember base", agent="notes", wait_s=60)
+    _drop_cached_head(chaos, sid)
     chaos.proxy.set_mode("error")
     try:
         handle = chaos.producer.run_async(sid, "remember never", agent="notes")

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from bench import publish
+from bench.core import Measure, Stats, Target
+from bench.report import to_json
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -79,3 +81,37 @@ def test_every_test_the_readme_names_exists() -> None:
         elif function and function not in _test_functions(path):
             missing.append(f"{file}::{function}")
     assert not missing, f"the README names tests that do not exist: {missing}"
+
+
+def _p1(tether_p99: float) -> Measure:
+    tether = Stats(n=200, median=16.0, p95=20.0, p99=tether_p99, mean=16.5, min=12.0, max=40.0)
+    baseline = Stats(n=200, median=15.0, p95=19.0, p99=20.0, mean=15.5, min=11.0, max=30.0)
+    return Measure(
+        id="P1",
+        name="1-step echo run",
+        unit="ms",
+        tether=tether,
+        baseline=baseline,
+        baseline_name="hand-written task",
+        value=tether.median / baseline.median,
+        value_of="median ratio",
+        target=Target("<=", 1.1),
+        tail_target=Target("<=", 1.5),
+    )
+
+
+def test_a_tail_target_is_met_only_with_the_median_and_shown_in_the_row() -> None:
+    """P1's p99 ratio (Tether / baseline) has its own bound: a fine median with a slow 1% is
+    a miss, and the tables say which target it was held to, from the JSON as from the run."""
+    fine, slow = _p1(tether_p99=28.0), _p1(tether_p99=31.0)  # p99 ratios 1.40x and 1.55x
+    assert fine.met is True and slow.met is False
+    meta = {"date": "d", "command": "python -m bench --only P1", "machine": {"cpu_count": 2}}
+    for m in (fine, slow):
+        row = to_json([m], meta)["measures"][0]
+        assert row["tail_target"]["text"] == "≤ 1.5x" and row["met"] is m.met
+        back = publish._measure(row)
+        assert back.tail_target == m.tail_target and back.met is m.met
+        run = publish.BenchRun(Path("bench/results/latest.json"), meta, [back])
+        (line,) = [x for x in publish.readme_block(run, [], None).splitlines() if "| P1 |" in x]
+        assert "≤ 1.1x, p99 ≤ 1.5x" in line
+        assert ("**missed**" in line) is (m is slow)

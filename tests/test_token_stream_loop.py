@@ -6,6 +6,7 @@ under the lease's fence, and a failing channel never fails the run."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -232,3 +233,60 @@ def test_a_secret_split_across_pieces_never_reaches_the_sink() -> None:
     args = [d for s, d in (v for k, v in rec.log if k == "piece") if d.kind == "tool_arguments"]
     assert "".join(d.text for d in args) == json.dumps({"key": "***"})
     assert (args[0].call_id, args[0].tool_name) == ("call_1", "lookup")
+
+
+class ThreadNoting(InMemoryDeltaChannel):
+    """Notes which thread published each batch; a batch can be held at a gate (a slow Redis)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[str] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+
+    def publish(self, tenant: str, session_id: str, deltas: Sequence[LiveDelta]) -> None:
+        self.entered.set()
+        self.gate.wait(10)
+        self.threads.append(threading.current_thread().name)
+        super().publish(tenant, session_id, deltas)
+
+
+def _piece(index: int, text: str) -> LiveDelta:
+    return LiveDelta(run_id="r-1", fence=1, step=0, index=index, kind="text", text=text)
+
+
+class Threadless(DeltaPublisher):
+    """A publisher whose thread never runs: always idle, as between two steps."""
+
+    def _start(self) -> None:
+        pass
+
+
+def test_a_flush_with_the_thread_idle_publishes_on_the_callers_thread() -> None:
+    channel = ThreadNoting()
+    publisher = Threadless(channel)
+    assert publisher.flush() and channel.threads == []  # nothing queued: no round trip
+    for index, text in enumerate(["a ", "b ", "c"]):
+        publisher.put("acme", "s-1", _piece(index, text))
+    assert publisher.flush()
+    assert channel.threads == [threading.current_thread().name]  # one batch, joined
+    assert [d.text for _c, d in channel.read("acme", "s-1")] == ["a b c"]
+
+
+def test_a_flush_while_the_thread_publishes_waits_for_it_in_order() -> None:
+    channel = ThreadNoting()
+    publisher = DeltaPublisher(channel)
+    channel.gate.clear()  # the thread, woken by the first piece, stalls in its publish
+    publisher.put("acme", "s-1", _piece(0, "a "))
+    assert channel.entered.wait(5)
+    publisher.put("acme", "s-1", _piece(1, "b"))  # queued behind the stalled batch
+    done: list[bool] = []
+    flusher = threading.Thread(target=lambda: done.append(publisher.flush()), name="flusher")
+    flusher.start()
+    flusher.join(0.2)
+    assert flusher.is_alive() and done == []  # it does not overtake the batch in flight
+    channel.gate.set()
+    flusher.join(5)
+    assert done == [True] and channel.threads == ["tether-deltas", "tether-deltas"]
+    assert [d.text for _c, d in channel.read("acme", "s-1")] == ["a ", "b"]

@@ -37,6 +37,8 @@ class ScriptedModel:
         script: responses to return in order.
         responder: a function of the request; used when given (``script`` must then be empty).
         default_text: the final answer once the script is exhausted.
+        keep_requests: how many of the latest requests :attr:`requests` keeps (None: every one,
+            for tests that inspect them; 0: none, for agents that live as long as a worker).
     """
 
     def __init__(
@@ -45,15 +47,19 @@ class ScriptedModel:
         *,
         responder: Responder | None = None,
         default_text: str | None = "done",
+        keep_requests: int | None = None,
     ) -> None:
+        if keep_requests is not None and keep_requests < 0:
+            raise ValueError(f"keep_requests must be None or >= 0, not {keep_requests}")
         self._queue: deque[ModelResponse] = deque(script)
         if responder is not None and self._queue:
             raise ValueError("give a script or a responder, not both")
         self._responder = responder
         self._default_text = default_text
         self._lock = threading.Lock()
-        # bounded: built-in agents live as long as a worker, and must not grow without limit
-        self.requests: deque[ModelRequest] = deque(maxlen=1000)
+        # a request holds the session's whole history: a worker's agents keep none, or its heap
+        # grows with every run and each full collection has more to scan (the P1 tail)
+        self.requests: deque[ModelRequest] = deque(maxlen=keep_requests)
 
     def stream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         """:meth:`complete`, handing the answer out in pieces first (its text word by word,
@@ -79,7 +85,7 @@ class ScriptedModel:
 
     def complete(self, request: ModelRequest) -> ModelResponse:
         with self._lock:
-            self.requests.append(request)
+            self.requests.append(request)  # maxlen 0: dropped at once
             if self._responder is not None:
                 return self._responder(request)
             if self._queue:

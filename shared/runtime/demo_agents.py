@@ -140,14 +140,14 @@ def _notes(request: ModelRequest) -> ModelResponse:
 
 def echo_agent() -> Agent:
     """The ``echo`` demo agent."""
-    return Agent(ScriptedModel(responder=_echo), "scripted-echo", name="echo")
+    return Agent(ScriptedModel(responder=_echo, keep_requests=0), "scripted-echo", name="echo")
 
 
 def calculator_agent() -> Agent:
     """The ``calculator`` demo agent."""
     responder = _tool_round("calculate", "expression", lambda text: text)
     return Agent(
-        ScriptedModel(responder=responder),
+        ScriptedModel(responder=responder, keep_requests=0),
         "scripted-calculator",
         tools=[calculate],
         name="calculator",
@@ -157,7 +157,7 @@ def calculator_agent() -> Agent:
 def notes_agent() -> Agent:
     """The ``notes`` demo agent."""
     return Agent(
-        ScriptedModel(responder=_notes),
+        ScriptedModel(responder=_notes, keep_requests=0),
         "scripted-notes",
         name="notes",
         options=AgentOptions(max_steps=2),
@@ -168,7 +168,10 @@ def sleepy_agent() -> Agent:
     """The ``sleepy`` demo agent."""
     responder = _tool_round("sleep", "seconds", _sleep_arg)
     return Agent(
-        ScriptedModel(responder=responder), "scripted-sleepy", tools=[sleep], name="sleepy"
+        ScriptedModel(responder=responder, keep_requests=0),
+        "scripted-sleepy",
+        tools=[sleep],
+        name="sleepy",
     )
 
 
@@ -181,7 +184,7 @@ def transfer(amount: int) -> str:
 def approver_agent() -> Agent:
     """The ``approver`` demo agent."""
     return Agent(
-        ScriptedModel(responder=_tool_round("transfer", "amount", _amount)),
+        ScriptedModel(responder=_tool_round("transfer", "amount", _amount), keep_requests=0),
         "scripted-approver",
         tools=[transfer],
         name="approver",

@@ -40,8 +40,9 @@ class DeltaPublisher:
     """Publishes pieces in batches from one daemon thread (started on the first piece).
 
     The run's thread only appends to a deque (atomic, no lock) and sets an event when the
-    thread sleeps; :meth:`flush` queues a marker that the thread sets once everything queued
-    before it is out, so a step waits for exactly its own pieces.
+    thread sleeps; :meth:`flush` publishes what is queued itself when the thread is idle, and
+    otherwise queues a marker that the thread sets once everything queued before it is out, so
+    a step waits for exactly its own pieces.
 
     Args:
         channel: where the pieces go.
@@ -55,6 +56,8 @@ class DeltaPublisher:
         self._wake = threading.Event()
         self._start_lock = threading.Lock()
         self._started = False
+        #: Held by whoever publishes from the queue: the thread, or a caller of :meth:`flush`.
+        self._draining = threading.Lock()
 
     def put(self, tenant: str, session_id: str, delta: LiveDelta) -> None:
         """Queue one piece (cheap: no I/O and no lock on the caller's thread)."""
@@ -65,7 +68,18 @@ class DeltaPublisher:
             self._start()
 
     def flush(self) -> bool:
-        """Wait until every piece put so far is published (or dropped); False on timeout."""
+        """Wait until every piece put so far is published (or dropped); False on timeout.
+
+        When the thread is idle (not publishing), the caller publishes what is queued itself:
+        the step waits for that round trip either way, and waking the thread to do it costs
+        two thread switches, each a wait for the GIL behind whatever else runs.
+        """
+        if self._draining.acquire(blocking=False):
+            try:
+                self._drain()
+            finally:
+                self._draining.release()
+            return True
         marker = threading.Event()
         self._queue.append(marker)
         self._wake.set()
@@ -84,16 +98,22 @@ class DeltaPublisher:
         while True:
             self._wake.wait()
             self._wake.clear()  # before draining: a piece queued from here on wakes us again
-            batch: list[_Queued] = []
-            while self._queue:
-                item = self._queue.popleft()
-                if isinstance(item, threading.Event):
-                    self._publish(batch)
-                    batch = []
-                    item.set()
-                else:
-                    batch.append(item)
-            self._publish(batch)
+            with self._draining:
+                self._drain()
+
+    def _drain(self) -> None:
+        """Publish everything queued, setting each marker once what preceded it is out (called
+        holding ``_draining``: one drainer at a time keeps the pieces in order)."""
+        batch: list[_Queued] = []
+        while self._queue:
+            item = self._queue.popleft()
+            if isinstance(item, threading.Event):
+                self._publish(batch)
+                batch = []
+                item.set()
+            else:
+                batch.append(item)
+        self._publish(batch)
 
     def _publish(self, batch: list[_Queued]) -> None:
         if not batch:

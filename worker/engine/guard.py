@@ -1,12 +1,11 @@
 """A guardian outside the run's process: renews its lease, and kills it once its run has ended.
 
-The lease heartbeat (:class:`~tether.worker.engine.lease_keeper.LeaseKeeper`) is a thread of the
-process
-that runs the agent, so a tool that holds the GIL (a big-integer power, a C extension that never
-releases it) starves it: the lease expires, the run moves to another worker and starts again while
-the first process goes on computing, and after the attempt budget the run fails while workers are
-still busy with it. Tools can opt into process isolation (:mod:`tether.runtime.isolation`); this
-covers the rest.
+The lease heartbeat (:class:`~tether.worker.engine.lease_keeper.LeaseRenewer`) is a thread of
+the process that runs the agent, so a tool that holds the GIL (a big-integer power, a C
+extension that never releases it) starves it: the lease expires, the run moves to another worker
+and starts again while the first process goes on computing, and after the attempt budget the run
+fails while workers are still busy with it. Tools can opt into process isolation
+(:mod:`tether.runtime.isolation`); this covers the rest.
 
 The run's process writes a *watch record* (:class:`FileGuard`) naming its lease and its run's
 deadline; a guardian in another process (the Celery prefork parent, see
@@ -190,8 +189,11 @@ class Guardian:
         log.error(
             "run %s of %s/%s is %.0f s past its deadline in process %d (a tool that never "
             "yields?): killing the process; the run is retried from its last commit",
-            record.run_id, record.tenant, record.session_id,
-            self.clock() - record.deadline_s, record.pid,
+            record.run_id,
+            record.tenant,
+            record.session_id,
+            self.clock() - record.deadline_s,
+            record.pid,
         )
         with contextlib.suppress(ProcessLookupError):
             self.kill(record.pid)
