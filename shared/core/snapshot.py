@@ -3,26 +3,62 @@
 Schema versions (field ``schema_version``):
 - 1: metadata, memory, last compact result, last sequence number, the log (embedded events; empty
   when the log lives in an event archive), and the recent applied-request records.
+- 2: version 1 plus ``memory_chunks``: the older memory items live in immutable chunk objects
+  beside the head, and ``memory.items`` holds only the newest (unsealed) items. Written only when
+  there are chunks (so a version-1 reader refuses it rather than seeing part of the memory); every
+  generic load returns it materialized, as a version-1 value.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, model_validator
 
 from tether.core.context import CompactResult
 from tether.core.events import AgentEvent, Usage
 from tether.core.memory import MemorySnapshot
 
 SNAPSHOT_SCHEMA_VERSION = 1
-SUPPORTED_SNAPSHOT_VERSIONS = (1,)
+CHUNKED_SNAPSHOT_SCHEMA_VERSION = 2
+SUPPORTED_SNAPSHOT_VERSIONS = (1, 2)
 MAX_APPLIED_RECORDS = 64
 """How many recent request ids a head remembers, to turn redelivery into a no-op.
 
 The head only has to cover redelivery of runs that committed but whose queue entry was not yet
 popped (a crash in between); older duplicates are caught at submit by the Redis request index.
 Kept small because every restore loads the head."""
+
+
+_CHUNK_NAME = r"(\d{12})-(\d{1,6})-([0-9a-f]{16})"
+_CHUNK_NAME_RE = re.compile(_CHUNK_NAME)
+
+ChunkName = Annotated[str, StringConstraints(pattern=f"^{_CHUNK_NAME}$")]
+"""A chunk's object name without ``.json``: ``<first item:012d>-<count>-<sha256 of body:16>``.
+A plain string (not a model) because a head lists one per chunk and is parsed on every write."""
+
+
+class ChunkRef(NamedTuple):
+    """A parsed :data:`ChunkName`: which items (``first`` .. ``first + size - 1``) and the
+    content digest the object's name is derived from."""
+
+    first: int
+    size: int
+    digest: str
+
+    @property
+    def name(self) -> str:
+        """The chunk's name (its :data:`ChunkName`)."""
+        return f"{self.first:012d}-{self.size}-{self.digest}"
+
+    @classmethod
+    def parse(cls, name: str) -> ChunkRef:
+        """The parts of ``name`` (already checked by the head's schema)."""
+        match = _CHUNK_NAME_RE.fullmatch(name)
+        if match is None:
+            raise ValueError(f"{name!r} is not a memory chunk name")
+        return cls(int(match.group(1)), int(match.group(2)), match.group(3))
 
 
 class SessionMetadata(BaseModel):
@@ -71,9 +107,10 @@ class SessionSnapshot(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: Literal[1] = 1
+    schema_version: Literal[1, 2] = 1
     metadata: SessionMetadata
     memory: MemorySnapshot = MemorySnapshot()
+    memory_chunks: list[ChunkName] = Field(default_factory=list)
     events: list[AgentEvent] = Field(default_factory=list)
     last_seq: int = 0
     archived_seq: int = 0
@@ -81,6 +118,30 @@ class SessionSnapshot(BaseModel):
     last_compact: CompactResult | None = None
     applied: list[RunRecord] = Field(default_factory=list)
     writer_fence: int = 0
+
+    @model_validator(mode="after")
+    def _chunks_match_the_version(self) -> SessionSnapshot:
+        # version 2 exactly when there are chunks, so a reader of version 1 never takes a
+        # chunked head for the whole memory
+        if bool(self.memory_chunks) != (self.schema_version == CHUNKED_SNAPSHOT_SCHEMA_VERSION):
+            raise ValueError(
+                f"schema_version {self.schema_version} with {len(self.memory_chunks)} memory "
+                "chunks: version 2 heads have chunks, version 1 heads none"
+            )
+        return self
+
+    @property
+    def chunk_refs(self) -> list[ChunkRef]:
+        """The parsed :attr:`memory_chunks`, oldest first."""
+        return [ChunkRef.parse(name) for name in self.memory_chunks]
+
+    @property
+    def chunked_items(self) -> int:
+        """How many memory items live in chunks (the index of ``memory.items[0]``)."""
+        if not self.memory_chunks:
+            return 0
+        last = ChunkRef.parse(self.memory_chunks[-1])
+        return last.first + last.size
 
     @property
     def session_id(self) -> str:
@@ -105,4 +166,9 @@ class SessionSnapshot(BaseModel):
 
     def to_json_dict(self) -> dict[str, Any]:
         """The JSON-ready dict (see :mod:`tether.persistence.codec` for bytes with checksums)."""
-        return self.model_dump(mode="json")
+        return self.model_dump(mode="json", exclude=self.unset_v2_fields())
+
+    def unset_v2_fields(self) -> set[str] | None:
+        """The version-2 fields to leave out of a version-1 head, so it is byte for byte what
+        earlier releases wrote and read."""
+        return None if self.memory_chunks else {"memory_chunks"}

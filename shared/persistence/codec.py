@@ -13,6 +13,7 @@ from typing import Any
 import pydantic
 
 from tether.core.events import SUPPORTED_EVENT_VERSIONS, AgentEvent
+from tether.core.items import Item
 from tether.core.snapshot import SUPPORTED_SNAPSHOT_VERSIONS, SessionSnapshot
 from tether.errors import SnapshotCorrupt, UnsupportedSchemaVersion
 
@@ -34,8 +35,9 @@ def _check_version(doc: Any, field: str, supported: tuple[int, ...], what: str, 
 
 
 def dumps_snapshot(snapshot: SessionSnapshot) -> bytes:
-    """Serialise a snapshot to compact JSON bytes."""
-    return snapshot.model_dump_json().encode()
+    """Serialise a snapshot to compact JSON bytes (a version-1 head without the version-2
+    field, byte for byte what earlier releases wrote and read)."""
+    return snapshot.model_dump_json(exclude=snapshot.unset_v2_fields()).encode()
 
 
 def loads_snapshot(data: bytes | str, *, where: str = "<memory>") -> SessionSnapshot:
@@ -101,3 +103,19 @@ def _validate_event(doc: Any, where: str) -> AgentEvent:
         return AgentEvent.model_validate(doc)
     except pydantic.ValidationError as exc:
         raise SnapshotCorrupt(f"event at {where} does not match schema: {exc}") from exc
+
+
+_ITEMS = pydantic.TypeAdapter(tuple[Item, ...])
+
+
+def dumps_items(items: tuple[Item, ...]) -> bytes:
+    """Serialise memory items as a JSON array (the body of a memory chunk)."""
+    return _ITEMS.dump_json(items)
+
+
+def loads_items(data: bytes | str, *, where: str = "<memory>") -> tuple[Item, ...]:
+    """Parse a JSON array of memory items (versioned by the head that names the chunk)."""
+    try:
+        return _ITEMS.validate_json(data)
+    except pydantic.ValidationError as exc:
+        raise SnapshotCorrupt(f"memory chunk at {where} does not match schema: {exc}") from exc

@@ -9,6 +9,12 @@ log (``MEMORY_ITEMS_APPENDED`` for ``add_items``, ``MEMORY_ITEMS_REMOVED`` for `
 ``clear_session``), so ``tether sessions verify``, ``history``, ``fork --at-seq`` and the
 offline reader work on it like on any session.
 
+The head keeps only the newest items; older ones are sealed into immutable chunks of 64 (a
+head of schema version 2, see :mod:`~tether.integrations.openai_agents.chunked`), so an append
+rewrites a head of bounded size, and ``get_items(limit)`` reads only the chunks holding the items
+it returns. Every other reader (workers, ``tether sessions``, the offline reader) loads the
+memory whole.
+
 Every write loads the stored head, applies the change and saves it with compare-and-set, as
 :meth:`tether.runtime.session.AgentSession.save` does; a writer that lost the race (another
 thread or process saved first) reloads and applies its change again, so concurrent writers
@@ -32,10 +38,11 @@ from typing import Any, TypeVar
 
 from tether.errors import InvalidInput, ModelError, VersionConflict
 from tether.ids import validate_id, validate_tenant
+from tether.integrations.openai_agents.chunked import ChunkedWrite, Pull, unseal
 from tether.integrations.openai_agents.items import SdkItem, from_memory, to_memory
 from tether.models.base import ModelRequest, ModelResponse
 from tether.persistence.archives.base import EventArchive
-from tether.persistence.saving import should_archive
+from tether.persistence.saving import ARCHIVE_BATCH_EVENTS, save_session, should_archive
 from tether.persistence.stores.base import SnapshotStore
 from tether.persistence.writer_storage import open_writer_storage
 from tether.runtime.agent import Agent
@@ -151,24 +158,35 @@ class TetherSession:
     # --- the same, blocking -----------------------------------------------------------------
 
     def read_items(self, limit: int | None = None) -> list[SdkItem]:
-        """Blocking :meth:`get_items`."""
-        session = self._load()
-        if session is None:
-            return last_items(list[SdkItem](), limit)  # validates limit
-        items = [sdk for item in session.memory_snapshot().items for sdk in from_memory(item)]
-        return last_items(items, limit)
+        """Blocking :meth:`get_items`. Reads the head and, newest first, only the chunks that
+        hold the items it returns."""
+        last_items(list[SdkItem](), limit)  # validates limit before any I/O
+        store = self._store
+        stored = store.load_shallow(self.tenant, self.session_id)
+        if stored is None:
+            return []
+        head = stored.snapshot
+        parts = [[sdk for item in head.memory.items for sdk in from_memory(item)]]
+        have = len(parts[0])
+        for name in reversed(head.memory_chunks):
+            if limit is not None and have >= limit:
+                break
+            chunk = store.read_chunk(self.tenant, self.session_id, name)
+            parts.append([sdk for item in chunk for sdk in from_memory(item)])
+            have += len(parts[-1])
+        return last_items([sdk for part in reversed(parts) for sdk in part], limit)
 
     def append_items(self, items: list[SdkItem] | tuple[Mapping[str, Any], ...]) -> None:
         """Blocking :meth:`add_items`."""
         if not items:
             return
         converted = tuple(to_memory(item) for item in items)  # refuse bad items before writing
-        self._write(lambda session: session.add_items(converted))
+        self._write(lambda session: session.add_items(converted), pull="none")
 
     def remove_last_item(self) -> SdkItem | None:
         """Blocking :meth:`pop_item`. A Tether-native item that stands for several SDK items
         (a turn with several tool calls) is removed whole; its last SDK item is returned."""
-        popped = self._write(lambda session: session.pop_item())
+        popped = self._write(lambda session: session.pop_item(), pull="last")
         if popped is None:
             return None
         forms = from_memory(popped)
@@ -176,17 +194,24 @@ class TetherSession:
 
     def clear_items(self) -> None:
         """Blocking :meth:`clear_session`."""
-        self._write(lambda session: session.clear_items())
+        self._write(lambda session: session.clear_items(), pull="all")
 
     # --- storage ----------------------------------------------------------------------------
 
-    def _load(self) -> AgentSession | None:
+    @property
+    def _store(self) -> SnapshotStore:
         store = self._agent.store
         assert store is not None
-        stored = store.load(self.tenant, self.session_id)
+        return store
+
+    def _load(self, pull: Pull) -> ChunkedWrite | None:
+        """The stored state to write on: the head's unsealed items (and the chunks ``pull``
+        asks for) as the session's memory, the other chunks by name."""
+        store = self._store
+        stored = store.load_shallow(self.tenant, self.session_id)
         if stored is None:
             return None
-        head = stored.snapshot
+        head, chunks = unseal(store, stored, pull)
         outbox = list(head.events)  # a stored head carries only its outbox
         # announce=False: loading is not a write, so it leaves no event behind
         session = self._agent.session_from_snapshot(
@@ -201,19 +226,24 @@ class TetherSession:
             archive.write_segment(self.tenant, self.session_id, outbox)
             session.mark_archived(outbox[-1].seq)
             session.mark_reconciled()
-        return session
+        return ChunkedWrite(session, chunks)
 
-    def _write(self, change: Callable[[AgentSession], T]) -> T:
+    def _write(self, change: Callable[[AgentSession], T], *, pull: Pull) -> T:
         """Apply ``change`` to the newest stored state and save it with compare-and-set; on a
         conflict start again from the state that won."""
         for attempt in range(MAX_WRITE_ATTEMPTS):
-            session = self._load() or self._agent.new_session(self.session_id, self.tenant)
+            write = self._load(pull) or ChunkedWrite(
+                self._agent.new_session(self.session_id, self.tenant)
+            )
+            session = write.session
             before = session.last_seq
             result = change(session)
             if session.last_seq == before:
                 return result  # nothing to write (pop or clear on an empty session)
+            write.seal(self._store)
             try:
-                session.save()
+                batch = write.archive_batch_events(ARCHIVE_BATCH_EVENTS)
+                save_session(write, self._store, self._agent.archive, archive_batch_events=batch)
                 return result
             except VersionConflict:
                 # another writer won this round; back off a little so we do not collide again

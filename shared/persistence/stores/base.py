@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Protocol, runtime_checkable
 
+from tether.core.items import Item
 from tether.core.snapshot import SessionSnapshot
 from tether.persistence.headcache.base import CachedHead
 
@@ -47,6 +48,28 @@ class SnapshotStore(Protocol):
             The errors of :meth:`load`.
         """
 
+    def load_shallow(self, tenant: str, session_id: str) -> StoredSnapshot | None:
+        """:meth:`load` without reading the memory chunks of a version-2 head: its
+        ``memory.items`` are only the items after ``memory_chunks`` (see
+        :class:`tether.core.snapshot.SessionSnapshot`). For writers that append to memory
+        without reading all of it.
+
+        Raises:
+            The errors of :meth:`load`.
+        """
+
+    def read_chunk(self, tenant: str, session_id: str, name: str) -> tuple[Item, ...]:
+        """The items of one memory chunk named by a head (cached: chunks are immutable).
+
+        Raises:
+            SnapshotCorrupt: the chunk is missing, fails its checksum or does not parse.
+        """
+
+    def write_chunk(self, tenant: str, session_id: str, first: int, items: tuple[Item, ...]) -> str:
+        """Store memory items ``first`` onwards as one immutable chunk; return its name for
+        ``memory_chunks``. Idempotent: the name is derived from the content. Write it before
+        the head that names it."""
+
     def save(self, snapshot: SessionSnapshot, expected_version: str | None) -> str:
         """Write the head if the stored version equals ``expected_version``; return the new one.
 
@@ -57,7 +80,7 @@ class SnapshotStore(Protocol):
         """
 
     def delete(self, tenant: str, session_id: str) -> bool:
-        """Delete the head; True when something was deleted."""
+        """Delete the head and its memory chunks; True when the head was deleted."""
 
     def list_session_ids(
         self, tenant: str, *, after: str | None = None, limit: int = 1000

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from tether.core.items import Item
 from tether.core.snapshot import SessionSnapshot
 from tether.errors import DataError, InfrastructureError, InvalidInput, VersionConflict
 from tether.ids import validate_id
@@ -17,11 +18,13 @@ from tether.persistence.objects import (
     check_limit,
     corrupt,
     head_key,
+    items_dir,
     seal,
     tenant_dir,
     unseal,
 )
 from tether.persistence.stores.base import StoredSnapshot
+from tether.persistence.stores.chunks import ChunkStore
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +34,9 @@ class BlobSnapshotStore:
     object.
 
     Ids are validated before any I/O; the compare-and-set and the version tokens come from the
-    backend (see :mod:`tether.persistence.blobs`).
+    backend (see :mod:`tether.persistence.blobs`). A version-2 head's memory chunks are
+    separate immutable objects (see :mod:`tether.persistence.stores.chunks`); the version is
+    the head's alone, since chunks never change.
     """
 
     def __init__(self, blobs: BlobBackend) -> None:
@@ -42,15 +47,34 @@ class BlobSnapshotStore:
         #: A copy of each head beside the lease (see :mod:`tether.persistence.headcache`):
         #: loads read it first; saves by a lease holder fill it, every other save drops it.
         self.head_cache: HeadCache | None = None
+        self.chunks = ChunkStore(blobs)
 
     def load(self, tenant: str, session_id: str) -> StoredSnapshot | None:
         key = head_key(tenant, session_id)  # validates the ids before any I/O
-        return self._load(tenant, session_id, key, self._cache_get(tenant, session_id))
+        stored = self._load(tenant, session_id, key, self._cache_get(tenant, session_id))
+        return self._materialize(stored)
 
     def load_known(
         self, tenant: str, session_id: str, cached: CachedHead | None
     ) -> StoredSnapshot | None:
-        return self._load(tenant, session_id, head_key(tenant, session_id), cached)
+        stored = self._load(tenant, session_id, head_key(tenant, session_id), cached)
+        return self._materialize(stored)
+
+    def load_shallow(self, tenant: str, session_id: str) -> StoredSnapshot | None:
+        key = head_key(tenant, session_id)
+        return self._load(tenant, session_id, key, self._cache_get(tenant, session_id))
+
+    def read_chunk(self, tenant: str, session_id: str, name: str) -> tuple[Item, ...]:
+        return self.chunks.read(tenant, session_id, name)
+
+    def write_chunk(self, tenant: str, session_id: str, first: int, items: tuple[Item, ...]) -> str:
+        head_key(tenant, session_id)  # validates the ids before any I/O
+        return self.chunks.write(tenant, session_id, first, items)
+
+    def _materialize(self, stored: StoredSnapshot | None) -> StoredSnapshot | None:
+        if stored is None or not stored.snapshot.memory_chunks:
+            return stored
+        return StoredSnapshot(self.chunks.materialize(stored.snapshot), stored.version)
 
     def _load(
         self, tenant: str, session_id: str, key: str, cached: CachedHead | None
@@ -151,9 +175,16 @@ class BlobSnapshotStore:
             self.head_cache.drop(tenant, session_id)
 
     def delete(self, tenant: str, session_id: str) -> bool:
+        key = head_key(tenant, session_id)
         if self.head_cache is not None:
             self.head_cache.drop(tenant, session_id)  # first: a failure leaves both in place
-        return self.blobs.delete(head_key(tenant, session_id))
+        # chunks before the head: a crash in between leaves a head that fails to load (and a
+        # second delete finishes), never chunks that outlive their session unnoticed
+        prefix = items_dir(tenant, session_id)
+        names = self.chunks.names(prefix)
+        if names:
+            self.blobs.delete_many([prefix + name for name in names])
+        return self.blobs.delete(key)
 
     def list_session_ids(
         self, tenant: str, *, after: str | None = None, limit: int = 1000
