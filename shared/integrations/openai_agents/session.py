@@ -166,15 +166,23 @@ class TetherSession:
         if stored is None:
             return []
         head = stored.snapshot
-        parts = [[sdk for item in head.memory.items for sdk in from_memory(item)]]
-        have = len(parts[0])
-        for name in reversed(head.memory_chunks):
-            if limit is not None and have >= limit:
+        # newest first, converting only what the limit keeps (a memory item may stand for
+        # several SDK items, so count SDK items, not memory items)
+        newest: list[SdkItem] = []
+        sources = [head.memory.items]
+        chunks = reversed(head.memory_chunks)
+        while sources:
+            for item in reversed(sources.pop()):
+                if limit is not None and len(newest) >= limit:
+                    break
+                newest.extend(reversed(from_memory(item)))
+            if limit is not None and len(newest) >= limit:
                 break
-            chunk = store.read_chunk(self.tenant, self.session_id, name)
-            parts.append([sdk for item in chunk for sdk in from_memory(item)])
-            have += len(parts[-1])
-        return last_items([sdk for part in reversed(parts) for sdk in part], limit)
+            name = next(chunks, None)
+            if name is not None:
+                sources.append(store.read_chunk(self.tenant, self.session_id, name))
+        newest.reverse()
+        return last_items(newest, limit)
 
     def append_items(self, items: list[SdkItem] | tuple[Mapping[str, Any], ...]) -> None:
         """Blocking :meth:`add_items`."""

@@ -17,11 +17,15 @@ class LocalSnapshotStore(BlobSnapshotStore):
 
     blobs: LocalBlobs
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, update_log: bool = False) -> None:
         """Args:
         root: the store's directory (created on first write).
+        update_log: append head updates to the head's update log (one sync per save instead
+            of two; see :mod:`tether.persistence.blobs.local_log`). A session directory then
+            holds ``head.json`` and ``.head.json.log``: copy both to back it up. Off by
+            default: a build from before this option reads ``head.json`` alone.
         """
-        super().__init__(LocalBlobs(root))
+        super().__init__(LocalBlobs(root, update_log=update_log))
 
     @property
     def root(self) -> str:
