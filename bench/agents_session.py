@@ -119,14 +119,27 @@ def measures(root: Path, small: int, large: int, samples: int) -> list[Measure]:
     t_large, s_large = _sessions(root, "p13-large", large)
     add_large = _side_by_side(t_large, s_large, add_one, samples)
     growth = Stats.of(add_large[0]).median / Stats.of(add_small[0]).median
-    rows.append(_row("P13", f"add_items of 1 item, session of {small} items", *add_small,
-                     f"{samples} appends after 2 warm-ups"))
-    rows.append(_row("P13b", f"add_items of 1 item, session of {large} items", *add_large,
-                     f"{samples} appends; Tether's {large}/{small} median ratio {growth:.2f} "
-                     "(flat: 1.0)", tether_growth=round(growth, 3)))
+    rows.append(
+        _row(
+            "P13",
+            f"add_items of 1 item, session of {small} items",
+            *add_small,
+            f"{samples} appends after 2 warm-ups",
+        )
+    )
+    rows.append(
+        _row(
+            "P13b",
+            f"add_items of 1 item, session of {large} items",
+            *add_large,
+            f"{samples} appends; Tether's {large}/{small} median ratio {growth:.2f} (flat: 1.0)",
+            tether_growth=round(growth, 3),
+        )
+    )
     read_all = _side_by_side(t_large, s_large, lambda s: lambda: s.get_items(), samples)
-    rows.append(_row("P13g", f"get_items(), session of {large} items", *read_all,
-                     f"{samples} reads"))
+    rows.append(
+        _row("P13g", f"get_items(), session of {large} items", *read_all, f"{samples} reads")
+    )
     read_20 = _side_by_side(t_large, s_large, lambda s: lambda: s.get_items(limit=20), samples)
     rows.append(
         _row("P13l", f"get_items(limit=20), session of {large} items", *read_20, f"{samples} reads")
@@ -188,9 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke run)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    small, large, samples = (10, 200, 5) if args.quick else (100, 10_000, 30)
-    out = args.out or (Path(tempfile.gettempdir()) / "tether-bench-quick" if args.quick
-                       else DEFAULT_OUT)
+    small, large, samples = (10, 200, 5) if args.quick else (100, 10_000, 60)
+    out = args.out or (
+        Path(tempfile.gettempdir()) / "tether-bench-quick" if args.quick else DEFAULT_OUT
+    )
     load_start = round(os.getloadavg()[0], 2)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="tether-p13-") as root:

@@ -240,3 +240,23 @@ def test_concurrent_writers_sealing_chunks_lose_no_item(backend: str, tmp_path: 
     assert len(got) == 120 + writers * per_writer
     reader = SessionLogReader(BlobSnapshotStore(blobs), BlobEventArchive(blobs))
     assert reader.verify("s").ok
+
+
+def test_a_writer_starts_from_the_head_it_saved_and_rereads_after_another_writer() -> None:
+    """The head an object saved is where its next write starts (no read back); when another
+    writer saved since, the compare-and-set refuses it and the write is redone on the stored
+    head, so nothing is lost either way."""
+    storage = Storage()
+    first, second = storage.session(), storage.session()
+    first.append_items([user(n) for n in range(150)])
+    storage.blobs.reads.clear()
+    first.append_items([user(150)])
+    assert storage.blobs.reads.count(head_key(T, "s")) == 0  # nothing read back
+    second.append_items([user(151)])  # never wrote: reads the store
+    storage.blobs.reads.clear()
+    first.append_items([user(152)])  # its kept head is stale now: conflict, reread, redo
+    assert storage.blobs.reads.count(head_key(T, "s")) == 1
+    for n in range(153, 160):
+        (first if n % 2 else second).append_items([user(n)])
+    assert texts(storage.session().read_items()) == [f"m{n}" for n in range(160)]
+    assert storage.reader().verify("s").ok

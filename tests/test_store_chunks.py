@@ -19,7 +19,7 @@ from tether.core.memory import MemorySnapshot
 from tether.core.snapshot import ChunkRef, SessionSnapshot
 from tether.errors import SnapshotCorrupt, UnsupportedSchemaVersion, VersionConflict
 from tether.persistence.codec import dumps_snapshot, loads_snapshot
-from tether.persistence.objects import chunk_key, items_dir
+from tether.persistence.objects import chunk_key, head_key, items_dir
 from tether.persistence.stores import (
     BlobSnapshotStore,
     InMemorySnapshotStore,
@@ -163,3 +163,23 @@ def test_a_version_2_head_needs_chunks_and_version_1_refuses_them() -> None:
     doc["schema_version"] = 3
     with pytest.raises(UnsupportedSchemaVersion, match=r"versions \[1, 2\]"):
         loads_snapshot(json.dumps(doc))
+
+
+def test_load_memory_reads_the_memory_alone(store: BlobSnapshotStore) -> None:
+    assert store.load_memory("acme", "s-1") is None
+    head = chunked_head(store)
+    store.save(head, None)
+    memory = store.load_memory("acme", "s-1")
+    assert memory is not None
+    assert memory.memory == head.memory and memory.memory_chunks == head.memory_chunks
+    assert memory.schema_version == 2
+    plain = sample_snapshot("s-2", "acme")
+    store.save(plain, None)
+    memory = store.load_memory("acme", "s-2")
+    assert memory is not None and memory.memory == plain.memory and memory.memory_chunks == []
+    # the same check as a whole load: another session's head under this key is corrupt
+    other = store.blobs.get(head_key("acme", "s-2"))
+    assert other is not None
+    store.blobs.put(head_key("acme", "s-3"), other.data, expected=None)
+    with pytest.raises(SnapshotCorrupt, match="session 's-2'"):
+        store.load_memory("acme", "s-3")

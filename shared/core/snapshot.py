@@ -172,3 +172,22 @@ class SessionSnapshot(BaseModel):
         """The version-2 fields to leave out of a version-1 head, so it is byte for byte what
         earlier releases wrote and read."""
         return None if self.memory_chunks else {"memory_chunks"}
+
+
+class _HeadIdentity(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    session_id: str
+    tenant: str = "default"
+
+
+class HeadMemory(BaseModel):
+    """The memory part of a stored head, parsed without the rest (its outbox, run records...):
+    what a reader of memory items needs, at a fraction of the cost of a whole head."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    schema_version: Literal[1, 2] = 1
+    metadata: _HeadIdentity
+    memory: MemorySnapshot = MemorySnapshot()
+    memory_chunks: list[ChunkName] = Field(default_factory=list)

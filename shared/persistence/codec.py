@@ -14,7 +14,7 @@ import pydantic
 
 from tether.core.events import SUPPORTED_EVENT_VERSIONS, AgentEvent
 from tether.core.items import Item
-from tether.core.snapshot import SUPPORTED_SNAPSHOT_VERSIONS, SessionSnapshot
+from tether.core.snapshot import SUPPORTED_SNAPSHOT_VERSIONS, HeadMemory, SessionSnapshot
 from tether.errors import SnapshotCorrupt, UnsupportedSchemaVersion
 
 
@@ -65,6 +65,23 @@ def loads_snapshot(data: bytes | str, *, where: str = "<memory>") -> SessionSnap
         return SessionSnapshot.model_validate(doc)
     except pydantic.ValidationError as exc:
         raise SnapshotCorrupt(f"snapshot at {where} does not match schema: {exc}") from exc
+
+
+def loads_head_memory(data: bytes | str, *, where: str = "<memory>") -> HeadMemory:
+    """Parse only the memory of snapshot JSON (see :class:`HeadMemory`); anything it cannot
+    read goes through :func:`loads_snapshot`, whose errors name the problem.
+
+    Raises:
+        The errors of :func:`loads_snapshot`.
+    """
+    try:
+        return HeadMemory.model_validate_json(data)
+    except pydantic.ValidationError:
+        snapshot = loads_snapshot(data, where=where)
+        return HeadMemory.model_validate(snapshot.model_dump(include=_HEAD_MEMORY_FIELDS))
+
+
+_HEAD_MEMORY_FIELDS = {"schema_version", "metadata", "memory", "memory_chunks"}
 
 
 def dumps_event(event: AgentEvent) -> str:

@@ -45,7 +45,10 @@ def unseal(
             pulled.extend(store.read_chunk(head.tenant, head.session_id, name))
     if not head.memory_chunks:
         return head, chunks
-    memory = MemorySnapshot(items=(*pulled, *head.memory.items), summary=head.memory.summary)
+    # items read from chunks and a parsed head are validated already
+    memory = MemorySnapshot.model_construct(
+        items=(*pulled, *head.memory.items), summary=head.memory.summary
+    )
     update = {"memory": memory, "memory_chunks": [], "schema_version": 1}
     return head.model_copy(update=update), chunks
 
@@ -59,6 +62,8 @@ class ChunkedWrite:
     chunks: list[str] = field(default_factory=list)
     sealed: int = 0
     """How many of the session's first memory items :meth:`seal` moved into chunks."""
+    last_snapshot: SessionSnapshot | None = None
+    """The head :meth:`snapshot` gave last (the one a save wrote, once it succeeded)."""
 
     @property
     def tenant(self) -> str:
@@ -90,28 +95,48 @@ class ChunkedWrite:
 
     def archive_batch_events(self, default: int) -> int:
         """The archiving threshold of this save: 1 (archive now) when the outbox holds more
-        items than two chunks, so one large ``add_items`` does not ride in every later head
-        until ``default`` events pile up. The head records it, so later readers re-derive
-        whether this outbox was archived (see :mod:`tether.persistence.saving`)."""
+        items than ``default`` (events of one item each never do), so a large ``add_items``
+        does not ride in every later head until ``default`` events pile up. The head records
+        it, so later readers re-derive whether this outbox was archived (see
+        :mod:`tether.persistence.saving`)."""
         session = self.session
         outbox_items = sum(
             len(event.payload.items)
             for event in session.events
             if event.seq > session.archived_seq and isinstance(event.payload, ItemsAppendedPayload)
         )
-        return 1 if outbox_items > 2 * CHUNK_ITEMS else default
+        return 1 if outbox_items > default else default
 
     def snapshot(self) -> SessionSnapshot:
         head = self.session.snapshot()
+        self.last_snapshot = head
         if not self.chunks:
             return head
-        memory = MemorySnapshot(items=head.memory.items[self.sealed :], summary=head.memory.summary)
+        memory = head.memory
+        if self.sealed:
+            memory = MemorySnapshot.model_construct(
+                items=memory.items[self.sealed :], summary=memory.summary
+            )
         update = {
             "memory": memory,
             "memory_chunks": list(self.chunks),
             "schema_version": CHUNKED_SNAPSHOT_SCHEMA_VERSION,
         }
-        return head.model_copy(update=update)
+        self.last_snapshot = head.model_copy(update=update)
+        return self.last_snapshot
+
+    def saved_head(self, archive_batch_events: int | None) -> SessionSnapshot:
+        """The head a successful save wrote, as :meth:`SnapshotStore.load_shallow` would return
+        it: :meth:`snapshot`'s, with only the outbox when there is an archive (batch given; see
+        :func:`tether.persistence.saving.put_head`). Owned by the caller."""
+        head = self.last_snapshot
+        assert head is not None, "saved_head() is for after a save"
+        if archive_batch_events is None:
+            return head
+        outbox = [e for e in head.events if e.seq > head.archived_seq]
+        return head.model_copy(
+            update={"events": outbox, "archive_batch_events": max(1, archive_batch_events)}
+        )
 
     def set_version(self, version: str | None) -> None:
         self.session.set_version(version)

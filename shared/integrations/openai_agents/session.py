@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -43,7 +44,7 @@ from tether.integrations.openai_agents.items import SdkItem, from_memory, to_mem
 from tether.models.base import ModelRequest, ModelResponse
 from tether.persistence.archives.base import EventArchive
 from tether.persistence.saving import ARCHIVE_BATCH_EVENTS, save_session, should_archive
-from tether.persistence.stores.base import SnapshotStore
+from tether.persistence.stores.base import SnapshotStore, StoredSnapshot
 from tether.persistence.writer_storage import open_writer_storage
 from tether.runtime.agent import Agent
 from tether.runtime.redaction import TextRedactor
@@ -117,6 +118,11 @@ class TetherSession:
         self._agent = Agent(
             _NoModel(), "none", store=store, archive=archive, name="openai-agents", redact=redact
         )
+        # the head this object saved last and its version: the next write starts from it
+        # instead of reading and parsing it back (the compare-and-set still checks that it is
+        # the stored one, and a conflict reloads from the store)
+        self._kept: StoredSnapshot | None = None
+        self._kept_lock = threading.Lock()
 
     @classmethod
     def from_settings(
@@ -162,10 +168,9 @@ class TetherSession:
         hold the items it returns."""
         last_items(list[SdkItem](), limit)  # validates limit before any I/O
         store = self._store
-        stored = store.load_shallow(self.tenant, self.session_id)
-        if stored is None:
+        head = store.load_memory(self.tenant, self.session_id)
+        if head is None:
             return []
-        head = stored.snapshot
         # newest first, converting only what the limit keeps (a memory item may stand for
         # several SDK items, so count SDK items, not memory items)
         newest: list[SdkItem] = []
@@ -216,7 +221,10 @@ class TetherSession:
         """The stored state to write on: the head's unsealed items (and the chunks ``pull``
         asks for) as the session's memory, the other chunks by name."""
         store = self._store
-        stored = store.load_shallow(self.tenant, self.session_id)
+        with self._kept_lock:
+            stored, self._kept = self._kept, None  # used once: a retry reads the store
+        if stored is None:
+            stored = store.load_shallow(self.tenant, self.session_id)
         if stored is None:
             return None
         head, chunks = unseal(store, stored, pull)
@@ -251,7 +259,12 @@ class TetherSession:
             write.seal(self._store)
             try:
                 batch = write.archive_batch_events(ARCHIVE_BATCH_EVENTS)
-                save_session(write, self._store, self._agent.archive, archive_batch_events=batch)
+                version = save_session(
+                    write, self._store, self._agent.archive, archive_batch_events=batch
+                )
+                with self._kept_lock:
+                    archived = batch if self._agent.archive is not None else None
+                    self._kept = StoredSnapshot(write.saved_head(archived), version)
                 return result
             except VersionConflict:
                 # another writer won this round; back off a little so we do not collide again

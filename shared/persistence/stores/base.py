@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import NamedTuple, Protocol, runtime_checkable
 
 from tether.core.items import Item
-from tether.core.snapshot import SessionSnapshot
+from tether.core.snapshot import HeadMemory, SessionSnapshot
 from tether.persistence.headcache.base import CachedHead
 
 
@@ -53,6 +53,14 @@ class SnapshotStore(Protocol):
         ``memory.items`` are only the items after ``memory_chunks`` (see
         :class:`tether.core.snapshot.SessionSnapshot`). For writers that append to memory
         without reading all of it.
+
+        Raises:
+            The errors of :meth:`load`.
+        """
+
+    def load_memory(self, tenant: str, session_id: str) -> HeadMemory | None:
+        """The memory part of the head as :meth:`load_shallow` returns it (chunks by name),
+        without parsing the rest: for readers of memory items. None: no such session.
 
         Raises:
             The errors of :meth:`load`.

@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 
 from tether.core.items import Item
-from tether.core.snapshot import SessionSnapshot
+from tether.core.snapshot import HeadMemory, SessionSnapshot
 from tether.errors import DataError, InfrastructureError, InvalidInput, VersionConflict
 from tether.ids import validate_id
 from tether.persistence.blobs import BlobBackend
-from tether.persistence.codec import dumps_snapshot, loads_snapshot
+from tether.persistence.codec import dumps_snapshot, loads_head_memory, loads_snapshot
 from tether.persistence.headcache.base import CachedHead, HeadCache
 from tether.persistence.objects import (
     EVENTS_DIR,
@@ -63,6 +63,32 @@ class BlobSnapshotStore:
     def load_shallow(self, tenant: str, session_id: str) -> StoredSnapshot | None:
         key = head_key(tenant, session_id)
         return self._load(tenant, session_id, key, self._cache_get(tenant, session_id))
+
+    def load_memory(self, tenant: str, session_id: str) -> HeadMemory | None:
+        key = head_key(tenant, session_id)
+        cached = self._cache_get(tenant, session_id)
+        if cached is not None:
+            try:
+                return self._decode_memory(tenant, session_id, key, cached.data)
+            except DataError as exc:  # the store's copy decides, as in _decode_cached
+                log.warning("cached head of %s/%s does not decode: %s", tenant, session_id, exc)
+                self._drop(tenant, session_id)
+        blob = self.blobs.get(key)
+        if blob is None:
+            return None
+        return self._decode_memory(tenant, session_id, key, blob.data)
+
+    def _decode_memory(self, tenant: str, session_id: str, key: str, data: bytes) -> HeadMemory:
+        where = self.blobs.describe(key)
+        head = loads_head_memory(unseal(data, HEAD_KIND, where=where).body, where=where)
+        if head.metadata.tenant != tenant or head.metadata.session_id != session_id:
+            raise corrupt(
+                HEAD_KIND,
+                where,
+                f"it holds tenant {head.metadata.tenant!r} session {head.metadata.session_id!r} "
+                "(was it copied from another location?)",
+            )
+        return head
 
     def read_chunk(self, tenant: str, session_id: str, name: str) -> tuple[Item, ...]:
         return self.chunks.read(tenant, session_id, name)
