@@ -17,13 +17,14 @@ import pytest
 from tether import Agent, SessionLogReader
 from tether.core.snapshot import ChunkRef
 from tether.integrations.openai_agents import TetherSession, from_memory
-from tether.integrations.openai_agents.chunked import CHUNK_ITEMS
+from tether.integrations.openai_agents.chunked import CHUNK_ITEMS, INDEX_FANOUT
 from tether.models.scripted import ScriptedModel
 from tether.persistence.archives.blob import BlobEventArchive
 from tether.persistence.blobs import Blob
 from tether.persistence.blobs.local import LocalBlobs
 from tether.persistence.blobs.memory import MemoryBlobs
 from tether.persistence.objects import head_key, items_dir
+from tether.persistence.saving import ARCHIVE_BATCH_EVENTS
 from tether.persistence.stores import BlobSnapshotStore
 
 T = "default"
@@ -113,11 +114,11 @@ def test_get_items_with_a_limit_reads_only_the_chunks_it_returns() -> None:
 
 
 def test_an_append_reads_no_chunk_and_writes_a_head_of_bounded_size() -> None:
-    """Heads written while appending to a 200-item and a 5,000-item session differ only by the
-    names of the extra chunks: an append neither reads earlier chunks nor rewrites them."""
+    """Heads written while appending to a 5,000-item and a 20,000-item session are the same
+    size: an append neither reads earlier chunks nor rewrites them, and the head names only its
+    newest chunks (the older ones through one chunk index)."""
     largest: dict[int, int] = {}
-    names: dict[int, int] = {}
-    for size in (200, 5000):
+    for size in (5000, 20000):
         storage = Storage()
         session = storage.session()
         session.append_items([user(n) for n in range(size)])
@@ -126,6 +127,13 @@ def test_an_append_reads_no_chunk_and_writes_a_head_of_bounded_size() -> None:
         storage.blobs.puts.clear()
         for n in range(size + 1, size + 1 + 2 * CHUNK_ITEMS):
             session.append_items([user(n)])
+            stored = storage.store().load_shallow(T, "s")
+            assert stored is not None
+            head = stored.snapshot  # bounded whatever the size: unsealed items, names, outbox
+            assert len(head.memory.items) <= 2 * CHUNK_ITEMS
+            assert len(head.memory_chunks) < 2 * INDEX_FANOUT
+            assert len(head.events) <= ARCHIVE_BATCH_EVENTS
+        storage.blobs.reads = [key for key in storage.blobs.reads if key != head_key(T, "s")]
         assert storage.chunk_reads() == []
         head_puts = [length for key, length in storage.blobs.puts if key == head_key(T, "s")]
         assert len(head_puts) == 2 * CHUNK_ITEMS
@@ -133,11 +141,39 @@ def test_an_append_reads_no_chunk_and_writes_a_head_of_bounded_size() -> None:
         assert len(chunk_puts) == 2  # one chunk per CHUNK_ITEMS appends
         largest[size] = max(head_puts)
         stored = storage.store().load_shallow(T, "s")
-        assert stored is not None
-        names[size] = len(stored.snapshot.memory_chunks)
-    # a name is 37 bytes and its quotes and comma; the rest is the digits of the item numbers
-    extra_names = names[5000] - names[200]
-    assert largest[5000] - largest[200] <= extra_names * 40 + 2 * CHUNK_ITEMS, (largest, names)
+        assert stored is not None and stored.snapshot.memory_index is not None
+        assert len(stored.snapshot.memory_chunks) < 2 * INDEX_FANOUT
+    # the same bounds; the bytes differ by the item numbers' digits and where each session is
+    # in its sealing and archiving cycles
+    assert largest[20000] <= largest[5000] * 1.15, largest
+
+
+def test_the_chunk_index_is_read_only_past_the_heads_own_chunks() -> None:
+    storage = Storage()
+    storage.session().append_items([user(n) for n in range(5000)])
+    stored = storage.store().load_shallow(T, "s")
+    assert stored is not None
+    head = stored.snapshot
+    assert head.memory_index is not None and len(head.memory_chunks) == INDEX_FANOUT
+    own = len(head.memory.items) + INDEX_FANOUT * CHUNK_ITEMS  # items without the index
+    index_key = f"{items_dir(T, 's')}{head.memory_index}.json"
+    for limit, index_reads in [(own, 0), (own + 1, 1), (None, 1)]:
+        storage.blobs.reads.clear()
+        items = storage.session().read_items(limit)
+        count = 5000 if limit is None else limit
+        assert texts(items) == [f"m{n}" for n in range(5000 - count, 5000)]
+        assert storage.blobs.reads.count(index_key) == index_reads
+    whole = storage.store().load(T, "s")
+    assert whole is not None and len(whole.snapshot.memory.items) == 5000
+    # popping past the unsealed items and the head's chunks lists the index's chunks again
+    session = storage.session()
+    for n in range(4999, 4999 - own - 3, -1):
+        popped = session.remove_last_item()
+        assert popped is not None and popped["content"] == f"m{n}"
+    assert texts(session.read_items()) == [f"m{n}" for n in range(5000 - own - 3)]
+    assert storage.reader().verify("s").ok
+    session.clear_items()
+    assert session.read_items() == []
 
 
 def test_the_event_contract_holds_across_chunks_pops_and_clears() -> None:

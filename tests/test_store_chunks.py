@@ -183,3 +183,38 @@ def test_load_memory_reads_the_memory_alone(store: BlobSnapshotStore) -> None:
     store.blobs.put(head_key("acme", "s-3"), other.data, expected=None)
     with pytest.raises(SnapshotCorrupt, match="session 's-2'"):
         store.load_memory("acme", "s-3")
+
+
+def test_a_chunk_index_names_the_oldest_chunks(store: BlobSnapshotStore) -> None:
+    names = [store.write_chunk("acme", "s-1", 4 * n, messages(4 * n, 4)) for n in range(5)]
+    index = store.write_chunk_index("acme", "s-1", names[:3])
+    assert index.startswith("i000000000012-3-")  # 12 items in 3 chunks
+    assert store.write_chunk_index("acme", "s-1", names[:3]) == index  # content-addressed
+    head = sample_snapshot("s-1", "acme").model_copy(
+        update={
+            "memory": MemorySnapshot(items=messages(20, 1)),
+            "memory_chunks": names[3:],
+            "memory_index": index,
+            "schema_version": 2,
+        }
+    )
+    assert head.chunked_items == 20
+    store.save(head, None)
+    fresh = type(store).__new__(type(store))
+    BlobSnapshotStore.__init__(fresh, store.blobs)
+    assert fresh.chunk_names("acme", "s-1", index) == tuple(names[:3])
+    whole = fresh.load("acme", "s-1")
+    assert whole is not None and whole.snapshot.memory.items == messages(0, 21)
+    assert whole.snapshot.memory_index is None and whole.snapshot.schema_version == 1
+    # an index holding other names than its own name says is corrupt
+    key = chunk_key("acme", "s-1", index)
+    other = store.blobs.get(chunk_key("acme", "s-1", names[0]))
+    current = store.blobs.get(key)
+    assert other is not None and current is not None
+    store.blobs.put(key, other.data, expected=current.token)
+    fresh = type(store).__new__(type(store))
+    BlobSnapshotStore.__init__(fresh, store.blobs)
+    with pytest.raises(SnapshotCorrupt, match=f"memory chunk index at .*{index}"):
+        fresh.load("acme", "s-1")
+    assert store.delete("acme", "s-1") is True
+    assert store.blobs.list_names(items_dir("acme", "s-1")) == []

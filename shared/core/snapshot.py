@@ -3,8 +3,10 @@
 Schema versions (field ``schema_version``):
 - 1: metadata, memory, last compact result, last sequence number, the log (embedded events; empty
   when the log lives in an event archive), and the recent applied-request records.
-- 2: version 1 plus ``memory_chunks``: the older memory items live in immutable chunk objects
-  beside the head, and ``memory.items`` holds only the newest (unsealed) items. Written only when
+- 2: version 1 plus ``memory_chunks`` and ``memory_index``: the older memory items live in
+  immutable chunk objects beside the head (the oldest chunks named by one immutable index
+  object, the newest by the head itself), and ``memory.items`` holds only the newest (unsealed)
+  items. Written only when
   there are chunks (so a version-1 reader refuses it rather than seeing part of the memory); every
   generic load returns it materialized, as a version-1 value.
 """
@@ -35,6 +37,10 @@ _CHUNK_NAME = r"(\d{12})-(\d{1,6})-([0-9a-f]{16})"
 _CHUNK_NAME_RE = re.compile(_CHUNK_NAME)
 
 ChunkName = Annotated[str, StringConstraints(pattern=f"^{_CHUNK_NAME}$")]
+_INDEX_NAME = r"i(\d{12})-(\d{1,9})-([0-9a-f]{16})"
+_INDEX_NAME_RE = re.compile(_INDEX_NAME)
+IndexName = Annotated[str, StringConstraints(pattern=f"^{_INDEX_NAME}$")]
+"""A chunk index's object name: ``i<items it covers:012d>-<chunk names in it>-<sha16>``."""
 """A chunk's object name without ``.json``: ``<first item:012d>-<count>-<sha256 of body:16>``.
 A plain string (not a model) because a head lists one per chunk and is parsed on every write."""
 
@@ -59,6 +65,14 @@ class ChunkRef(NamedTuple):
         if match is None:
             raise ValueError(f"{name!r} is not a memory chunk name")
         return cls(int(match.group(1)), int(match.group(2)), match.group(3))
+
+
+def index_items(name: str) -> int:
+    """How many memory items the chunks named by index ``name`` hold (from its name)."""
+    match = _INDEX_NAME_RE.fullmatch(name)
+    if match is None:
+        raise ValueError(f"{name!r} is not a chunk index name")
+    return int(match.group(1))
 
 
 class SessionMetadata(BaseModel):
@@ -103,6 +117,10 @@ class SessionSnapshot(BaseModel):
     :mod:`tether.persistence.saving`). ``writer_fence`` is the lease fence the head was written
     under (0 outside a lease): rewriting it is how a lease taker fences out a frozen predecessor,
     whose compare-and-set then fails (an additive field: older heads read as 0).
+    ``memory_chunks`` (version 2) names the newest chunks holding the memory items before
+    ``memory.items``, ``memory_index`` the index object naming the chunks before those; only
+    :meth:`SnapshotStore.load_shallow` returns such a head, every other load materializes the
+    chunks into ``memory``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -111,6 +129,7 @@ class SessionSnapshot(BaseModel):
     metadata: SessionMetadata
     memory: MemorySnapshot = MemorySnapshot()
     memory_chunks: list[ChunkName] = Field(default_factory=list)
+    memory_index: IndexName | None = None
     events: list[AgentEvent] = Field(default_factory=list)
     last_seq: int = 0
     archived_seq: int = 0
@@ -123,25 +142,26 @@ class SessionSnapshot(BaseModel):
     def _chunks_match_the_version(self) -> SessionSnapshot:
         # version 2 exactly when there are chunks, so a reader of version 1 never takes a
         # chunked head for the whole memory
-        if bool(self.memory_chunks) != (self.schema_version == CHUNKED_SNAPSHOT_SCHEMA_VERSION):
+        if self.is_chunked != (self.schema_version == CHUNKED_SNAPSHOT_SCHEMA_VERSION):
             raise ValueError(
                 f"schema_version {self.schema_version} with {len(self.memory_chunks)} memory "
-                "chunks: version 2 heads have chunks, version 1 heads none"
+                f"chunks and index {self.memory_index!r}: version 2 heads have chunks, "
+                "version 1 heads none"
             )
         return self
 
     @property
-    def chunk_refs(self) -> list[ChunkRef]:
-        """The parsed :attr:`memory_chunks`, oldest first."""
-        return [ChunkRef.parse(name) for name in self.memory_chunks]
+    def is_chunked(self) -> bool:
+        """Whether some memory items live in chunks (a version-2 head)."""
+        return bool(self.memory_chunks) or self.memory_index is not None
 
     @property
     def chunked_items(self) -> int:
         """How many memory items live in chunks (the index of ``memory.items[0]``)."""
-        if not self.memory_chunks:
-            return 0
-        last = ChunkRef.parse(self.memory_chunks[-1])
-        return last.first + last.size
+        if self.memory_chunks:
+            last = ChunkRef.parse(self.memory_chunks[-1])
+            return last.first + last.size
+        return 0 if self.memory_index is None else index_items(self.memory_index)
 
     @property
     def session_id(self) -> str:
@@ -171,7 +191,7 @@ class SessionSnapshot(BaseModel):
     def unset_v2_fields(self) -> set[str] | None:
         """The version-2 fields to leave out of a version-1 head, so it is byte for byte what
         earlier releases wrote and read."""
-        return None if self.memory_chunks else {"memory_chunks"}
+        return None if self.is_chunked else {"memory_chunks", "memory_index"}
 
 
 class _HeadIdentity(BaseModel):
@@ -191,3 +211,4 @@ class HeadMemory(BaseModel):
     metadata: _HeadIdentity
     memory: MemorySnapshot = MemorySnapshot()
     memory_chunks: list[ChunkName] = Field(default_factory=list)
+    memory_index: IndexName | None = None

@@ -81,7 +81,7 @@ def loads_head_memory(data: bytes | str, *, where: str = "<memory>") -> HeadMemo
         return HeadMemory.model_validate(snapshot.model_dump(include=_HEAD_MEMORY_FIELDS))
 
 
-_HEAD_MEMORY_FIELDS = {"schema_version", "metadata", "memory", "memory_chunks"}
+_HEAD_MEMORY_FIELDS = {"schema_version", "metadata", "memory", "memory_chunks", "memory_index"}
 
 
 def dumps_event(event: AgentEvent) -> str:

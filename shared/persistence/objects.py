@@ -7,12 +7,14 @@ Written once here, used by the memory, local-directory and S3 backends alike:
       v1/<tenant>/<session>/head.json                          the session head
       v1/<tenant>/<session>/events/<first:020d>-<last:020d>.json  archived event segments
       v1/<tenant>/<session>/events/items/<first:012d>-<count>-<sha16>.json  memory chunks
+      v1/<tenant>/<session>/events/items/i<items:012d>-<chunks>-<sha16>.json  chunk indexes
 
   Memory chunks (heads of schema version 2) are immutable and content-addressed: the name holds
   the index of their first item, how many they hold and the first 16 hex digits of their
-  body's sha256, so writing one twice writes the same bytes. They sit under ``events/`` so that
-  head listings skip them with the segments, and in their own folder so that segment listings
-  never see them.
+  body's sha256, so writing one twice writes the same bytes. A chunk index (a JSON array of
+  chunk names) is named alike, by the items its chunks hold and how many it names. They sit
+  under ``events/`` so that head listings skip them with the segments, and in their own folder
+  so that segment listings never see them.
 
 - The envelope: every stored object is one JSON document whose header carries the kind, the
   envelope format version, the body length and its sha256, followed by the body itself
@@ -51,6 +53,7 @@ ITEMS_DIR = "items"
 HEAD_KIND = "head"
 SEGMENT_KIND = "segment"
 CHUNK_KIND = "chunk"
+INDEX_KIND = "chunk-index"
 
 _BODY_MARK = b',"body":'
 _MAGIC = b'{"tether":'
@@ -277,7 +280,7 @@ def corrupt(kind: str, where: str, reason: str) -> SnapshotCorrupt:
         if kind == HEAD_KIND
         else "restore the chunk from a backup or an earlier object version, or delete the "
         "session (its stored state is lost)"
-        if kind == CHUNK_KIND
+        if kind in (CHUNK_KIND, INDEX_KIND)
         else "restore the segment from a backup, or delete the session's event archive"
     )
     return SnapshotCorrupt(f"{_label(kind)} at {where} is corrupt: {reason}. To recover, {fix}.")
@@ -286,4 +289,6 @@ def corrupt(kind: str, where: str, reason: str) -> SnapshotCorrupt:
 def _label(kind: str) -> str:
     if kind == CHUNK_KIND:
         return "memory chunk"
+    if kind == INDEX_KIND:
+        return "memory chunk index"
     return "session head" if kind == HEAD_KIND else f"event {kind}"

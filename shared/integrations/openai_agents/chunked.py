@@ -25,6 +25,11 @@ CHUNK_ITEMS = 64
 """Memory items per sealed chunk. The head keeps the newest items unsealed: up to twice this
 many, then all but the last ``CHUNK_ITEMS`` are sealed (one chunk per ``CHUNK_ITEMS`` appends)."""
 
+INDEX_FANOUT = 16
+"""Chunk names a head lists itself: up to twice this many, then all but the last
+``INDEX_FANOUT`` move into a new chunk index (one index per ``INDEX_FANOUT`` chunks), so a head
+stays the same size however long the session."""
+
 Pull = Literal["none", "last", "all"]
 """How many chunks a write needs back in the session's memory: none (append), the last one
 when the unsealed items are empty (pop), all of them (clear)."""
@@ -32,25 +37,29 @@ when the unsealed items are empty (pop), all of them (clear)."""
 
 def unseal(
     store: SnapshotStore, stored: StoredSnapshot, pull: Pull
-) -> tuple[SessionSnapshot, list[str]]:
+) -> tuple[SessionSnapshot, list[str], str | None]:
     """``stored``'s head as a version-1 value holding the unsealed items (plus the chunks that
-    ``pull`` asks for), and the names of the chunks still sealed before them."""
+    ``pull`` asks for), the names of the chunks still sealed before them that the head lists
+    itself, and its chunk index."""
     head = stored.snapshot
-    chunks = list(head.memory_chunks)
+    if not head.is_chunked:
+        return head, [], None
+    chunks, index = list(head.memory_chunks), head.memory_index
     pulled: list[Item] = []
     if pull == "all" or (pull == "last" and not head.memory.items):
+        if index is not None:  # rare (a pop past the unsealed items): list every chunk
+            chunks = [*store.chunk_names(head.tenant, head.session_id, index), *chunks]
+            index = None
         keep = 0 if pull == "all" else len(chunks) - 1
         take, chunks = chunks[keep:], chunks[:keep]
         for name in take:
             pulled.extend(store.read_chunk(head.tenant, head.session_id, name))
-    if not head.memory_chunks:
-        return head, chunks
     # items read from chunks and a parsed head are validated already
     memory = MemorySnapshot.model_construct(
         items=(*pulled, *head.memory.items), summary=head.memory.summary
     )
-    update = {"memory": memory, "memory_chunks": [], "schema_version": 1}
-    return head.model_copy(update=update), chunks
+    update = {"memory": memory, "memory_chunks": [], "memory_index": None, "schema_version": 1}
+    return head.model_copy(update=update), chunks, index
 
 
 @dataclass
@@ -60,6 +69,7 @@ class ChunkedWrite:
 
     session: AgentSession
     chunks: list[str] = field(default_factory=list)
+    index: str | None = None
     sealed: int = 0
     """How many of the session's first memory items :meth:`seal` moved into chunks."""
     last_snapshot: SessionSnapshot | None = None
@@ -92,6 +102,13 @@ class ChunkedWrite:
             batch = items[start : start + chunk_items]
             self.chunks.append(store.write_chunk(self.tenant, self.session_id, base + start, batch))
         self.sealed = seal_count
+        if len(self.chunks) >= 2 * INDEX_FANOUT:
+            indexed: tuple[str, ...] = ()
+            if self.index is not None:
+                indexed = store.chunk_names(self.tenant, self.session_id, self.index)
+            folded = [*indexed, *self.chunks[:-INDEX_FANOUT]]
+            self.index = store.write_chunk_index(self.tenant, self.session_id, folded)
+            self.chunks = self.chunks[-INDEX_FANOUT:]
 
     def archive_batch_events(self, default: int) -> int:
         """The archiving threshold of this save: 1 (archive now) when the outbox holds more
@@ -110,7 +127,7 @@ class ChunkedWrite:
     def snapshot(self) -> SessionSnapshot:
         head = self.session.snapshot()
         self.last_snapshot = head
-        if not self.chunks:
+        if not self.chunks and self.index is None:
             return head
         memory = head.memory
         if self.sealed:
@@ -120,6 +137,7 @@ class ChunkedWrite:
         update = {
             "memory": memory,
             "memory_chunks": list(self.chunks),
+            "memory_index": self.index,
             "schema_version": CHUNKED_SNAPSHOT_SCHEMA_VERSION,
         }
         self.last_snapshot = head.model_copy(update=update)

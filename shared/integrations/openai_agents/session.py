@@ -176,6 +176,7 @@ class TetherSession:
         newest: list[SdkItem] = []
         sources = [head.memory.items]
         chunks = reversed(head.memory_chunks)
+        index = head.memory_index
         while sources:
             for item in reversed(sources.pop()):
                 if limit is not None and len(newest) >= limit:
@@ -184,6 +185,10 @@ class TetherSession:
             if limit is not None and len(newest) >= limit:
                 break
             name = next(chunks, None)
+            if name is None and index is not None:  # past the head's own: the index's chunks
+                chunks = reversed(store.chunk_names(self.tenant, self.session_id, index))
+                index = None
+                name = next(chunks, None)
             if name is not None:
                 sources.append(store.read_chunk(self.tenant, self.session_id, name))
         newest.reverse()
@@ -227,7 +232,7 @@ class TetherSession:
             stored = store.load_shallow(self.tenant, self.session_id)
         if stored is None:
             return None
-        head, chunks = unseal(store, stored, pull)
+        head, chunks, index = unseal(store, stored, pull)
         outbox = list(head.events)  # a stored head carries only its outbox
         # announce=False: loading is not a write, so it leaves no event behind
         session = self._agent.session_from_snapshot(
@@ -242,7 +247,7 @@ class TetherSession:
             archive.write_segment(self.tenant, self.session_id, outbox)
             session.mark_archived(outbox[-1].seq)
             session.mark_reconciled()
-        return ChunkedWrite(session, chunks)
+        return ChunkedWrite(session, chunks, index)
 
     def _write(self, change: Callable[[AgentSession], T], *, pull: Pull) -> T:
         """Apply ``change`` to the newest stored state and save it with compare-and-set; on a

@@ -78,6 +78,17 @@ class SnapshotStore(Protocol):
         ``memory_chunks``. Idempotent: the name is derived from the content. Write it before
         the head that names it."""
 
+    def chunk_names(self, tenant: str, session_id: str, index: str) -> tuple[str, ...]:
+        """The chunk names a head's ``memory_index`` lists, oldest first (cached: immutable).
+
+        Raises:
+            SnapshotCorrupt: the index is missing, fails its checksum or does not parse.
+        """
+
+    def write_chunk_index(self, tenant: str, session_id: str, names: list[str]) -> str:
+        """Store chunk names (oldest first) as one immutable index; return its name for
+        ``memory_index``. Idempotent, like :meth:`write_chunk`; write it before the head."""
+
     def save(self, snapshot: SessionSnapshot, expected_version: str | None) -> str:
         """Write the head if the stored version equals ``expected_version``; return the new one.
 

@@ -93,12 +93,19 @@ class BlobSnapshotStore:
     def read_chunk(self, tenant: str, session_id: str, name: str) -> tuple[Item, ...]:
         return self.chunks.read(tenant, session_id, name)
 
+    def chunk_names(self, tenant: str, session_id: str, index: str) -> tuple[str, ...]:
+        return self.chunks.read_index(tenant, session_id, index)
+
+    def write_chunk_index(self, tenant: str, session_id: str, names: list[str]) -> str:
+        head_key(tenant, session_id)  # validates the ids before any I/O
+        return self.chunks.write_index(tenant, session_id, names)
+
     def write_chunk(self, tenant: str, session_id: str, first: int, items: tuple[Item, ...]) -> str:
         head_key(tenant, session_id)  # validates the ids before any I/O
         return self.chunks.write(tenant, session_id, first, items)
 
     def _materialize(self, stored: StoredSnapshot | None) -> StoredSnapshot | None:
-        if stored is None or not stored.snapshot.memory_chunks:
+        if stored is None or not stored.snapshot.is_chunked:
             return stored
         return StoredSnapshot(self.chunks.materialize(stored.snapshot), stored.version)
 
@@ -207,7 +214,7 @@ class BlobSnapshotStore:
         # chunks before the head: a crash in between leaves a head that fails to load (and a
         # second delete finishes), never chunks that outlive their session unnoticed
         prefix = items_dir(tenant, session_id)
-        names = self.chunks.names(prefix)
+        names = self.chunks.stored(prefix)
         if names:
             self.blobs.delete_many([prefix + name for name in names])
         return self.blobs.delete(key)
