@@ -10,9 +10,10 @@ load hits both alike: ``TetherSession`` on a ``file://`` store (head + event arc
 - **P13** ``add_items`` of one item on a session of 100 items, **P13b** on one of 10,000 (the
   ``extra`` gives Tether's own 10,000 / 100 ratio: flat is 1.0);
 - **P13g** ``get_items()`` and **P13l** ``get_items(limit=20)`` on 10,000 items;
-- **P13u** and **P13bu**: P13 and P13b on a local store with ``update_log=True`` (a head update
-  appended to the head's log and synced once, as SQLite's write-ahead log commits, instead of a
-  replaced file synced twice: the file, then its directory).
+- **P13u** and **P13bu**: P13 and P13b on a local store with ``update_log=True``: every head
+  update appended to the head's log and synced once, as SQLite's write-ahead log commits,
+  instead of a replaced file synced twice (the file, then its directory). By default only
+  chunked heads (past 128 items, so P13b but not P13) are logged.
 
 Durability, compared honestly: ``SQLiteSession`` runs SQLite in WAL mode with its default
 ``synchronous=FULL``, which syncs the log at every commit; Tether's local store syncs every head

@@ -9,10 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.storage_samples import sample_snapshot
+from tether.core.items import UserMessage
+from tether.core.memory import MemorySnapshot
 from tether.errors import VersionConflict
 from tether.persistence.blobs import local_log
 from tether.persistence.blobs.local import LocalBlobs
-from tether.persistence.codec import sha256_hex
+from tether.persistence.codec import loads_snapshot, sha256_hex
+from tether.persistence.objects import unseal
+from tether.persistence.stores import LocalSnapshotStore
 
 KEY = "v1/acme/s-1/head.json"
 
@@ -157,3 +162,31 @@ def test_racing_writers_lose_no_update(tmp_path: Path) -> None:
         thread.join()
     blob = LocalBlobs(tmp_path, update_log=True).get(KEY)
     assert blob is not None and int(blob.data) == writers * rounds
+
+
+def test_the_default_store_logs_only_chunked_heads_on_a_chunked_file(tmp_path: Path) -> None:
+    """Without ``update_log`` only a head of schema version 2 replacing one of version 2 goes
+    to the log: whenever a log exists, ``head.json`` is a head that builds from before chunks
+    refuse ("upgrade Tether"), never an older head they would take for the current one."""
+    store = LocalSnapshotStore(tmp_path)
+    session_dir = tmp_path / "v1" / "acme" / "s-1"
+    v1 = sample_snapshot("s-1", "acme")
+    version = store.save(v1, None)
+    version = store.save(v1.model_copy(update={"last_seq": v1.last_seq + 1}), version)
+    assert not (session_dir / ".head.json.log").exists()  # version 1: the file is replaced
+    chunk = store.write_chunk("acme", "s-1", 0, (UserMessage(content="old"),))
+    v2 = v1.model_copy(
+        update={"memory_chunks": [chunk], "schema_version": 2, "memory": MemorySnapshot()}
+    )
+    for n in range(3):
+        version = store.save(v2.model_copy(update={"last_seq": v1.last_seq + 2 + n}), version)
+        # the first version-2 head replaces the version-1 file; the next ones are logged
+        assert (session_dir / ".head.json.log").exists() == (n > 0)
+        on_disk = unseal((session_dir / "head.json").read_bytes(), "head", where="test")
+        assert loads_snapshot(on_disk.body).schema_version == 2
+    loaded = store.load_shallow("acme", "s-1")
+    assert loaded is not None and loaded.snapshot.last_seq == v1.last_seq + 4
+    assert loaded.version == version
+    # back to version 1 (a clear, a worker's run): the file is replaced and the log dropped
+    store.save(v1.model_copy(update={"last_seq": v1.last_seq + 5}), version)
+    assert not (session_dir / ".head.json.log").exists()

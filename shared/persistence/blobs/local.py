@@ -9,11 +9,13 @@ process lock a fresh inode).
 The version token is the sha256 of the stored bytes: identical bytes give identical tokens,
 exactly like an S3 ETag, so a write based on the current content is always valid.
 
-With ``update_log=True`` an update of an existing small object is appended to its update log
-(one sync instead of two, see :mod:`tether.persistence.blobs.local_log`). Reads always take the
-log into account, so processes of this build sharing a root may differ in this setting; a build
-from before reads the object file alone, which may be older, hence off by default. Back up a
-session directory whole: the object file alone may be older than its log.
+With ``update_log`` (always, or as a policy says) an update of an existing small object is
+appended to its update log (one sync instead of two, see
+:mod:`tether.persistence.blobs.local_log`). Reads always take the log into account, so
+processes of this build sharing a root may differ in this setting; a build from before reads
+the object file alone, which may be older (see
+:class:`tether.persistence.stores.local.LocalSnapshotStore` for the policy that keeps those
+safe). Back up a session directory whole: the object file alone may be older than its log.
 
 Files are created with mode 0600 (sessions may hold private data); run every process that
 shares a root as the same user. Needs POSIX ``flock`` (Linux, macOS; not Windows).
@@ -25,13 +27,16 @@ import contextlib
 import fcntl
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tether.errors import InvalidInput, StoreUnavailable, VersionConflict
 from tether.persistence.blobs import Blob, local_log
 from tether.persistence.codec import sha256_hex
 from tether.persistence.objects import listing_order
+
+LogPolicy = Callable[[bytes, bytes], bool]
+"""Whether an update may go to the update log, given the object file's bytes and the new ones."""
 
 LOCK_NAME = ".lock"
 _TEMP_PREFIX = ".tmp-"
@@ -40,11 +45,14 @@ _TEMP_PREFIX = ".tmp-"
 class LocalBlobs:
     """Objects as files under ``root``; key ``a/b/c`` is the file ``root/a/b/c``."""
 
-    def __init__(self, root: str | os.PathLike[str], *, update_log: bool = False) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str], *, update_log: bool | LogPolicy = False
+    ) -> None:
         """Args:
         root: the directory holding the objects (created on first write).
         update_log: append updates of existing small objects to their update log (one sync
-            each) instead of replacing the file (two).
+            each) instead of replacing the file (two): always, never, or when a policy given
+            the object file's bytes and the new ones says so.
         """
         self.root = Path(os.path.abspath(root))
         self.update_log = update_log
@@ -95,10 +103,10 @@ class LocalBlobs:
             return
         size = len(local_log.record(data))
         if (
-            self.update_log
-            and base is not None
+            base is not None
             and max(len(data), len(base)) <= local_log.LOG_MAX_RECORD_BYTES
             and max(tail.end, len(local_log.header(base))) + size <= local_log.LOG_MAX_BYTES
+            and (self.update_log(base, data) if callable(self.update_log) else self.update_log)
         ):
             if tail.end:
                 local_log.append(path, tail.end, data)
