@@ -171,12 +171,15 @@ def test_load_memory_reads_the_memory_alone(store: BlobSnapshotStore) -> None:
     store.save(head, None)
     memory = store.load_memory("acme", "s-1")
     assert memory is not None
-    assert memory.memory == head.memory and memory.memory_chunks == head.memory_chunks
+    assert tuple(reversed(list(memory.newest_items()))) == head.memory.items
+    assert memory.memory.summary == head.memory.summary
+    assert memory.memory_chunks == head.memory_chunks
     assert memory.schema_version == 2
     plain = sample_snapshot("s-2", "acme")
     store.save(plain, None)
     memory = store.load_memory("acme", "s-2")
-    assert memory is not None and memory.memory == plain.memory and memory.memory_chunks == []
+    assert memory is not None and memory.memory_chunks == []
+    assert tuple(reversed(list(memory.newest_items()))) == plain.memory.items
     # the same check as a whole load: another session's head under this key is corrupt
     other = store.blobs.get(head_key("acme", "s-2"))
     assert other is not None
@@ -218,3 +221,18 @@ def test_a_chunk_index_names_the_oldest_chunks(store: BlobSnapshotStore) -> None
         fresh.load("acme", "s-1")
     assert store.delete("acme", "s-1") is True
     assert store.blobs.list_names(items_dir("acme", "s-1")) == []
+
+
+def test_a_bad_item_in_a_head_read_for_its_memory_is_corrupt_and_named() -> None:
+    """``load_memory`` validates items only as a reader reaches them; one that does not match
+    the schema is still reported as corrupt data, naming the session."""
+    from tether.persistence.codec import newest_head_items
+
+    store = InMemorySnapshotStore()
+    store.save(sample_snapshot("s-1", "acme"), None)
+    head = store.load_memory("acme", "s-1")
+    assert head is not None
+    head.memory.items.append({"type": "no-such-item"})
+    items = newest_head_items(head, where="acme/s-1")
+    with pytest.raises(SnapshotCorrupt, match="acme/s-1"):
+        next(items)

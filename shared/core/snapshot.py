@@ -14,12 +14,14 @@ Schema versions (field ``schema_version``):
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, model_validator
 
 from tether.core.context import CompactResult
 from tether.core.events import AgentEvent, Usage
+from tether.core.items import ITEM_ADAPTER, Item
 from tether.core.memory import MemorySnapshot
 
 SNAPSHOT_SCHEMA_VERSION = 1
@@ -201,14 +203,32 @@ class _HeadIdentity(BaseModel):
     tenant: str = "default"
 
 
+class _RawMemory(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    # JSON values: a reader of the newest items validates only those (see newest_items)
+    items: list[Any] = Field(default_factory=list)
+    summary: str | None = None
+
+
 class HeadMemory(BaseModel):
     """The memory part of a stored head, parsed without the rest (its outbox, run records...):
-    what a reader of memory items needs, at a fraction of the cost of a whole head."""
+    what a reader of memory items needs, at a fraction of the cost of a whole head. Items are
+    validated as :meth:`newest_items` reaches them."""
 
     model_config = ConfigDict(extra="ignore")
 
     schema_version: Literal[1, 2] = 1
     metadata: _HeadIdentity
-    memory: MemorySnapshot = MemorySnapshot()
+    memory: _RawMemory = Field(default_factory=_RawMemory)
     memory_chunks: list[ChunkName] = Field(default_factory=list)
     memory_index: IndexName | None = None
+
+    def newest_items(self) -> Iterator[Item]:
+        """The head's own memory items, newest first.
+
+        Raises:
+            ValueError: an item does not match the schema (a pydantic ``ValidationError``).
+        """
+        for value in reversed(self.memory.items):
+            yield ITEM_ADAPTER.validate_python(value)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pydantic
@@ -78,10 +79,22 @@ def loads_head_memory(data: bytes | str, *, where: str = "<memory>") -> HeadMemo
         return HeadMemory.model_validate_json(data)
     except pydantic.ValidationError:
         snapshot = loads_snapshot(data, where=where)
-        return HeadMemory.model_validate(snapshot.model_dump(include=_HEAD_MEMORY_FIELDS))
+        doc = snapshot.model_dump(mode="json", include=_HEAD_MEMORY_FIELDS)
+        return HeadMemory.model_validate(doc)
 
 
 _HEAD_MEMORY_FIELDS = {"schema_version", "metadata", "memory", "memory_chunks", "memory_index"}
+
+
+def newest_head_items(head: HeadMemory, *, where: str = "<memory>") -> Iterator[Item]:
+    """:meth:`HeadMemory.newest_items`, an item that does not match the schema reported as
+    :class:`SnapshotCorrupt`."""
+    try:
+        yield from head.newest_items()
+    except pydantic.ValidationError as exc:
+        raise SnapshotCorrupt(
+            f"a memory item of the head at {where} does not match: {exc}"
+        ) from exc
 
 
 def dumps_event(event: AgentEvent) -> str:

@@ -34,15 +34,17 @@ import asyncio
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+from tether.core.items import Item
 from tether.errors import InvalidInput, ModelError, VersionConflict
 from tether.ids import validate_id, validate_tenant
 from tether.integrations.openai_agents.chunked import ChunkedWrite, Pull, unseal
 from tether.integrations.openai_agents.items import SdkItem, from_memory, to_memory
 from tether.models.base import ModelRequest, ModelResponse
 from tether.persistence.archives.base import EventArchive
+from tether.persistence.codec import newest_head_items
 from tether.persistence.saving import ARCHIVE_BATCH_EVENTS, save_session, should_archive
 from tether.persistence.stores.base import SnapshotStore, StoredSnapshot
 from tether.persistence.writer_storage import open_writer_storage
@@ -174,11 +176,12 @@ class TetherSession:
         # newest first, converting only what the limit keeps (a memory item may stand for
         # several SDK items, so count SDK items, not memory items)
         newest: list[SdkItem] = []
-        sources = [head.memory.items]
+        where = f"{self.tenant}/{self.session_id}"
+        sources: list[Iterable[Item]] = [newest_head_items(head, where=where)]
         chunks = reversed(head.memory_chunks)
         index = head.memory_index
         while sources:
-            for item in reversed(sources.pop()):
+            for item in sources.pop():
                 if limit is not None and len(newest) >= limit:
                     break
                 newest.extend(reversed(from_memory(item)))
@@ -190,7 +193,7 @@ class TetherSession:
                 index = None
                 name = next(chunks, None)
             if name is not None:
-                sources.append(store.read_chunk(self.tenant, self.session_id, name))
+                sources.append(reversed(store.read_chunk(self.tenant, self.session_id, name)))
         newest.reverse()
         return last_items(newest, limit)
 
