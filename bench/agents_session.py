@@ -9,7 +9,15 @@ load hits both alike: ``TetherSession`` on a ``file://`` store (head + event arc
 
 - **P13** ``add_items`` of one item on a session of 100 items, **P13b** on one of 10,000 (the
   ``extra`` gives Tether's own 10,000 / 100 ratio: flat is 1.0);
-- **P13g** ``get_items()`` and **P13l** ``get_items(limit=20)`` on 10,000 items.
+- **P13g** ``get_items()`` and **P13l** ``get_items(limit=20)`` on 10,000 items;
+- **P13u** and **P13bu**: P13 and P13b on a local store with ``update_log=True``: every head
+  update appended to the head's log and synced once, as SQLite's write-ahead log commits,
+  instead of a replaced file synced twice (the file, then its directory). By default only
+  chunked heads (past 128 items, so P13b but not P13) are logged.
+
+Durability, compared honestly: ``SQLiteSession`` runs SQLite in WAL mode with its default
+``synchronous=FULL``, which syncs the log at every commit; Tether's local store syncs every head
+write too (file and directory, or the update log), so both survive a power cut after each call.
 """
 
 from __future__ import annotations
@@ -39,14 +47,19 @@ def _item(n: int) -> dict[str, Any]:
     return {"role": "user", "content": f"message number {n} of a long conversation"}
 
 
-def _sessions(root: Path, session_id: str, size: int) -> tuple[Any, Any]:
+def _sessions(
+    root: Path, session_id: str, size: int, *, update_log: bool = False
+) -> tuple[Any, Any]:
     """A TetherSession and a SQLiteSession, each holding ``size`` items."""
     from agents.memory import SQLiteSession
 
     from tether.integrations.openai_agents import TetherSession
     from tether.persistence.storage_url import open_storage
+    from tether.persistence.stores import LocalSnapshotStore
 
     store, archive = open_storage(f"file://{root / 'tether'}")
+    if update_log:
+        store = LocalSnapshotStore(root / "tether", update_log=True)
     tether = TetherSession(session_id, store=store, archive=archive)
     sqlite = SQLiteSession(session_id, db_path=root / "sqlite.db")
     items = [_item(n) for n in range(size)]
@@ -95,7 +108,7 @@ def _row(
 
 
 def measures(root: Path, small: int, large: int, samples: int) -> list[Measure]:
-    """The four rows (sessions of ``small`` and ``large`` items)."""
+    """The six rows (sessions of ``small`` and ``large`` items)."""
     counter = iter(range(10**9))
 
     def add_one(session: Any) -> Callable[[], Any]:
@@ -107,17 +120,54 @@ def measures(root: Path, small: int, large: int, samples: int) -> list[Measure]:
     t_large, s_large = _sessions(root, "p13-large", large)
     add_large = _side_by_side(t_large, s_large, add_one, samples)
     growth = Stats.of(add_large[0]).median / Stats.of(add_small[0]).median
-    rows.append(_row("P13", f"add_items of 1 item, session of {small} items", *add_small,
-                     f"{samples} appends after 2 warm-ups"))
-    rows.append(_row("P13b", f"add_items of 1 item, session of {large} items", *add_large,
-                     f"{samples} appends; Tether's {large}/{small} median ratio {growth:.2f} "
-                     "(flat: 1.0)", tether_growth=round(growth, 3)))
+    rows.append(
+        _row(
+            "P13",
+            f"add_items of 1 item, session of {small} items",
+            *add_small,
+            f"{samples} appends after 2 warm-ups",
+        )
+    )
+    rows.append(
+        _row(
+            "P13b",
+            f"add_items of 1 item, session of {large} items",
+            *add_large,
+            f"{samples} appends; Tether's {large}/{small} median ratio {growth:.2f} (flat: 1.0)",
+            tether_growth=round(growth, 3),
+        )
+    )
     read_all = _side_by_side(t_large, s_large, lambda s: lambda: s.get_items(), samples)
-    rows.append(_row("P13g", f"get_items(), session of {large} items", *read_all,
-                     f"{samples} reads"))
+    rows.append(
+        _row("P13g", f"get_items(), session of {large} items", *read_all, f"{samples} reads")
+    )
     read_20 = _side_by_side(t_large, s_large, lambda s: lambda: s.get_items(limit=20), samples)
-    rows.append(_row("P13l", f"get_items(limit=20), session of {large} items", *read_20,
-                     f"{samples} reads"))
+    rows.append(
+        _row("P13l", f"get_items(limit=20), session of {large} items", *read_20, f"{samples} reads")
+    )
+    t_small, s_small = _sessions(root, "p13u-small", small, update_log=True)
+    add_small = _side_by_side(t_small, s_small, add_one, samples)
+    t_large, s_large = _sessions(root, "p13u-large", large, update_log=True)
+    add_large = _side_by_side(t_large, s_large, add_one, samples)
+    growth = Stats.of(add_large[0]).median / Stats.of(add_small[0]).median
+    rows.append(
+        _row(
+            "P13u",
+            f"add_items of 1 item, session of {small} items, update_log=True",
+            *add_small,
+            f"{samples} appends after 2 warm-ups, on LocalSnapshotStore(update_log=True)",
+        )
+    )
+    rows.append(
+        _row(
+            "P13bu",
+            f"add_items of 1 item, session of {large} items, update_log=True",
+            *add_large,
+            f"{samples} appends on LocalSnapshotStore(update_log=True); Tether's "
+            f"{large}/{small} median ratio {growth:.2f} (flat: 1.0)",
+            tether_growth=round(growth, 3),
+        )
+    )
     return rows
 
 
@@ -152,9 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke run)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    small, large, samples = (10, 200, 5) if args.quick else (100, 10_000, 30)
-    out = args.out or (Path(tempfile.gettempdir()) / "tether-bench-quick" if args.quick
-                       else DEFAULT_OUT)
+    small, large, samples = (10, 200, 5) if args.quick else (100, 10_000, 60)
+    out = args.out or (
+        Path(tempfile.gettempdir()) / "tether-bench-quick" if args.quick else DEFAULT_OUT
+    )
     load_start = round(os.getloadavg()[0], 2)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="tether-p13-") as root:

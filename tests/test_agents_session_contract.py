@@ -1,7 +1,8 @@
 """#29 item 8: ``TetherSession`` behaves like the Agents SDK's own ``SQLiteSession``.
 
 One behavioural suite, run on both (``[sqlite]`` is the reference the SDK ships, ``[tether]`` a
-``TetherSession`` on a file store with its event archive): limits (also above the length, where
+``TetherSession`` on a file store with its event archive, ``[tether-update-log]`` the same with
+head updates appended to the head's update log): limits (also above the length, where
 ``TetherSession`` returned too few), ``session_settings`` from a dict or an object (a dict was kept
 as a dict and ``Runner.run`` failed with ``AttributeError``), ordering, pop, clear, concurrent
 writers and isolation between ids.
@@ -22,11 +23,12 @@ from agents.memory import SessionSettings, SQLiteSession
 from tests.support.sdk_agents import shouter
 from tether.integrations.openai_agents import TetherSession
 from tether.persistence.storage_url import open_storage
+from tether.persistence.stores import LocalSnapshotStore
 
 MakeSession = Callable[..., Any]
 
 
-@pytest.fixture(params=["sqlite", "tether"])
+@pytest.fixture(params=["sqlite", "tether", "tether-update-log"])
 def make_session(request: pytest.FixtureRequest, tmp_path: Path) -> MakeSession:
     """A factory of sessions on one storage: ``make_session(id, session_settings=...)``."""
     if request.param == "sqlite":
@@ -39,6 +41,8 @@ def make_session(request: pytest.FixtureRequest, tmp_path: Path) -> MakeSession:
 
     def tether(session_id: str, **kw: Any) -> Any:
         store, archive = open_storage(f"file://{tmp_path / 'store'}")
+        if request.param == "tether-update-log":  # head updates appended to the head's log
+            store = LocalSnapshotStore(tmp_path / "store", update_log=True)
         return TetherSession(session_id, store=store, archive=archive, **kw)
 
     return tether

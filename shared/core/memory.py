@@ -68,4 +68,7 @@ class InMemoryMemory:
 
     def snapshot(self) -> MemorySnapshot:
         with self._lock:
-            return MemorySnapshot(items=tuple(self._items), summary=self._summary)
+            # model_construct: every item came in validated (events and snapshots are pydantic
+            # models), and checking each one again at every snapshot cost more than the rest
+            # of an Agents SDK append
+            return MemorySnapshot.model_construct(items=tuple(self._items), summary=self._summary)

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pydantic
 
 from tether.core.events import SUPPORTED_EVENT_VERSIONS, AgentEvent
-from tether.core.snapshot import SUPPORTED_SNAPSHOT_VERSIONS, SessionSnapshot
+from tether.core.items import Item
+from tether.core.snapshot import SUPPORTED_SNAPSHOT_VERSIONS, HeadMemory, SessionSnapshot
 from tether.errors import SnapshotCorrupt, UnsupportedSchemaVersion
 
 
@@ -34,8 +36,9 @@ def _check_version(doc: Any, field: str, supported: tuple[int, ...], what: str, 
 
 
 def dumps_snapshot(snapshot: SessionSnapshot) -> bytes:
-    """Serialise a snapshot to compact JSON bytes."""
-    return snapshot.model_dump_json().encode()
+    """Serialise a snapshot to compact JSON bytes (a version-1 head without the version-2
+    field, byte for byte what earlier releases wrote and read)."""
+    return snapshot.model_dump_json(exclude=snapshot.unset_v2_fields()).encode()
 
 
 def loads_snapshot(data: bytes | str, *, where: str = "<memory>") -> SessionSnapshot:
@@ -63,6 +66,35 @@ def loads_snapshot(data: bytes | str, *, where: str = "<memory>") -> SessionSnap
         return SessionSnapshot.model_validate(doc)
     except pydantic.ValidationError as exc:
         raise SnapshotCorrupt(f"snapshot at {where} does not match schema: {exc}") from exc
+
+
+def loads_head_memory(data: bytes | str, *, where: str = "<memory>") -> HeadMemory:
+    """Parse only the memory of snapshot JSON (see :class:`HeadMemory`); anything it cannot
+    read goes through :func:`loads_snapshot`, whose errors name the problem.
+
+    Raises:
+        The errors of :func:`loads_snapshot`.
+    """
+    try:
+        return HeadMemory.model_validate_json(data)
+    except pydantic.ValidationError:
+        snapshot = loads_snapshot(data, where=where)
+        doc = snapshot.model_dump(mode="json", include=_HEAD_MEMORY_FIELDS)
+        return HeadMemory.model_validate(doc)
+
+
+_HEAD_MEMORY_FIELDS = {"schema_version", "metadata", "memory", "memory_chunks", "memory_index"}
+
+
+def newest_head_items(head: HeadMemory, *, where: str = "<memory>") -> Iterator[Item]:
+    """:meth:`HeadMemory.newest_items`, an item that does not match the schema reported as
+    :class:`SnapshotCorrupt`."""
+    try:
+        yield from head.newest_items()
+    except pydantic.ValidationError as exc:
+        raise SnapshotCorrupt(
+            f"a memory item of the head at {where} does not match: {exc}"
+        ) from exc
 
 
 def dumps_event(event: AgentEvent) -> str:
@@ -101,3 +133,19 @@ def _validate_event(doc: Any, where: str) -> AgentEvent:
         return AgentEvent.model_validate(doc)
     except pydantic.ValidationError as exc:
         raise SnapshotCorrupt(f"event at {where} does not match schema: {exc}") from exc
+
+
+_ITEMS = pydantic.TypeAdapter(tuple[Item, ...])
+
+
+def dumps_items(items: tuple[Item, ...]) -> bytes:
+    """Serialise memory items as a JSON array (the body of a memory chunk)."""
+    return _ITEMS.dump_json(items)
+
+
+def loads_items(data: bytes | str, *, where: str = "<memory>") -> tuple[Item, ...]:
+    """Parse a JSON array of memory items (versioned by the head that names the chunk)."""
+    try:
+        return _ITEMS.validate_json(data)
+    except pydantic.ValidationError as exc:
+        raise SnapshotCorrupt(f"memory chunk at {where} does not match schema: {exc}") from exc

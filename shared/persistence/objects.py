@@ -6,6 +6,15 @@ Written once here, used by the memory, local-directory and S3 backends alike:
 
       v1/<tenant>/<session>/head.json                          the session head
       v1/<tenant>/<session>/events/<first:020d>-<last:020d>.json  archived event segments
+      v1/<tenant>/<session>/events/items/<first:012d>-<count>-<sha16>.json  memory chunks
+      v1/<tenant>/<session>/events/items/i<items:012d>-<chunks>-<sha16>.json  chunk indexes
+
+  Memory chunks (heads of schema version 2) are immutable and content-addressed: the name holds
+  the index of their first item, how many they hold and the first 16 hex digits of their
+  body's sha256, so writing one twice writes the same bytes. A chunk index (a JSON array of
+  chunk names) is named alike, by the items its chunks hold and how many it names. They sit
+  under ``events/`` so that head listings skip them with the segments, and in their own folder
+  so that segment listings never see them.
 
 - The envelope: every stored object is one JSON document whose header carries the kind, the
   envelope format version, the body length and its sha256, followed by the body itself
@@ -40,8 +49,11 @@ HEAD_NAME = "head.json"
 EVENTS_DIR = "events"
 ENVELOPE_VERSION = 1
 SUPPORTED_ENVELOPE_VERSIONS = (1,)
+ITEMS_DIR = "items"
 HEAD_KIND = "head"
 SEGMENT_KIND = "segment"
+CHUNK_KIND = "chunk"
+INDEX_KIND = "chunk-index"
 
 _BODY_MARK = b',"body":'
 _MAGIC = b'{"tether":'
@@ -72,6 +84,16 @@ def head_key(tenant: str, session_id: str) -> str:
 def events_dir(tenant: str, session_id: str) -> str:
     """The key prefix (ending in ``/``) of a session's archived segments."""
     return f"{session_dir(tenant, session_id)}{EVENTS_DIR}/"
+
+
+def items_dir(tenant: str, session_id: str) -> str:
+    """The key prefix (ending in ``/``) of a session's memory chunks."""
+    return f"{events_dir(tenant, session_id)}{ITEMS_DIR}/"
+
+
+def chunk_key(tenant: str, session_id: str, name: str) -> str:
+    """The key of the memory chunk ``name`` (a :data:`tether.core.snapshot.ChunkName`)."""
+    return f"{items_dir(tenant, session_id)}{name}.json"
 
 
 def listing_order(session_id: str) -> str:
@@ -256,10 +278,17 @@ def corrupt(kind: str, where: str, reason: str) -> SnapshotCorrupt:
         "restore head.json from a backup or an earlier object version, or delete the session "
         "(its stored state is lost)"
         if kind == HEAD_KIND
+        else "restore the chunk from a backup or an earlier object version, or delete the "
+        "session (its stored state is lost)"
+        if kind in (CHUNK_KIND, INDEX_KIND)
         else "restore the segment from a backup, or delete the session's event archive"
     )
     return SnapshotCorrupt(f"{_label(kind)} at {where} is corrupt: {reason}. To recover, {fix}.")
 
 
 def _label(kind: str) -> str:
+    if kind == CHUNK_KIND:
+        return "memory chunk"
+    if kind == INDEX_KIND:
+        return "memory chunk index"
     return "session head" if kind == HEAD_KIND else f"event {kind}"

@@ -9,6 +9,12 @@ log (``MEMORY_ITEMS_APPENDED`` for ``add_items``, ``MEMORY_ITEMS_REMOVED`` for `
 ``clear_session``), so ``tether sessions verify``, ``history``, ``fork --at-seq`` and the
 offline reader work on it like on any session.
 
+The head keeps only the newest items; older ones are sealed into immutable chunks of 64 (a
+head of schema version 2, see :mod:`~tether.integrations.openai_agents.chunked`), so an append
+rewrites a head of bounded size, and ``get_items(limit)`` reads only the chunks holding the items
+it returns. Every other reader (workers, ``tether sessions``, the offline reader) loads the
+memory whole.
+
 Every write loads the stored head, applies the change and saves it with compare-and-set, as
 :meth:`tether.runtime.session.AgentSession.save` does; a writer that lost the race (another
 thread or process saved first) reloads and applies its change again, so concurrent writers
@@ -26,17 +32,21 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+from tether.core.items import Item
 from tether.errors import InvalidInput, ModelError, VersionConflict
 from tether.ids import validate_id, validate_tenant
+from tether.integrations.openai_agents.chunked import ChunkedWrite, Pull, unseal
 from tether.integrations.openai_agents.items import SdkItem, from_memory, to_memory
 from tether.models.base import ModelRequest, ModelResponse
 from tether.persistence.archives.base import EventArchive
-from tether.persistence.saving import should_archive
-from tether.persistence.stores.base import SnapshotStore
+from tether.persistence.codec import newest_head_items
+from tether.persistence.saving import ARCHIVE_BATCH_EVENTS, save_session, should_archive
+from tether.persistence.stores.base import SnapshotStore, StoredSnapshot
 from tether.persistence.writer_storage import open_writer_storage
 from tether.runtime.agent import Agent
 from tether.runtime.redaction import TextRedactor
@@ -110,6 +120,11 @@ class TetherSession:
         self._agent = Agent(
             _NoModel(), "none", store=store, archive=archive, name="openai-agents", redact=redact
         )
+        # the head this object saved last and its version: the next write starts from it
+        # instead of reading and parsing it back (the compare-and-set still checks that it is
+        # the stored one, and a conflict reloads from the store)
+        self._kept: StoredSnapshot | None = None
+        self._kept_lock = threading.Lock()
 
     @classmethod
     def from_settings(
@@ -151,24 +166,48 @@ class TetherSession:
     # --- the same, blocking -----------------------------------------------------------------
 
     def read_items(self, limit: int | None = None) -> list[SdkItem]:
-        """Blocking :meth:`get_items`."""
-        session = self._load()
-        if session is None:
-            return last_items(list[SdkItem](), limit)  # validates limit
-        items = [sdk for item in session.memory_snapshot().items for sdk in from_memory(item)]
-        return last_items(items, limit)
+        """Blocking :meth:`get_items`. Reads the head and, newest first, only the chunks that
+        hold the items it returns."""
+        last_items(list[SdkItem](), limit)  # validates limit before any I/O
+        store = self._store
+        head = store.load_memory(self.tenant, self.session_id)
+        if head is None:
+            return []
+        # newest first, converting only what the limit keeps (a memory item may stand for
+        # several SDK items, so count SDK items, not memory items)
+        newest: list[SdkItem] = []
+        where = f"{self.tenant}/{self.session_id}"
+        sources: list[Iterable[Item]] = [newest_head_items(head, where=where)]
+        chunks = reversed(head.memory_chunks)
+        index = head.memory_index
+        while sources:
+            for item in sources.pop():
+                if limit is not None and len(newest) >= limit:
+                    break
+                newest.extend(reversed(from_memory(item)))
+            if limit is not None and len(newest) >= limit:
+                break
+            name = next(chunks, None)
+            if name is None and index is not None:  # past the head's own: the index's chunks
+                chunks = reversed(store.chunk_names(self.tenant, self.session_id, index))
+                index = None
+                name = next(chunks, None)
+            if name is not None:
+                sources.append(reversed(store.read_chunk(self.tenant, self.session_id, name)))
+        newest.reverse()
+        return last_items(newest, limit)
 
     def append_items(self, items: list[SdkItem] | tuple[Mapping[str, Any], ...]) -> None:
         """Blocking :meth:`add_items`."""
         if not items:
             return
         converted = tuple(to_memory(item) for item in items)  # refuse bad items before writing
-        self._write(lambda session: session.add_items(converted))
+        self._write(lambda session: session.add_items(converted), pull="none")
 
     def remove_last_item(self) -> SdkItem | None:
         """Blocking :meth:`pop_item`. A Tether-native item that stands for several SDK items
         (a turn with several tool calls) is removed whole; its last SDK item is returned."""
-        popped = self._write(lambda session: session.pop_item())
+        popped = self._write(lambda session: session.pop_item(), pull="last")
         if popped is None:
             return None
         forms = from_memory(popped)
@@ -176,17 +215,27 @@ class TetherSession:
 
     def clear_items(self) -> None:
         """Blocking :meth:`clear_session`."""
-        self._write(lambda session: session.clear_items())
+        self._write(lambda session: session.clear_items(), pull="all")
 
     # --- storage ----------------------------------------------------------------------------
 
-    def _load(self) -> AgentSession | None:
+    @property
+    def _store(self) -> SnapshotStore:
         store = self._agent.store
         assert store is not None
-        stored = store.load(self.tenant, self.session_id)
+        return store
+
+    def _load(self, pull: Pull) -> ChunkedWrite | None:
+        """The stored state to write on: the head's unsealed items (and the chunks ``pull``
+        asks for) as the session's memory, the other chunks by name."""
+        store = self._store
+        with self._kept_lock:
+            stored, self._kept = self._kept, None  # used once: a retry reads the store
+        if stored is None:
+            stored = store.load_shallow(self.tenant, self.session_id)
         if stored is None:
             return None
-        head = stored.snapshot
+        head, chunks, index = unseal(store, stored, pull)
         outbox = list(head.events)  # a stored head carries only its outbox
         # announce=False: loading is not a write, so it leaves no event behind
         session = self._agent.session_from_snapshot(
@@ -201,19 +250,29 @@ class TetherSession:
             archive.write_segment(self.tenant, self.session_id, outbox)
             session.mark_archived(outbox[-1].seq)
             session.mark_reconciled()
-        return session
+        return ChunkedWrite(session, chunks, index)
 
-    def _write(self, change: Callable[[AgentSession], T]) -> T:
+    def _write(self, change: Callable[[AgentSession], T], *, pull: Pull) -> T:
         """Apply ``change`` to the newest stored state and save it with compare-and-set; on a
         conflict start again from the state that won."""
         for attempt in range(MAX_WRITE_ATTEMPTS):
-            session = self._load() or self._agent.new_session(self.session_id, self.tenant)
+            write = self._load(pull) or ChunkedWrite(
+                self._agent.new_session(self.session_id, self.tenant)
+            )
+            session = write.session
             before = session.last_seq
             result = change(session)
             if session.last_seq == before:
                 return result  # nothing to write (pop or clear on an empty session)
+            write.seal(self._store)
             try:
-                session.save()
+                batch = write.archive_batch_events(ARCHIVE_BATCH_EVENTS)
+                version = save_session(
+                    write, self._store, self._agent.archive, archive_batch_events=batch
+                )
+                with self._kept_lock:
+                    archived = batch if self._agent.archive is not None else None
+                    self._kept = StoredSnapshot(write.saved_head(archived), version)
                 return result
             except VersionConflict:
                 # another writer won this round; back off a little so we do not collide again

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import NamedTuple, Protocol, runtime_checkable
 
-from tether.core.snapshot import SessionSnapshot
+from tether.core.items import Item
+from tether.core.snapshot import HeadMemory, SessionSnapshot
 from tether.persistence.headcache.base import CachedHead
 
 
@@ -47,6 +48,47 @@ class SnapshotStore(Protocol):
             The errors of :meth:`load`.
         """
 
+    def load_shallow(self, tenant: str, session_id: str) -> StoredSnapshot | None:
+        """:meth:`load` without reading the memory chunks of a version-2 head: its
+        ``memory.items`` are only the items after ``memory_chunks`` (see
+        :class:`tether.core.snapshot.SessionSnapshot`). For writers that append to memory
+        without reading all of it.
+
+        Raises:
+            The errors of :meth:`load`.
+        """
+
+    def load_memory(self, tenant: str, session_id: str) -> HeadMemory | None:
+        """The memory part of the head as :meth:`load_shallow` returns it (chunks by name),
+        without parsing the rest: for readers of memory items. None: no such session.
+
+        Raises:
+            The errors of :meth:`load`.
+        """
+
+    def read_chunk(self, tenant: str, session_id: str, name: str) -> tuple[Item, ...]:
+        """The items of one memory chunk named by a head (cached: chunks are immutable).
+
+        Raises:
+            SnapshotCorrupt: the chunk is missing, fails its checksum or does not parse.
+        """
+
+    def write_chunk(self, tenant: str, session_id: str, first: int, items: tuple[Item, ...]) -> str:
+        """Store memory items ``first`` onwards as one immutable chunk; return its name for
+        ``memory_chunks``. Idempotent: the name is derived from the content. Write it before
+        the head that names it."""
+
+    def chunk_names(self, tenant: str, session_id: str, index: str) -> tuple[str, ...]:
+        """The chunk names a head's ``memory_index`` lists, oldest first (cached: immutable).
+
+        Raises:
+            SnapshotCorrupt: the index is missing, fails its checksum or does not parse.
+        """
+
+    def write_chunk_index(self, tenant: str, session_id: str, names: list[str]) -> str:
+        """Store chunk names (oldest first) as one immutable index; return its name for
+        ``memory_index``. Idempotent, like :meth:`write_chunk`; write it before the head."""
+
     def save(self, snapshot: SessionSnapshot, expected_version: str | None) -> str:
         """Write the head if the stored version equals ``expected_version``; return the new one.
 
@@ -57,7 +99,7 @@ class SnapshotStore(Protocol):
         """
 
     def delete(self, tenant: str, session_id: str) -> bool:
-        """Delete the head; True when something was deleted."""
+        """Delete the head and its memory chunks; True when the head was deleted."""
 
     def list_session_ids(
         self, tenant: str, *, after: str | None = None, limit: int = 1000

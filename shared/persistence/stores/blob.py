@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 
-from tether.core.snapshot import SessionSnapshot
+from tether.core.items import Item
+from tether.core.snapshot import HeadMemory, SessionSnapshot
 from tether.errors import DataError, InfrastructureError, InvalidInput, VersionConflict
 from tether.ids import validate_id
 from tether.persistence.blobs import BlobBackend
-from tether.persistence.codec import dumps_snapshot, loads_snapshot
+from tether.persistence.codec import dumps_snapshot, loads_head_memory, loads_snapshot
 from tether.persistence.headcache.base import CachedHead, HeadCache
 from tether.persistence.objects import (
     EVENTS_DIR,
@@ -17,11 +18,13 @@ from tether.persistence.objects import (
     check_limit,
     corrupt,
     head_key,
+    items_dir,
     seal,
     tenant_dir,
     unseal,
 )
 from tether.persistence.stores.base import StoredSnapshot
+from tether.persistence.stores.chunks import ChunkStore
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +34,9 @@ class BlobSnapshotStore:
     object.
 
     Ids are validated before any I/O; the compare-and-set and the version tokens come from the
-    backend (see :mod:`tether.persistence.blobs`).
+    backend (see :mod:`tether.persistence.blobs`). A version-2 head's memory chunks are
+    separate immutable objects (see :mod:`tether.persistence.stores.chunks`); the version is
+    the head's alone, since chunks never change.
     """
 
     def __init__(self, blobs: BlobBackend) -> None:
@@ -42,15 +47,67 @@ class BlobSnapshotStore:
         #: A copy of each head beside the lease (see :mod:`tether.persistence.headcache`):
         #: loads read it first; saves by a lease holder fill it, every other save drops it.
         self.head_cache: HeadCache | None = None
+        self.chunks = ChunkStore(blobs)
 
     def load(self, tenant: str, session_id: str) -> StoredSnapshot | None:
         key = head_key(tenant, session_id)  # validates the ids before any I/O
-        return self._load(tenant, session_id, key, self._cache_get(tenant, session_id))
+        stored = self._load(tenant, session_id, key, self._cache_get(tenant, session_id))
+        return self._materialize(stored)
 
     def load_known(
         self, tenant: str, session_id: str, cached: CachedHead | None
     ) -> StoredSnapshot | None:
-        return self._load(tenant, session_id, head_key(tenant, session_id), cached)
+        stored = self._load(tenant, session_id, head_key(tenant, session_id), cached)
+        return self._materialize(stored)
+
+    def load_shallow(self, tenant: str, session_id: str) -> StoredSnapshot | None:
+        key = head_key(tenant, session_id)
+        return self._load(tenant, session_id, key, self._cache_get(tenant, session_id))
+
+    def load_memory(self, tenant: str, session_id: str) -> HeadMemory | None:
+        key = head_key(tenant, session_id)
+        cached = self._cache_get(tenant, session_id)
+        if cached is not None:
+            try:
+                return self._decode_memory(tenant, session_id, key, cached.data)
+            except DataError as exc:  # the store's copy decides, as in _decode_cached
+                log.warning("cached head of %s/%s does not decode: %s", tenant, session_id, exc)
+                self._drop(tenant, session_id)
+        blob = self.blobs.get(key)
+        if blob is None:
+            return None
+        return self._decode_memory(tenant, session_id, key, blob.data)
+
+    def _decode_memory(self, tenant: str, session_id: str, key: str, data: bytes) -> HeadMemory:
+        where = self.blobs.describe(key)
+        head = loads_head_memory(unseal(data, HEAD_KIND, where=where).body, where=where)
+        if head.metadata.tenant != tenant or head.metadata.session_id != session_id:
+            raise corrupt(
+                HEAD_KIND,
+                where,
+                f"it holds tenant {head.metadata.tenant!r} session {head.metadata.session_id!r} "
+                "(was it copied from another location?)",
+            )
+        return head
+
+    def read_chunk(self, tenant: str, session_id: str, name: str) -> tuple[Item, ...]:
+        return self.chunks.read(tenant, session_id, name)
+
+    def chunk_names(self, tenant: str, session_id: str, index: str) -> tuple[str, ...]:
+        return self.chunks.read_index(tenant, session_id, index)
+
+    def write_chunk_index(self, tenant: str, session_id: str, names: list[str]) -> str:
+        head_key(tenant, session_id)  # validates the ids before any I/O
+        return self.chunks.write_index(tenant, session_id, names)
+
+    def write_chunk(self, tenant: str, session_id: str, first: int, items: tuple[Item, ...]) -> str:
+        head_key(tenant, session_id)  # validates the ids before any I/O
+        return self.chunks.write(tenant, session_id, first, items)
+
+    def _materialize(self, stored: StoredSnapshot | None) -> StoredSnapshot | None:
+        if stored is None or not stored.snapshot.is_chunked:
+            return stored
+        return StoredSnapshot(self.chunks.materialize(stored.snapshot), stored.version)
 
     def _load(
         self, tenant: str, session_id: str, key: str, cached: CachedHead | None
@@ -151,9 +208,16 @@ class BlobSnapshotStore:
             self.head_cache.drop(tenant, session_id)
 
     def delete(self, tenant: str, session_id: str) -> bool:
+        key = head_key(tenant, session_id)
         if self.head_cache is not None:
             self.head_cache.drop(tenant, session_id)  # first: a failure leaves both in place
-        return self.blobs.delete(head_key(tenant, session_id))
+        # chunks before the head: a crash in between leaves a head that fails to load (and a
+        # second delete finishes), never chunks that outlive their session unnoticed
+        prefix = items_dir(tenant, session_id)
+        names = self.chunks.stored(prefix)
+        if names:
+            self.blobs.delete_many([prefix + name for name in names])
+        return self.blobs.delete(key)
 
     def list_session_ids(
         self, tenant: str, *, after: str | None = None, limit: int = 1000
