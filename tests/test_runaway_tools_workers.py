@@ -24,9 +24,9 @@ from tether.dev.workers import WorkerFleet
 from tether.producer import Producer
 
 QUEUE = "burnq"
-#: How long the GIL-holding tool should compute: four and a half lease TTLs of the test stack
-#: (the probe that sizes it runs in this busy process, so the burn may come out shorter).
-LONG_BURN_S = 9.0
+#: How long the GIL-holding tool should compute: three lease TTLs of the test stack (sized in
+#: CPU time, so load only makes the burn longer).
+LONG_BURN_S = 6.0
 FOREVER = 10**9
 
 
