@@ -32,6 +32,7 @@ HEAVY = (
     # the CLI does
     "pydantic_settings",  # the settings (~0.15 s on their own)
     "tether.core",  # the run protocol's pydantic models
+    "tether.runs.options",  # RunOptions: ~80 ms to build; the help reads runs.option_docs
     "dotenv",
     "psutil",  # the local stack
     "tether.settings",

@@ -229,3 +229,15 @@ def test_the_cli_takes_its_run_options_from_the_model() -> None:
     assert runs.option_help("on_busy") == RunOptions.model_fields["on_busy"].description
     options = runs.run_options({"agent": "echo", "on_busy": None, "as_json": True, "tenant": "t"})
     assert options == {"agent": "echo", "tenant": "t"}  # None: the model's default applies
+
+
+def test_the_options_pydantic_free_names_are_the_models_fields() -> None:
+    """The CLI's help and the keyword check read ``option_docs``; the model declares the options:
+    both must name the same options, each described once."""
+    from tether.runs.option_docs import OPTION_HELP, RUN_OPTIONS
+    from tether.runs.options import RunOptions
+
+    assert frozenset(RunOptions.model_fields) == RUN_OPTIONS
+    assert list(RunOptions.model_fields) == list(OPTION_HELP)
+    for name, field in RunOptions.model_fields.items():
+        assert field.description == OPTION_HELP[name]

@@ -27,8 +27,8 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from tether.ids import validate_id, validate_tenant
+from tether.runs.option_docs import MAX_METADATA_BYTES, OPTION_HELP, RUN_OPTIONS
 
-MAX_METADATA_BYTES = 16_384
 #: Deeper metadata is refused: stored in the session head, it must stay serialisable and
 #: readable with room to spare (pydantic stops at about 250 levels).
 MAX_METADATA_DEPTH = 32
@@ -60,45 +60,39 @@ class RunOptions(BaseModel):
     agent: str = Field(
         min_length=1,
         max_length=128,
-        description="The agent to run, by its registered name (e.g. notes).",
+        description=OPTION_HELP["agent"],
     )
     tenant: str | None = Field(
         default=None,
-        description="The tenant the session belongs to (default: the producer's, TETHER_TENANT).",
+        description=OPTION_HELP["tenant"],
     )
     request_id: str | None = Field(
         default=None,
-        description="Idempotency key: submitted again, it returns the first run, applied once "
-        "(default: the run id).",
+        description=OPTION_HELP["request_id"],
     )
     metadata: dict[str, JsonValue] = Field(
         default_factory=dict,
-        description="JSON values the run records in the session's metadata (at most "
-        f"{MAX_METADATA_BYTES} bytes of JSON).",
+        description=OPTION_HELP["metadata"],
     )
     timeout_s: float | None = Field(
         default=None,
         gt=0,
         le=86_400,
         strict=True,
-        description="The run's own time limit in seconds (default and cap: the worker's "
-        "TETHER_MAX_RUN_S).",
+        description=OPTION_HELP["timeout_s"],
     )
     on_busy: BusyPolicy = Field(
         default=BusyPolicy.ENQUEUE,
-        description="When the session is busy: enqueue (default), reject, interrupt (stop the "
-        "running run at its next step, keep its steps) or rollback (stop it, discard its steps).",
+        description=OPTION_HELP["on_busy"],
     )
     durability: Literal["run", "step"] | None = Field(
         default=None,
-        description="Override the agent's durability for this run: step checkpoints at every "
-        "step boundary (default: the agent's AgentOptions.durability).",
+        description=OPTION_HELP["durability"],
     )
     webhook: str | None = Field(
         default=None,
         max_length=2048,
-        description="An http(s) URL called, signed, when the run completes, fails or waits for "
-        "a person (default: the tenant's TETHER_WEBHOOK_URLS entry, if any).",
+        description=OPTION_HELP["webhook"],
     )
 
     @pydantic.field_validator("agent")
@@ -158,10 +152,6 @@ class RunOptionsKwargs(RunExtras):
     take the model's defaults when left out (``metadata=None`` is no metadata)."""
 
     agent: Required[str]
-
-
-#: The option names (a keyword argument outside them is refused with a TypeError).
-RUN_OPTIONS = frozenset(RunOptions.model_fields)
 
 
 def check_options(options: Mapping[str, object]) -> None:
@@ -229,6 +219,7 @@ def check_json_tree(value: Any, what: str, depth: int = 0) -> None:
 
 
 __all__ = [
+    "MAX_METADATA_BYTES",
     "RUN_OPTIONS",
     "BusyPolicy",
     "RunExtras",

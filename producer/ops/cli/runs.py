@@ -23,10 +23,11 @@ from tether.producer.ops.cli.support import (
     one_line,
     warn_line,
 )
-from tether.runs.options import RUN_OPTIONS, RunOptions, RunOptionsKwargs
+from tether.runs.option_docs import OPTION_HELP, RUN_OPTIONS
 
 # `tether --help` imports this module to read the commands' options: the producer (Celery,
-# kombu, redis-py), the run protocol and rich are imported by the functions that use them.
+# kombu, redis-py), the run protocol (its pydantic models) and rich are imported by the
+# functions that use them; the options' help comes from their pydantic-free descriptions.
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -34,12 +35,13 @@ if TYPE_CHECKING:
     from tether.producer.client import Producer
     from tether.producer.handle import RunHandle
     from tether.runs.contract import RunResult
+    from tether.runs.options import RunOptionsKwargs
 
 
 def option_help(name: str, more: str = "") -> str:
-    """The help of run option ``name``: its description in :class:`RunOptions`, where the
-    options are declared (and validated) once."""
-    return f"{RunOptions.model_fields[name].description}{more}"
+    """The help of run option ``name``: the description :class:`RunOptions` declares it with
+    (``tether.runs.option_docs``), where the options are declared (and validated) once."""
+    return f"{OPTION_HELP[name]}{more}"
 
 
 SessionArg = Annotated[str, typer.Argument(metavar="SESSION", help="Session id.")]
@@ -89,7 +91,7 @@ def run_options(params: dict[str, Any]) -> RunOptionsKwargs:
     validates it (one place) and no command restates the options' names or defaults (an option
     left out, None, takes the model's)."""
     options = {k: v for k, v in params.items() if k in RUN_OPTIONS and v is not None}
-    return cast(RunOptionsKwargs, options)
+    return cast("RunOptionsKwargs", options)
 
 
 def run_command(
