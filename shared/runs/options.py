@@ -55,8 +55,9 @@ class RunOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
 
-    # descriptions, not attribute docstrings: the CLI's help reads them, and pydantic would
-    # read this module's source at every import to turn docstrings into descriptions
+    # descriptions from option_docs, not attribute docstrings: the CLI's help reads them there
+    # without building this model, and pydantic would read this module's source at every
+    # import to turn docstrings into descriptions
     agent: str = Field(
         min_length=1,
         max_length=128,
