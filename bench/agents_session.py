@@ -10,6 +10,10 @@ load hits both alike: ``TetherSession`` on a ``file://`` store (head + event arc
 - **P13** ``add_items`` of one item on a session of 100 items, **P13b** on one of 10,000 (the
   ``extra`` gives Tether's own 10,000 / 100 ratio: flat is 1.0);
 - **P13g** ``get_items()`` and **P13l** ``get_items(limit=20)`` on 10,000 items;
+- **P13L**, **P13bL**, **P13gL**, **P13lL**: P13, P13b, P13g, P13l with every call in one event
+  loop, as an application runs ``Runner.run`` (the rows above run each call in its own
+  ``asyncio.run``, as a script does; there ``SQLiteSession`` opens a connection per call, since
+  each call runs on a new thread);
 - **P13u** and **P13bu**: P13 and P13b on a local store with ``update_log=True``: every head
   update appended to the head's log and synced once, as SQLite's write-ahead log commits,
   instead of a replaced file synced twice (the file, then its directory). By default only
@@ -68,20 +72,29 @@ def _sessions(
     return tether, sqlite
 
 
-def _timed(call: Callable[[], Any]) -> float:
+def _timed(call: Callable[[], Any], loop: asyncio.AbstractEventLoop | None) -> float:
+    """One call in ``loop`` (its threads and each session's per-thread state reused, as in an
+    application's event loop), or in a fresh ``asyncio.run`` when None (a script's call)."""
     started = time.perf_counter()
-    asyncio.run(call())
+    if loop is None:
+        asyncio.run(call())
+    else:
+        loop.run_until_complete(call())
     return (time.perf_counter() - started) * 1000
 
 
 def _side_by_side(
-    tether: Any, sqlite: Any, call: Callable[[Any], Callable[[], Any]], samples: int
+    tether: Any,
+    sqlite: Any,
+    call: Callable[[Any], Callable[[], Any]],
+    samples: int,
+    loop: asyncio.AbstractEventLoop | None = None,
 ) -> tuple[list[float], list[float]]:
     """``samples`` timings (ms) of ``call(session)`` on each, alternating; two warm-ups."""
     ours, theirs = [], []
     for n in range(samples + 2):
         first, second = (tether, sqlite) if n % 2 == 0 else (sqlite, tether)
-        times = {id(first): _timed(call(first)), id(second): _timed(call(second))}
+        times = {id(first): _timed(call(first), loop), id(second): _timed(call(second), loop)}
         if n >= 2:
             ours.append(times[id(tether)])
             theirs.append(times[id(sqlite)])
@@ -108,7 +121,7 @@ def _row(
 
 
 def measures(root: Path, small: int, large: int, samples: int) -> list[Measure]:
-    """The six rows (sessions of ``small`` and ``large`` items)."""
+    """The ten rows (sessions of ``small`` and ``large`` items)."""
     counter = iter(range(10**9))
 
     def add_one(session: Any) -> Callable[[], Any]:
@@ -145,6 +158,7 @@ def measures(root: Path, small: int, large: int, samples: int) -> list[Measure]:
     rows.append(
         _row("P13l", f"get_items(limit=20), session of {large} items", *read_20, f"{samples} reads")
     )
+    rows += _one_loop_rows(root, small, large, samples, add_one)
     t_small, s_small = _sessions(root, "p13u-small", small, update_log=True)
     add_small = _side_by_side(t_small, s_small, add_one, samples)
     t_large, s_large = _sessions(root, "p13u-large", large, update_log=True)
@@ -169,6 +183,61 @@ def measures(root: Path, small: int, large: int, samples: int) -> list[Measure]:
         )
     )
     return rows
+
+
+def _one_loop_rows(
+    root: Path,
+    small: int,
+    large: int,
+    samples: int,
+    add_one: Callable[[Any], Callable[[], Any]],
+) -> list[Measure]:
+    """P13, P13b, P13g and P13l again with every call in one event loop (rows ``…L``), as an
+    application calls ``Runner.run``: the loop's worker threads are reused, so SQLiteSession
+    keeps its per-thread connection instead of opening one per call, and neither side pays
+    ``asyncio.run``'s thread start and join."""
+    loop = asyncio.new_event_loop()
+    try:
+        t_small, s_small = _sessions(root, "p13L-small", small)
+        add_small = _side_by_side(t_small, s_small, add_one, samples, loop)
+        t_large, s_large = _sessions(root, "p13L-large", large)
+        add_large = _side_by_side(t_large, s_large, add_one, samples, loop)
+        read_all = _side_by_side(t_large, s_large, lambda s: lambda: s.get_items(), samples, loop)
+        read_20 = _side_by_side(
+            t_large, s_large, lambda s: lambda: s.get_items(limit=20), samples, loop
+        )
+    finally:
+        loop.close()
+    growth = Stats.of(add_large[0]).median / Stats.of(add_small[0]).median
+    note = "in one event loop"
+    return [
+        _row(
+            "P13L",
+            f"add_items of 1 item, session of {small} items, one event loop",
+            *add_small,
+            f"{samples} appends after 2 warm-ups, {note}",
+        ),
+        _row(
+            "P13bL",
+            f"add_items of 1 item, session of {large} items, one event loop",
+            *add_large,
+            f"{samples} appends {note}; Tether's {large}/{small} median ratio {growth:.2f} "
+            "(flat: 1.0)",
+            tether_growth=round(growth, 3),
+        ),
+        _row(
+            "P13gL",
+            f"get_items(), session of {large} items, one event loop",
+            *read_all,
+            f"{samples} reads {note}",
+        ),
+        _row(
+            "P13lL",
+            f"get_items(limit=20), session of {large} items, one event loop",
+            *read_20,
+            f"{samples} reads {note}",
+        ),
+    ]
 
 
 def markdown(rows: list[Measure], meta: dict[str, Any]) -> str:
