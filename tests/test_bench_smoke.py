@@ -104,3 +104,24 @@ def test_a_size_override_changes_one_field_and_an_unknown_one_is_refused() -> No
     assert (sizes.p11_cases, sizes.p10_interval_s, sizes.p11_epochs) == (7, 0.5, QUICK.p11_epochs)
     with pytest.raises(SystemExit, match="p11_case"):
         with_overrides(QUICK, ["p11_case=7"])
+
+
+@pytest.mark.timeout(120)
+def test_agents_session_bench_runs_both_ways_side_by_side(tmp_path: Path) -> None:
+    """``python -m bench.agents_session --quick``: the ten P13 rows (each call in its own
+    ``asyncio.run``, and the ``L`` rows in one event loop), with finite figures for both sides."""
+    pytest.importorskip("agents", reason="needs the optional extra: pip install 'tether[agents]'")
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.agents_session", "--quick", "--out", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=110, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    doc = json.loads((tmp_path / "p13.json").read_text())
+    ids = [m["id"] for m in doc["measures"]]
+    per_call = ["P13", "P13b", "P13g", "P13l"]
+    assert ids == [*per_call, *(f"{i}L" for i in per_call), "P13u", "P13bu"]
+    for measure in doc["measures"]:
+        assert measure["tether"]["n"] == measure["baseline"]["n"] == 5, measure["id"]
+        numbers = _numbers(measure)
+        assert numbers and all(math.isfinite(n) for n in numbers), measure["id"]
+    assert "one event loop" in (tmp_path / "p13.md").read_text()
