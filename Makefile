@@ -51,6 +51,7 @@ test-stress: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check shared producer worker tests $(wildcard bench examples)
+	$(BIN)/ruff format --check shared producer worker tests $(wildcard bench examples)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

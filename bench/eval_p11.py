@@ -42,11 +42,18 @@ INSPECT_TIMEOUT_S = 3600
 
 def _start_workers(bench: Bench, server: OpenAIServer) -> list[WorkerProcess]:
     stack = bench.stack
-    env = {**stack.env, "TETHER_QUEUE": QUEUE, "TETHER_OPENAI_BASE_URL": server.base_url,
-           "TETHER_OPENAI_API_KEY": server.api_key, "TETHER_OPENAI_MODEL": MODEL,
-           "TETHER_OPENAI_API": "chat"}
-    workers = [WorkerProcess(f"p11w{i + 1}", env, stack.log_dir, concurrency=1, queue=QUEUE)
-               for i in range(bench.sizes.p11_workers)]
+    env = {
+        **stack.env,
+        "TETHER_QUEUE": QUEUE,
+        "TETHER_OPENAI_BASE_URL": server.base_url,
+        "TETHER_OPENAI_API_KEY": server.api_key,
+        "TETHER_OPENAI_MODEL": MODEL,
+        "TETHER_OPENAI_API": "chat",
+    }
+    workers = [
+        WorkerProcess(f"p11w{i + 1}", env, stack.log_dir, concurrency=1, queue=QUEUE)
+        for i in range(bench.sizes.p11_workers)
+    ]
     stack.extra_workers.extend(workers)
     for worker in workers:  # boot in parallel
         worker.start(wait=False)
@@ -59,23 +66,40 @@ def _tether_trial(bench: Bench, producer: Producer, cases: Path, folder: Path, n
     sz = bench.sizes
     out = folder / f"tether-{n}.results.jsonl"
     started = time.perf_counter()
-    summary = run_batch(producer, cases, agent="assistant", concurrency=sz.p11_concurrency,
-                        out=out, batch_id=f"p11-{bench.tag}-{n}", epochs=sz.p11_epochs,
-                        scorers=["judge"])
+    summary = run_batch(
+        producer,
+        cases,
+        agent="assistant",
+        concurrency=sz.p11_concurrency,
+        out=out,
+        batch_id=f"p11-{bench.tag}-{n}",
+        epochs=sz.p11_epochs,
+        scorers=["judge"],
+    )
     wall_s = time.perf_counter() - started
     samples = sz.p11_cases * sz.p11_epochs
     if summary.finished != samples or summary.passed != samples:
-        raise BenchFailure(f"P11 Tether trial {n}: {summary.passed} of {summary.finished} "
-                           f"samples passed, {samples} expected")
+        raise BenchFailure(
+            f"P11 Tether trial {n}: {summary.passed} of {summary.finished} "
+            f"samples passed, {samples} expected"
+        )
     return wall_s
 
 
 def _inspect_trial(bench: Bench, folder: Path, n: int) -> float:
     sz = bench.sizes
-    argv = [sys.executable, "-m", "bench.inspect_side", str(sz.p11_cases), str(sz.p11_epochs),
-            str(sz.p11_concurrency), str(folder / f"inspect-{n}")]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=INSPECT_TIMEOUT_S,
-                          check=False)
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.inspect_side",
+        str(sz.p11_cases),
+        str(sz.p11_epochs),
+        str(sz.p11_concurrency),
+        str(folder / f"inspect-{n}"),
+    ]
+    done = subprocess.run(
+        argv, capture_output=True, text=True, timeout=INSPECT_TIMEOUT_S, check=False
+    )
     if done.returncode != 0:
         raise BenchFailure(f"P11 Inspect trial {n} exited {done.returncode}: {done.stderr[-800:]}")
     doc = json.loads(done.stdout.strip().splitlines()[-1])
@@ -89,9 +113,15 @@ def _trials(bench: Bench) -> tuple[list[float], list[float]]:
     sz = bench.sizes
     server = start_openai_server("sk-p11-" + secrets.token_hex(8))
     server.default_reply(VERDICT)
-    settings = bench_settings(bench.stack.redis_url, bench.stack.s3_endpoint, queue=QUEUE,
-                              openai_base_url=server.base_url, openai_api_key=server.api_key,
-                              openai_model=MODEL, openai_api="chat")
+    settings = bench_settings(
+        bench.stack.redis_url,
+        bench.stack.s3_endpoint,
+        queue=QUEUE,
+        openai_base_url=server.base_url,
+        openai_api_key=server.api_key,
+        openai_model=MODEL,
+        openai_api="chat",
+    )
     producer = Producer(settings)
     workers: list[WorkerProcess] = []
     tether: list[float] = []
@@ -101,9 +131,13 @@ def _trials(bench: Bench) -> tuple[list[float], list[float]]:
         with tempfile.TemporaryDirectory(prefix="p11-") as tmp:
             folder = Path(tmp)
             cases = folder / "cases.jsonl"
-            cases.write_text("".join(
-                json.dumps({"id": f"c{i}", "input": f"question {i}", "expected": "the answer"})
-                + "\n" for i in range(sz.p11_cases)))
+            cases.write_text(
+                "".join(
+                    json.dumps({"id": f"c{i}", "input": f"question {i}", "expected": "the answer"})
+                    + "\n"
+                    for i in range(sz.p11_cases)
+                )
+            )
             for n in range(sz.p11_trials):
                 if n % 2 == 0:
                     inspect.append(_inspect_trial(bench, folder, n))
@@ -130,8 +164,10 @@ def p11_eval_vs_inspect(bench: Bench) -> Measure:
     samples = sz.p11_cases * sz.p11_epochs
     return Measure(
         id="P11",
-        name=(f"{sz.p11_cases} cases x {sz.p11_epochs} epochs with a model-graded scorer, "
-              f"wall time vs Inspect AI eval()"),
+        name=(
+            f"{sz.p11_cases} cases x {sz.p11_epochs} epochs with a model-graded scorer, "
+            f"wall time vs Inspect AI eval()"
+        ),
         unit="s",
         tether=t,
         baseline=i,

@@ -22,8 +22,10 @@ def _replies(text: str, count: int) -> list[Any]:
     from inspect_ai.model import ModelOutput, ModelUsage
 
     usage = ModelUsage(input_tokens=10, output_tokens=3, total_tokens=13)
-    return [ModelOutput.from_content("mockllm/model", text).model_copy(update={"usage": usage})
-            for _ in range(count)]
+    return [
+        ModelOutput.from_content("mockllm/model", text).model_copy(update={"usage": usage})
+        for _ in range(count)
+    ]
 
 
 def main(argv: list[str]) -> None:
@@ -40,21 +42,36 @@ def main(argv: list[str]) -> None:
     solver_model = get_model("mockllm/model", custom_outputs=_replies("the answer", cases * epochs))
     judge_model = get_model("mockllm/judge", custom_outputs=_replies("GRADE: C", cases * epochs))
 
-    dataset = MemoryDataset([
-        Sample(id=f"c{i}", input=f"question {i}", target="the answer") for i in range(cases)
-    ])
-    task = Task(dataset=dataset, solver=generate(), scorer=model_graded_qa(model=judge_model),
-                epochs=epochs)
+    dataset = MemoryDataset(
+        [Sample(id=f"c{i}", input=f"question {i}", target="the answer") for i in range(cases)]
+    )
+    task = Task(
+        dataset=dataset, solver=generate(), scorer=model_graded_qa(model=judge_model), epochs=epochs
+    )
     started = time.perf_counter()
-    (log,) = eval(task, model=solver_model, log_dir=log_dir, display="none",
-                  max_samples=max_samples, max_connections=max_samples)
+    (log,) = eval(
+        task,
+        model=solver_model,
+        log_dir=log_dir,
+        display="none",
+        max_samples=max_samples,
+        max_connections=max_samples,
+    )
     wall_s = time.perf_counter() - started
     samples = log.samples or []
     scored = sum(1 for s in samples if s.scores)
-    correct = sum(1 for s in samples
-                  if s.scores and any(v.value == "C" for v in s.scores.values()))
-    print(json.dumps({"wall_s": wall_s, "samples": len(samples), "scored": scored,
-                      "correct": correct, "status": log.status}))
+    correct = sum(1 for s in samples if s.scores and any(v.value == "C" for v in s.scores.values()))
+    print(
+        json.dumps(
+            {
+                "wall_s": wall_s,
+                "samples": len(samples),
+                "scored": scored,
+                "correct": correct,
+                "status": log.status,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -65,9 +65,7 @@ class RunSpec:
         object.__setattr__(self, "resolutions", tuple(resolutions))
 
 
-def run_spec(
-    session_id: str, input: str | None, **options: Unpack[RunOptionsKwargs]
-) -> RunSpec:
+def run_spec(session_id: str, input: str | None, **options: Unpack[RunOptionsKwargs]) -> RunSpec:
     """The spec of ``run_async``'s arguments (validated later, by :func:`build_request`).
 
     Raises:

@@ -119,9 +119,7 @@ class Settings(WebhookSettings, OpenAISettings):
     )
     queue: str = Field(default="tether", description="Celery queue for run tasks.")
     # 6 s: a dead worker's run is taken over within about one TTL (renewed every TTL/3)
-    lease_ttl_ms: int = Field(
-        default=6_000, ge=500, le=3_600_000, description="Session lease TTL."
-    )
+    lease_ttl_ms: int = Field(default=6_000, ge=500, le=3_600_000, description="Session lease TTL.")
     max_run_s: float = Field(
         default=600.0, gt=0, le=30 * _DAY_S, description="Longest allowed run."
     )

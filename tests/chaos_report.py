@@ -38,8 +38,17 @@ def run_fuzz() -> tuple[list[tuple[str, int, int]], int]:
     """Run the fuzz tests; return ``(name, cases, crashes)`` per fuzz test and pytest's status."""
     proc = subprocess.run(
         [
-            sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
-            "tests/test_hostile_input.py", "tests/test_security.py", "-k", "fuzz",
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-s",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_hostile_input.py",
+            "tests/test_security.py",
+            "-k",
+            "fuzz",
         ],
         cwd=ROOT,
         capture_output=True,
@@ -56,12 +65,18 @@ def table(figures: ChaosFigures, fuzz: list[tuple[str, int, int]], command: str)
     """The guarantees table in Markdown."""
     rows = figures.rows()
     if fuzz:
-        rows.append(("fuzz cases (hostile requests, messages, CLI arguments, ids)",
-                     str(sum(c for _, c, _ in fuzz))))
-        rows.append(("fuzz cases that crashed or got an unclear error",
-                     str(sum(x for _, _, x in fuzz))))
-        rows += [(f"  - {name}", f"{cases} cases, {crashes} crashes")
-                 for name, cases, crashes in fuzz]
+        rows.append(
+            (
+                "fuzz cases (hostile requests, messages, CLI arguments, ids)",
+                str(sum(c for _, c, _ in fuzz)),
+            )
+        )
+        rows.append(
+            ("fuzz cases that crashed or got an unclear error", str(sum(x for _, _, x in fuzz)))
+        )
+        rows += [
+            (f"  - {name}", f"{cases} cases, {crashes} crashes") for name, cases, crashes in fuzz
+        ]
     lines = ["| figure | value |", "|---|---|"]
     lines += [f"| {name} | {value} |" for name, value in rows]
     lines.append("")
@@ -88,11 +103,16 @@ def main(argv: list[str] | None = None) -> int:
     kills = args.kills if args.kills is not None else (4 if args.ci else 20)
     ttl_ms = SHORT_LEASE_TTL_MS if args.short else DEFAULT_LEASE_TTL_MS
     sweep_ms = SHORT_SWEEP_INTERVAL_MS if args.short else DEFAULT_SWEEP_INTERVAL_MS
-    print(f"chaos: {runs} runs / {sessions} sessions / {kills} SIGKILLs, lease TTL {ttl_ms} ms, "
-          f"sweep {sweep_ms} ms ...", file=sys.stderr, flush=True)
-    with tempfile.TemporaryDirectory(prefix="tether-chaos-") as log_dir, open_chaos_stack(
-        Path(log_dir), lease_ttl_ms=ttl_ms, sweep_interval_ms=sweep_ms
-    ) as stack:
+    print(
+        f"chaos: {runs} runs / {sessions} sessions / {kills} SIGKILLs, lease TTL {ttl_ms} ms, "
+        f"sweep {sweep_ms} ms ...",
+        file=sys.stderr,
+        flush=True,
+    )
+    with (
+        tempfile.TemporaryDirectory(prefix="tether-chaos-") as log_dir,
+        open_chaos_stack(Path(log_dir), lease_ttl_ms=ttl_ms, sweep_interval_ms=sweep_ms) as stack,
+    ):
         figures = run_chaos(
             stack, runs=runs, sessions=sessions, kills=kills, seed=args.seed, gap_s=(0.5, 2.0)
         )

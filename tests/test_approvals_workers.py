@@ -61,8 +61,11 @@ def test_approval_from_another_process_completes_on_another_worker(
         assert isinstance(pending, list) and len(pending) == 1
         assert pending[0]["tool"] == "transfer" and pending[0]["reason"] == "approval"
         first = str(waiting["worker"])
-        ran_it = [w for w in fleet.workers if (w.pid is not None and f":{w.pid}:" in first)
-                  or _child_of(first, w.pid)]
+        ran_it = [
+            w
+            for w in fleet.workers
+            if (w.pid is not None and f":{w.pid}:" in first) or _child_of(first, w.pid)
+        ]
         assert len(ran_it) == 1, (first, [w.pid for w in fleet.workers])
         ran_it[0].stop()  # the worker that paused the run is gone
         done = _python(APPROVE, env, sid, pending[0]["call_id"])
@@ -78,9 +81,7 @@ def test_approval_from_another_process_completes_on_another_worker(
     assert approvals[0].payload.output == "transferred 250"  # type: ignore[union-attr]
     head = reader.read(sid)
     assert head is not None
-    assert [i.output for i in head.memory.items if isinstance(i, ToolOutput)] == [
-        "transferred 250"
-    ]
+    assert [i.output for i in head.memory.items if isinstance(i, ToolOutput)] == ["transferred 250"]
 
 
 def _child_of(worker_id: str, parent: int | None) -> bool:

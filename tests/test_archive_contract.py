@@ -323,4 +323,3 @@ def test_unknown_event_version_is_reported(case: ArchiveCase) -> None:
 
     with pytest.raises(UnsupportedSchemaVersion, match="99"):
         case.archive.read("acme", "s-1")
-

@@ -71,15 +71,25 @@ def mixed_cases(n: int) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]
             case = {"id": cid, "input": f"{i} + 1", "agent": "calculator", "expected": str(i + 1)}
             expect = {"outputs": [str(i + 1)], "passed": True}
         elif kind == 2:  # multi-turn notes in one session
-            case = {"id": cid, "agent": "notes", "expected": f"a{i}\nb{i}",
-                    "input": [f"remember a{i}", f"remember b{i}", "recall"]}
+            case = {
+                "id": cid,
+                "agent": "notes",
+                "expected": f"a{i}\nb{i}",
+                "input": [f"remember a{i}", f"remember b{i}", "recall"],
+            }
             expect = {"outputs": [f"noted: a{i}", f"noted: b{i}", f"a{i}\nb{i}"], "passed": True}
         elif kind == 3:  # contains
             case = {"id": cid, "input": f"xyz {i}", "expected": "xyz", "grader": "contains"}
             expect = {"outputs": [f"echo: xyz {i}"], "passed": True}
         elif kind == 4:  # regex
-            case = {"id": cid, "input": f"{i} * 2", "agent": "calculator",
-                    "expected": r"^\d+$", "grader": "regex", "metadata": {"kind": "regex"}}
+            case = {
+                "id": cid,
+                "input": f"{i} * 2",
+                "agent": "calculator",
+                "expected": r"^\d+$",
+                "grader": "regex",
+                "metadata": {"kind": "regex"},
+            }
             expect = {"outputs": [str(i * 2)], "passed": True}
         elif kind == 5:  # ungraded
             case = {"id": cid, "input": f"free {i}"}
@@ -111,7 +121,9 @@ def test_mixed_200_case_batch(live_stack: Stack, tmp_path: Path) -> None:
         expect = want[line["id"]]
         outputs = line.get("outputs", [line["output"]])
         assert (line["status"], outputs, line["passed"]) == (
-            expect["status"], expect["outputs"], expect["passed"]
+            expect["status"],
+            expect["outputs"],
+            expect["passed"],
         ), line
         assert line["batch_id"] == summary.batch_id
         assert len(line["run_ids"]) == line["turns"] == len(outputs)
@@ -176,8 +188,11 @@ def test_killed_producer_resumes_without_applying_anything_twice(
     tag = unique("k")
     n = 40
     cases = [
-        {"id": f"{tag}-{i}", "input": [f"remember {tag}-{i}-a", f"remember {tag}-{i}-b", "recall"],
-         "expected": f"{tag}-{i}-a\n{tag}-{i}-b"}
+        {
+            "id": f"{tag}-{i}",
+            "input": [f"remember {tag}-{i}-a", f"remember {tag}-{i}-b", "recall"],
+            "expected": f"{tag}-{i}-a\n{tag}-{i}-b",
+        }
         for i in range(n)
     ]
     path = write_cases(tmp_path / "notes.jsonl", cases)
@@ -223,9 +238,10 @@ def test_killed_producer_resumes_without_applying_anything_twice(
 
     lines = read_results(out)
     assert Counter(x["id"] for x in lines) == Counter({c["id"]: 1 for c in cases})
-    for case, line in zip(cases, sorted(lines, key=lambda x: int(x["id"].rsplit("-", 1)[1])),
-                          strict=True):
-        a, b = case["input"][0][len("remember "):], case["input"][1][len("remember "):]
+    for case, line in zip(
+        cases, sorted(lines, key=lambda x: int(x["id"].rsplit("-", 1)[1])), strict=True
+    ):
+        a, b = case["input"][0][len("remember ") :], case["input"][1][len("remember ") :]
         assert line["outputs"] == [f"noted: {a}", f"noted: {b}", f"{a}\n{b}"], line
         assert user_inputs(live_stack, line["session_id"]) == case["input"]
 
@@ -347,22 +363,40 @@ def test_cli_json_summary_and_rerun(live_stack: Stack, tmp_path: Path) -> None:
         + [{"bad": True}],
     )
     command = [
-        sys.executable, "-m", "tether.producer.ops.cli.batch", str(path), "--agent", "calculator",
-        "--concurrency", "3", "--json",
+        sys.executable,
+        "-m",
+        "tether.producer.ops.cli.batch",
+        str(path),
+        "--agent",
+        "calculator",
+        "--concurrency",
+        "3",
+        "--json",
     ]
-    refused = subprocess.run(command, env=live_stack.env, capture_output=True, text=True,
-                             timeout=120)
+    refused = subprocess.run(
+        command, env=live_stack.env, capture_output=True, text=True, timeout=120
+    )
     assert refused.returncode == 2 and "line 7: id: Field required" in refused.stderr
-    done = subprocess.run([*command, "--skip-invalid"], env=live_stack.env, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [*command, "--skip-invalid"],
+        env=live_stack.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert (summary["finished"], summary["passed"], summary["invalid_skipped"]) == (6, 6, 1)
     assert summary["pass_rate"] == 1.0
     assert summary["out"] == str(tmp_path / "cli.results.jsonl")
     # the same command again resumes: nothing left to run; without --json a table is printed
-    table = subprocess.run([*command[:-1], "--skip-invalid"], env=live_stack.env,
-                           capture_output=True, text=True, timeout=120)
+    table = subprocess.run(
+        [*command[:-1], "--skip-invalid"],
+        env=live_stack.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert table.returncode == 0, table.stderr
     assert f"batch {summary['batch_id']}" in table.stdout
     for fragment in ("6 / 6 finished", "resumed from results", "6 / 6 (100.0%)", "0.0 runs/s"):
@@ -371,10 +405,12 @@ def test_cli_json_summary_and_rerun(live_stack: Stack, tmp_path: Path) -> None:
 
 def test_iterable_cases_from_python(live_stack: Stack, tmp_path: Path) -> None:
     tag = unique("it")
-    cases = (BatchCase(id=f"{tag}-{i}", input=f"hi {i}", expected=f"echo: hi {i}")
-             for i in range(5))
-    summary = run_batch(live_stack.producer, cases, agent="echo", concurrency=2,
-                                            out=tmp_path / "it.jsonl")
+    cases = (
+        BatchCase(id=f"{tag}-{i}", input=f"hi {i}", expected=f"echo: hi {i}") for i in range(5)
+    )
+    summary = run_batch(
+        live_stack.producer, cases, agent="echo", concurrency=2, out=tmp_path / "it.jsonl"
+    )
     assert (summary.finished, summary.passed, summary.max_in_flight) == (5, 5, 2)
 
 

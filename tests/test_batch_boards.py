@@ -35,8 +35,13 @@ def board(request: pytest.FixtureRequest) -> Iterator[BatchBoard]:
 
 
 def record(batch_id: str, tenant: str = "acme", **fields: object) -> BatchRecord:
-    base: dict[str, object] = {"batch_id": batch_id, "tenant": tenant, "results_path": "/r",
-                               "total": 10, "started_at_ms": 1}
+    base: dict[str, object] = {
+        "batch_id": batch_id,
+        "tenant": tenant,
+        "results_path": "/r",
+        "total": 10,
+        "started_at_ms": 1,
+    }
     base.update(fields)
     return BatchRecord.model_validate(base)
 
@@ -44,8 +49,9 @@ def record(batch_id: str, tenant: str = "acme", **fields: object) -> BatchRecord
 def test_a_record_put_reads_back_and_is_replaced(board: BatchBoard) -> None:
     assert board.get("acme", "b-1") is None
     board.put(record("b-1", finished=3, updated_at_ms=100))
-    board.put(record("b-1", finished=7, graded=5, passed=4, state=BatchState.FINISHED,
-                     updated_at_ms=200))
+    board.put(
+        record("b-1", finished=7, graded=5, passed=4, state=BatchState.FINISHED, updated_at_ms=200)
+    )
     got = board.get("acme", "b-1")
     assert got is not None and got.finished == 7 and got.state is BatchState.FINISHED
     assert got.pass_rate == pytest.approx(0.8) and got.progress == pytest.approx(0.7)
@@ -73,15 +79,23 @@ def test_an_expired_redis_record_leaves_the_index(redis_client: redis.Redis) -> 
 
 
 def line(case_id: str, passed: bool | None, status: str = "COMPLETED") -> CaseResult:
-    return CaseResult(batch_id="b", id=case_id, line=1, session_id="s", agent="a",
-                      status=status, passed=passed)
+    return CaseResult(
+        batch_id="b", id=case_id, line=1, session_id="s", agent="a", status=status, passed=passed
+    )
 
 
 def test_the_reporter_writes_start_progress_and_end(tmp_path: Path) -> None:
     board = MemoryBatchBoard()
     stats = SummaryStats()
-    reporter = BatchReporter(board, tenant="acme", batch_id="b", results=tmp_path / "r.jsonl",
-                             total=3, stats=stats, interval_s=0.0)
+    reporter = BatchReporter(
+        board,
+        tenant="acme",
+        batch_id="b",
+        results=tmp_path / "r.jsonl",
+        total=3,
+        stats=stats,
+        interval_s=0.0,
+    )
     reporter.start()
     first = board.get("acme", "b")
     assert first is not None and first.state is BatchState.RUNNING and first.finished == 0
@@ -96,14 +110,23 @@ def test_the_reporter_writes_start_progress_and_end(tmp_path: Path) -> None:
     assert last is not None and last.state is BatchState.STOPPED
 
 
-def test_a_board_that_fails_never_stops_the_batch(tmp_path: Path,
-                                                  caplog: pytest.LogCaptureFixture) -> None:
+def test_a_board_that_fails_never_stops_the_batch(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     # a Redis board whose server is not there (port 1 refuses connections)
-    away = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=1,
-                       retry=Retry(NoBackoff(), 0))
+    away = redis.Redis(
+        host="127.0.0.1", port=1, socket_connect_timeout=1, retry=Retry(NoBackoff(), 0)
+    )
     board = RedisBatchBoard(away, RedisKeys("t"), ttl_s=60)
-    reporter = BatchReporter(board, tenant="acme", batch_id="b", results=tmp_path / "r",
-                             total=1, stats=SummaryStats(), interval_s=0.0)
+    reporter = BatchReporter(
+        board,
+        tenant="acme",
+        batch_id="b",
+        results=tmp_path / "r",
+        total=1,
+        stats=SummaryStats(),
+        interval_s=0.0,
+    )
     reporter.start()
     reporter.tick()
     reporter.end(finished=True)

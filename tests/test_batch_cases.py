@@ -55,7 +55,11 @@ def write_lines(path: Path, lines: list[Any]) -> Path:
 def test_valid_cases_parse_with_defaults() -> None:
     case = parse_case_line('{"id": 7, "input": "hi"}', default_agent="echo")
     assert (case.id, case.turns, case.agent, case.grader, case.expected) == (
-        "7", ["hi"], None, Grader.EXACT, None
+        "7",
+        ["hi"],
+        None,
+        Grader.EXACT,
+        None,
     )
     multi = parse_case_line(
         '{"id": "m", "input": ["a", "b"], "agent": "notes", "expected": "x", "grader": "regex",'
@@ -94,8 +98,9 @@ def test_agent_and_input_size_are_checked() -> None:
     with pytest.raises(ValueError, match="no agent"):
         parse_case_line('{"id": "a", "input": "x"}', default_agent=None)
     with pytest.raises(ValueError, match="input turn 1 is 11 bytes, over the limit of 10"):
-        parse_case_line('{"id": "a", "input": ["ok", "01234567890"]}', default_agent="e",
-                        max_input_bytes=10)
+        parse_case_line(
+            '{"id": "a", "input": ["ok", "01234567890"]}', default_agent="e", max_input_bytes=10
+        )
 
 
 def test_scan_lists_every_bad_line_with_its_number(tmp_path: Path) -> None:
@@ -134,8 +139,11 @@ def test_scan_reports_a_bounded_number_of_problems(tmp_path: Path) -> None:
 
 
 def test_spooled_iterables_and_content_hash(tmp_path: Path) -> None:
-    items: list[Any] = [BatchCase(id="a", input="x"), {"id": "b", "input": ["y", "z"]},
-                        '{"id": "c", "input": "w"}']
+    items: list[Any] = [
+        BatchCase(id="a", input="x"),
+        {"id": "b", "input": ["y", "z"]},
+        '{"id": "c", "input": "w"}',
+    ]
     spool_cases(items, tmp_path / "s.jsonl")
     cases = [c.case for c in iter_cases(tmp_path / "s.jsonl", default_agent="echo")]
     assert [(c.id, c.turns) for c in cases] == [("a", ["x"]), ("b", ["y", "z"]), ("c", ["w"])]
@@ -156,8 +164,9 @@ def test_derived_ids_are_valid_stable_and_distinct() -> None:
     assert len(ids) == 2 * len(odd)
     for value in ids:
         assert validate_id(value) == value
-    assert case_session_id("b1", odd[0]) == case_session_id("b1", BatchCase(id="with space",
-                                                                            input="y"))
+    assert case_session_id("b1", odd[0]) == case_session_id(
+        "b1", BatchCase(id="with space", input="y")
+    )
     assert case_session_id("b1", BatchCase(id="q", input="x", session_id="mine")) == "mine"
     assert case_request_id("b1", plain, 0) != case_request_id("b2", plain, 0)
 
@@ -190,8 +199,15 @@ def test_graders() -> None:
 
 
 def result(case_id: str, batch: str = "b1", **extra: Any) -> CaseResult:
-    fields: dict[str, Any] = {"batch_id": batch, "id": case_id, "line": 1, "session_id": "s",
-                              "agent": "echo", "status": "COMPLETED", "latency_ms": 5}
+    fields: dict[str, Any] = {
+        "batch_id": batch,
+        "id": case_id,
+        "line": 1,
+        "session_id": "s",
+        "agent": "echo",
+        "status": "COMPLETED",
+        "latency_ms": 5,
+    }
     fields.update(extra)
     return CaseResult(**fields)
 
@@ -240,30 +256,51 @@ def test_percentiles_and_summary() -> None:
     assert percentile([], 0.5) is None
     values = list(range(1, 101))
     assert (percentile(values, 0.5), percentile(values, 0.95), percentile(values, 1.0)) == (
-        50, 95, 100
+        50,
+        95,
+        100,
     )
     assert percentile([7], 0.95) == 7
     stats = SummaryStats()
     for i in range(10):
-        stats.add(result(f"c{i}", latency_ms=i * 10, tokens=3, steps=1,
-                         passed=(i % 2 == 0) if i < 8 else None,
-                         status="FAILED" if i == 9 else "COMPLETED"))
-    summary = build_summary(stats, batch_id="b1", out="r.jsonl", total=12, resumed=0,
-                            invalid_skipped=1, runs=10, wall_s=2.0, concurrency=4,
-                            max_in_flight=4)
+        stats.add(
+            result(
+                f"c{i}",
+                latency_ms=i * 10,
+                tokens=3,
+                steps=1,
+                passed=(i % 2 == 0) if i < 8 else None,
+                status="FAILED" if i == 9 else "COMPLETED",
+            )
+        )
+    summary = build_summary(
+        stats,
+        batch_id="b1",
+        out="r.jsonl",
+        total=12,
+        resumed=0,
+        invalid_skipped=1,
+        runs=10,
+        wall_s=2.0,
+        concurrency=4,
+        max_in_flight=4,
+    )
     assert summary.by_status == {"COMPLETED": 9, "FAILED": 1}
     assert (summary.graded, summary.passed, summary.pass_rate) == (8, 4, 0.5)
-    assert (summary.latency_p50_ms, summary.latency_p95_ms, summary.latency_max_ms) == (
-        40, 90, 90
-    )
+    assert (summary.latency_p50_ms, summary.latency_p95_ms, summary.latency_max_ms) == (40, 90, 90)
     assert (summary.total_tokens, summary.failed, summary.runs_per_s) == (30, 1, 5.0)
     doc = summary.to_dict()
     assert json.loads(json.dumps(doc))["pass_rate"] == 0.5
     console = Console(record=True, width=100)
     render_summary(summary, console)
     text = console.export_text()
-    for fragment in ("10 / 12 finished", "FAILED", "4 / 8 (50.0%)", "40 ms / 90 ms / 90 ms",
-                     "invalid lines skipped"):
+    for fragment in (
+        "10 / 12 finished",
+        "FAILED",
+        "4 / 8 (50.0%)",
+        "40 ms / 90 ms / 90 ms",
+        "invalid lines skipped",
+    ):
         assert fragment in text
 
 

@@ -48,24 +48,39 @@ def test_epochs_resume_exactly_after_a_kill(
     tag = unique("ep")
     n, epochs = 6, 3
     cases = [
-        {"id": f"{tag}-{i}", "input": [f"remember {tag}-{i}", "recall"], "expected": f"{tag}-{i}",
-         "tags": ["even" if i % 2 == 0 else "odd"]}
+        {
+            "id": f"{tag}-{i}",
+            "input": [f"remember {tag}-{i}", "recall"],
+            "expected": f"{tag}-{i}",
+            "tags": ["even" if i % 2 == 0 else "odd"],
+        }
         for i in range(n)
     ]
     path = write_cases(tmp_path / "ep.jsonl", cases)
     out = tmp_path / "ep.results.jsonl"
 
     def batch(epochs: int) -> dict[str, Any]:
-        summary = run_batch(live_stack.producer, path, agent="notes", concurrency=4, out=out,
-                            epochs=epochs, scorers=SCORERS)
+        summary = run_batch(
+            live_stack.producer,
+            path,
+            agent="notes",
+            concurrency=4,
+            out=out,
+            epochs=epochs,
+            scorers=SCORERS,
+        )
         return summary.to_dict()
 
     # epoch 0 alone first: a later --epochs 3 adds epochs 1 and 2 and re-runs nothing
     one = batch(1)
     assert (one["total"], one["finished"], one["runs"]) == (n, n, 2 * n)
     log = (tmp_path / "first.log").open("wb")
-    first = subprocess.Popen([sys.executable, "-c", RUN_EPOCHS, str(path), str(out), str(epochs)],
-                             env=live_stack.env, stdout=log, stderr=subprocess.STDOUT)
+    first = subprocess.Popen(
+        [sys.executable, "-c", RUN_EPOCHS, str(path), str(out), str(epochs)],
+        env=live_stack.env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         eventually(lambda: len(complete_lines(out)) >= n + 2 or first.poll() is not None, 120)
         first.send_signal(signal.SIGKILL)
@@ -111,11 +126,16 @@ QUEUE = "evalq"
 
 
 @pytest.fixture
-def flaky_fleet(live_stack: Stack, tmp_path: Path) -> Iterator[tuple[Producer, dict[str, str],
-                                                                     Path]]:
+def flaky_fleet(
+    live_stack: Stack, tmp_path: Path
+) -> Iterator[tuple[Producer, dict[str, str], Path]]:
     marker = tmp_path / "provider-down"
-    env = dict(live_stack.env, TETHER_AGENT_MODULES="tests.support.eval_agents",
-               TETHER_QUEUE=QUEUE, **{MARKER_VARIABLE: str(marker)})
+    env = dict(
+        live_stack.env,
+        TETHER_AGENT_MODULES="tests.support.eval_agents",
+        TETHER_QUEUE=QUEUE,
+        **{MARKER_VARIABLE: str(marker)},
+    )
     fleet = WorkerFleet(env, tmp_path, count=1, queue=QUEUE, prefix="eval")
     producer = Producer(live_stack.settings.model_copy(update={"queue": QUEUE}))
     try:
@@ -129,7 +149,10 @@ def flaky_fleet(live_stack: Stack, tmp_path: Path) -> Iterator[tuple[Producer, d
 def retry_cli(env: dict[str, str], results: Path) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, "-m", "tether.producer.ops.cli.batch", "retry", str(results), "--json"],
-        env=env, capture_output=True, text=True, timeout=180,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     doc: dict[str, Any] = json.loads(done.stdout)
@@ -149,8 +172,9 @@ def test_retry_reruns_only_errored_cases(
     path = write_cases(tmp_path / "rt.jsonl", cases)
     out = tmp_path / "rt.results.jsonl"
     marker.touch()  # the provider is down for the first run
-    first = run_batch(producer, path, agent="flaky", concurrency=4, out=out, epochs=2,
-                      scorers=["f1"])
+    first = run_batch(
+        producer, path, agent="flaky", concurrency=4, out=out, epochs=2, scorers=["f1"]
+    )
     assert first.by_status == {"COMPLETED": 4, "FAILED": 6}
     assert first.errors_by_kind == {"model": 6}
     before = {(x["id"], x["epoch"]): x for x in read_results(out)}
@@ -191,27 +215,46 @@ def test_judge_scores_a_batch_and_a_bad_reply_is_a_scoring_error(
     live_stack: Stack, openai_server: OpenAIServer, tmp_path: Path
 ) -> None:
     tag = unique("jd")
-    openai_server.script([
-        reply('{"reasoning": "right", "score": 1}', usage={"input_tokens": 50, "output_tokens": 5}),
-        reply('{"reasoning": "wrong", "score": 0}', usage={"input_tokens": 50, "output_tokens": 5}),
-        reply("no idea", usage={"input_tokens": 50, "output_tokens": 2}),
-    ])
-    settings = live_stack.settings.model_copy(update={
-        "openai_base_url": openai_server.base_url,
-        "openai_api_key": SecretStr(openai_server.api_key),
-        "openai_max_retries": 0, "openai_model": "judge-model",
-    })
-    path = write_cases(tmp_path / "jd.jsonl", [
-        {"id": f"{tag}-{i}", "input": f"q{i}", "expected": f"echo: q{i}"} for i in range(3)
-    ])
+    openai_server.script(
+        [
+            reply(
+                '{"reasoning": "right", "score": 1}', usage={"input_tokens": 50, "output_tokens": 5}
+            ),
+            reply(
+                '{"reasoning": "wrong", "score": 0}', usage={"input_tokens": 50, "output_tokens": 5}
+            ),
+            reply("no idea", usage={"input_tokens": 50, "output_tokens": 2}),
+        ]
+    )
+    settings = live_stack.settings.model_copy(
+        update={
+            "openai_base_url": openai_server.base_url,
+            "openai_api_key": SecretStr(openai_server.api_key),
+            "openai_max_retries": 0,
+            "openai_model": "judge-model",
+        }
+    )
+    path = write_cases(
+        tmp_path / "jd.jsonl",
+        [{"id": f"{tag}-{i}", "input": f"q{i}", "expected": f"echo: q{i}"} for i in range(3)],
+    )
     with Producer(settings) as producer:
-        summary = run_batch(producer, path, agent="echo", concurrency=3, out=tmp_path / "jd.out",
-                            scorers=["judge:threshold=0.5", "exact"])
+        summary = run_batch(
+            producer,
+            path,
+            agent="echo",
+            concurrency=3,
+            out=tmp_path / "jd.out",
+            scorers=["judge:threshold=0.5", "exact"],
+        )
     assert summary.scoring_errors == 1 and summary.scorer_tokens == 55 + 55 + 52
     lines = read_results(tmp_path / "jd.out")
     judge = "judge:threshold=0.5"  # scores are keyed by the --scorer value
-    judged = sorted((x["scores"][judge].get("value"), x["passed"]) for x in lines
-                    if "value" in x["scores"][judge])
+    judged = sorted(
+        (x["scores"][judge].get("value"), x["passed"])
+        for x in lines
+        if "value" in x["scores"][judge]
+    )
     assert judged == [(0.0, False), (1.0, True)]
     assert {x["scores"][judge].get("explanation") for x in lines} == {"right", "wrong", None}
     (bad,) = [x for x in lines if "error" in x["scores"][judge]]

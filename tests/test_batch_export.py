@@ -35,8 +35,9 @@ def test_an_exported_batch_reads_back_with_every_sample_score_and_transcript(
     stack: Stack, batches: FinishedBatches, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "run.eval"
-    assert "wrote" in export(stack, monkeypatch, str(batches.a), "--format", "inspect", "-o",
-                             str(out))
+    assert "wrote" in export(
+        stack, monkeypatch, str(batches.a), "--format", "inspect", "-o", str(out)
+    )
     log = read_eval_log(str(out))
     lines = read_results(batches.a)
     assert log.status == "success" and log.eval.model == "tether/calculator"

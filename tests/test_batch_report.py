@@ -40,7 +40,10 @@ def report(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], *args: str) -> 
 
 
 def test_the_report_searches_filters_and_opens_a_transcript_in_chromium(
-    stack: Stack, batches: FinishedBatches, page: Page, tmp_path: Path,
+    stack: Stack,
+    batches: FinishedBatches,
+    page: Page,
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     update = os.environ.get("TETHER_UPDATE_SCREENSHOT") == "1"
@@ -105,8 +108,9 @@ def test_the_page_stands_alone_and_escapes_recorded_text(tmp_path: Path) -> None
     results = tmp_path / "hostile.results.jsonl"
     results.write_text("".join(json.dumps(x) + "\n" for x in lines))
     out = tmp_path / "r.html"
-    result = CliRunner().invoke(batch_app, ["report", str(results), "-o", str(out),
-                                            "--no-transcripts"])
+    result = CliRunner().invoke(
+        batch_app, ["report", str(results), "-o", str(out), "--no-transcripts"]
+    )
     assert result.exit_code == 0, result.output
     html = out.read_text()
     assert "<script>alert(1)" not in html and "<img src=x>" not in html
@@ -120,7 +124,17 @@ def test_a_baseline_of_other_cases_is_refused_naming_both(tmp_path: Path) -> Non
     line = json.loads(FIXTURE.read_text().splitlines()[0])
     line["id"] = "not-in-the-fixture"
     other.write_text(json.dumps(line) + "\n")
-    result = CliRunner().invoke(batch_app, ["report", str(FIXTURE), "--compare", str(other),
-                                            "-o", str(tmp_path / "r.html"), "--no-transcripts"])
+    result = CliRunner().invoke(
+        batch_app,
+        [
+            "report",
+            str(FIXTURE),
+            "--compare",
+            str(other),
+            "-o",
+            str(tmp_path / "r.html"),
+            "--no-transcripts",
+        ],
+    )
     assert result.exit_code == 2
     assert "no case id in common" in result.output

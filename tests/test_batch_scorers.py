@@ -96,10 +96,15 @@ def test_last_number() -> None:
 
 def test_json_schema_scorer(tmp_path: Path) -> None:
     schema = tmp_path / "schema.json"
-    schema.write_text(json.dumps({
-        "type": "object", "required": ["answer"],
-        "properties": {"answer": {"type": "integer"}},
-    }))
+    schema.write_text(
+        json.dumps(
+            {
+                "type": "object",
+                "required": ["answer"],
+                "properties": {"answer": {"type": "integer"}},
+            }
+        )
+    )
     spec = f"json:schema={schema}"
     scorer = resolve_scorers([spec])[0]
     case = BatchCase(id="c", input="q", expected="unused")
@@ -108,8 +113,12 @@ def test_json_schema_scorer(tmp_path: Path) -> None:
     assert (good.value, bad.value) == (1.0, 0.0)
     assert bad.explanation == "schema: 'three' is not of type 'integer'"
     both = resolve_scorers([f"json:schema={schema},field=answer"])[0]
-    assert score_sample([both], Sample(case.model_copy(update={"expected": 3}),
-                                       '{"answer": 3}'))[0].value == 1.0
+    assert (
+        score_sample([both], Sample(case.model_copy(update={"expected": 3}), '{"answer": 3}'))[
+            0
+        ].value
+        == 1.0
+    )
     (tmp_path / "broken.json").write_text('{"type": 12}')
     with pytest.raises(InvalidInput, match=r"broken\.json' is not a readable JSON schema"):
         resolve_scorers([f"json:schema={tmp_path / 'broken.json'}"])
@@ -152,10 +161,12 @@ def test_a_scorer_given_twice_is_refused() -> None:
 
 
 def test_custom_scorers_by_import_path() -> None:
-    scorers = resolve_scorers([
-        "tests.support.eval_scorers:length_ratio",
-        "tests.support.eval_scorers:as_bool:threshold=0.5",
-    ])
+    scorers = resolve_scorers(
+        [
+            "tests.support.eval_scorers:length_ratio",
+            "tests.support.eval_scorers:as_bool:threshold=0.5",
+        ]
+    )
     case = BatchCase(id="c", input="q", expected="abc")
     ratio, flag = score_sample(scorers, Sample(case, "yes abcdef"))
     assert (ratio.value, ratio.passed, ratio.explanation) == (0.3, False, "3/10")
@@ -166,11 +177,13 @@ def test_custom_scorers_by_import_path() -> None:
 
 
 def test_a_raising_scorer_is_a_scoring_error_and_the_others_still_run() -> None:
-    scorers = resolve_scorers([
-        "tests.support.eval_scorers:explode",
-        "tests.support.eval_scorers:out_of_range",
-        "exact",
-    ])
+    scorers = resolve_scorers(
+        [
+            "tests.support.eval_scorers:explode",
+            "tests.support.eval_scorers:out_of_range",
+            "exact",
+        ]
+    )
     case = BatchCase(id="c-9", input="q", expected="x")
     boom, bad, exact = score_sample(scorers, Sample(case, "x"))
     # the exception's last line, as Python prints it
@@ -186,7 +199,9 @@ def test_a_raising_scorer_is_a_scoring_error_and_the_others_still_run() -> None:
 def test_judge_reply_parsing() -> None:
     assert parse_reply('Sure. {"reasoning": "ok", "score": 0.75}') == (0.75, "ok", None)
     assert parse_reply('```json\n{"reasoning": "no", "verdict": "FAIL"}\n```') == (
-        0.0, "no", "FAIL"
+        0.0,
+        "no",
+        "FAIL",
     )
     for text, fragment in [
         (None, "empty"),
@@ -212,21 +227,29 @@ def judge_for(server: OpenAIServer, spec: str = "judge:threshold=0.5") -> Any:
 
 
 def test_judge_scores_through_the_model_client_with_usage(openai_server: OpenAIServer) -> None:
-    openai_server.script([
-        reply('{"reasoning": "It says 4, as the reference does.", "score": 1.0}',
-              usage={"input_tokens": 120, "output_tokens": 15}),
-        reply("I refuse to answer in JSON", usage={"input_tokens": 100, "output_tokens": 6}),
-        reply('{"reasoning": "Half right.", "score": 0.4}'),
-    ])
+    openai_server.script(
+        [
+            reply(
+                '{"reasoning": "It says 4, as the reference does.", "score": 1.0}',
+                usage={"input_tokens": 120, "output_tokens": 15},
+            ),
+            reply("I refuse to answer in JSON", usage={"input_tokens": 100, "output_tokens": 6}),
+            reply('{"reasoning": "Half right.", "score": 0.4}'),
+        ]
+    )
     judge = judge_for(openai_server)
     case = BatchCase(id="c", input="2+2", expected="4")
     good = score_sample([judge], Sample(case, "4"))[0]
     assert (good.value, good.passed, good.explanation) == (
-        1.0, True, "It says 4, as the reference does."
+        1.0,
+        True,
+        "It says 4, as the reference does.",
     )
     assert good.usage is not None
     assert (good.usage.input_tokens, good.usage.output_tokens, good.usage.total_tokens) == (
-        120, 15, 135
+        120,
+        15,
+        135,
     )
     assert good.metadata is not None and good.metadata["model"] == "judge-model"
     # a reply that does not parse is this case's scoring error, with the tokens it cost

@@ -67,8 +67,12 @@ def test_every_format_maps_rows_to_cases(writer: Any, tmp_path: Path) -> None:
     cases = cases_of(source, MAPPING, tmp_path)
     assert [line for line, _ in cases] == [1, 2, 3, 4]  # the source's row numbers
     first = cases[0][1]
-    assert (first.id, first.input, first.expected, first.tags) == ("q1", "2+2", "4",
-                                                                   ["math", "easy"])
+    assert (first.id, first.input, first.expected, first.tags) == (
+        "q1",
+        "2+2",
+        "4",
+        ["math", "easy"],
+    )
     assert first.metadata == {"source": "a"}  # the other columns
 
 
@@ -77,8 +81,9 @@ def test_selection_filter_sample_limit(writer: Any, tmp_path: Path) -> None:
     source = writer(tmp_path / NAMES[writer.__name__], ROWS)
 
     def ids(**options: Any) -> list[str]:
-        chosen = DatasetOptions(input_field="question", target_field="answer", id_field="qid",
-                                **options)
+        chosen = DatasetOptions(
+            input_field="question", target_field="answer", id_field="qid", **options
+        )
         return [case.id for _, case in cases_of(source, chosen, tmp_path)]
 
     assert ids(filters=(("tag", "math"),)) == ["q1", "q2", "q4"]
@@ -94,24 +99,38 @@ def test_selection_filter_sample_limit(writer: Any, tmp_path: Path) -> None:
 
 
 def test_default_field_names_and_row_number_ids(tmp_path: Path) -> None:
-    source = write_csv(tmp_path / "plain.csv", [
-        {"input": "hi", "expected": "echo: hi"}, {"input": "yo", "expected": "echo: yo"},
-    ])
+    source = write_csv(
+        tmp_path / "plain.csv",
+        [
+            {"input": "hi", "expected": "echo: hi"},
+            {"input": "yo", "expected": "echo: yo"},
+        ],
+    )
     cases = cases_of(source, DatasetOptions(), tmp_path)
     assert [(c.id, c.input, c.expected) for _, c in cases] == [
-        ("1", "hi", "echo: hi"), ("2", "yo", "echo: yo"),
+        ("1", "hi", "echo: hi"),
+        ("2", "yo", "echo: yo"),
     ]
 
 
 def test_jsonl_with_mapping_and_selection(tmp_path: Path) -> None:
     source = tmp_path / "data.jsonl"
     source.write_text("".join(json.dumps(r) + "\n" for r in as_lists(ROWS)))
-    cases = cases_of(source, DatasetOptions(input_field="question", target_field="answer",
-                                            id_field="qid", filters=(("tag", "geo"),)), tmp_path)
+    cases = cases_of(
+        source,
+        DatasetOptions(
+            input_field="question", target_field="answer", id_field="qid", filters=(("tag", "geo"),)
+        ),
+        tmp_path,
+    )
     assert [(line, c.id, c.expected) for line, c in cases] == [(3, "q3", "Paris")]
     plain = tmp_path / "cases.jsonl"
-    plain.write_text("".join(json.dumps({"id": f"c{i}", "input": "x", "tags": [f"t{i % 2}"]})
-                             + "\n" for i in range(6)))
+    plain.write_text(
+        "".join(
+            json.dumps({"id": f"c{i}", "input": "x", "tags": [f"t{i % 2}"]}) + "\n"
+            for i in range(6)
+        )
+    )
     kept = cases_of(plain, DatasetOptions(filters=(("tag", "t1"),), limit=2), tmp_path)
     assert [(line, c.id) for line, c in kept] == [(2, "c1"), (4, "c3")]
 
@@ -124,8 +143,11 @@ def test_a_missing_field_is_refused_naming_it(writer: Any, tmp_path: Path) -> No
     else:
         source = writer(tmp_path / NAMES[writer.__name__], ROWS)
     with pytest.raises(InvalidInput) as caught:
-        spool_dataset(source, DatasetOptions(input_field="question", target_field="answr"),
-                      tmp_path / "out.jsonl")
+        spool_dataset(
+            source,
+            DatasetOptions(input_field="question", target_field="answr"),
+            tmp_path / "out.jsonl",
+        )
     assert "has no field 'answr' (--target-field)" in str(caught.value)
     assert "question" in str(caught.value)  # its fields are listed
     if writer is not None:  # the default input field must exist too
@@ -156,10 +178,12 @@ def test_bad_options_are_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput, match="--sample must be 1 or more, got 0"):
         DatasetOptions(sample=0).check()
     with pytest.raises(InvalidInput, match="holds several splits"):
-        datasets.DatasetDict({
-            "train": datasets.Dataset.from_list([{"input": "x"}]),
-            "test": datasets.Dataset.from_list([{"input": "y"}]),
-        }).save_to_disk(str(tmp_path / "dd"))
+        datasets.DatasetDict(
+            {
+                "train": datasets.Dataset.from_list([{"input": "x"}]),
+                "test": datasets.Dataset.from_list([{"input": "y"}]),
+            }
+        ).save_to_disk(str(tmp_path / "dd"))
         spool_dataset(tmp_path / "dd", DatasetOptions(), tmp_path / "out.jsonl")
     (tmp_path / "empty").mkdir()
     with pytest.raises(InvalidInput, match="is not a dataset saved with save_to_disk"):
@@ -186,11 +210,18 @@ def test_bad_scorers_and_fields_are_refused_before_any_run(tmp_path: Path) -> No
     out = tmp_path / "r.jsonl"
     bad_scorer = re.escape("--scorer 'no_such_pkg.scorers:grade': module")
     with pytest.raises(InvalidInput, match=bad_scorer):
-        run_batch(producer, source, agent="echo", dataset=MAPPING, out=out,
-                  scorers=["exact", "no_such_pkg.scorers:grade"])
+        run_batch(
+            producer,
+            source,
+            agent="echo",
+            dataset=MAPPING,
+            out=out,
+            scorers=["exact", "no_such_pkg.scorers:grade"],
+        )
     with pytest.raises(InvalidInput, match=re.escape("has no field 'prompt' (--input-field)")):
-        run_batch(producer, source, agent="echo", out=out,
-                  dataset=DatasetOptions(input_field="prompt"))
+        run_batch(
+            producer, source, agent="echo", out=out, dataset=DatasetOptions(input_field="prompt")
+        )
     with pytest.raises(InvalidInput, match=re.escape("epochs must be 1..1000, got 0")):
         run_batch(producer, source, agent="echo", dataset=MAPPING, out=out, epochs=0)
     assert not out.exists()

@@ -60,11 +60,23 @@ def test_epoch_metrics_reduce_per_case_first() -> None:
     metrics = EpochMetrics()
     # case a: 3 epochs, passes T F T; case b: 3 epochs, no pass (scores 0, 0, 0.5)
     for epoch, (ok, score) in enumerate([(True, 1.0), (False, 0.0), (True, 1.0)]):
-        metrics.add("a", epoch, passed=ok, score=score, scorer_results=[("exact", ok, score)],
-                    tags=["math", "easy"])
+        metrics.add(
+            "a",
+            epoch,
+            passed=ok,
+            score=score,
+            scorer_results=[("exact", ok, score)],
+            tags=["math", "easy"],
+        )
     for epoch, score in enumerate([0.0, 0.0, 0.5]):
-        metrics.add("b", epoch, passed=False, score=score, scorer_results=[("exact", False,
-                    score)], tags=["math"])
+        metrics.add(
+            "b",
+            epoch,
+            passed=False,
+            score=score,
+            scorer_results=[("exact", False, score)],
+            tags=["math"],
+        )
     metrics.add("c", 0, passed=None, score=None)  # ungraded: not counted
     overall = metrics.overall(3)
     assert (overall.cases, overall.samples, overall.passed) == (2, 6, 2)
@@ -94,8 +106,12 @@ def test_bootstrap_interval_against_scipy() -> None:
     ours = bootstrap_mean_ci(diffs, resamples=5000, seed=5)
     assert ours is not None
     reference = scipy_stats.bootstrap(
-        (np.array(diffs),), np.mean, confidence_level=0.95, n_resamples=5000,
-        method="percentile", random_state=np.random.default_rng(1),
+        (np.array(diffs),),
+        np.mean,
+        confidence_level=0.95,
+        n_resamples=5000,
+        method="percentile",
+        random_state=np.random.default_rng(1),
     ).confidence_interval
     # two independent Monte-Carlo estimates of the same quantiles (standard error ~0.001 here)
     assert ours[0] == pytest.approx(reference.low, abs=0.01)
@@ -111,8 +127,7 @@ def test_bootstrap_worked_examples() -> None:
     assert (low, high) == (0.0, 1.0)  # means of two draws: 0, 0.5 or 1 (each end 1/4 of mass)
 
 
-@pytest.mark.parametrize(("b", "c"), [(0, 0), (1, 6), (6, 1), (5, 5), (0, 12), (30, 45),
-                                      (3, 0)])
+@pytest.mark.parametrize(("b", "c"), [(0, 0), (1, 6), (6, 1), (5, 5), (0, 12), (30, 45), (3, 0)])
 def test_mcnemar_exact_against_scipy(b: int, c: int) -> None:
     want = 1.0 if b + c == 0 else scipy_stats.binomtest(min(b, c), b + c, 0.5).pvalue
     assert mcnemar_exact(b, c) == pytest.approx(want, rel=1e-12)
@@ -127,12 +142,31 @@ def test_mcnemar_by_hand() -> None:
 # --- compare ---------------------------------------------------------------------------------
 
 
-def line(cid: str, score: float | None, passed: bool | None, *, epoch: int = 0,
-         latency_ms: int = 100, tokens: int = 10, status: str = "COMPLETED",
-         **extra: Any) -> CaseResult:
-    return CaseResult(batch_id="b", id=cid, line=1, session_id=f"b:{cid}", agent="echo",
-                      status=status, passed=passed, score=score, epoch=epoch,
-                      latency_ms=latency_ms, tokens=tokens, **extra)
+def line(
+    cid: str,
+    score: float | None,
+    passed: bool | None,
+    *,
+    epoch: int = 0,
+    latency_ms: int = 100,
+    tokens: int = 10,
+    status: str = "COMPLETED",
+    **extra: Any,
+) -> CaseResult:
+    return CaseResult(
+        batch_id="b",
+        id=cid,
+        line=1,
+        session_id=f"b:{cid}",
+        agent="echo",
+        status=status,
+        passed=passed,
+        score=score,
+        epoch=epoch,
+        latency_ms=latency_ms,
+        tokens=tokens,
+        **extra,
+    )
 
 
 def write(path: Path, records: list[CaseResult]) -> Path:
@@ -142,22 +176,28 @@ def write(path: Path, records: list[CaseResult]) -> Path:
 
 @pytest.fixture
 def pair(tmp_path: Path) -> tuple[Path, Path]:
-    a = write(tmp_path / "a.jsonl", [
-        line("c1", 1.0, True, latency_ms=100, cost_usd=0.01),
-        line("c2", 0.0, False, latency_ms=200, cost_usd=0.01),
-        line("c3", 1.0, True, latency_ms=300, cost_usd=0.01),
-        line("c4", 0.5, False, latency_ms=400, cost_usd=0.01),
-        line("c5", None, False, status="FAILED", error_type="ModelError"),
-        line("gone", 1.0, True),
-    ])
-    b = write(tmp_path / "b.jsonl", [
-        line("c1", 1.0, True, latency_ms=50, cost_usd=0.02),
-        line("c2", 1.0, True, latency_ms=50, cost_usd=0.02),
-        line("c3", 0.0, False, latency_ms=50, cost_usd=0.02),
-        line("c4", 0.5, False, latency_ms=50, cost_usd=0.02),
-        line("c5", 1.0, True, latency_ms=50, cost_usd=0.02),
-        line("new", 1.0, True),
-    ])
+    a = write(
+        tmp_path / "a.jsonl",
+        [
+            line("c1", 1.0, True, latency_ms=100, cost_usd=0.01),
+            line("c2", 0.0, False, latency_ms=200, cost_usd=0.01),
+            line("c3", 1.0, True, latency_ms=300, cost_usd=0.01),
+            line("c4", 0.5, False, latency_ms=400, cost_usd=0.01),
+            line("c5", None, False, status="FAILED", error_type="ModelError"),
+            line("gone", 1.0, True),
+        ],
+    )
+    b = write(
+        tmp_path / "b.jsonl",
+        [
+            line("c1", 1.0, True, latency_ms=50, cost_usd=0.02),
+            line("c2", 1.0, True, latency_ms=50, cost_usd=0.02),
+            line("c3", 0.0, False, latency_ms=50, cost_usd=0.02),
+            line("c4", 0.5, False, latency_ms=50, cost_usd=0.02),
+            line("c5", 1.0, True, latency_ms=50, cost_usd=0.02),
+            line("new", 1.0, True),
+        ],
+    )
     return a, b
 
 
@@ -186,10 +226,14 @@ def test_compare_a_scorer_and_epochs(tmp_path: Path) -> None:
         record = {"scorer": "f1", "value": value, "passed": value >= 1.0}
         return line(cid, value, value >= 1.0, epoch=epoch, scores={"f1": record})
 
-    a = write(tmp_path / "a.jsonl", [scored("x", 0, 1.0), scored("x", 1, 0.0),
-                                     scored("y", 0, 0.5), scored("y", 1, 0.5)])
-    b = write(tmp_path / "b.jsonl", [scored("x", 0, 1.0), scored("x", 1, 1.0),
-                                     scored("y", 0, 0.5), scored("y", 1, 0.25)])
+    a = write(
+        tmp_path / "a.jsonl",
+        [scored("x", 0, 1.0), scored("x", 1, 0.0), scored("y", 0, 0.5), scored("y", 1, 0.5)],
+    )
+    b = write(
+        tmp_path / "b.jsonl",
+        [scored("x", 0, 1.0), scored("x", 1, 1.0), scored("y", 0, 0.5), scored("y", 1, 0.25)],
+    )
     result = compare_results(a, b, scorer="f1", resamples=500)
     assert (result.improved, result.regressed) == (["x"], ["y"])  # means 0.5 -> 1, 0.5 -> 0.375
     assert result.per_case == pytest.approx({"x": 0.5, "y": -0.125})
@@ -225,10 +269,25 @@ def test_compare_cli_and_fail_if_regressed(pair: tuple[Path, Path]) -> None:
 
 
 def test_version_1_lines_read_as_epoch_0(tmp_path: Path) -> None:
-    v1 = {"v": 1, "batch_id": "b", "id": "q1", "line": 1, "session_id": "b:q1", "agent": "echo",
-          "status": "COMPLETED", "output": "4", "passed": True, "grader": "exact",
-          "latency_ms": 5, "steps": 1, "tokens": 0, "turns": 1, "error_type": None,
-          "error": None, "run_ids": ["r"]}
+    v1 = {
+        "v": 1,
+        "batch_id": "b",
+        "id": "q1",
+        "line": 1,
+        "session_id": "b:q1",
+        "agent": "echo",
+        "status": "COMPLETED",
+        "output": "4",
+        "passed": True,
+        "grader": "exact",
+        "latency_ms": 5,
+        "steps": 1,
+        "tokens": 0,
+        "turns": 1,
+        "error_type": None,
+        "error": None,
+        "run_ids": ["r"],
+    }
     path = tmp_path / "v1.jsonl"
     path.write_text(json.dumps(v1) + "\n")
     (record,) = read_results(path)
@@ -243,7 +302,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 def test_golden_results_files_of_each_version() -> None:
     v1 = read_results(FIXTURES / "batch_results_v1.jsonl")
     assert [(r.v, r.id, r.epoch, r.passed, r.grader, r.scores) for r in v1] == [
-        (1, "add-1", 0, True, "exact", None), (1, "lost", 0, None, None, None),
+        (1, "add-1", 0, True, "exact", None),
+        (1, "lost", 0, None, None, None),
     ]
     assert v1[1].errored and not v1[0].errored and v1[1].error_type == "UnknownAgent"
     v2 = read_results(FIXTURES / "batch_results_v2.jsonl")

@@ -36,9 +36,21 @@ def _numbers(value: Any) -> list[float]:
 def test_quick_bench_writes_table_json_and_plot(tmp_path: Path) -> None:
     out = tmp_path / "results"
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--out", str(out), "--log-dir",
-         str(tmp_path / "logs")],
-        cwd=REPO, capture_output=True, text=True, timeout=295, check=False,
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--quick",
+            "--out",
+            str(out),
+            "--log-dir",
+            str(tmp_path / "logs"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=295,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
 

@@ -404,8 +404,9 @@ def test_approve_a_waiting_run_from_the_shell(live_stack: Stack) -> None:
     approved = ok(tether(live_stack.env, "approve", sid, call["call_id"], "--agent", "approver"))
     assert approved.stdout.strip() == "transferred 7"
     rejected = ok(
-        tether(live_stack.env, "reject", other, second, "--agent", "approver",
-               "--reason", "not today")
+        tether(
+            live_stack.env, "reject", other, second, "--agent", "approver", "--reason", "not today"
+        )
     )
     assert "not today" in rejected.stdout
     again = tether(live_stack.env, "approve", sid, call["call_id"], "--agent", "approver")

@@ -18,7 +18,11 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     site = tmp_path / "site"
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert done.returncode == 0, done.stderr[-4000:]
     assert "WARNING" not in done.stderr, done.stderr[-4000:]
@@ -31,6 +35,13 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     }
     for page, name in pages.items():
         assert name in (site / page).read_text(), f"{page} does not document {name}"
-    for guide in ("quickstart", "concepts", "deployment", "recipes/agents-sdk",
-                  "recipes/celery-canvas", "recipes/time-travel", "redis-key-layout-v2"):
+    for guide in (
+        "quickstart",
+        "concepts",
+        "deployment",
+        "recipes/agents-sdk",
+        "recipes/celery-canvas",
+        "recipes/time-travel",
+        "redis-key-layout-v2",
+    ):
         assert (site / guide / "index.html").is_file(), guide

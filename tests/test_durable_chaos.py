@@ -34,8 +34,14 @@ class Faults:
     terms: int = 0
 
 
-def _disrupt(workers: list[WorkerProcess], kills: int, terms: int, stop: threading.Event,
-             faults: Faults, seed: int) -> None:
+def _disrupt(
+    workers: list[WorkerProcess],
+    kills: int,
+    terms: int,
+    stop: threading.Event,
+    faults: Faults,
+    seed: int,
+) -> None:
     """SIGKILL (whole group) or SIGTERM (main process: a warm shutdown) one worker at a time,
     restarting it, until the planned faults are done."""
     rng = random.Random(seed)
@@ -57,8 +63,9 @@ def _disrupt(workers: list[WorkerProcess], kills: int, terms: int, stop: threadi
         victim.start()
 
 
-def _check_chaos(stack: Stack, tmp_path: Path, *, sessions: int, runs_each: int, kills: int,
-           terms: int) -> None:
+def _check_chaos(
+    stack: Stack, tmp_path: Path, *, sessions: int, runs_each: int, kills: int, terms: int
+) -> None:
     prefix = unique("chaos")
     env = counter_env(stack.env, stack.redis.url, prefix, QUEUE, "tests.support.steps_agents")
     sids = [unique(f"c{n}") for n in range(sessions)]

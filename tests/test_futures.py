@@ -160,4 +160,3 @@ def test_daemon_executor_keeps_the_executor_contract() -> None:
         assert "shutdown" in str(exc)
     else:
         raise AssertionError("submit after shutdown must fail")
-

@@ -36,8 +36,11 @@ LONG_LEASE_MS = 600_000
 @pytest.fixture(scope="module")
 def effects(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Producer]:
     with own_fleet(
-        stack, tmp_path_factory.mktemp("effects"), queue=QUEUE,
-        agent_modules="tests.support.effect_agents", TETHER_LEASE_TTL_MS=str(LONG_LEASE_MS),
+        stack,
+        tmp_path_factory.mktemp("effects"),
+        queue=QUEUE,
+        agent_modules="tests.support.effect_agents",
+        TETHER_LEASE_TTL_MS=str(LONG_LEASE_MS),
     ) as producer:
         yield producer
 
@@ -99,7 +102,10 @@ def test_drop_cache_after_a_restore_makes_the_next_run_read_the_store(
     script = Path(sys.executable).parent / "tether"
     done = subprocess.run(
         [str(script), "sessions", "drop-cache", sid],
-        env={**os.environ, **stack.env}, capture_output=True, text=True, timeout=120,
+        env={**os.environ, **stack.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
         check=False,
     )
     assert done.returncode == 0, done.stderr

@@ -32,7 +32,11 @@ def _env() -> dict[str, str]:
 def tether(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tether.producer.ops.cli", *args],
-        env=_env(), cwd=project, capture_output=True, text=True, timeout=CLI_TIMEOUT_S,
+        env=_env(),
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
     )
 
 
@@ -58,8 +62,9 @@ def test_up_run_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
     services = {s["name"]: s for s in state["services"]}
     try:
         assert services["redis"]["port"] not in (None, 6379)
-        assert set(services) == ({"redis", "w1", "console"} if console_available()
-                                 else {"redis", "w1"})
+        assert set(services) == (
+            {"redis", "w1", "console"} if console_available() else {"redis", "w1"}
+        )
         env_file = tmp_path / ".tether" / "env"
         assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
         assert "export TETHER_BROKER_URL=" in env_file.read_text()

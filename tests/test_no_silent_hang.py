@@ -68,7 +68,11 @@ def _cli(args: list[str], env: dict[str, str], cwd: Path) -> tuple[subprocess.Po
     start = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-m", "tether.producer.ops.cli", *args],
-        env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     return proc, start
 
@@ -92,8 +96,10 @@ def test_tether_run_warns_within_5_s_and_ends_at_its_deadline(
         ended = reader.first("error: TimeoutError:")
         text = "\n".join(line for _, line in reader.lines)
         assert warned is not None, text
-        print(f"\n{name}: warning after {warned[0]:.2f} s, "
-              f"exit {code} after {elapsed_s:.2f} s (deadline {deadline_s} s)")
+        print(
+            f"\n{name}: warning after {warned[0]:.2f} s, "
+            f"exit {code} after {elapsed_s:.2f} s (deadline {deadline_s} s)"
+        )
         assert warned[0] < WARN_WITHIN_S, text  # measured from the command's start
         assert WARNING in warned[1] and "start one with `tether worker` or `tether up`" in text
         assert code == 124, text
@@ -137,9 +143,22 @@ def test_no_warning_while_workers_consume(live_stack: Stack) -> None:
     # other fleets of the session (the streaming tests') share the namespace, not the queue
     assert all("tether" not in w.queues for pid, w in listed.items() if pid not in mine)
     done = subprocess.run(
-        [sys.executable, "-m", "tether.producer.ops.cli", "run", unique("ok"), "hi", "--agent",
-         "echo", "--timeout-s", "30"],
-        env=live_stack.env, capture_output=True, text=True, timeout=90,
+        [
+            sys.executable,
+            "-m",
+            "tether.producer.ops.cli",
+            "run",
+            unique("ok"),
+            "hi",
+            "--agent",
+            "echo",
+            "--timeout-s",
+            "30",
+        ],
+        env=live_stack.env,
+        capture_output=True,
+        text=True,
+        timeout=90,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "echo: hi"

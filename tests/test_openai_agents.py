@@ -37,11 +37,22 @@ SAMPLE_ITEMS: list[dict[str, Any]] = [
     {"role": "user", "content": "Grüße 👋"},
     {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "typed"}]},
     {"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text", "text": "think"}]},
-    {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{\"a\": [1, 2.5]}",
-     "id": "fc_1", "status": "completed"},
+    {
+        "type": "function_call",
+        "call_id": "c1",
+        "name": "f",
+        "arguments": '{"a": [1, 2.5]}',
+        "id": "fc_1",
+        "status": "completed",
+    },
     {"type": "function_call_output", "call_id": "c1", "output": "out"},
-    {"id": "m1", "type": "message", "role": "assistant", "status": "completed",
-     "content": [{"type": "output_text", "text": "done", "annotations": [], "logprobs": []}]},
+    {
+        "id": "m1",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": "done", "annotations": [], "logprobs": []}],
+    },
 ]
 
 
@@ -75,7 +86,10 @@ def test_runner_multi_turn_conversation_on_a_tether_session(tmp_path: Path) -> N
     ]
     items = asyncio.run(session.get_items())
     assert [i.get("type", "message") for i in items] == [
-        "message", "function_call", "function_call_output", "message"
+        "message",
+        "function_call",
+        "function_call_output",
+        "message",
     ] * 3
     reader = reader_of(tmp_path)
     report = reader.verify("sdk-1")
@@ -180,16 +194,23 @@ def test_two_processes_in_turn_then_sessions_verify(tmp_path: Path) -> None:
     }
 
     def python(*args: str) -> str:
-        done = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True,
-                              timeout=120, check=False)
+        done = subprocess.run(
+            [sys.executable, *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout.strip()
 
     assert python("-c", TURN, "sdk-2p", "first") == "heard FIRST after 1 user turns"
     assert python("-c", TURN, "sdk-2p", "second") == "heard SECOND after 2 user turns"
 
-    verified = json.loads(python("-m", "tether.producer.ops.cli", "sessions", "verify", "sdk-2p",
-                                 "--json"))
+    verified = json.loads(
+        python("-m", "tether.producer.ops.cli", "sessions", "verify", "sdk-2p", "--json")
+    )
     assert [(r["session_id"], r["ok"]) for r in verified] == [("sdk-2p", True)]
     items = file_session(tmp_path / "store", "sdk-2p").read_items()
     assert [i["content"] for i in items if i.get("role") == "user"] == ["first", "second"]
@@ -197,8 +218,12 @@ def test_two_processes_in_turn_then_sessions_verify(tmp_path: Path) -> None:
 
 def test_an_sdk_agent_runs_on_a_real_tether_worker(live_stack: Stack, tmp_path: Path) -> None:
     queue = "sdkq"
-    env = dict(live_stack.env, TETHER_AGENT_MODULES="tests.support.sdk_agents",
-               TETHER_QUEUE=queue, OPENAI_AGENTS_DISABLE_TRACING="1")
+    env = dict(
+        live_stack.env,
+        TETHER_AGENT_MODULES="tests.support.sdk_agents",
+        TETHER_QUEUE=queue,
+        OPENAI_AGENTS_DISABLE_TRACING="1",
+    )
     settings = live_stack.settings.model_copy(update={"queue": queue})
     sid = unique("sdk")
     fleet = WorkerFleet(env, tmp_path, count=1, queue=queue, prefix="sdk")
@@ -218,7 +243,10 @@ def test_an_sdk_agent_runs_on_a_real_tether_worker(live_stack: Stack, tmp_path: 
     session = TetherSession(sid, store=reader.store, archive=reader.archive)
     items = session.read_items()
     assert [i.get("type", "message") for i in items] == [
-        "message", "function_call", "function_call_output", "message"
+        "message",
+        "function_call",
+        "function_call_output",
+        "message",
     ] * 2
     result = Runner.run_sync(shouter(), "locally", session=session)
     assert result.final_output == "heard LOCALLY after 3 user turns"

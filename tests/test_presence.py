@@ -34,8 +34,14 @@ def _record(
 ) -> WorkerPresence:
     now_ms = int(time.time() * 1000)
     fields: dict[str, object] = {
-        "worker_id": worker_id, "node": f"{worker_id}@h", "hostname": "h", "pid": 1,
-        "queues": queues, "started_at_ms": now_ms, "last_seen_ms": now_ms, **extra,
+        "worker_id": worker_id,
+        "node": f"{worker_id}@h",
+        "hostname": "h",
+        "pid": 1,
+        "queues": queues,
+        "started_at_ms": now_ms,
+        "last_seen_ms": now_ms,
+        **extra,
     }
     return WorkerPresence.model_validate(fields)
 

@@ -58,9 +58,11 @@ def test_planted_secrets_never_reach_memory_events_snapshot_or_archive() -> None
     assert result.output is not None and not _leaks(result.output)
     stored = store.load("default", "s-secrets")
     assert stored is not None
-    everything = json.dumps(stored.snapshot.to_json_dict()) + "".join(
-        e.model_dump_json() for e in session.events
-    ) + "".join(e.model_dump_json() for e in archive.read("default", "s-secrets"))
+    everything = (
+        json.dumps(stored.snapshot.to_json_dict())
+        + "".join(e.model_dump_json() for e in session.events)
+        + "".join(e.model_dump_json() for e in archive.read("default", "s-secrets"))
+    )
     assert _leaks(everything) == []
     assert "***" in everything
 

@@ -224,7 +224,13 @@ def test_the_cli_takes_its_run_options_from_the_model() -> None:
     for command in (runs.run_command, runs.submit):
         named = set(inspect.signature(command).parameters) & RUN_OPTIONS
         assert named == {
-            "agent", "tenant", "request_id", "timeout_s", "on_busy", "durability", "webhook"
+            "agent",
+            "tenant",
+            "request_id",
+            "timeout_s",
+            "on_busy",
+            "durability",
+            "webhook",
         }
     assert runs.option_help("on_busy") == RunOptions.model_fields["on_busy"].description
     options = runs.run_options({"agent": "echo", "on_busy": None, "as_json": True, "tenant": "t"})

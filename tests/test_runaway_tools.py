@@ -100,8 +100,13 @@ def test_guardian_keeps_a_starved_lease_and_kills_the_process_past_its_deadline(
     try:
         deadline_s = time.time() + 2.0
         record = WatchRecord(
-            pid=hog.pid, tenant="acme", session_id="s1", owner=lease.owner, fence=lease.fence,
-            run_id="run-1", deadline_s=deadline_s,
+            pid=hog.pid,
+            tenant="acme",
+            session_id="s1",
+            owner=lease.owner,
+            fence=lease.fence,
+            run_id="run-1",
+            deadline_s=deadline_s,
         )
         (tmp_path / f"{hog.pid}.json").write_text(record.model_dump_json())
         guardian = Guardian(tmp_path, leases, ttl_ms, grace_s=0.5, on_kill=killed.append)
@@ -137,8 +142,13 @@ def test_guardian_does_not_keep_a_stopped_process_lease(
     try:
         os.kill(hog.pid, signal.SIGSTOP)
         record = WatchRecord(
-            pid=hog.pid, tenant="acme", session_id="s4", owner=lease.owner, fence=lease.fence,
-            run_id="run-4", deadline_s=time.time() + 60,
+            pid=hog.pid,
+            tenant="acme",
+            session_id="s4",
+            owner=lease.owner,
+            fence=lease.fence,
+            run_id="run-4",
+            deadline_s=time.time() + 60,
         )
         (tmp_path / f"{hog.pid}.json").write_text(record.model_dump_json())
         guardian = Guardian(tmp_path, leases, ttl_ms, grace_s=1)
@@ -162,8 +172,13 @@ def test_guardian_forgets_records_of_dead_processes_and_never_renews_them(
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     record = WatchRecord(
-        pid=dead.pid, tenant="acme", session_id="s2", owner=lease.owner, fence=lease.fence,
-        run_id="run-2", deadline_s=time.time() + 60,
+        pid=dead.pid,
+        tenant="acme",
+        session_id="s2",
+        owner=lease.owner,
+        fence=lease.fence,
+        run_id="run-2",
+        deadline_s=time.time() + 60,
     )
     (tmp_path / f"{dead.pid}.json").write_text(record.model_dump_json())
     counts = Guardian(tmp_path, leases, 60_000, grace_s=1).sweep_once()

@@ -83,13 +83,19 @@ def test_cli_wait_and_cancel_refuse_another_tenants_run(
     env = dict(live_stack.env, TETHER_TENANT="bob")
     as_bob = subprocess.run(
         [sys.executable, "-m", "tether.producer.ops.cli", command, run.run_id],
-        env=env, capture_output=True, text=True, timeout=60,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert as_bob.returncode == 2, as_bob.stderr
     assert "RunNotFound" in as_bob.stderr and "cli-secret" not in as_bob.stdout + as_bob.stderr
     unknown = subprocess.run(
         [sys.executable, "-m", "tether.producer.ops.cli", command, "run-does-not-exist"],
-        env=env, capture_output=True, text=True, timeout=60,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     # another tenant's run and a run that does not exist read the same (but for the id)
     assert unknown.returncode == as_bob.returncode
@@ -98,7 +104,10 @@ def test_cli_wait_and_cancel_refuse_another_tenants_run(
     )
     as_alice = subprocess.run(
         [sys.executable, "-m", "tether.producer.ops.cli", command, run.run_id, "--tenant", "alice"],
-        env=env, capture_output=True, text=True, timeout=60,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     if command == "wait":
         assert as_alice.returncode == 0 and "cli-secret" in as_alice.stdout

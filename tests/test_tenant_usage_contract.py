@@ -118,7 +118,6 @@ def test_finish_counts_a_run_once_and_a_run_without_tokens_not_at_all(backend: B
     assert day.cost_usd == pytest.approx(0.002)
 
 
-
 def test_a_tenant_without_a_budget_costs_no_redis_command_at_submit(redis_url: str) -> None:
     client = redis_from_url(redis_url)
     usage = RedisTenantUsage(client, RedisKeys(f"use-{uuid.uuid4().hex[:8]}"))

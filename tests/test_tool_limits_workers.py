@@ -24,7 +24,9 @@ QUEUE = "limitq"
 @pytest.fixture(scope="module")
 def limited(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Producer]:
     with own_fleet(
-        stack, tmp_path_factory.mktemp("limited"), queue=QUEUE,
+        stack,
+        tmp_path_factory.mktemp("limited"),
+        queue=QUEUE,
         agent_modules="tests.support.limit_agents",
     ) as producer:
         yield producer

@@ -48,7 +48,12 @@ def test_a_model_without_a_price_is_unpriced_not_free() -> None:
 
 def _event(seq: int, kind: EventType, payload: object) -> AgentEvent:
     return AgentEvent(
-        session_id="s", tenant="t", seq=seq, type=kind, payload=payload, ts_ms=1  # type: ignore[arg-type]
+        session_id="s",
+        tenant="t",
+        seq=seq,
+        type=kind,
+        payload=payload,
+        ts_ms=1,  # type: ignore[arg-type]
     )
 
 
@@ -125,5 +130,8 @@ def test_the_human_lines_show_tokens_and_cost_or_unpriced() -> None:
     priced = used.model_copy(update={"cost_usd": 0.0039})
     assert result_line(priced).plain.endswith(", 3,300 tokens, $0.0039)")
     assert (fmt_usd(None), fmt_usd(0.0), fmt_usd(0.00021), fmt_usd(12.5)) == (
-        "unpriced", "$0", "$0.00021", "$12.50"
+        "unpriced",
+        "$0",
+        "$0.00021",
+        "$12.50",
     )

@@ -94,9 +94,12 @@ def test_a_run_reports_its_usage_and_cost_and_its_tenant_day_and_metrics_sum_the
     assert day.cost_usd == pytest.approx(3 * CALL_USD)
 
     def counted() -> bool:
-        return spending.metric(
-            "tether_model_tokens_total", model=UNPRICED, kind="input", tenant=tenant
-        ) == 1000
+        return (
+            spending.metric(
+                "tether_model_tokens_total", model=UNPRICED, kind="input", tenant=tenant
+            )
+            == 1000
+        )
 
     eventually(counted, timeout_s=30)  # counted right after the commit the producer hears of
     tokens = {
@@ -107,7 +110,6 @@ def test_a_run_reports_its_usage_and_cost_and_its_tenant_day_and_metrics_sum_the
     cost = spending.metric("tether_model_cost_usd_total", model=PRICED, tenant=tenant)
     assert cost == pytest.approx(3 * CALL_USD)
     assert spending.metric("tether_model_cost_usd_total", model=UNPRICED, tenant=tenant) == 0
-
 
 
 def test_a_budget_stops_a_run_after_its_step_and_refuses_the_next_submission(

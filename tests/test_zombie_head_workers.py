@@ -53,8 +53,12 @@ def test_sigstop_before_head_put_keeps_head_stream_and_handle_one_attempt(
         logs_before = _logs(fleet)
         os.kill(zombie_pid, signal.SIGCONT)
         # the zombie's PUT happens now: wait until its worker logged the refused attempt
-        eventually(lambda: _logs(fleet).count("aborted, will retry") > logs_before.count(
-            "aborted, will retry"), 60)
+        eventually(
+            lambda: (
+                _logs(fleet).count("aborted, will retry") > logs_before.count("aborted, will retry")
+            ),
+            60,
+        )
         (marks / f"{sid}.go").touch()
         result = handle.result(timeout=120)
         print(f"zombie scenario resolved in {time.monotonic() - started:.1f} s")

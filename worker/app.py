@@ -66,4 +66,6 @@ def _check_model_endpoint(**_: Any) -> None:
             check_endpoint(settings)
     except ConfigurationError as exc:
         raise _refuse(exc) from None
+
+
 celery = app

@@ -199,16 +199,23 @@ class Scenario:
             if isinstance(result, RunResult):
                 completed += result.status is RunStatus.COMPLETED
                 table.add_row(
-                    handle.session_id, handle.run_id[-12:], result.status.value,
-                    self.label(result.worker), str(result.queue_ms), str(result.run_ms),
+                    handle.session_id,
+                    handle.run_id[-12:],
+                    result.status.value,
+                    self.label(result.worker),
+                    str(result.queue_ms),
+                    str(result.run_ms),
                 )
             else:
                 table.add_row(
                     handle.session_id, handle.run_id[-12:], f"error: {result}", "", "", ""
                 )
         self.console.print(table)
-        self.check("run_async: every handle completed", completed == len(handles),
-                   f"{completed}/{len(handles)}")
+        self.check(
+            "run_async: every handle completed",
+            completed == len(handles),
+            f"{completed}/{len(handles)}",
+        )
         in_order = all(
             (self.run(sid, "recall", "notes").output or "").splitlines()
             == [f"item-{k}" for k in range(BATCH_ITEMS)]

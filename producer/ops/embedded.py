@@ -192,9 +192,7 @@ class EmbeddedStack:
     def _start_workers(self) -> None:
         log_dir = self.base_dir / "logs"
         for index in range(self.worker_count):
-            worker = WorkerProcess(
-                f"w{index + 1}", self.env, log_dir, queue=self.settings.queue
-            )
+            worker = WorkerProcess(f"w{index + 1}", self.env, log_dir, queue=self.settings.queue)
             with self.guard.critical():
                 self.workers.append(worker)
                 worker.start(wait=False)

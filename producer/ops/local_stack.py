@@ -213,7 +213,9 @@ class LocalStack:
         base_env["PYTHONUNBUFFERED"] = "1"
         progress("starting redis-server")
         redis_rec, url = start_redis(
-            self.paths.root / "redis", logs / "redis.log", password=secrets.token_hex(16),
+            self.paths.root / "redis",
+            logs / "redis.log",
+            password=secrets.token_hex(16),
             env=base_env,
         )
         self._add(state, redis_rec)
@@ -263,7 +265,10 @@ class LocalStack:
         progress(f"starting {options.workers} worker(s)")
         workers = [
             WorkerProcess(
-                f"w{i + 1}", env, self.paths.logs, concurrency=options.concurrency,
+                f"w{i + 1}",
+                env,
+                self.paths.logs,
+                concurrency=options.concurrency,
                 queue=self.settings.queue,
             )
             for i in range(options.workers)
@@ -313,8 +318,13 @@ class LocalStack:
         if options.console_actions:
             argv.append("--actions")
         record = spawn(
-            "console", "console", argv, env=env, log_path=self.paths.logs / "console.log",
-            cwd=self.paths.project, port=port,
+            "console",
+            "console",
+            argv,
+            env=env,
+            log_path=self.paths.logs / "console.log",
+            cwd=self.paths.project,
+            port=port,
         )
         self._add(state, record)
         wait_for_port(record, port, CONSOLE_READY_TIMEOUT_S)
@@ -377,4 +387,3 @@ def _create_bucket(endpoint: str) -> None:
     )
     with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
         client.create_bucket(Bucket=S3_BUCKET)
-

@@ -46,8 +46,7 @@ COMMIT_CONFLICTS = Counter(
 )
 LEASE_TAKEOVERS = Counter(
     "tether_lease_takeovers",
-    "Session leases granted after the previous grant expired unreleased (a dead or frozen "
-    "worker).",
+    "Session leases granted after the previous grant expired unreleased (a dead or frozen worker).",
 )
 RECOVERIES = Counter(
     "tether_recoveries",

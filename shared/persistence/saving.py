@@ -133,9 +133,7 @@ def put_head(
     return outbox if should_archive(outbox, batch) else []
 
 
-def archive_outbox(
-    session: Saveable, archive: EventArchive, outbox: Sequence[AgentEvent]
-) -> None:
+def archive_outbox(session: Saveable, archive: EventArchive, outbox: Sequence[AgentEvent]) -> None:
     """Write a committed head's outbox as one immutable segment."""
     archive.write_segment(session.tenant, session.session_id, outbox)
     session.mark_archived(outbox[-1].seq)

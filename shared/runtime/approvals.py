@@ -31,9 +31,7 @@ if TYPE_CHECKING:
     from tether.runtime.session import AgentSession
 
 
-def resolve_calls(
-    session: AgentSession, resolutions: Sequence[Resolution], *, run_id: str
-) -> None:
+def resolve_calls(session: AgentSession, resolutions: Sequence[Resolution], *, run_id: str) -> None:
     """Apply ``resolutions`` in order (the caller holds the session lock), once every one of
     them is known to settle a pending call (:func:`check_resolutions`): a refused request
     changes nothing.

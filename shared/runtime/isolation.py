@@ -61,8 +61,9 @@ def run_isolated(
         os.waitpid(pid, 0)
     if raw is None:
         return failed(
-            call, "ToolTimeout", f"isolated tool call exceeded its limit of {limit_s} s and was "
-            "killed"
+            call,
+            "ToolTimeout",
+            f"isolated tool call exceeded its limit of {limit_s} s and was killed",
         )
     try:
         reply = json.loads(raw)

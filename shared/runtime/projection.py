@@ -140,9 +140,7 @@ class TypeAwareContextProjector:
         projection = self._fallback.project(working, budget)
         if not notes:
             return projection
-        report = projection.report.model_copy(
-            update={"notes": (*notes, *projection.report.notes)}
-        )
+        report = projection.report.model_copy(update={"notes": (*notes, *projection.report.notes)})
         return Projection(projection.items, report)
 
 

@@ -36,9 +36,7 @@ MASK = "***"
 MIN_SECRET_CHARS = 6
 
 
-def secret_redactor(
-    secrets: Iterable[str | SecretStr | None], *, mask: str = MASK
-) -> TextRedactor:
+def secret_redactor(secrets: Iterable[str | SecretStr | None], *, mask: str = MASK) -> TextRedactor:
     """A redactor replacing every occurrence of each secret value with ``mask``.
 
     ``None`` and empty values are ignored, so settings can be passed as they are.

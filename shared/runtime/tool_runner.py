@@ -32,9 +32,7 @@ def run_with_timeout(
         return outcome
 
 
-def _run(
-    tool: Tool, call: ToolCall, context: ToolContext, timeout_s: float | None
-) -> ToolOutcome:
+def _run(tool: Tool, call: ToolCall, context: ToolContext, timeout_s: float | None) -> ToolOutcome:
     if tool.timeout_s is not None:
         timeout_s = tool.timeout_s
     if tool.isolated:

@@ -39,8 +39,11 @@ def _responder(request: ModelRequest) -> ModelResponse:
     text = next(i.content for i in reversed(request.items) if isinstance(i, UserMessage))
     _, directory, count = text.split()
     calls = [
-        ToolCall(id=f"call_{uuid.uuid4().hex[:12]}", name="effect",
-                 arguments=f'{{"directory": "{directory}"}}')
+        ToolCall(
+            id=f"call_{uuid.uuid4().hex[:12]}",
+            name="effect",
+            arguments=f'{{"directory": "{directory}"}}',
+        )
         for _ in range(int(count))
     ]
     return ModelResponse.calls(*calls)
@@ -48,8 +51,9 @@ def _responder(request: ModelRequest) -> ModelResponse:
 
 def effects() -> Agent:
     """Asks for ``n`` side effects in one step."""
-    return Agent(ScriptedModel(responder=_responder), "scripted-effects", tools=[effect],
-                 name="effects")
+    return Agent(
+        ScriptedModel(responder=_responder), "scripted-effects", tools=[effect], name="effects"
+    )
 
 
 TETHER_AGENTS = {"effects": effects}

@@ -14,8 +14,9 @@ def length_ratio(case: BatchCase, output: str | None, events: Sequence[AgentEven
     expected = str(case.expected or "")
     got = output or ""
     value = min(1.0, len(expected) / len(got)) if got else 0.0
-    return Score(value=value, explanation=f"{len(expected)}/{len(got)}",
-                 metadata={"output_chars": len(got)})
+    return Score(
+        value=value, explanation=f"{len(expected)}/{len(got)}", metadata={"output_chars": len(got)}
+    )
 
 
 def event_count(case: BatchCase, output: str | None, events: Sequence[AgentEvent]) -> Score:

@@ -115,9 +115,7 @@ class FaultProxy:
 
     # --- controls -------------------------------------------------------------------------------
 
-    def set_mode(
-        self, mode: Mode, *, count: int | None = None, delay_s: float = 0.0
-    ) -> None:
+    def set_mode(self, mode: Mode, *, count: int | None = None, delay_s: float = 0.0) -> None:
         """Switch the fault mode (see the module docstring)."""
         with self._lock:
             self._fault = _Fault(mode, count, delay_s)
@@ -219,9 +217,7 @@ class _Handler(BaseHTTPRequestHandler):
                 conn.request(self.command, self.path, body=body, headers=headers)
                 response = conn.getresponse()
                 data = response.read()
-                out = [
-                    (k, v) for k, v in response.getheaders() if k.lower() not in _HOP_HEADERS
-                ]
+                out = [(k, v) for k, v in response.getheaders() if k.lower() not in _HOP_HEADERS]
                 return response.status, out, data
             except (OSError, http.client.HTTPException):
                 conn.close()

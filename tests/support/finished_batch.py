@@ -43,8 +43,15 @@ def finish_batches(stack: Stack, folder: Path) -> FinishedBatches:
     outs = []
     for agent in ("calculator", "echo"):
         out = folder / f"{agent}.results.jsonl"
-        run_batch(stack.producer, path, agent=agent, concurrency=4, out=out, epochs=EPOCHS,
-                  scorers=["contains"])
+        run_batch(
+            stack.producer,
+            path,
+            agent=agent,
+            concurrency=4,
+            out=out,
+            epochs=EPOCHS,
+            scorers=["contains"],
+        )
         outs.append(out)
     return FinishedBatches(outs[0], outs[1], [str(c["id"]) for c in data])
 

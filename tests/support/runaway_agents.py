@@ -24,7 +24,9 @@ def _burn(exponent: int) -> str:
 
 burn = tool(name="burn", description="Compute 7**exponent (slow on purpose).")(_burn)
 burn_isolated = tool(
-    name="burn", description="Compute 7**exponent in a child process.", isolated=True,
+    name="burn",
+    description="Compute 7**exponent in a child process.",
+    isolated=True,
     timeout_s=ISOLATED_LIMIT_S,
 )(_burn)
 

@@ -106,8 +106,9 @@ def shout(text: str) -> str:
 
 def shouter() -> Agent[Any]:
     """The test agent, with a fresh stub model."""
-    return Agent(name="shouter", instructions="Shout what you hear.", tools=[shout],
-                 model=StubModel())
+    return Agent(
+        name="shouter", instructions="Shout what you hear.", tools=[shout], model=StubModel()
+    )
 
 
 TETHER_AGENTS = tether_agents(shouter())

@@ -73,8 +73,11 @@ def resume_point(
     # a rerun's steps kept in its fork count as this run's, for its totals
     progress = progress_of(request.run_id, [*_kept(request, stored), *events]) if events else None
     if progress is None:
-        log.warning("run %s: checkpoint at seq %d unusable; starting over from the head",
-                    request.run_id, checkpoint.last_seq)
+        log.warning(
+            "run %s: checkpoint at seq %d unusable; starting over from the head",
+            request.run_id,
+            checkpoint.last_seq,
+        )
         rt.checkpoints.clear(t, s, request.run_id)
         return None
     if stored is None:
@@ -87,8 +90,12 @@ def resume_point(
         session.mark_archived(stored.snapshot.archived_seq)
         before = (stored.snapshot.memory, stored.snapshot.last_compact)
     session.replay(events)
-    log.info("run %s resumed at step %d from seq %d", request.run_id, progress.next_step,
-             checkpoint.last_seq)
+    log.info(
+        "run %s resumed at step %d from seq %d",
+        request.run_id,
+        progress.next_step,
+        checkpoint.last_seq,
+    )
     return Resumed(session, progress, before)
 
 
@@ -131,9 +138,7 @@ def _kept(request: RunRequest, stored: StoredSnapshot | None) -> list[AgentEvent
     ]
 
 
-def _before(
-    head: SessionSnapshot, first_seq: int
-) -> tuple[MemorySnapshot, CompactResult | None]:
+def _before(head: SessionSnapshot, first_seq: int) -> tuple[MemorySnapshot, CompactResult | None]:
     """Memory before a rerun's kept steps (what a failed rerun rolls back to)."""
     if first_seq <= 1:
         return MemorySnapshot(), None

@@ -163,8 +163,9 @@ def run_batch_with(producer: Producer, cases: CasesSource, options: BatchOptions
                     yield Unit(case, epoch)
 
         run = BatchRun(producer, options, batch_id, scorers)
-        return run.execute(out, units(), total=scan.valid * epochs, cases=scan.valid,
-                           invalid_skipped=scan.invalid)
+        return run.execute(
+            out, units(), total=scan.valid * epochs, cases=scan.valid, invalid_skipped=scan.invalid
+        )
 
 
 def _cases_file(

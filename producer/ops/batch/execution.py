@@ -147,14 +147,20 @@ class BatchRun:
             max_in_flight=runner.max_in_flight,
         )
 
-
     def _reporter(self, out: Path, total: int, stats: SummaryStats) -> BatchReporter:
         """Keeps this batch's record on the namespace's board (the console's Batches page)."""
         settings = self.producer.settings
-        board = RedisBatchBoard(self.producer.redis, self.producer.keys,
-                                ttl_s=settings.result_ttl_s)
-        return BatchReporter(board, tenant=self.options.tenant or settings.tenant,
-                             batch_id=self.batch_id, results=out, total=total, stats=stats)
+        board = RedisBatchBoard(
+            self.producer.redis, self.producer.keys, ttl_s=settings.result_ttl_s
+        )
+        return BatchReporter(
+            board,
+            tenant=self.options.tenant or settings.tenant,
+            batch_id=self.batch_id,
+            results=out,
+            total=total,
+            stats=stats,
+        )
 
 
 __all__ = ["BatchRun", "EventsReader", "judge_client_factory"]

@@ -66,9 +66,7 @@ class BatchOptions:
             InvalidInput: a concurrency out of range, or a malformed tenant or batch id.
         """
         if not 1 <= self.concurrency <= MAX_CONCURRENCY:
-            raise InvalidInput(
-                f"concurrency must be 1..{MAX_CONCURRENCY}, got {self.concurrency}"
-            )
+            raise InvalidInput(f"concurrency must be 1..{MAX_CONCURRENCY}, got {self.concurrency}")
         if not 1 <= self.epochs <= MAX_EPOCHS:
             raise InvalidInput(f"epochs must be 1..{MAX_EPOCHS}, got {self.epochs}")
         self.dataset.check()

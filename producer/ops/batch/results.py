@@ -133,8 +133,20 @@ class CaseResult(BaseModel):
 
 
 #: Fields left out of a line when empty (``passed``, ``output`` and ``error`` stay, as null).
-_OPTIONAL = ("outputs", "metadata", "grader", "tags", "input", "expected", "scores", "score",
-             "scorers", "usage", "error_kind", "cost_usd")
+_OPTIONAL = (
+    "outputs",
+    "metadata",
+    "grader",
+    "tags",
+    "input",
+    "expected",
+    "scores",
+    "score",
+    "scorers",
+    "usage",
+    "error_kind",
+    "cost_usd",
+)
 
 
 def dump_line(result: CaseResult) -> bytes:

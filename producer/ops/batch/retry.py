@@ -63,7 +63,7 @@ def case_of(record: CaseResult) -> BatchCase:
     derived = case_session_id(record.batch_id, case, record.epoch, record.attempt)
     if derived != record.session_id:  # the case named its own session: strip the epoch suffix
         own = record.session_id
-        suffix = derived[len(case_session_id(record.batch_id, case)):]
+        suffix = derived[len(case_session_id(record.batch_id, case)) :]
         case = case.model_copy(update={"session_id": own[: len(own) - len(suffix)] or own})
     return case
 
@@ -76,8 +76,9 @@ def _batch_scorers(records: list[CaseResult]) -> list[str]:
     return []
 
 
-def retry_batch(producer: Producer, results: str | os.PathLike[str],
-                options: BatchOptions) -> BatchSummary:
+def retry_batch(
+    producer: Producer, results: str | os.PathLike[str], options: BatchOptions
+) -> BatchSummary:
     """Run the errored cases of a results file again; see the module docstring.
 
     ``options`` gives the concurrency, tenant and progress bar (and ``scorers``, which default to
@@ -115,8 +116,11 @@ def retry_batch(producer: Producer, results: str | os.PathLike[str],
     stats = SummaryStats()
     for record in merged:
         stats.add(record)
-    fields = {k: v for k, v in done.to_dict().items() if k in ("runs", "wall_s", "concurrency",
-                                                               "max_in_flight")}
+    fields = {
+        k: v
+        for k, v in done.to_dict().items()
+        if k in ("runs", "wall_s", "concurrency", "max_in_flight")
+    }
     return build_summary(
         stats,
         epochs=epochs,

@@ -104,6 +104,7 @@ def _jsonl_rows(path: Path) -> tuple[list[str] | None, Iterator[tuple[int, Any]]
                     yield number, json.loads(text)
                 except ValueError:
                     yield number, text  # left as it is: validation reports it
+
     return None, rows()
 
 
@@ -117,6 +118,7 @@ def _csv_rows(path: Path) -> tuple[list[str] | None, Iterator[tuple[int, Any]]]:
                 if isinstance(row.get("tags"), str):
                     row["tags"] = [t.strip() for t in row["tags"].split(",") if t.strip()]
                 yield number, {k: v for k, v in row.items() if k is not None and v != ""}
+
     return columns, rows()
 
 
@@ -138,6 +140,7 @@ def _parquet_rows(path: Path) -> tuple[list[str] | None, Iterator[tuple[int, Any
             for row in batch.to_pylist():
                 number += 1
                 yield number, row
+
     return columns, rows()
 
 
@@ -163,6 +166,7 @@ def _hf_rows(path: Path) -> tuple[list[str] | None, Iterator[tuple[int, Any]]]:
     def rows() -> Iterator[tuple[int, Any]]:
         for number, row in enumerate(data, start=1):
             yield number, dict(row)
+
     return list(data.column_names), rows()
 
 
@@ -266,8 +270,7 @@ def spool_dataset(path: Path, options: DatasetOptions, target: Path) -> str:
                 out.write("\n")
                 continue
             doc = to_case(row, number, options) if mapped else row
-            text = doc if isinstance(doc, str) else json.dumps(doc, ensure_ascii=False,
-                                                                default=str)
+            text = doc if isinstance(doc, str) else json.dumps(doc, ensure_ascii=False, default=str)
             out.write(text.replace("\n", " ") + "\n")
     return fmt
 

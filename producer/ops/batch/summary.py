@@ -254,9 +254,12 @@ def render_summary(summary: BatchSummary, console: Console | None = None) -> Non
     else:
         table.add_row("passed", "- (no case has 'expected')")
     _render_metrics(table, summary)
-    table.add_row("latency p50 / p95 / max", " / ".join(
-        _ms(v) for v in (summary.latency_p50_ms, summary.latency_p95_ms, summary.latency_max_ms)
-    ))
+    table.add_row(
+        "latency p50 / p95 / max",
+        " / ".join(
+            _ms(v) for v in (summary.latency_p50_ms, summary.latency_p95_ms, summary.latency_max_ms)
+        ),
+    )
     table.add_row("tokens", f"{summary.total_tokens:,}")
     unpriced = f" ({summary.unpriced_cases:,} cases unpriced)" if summary.unpriced_cases else ""
     table.add_row("cost", f"${summary.total_cost_usd:,.4f}{unpriced}")

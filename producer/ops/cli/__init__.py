@@ -69,9 +69,7 @@ app = typer.Typer(
 
 @app.callback()
 def _root(
-    debug: Annotated[
-        bool, typer.Option("--debug", help="Show tracebacks on errors.")
-    ] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
 ) -> None:
     """Tether: long-lived AI-agent sessions on Celery."""
     STATE.debug = debug

@@ -101,26 +101,32 @@ def render_comparison(c: Comparison, console: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"compare {c.a.path} → {c.b.path}", show_header=False,
-                  title_justify="left")
+    table = Table(title=f"compare {c.a.path} → {c.b.path}", show_header=False, title_justify="left")
     table.add_column("metric", style="bold")
     table.add_column("value")
-    table.add_row("cases compared", f"{c.cases:,} (only in A {c.only_in_a}, only in B "
-                                    f"{c.only_in_b})")
+    table.add_row(
+        "cases compared", f"{c.cases:,} (only in A {c.only_in_a}, only in B {c.only_in_b})"
+    )
     table.add_row("[green]improved[/]", f"{len(c.improved):,}  {_ids(c.improved)}")
     table.add_row("[red]regressed[/]", f"{len(c.regressed):,}  {_ids(c.regressed)}")
     table.add_row("unchanged", f"{c.unchanged:,}")
     table.add_row(f"mean {c.scorer or 'score'} A / B", f"{_num(c.mean_a)} / {_num(c.mean_b)}")
     ci = "-" if c.ci95 is None else f"[{c.ci95[0]:+.3f}, {c.ci95[1]:+.3f}]"
     table.add_row("difference B - A (95% CI)", f"{_num(c.mean_difference, '+.3f')} {ci}")
-    table.add_row("McNemar exact p", f"{c.mcnemar_p:.4g} ({c.a_only_passed} passed only in A, "
-                                     f"{c.b_only_passed} only in B, {c.pairs} pairs)")
-    table.add_row("latency mean A / B", f"{_num(c.a.latency_mean_ms, ',.0f')} / "
-                                        f"{_num(c.b.latency_mean_ms, ',.0f')} ms")
+    table.add_row(
+        "McNemar exact p",
+        f"{c.mcnemar_p:.4g} ({c.a_only_passed} passed only in A, "
+        f"{c.b_only_passed} only in B, {c.pairs} pairs)",
+    )
+    table.add_row(
+        "latency mean A / B",
+        f"{_num(c.a.latency_mean_ms, ',.0f')} / {_num(c.b.latency_mean_ms, ',.0f')} ms",
+    )
     table.add_row("tokens A / B", f"{c.a.tokens:,} / {c.b.tokens:,}")
     if c.cost_difference_usd is not None:
-        table.add_row("cost A / B", f"${_num(c.a.cost_usd, ',.4f')} / "
-                                    f"${_num(c.b.cost_usd, ',.4f')}")
+        table.add_row(
+            "cost A / B", f"${_num(c.a.cost_usd, ',.4f')} / ${_num(c.b.cost_usd, ',.4f')}"
+        )
     (console or Console()).print(table)
 
 

@@ -55,8 +55,9 @@ def console(
         actions=actions,
         allowed_hosts=(*settings.console_hosts, *(allow_host or ())),
     )
-    typer.echo(f"console on http://{host}:{port}/ (tenant {config.tenant}); Ctrl-C stops it",
-               err=True)
+    typer.echo(
+        f"console on http://{host}:{port}/ (tenant {config.tenant}); Ctrl-C stops it", err=True
+    )
     serve(settings, config)
 
 

@@ -44,8 +44,11 @@ def list_batch_rows(b: Backends, tenant: str) -> list[BatchRow]:
         state = record.state.value
         if record.state is BatchState.RUNNING and ago_s > SILENT_AFTER_S:
             state = "silent"
-        rows.append(BatchRow(record, state, 100 * record.progress, ago_s,
-                             Path(record.results_path).is_file()))
+        rows.append(
+            BatchRow(
+                record, state, 100 * record.progress, ago_s, Path(record.results_path).is_file()
+            )
+        )
     return rows
 
 

@@ -34,7 +34,14 @@ from tether.producer.ops.console.workers_view import RateTracker, broker_depth, 
 
 TEMPLATES = Path(__file__).parent / "templates"
 SESSION_STATUSES = (
-    "running", "queued", "completed", "waiting", "failed", "cancelled", "interrupted", "new",
+    "running",
+    "queued",
+    "completed",
+    "waiting",
+    "failed",
+    "cancelled",
+    "interrupted",
+    "new",
 )
 SSE_PING_S = 15
 #: A completion-feed position (a Redis stream id).
@@ -75,9 +82,7 @@ class Pages:
         self.registry = console_registry(self.b, self.config.tenant)
         self.schedule_source = ScheduleSource(self.b)
 
-    def page(
-        self, request: Request, name: str, status_code: int = 200, **context: Any
-    ) -> Response:
+    def page(self, request: Request, name: str, status_code: int = 200, **context: Any) -> Response:
         context.update(
             tenant=self.config.tenant,
             actions=self.config.actions,
@@ -86,9 +91,7 @@ class Pages:
             message=request.query_params.get("message", ""),
             feed_after=self._feed_position(),
         )
-        return self.templates.TemplateResponse(
-            request, name, context, status_code=status_code
-        )
+        return self.templates.TemplateResponse(request, name, context, status_code=status_code)
 
     def _feed_position(self) -> str:
         try:
@@ -115,8 +118,9 @@ class Pages:
         session_id = request.path_params["session_id"]
         detail = session_detail(self.b, self.config.tenant, session_id)
         if detail is None:
-            return self.not_found(request, f"session {session_id!r} of tenant "
-                                  f"{self.config.tenant!r} not found")
+            return self.not_found(
+                request, f"session {session_id!r} of tenant {self.config.tenant!r} not found"
+            )
         return self.page(request, "session.html", d=detail, session_id=session_id)
 
     def runs(self, request: Request) -> Response:
@@ -128,8 +132,9 @@ class Pages:
         run_id = request.path_params["run_id"]
         found = get_run(self.b, self.config.tenant, run_id)
         if found is None:
-            return self.not_found(request, f"run {run_id!r} of tenant "
-                                  f"{self.config.tenant!r} not found")
+            return self.not_found(
+                request, f"run {run_id!r} of tenant {self.config.tenant!r} not found"
+            )
         row, view = found
         result = view.result
         return self.page(request, "run.html", row=row, view=view, result=result)
@@ -147,6 +152,7 @@ class Pages:
 
         dead = dead_letters(self.b.producer()).list(tenant=self.config.tenant)
         return self.page(request, "webhooks.html", dead=dead)
+
     def batches(self, request: Request) -> Response:
         rows = list_batch_rows(self.b, self.config.tenant)
         return self.page(request, "batches.html", rows=rows)
@@ -161,8 +167,9 @@ class Pages:
         except InvalidInput as exc:
             return self.page(request, "error.html", 404, title="No report", error=str(exc))
         if html is None:
-            return self.not_found(request, f"{what} not found (records expire after "
-                                  "TETHER_RESULT_TTL_S)")
+            return self.not_found(
+                request, f"{what} not found (records expire after TETHER_RESULT_TTL_S)"
+            )
         # the report is one self-contained file: its inline script and style run, nothing loads
         return HTMLResponse(html, headers={"content-security-policy": SELF_CONTAINED_CSP})
 

@@ -114,10 +114,5 @@ def load(name: str) -> LuaScript:
     key_names, variadic_keys = _names(tags["@keys"])
     arg_names, variadic_argv = _names(tags["@argv"])
     included = "".join(_read(f"lib/{lib}.lua") for lib in tags["@include"])
-    source = (
-        included
-        + _prologue("K", "KEYS", key_names)
-        + _prologue("A", "ARGV", arg_names)
-        + body
-    )
+    source = included + _prologue("K", "KEYS", key_names) + _prologue("A", "ARGV", arg_names) + body
     return LuaScript(name, key_names, arg_names, variadic_keys, variadic_argv, source)

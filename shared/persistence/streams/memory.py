@@ -94,9 +94,7 @@ class InMemoryEventStream:
         self._next_id = 1  # entry ids increase across all sessions, like a stream's IDs
         self._cond = threading.Condition()
 
-    def append(
-        self, tenant: str, session_id: str, events: Sequence[AgentEvent], fence: int
-    ) -> int:
+    def append(self, tenant: str, session_id: str, events: Sequence[AgentEvent], fence: int) -> int:
         """Append ``events`` under ``fence``; return the session's last seq afterwards.
 
         Raises:

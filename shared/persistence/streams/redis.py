@@ -113,9 +113,7 @@ class RedisEventStream:
     def __repr__(self) -> str:
         return f"RedisEventStream({self._where}, {self._keys!r})"
 
-    def append(
-        self, tenant: str, session_id: str, events: Sequence[AgentEvent], fence: int
-    ) -> int:
+    def append(self, tenant: str, session_id: str, events: Sequence[AgentEvent], fence: int) -> int:
         """Append ``events`` under ``fence`` in one script call; return the last seq afterwards.
 
         Raises:

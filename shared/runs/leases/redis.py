@@ -25,7 +25,6 @@ RENEW = load("lease_renew")
 RELEASE = load("lease_release")
 
 
-
 def _value(lease: Lease) -> str:
     return f"{lease.owner}|{lease.fence}"
 

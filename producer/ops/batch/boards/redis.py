@@ -21,8 +21,11 @@ class RedisBatchBoard:
     def put(self, record: BatchRecord) -> None:
         index = self.keys.batches(record.tenant)
         pipe = self.client.pipeline(transaction=False)  # both keys share one slot
-        pipe.set(self.keys.batch(record.tenant, record.batch_id), record.model_dump_json(),
-                 px=self.ttl_ms)
+        pipe.set(
+            self.keys.batch(record.tenant, record.batch_id),
+            record.model_dump_json(),
+            px=self.ttl_ms,
+        )
         pipe.zadd(index, {record.batch_id: record.updated_at_ms})
         pipe.zremrangebyscore(index, "-inf", record.updated_at_ms - self.ttl_ms)
         pipe.pexpire(index, self.ttl_ms)

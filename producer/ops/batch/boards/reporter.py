@@ -43,17 +43,28 @@ class BatchReporter:
         self._last = 0.0
         self._failed_once = False
         self._base = BatchRecord(
-            batch_id=batch_id, tenant=tenant, results_path=str(results.resolve()), total=total,
-            started_at_ms=int(time.time() * 1000), host=socket.gethostname(), pid=os.getpid(),
+            batch_id=batch_id,
+            tenant=tenant,
+            results_path=str(results.resolve()),
+            total=total,
+            started_at_ms=int(time.time() * 1000),
+            host=socket.gethostname(),
+            pid=os.getpid(),
         )
 
     def record(self, state: BatchState = BatchState.RUNNING) -> BatchRecord:
         """The record as of now."""
         s = self.stats
-        return self._base.model_copy(update={
-            "state": state, "finished": s.finished, "failed": s.failed, "graded": s.graded,
-            "passed": s.passed, "updated_at_ms": int(time.time() * 1000),
-        })
+        return self._base.model_copy(
+            update={
+                "state": state,
+                "finished": s.finished,
+                "failed": s.failed,
+                "graded": s.graded,
+                "passed": s.passed,
+                "updated_at_ms": int(time.time() * 1000),
+            }
+        )
 
     def tick(self) -> None:
         """A case finished: put the record when the last one is a second old."""
@@ -76,8 +87,7 @@ class BatchReporter:
             self.board.put(record)
         except Exception as exc:  # the board is for watchers: the batch goes on
             if not self._failed_once:
-                log.warning("batch %s: cannot update its progress record: %s",
-                            record.batch_id, exc)
+                log.warning("batch %s: cannot update its progress record: %s", record.batch_id, exc)
                 self._failed_once = True
 
 

@@ -61,12 +61,14 @@ def _chat(messages: list[Message]) -> list[Any]:
         if m.role == "user":
             chat.append(ChatMessageUser(content=m.content))
         elif m.role == "assistant":
-            calls = [ToolCall(id=i, function=n, arguments=_arguments(a))
-                     for i, n, a in m.tool_calls]
+            calls = [
+                ToolCall(id=i, function=n, arguments=_arguments(a)) for i, n, a in m.tool_calls
+            ]
             chat.append(ChatMessageAssistant(content=m.content, tool_calls=calls or None))
         else:
-            chat.append(ChatMessageTool(content=m.content, tool_call_id=m.tool_call_id,
-                                        function=m.name))
+            chat.append(
+                ChatMessageTool(content=m.content, tool_call_id=m.tool_call_id, function=m.name)
+            )
     return chat
 
 
@@ -116,9 +118,14 @@ def _sample(result: CaseResult, model: str, messages: list[Message]) -> Any:
         text = f"{result.error_type or result.status}: {result.error or ''}".strip()
         error = EvalError(message=text, traceback="", traceback_ansi="")
     metadata: dict[str, Any] = dict(result.metadata or {})
-    metadata.update(tether_session_id=result.session_id, tether_run_ids=result.run_ids,
-                    tether_status=result.status, tether_passed=result.passed,
-                    tether_attempt=result.attempt, tags=result.tags or [])
+    metadata.update(
+        tether_session_id=result.session_id,
+        tether_run_ids=result.run_ids,
+        tether_status=result.status,
+        tether_passed=result.passed,
+        tether_attempt=result.attempt,
+        tags=result.tags or [],
+    )
     return EvalSample(
         id=result.id,
         epoch=result.epoch + 1,
@@ -128,11 +135,13 @@ def _sample(result: CaseResult, model: str, messages: list[Message]) -> Any:
         output=ModelOutput.from_content(model, result.output or ""),
         scores=_scores(result),
         metadata=metadata,
-        model_usage={model: ModelUsage(
-            input_tokens=usage.input_tokens if usage else 0,
-            output_tokens=usage.output_tokens if usage else 0,
-            total_tokens=usage.total_tokens if usage else result.tokens,
-        )},
+        model_usage={
+            model: ModelUsage(
+                input_tokens=usage.input_tokens if usage else 0,
+                output_tokens=usage.output_tokens if usage else 0,
+                total_tokens=usage.total_tokens if usage else result.tokens,
+            )
+        },
         total_time=result.latency_ms / 1000,
         error=error,
     )
@@ -144,10 +153,16 @@ def _results(results: list[CaseResult], metrics: dict[str, Any]) -> Any:
     scores = []
     for name, stats in metrics["scorers"].items():
         values = {"mean": stats["mean"], "stderr": stats["stderr"]}
-        scores.append(EvalScore(
-            name=name, scorer=name, scored_samples=stats["samples"],
-            metrics={k: EvalMetric(name=k, value=v) for k, v in values.items() if v is not None},
-        ))
+        scores.append(
+            EvalScore(
+                name=name,
+                scorer=name,
+                scored_samples=stats["samples"],
+                metrics={
+                    k: EvalMetric(name=k, value=v) for k, v in values.items() if v is not None
+                },
+            )
+        )
     completed = sum(1 for r in results if not r.errored)
     return EvalResults(total_samples=len(results), completed_samples=completed, scores=scores)
 
@@ -160,9 +175,18 @@ def build_eval_log(results: list[CaseResult], messages_of: MessagesOf) -> Any:
     stats = SummaryStats()
     for result in results:
         stats.add(result)
-    summary = build_summary(stats, batch_id="", out="", total=len(results), resumed=0,
-                            invalid_skipped=0, runs=0, wall_s=0.0, concurrency=0,
-                            max_in_flight=0)
+    summary = build_summary(
+        stats,
+        batch_id="",
+        out="",
+        total=len(results),
+        resumed=0,
+        invalid_skipped=0,
+        runs=0,
+        wall_s=0.0,
+        concurrency=0,
+        max_in_flight=0,
+    )
     batch_id = results[0].batch_id if results else "batch"
     agents = sorted({r.agent for r in results}) or ["unknown"]
     model = f"tether/{agents[0]}" if len(agents) == 1 else "tether/" + "+".join(agents)
@@ -176,8 +200,13 @@ def build_eval_log(results: list[CaseResult], messages_of: MessagesOf) -> Any:
         metadata={"tether_batch_id": batch_id, "tether_agents": agents},
     )
     samples = [_sample(r, model, messages_of(r)) for r in results]
-    return EvalLog(status="success", eval=spec, results=_results(results, summary.metrics),
-                   stats=EvalStats(), samples=samples)
+    return EvalLog(
+        status="success",
+        eval=spec,
+        results=_results(results, summary.metrics),
+        stats=EvalStats(),
+        samples=samples,
+    )
 
 
 def write_inspect_log(results: list[CaseResult], messages_of: MessagesOf, out: Path) -> Path:

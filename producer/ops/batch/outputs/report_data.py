@@ -45,9 +45,12 @@ def _cost(result: CaseResult) -> float | None:
 
 
 def _row(index: int, result: CaseResult, change: str | None) -> dict[str, Any]:
-    outcome = "errored" if result.errored else {True: "passed", False: "failed"}.get(
-        result.passed, "ungraded"  # type: ignore[arg-type]
-    )
+    if result.errored:
+        outcome = "errored"
+    elif result.passed is None:
+        outcome = "ungraded"
+    else:
+        outcome = "passed" if result.passed else "failed"
     return {
         "index": index,
         "id": result.id,
@@ -63,8 +66,10 @@ def _row(index: int, result: CaseResult, change: str | None) -> dict[str, Any]:
         "expected": result.expected,
         "output": result.output,
         "error": None if result.error is None else f"{result.error_type}: {result.error}",
-        "scores": {n: r.model_dump(mode="json", exclude_none=True)
-                   for n, r in (result.scores or {}).items()},
+        "scores": {
+            n: r.model_dump(mode="json", exclude_none=True)
+            for n, r in (result.scores or {}).items()
+        },
         "session_id": result.session_id,
         "change": change,
     }
@@ -98,9 +103,18 @@ def build_report_data(
     stats = SummaryStats()
     for line in lines:
         stats.add(line)
-    summary = build_summary(stats, batch_id=lines[0].batch_id if lines else "", out=str(results),
-                            total=len(lines), resumed=0, invalid_skipped=0, runs=0, wall_s=0.0,
-                            concurrency=0, max_in_flight=0)
+    summary = build_summary(
+        stats,
+        batch_id=lines[0].batch_id if lines else "",
+        out=str(results),
+        total=len(lines),
+        resumed=0,
+        invalid_skipped=0,
+        runs=0,
+        wall_s=0.0,
+        concurrency=0,
+        max_in_flight=0,
+    )
     costs = [c for c in (_cost(r) for r in lines) if c is not None]
     return ReportData(
         path=str(results),

@@ -33,14 +33,18 @@ def _summary(data: ReportData) -> str:
     overall: dict[str, Any] = s.metrics.get("overall", {})
     mean, stderr = overall.get("mean"), overall.get("stderr")
     cards = [
-        _card("-" if s.pass_rate is None else f"{s.pass_rate:.1%}", f"pass rate ({s.passed} of "
-              f"{s.graded} graded)", "pass-rate"),
+        _card(
+            "-" if s.pass_rate is None else f"{s.pass_rate:.1%}",
+            f"pass rate ({s.passed} of {s.graded} graded)",
+            "pass-rate",
+        ),
         _card(f"{_num(mean)} ± {_num(stderr)}", "mean score ± stderr"),
         _card(f"{s.cases or len({r['id'] for r in data.rows})} x {s.epochs}", "cases x epochs"),
         _card(f"{s.failed}", "errored runs"),
         _card(f"{s.total_tokens:,}", "tokens"),
-        _card(f"{_num(s.latency_p50_ms, ',')} / {_num(s.latency_p95_ms, ',')} ms",
-              "latency p50 / p95"),
+        _card(
+            f"{_num(s.latency_p50_ms, ',')} / {_num(s.latency_p95_ms, ',')} ms", "latency p50 / p95"
+        ),
     ]
     for k, v in overall.get("pass_at_k", {}).items():
         cards.append(_card(f"{v:.3f}", f"pass@{k}"))
@@ -59,16 +63,26 @@ def _breakdowns(data: ReportData) -> str:
 
     panels = [
         ("Score by tag", bars(items(metrics.get("tags", {})), label="score by tag"), "by-tag"),
-        ("Score by scorer", bars(items(metrics.get("scorers", {})), label="score by scorer"),
-         "by-scorer"),
-        ("Latency", histogram([float(x) for x in data.latencies_ms], unit="ms",
-                              label="latency"), "latency"),
+        (
+            "Score by scorer",
+            bars(items(metrics.get("scorers", {})), label="score by scorer"),
+            "by-scorer",
+        ),
+        (
+            "Latency",
+            histogram([float(x) for x in data.latencies_ms], unit="ms", label="latency"),
+            "latency",
+        ),
         ("Cost", histogram(data.costs_usd, unit="USD", label="cost"), "cost"),
     ]
-    return '<section class="grid">' + "".join(
-        f'<div class="panel" id="{ident}"><h2>{escape(title)}</h2>{body}</div>'
-        for title, body, ident in panels
-    ) + "</section>"
+    return (
+        '<section class="grid">'
+        + "".join(
+            f'<div class="panel" id="{ident}"><h2>{escape(title)}</h2>{body}</div>'
+            for title, body, ident in panels
+        )
+        + "</section>"
+    )
 
 
 def _comparison(data: ReportData) -> str:
@@ -77,21 +91,31 @@ def _comparison(data: ReportData) -> str:
         return ""
     ci = "-" if c.ci95 is None else f"[{c.ci95[0]:+.3f}, {c.ci95[1]:+.3f}]"
     rows = [
-        ("baseline", c.a.path), ("cases compared", f"{c.cases} (only in baseline {c.only_in_a}, "
-                                                   f"only here {c.only_in_b})"),
-        ("improved", str(len(c.improved))), ("regressed", str(len(c.regressed))),
+        ("baseline", c.a.path),
+        ("cases compared", f"{c.cases} (only in baseline {c.only_in_a}, only here {c.only_in_b})"),
+        ("improved", str(len(c.improved))),
+        ("regressed", str(len(c.regressed))),
         ("unchanged", str(c.unchanged)),
         ("mean score baseline / this", f"{_num(c.mean_a)} / {_num(c.mean_b)}"),
         ("difference (95% bootstrap CI)", f"{_num(c.mean_difference, '+.3f')} {ci}"),
-        ("McNemar exact p", f"{c.mcnemar_p:.4g} ({c.a_only_passed} passed only in the baseline, "
-                            f"{c.b_only_passed} only here, {c.pairs} pairs)"),
-        ("latency mean baseline / this", f"{_num(c.a.latency_mean_ms, ',.0f')} / "
-                                         f"{_num(c.b.latency_mean_ms, ',.0f')} ms"),
+        (
+            "McNemar exact p",
+            f"{c.mcnemar_p:.4g} ({c.a_only_passed} passed only in the baseline, "
+            f"{c.b_only_passed} only here, {c.pairs} pairs)",
+        ),
+        (
+            "latency mean baseline / this",
+            f"{_num(c.a.latency_mean_ms, ',.0f')} / {_num(c.b.latency_mean_ms, ',.0f')} ms",
+        ),
         ("tokens baseline / this", f"{c.a.tokens:,} / {c.b.tokens:,}"),
     ]
     if c.cost_difference_usd is not None:
-        rows.append(("cost baseline / this", f"${_num(c.a.cost_usd, ',.4f')} / "
-                                             f"${_num(c.b.cost_usd, ',.4f')}"))
+        rows.append(
+            (
+                "cost baseline / this",
+                f"${_num(c.a.cost_usd, ',.4f')} / ${_num(c.b.cost_usd, ',.4f')}",
+            )
+        )
     body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
     return f'<h2>Against the baseline</h2><table id="comparison">{body}</table>'
 
@@ -109,11 +133,14 @@ def _table(data: ReportData) -> str:
         '<div class="filters"><input id="search" type="search" placeholder="search id, input, '
         'output" aria-label="search">'
         f'<select id="outcome" aria-label="outcome">'
-        f'{_options(["passed", "failed", "errored", "ungraded"], "every outcome")}</select>'
+        f"{_options(['passed', 'failed', 'errored', 'ungraded'], 'every outcome')}</select>"
         f'<select id="tag" aria-label="tag">{_options(tags, "every tag")}</select>'
-        + (f'<select id="change" aria-label="change">'
-           f'{_options(["improved", "regressed", "unchanged"], "every change")}</select>'
-           if compare else "")
+        + (
+            f'<select id="change" aria-label="change">'
+            f"{_options(['improved', 'regressed', 'unchanged'], 'every change')}</select>"
+            if compare
+            else ""
+        )
         + '<span id="shown"></span></div>'
     )
     head = ["case", "epoch", "outcome", "score", "tags", "latency ms", "tokens"]
@@ -121,15 +148,18 @@ def _table(data: ReportData) -> str:
     head += ["output", ""]
     body = []
     for r in data.rows:
-        search = " ".join(str(x) for x in (r["id"], r["input"], r["output"] or "",
-                                             r["error"] or "")).lower()
+        search = " ".join(
+            str(x) for x in (r["id"], r["input"], r["output"] or "", r["error"] or "")
+        ).lower()
         change = r["change"] or ""
         cells = [
-            f"<td>{escape(r['id'])}</td>", f'<td class="num">{r["epoch"]}</td>',
+            f"<td>{escape(r['id'])}</td>",
+            f'<td class="num">{r["epoch"]}</td>',
             f'<td><span class="badge {r["outcome"]}">{r["outcome"]}</span></td>',
             f'<td class="num">{_num(r["score"])}</td>',
             f"<td>{escape(', '.join(r['tags']))}</td>",
-            f'<td class="num">{r["latency_ms"]:,}</td>', f'<td class="num">{r["tokens"]:,}</td>',
+            f'<td class="num">{r["latency_ms"]:,}</td>',
+            f'<td class="num">{r["tokens"]:,}</td>',
         ]
         if compare:
             cells.append(f'<td class="{change}">{escape(change)}</td>')
@@ -139,11 +169,14 @@ def _table(data: ReportData) -> str:
             f'<tr data-index="{r["index"]}" data-id="{escape(r["id"])}" '
             f'data-outcome="{r["outcome"]}" data-tags="{escape("|".join(r["tags"]))}" '
             f'data-change="{escape(change)}" data-search="{escape(search)}">'
-            + "".join(cells) + "</tr>"
+            + "".join(cells)
+            + "</tr>"
         )
     header = "".join(f"<th>{escape(h)}</th>" for h in head)
-    return (f"<h2>Cases</h2>{filters}<table id=\"cases\"><thead><tr>{header}</tr></thead>"
-            f"<tbody>{''.join(body)}</tbody></table>")
+    return (
+        f'<h2>Cases</h2>{filters}<table id="cases"><thead><tr>{header}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table>"
+    )
 
 
 DIALOG = (
@@ -163,15 +196,22 @@ def render_report(data: ReportData) -> str:
     """The whole HTML page."""
     made = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     title = f"Batch {data.batch_id}"
-    sub = (f"{escape(data.path)} · agent {escape(', '.join(data.agents))} · "
-           f"{len(data.rows)} result lines · made {made}")
+    sub = (
+        f"{escape(data.path)} · agent {escape(', '.join(data.agents))} · "
+        f"{len(data.rows)} result lines · made {made}"
+    )
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
         f'<h1>{escape(title)}</h1><div class="sub">{sub}</div>'
-        + _summary(data) + _comparison(data) + _breakdowns(data) + _table(data) + DIALOG
-        + _embedded(data) + f"<script>{JS}</script></body></html>"
+        + _summary(data)
+        + _comparison(data)
+        + _breakdowns(data)
+        + _table(data)
+        + DIALOG
+        + _embedded(data)
+        + f"<script>{JS}</script></body></html>"
     )
 
 

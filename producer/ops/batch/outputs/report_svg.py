@@ -39,12 +39,18 @@ def histogram(values: list[float], *, unit: str, bins: int = 20, label: str = ""
             f'<rect x="{10 + i * width:.1f}" y="{top + plot_h - h:.1f}" width="{width - 1:.1f}" '
             f'height="{h:.1f}"><title>{_fmt(lo)}-{_fmt(hi)} {escape(unit)}: {count}</title></rect>'
         )
-    axis = (f'<text x="10" y="{height - 6}">{_fmt(low)} {escape(unit)}</text>'
-            f'<text x="{WIDTH - 10}" y="{height - 6}" text-anchor="end">{_fmt(high)} '
-            f'{escape(unit)}</text>')
-    return (f'<svg class="chart hist" role="img" aria-label="{escape(label)}" '
-            f'viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}">'
-            + "".join(bars) + axis + "</svg>")
+    axis = (
+        f'<text x="10" y="{height - 6}">{_fmt(low)} {escape(unit)}</text>'
+        f'<text x="{WIDTH - 10}" y="{height - 6}" text-anchor="end">{_fmt(high)} '
+        f"{escape(unit)}</text>"
+    )
+    return (
+        f'<svg class="chart hist" role="img" aria-label="{escape(label)}" '
+        f'viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}">'
+        + "".join(bars)
+        + axis
+        + "</svg>"
+    )
 
 
 def bars(items: list[tuple[str, float | None, str]], *, label: str = "") -> str:
@@ -65,9 +71,12 @@ def bars(items: list[tuple[str, float | None, str]], *, label: str = "") -> str:
             f"<title>{escape(name)}: {shown} {escape(note)}</title></rect>"
             f'<text x="{name_w + bar_w + 6}" y="{y + 15}">{shown} {escape(note)}</text>'
         )
-    return (f'<svg class="chart bars" role="img" aria-label="{escape(label)}" '
-            f'viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}">'
-            + "".join(rows) + "</svg>")
+    return (
+        f'<svg class="chart bars" role="img" aria-label="{escape(label)}" '
+        f'viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}">'
+        + "".join(rows)
+        + "</svg>"
+    )
 
 
 __all__ = ["bars", "histogram"]

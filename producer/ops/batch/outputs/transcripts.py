@@ -77,8 +77,13 @@ def to_messages(events: list[AgentEvent]) -> list[Message]:
 def event_row(event: AgentEvent) -> dict[str, Any]:
     """An event as a small JSON object for display: seq, type, step and its payload."""
     payload = event.payload.model_dump(mode="json", exclude={"kind"})
-    return {"seq": event.seq, "type": event.type.value, "step": event.step,
-            "ts_ms": event.ts_ms, "payload": payload}
+    return {
+        "seq": event.seq,
+        "type": event.type.value,
+        "step": event.step,
+        "ts_ms": event.ts_ms,
+        "payload": payload,
+    }
 
 
 __all__ = ["Message", "case_events", "event_row", "reader_from_settings", "to_messages"]

@@ -108,8 +108,9 @@ def numeric(*, tol: float = 0.0, rel: float = 0.0) -> BuiltinFn:
         diff = abs(got - target)
         allowed = max(tol, rel * abs(target))
         ok = diff <= allowed
-        return _verdict(ok, f"read {got:g}; |{got:g} - {target:g}| = {diff:g} "
-                            f"{'<=' if ok else '>'} {allowed:g}")
+        return _verdict(
+            ok, f"read {got:g}; |{got:g} - {target:g}| = {diff:g} {'<=' if ok else '>'} {allowed:g}"
+        )
 
     return score
 
@@ -192,8 +193,9 @@ def _schema_validator(path: str) -> Any:
         cls = jsonschema.validators.validator_for(doc)
         cls.check_schema(doc)
     except (OSError, ValueError, jsonschema.SchemaError) as exc:
-        raise InvalidInput(f"json scorer schema {path!r} is not a readable JSON schema: {exc}"
-                           ) from exc
+        raise InvalidInput(
+            f"json scorer schema {path!r} is not a readable JSON schema: {exc}"
+        ) from exc
     return cls(doc)
 
 

@@ -83,9 +83,9 @@ def render(template: str, sample: Sample) -> str:
     parts = {
         "{input}": "\n".join(case.turns),
         "{output}": sample.output or "",
-        "{expected}": "" if expected is None else (
-            expected if isinstance(expected, str) else json.dumps(expected)
-        ),
+        "{expected}": ""
+        if expected is None
+        else (expected if isinstance(expected, str) else json.dumps(expected)),
     }
     return re.sub(r"\{input\}|\{output\}|\{expected\}", lambda m: parts[m.group(0)], template)
 
@@ -104,8 +104,9 @@ def parse_reply(text: str | None) -> tuple[float, str, str | None]:
     try:
         doc = json.loads(found.group(0))
     except ValueError as exc:
-        raise JudgeReplyInvalid(f"the judge's reply is not valid JSON ({exc}): "
-                                f"{text[:200]!r}") from exc
+        raise JudgeReplyInvalid(
+            f"the judge's reply is not valid JSON ({exc}): {text[:200]!r}"
+        ) from exc
     if not isinstance(doc, dict):
         raise JudgeReplyInvalid("the judge's reply is not a JSON object")
     verdict = doc.get("verdict")
@@ -118,8 +119,10 @@ def parse_reply(text: str | None) -> tuple[float, str, str | None]:
     if not 0.0 <= float(score) <= 1.0:
         raise JudgeReplyInvalid(f"the judge's score {score} is outside [0, 1]")
     reasoning = doc.get("reasoning")
-    return float(score), str(reasoning) if reasoning is not None else "", (
-        str(verdict) if verdict is not None else None
+    return (
+        float(score),
+        str(reasoning) if reasoning is not None else "",
+        (str(verdict) if verdict is not None else None),
     )
 
 

@@ -56,8 +56,9 @@ def _options(value: str, text: str, allowed: frozenset[str]) -> dict[str, Any]:
             try:
                 options[key] = float(raw)
             except ValueError:
-                raise InvalidInput(f"--scorer {value!r}: {key} must be a number, got {raw!r}"
-                                   ) from None
+                raise InvalidInput(
+                    f"--scorer {value!r}: {key} must be a number, got {raw!r}"
+                ) from None
         else:
             options[key] = raw.strip()
     threshold = options.get("threshold", 1.0)
@@ -86,7 +87,10 @@ def judge_scorer(value: str, client_factory: ClientFactory | None) -> Scorer:
     client, default_model = client_factory()
     judge = Judge(client, options.get("model") or default_model, rubric)
     return Scorer(
-        name=value, fn=judge, threshold=options.get("threshold", 1.0), needs_target=False,
+        name=value,
+        fn=judge,
+        threshold=options.get("threshold", 1.0),
+        needs_target=False,
         slow=True,
     )
 
@@ -124,8 +128,9 @@ def import_scorer(value: str) -> Scorer:
     def call(sample: Sample) -> Score:
         return as_score(custom(sample.case, sample.output, sample.events))
 
-    return Scorer(name=value, fn=call, threshold=options.get("threshold", 1.0),
-                  needs_target=False, slow=True)
+    return Scorer(
+        name=value, fn=call, threshold=options.get("threshold", 1.0), needs_target=False, slow=True
+    )
 
 
 def as_score(result: Any) -> Score:

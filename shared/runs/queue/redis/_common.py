@@ -197,9 +197,7 @@ def announce(
 
 def submit_outcomes(replies: Sequence[Any]) -> list[SubmitOutcome]:
     """The outcomes of a submit pipeline (script, index SET, active ZADD per request)."""
-    return [
-        SubmitOutcome(text(run_id), SUBMIT_STATES[int(code)]) for code, run_id in replies[::3]
-    ]
+    return [SubmitOutcome(text(run_id), SUBMIT_STATES[int(code)]) for code, run_id in replies[::3]]
 
 
 def stray_index_keys(
