@@ -201,6 +201,26 @@ def build_summary(stats: SummaryStats, *, epochs: int = 1, **fields: Any) -> Bat
     )
 
 
+def summary_of_results(results: list[CaseResult], *, batch_id: str, out: str) -> BatchSummary:
+    """The summary of result lines read back after their batch ran (for a report or a log): no
+    run-time figures, so runs, wall time and concurrency are 0."""
+    stats = SummaryStats()
+    for result in results:
+        stats.add(result)
+    return build_summary(
+        stats,
+        batch_id=batch_id,
+        out=out,
+        total=len(results),
+        resumed=0,
+        invalid_skipped=0,
+        runs=0,
+        wall_s=0.0,
+        concurrency=0,
+        max_in_flight=0,
+    )
+
+
 def _ms(value: int | None) -> str:
     return "-" if value is None else f"{value:,} ms"
 

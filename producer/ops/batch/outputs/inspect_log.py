@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether.errors import ConfigurationError
 from tether.producer.ops.batch.outputs.transcripts import Message
-from tether.producer.ops.batch.summary import SummaryStats, build_summary
+from tether.producer.ops.batch.summary import summary_of_results
 
 if TYPE_CHECKING:
     from tether.producer.ops.batch.results import CaseResult
@@ -172,21 +172,7 @@ def build_eval_log(results: list[CaseResult], messages_of: MessagesOf) -> Any:
     _require_inspect()
     from inspect_ai.log import EvalConfig, EvalDataset, EvalLog, EvalSpec, EvalStats
 
-    stats = SummaryStats()
-    for result in results:
-        stats.add(result)
-    summary = build_summary(
-        stats,
-        batch_id="",
-        out="",
-        total=len(results),
-        resumed=0,
-        invalid_skipped=0,
-        runs=0,
-        wall_s=0.0,
-        concurrency=0,
-        max_in_flight=0,
-    )
+    summary = summary_of_results(results, batch_id="", out="")
     batch_id = results[0].batch_id if results else "batch"
     agents = sorted({r.agent for r in results}) or ["unknown"]
     model = f"tether/{agents[0]}" if len(agents) == 1 else "tether/" + "+".join(agents)

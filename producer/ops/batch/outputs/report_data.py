@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether.producer.ops.batch.compare import EPSILON, Comparison, compare_results
 from tether.producer.ops.batch.results import CaseResult, read_results
-from tether.producer.ops.batch.summary import BatchSummary, SummaryStats, build_summary
+from tether.producer.ops.batch.summary import BatchSummary, summary_of_results
 
 if TYPE_CHECKING:
     from tether.core.events import AgentEvent
@@ -100,21 +100,8 @@ def build_report_data(
     if compare_to is not None:
         comparison = compare_results(compare_to, results, seed=seed)
         changes = _changes(comparison)
-    stats = SummaryStats()
-    for line in lines:
-        stats.add(line)
-    summary = build_summary(
-        stats,
-        batch_id=lines[0].batch_id if lines else "",
-        out=str(results),
-        total=len(lines),
-        resumed=0,
-        invalid_skipped=0,
-        runs=0,
-        wall_s=0.0,
-        concurrency=0,
-        max_in_flight=0,
-    )
+    batch_id = lines[0].batch_id if lines else ""
+    summary = summary_of_results(lines, batch_id=batch_id, out=str(results))
     costs = [c for c in (_cost(r) for r in lines) if c is not None]
     return ReportData(
         path=str(results),
