@@ -23,6 +23,7 @@ from tether.persistence.archives.blob import BlobEventArchive
 from tether.persistence.blobs import Blob
 from tether.persistence.blobs.local import LocalBlobs
 from tether.persistence.blobs.memory import MemoryBlobs
+from tether.persistence.journal import HeadJournal
 from tether.persistence.objects import head_key, items_dir
 from tether.persistence.saving import ARCHIVE_BATCH_EVENTS
 from tether.persistence.stores import BlobSnapshotStore
@@ -239,11 +240,13 @@ def test_fork_copies_the_whole_memory_and_outlives_its_origin() -> None:
     assert reader.verify("s-fork").ok
 
 
-@pytest.mark.parametrize("backend", ["local"])
+@pytest.mark.parametrize("backend", ["local", "local-journal"])
 def test_concurrent_writers_sealing_chunks_lose_no_item(backend: str, tmp_path: Path) -> None:
-    """Writers in threads, each its own store object (as processes would be), on a local store:
-    the compare-and-set still detects every race while chunks are being sealed."""
-    blobs = LocalBlobs(tmp_path / "store")
+    """Writers in threads, each its own store object (as processes would be), on a local store
+    (with a journal: appends between seals are patches): the compare-and-set still detects
+    every race while chunks are being sealed."""
+    journal = HeadJournal() if backend == "local-journal" else None
+    blobs = LocalBlobs(tmp_path / "store", journal=journal)
 
     def open_session() -> TetherSession:
         return TetherSession("s", store=BlobSnapshotStore(blobs), archive=BlobEventArchive(blobs))

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bench.soak import SoakConfig, format_markdown, key_kind, run_soak, write_report
 from bench.soak.workload import Pacer
 
 
+@pytest.mark.slow  # ~20 s of worker processes: the soak harness's own check, beside the soak
 def test_a_tiny_soak_loses_nothing_and_counts_the_bucket(tmp_path: Path) -> None:
     config = SoakConfig(
         runs=300, sessions=30, window=20, kill_every_s=1.0, max_kills=1, sample_every_s=0,

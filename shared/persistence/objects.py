@@ -48,7 +48,10 @@ LAYOUT_VERSION = "v1"
 HEAD_NAME = "head.json"
 EVENTS_DIR = "events"
 ENVELOPE_VERSION = 1
-SUPPORTED_ENVELOPE_VERSIONS = (1,)
+JOURNALED_ENVELOPE_VERSION = 2
+"""A head whose object file has a journal beside it (the same body; see
+:mod:`tether.persistence.journal`): builds that do not read journals refuse it."""
+SUPPORTED_ENVELOPE_VERSIONS = (1, 2)
 ITEMS_DIR = "items"
 HEAD_KIND = "head"
 SEGMENT_KIND = "segment"

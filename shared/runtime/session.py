@@ -121,6 +121,11 @@ class AgentSession(SessionMemoryOps):
             self._metadata.attributes[key] = value
             self.touch()
 
+    @property
+    def updated_at_ms(self) -> int:
+        """When the session last changed (the metadata's, without copying it)."""
+        return self._metadata.updated_at_ms
+
     def touch(self) -> None:
         """Set ``updated_at_ms`` to now."""
         from tether.core.events import now_ms

@@ -74,6 +74,11 @@ class ChunkedWrite:
     """How many of the session's first memory items :meth:`seal` moved into chunks."""
     last_snapshot: SessionSnapshot | None = None
     """The head :meth:`snapshot` gave last (the one a save wrote, once it succeeded)."""
+    stored_batch: int = 0
+    """The archiving threshold recorded by the stored head this write started from."""
+    patchable: bool = False
+    """Whether the session holds exactly the stored head at its version, so that an append
+    may be stored as a patch of it (see :mod:`tether.persistence.journal`)."""
 
     @property
     def tenant(self) -> str:

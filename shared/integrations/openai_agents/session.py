@@ -18,7 +18,11 @@ memory whole.
 Every write loads the stored head, applies the change and saves it with compare-and-set, as
 :meth:`tether.runtime.session.AgentSession.save` does; a writer that lost the race (another
 thread or process saved first) reloads and applies its change again, so concurrent writers
-never lose items. Without a lease, a writer also finishes archiving the outbox it loaded when
+never lose items. A writer starts from the head it wrote last instead of reading it back (the
+compare-and-set still checks it). On a store that journals (the local one), an append that
+neither seals a chunk nor fills the archive batch is stored as its event alone, one patch
+record in the head's journal (see :mod:`tether.persistence.journal`), and reads are answered
+from the head this object wrote or read last while the stored version is still that one. Without a lease, a writer also finishes archiving the outbox it loaded when
 its predecessor may not have yet, so archive segments never overlap.
 
 Do not let a Tether worker run on the same session at the same time: a run's commit would then
@@ -35,18 +39,18 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from tether.core.items import Item
 from tether.errors import InvalidInput, ModelError, VersionConflict
 from tether.ids import validate_id, validate_tenant
-from tether.integrations.openai_agents.chunked import ChunkedWrite, Pull, unseal
+from tether.integrations.openai_agents.chunked import CHUNK_ITEMS, ChunkedWrite, Pull, unseal
 from tether.integrations.openai_agents.items import SdkItem, from_memory, to_memory
 from tether.models.base import ModelRequest, ModelResponse
 from tether.persistence.archives.base import EventArchive
 from tether.persistence.codec import newest_head_items
 from tether.persistence.saving import ARCHIVE_BATCH_EVENTS, save_session, should_archive
-from tether.persistence.stores.base import SnapshotStore, StoredSnapshot
+from tether.persistence.stores.base import JournalingStore, SnapshotStore, StoredSnapshot
 from tether.persistence.writer_storage import open_writer_storage
 from tether.runtime.agent import Agent
 from tether.runtime.redaction import TextRedactor
@@ -59,6 +63,16 @@ T = TypeVar("T")
 MAX_WRITE_ATTEMPTS = 32
 """Compare-and-set attempts of one write before it gives up (each loses only to a write that
 succeeded, so reaching it means dozens of writers on one session at once)."""
+
+
+class _Known(NamedTuple):
+    """The memory of a stored head at ``version``: its own items, oldest first, and the chunks
+    before them (see :class:`~tether.core.snapshot.SessionSnapshot`)."""
+
+    version: str
+    items: tuple[Item, ...]
+    chunks: tuple[str, ...]
+    chunk_index: str | None
 
 
 class _NoModel:
@@ -124,7 +138,15 @@ class TetherSession:
         # instead of reading and parsing it back (the compare-and-set still checks that it is
         # the stored one, and a conflict reloads from the store)
         self._kept: StoredSnapshot | None = None
+        # or, after an append stored as a patch, the write itself (the session as stored)
+        self._live: ChunkedWrite | None = None
+        # the memory of the head this object wrote or read last, for reads while it is current
+        self._known: _Known | None = None
         self._kept_lock = threading.Lock()
+        journal: object = self._agent.store
+        self._journal = (
+            journal if isinstance(journal, JournalingStore) and journal.journals else None
+        )
 
     @classmethod
     def from_settings(
@@ -167,19 +189,53 @@ class TetherSession:
 
     def read_items(self, limit: int | None = None) -> list[SdkItem]:
         """Blocking :meth:`get_items`. Reads the head and, newest first, only the chunks that
-        hold the items it returns."""
+        hold the items it returns; when the stored head is still the one this object wrote or
+        read last (its version, read without parsing, says so), not even the head."""
         last_items(list[SdkItem](), limit)  # validates limit before any I/O
         store = self._store
-        head = store.load_memory(self.tenant, self.session_id)
-        if head is None:
-            return []
+        with self._kept_lock:
+            known = self._known
+        journal = self._journal
+        if journal is not None and (
+            known is None or journal.head_version(self.tenant, self.session_id) != known.version
+        ):
+            loaded = journal.load_memory_version(self.tenant, self.session_id)
+            if loaded is None:
+                return []
+            head, version = loaded
+            where = f"{self.tenant}/{self.session_id}"
+            items = tuple(reversed(list(newest_head_items(head, where=where))))
+            known = _Known(version, items, tuple(head.memory_chunks), head.memory_index)
+            with self._kept_lock:
+                self._known = known
+        if known is None:  # a store without journals: read the head every time
+            memory = store.load_memory(self.tenant, self.session_id)
+            if memory is None:
+                return []
+            where = f"{self.tenant}/{self.session_id}"
+            return self._newest(
+                newest_head_items(memory, where=where),
+                tuple(memory.memory_chunks),
+                memory.memory_index,
+                limit,
+            )
+        return self._newest(reversed(known.items), known.chunks, known.chunk_index, limit)
+
+    def _newest(
+        self,
+        head_items: Iterable[Item],
+        chunks: tuple[str, ...],
+        index: str | None,
+        limit: int | None,
+    ) -> list[SdkItem]:
+        """The last ``limit`` SDK items of a head whose own items are ``head_items`` (newest
+        first), reading the chunks before them only as far as the limit needs."""
+        store = self._store
         # newest first, converting only what the limit keeps (a memory item may stand for
         # several SDK items, so count SDK items, not memory items)
         newest: list[SdkItem] = []
-        where = f"{self.tenant}/{self.session_id}"
-        sources: list[Iterable[Item]] = [newest_head_items(head, where=where)]
-        chunks = reversed(head.memory_chunks)
-        index = head.memory_index
+        sources: list[Iterable[Item]] = [head_items]
+        names = reversed(chunks)
         while sources:
             for item in sources.pop():
                 if limit is not None and len(newest) >= limit:
@@ -187,11 +243,11 @@ class TetherSession:
                 newest.extend(reversed(from_memory(item)))
             if limit is not None and len(newest) >= limit:
                 break
-            name = next(chunks, None)
+            name = next(names, None)
             if name is None and index is not None:  # past the head's own: the index's chunks
-                chunks = reversed(store.chunk_names(self.tenant, self.session_id, index))
+                names = reversed(store.chunk_names(self.tenant, self.session_id, index))
                 index = None
-                name = next(chunks, None)
+                name = next(names, None)
             if name is not None:
                 sources.append(reversed(store.read_chunk(self.tenant, self.session_id, name)))
         newest.reverse()
@@ -230,7 +286,11 @@ class TetherSession:
         asks for) as the session's memory, the other chunks by name."""
         store = self._store
         with self._kept_lock:
-            stored, self._kept = self._kept, None  # used once: a retry reads the store
+            # used once: a retry reads the store
+            live, self._live = self._live, None
+            stored, self._kept = self._kept, None
+        if live is not None and pull == "none":
+            return live
         if stored is None:
             stored = store.load_shallow(self.tenant, self.session_id)
         if stored is None:
@@ -242,6 +302,7 @@ class TetherSession:
             head, version=stored.version, copy=False, announce=False
         )
         archive = self._agent.archive
+        write = ChunkedWrite(session, chunks, index, stored_batch=head.archive_batch_events)
         if archive is not None and outbox and should_archive(outbox, head.archive_batch_events):
             # The head's writer archives this outbox only after committing the head, so it may
             # not have yet. Writing the same segment is idempotent (same events, same bytes),
@@ -250,7 +311,9 @@ class TetherSession:
             archive.write_segment(self.tenant, self.session_id, outbox)
             session.mark_archived(outbox[-1].seq)
             session.mark_reconciled()
-        return ChunkedWrite(session, chunks, index)
+        else:
+            write.patchable = pull == "none"
+        return write
 
     def _write(self, change: Callable[[AgentSession], T], *, pull: Pull) -> T:
         """Apply ``change`` to the newest stored state and save it with compare-and-set; on a
@@ -264,15 +327,25 @@ class TetherSession:
             result = change(session)
             if session.last_seq == before:
                 return result  # nothing to write (pop or clear on an empty session)
-            write.seal(self._store)
             try:
+                if self._patch(write, before):
+                    return result
+                write.seal(self._store)
                 batch = write.archive_batch_events(ARCHIVE_BATCH_EVENTS)
                 version = save_session(
                     write, self._store, self._agent.archive, archive_batch_events=batch
                 )
+                archived = batch if self._agent.archive is not None else None
+                saved = write.saved_head(archived)
+                known = _Known(
+                    version, saved.memory.items, tuple(saved.memory_chunks), saved.memory_index
+                )
                 with self._kept_lock:
-                    archived = batch if self._agent.archive is not None else None
-                    self._kept = StoredSnapshot(write.saved_head(archived), version)
+                    self._kept, self._live, self._known = (
+                        StoredSnapshot(saved, version),
+                        None,
+                        known,
+                    )
                 return result
             except VersionConflict:
                 # another writer won this round; back off a little so we do not collide again
@@ -282,3 +355,42 @@ class TetherSession:
             "before this one; nothing of this write was saved. Retry it, or give each "
             "conversation its own session"
         )
+
+    def _patch(self, write: ChunkedWrite, before: int) -> bool:
+        """Store ``write``'s append (its events after ``before``) as a patch of the stored head
+        when it can be one: an append to the head it loaded that neither seals a chunk nor
+        fills the archive batch, on a store that journals. True: stored (and ``write`` kept
+        live for the next append); False: nothing written, save the whole head.
+
+        Raises:
+            VersionConflict: another writer saved first; nothing was written.
+        """
+        store = self._store
+        session = write.session
+        version = session.version
+        if not write.patchable or version is None or not getattr(store, "journals", False):
+            return False
+        if len(session.memory_snapshot().items) > 2 * CHUNK_ITEMS:
+            return False  # the full save seals a chunk
+        events = session.events
+        if self._agent.archive is not None:
+            outbox = [e for e in events if e.seq > session.archived_seq]
+            if should_archive(outbox, write.stored_batch):
+                return False  # the full save archives the outbox
+            if write.archive_batch_events(ARCHIVE_BATCH_EVENTS) != ARCHIVE_BATCH_EVENTS:
+                return False  # a large append: the full save archives it at once
+        appended = store.append_events(  # type: ignore[attr-defined]
+            self.tenant,
+            self.session_id,
+            [e for e in events if e.seq > before],
+            updated_at_ms=session.updated_at_ms,
+            expected_version=version,
+        )
+        if appended is None:
+            return False
+        session.set_version(appended)
+        items = session.memory_snapshot().items
+        known = _Known(appended, items, tuple(write.chunks), write.index)
+        with self._kept_lock:
+            self._live, self._kept, self._known = write, None, known
+        return True

@@ -17,6 +17,10 @@ the object file alone, which may be older (see
 :class:`tether.persistence.stores.local.LocalSnapshotStore` for the policy that keeps those
 safe). Back up a session directory whole: the object file alone may be older than its log.
 
+With a :class:`JournalFormat`, :meth:`LocalBlobs.append_patch` stores a small change as a
+patch record of the object's journal (a log that may hold patches; see
+:mod:`tether.persistence.blobs.local_log`), and reads apply the patches.
+
 Files are created with mode 0600 (sessions may hold private data); run every process that
 shares a root as the same user. Needs POSIX ``flock`` (Linux, macOS; not Windows).
 """
@@ -29,8 +33,9 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple, Protocol
 
-from tether.errors import InvalidInput, StoreUnavailable, VersionConflict
+from tether.errors import InvalidInput, SnapshotCorrupt, StoreUnavailable, VersionConflict
 from tether.persistence.blobs import Blob, local_log
 from tether.persistence.codec import sha256_hex
 from tether.persistence.objects import listing_order
@@ -40,55 +45,182 @@ LogPolicy = Callable[[bytes, bytes], bool]
 
 LOCK_NAME = ".lock"
 _TEMP_PREFIX = ".tmp-"
+_PATHS_KEPT = 4096
+"""Object paths kept resolved (pathlib is slow next to a small append)."""
+
+
+class JournalFormat(Protocol):
+    """What the backend needs to know of the objects it keeps journals for (see
+    :mod:`tether.persistence.blobs.local_log`): it never interprets their bytes itself."""
+
+    def journaled(self, data: bytes) -> bool:
+        """Whether an object file holding ``data`` is marked as journaled."""
+
+    def mark(self, data: bytes) -> bytes:
+        """``data`` marked as journaled (the same version otherwise)."""
+
+    def fold(self, full: bytes, patches: tuple[bytes, ...]) -> bytes:
+        """The bytes of the version ``patches`` (oldest first) make of ``full``."""
+
+
+class Journal(NamedTuple):
+    """An object's current version as its newest full bytes and the patches after them."""
+
+    full: bytes
+    patches: tuple[bytes, ...]
+    token: str
 
 
 class LocalBlobs:
     """Objects as files under ``root``; key ``a/b/c`` is the file ``root/a/b/c``."""
 
     def __init__(
-        self, root: str | os.PathLike[str], *, update_log: bool | LogPolicy = False
+        self,
+        root: str | os.PathLike[str],
+        *,
+        update_log: bool | LogPolicy = False,
+        journal: JournalFormat | None = None,
     ) -> None:
         """Args:
         root: the directory holding the objects (created on first write).
         update_log: append updates of existing small objects to their update log (one sync
             each) instead of replacing the file (two): always, never, or when a policy given
             the object file's bytes and the new ones says so.
+        journal: the format of objects that may take patches (:meth:`append_patch`); None:
+            none may, and reading an object that holds patches fails.
         """
         self.root = Path(os.path.abspath(root))
         self.update_log = update_log
+        self.journal = journal
+        self._paths: dict[str, Path] = {}
 
     def describe(self, key: str) -> str:
         return str(self._path(key))
 
     def get(self, key: str) -> Blob | None:
-        path = self._path(key)
-        data, _, _ = self._current(path)
-        return None if data is None else Blob(data, sha256_hex(data))
+        journal = self.get_journal(key)
+        if journal is None:
+            return None
+        if not journal.patches:
+            return Blob(journal.full, journal.token)
+        if self.journal is None:
+            raise SnapshotCorrupt(
+                f"{self._path(key)} has patches in its journal, which this backend cannot "
+                "apply; open it through LocalSnapshotStore"
+            )
+        return Blob(self.journal.fold(journal.full, journal.patches), journal.token)
 
-    def _current(self, path: Path) -> tuple[bytes | None, bytes | None, local_log.LogTail]:
-        """The current bytes of ``path``, its object file's bytes, and its update log."""
+    def get_journal(self, key: str) -> Journal | None:
+        """The current version of ``key`` as its newest full bytes and the patches after them
+        (unapplied: the caller folds them as it parses), or None when absent.
+
+        Raises:
+            SnapshotCorrupt: the journal's patches do not chain or fail their checksum.
+        """
+        path = self._path(key)
+        base, tail = self._current(path)
+        if base is None:
+            return None
+        full = base if tail.record is None else tail.record
+        return Journal(full, tail.patches, tail.token or sha256_hex(full))
+
+    def token(self, key: str) -> str | None:
+        """The version token of ``key`` (None: absent), without applying its patches."""
+        path = self._path(key)
+        base, tail = self._current(path, newest_only=True)
+        if base is None:
+            return None
+        return tail.token or sha256_hex(base if tail.record is None else tail.record)
+
+    def _current(
+        self, path: Path, *, newest_only: bool = False
+    ) -> tuple[bytes | None, local_log.LogTail]:
+        """The object file's bytes of ``path`` and its update log (see
+        :func:`local_log.read_tail` for ``newest_only``)."""
         base = _read(path)
         if base is None:
-            return None, None, local_log.LogTail(None, 0)
+            return None, local_log.LogTail(None, 0)
         with _io(path):
-            tail = local_log.read_tail(path, base)
-        return (base if tail.record is None else tail.record), base, tail
+            try:
+                return base, local_log.read_tail(path, base, newest_only=newest_only)
+            except ValueError as exc:
+                raise SnapshotCorrupt(
+                    f"the journal {local_log.log_path(path)} is corrupt: {exc}. To recover, "
+                    "restore the session's directory from a backup"
+                ) from exc
 
     def put(self, key: str, data: bytes, *, expected: str | None) -> str:
         path = self._path(key)
         with _io(path.parent):
             _make_dirs(path.parent)
         with _locked(path.parent):
-            current, base, tail = self._current(path)
-            current_token = None if current is None else sha256_hex(current)
-            if current_token != expected:
-                raise VersionConflict(
-                    f"{path} is at version {_short(current_token)}, expected "
-                    f"{_short(expected)}; reload it and retry"
-                )
+            base, tail = self._current(path, newest_only=True)
+            self._check(path, base, tail, expected)
             with _io(path):
                 self._write(path, data, base, tail)
         return sha256_hex(data)
+
+    def append_patch(self, key: str, change: bytes, *, expected: str) -> str | None:
+        """Store the version ``change`` makes of the current one (version ``expected``) as one
+        patch record in the object's journal; return its token. None (nothing written) when
+        the object cannot take it here: absent, no journal format, too large, or the journal
+        full; the caller then writes the whole version with :meth:`put`.
+
+        The first patch on an object file not marked as journaled first replaces it with its
+        marked copy (the same version, under a new token).
+
+        Raises:
+            VersionConflict: the current version is not ``expected``; nothing was written.
+        """
+        if self.journal is None or len(change) > local_log.LOG_MAX_RECORD_BYTES:
+            return None
+        path = self._path(key)
+        with _locked(path.parent):
+            base, tail = self._current(path, newest_only=True)
+            if base is None:
+                return None
+            token = self._check(path, base, tail, expected)
+            assert token is not None  # the object exists
+            full = base if tail.record is None else tail.record
+            with _io(path):
+                if not tail.journal and (tail.end or not self.journal.journaled(base)):
+                    if len(full) > local_log.LOG_MAX_RECORD_BYTES:
+                        return None
+                    # mark the newest full version journaled (a build without journals then
+                    # refuses it instead of reading it as current) and start on top of it
+                    base = self.journal.mark(full)
+                    _atomic_write(path, base)
+                    with contextlib.suppress(FileNotFoundError):
+                        local_log.log_path(path).unlink()
+                    token, tail = sha256_hex(base), local_log.LogTail(None, 0)
+                patch, new_token = local_log.patch_record(token, change)
+                if not tail.end:
+                    head = local_log.header(base, journal=True)
+                    _atomic_write(local_log.log_path(path), head + patch)
+                elif tail.end + len(patch) > local_log.LOG_MAX_BYTES:
+                    return None
+                else:
+                    local_log.append(path, tail.end, patch, patch=True)
+        return new_token
+
+    def _check(
+        self, path: Path, base: bytes | None, tail: local_log.LogTail, expected: str | None
+    ) -> str | None:
+        """The current token of ``path`` when it is ``expected``.
+
+        Raises:
+            VersionConflict: it is not.
+        """
+        if base is None:
+            current = None
+        else:
+            current = tail.token or sha256_hex(base if tail.record is None else tail.record)
+        if current != expected:
+            raise VersionConflict(
+                f"{path} is at version {_short(current)}, expected "
+                f"{_short(expected)}; reload it and retry"
+            )
+        return current
 
     def _write(self, path: Path, data: bytes, base: bytes | None, tail: local_log.LogTail) -> None:
         """Store ``data`` as ``path``'s new version: appended to its update log when allowed
@@ -102,16 +234,25 @@ class LocalBlobs:
                 _fsync_dir(path.parent)
             return
         size = len(local_log.record(data))
+        # a journaled object file is refused by builds that do not read its log, so any
+        # update may go there
+        journal = tail.journal or (
+            base is not None and self.journal is not None and self.journal.journaled(base)
+        )
         if (
             base is not None
             and max(len(data), len(base)) <= local_log.LOG_MAX_RECORD_BYTES
             and max(tail.end, len(local_log.header(base))) + size <= local_log.LOG_MAX_BYTES
-            and (self.update_log(base, data) if callable(self.update_log) else self.update_log)
+            and (
+                journal
+                or (self.update_log(base, data) if callable(self.update_log) else self.update_log)
+            )
         ):
             if tail.end:
                 local_log.append(path, tail.end, data)
             else:  # no log extends this file yet: start one (a new file: synced like one)
-                _atomic_write(logged, local_log.header(base) + local_log.record(data))
+                head = local_log.header(base, journal=journal)
+                _atomic_write(logged, head + local_log.record(data))
             return
         _atomic_write(path, data)
         # after the rename: a reader between the two sees the new file and a log that does
@@ -174,11 +315,18 @@ class LocalBlobs:
         return out
 
     def _path(self, key: str) -> Path:
+        path = self._paths.get(key)
+        if path is not None:
+            return path
         parts = key.split("/")
         # Keys are built from validated ids; this is a second line against path traversal.
         if any(part in ("", ".", "..") for part in parts):
             raise InvalidInput(f"object key {key!r} is not a plain relative path")
-        return self.root.joinpath(*parts)
+        path = self.root.joinpath(*parts)
+        if len(self._paths) >= _PATHS_KEPT:
+            self._paths.clear()  # a bound, not an LRU: heads are read again and again
+        self._paths[key] = path
+        return path
 
     def _dir(self, prefix: str) -> Path:
         return self._path(prefix.rstrip("/"))
@@ -186,11 +334,23 @@ class LocalBlobs:
 
 def _read(path: Path) -> bytes | None:
     try:
-        return path.read_bytes()
+        fd = os.open(path, os.O_RDONLY)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:
         raise _unavailable(path, exc) from exc
+    try:
+        # raw reads: a head is read on every append, and the buffered file object costs more
+        # than the read itself
+        chunk = os.fstat(fd).st_size + 1  # one read, and one more to see the end
+        parts = []
+        while part := os.read(fd, chunk):
+            parts.append(part)
+        return b"".join(parts)
+    except OSError as exc:
+        raise _unavailable(path, exc) from exc
+    finally:
+        os.close(fd)
 
 
 def _scan(directory: Path) -> list[os.DirEntry[str]]:

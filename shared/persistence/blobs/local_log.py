@@ -14,6 +14,20 @@ compaction, an operator's restore) is ignored. A record is complete when its tra
 back; a torn tail (a crash while appending) is skipped by readers and cut by the next writer.
 The log is bounded: past :data:`LOG_MAX_BYTES` the next update replaces the object file and
 drops the log.
+
+A log headed ``TLOG2`` (a *journal*) may also hold patch records, trailer ``b"\\0TLOGPAT"``: a
+small change of the version before it (for a session head, the events one append adds; see
+:mod:`tether.persistence.journal`), so that such an append writes and syncs that change alone::
+
+    patch    >Q length + token of the version it patches (64 hex) + sha256 hex of the change
+             + the change + >Q length + b"\\0TLOGPAT"
+
+The version after a patch is the newest full version (the last whole record, else the object
+file) with every later patch applied, in order; its token is the sha256 of the patch record's
+data, which names the token before it, so tokens stay unique per version and a compare-and-set
+reads only the last record. Only a journal holds patches, and only on an object file its owner
+marked as journaled (a head's envelope version 2), so a build that knows only ``TLOG1`` ignores
+the journal and refuses the object file instead of taking it for the current version.
 """
 
 from __future__ import annotations
@@ -21,7 +35,7 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import NamedTuple
 
 from tether.persistence.codec import sha256_hex
 
@@ -33,8 +47,11 @@ and so do updates of an object file larger than this (every read hashes it to ch
 header: a large file is replaced once, and the log starts on top of the small one)."""
 
 _MAGIC = b"TLOG1 "
+_JOURNAL_MAGIC = b"TLOG2 "
 _HEADER_BYTES = len(_MAGIC) + 64 + 1
 _TRAILER = b"\0TLOGREC"
+_PATCH_TRAILER = b"\0TLOGPAT"
+_TOKEN_HEX = 64
 _LEN = struct.Struct(">Q")
 _RECORD_OVERHEAD = 2 * _LEN.size + len(_TRAILER)
 
@@ -48,14 +65,28 @@ class LogTail(NamedTuple):
     """What a log holds for the object file it was read against."""
 
     record: bytes | None
-    """The newest complete version (None: the log is absent, stale or empty)."""
+    """The newest complete full version (None: the log is absent, stale or holds none: then
+    the object file is the newest full version)."""
     end: int
-    """The offset after that record (where the next one goes; 0 when the log is not usable)."""
+    """The offset after the last complete record (where the next one goes; 0 when the log is
+    not usable)."""
+    patches: tuple[bytes, ...] = ()
+    """The changes patched onto that full version since, oldest first (a journal's only)."""
+    token: str | None = None
+    """The version token when the last record is a patch (else the sha256 of the version)."""
+    journal: bool = False
+    """Whether the log is a journal (may take patches)."""
 
 
-def header(base: bytes) -> bytes:
-    """The header of a log extending an object file holding ``base``."""
-    return _MAGIC + sha256_hex(base).encode() + b"\n"
+class _Record(NamedTuple):
+    data: bytes
+    patch: bool
+
+
+def header(base: bytes, *, journal: bool = False) -> bytes:
+    """The header of a log (a journal when ``journal``) extending an object file holding
+    ``base``."""
+    return (_JOURNAL_MAGIC if journal else _MAGIC) + sha256_hex(base).encode() + b"\n"
 
 
 def record(data: bytes) -> bytes:
@@ -63,75 +94,157 @@ def record(data: bytes) -> bytes:
     return _LEN.pack(len(data)) + data + _LEN.pack(len(data)) + _TRAILER
 
 
-def read_tail(path: Path, base: bytes) -> LogTail:
+def patch_record(previous: str, change: bytes) -> tuple[bytes, str]:
+    """A patch of the version whose token is ``previous``, as appended to a journal, and the
+    token of the version it makes."""
+    data = previous.encode() + sha256_hex(change).encode() + change
+    return _LEN.pack(len(data)) + data + _LEN.pack(len(data)) + _PATCH_TRAILER, sha256_hex(data)
+
+
+def read_tail(path: Path, base: bytes, *, newest_only: bool = False) -> LogTail:
     """The newest version in ``path``'s log, if that log extends ``base`` (the object file's
-    bytes, read first).
+    bytes, read first). With ``newest_only``, a journal's patches before the last are not
+    read: only its token is needed (a compare-and-set), and ``patches`` holds it alone.
 
     Raises:
         OSError: the log could not be read (the caller reports it).
+        ValueError: a journal's patches do not chain or fail their checksum (corrupt).
     """
     try:
-        handle = open(log_path(path), "rb")  # noqa: SIM115 - closed below, on every path
+        fd = os.open(log_path(path), os.O_RDONLY)
     except (FileNotFoundError, NotADirectoryError):
         return LogTail(None, 0)
-    with handle:
-        head = handle.read(_HEADER_BYTES)
-        if head != header(base):
+    try:
+        head = os.pread(fd, _HEADER_BYTES, 0)
+        digest = sha256_hex(base).encode() + b"\n"
+        journal = head == _JOURNAL_MAGIC + digest
+        if not journal and head != _MAGIC + digest:
             return LogTail(None, 0)
-        size = os.fstat(handle.fileno()).st_size
-        if size == _HEADER_BYTES:
-            return LogTail(None, _HEADER_BYTES)
-        newest = _last_record(handle, size)
-        if newest is not None:
-            return LogTail(newest, size)
-        # a torn tail (or an append in progress): the last record that reads back whole
-        handle.seek(_HEADER_BYTES)
-        return _scan(handle.read(size - _HEADER_BYTES))
+        size = os.fstat(fd).st_size
+        if newest_only:  # the last record alone: its trailer, then its bytes
+            window = min(size - _HEADER_BYTES, len(_TRAILER) + _LEN.size)
+            if window == len(_TRAILER) + _LEN.size:
+                (length,) = _LEN.unpack_from(os.pread(fd, _LEN.size, size - window))
+                window = min(size - _HEADER_BYTES, length + _RECORD_OVERHEAD)
+        else:
+            window = min(size - _HEADER_BYTES, _WINDOW_BYTES)
+        newest = _newest(os.pread(fd, window, size - window), size - window, journal, newest_only)
+        if newest is None:
+            # a torn tail (or an append in progress), or a long run of patches: every record
+            records, size = _scan(_read_all(fd, _HEADER_BYTES, size), journal)
+            newest = _suffix(records)
+    finally:
+        os.close(fd)
+    if newest_only and newest and newest[-1].patch:
+        last = newest[-1].data
+        return LogTail(None, size, (last,), sha256_hex(last), journal)
+    return _tail(newest, size, journal, base)
 
 
-def _last_record(handle: BinaryIO, size: int) -> bytes | None:
-    """The record ending at ``size`` when its trailer and both lengths agree, else None."""
-    if size < _HEADER_BYTES + _RECORD_OVERHEAD:
-        return None
-    handle.seek(size - len(_TRAILER) - _LEN.size)
-    tail = handle.read(_LEN.size + len(_TRAILER))
-    if tail[_LEN.size :] != _TRAILER:
-        return None
-    (length,) = _LEN.unpack(tail[: _LEN.size])
-    start = size - _RECORD_OVERHEAD - length
-    if start < _HEADER_BYTES:
-        return None
-    handle.seek(start)
-    body = handle.read(_LEN.size + length)
-    if len(body) != _LEN.size + length or _LEN.unpack(body[: _LEN.size])[0] != length:
-        return None
-    return bytes(body[_LEN.size :])
+def _read_all(fd: int, start: int, end: int) -> bytes:
+    """The bytes of ``fd`` from ``start`` to ``end`` (fewer if the file is shorter)."""
+    parts = []
+    while start < end:
+        part = os.pread(fd, end - start, start)
+        if not part:
+            break
+        parts.append(part)
+        start += len(part)
+    return b"".join(parts)
 
 
-def _scan(data: bytes) -> LogTail:
-    """The last whole record of a log body read from its start (the slow path)."""
-    offset, newest, end = 0, None, _HEADER_BYTES
+_WINDOW_BYTES = 1 << 16
+"""How much of a log's end one read takes: usually the last full record and every patch after
+it (a longer run is read whole)."""
+
+
+def _newest(data: bytes, offset: int, journal: bool, newest_only: bool) -> list[_Record] | None:
+    """The last full record and the patches after it, walking back from the end of ``data``
+    (the log's bytes from ``offset`` on; an empty list: no record), or None when a record does
+    not read back whole (a torn tail) or starts before ``data``."""
+    records: list[_Record] = []
+    end = len(data)
+    while offset + end > _HEADER_BYTES:
+        if end < _RECORD_OVERHEAD:
+            return None
+        trailer = data[end - len(_TRAILER) : end]
+        if trailer != _TRAILER and not (journal and trailer == _PATCH_TRAILER):
+            return None
+        (length,) = _LEN.unpack_from(data, end - len(_TRAILER) - _LEN.size)
+        start = end - _RECORD_OVERHEAD - length
+        if start < 0 or offset + start < _HEADER_BYTES:
+            return None
+        if _LEN.unpack_from(data, start)[0] != length:
+            return None
+        found = _Record(data[start + _LEN.size : start + _LEN.size + length], trailer != _TRAILER)
+        records.append(found)
+        if not found.patch or newest_only:
+            break
+        end = start
+    records.reverse()
+    return records
+
+
+def _scan(data: bytes, journal: bool) -> tuple[list[_Record], int]:
+    """The whole records of a log body read from its start (the slow path), and the offset
+    after the last one."""
+    offset, records = 0, []
     while offset + _RECORD_OVERHEAD <= len(data):
         (length,) = _LEN.unpack_from(data, offset)
         stop = offset + _RECORD_OVERHEAD + length
-        if stop > len(data) or data[stop - len(_TRAILER) : stop] != _TRAILER:
+        if stop > len(data):
+            break
+        trailer = data[stop - len(_TRAILER) : stop]
+        if trailer != _TRAILER and not (journal and trailer == _PATCH_TRAILER):
             break
         if _LEN.unpack_from(data, offset + _LEN.size + length)[0] != length:
             break
-        newest = data[offset + _LEN.size : offset + _LEN.size + length]
+        records.append(
+            _Record(data[offset + _LEN.size : offset + _LEN.size + length], trailer != _TRAILER)
+        )
         offset = stop
-        end = _HEADER_BYTES + stop
-    return LogTail(newest, end if newest is not None else _HEADER_BYTES)
+    return records, _HEADER_BYTES + offset
 
 
-def append(path: Path, end: int, data: bytes) -> None:
-    """Append ``data`` as the next record of ``path``'s log (which reads back to ``end``),
-    cutting any torn tail first, and sync it (data and size: one journal commit)."""
+def _suffix(records: list[_Record]) -> list[_Record]:
+    """The last full record and the patches after it (all of them when none is full)."""
+    for at in range(len(records) - 1, -1, -1):
+        if not records[at].patch:
+            return records[at:]
+    return records
+
+
+def _tail(records: list[_Record], end: int, journal: bool, base: bytes) -> LogTail:
+    """The tail of a log from its newest records, the patches' chain and checksums checked."""
+    full: bytes | None = None
+    if records and not records[0].patch:
+        full, records = records[0].data, records[1:]
+    token = sha256_hex(base if full is None else full)
+    patches = []
+    for found in records:
+        data = found.data
+        previous = data[:_TOKEN_HEX].decode("ascii", "replace")
+        change = data[2 * _TOKEN_HEX :]
+        if previous != token:
+            raise ValueError(
+                f"a patch names version {previous[:16]}, the version before it is {token[:16]}"
+            )
+        if data[_TOKEN_HEX : 2 * _TOKEN_HEX] != sha256_hex(change).encode():
+            raise ValueError("a patch fails its checksum")
+        patches.append(change)
+        token = sha256_hex(data)
+    return LogTail(full, end, tuple(patches), token if patches else None, journal)
+
+
+def append(path: Path, end: int, data: bytes, *, patch: bool = False) -> None:
+    """Append ``data`` (a record built by :func:`record`, or by :func:`patch_record` when
+    ``patch``) to ``path``'s log (which reads back to ``end``), cutting any torn tail first,
+    and sync it (data and size: one journal commit)."""
     fd = os.open(log_path(path), os.O_WRONLY)
     try:
         if os.fstat(fd).st_size != end:
             os.ftruncate(fd, end)
-        os.pwrite(fd, record(data), end)
+        os.pwrite(fd, data if patch else record(data), end)
         os.fdatasync(fd)
     finally:
         os.close(fd)

@@ -9,8 +9,10 @@ A loaded head never contains the whole event history; see
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple, Protocol, runtime_checkable
 
+from tether.core.events import AgentEvent
 from tether.core.items import Item
 from tether.core.snapshot import HeadMemory, SessionSnapshot
 from tether.persistence.headcache.base import CachedHead
@@ -105,6 +107,41 @@ class SnapshotStore(Protocol):
         self, tenant: str, *, after: str | None = None, limit: int = 1000
     ) -> list[str]:
         """Session ids of ``tenant``, ascending, greater than ``after``, at most ``limit``."""
+
+
+@runtime_checkable
+class JournalingStore(Protocol):
+    """A store that may keep appends to a head as patches (see
+    :mod:`tether.persistence.journal`): the Agents SDK session's fast path. Every
+    :class:`~tether.persistence.stores.blob.BlobSnapshotStore` has these methods;
+    :attr:`journals` says whether its backend keeps journals (the local store's does)."""
+
+    @property
+    def journals(self) -> bool:
+        """Whether :meth:`append_events` may store an append as a patch here."""
+
+    def head_version(self, tenant: str, session_id: str) -> str | None:
+        """The version of the stored head without parsing it (None: no such session)."""
+
+    def load_memory_version(self, tenant: str, session_id: str) -> tuple[HeadMemory, str] | None:
+        """:meth:`SnapshotStore.load_memory` and the version it read."""
+
+    def append_events(
+        self,
+        tenant: str,
+        session_id: str,
+        events: Sequence[AgentEvent],
+        *,
+        updated_at_ms: int,
+        expected_version: str,
+    ) -> str | None:
+        """Store ``events`` (each a ``MEMORY_ITEMS_APPENDED`` continuing the head) as a patch of
+        the head at ``expected_version``; return the new version, or None (nothing written)
+        when a patch cannot be taken now: save the whole head then.
+
+        Raises:
+            VersionConflict: the stored version differs; nothing was written.
+        """
 
 
 def iter_session_ids(store: SnapshotStore, tenant: str, *, page_size: int = 1000) -> list[str]:

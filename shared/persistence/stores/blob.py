@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
+from tether.core.events import AgentEvent
 from tether.core.items import Item
 from tether.core.snapshot import HeadMemory, SessionSnapshot
 from tether.errors import DataError, InfrastructureError, InvalidInput, VersionConflict
@@ -11,6 +13,7 @@ from tether.ids import validate_id
 from tether.persistence.blobs import BlobBackend
 from tether.persistence.codec import dumps_snapshot, loads_head_memory, loads_snapshot
 from tether.persistence.headcache.base import CachedHead, HeadCache
+from tether.persistence.journal import encode_patch, fold_memory, fold_snapshot
 from tether.persistence.objects import (
     EVENTS_DIR,
     HEAD_KIND,
@@ -65,18 +68,71 @@ class BlobSnapshotStore:
         return self._load(tenant, session_id, key, self._cache_get(tenant, session_id))
 
     def load_memory(self, tenant: str, session_id: str) -> HeadMemory | None:
+        loaded = self.load_memory_version(tenant, session_id)
+        return None if loaded is None else loaded[0]
+
+    def load_memory_version(self, tenant: str, session_id: str) -> tuple[HeadMemory, str] | None:
         key = head_key(tenant, session_id)
         cached = self._cache_get(tenant, session_id)
         if cached is not None:
             try:
-                return self._decode_memory(tenant, session_id, key, cached.data)
+                head = self._decode_memory(tenant, session_id, key, cached.data)
+                return head, cached.version
             except DataError as exc:  # the store's copy decides, as in _decode_cached
                 log.warning("cached head of %s/%s does not decode: %s", tenant, session_id, exc)
                 self._drop(tenant, session_id)
-        blob = self.blobs.get(key)
-        if blob is None:
+        current = self._get(key)
+        if current is None:
             return None
-        return self._decode_memory(tenant, session_id, key, blob.data)
+        data, patches, version = current
+        head = self._decode_memory(tenant, session_id, key, data)
+        return fold_memory(head, patches, where=self.blobs.describe(key)), version
+
+    def _get(self, key: str) -> tuple[bytes, tuple[bytes, ...], str] | None:
+        """The newest full bytes of ``key``, the patches after them and the version."""
+        get_journal = getattr(self.blobs, "get_journal", None)
+        if get_journal is not None:
+            journal = get_journal(key)
+            return None if journal is None else (journal.full, journal.patches, journal.token)
+        blob = self.blobs.get(key)
+        return None if blob is None else (blob.data, (), blob.token)
+
+    @property
+    def journals(self) -> bool:
+        return getattr(self.blobs, "journal", None) is not None
+
+    def head_version(self, tenant: str, session_id: str) -> str | None:
+        key = head_key(tenant, session_id)
+        token = getattr(self.blobs, "token", None)
+        if token is not None:
+            version: str | None = token(key)
+            return version
+        current = self._get(key)
+        return None if current is None else current[2]
+
+    def append_events(
+        self,
+        tenant: str,
+        session_id: str,
+        events: Sequence[AgentEvent],
+        *,
+        updated_at_ms: int,
+        expected_version: str,
+    ) -> str | None:
+        key = head_key(tenant, session_id)
+        append_patch = getattr(self.blobs, "append_patch", None)
+        if append_patch is None:
+            return None
+        change = encode_patch(events, updated_at_ms)
+        try:
+            version: str | None = append_patch(key, change, expected=expected_version)
+        except VersionConflict:
+            self._drop(tenant, session_id)  # whatever the writer read may have come from it
+            raise
+        if version is not None and self.head_cache is not None:
+            # an older copy must not outlive this write (see _cache: a failure raises)
+            self.head_cache.drop(tenant, session_id)
+        return version
 
     def _decode_memory(self, tenant: str, session_id: str, key: str, data: bytes) -> HeadMemory:
         where = self.blobs.describe(key)
@@ -116,10 +172,15 @@ class BlobSnapshotStore:
             known = self._decode_cached(tenant, session_id, key, cached)
             if known is not None:
                 return known
-        blob = self.blobs.get(key)
-        if blob is None:
+        current = self._get(key)
+        if current is None:
             return None
-        return self._decode(tenant, session_id, key, blob.data, blob.token)
+        data, patches, version = current
+        stored = self._decode(tenant, session_id, key, data, version)
+        if not patches:
+            return stored
+        where = self.blobs.describe(key)
+        return StoredSnapshot(fold_snapshot(stored.snapshot, patches, where=where), version)
 
     def _decode(
         self, tenant: str, session_id: str, key: str, data: bytes, version: str

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from tether.persistence.blobs.local import LocalBlobs
+from tether.persistence.journal import HeadJournal
 from tether.persistence.objects import MAX_HEADER_BYTES
 from tether.persistence.stores.blob import BlobSnapshotStore
 
@@ -37,9 +38,13 @@ class LocalSnapshotStore(BlobSnapshotStore):
             default, where only heads of schema version 2 (the Agents SDK session's) are
             updated through the log, on top of a ``head.json`` of version 2: a build from
             before reads ``head.json`` alone, and refuses those ("upgrade Tether") instead of
-            taking an older head for the current one.
+            taking an older head for the current one. The Agents SDK session's appends go
+            to the head's journal as patches (:mod:`tether.persistence.journal`), on a
+            ``head.json`` marked so that such builds refuse it too.
         """
-        super().__init__(LocalBlobs(root, update_log=update_log or chunked_heads))
+        super().__init__(
+            LocalBlobs(root, update_log=update_log or chunked_heads, journal=HeadJournal())
+        )
 
     @property
     def root(self) -> str:
