@@ -22,8 +22,9 @@ never lose items. A writer starts from the head it wrote last instead of reading
 compare-and-set still checks it). On a store that journals (the local one), an append that
 neither seals a chunk nor fills the archive batch is stored as its event alone, one patch
 record in the head's journal (see :mod:`tether.persistence.journal`), and reads are answered
-from the head this object wrote or read last while the stored version is still that one. Without a lease, a writer also finishes archiving the outbox it loaded when
-its predecessor may not have yet, so archive segments never overlap.
+from the head this object wrote or read last while the stored version is still that one.
+Without a lease, a writer also finishes archiving the outbox it loaded when its predecessor may
+not have yet, so archive segments never overlap.
 
 Do not let a Tether worker run on the same session at the same time: a run's commit would then
 conflict and be retried, not merged.
@@ -41,6 +42,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
+from tether.core.events import ItemsAppendedPayload
 from tether.core.items import Item
 from tether.errors import InvalidInput, ModelError, VersionConflict
 from tether.ids import validate_id, validate_tenant
@@ -374,10 +376,14 @@ class TetherSession:
             return False  # the full save seals a chunk
         events = session.events
         if self._agent.archive is not None:
+            # the loaded outbox held no event that archives at once (else _load archived it and
+            # this write is not patchable), and appends add none: its length alone decides
             outbox = [e for e in events if e.seq > session.archived_seq]
-            if should_archive(outbox, write.stored_batch):
+            if len(outbox) >= write.stored_batch:
                 return False  # the full save archives the outbox
-            if write.archive_batch_events(ARCHIVE_BATCH_EVENTS) != ARCHIVE_BATCH_EVENTS:
+            payloads = [e.payload for e in outbox]
+            items = sum(len(p.items) for p in payloads if isinstance(p, ItemsAppendedPayload))
+            if items > ARCHIVE_BATCH_EVENTS:
                 return False  # a large append: the full save archives it at once
         appended = store.append_events(  # type: ignore[attr-defined]
             self.tenant,

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -151,9 +152,9 @@ class LocalBlobs:
 
     def put(self, key: str, data: bytes, *, expected: str | None) -> str:
         path = self._path(key)
-        with _io(path.parent):
-            _make_dirs(path.parent)
-        with _locked(path.parent):
+        with _io(_parent(path)):
+            _make_dirs(_parent(path))
+        with _locked(_parent(path)):
             base, tail = self._current(path, newest_only=True)
             self._check(path, base, tail, expected)
             with _io(path):
@@ -175,7 +176,7 @@ class LocalBlobs:
         if self.journal is None or len(change) > local_log.LOG_MAX_RECORD_BYTES:
             return None
         path = self._path(key)
-        with _locked(path.parent):
+        with _locked(_parent(path)):
             base, tail = self._current(path, newest_only=True)
             if base is None:
                 return None
@@ -363,10 +364,20 @@ def _scan(directory: Path) -> list[os.DirEntry[str]]:
         raise _unavailable(directory, exc) from exc
 
 
+@functools.lru_cache(maxsize=4096)  # pathlib is slow next to a small append
+def _parent(path: Path) -> Path:
+    return path.parent
+
+
+@functools.lru_cache(maxsize=4096)
+def _lock_path(directory: Path) -> Path:
+    return directory / LOCK_NAME
+
+
 @contextlib.contextmanager
 def _locked(directory: Path) -> Iterator[None]:
     """Hold the exclusive lock of ``directory`` (threads and processes alike)."""
-    lock_path = directory / LOCK_NAME
+    lock_path = _lock_path(directory)
     try:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as exc:

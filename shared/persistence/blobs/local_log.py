@@ -32,6 +32,7 @@ the journal and refuses the object file instead of taking it for the current ver
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 from pathlib import Path
@@ -56,6 +57,7 @@ _LEN = struct.Struct(">Q")
 _RECORD_OVERHEAD = 2 * _LEN.size + len(_TRAILER)
 
 
+@functools.lru_cache(maxsize=4096)  # pathlib is slow next to a small append
 def log_path(path: Path) -> Path:
     """The update log of the object file ``path`` (hidden: listings skip dot files)."""
     return path.with_name(f".{path.name}.log")
@@ -116,7 +118,7 @@ def read_tail(path: Path, base: bytes, *, newest_only: bool = False) -> LogTail:
         return LogTail(None, 0)
     try:
         head = os.pread(fd, _HEADER_BYTES, 0)
-        digest = sha256_hex(base).encode() + b"\n"
+        digest = _digest(base) + b"\n"
         journal = head == _JOURNAL_MAGIC + digest
         if not journal and head != _MAGIC + digest:
             return LogTail(None, 0)
@@ -139,6 +141,20 @@ def read_tail(path: Path, base: bytes, *, newest_only: bool = False) -> LogTail:
         last = newest[-1].data
         return LogTail(None, size, (last,), sha256_hex(last), journal)
     return _tail(newest, size, journal, base)
+
+
+_last_digest: tuple[bytes, bytes] = (b"", sha256_hex(b"").encode())
+
+
+def _digest(base: bytes) -> bytes:
+    """sha256 hex of ``base``; the same bytes as last time are compared, not hashed again (an
+    append reads the same object file every time)."""
+    global _last_digest
+    known, digest = _last_digest
+    if base != known:
+        digest = sha256_hex(base).encode()
+        _last_digest = (base, digest)
+    return digest
 
 
 def _read_all(fd: int, start: int, end: int) -> bytes:
@@ -219,7 +235,7 @@ def _tail(records: list[_Record], end: int, journal: bool, base: bytes) -> LogTa
     full: bytes | None = None
     if records and not records[0].patch:
         full, records = records[0].data, records[1:]
-    token = sha256_hex(base if full is None else full)
+    token = _digest(base).decode() if full is None else sha256_hex(full)
     patches = []
     for found in records:
         data = found.data
