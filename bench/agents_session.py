@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke run)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    small, large, samples = (10, 200, 5) if args.quick else (100, 10_000, 60)
+    small, large, samples = (10, 200, 5) if args.quick else (100, 10_000, 150)
     out = args.out or (
         Path(tempfile.gettempdir()) / "tether-bench-quick" if args.quick else DEFAULT_OUT
     )
