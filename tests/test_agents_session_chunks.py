@@ -299,3 +299,16 @@ def test_a_writer_starts_from_the_head_it_saved_and_rereads_after_another_writer
         (first if n % 2 else second).append_items([user(n)])
     assert texts(storage.session().read_items()) == [f"m{n}" for n in range(160)]
     assert storage.reader().verify("s").ok
+
+
+def test_a_store_without_journals_reads_the_head_every_time() -> None:
+    """Only a store that reads a head's version without parsing it answers reads from the head
+    a session wrote last; on any other, another writer's items are seen at once."""
+    storage = Storage()
+    first, second = storage.session(), storage.session()
+    first.append_items([user(0)])
+    second.append_items([user(1)])
+    assert texts(first.read_items()) == ["m0", "m1"]
+    first.append_items([user(2)])
+    second.append_items([user(3)])
+    assert texts(first.read_items(limit=2)) == ["m2", "m3"]

@@ -195,9 +195,11 @@ class TetherSession:
         read last (its version, read without parsing, says so), not even the head."""
         last_items(list[SdkItem](), limit)  # validates limit before any I/O
         store = self._store
-        with self._kept_lock:
-            known = self._known
         journal = self._journal
+        known = None
+        if journal is not None:  # elsewhere a version costs a read of the head: read it
+            with self._kept_lock:
+                known = self._known
         if journal is not None and (
             known is None or journal.head_version(self.tenant, self.session_id) != known.version
         ):
