@@ -384,8 +384,10 @@ class TetherSession:
             if len(outbox) >= write.stored_batch:
                 return False  # the full save archives the outbox
             payloads = [e.payload for e in outbox]
-            items = sum(len(p.items) for p in payloads if isinstance(p, ItemsAppendedPayload))
-            if items > ARCHIVE_BATCH_EVENTS:
+            outbox_items = sum(
+                len(p.items) for p in payloads if isinstance(p, ItemsAppendedPayload)
+            )
+            if outbox_items > ARCHIVE_BATCH_EVENTS:
                 return False  # a large append: the full save archives it at once
         appended = store.append_events(  # type: ignore[attr-defined]
             self.tenant,
