@@ -145,9 +145,11 @@ class LocalBlobs:
             try:
                 return base, local_log.read_tail(path, base, newest_only=newest_only)
             except ValueError as exc:
+                log = local_log.log_path(path)
                 raise SnapshotCorrupt(
-                    f"the journal {local_log.log_path(path)} is corrupt: {exc}. To recover, "
-                    "restore the session's directory from a backup"
+                    f"the journal {log} is corrupt: {exc}. To recover, restore the session's "
+                    f"directory from a backup, or move {log.name} aside to go back to the "
+                    f"version in {path.name} (the writes since are lost)"
                 ) from exc
 
     def put(self, key: str, data: bytes, *, expected: str | None) -> str:
