@@ -76,6 +76,8 @@ class ChunkedWrite:
     """The head :meth:`snapshot` gave last (the one a save wrote, once it succeeded)."""
     stored_batch: int = 0
     """The archiving threshold recorded by the stored head this write started from."""
+    outbox_items: int | None = None
+    """How many memory items the outbox's item events hold (None: not counted yet)."""
     patchable: bool = False
     """Whether the session holds exactly the stored head at its version, so that an append
     may be stored as a patch of it (see :mod:`tether.persistence.journal`)."""

@@ -369,38 +369,46 @@ class TetherSession:
         Raises:
             VersionConflict: another writer saved first; nothing was written.
         """
-        store = self._store
+        journal = self._journal
         session = write.session
         version = session.version
-        if not write.patchable or version is None or not getattr(store, "journals", False):
+        if journal is None or not write.patchable or version is None:
             return False
-        if len(session.memory_snapshot().items) > 2 * CHUNK_ITEMS:
+        memory = session.memory_snapshot()
+        if len(memory.items) > 2 * CHUNK_ITEMS:
             return False  # the full save seals a chunk
         events = session.events
+        new = events[before - session.last_seq :]
+        added = sum(
+            len(e.payload.items) for e in new if isinstance(e.payload, ItemsAppendedPayload)
+        )
         if self._agent.archive is not None:
-            # the loaded outbox held no event that archives at once (else _load archived it and
-            # this write is not patchable), and appends add none: its length alone decides
-            outbox = [e for e in events if e.seq > session.archived_seq]
-            if len(outbox) >= write.stored_batch:
+            # the loaded outbox is gapless and held no event that archives at once (else
+            # _load archived it and this write is not patchable), and appends add none: its
+            # length alone decides
+            if session.last_seq - session.archived_seq >= write.stored_batch:
                 return False  # the full save archives the outbox
-            payloads = [e.payload for e in outbox]
-            outbox_items = sum(
-                len(p.items) for p in payloads if isinstance(p, ItemsAppendedPayload)
-            )
-            if outbox_items > ARCHIVE_BATCH_EVENTS:
+            if write.outbox_items is None:
+                write.outbox_items = sum(
+                    len(e.payload.items)
+                    for e in events[: len(events) - len(new)]
+                    if e.seq > session.archived_seq and isinstance(e.payload, ItemsAppendedPayload)
+                )
+            if write.outbox_items + added > ARCHIVE_BATCH_EVENTS:
                 return False  # a large append: the full save archives it at once
-        appended = store.append_events(  # type: ignore[attr-defined]
+        appended = journal.append_events(
             self.tenant,
             self.session_id,
-            [e for e in events if e.seq > before],
+            new,
             updated_at_ms=session.updated_at_ms,
             expected_version=version,
         )
         if appended is None:
             return False
         session.set_version(appended)
-        items = session.memory_snapshot().items
-        known = _Known(appended, items, tuple(write.chunks), write.index)
+        if write.outbox_items is not None:
+            write.outbox_items += added
+        known = _Known(appended, memory.items, tuple(write.chunks), write.index)
         with self._kept_lock:
             self._live, self._kept, self._known = write, None, known
         return True
