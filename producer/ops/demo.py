@@ -61,7 +61,8 @@ def run_demo(base_dir: Path, console: Console, *, worker_count: int = 2) -> int:
                     console.print(f"workers ready: {ready}")
                 else:
                     console.print("workers: using the workers already running (--no-workers)")
-                checks = _play(stack, console)
+                checks = _play(stack, console, guard)
+                guard.check()  # a signal whose exception was lost still stops the demo
                 console.print("stopping workers and services...")
         except Interrupted as exc:
             console.print(f"[yellow]{exc}[/]: workers and services stopped")
@@ -77,7 +78,7 @@ def _plan(stack: EmbeddedStack) -> str:
     return ", ".join(parts)
 
 
-def _play(stack: EmbeddedStack, console: Console) -> list[Check]:
+def _play(stack: EmbeddedStack, console: Console, guard: SignalGuard) -> list[Check]:
     settings = stack.settings
     store, archive = open_storage(
         settings.store_url,
@@ -94,6 +95,7 @@ def _play(stack: EmbeddedStack, console: Console) -> list[Check]:
             console,
             stack.worker_label,
             expect_workers=len(stack.workers),
+            checkpoint=guard.check,
         )
         scenario.play()
         return scenario.checks

@@ -56,7 +56,12 @@ class Scenario:
         label: Callable[[str | None], str],
         *,
         expect_workers: int,
+        checkpoint: Callable[[], None] = lambda: None,
     ) -> None:
+        """Args:
+        checkpoint: called before each check (raises to stop the scenario, e.g. on a signal).
+        """
+        self.checkpoint = checkpoint
         self.producer = producer
         self.reader = reader
         self.console = console
@@ -76,6 +81,7 @@ class Scenario:
 
     def check(self, name: str, ok: bool, detail: str = "") -> bool:
         """Record and print one check."""
+        self.checkpoint()
         self.checks.append(Check(name, ok, detail))
         line = pass_fail(ok)
         line.append(f"  {name}" + (f" ({detail})" if detail else ""))

@@ -57,6 +57,8 @@ class SignalGuard:
         self._pending: int | None = None
         self._previous: dict[int, object] = {}
         self._active = False
+        self.received: int | None = None
+        """The last signal received (kept: see :meth:`check`)."""
 
     def __enter__(self) -> SignalGuard:
         if threading.current_thread() is threading.main_thread():
@@ -72,10 +74,23 @@ class SignalGuard:
             self._active = False
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.received = signum
         if self._depth > 0:
             self._pending = signum
             return
         raise Interrupted(signum)
+
+    def check(self) -> None:
+        """Raise :class:`Interrupted` if a signal arrived: its own exception can be lost, since
+        the handler runs wherever the main thread is, and Python ignores an exception raised
+        in a finalizer (``__del__``) or a weakref callback. Call it at points of the normal
+        flow (a lost SIGINT made ``tether demo`` run to the end and exit 0).
+
+        Raises:
+            Interrupted: a signal was received.
+        """
+        if self.received is not None:
+            raise Interrupted(self.received)
 
     @contextlib.contextmanager
     def critical(self) -> Iterator[None]:
