@@ -80,11 +80,14 @@ def test_a_released_lease_is_reported_lost_once_and_dropped(
 ) -> None:
     renewer = LeaseRenewer()
     lease = _acquire(leases, "s-taken")
-    keeper = LeaseKeeper(leases, lease, TTL_MS, renewer=renewer).start()
-    assert leases.release(lease)
-    assert leases.acquire(T, "s-taken", "w-2", TTL_MS) is not None  # another worker has it now
     with caplog.at_level(logging.WARNING, logger=lease_keeper.__name__):
+        keeper = LeaseKeeper(leases, lease, TTL_MS, renewer=renewer).start()
+        assert leases.release(lease)
+        assert leases.acquire(T, "s-taken", "w-2", TTL_MS) is not None  # another worker has it
         eventually(lambda: keeper.lost, timeout_s=2 * TTL_MS / 1000)
+        # the renewer thread sets ``lost`` first (the run stops writing at once), then drops
+        # the keeper and logs: wait for the log line too (under load the test got in between)
+        eventually(lambda: caplog.records, timeout_s=2 * TTL_MS / 1000)
     assert not renewer.holds(keeper)
     assert [r.getMessage() for r in caplog.records] == [f"lease on {T}/s-taken lost"]
     assert leases.holder(T, "s-taken") == "w-2"
