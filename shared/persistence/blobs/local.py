@@ -123,15 +123,13 @@ class LocalBlobs:
         if base is None:
             return None
         full = base if tail.record is None else tail.record
-        return Journal(full, tail.patches, tail.token or sha256_hex(full))
+        return Journal(full, tail.patches, local_log.version_token(base, tail))
 
     def token(self, key: str) -> str | None:
         """The version token of ``key`` (None: absent), without applying its patches."""
         path = self._path(key)
         base, tail = self._current(path, newest_only=True)
-        if base is None:
-            return None
-        return tail.token or sha256_hex(base if tail.record is None else tail.record)
+        return None if base is None else local_log.version_token(base, tail)
 
     def _current(
         self, path: Path, *, newest_only: bool = False
@@ -214,10 +212,7 @@ class LocalBlobs:
         Raises:
             VersionConflict: it is not.
         """
-        if base is None:
-            current = None
-        else:
-            current = tail.token or sha256_hex(base if tail.record is None else tail.record)
+        current = None if base is None else local_log.version_token(base, tail)
         if current != expected:
             raise VersionConflict(
                 f"{path} is at version {_short(current)}, expected "

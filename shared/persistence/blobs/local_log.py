@@ -80,6 +80,14 @@ class LogTail(NamedTuple):
     """Whether the log is a journal (may take patches)."""
 
 
+def version_token(base: bytes, tail: LogTail) -> str:
+    """The token of the current version of an object file holding ``base`` whose log reads
+    back as ``tail``: the last patch's, else the sha256 of the newest full version."""
+    if tail.token is not None:
+        return tail.token
+    return sha256_hex(base if tail.record is None else tail.record)
+
+
 class _Record(NamedTuple):
     data: bytes
     patch: bool
