@@ -8,12 +8,12 @@ folding the log gives the memory the store loads whole (verify, fork and project
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.races import append_in_threads
 from tether import Agent, SessionLogReader
 from tether.core.snapshot import ChunkRef
 from tether.integrations.openai_agents import TetherSession, from_memory
@@ -253,24 +253,12 @@ def test_concurrent_writers_sealing_chunks_lose_no_item(backend: str, tmp_path: 
 
     open_session().append_items([user(n) for n in range(120)])  # just below the sealing point
     writers, per_writer = 4, 12
-    barrier = threading.Barrier(writers)
-    errors: list[BaseException] = []
-
-    def write(w: int) -> None:
-        session = open_session()
-        barrier.wait()
-        try:
-            for n in range(per_writer):
-                session.append_items([user(1000 * (w + 1) + n)])
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    append_in_threads(
+        open_session,
+        lambda w, n: user(1000 * (w + 1) + n),
+        writers=writers,
+        per_writer=per_writer,
+    )
     got = texts(open_session().read_items())
     assert got[:120] == [f"m{n}" for n in range(120)]
     for w in range(writers):  # every writer's items, each in its own order

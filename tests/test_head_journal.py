@@ -10,12 +10,12 @@ session alike.
 from __future__ import annotations
 
 import random
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.races import append_in_threads
 from tether import SessionLogReader
 from tether.errors import SnapshotCorrupt, UnsupportedSchemaVersion, VersionConflict
 from tether.integrations.openai_agents import TetherSession
@@ -227,24 +227,12 @@ def test_racing_writers_patch_without_losing_an_item(tmp_path: Path) -> None:
     a compare-and-set on the journal's last record, so no append is lost or doubled."""
     session_on(tmp_path).append_items([user("seed")])
     writers, per_writer = 4, 30
-    barrier = threading.Barrier(writers)
-    errors: list[BaseException] = []
-
-    def write(w: int) -> None:
-        session = session_on(tmp_path)
-        barrier.wait()
-        try:
-            for n in range(per_writer):
-                session.append_items([user(f"w{w}-{n}")])
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    append_in_threads(
+        lambda: session_on(tmp_path),
+        lambda w, n: user(f"w{w}-{n}"),
+        writers=writers,
+        per_writer=per_writer,
+    )
     got = texts(session_on(tmp_path).read_items())
     assert got[0] == "seed" and len(got) == 1 + writers * per_writer
     for w in range(writers):
