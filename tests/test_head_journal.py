@@ -245,11 +245,11 @@ def test_racing_writers_patch_without_losing_an_item(tmp_path: Path) -> None:
 
 
 def test_the_journal_format_marks_and_folds_heads_only() -> None:
-    journal = HeadJournal("head.json")
+    journal = HeadJournal()
     plain = objects.seal(HEAD_KIND, b'{"x":1}')
-    marked = journal.mark(plain)
+    marked = journal.mark(plain, where="v1/t/s/head.json")
     assert journal.journaled(marked) and not journal.journaled(plain)
-    assert journal.mark(marked) == marked
+    assert journal.mark(marked, where="v1/t/s/head.json") == marked
     assert unseal(marked, HEAD_KIND, where="t").body == unseal(plain, HEAD_KIND, where="t").body
-    with pytest.raises(SnapshotCorrupt, match=r"restore head\.json"):
-        journal.mark(b"not a head")
+    with pytest.raises(SnapshotCorrupt, match=r"head at v1/t/s/head\.json .*restore head\.json"):
+        journal.mark(b"not a head", where="v1/t/s/head.json")

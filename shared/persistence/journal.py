@@ -153,23 +153,20 @@ def fold_memory(head: HeadMemory, patches: Sequence[bytes], *, where: str) -> He
 class HeadJournal:
     """The :class:`tether.persistence.blobs.local.JournalFormat` of session heads."""
 
-    def __init__(self, where: str = "<journal>") -> None:
-        self.where = where
-
     def journaled(self, data: bytes) -> bool:
         return data.startswith(_JOURNALED_HEAD)
 
-    def mark(self, data: bytes) -> bytes:
+    def mark(self, data: bytes, *, where: str) -> bytes:
         # the checksum covers the body only, so the header's version can change in place
         if data.startswith(_JOURNALED_HEAD):
             return data
         if not data.startswith(_PLAIN_HEAD):
             raise SnapshotCorrupt(
-                f"the head at {self.where} is not a head of envelope version 1, so it cannot "
-                "be journaled. To recover, restore head.json from a backup"
+                f"the head at {where} is not a head of envelope version 1, so it cannot be "
+                "journaled. To recover, restore head.json from a backup"
             )
         return _JOURNALED_HEAD + data[len(_PLAIN_HEAD) :]
 
-    def fold(self, full: bytes, patches: tuple[bytes, ...]) -> bytes:
-        head = loads_snapshot(unseal(full, HEAD_KIND, where=self.where).body, where=self.where)
-        return seal(HEAD_KIND, dumps_snapshot(fold_snapshot(head, patches, where=self.where)))
+    def fold(self, full: bytes, patches: tuple[bytes, ...], *, where: str) -> bytes:
+        head = loads_snapshot(unseal(full, HEAD_KIND, where=where).body, where=where)
+        return seal(HEAD_KIND, dumps_snapshot(fold_snapshot(head, patches, where=where)))

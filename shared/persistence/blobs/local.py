@@ -57,11 +57,12 @@ class JournalFormat(Protocol):
     def journaled(self, data: bytes) -> bool:
         """Whether an object file holding ``data`` is marked as journaled."""
 
-    def mark(self, data: bytes) -> bytes:
-        """``data`` marked as journaled (the same version otherwise)."""
+    def mark(self, data: bytes, *, where: str) -> bytes:
+        """``data`` (the object at ``where``) marked as journaled (the same version otherwise)."""
 
-    def fold(self, full: bytes, patches: tuple[bytes, ...]) -> bytes:
-        """The bytes of the version ``patches`` (oldest first) make of ``full``."""
+    def fold(self, full: bytes, patches: tuple[bytes, ...], *, where: str) -> bytes:
+        """The bytes of the version ``patches`` (oldest first) make of ``full`` (the object at
+        ``where``, named by errors)."""
 
 
 class Journal(NamedTuple):
@@ -109,7 +110,8 @@ class LocalBlobs:
                 f"{self._path(key)} has patches in its journal, which this backend cannot "
                 "apply; open it through LocalSnapshotStore"
             )
-        return Blob(self.journal.fold(journal.full, journal.patches), journal.token)
+        folded = self.journal.fold(journal.full, journal.patches, where=self.describe(key))
+        return Blob(folded, journal.token)
 
     def get_journal(self, key: str) -> Journal | None:
         """The current version of ``key`` as its newest full bytes and the patches after them
@@ -189,7 +191,7 @@ class LocalBlobs:
                         return None
                     # mark the newest full version journaled (a build without journals then
                     # refuses it instead of reading it as current) and start on top of it
-                    base = self.journal.mark(full)
+                    base = self.journal.mark(full, where=str(path))
                     _atomic_write(path, base)
                     with contextlib.suppress(FileNotFoundError):
                         local_log.log_path(path).unlink()
