@@ -75,7 +75,8 @@ class LogTail(NamedTuple):
     patches: tuple[bytes, ...] = ()
     """The changes patched onto that full version since, oldest first (a journal's only)."""
     token: str | None = None
-    """The version token when the last record is a patch (else the sha256 of the version)."""
+    """The version token, when a log extending the object file was read (None: the object
+    file alone is the version; see :func:`version_token`)."""
     journal: bool = False
     """Whether the log is a journal (may take patches)."""
 
@@ -85,7 +86,7 @@ def version_token(base: bytes, tail: LogTail) -> str:
     back as ``tail``: the last patch's, else the sha256 of the newest full version."""
     if tail.token is not None:
         return tail.token
-    return sha256_hex(base if tail.record is None else tail.record)
+    return _digest(base).decode() if tail.record is None else sha256_hex(tail.record)
 
 
 class _Record(NamedTuple):
@@ -96,7 +97,7 @@ class _Record(NamedTuple):
 def header(base: bytes, *, journal: bool = False) -> bytes:
     """The header of a log (a journal when ``journal``) extending an object file holding
     ``base``."""
-    return (_JOURNAL_MAGIC if journal else _MAGIC) + sha256_hex(base).encode() + b"\n"
+    return (_JOURNAL_MAGIC if journal else _MAGIC) + _digest(base) + b"\n"
 
 
 def record(data: bytes) -> bytes:
@@ -126,9 +127,8 @@ def read_tail(path: Path, base: bytes, *, newest_only: bool = False) -> LogTail:
         return LogTail(None, 0)
     try:
         head = os.pread(fd, _HEADER_BYTES, 0)
-        digest = _digest(base) + b"\n"
-        journal = head == _JOURNAL_MAGIC + digest
-        if not journal and head != _MAGIC + digest:
+        journal = head == header(base, journal=True)
+        if not journal and head != header(base):
             return LogTail(None, 0)
         size = os.fstat(fd).st_size
         if newest_only:  # the last record alone: its trailer, then its bytes
@@ -257,7 +257,7 @@ def _tail(records: list[_Record], end: int, journal: bool, base: bytes) -> LogTa
             raise ValueError("a patch fails its checksum")
         patches.append(change)
         token = sha256_hex(data)
-    return LogTail(full, end, tuple(patches), token if patches else None, journal)
+    return LogTail(full, end, tuple(patches), token, journal)
 
 
 def append(path: Path, end: int, data: bytes, *, patch: bool = False) -> None:
