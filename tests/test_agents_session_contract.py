@@ -17,21 +17,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Runner
-from agents.memory import SessionSettings, SQLiteSession
 
-from tests.support.sdk_agents import shouter
 from tether.integrations.openai_agents import TetherSession
 from tether.persistence.storage_url import open_storage
 from tether.persistence.stores import LocalSnapshotStore
 
 MakeSession = Callable[..., Any]
 
+# The SDK (about 2 s to import) is imported where it is used, not when pytest collects this file
+# in every test process.
+
 
 @pytest.fixture(params=["sqlite", "tether", "tether-update-log"])
 def make_session(request: pytest.FixtureRequest, tmp_path: Path) -> MakeSession:
     """A factory of sessions on one storage: ``make_session(id, session_settings=...)``."""
     if request.param == "sqlite":
+        from agents.memory import SQLiteSession
+
         db = tmp_path / "sessions.db"
 
         def sqlite(session_id: str, **kw: Any) -> Any:
@@ -69,10 +71,14 @@ def test_limits_give_the_newest_items_in_order(make_session: MakeSession) -> Non
     assert asyncio.run(session.get_items(limit=0)) == []
 
 
-@pytest.mark.parametrize("settings", [{"limit": 2}, SessionSettings(limit=2)], ids=["dict", "obj"])
-def test_session_settings_from_a_dict_or_an_object(
-    make_session: MakeSession, settings: Any
-) -> None:
+@pytest.mark.parametrize("form", ["dict", "obj"])
+def test_session_settings_from_a_dict_or_an_object(make_session: MakeSession, form: str) -> None:
+    from agents import Runner
+    from agents.memory import SessionSettings
+
+    from tests.support.sdk_agents import shouter
+
+    settings = {"limit": 2} if form == "dict" else SessionSettings(limit=2)
     session = make_session("settings", session_settings=settings)
     assert isinstance(session.session_settings, SessionSettings)
     assert session.session_settings.limit == 2
@@ -85,6 +91,8 @@ def test_session_settings_from_a_dict_or_an_object(
 
 
 def test_no_settings_means_no_limit(make_session: MakeSession) -> None:
+    from agents.memory import SessionSettings
+
     session = make_session("defaults")
     assert isinstance(session.session_settings, SessionSettings)
     assert session.session_settings.limit is None

@@ -7,14 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from inspect_ai.log import read_eval_log
-from inspect_ai.model import ChatMessageAssistant
 from typer.testing import CliRunner
 
 from tests.support.finished_batch import EPOCHS, FinishedBatches, finish_batches
 from tests.support.stack import Stack
 from tether.producer.ops.batch.results import read_results
 from tether.producer.ops.cli.batch import batch_app
+
+# inspect_ai (about 1.5 s to import) is imported by the tests, not when pytest collects this file
+# in every test process.
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +35,9 @@ def export(stack: Stack, monkeypatch: pytest.MonkeyPatch, *args: str) -> str:
 def test_an_exported_batch_reads_back_with_every_sample_score_and_transcript(
     stack: Stack, batches: FinishedBatches, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from inspect_ai.log import read_eval_log
+    from inspect_ai.model import ChatMessageAssistant
+
     out = tmp_path / "run.eval"
     assert "wrote" in export(
         stack, monkeypatch, str(batches.a), "--format", "inspect", "-o", str(out)
@@ -71,6 +75,8 @@ def test_an_exported_batch_reads_back_with_every_sample_score_and_transcript(
 def test_export_without_transcripts_needs_no_store(
     stack: Stack, batches: FinishedBatches, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from inspect_ai.log import read_eval_log
+
     out = tmp_path / "run.json"
     export(stack, monkeypatch, str(batches.b), "-o", str(out), "--no-transcripts")
     log = read_eval_log(str(out))

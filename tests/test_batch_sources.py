@@ -9,9 +9,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import datasets
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from tether.errors import InvalidInput
@@ -27,6 +24,8 @@ ROWS = [
     {"qid": "q3", "question": "capital of France", "answer": "Paris", "tags": "geo", "source": "a"},
     {"qid": "q4", "question": "10-7", "answer": "3", "tags": "math", "source": "b"},
 ]
+# datasets and pyarrow (about 1 s to import) are imported where they are used, not when pytest
+# collects this file in every test process.
 NAMES = {"write_csv": "data.csv", "write_parquet": "data.parquet", "write_hf": "data_hf"}
 MAPPING = DatasetOptions(input_field="question", target_field="answer", id_field="qid")
 
@@ -46,11 +45,16 @@ def as_lists(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def write_parquet(path: Path, rows: list[dict[str, Any]]) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     pq.write_table(pa.Table.from_pylist(as_lists(rows)), path)
     return path
 
 
 def write_hf(path: Path, rows: list[dict[str, Any]]) -> Path:
+    import datasets
+
     datasets.Dataset.from_list(as_lists(rows)).save_to_disk(str(path))
     return path
 
@@ -172,6 +176,8 @@ def test_bad_rows_are_reported_by_row_number(tmp_path: Path) -> None:
 
 
 def test_bad_options_are_refused(tmp_path: Path) -> None:
+    import datasets
+
     with pytest.raises(InvalidInput, match="--filter 'tagmath' is not key=value"):
         parse_filter("tagmath")
     assert parse_filter(" tag = x ") == ("tag", "x")

@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from scipy import stats as scipy_stats
 from typer.testing import CliRunner
 
 from tether.errors import InvalidInput
@@ -21,6 +20,15 @@ from tether.producer.ops.batch.metrics import EpochMetrics, ks_for, mean_stderr,
 from tether.producer.ops.batch.results import CaseResult, dump_line, read_results
 from tether.producer.ops.batch.stats import bootstrap_mean_ci, mcnemar_exact
 from tether.producer.ops.cli.batch import batch_app
+
+
+def scipy_stats() -> Any:
+    """scipy.stats, the reference the statistics are checked against (imported on first use:
+    about 0.6 s, which every test process would pay when pytest collects this file)."""
+    from scipy import stats
+
+    return stats
+
 
 # --- pass@k, mean, stderr --------------------------------------------------------------------
 
@@ -53,7 +61,7 @@ def test_mean_and_stderr_by_hand() -> None:
     assert mean == 0.5 and stderr == pytest.approx(math.sqrt(1 / 24))
     assert mean_stderr([0.3]) == (0.3, None) and mean_stderr([]) == (None, None)
     values = [random.Random(3).random() for _ in range(50)]
-    assert mean_stderr(values)[1] == pytest.approx(scipy_stats.sem(values))
+    assert mean_stderr(values)[1] == pytest.approx(scipy_stats().sem(values))
 
 
 def test_epoch_metrics_reduce_per_case_first() -> None:
@@ -105,14 +113,18 @@ def test_bootstrap_interval_against_scipy() -> None:
     diffs = [rng.choice([-1.0, 0.0, 0.0, 1.0, 1.0]) + rng.random() * 0.1 for _ in range(300)]
     ours = bootstrap_mean_ci(diffs, resamples=5000, seed=5)
     assert ours is not None
-    reference = scipy_stats.bootstrap(
-        (np.array(diffs),),
-        np.mean,
-        confidence_level=0.95,
-        n_resamples=5000,
-        method="percentile",
-        random_state=np.random.default_rng(1),
-    ).confidence_interval
+    reference = (
+        scipy_stats()
+        .bootstrap(
+            (np.array(diffs),),
+            np.mean,
+            confidence_level=0.95,
+            n_resamples=5000,
+            method="percentile",
+            random_state=np.random.default_rng(1),
+        )
+        .confidence_interval
+    )
     # two independent Monte-Carlo estimates of the same quantiles (standard error ~0.001 here)
     assert ours[0] == pytest.approx(reference.low, abs=0.01)
     assert ours[1] == pytest.approx(reference.high, abs=0.01)
@@ -129,7 +141,7 @@ def test_bootstrap_worked_examples() -> None:
 
 @pytest.mark.parametrize(("b", "c"), [(0, 0), (1, 6), (6, 1), (5, 5), (0, 12), (30, 45), (3, 0)])
 def test_mcnemar_exact_against_scipy(b: int, c: int) -> None:
-    want = 1.0 if b + c == 0 else scipy_stats.binomtest(min(b, c), b + c, 0.5).pvalue
+    want = 1.0 if b + c == 0 else scipy_stats().binomtest(min(b, c), b + c, 0.5).pvalue
     assert mcnemar_exact(b, c) == pytest.approx(want, rel=1e-12)
 
 
@@ -213,7 +225,7 @@ def test_compare_by_hand(pair: tuple[Path, Path]) -> None:
     assert result.ci95 == bootstrap_mean_ci([0.0, 1.0, -1.0, 0.0, 1.0], resamples=2000, seed=3)
     # pass/fail pairs: c2 and c5 pass only in B, c3 only in A: McNemar on (1, 2)
     assert (result.a_only_passed, result.b_only_passed, result.pairs) == (1, 2, 5)
-    assert result.mcnemar_p == pytest.approx(scipy_stats.binomtest(1, 3, 0.5).pvalue)
+    assert result.mcnemar_p == pytest.approx(scipy_stats().binomtest(1, 3, 0.5).pvalue)
     # latency and tokens over every line of each file
     assert result.a.latency_mean_ms == pytest.approx((100 + 200 + 300 + 400 + 100 + 100) / 6)
     assert result.b.latency_mean_ms == pytest.approx((5 * 50 + 100) / 6)

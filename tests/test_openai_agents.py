@@ -6,6 +6,7 @@ writers, two processes in turn, and an SDK agent on a real Tether worker.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import subprocess
 import sys
@@ -15,12 +16,6 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("agents", reason="needs the optional extra: pip install 'tether[agents]'")
-
-from agents import Runner
-from agents.memory import Session
-
-from tests.support.sdk_agents import shouter
 from tests.support.stack import Stack, unique
 from tether import SessionLogReader
 from tether.core.events import EventType
@@ -31,6 +26,13 @@ from tether.errors import InvalidInput
 from tether.integrations.openai_agents import TetherSession
 from tether.persistence.storage_url import open_storage
 from tether.producer.client import Producer
+
+# The SDK (about 2 s to import) is imported by the tests that use it, not when pytest collects
+# this file in every test process.
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("agents") is None,
+    reason="needs the optional extra: pip install 'tether[agents]'",
+)
 
 #: Items of the shapes the SDK stores, with nesting and non-ASCII text.
 SAMPLE_ITEMS: list[dict[str, Any]] = [
@@ -66,6 +68,11 @@ def reader_of(root: Path) -> SessionLogReader:
 
 
 def test_runner_multi_turn_conversation_on_a_tether_session(tmp_path: Path) -> None:
+    from agents import Runner
+    from agents.memory import Session
+
+    from tests.support.sdk_agents import shouter
+
     session = file_session(tmp_path)
     assert isinstance(session, Session)  # the SDK's own protocol check
     agent = shouter()
@@ -217,6 +224,10 @@ def test_two_processes_in_turn_then_sessions_verify(tmp_path: Path) -> None:
 
 
 def test_an_sdk_agent_runs_on_a_real_tether_worker(live_stack: Stack, tmp_path: Path) -> None:
+    from agents import Runner
+
+    from tests.support.sdk_agents import shouter
+
     queue = "sdkq"
     env = dict(
         live_stack.env,
