@@ -89,13 +89,70 @@ def test_a_torn_append_is_skipped_by_readers_and_cut_by_the_next_writer(tmp_path
     token = versions(blobs, 3)
     log = tmp_path / "v1/acme/s-1/.head.json.log"
     whole = log.read_bytes()
-    torn = local_log.record(b'{"v":"torn"}')[:-5]  # a crash before the trailer was written
-    log.write_bytes(whole + torn)
-    assert blobs.get(KEY) == (b'{"v":2}', token)
+    content = whole.rstrip(b"\0")  # the records; the zeros after them are room for the next
     log.write_bytes(whole + b"\0" * 4096)  # the size grew, the data never reached the disk
     assert blobs.get(KEY) == (b'{"v":2}', token)
+    torn = local_log.record(b'{"v":"torn"}')[:-5]  # a crash before the trailer was written
+    log.write_bytes(content + torn + b"\0" * 64)
+    assert blobs.get(KEY) == (b'{"v":2}', token)
     token = blobs.put(KEY, b'{"v":3}', expected=token)
-    assert log.read_bytes() == whole + local_log.record(b'{"v":3}')
+    # the torn record cut, the new one written with the room after it
+    assert log.read_bytes() == content + local_log.record(b'{"v":3}') + bytes(local_log.PAD_BYTES)
+    assert blobs.get(KEY) == (b'{"v":3}', token)
+
+
+def test_appends_fill_the_room_after_the_last_record_before_growing_the_file(
+    tmp_path: Path,
+) -> None:
+    """A record that grows the log leaves zeros after it; the next ones overwrite them, so
+    their sync commits no new file size. Readers that never saw this log (another process)
+    find where its records stop."""
+    blobs = LocalBlobs(tmp_path, update_log=True)
+    token = versions(blobs, 2)
+    log = tmp_path / "v1/acme/s-1/.head.json.log"
+    size = log.stat().st_size
+    for n in range(2, 6):
+        token = blobs.put(KEY, b'{"v":%d}' % n, expected=token)
+        assert log.stat().st_size == size
+    assert log.read_bytes().rstrip(b"\0").endswith(local_log.record(b'{"v":5}'))
+    local_log._ends.clear()  # what another process knows of this log: nothing
+    assert LocalBlobs(tmp_path, update_log=True).get(KEY) == (b'{"v":5}', token)
+    record = len(local_log.record(b'{"v":9}'))
+    for n in range(6, 6 + local_log.PAD_BYTES // record + 2):
+        token = blobs.put(KEY, b'{"v":%d}' % n, expected=token)
+    assert log.stat().st_size > size  # the room ran out: one record grew the file again
+    local_log._ends.clear()
+    assert blobs.get(KEY) == (b'{"v":%d}' % n, token)
+
+
+def test_where_this_process_saw_a_log_end_is_checked_before_it_is_used(tmp_path: Path) -> None:
+    blobs = LocalBlobs(tmp_path, update_log=True)
+    token = versions(blobs, 3)
+    log = tmp_path / "v1/acme/s-1/.head.json.log"
+    content = log.read_bytes().rstrip(b"\0")
+    earlier = content.rindex(b"\0TLOGREC", 0, len(content) - 1) + len(b"\0TLOGREC")
+    token = blobs.put(KEY, b'{"v":3}', expected=token)
+    # another process appended since this one saw the log end at the record before
+    for stale in (earlier, len(content), earlier - 3, 10**9):
+        local_log._ends[local_log.log_path(tmp_path / KEY)] = stale
+        assert blobs.get(KEY) == (b'{"v":3}', token)
+        local_log._ends[local_log.log_path(tmp_path / KEY)] = stale
+        with pytest.raises(VersionConflict):
+            blobs.put(KEY, b'{"v":"lost"}', expected=sha256_hex(b'{"v":2}'))
+
+
+def test_a_log_without_room_from_an_earlier_build_is_read_and_appended_to(
+    tmp_path: Path,
+) -> None:
+    blobs = LocalBlobs(tmp_path, update_log=True)
+    token = versions(blobs, 3)
+    log = tmp_path / "v1/acme/s-1/.head.json.log"
+    log.write_bytes(log.read_bytes().rstrip(b"\0"))  # as builds before the room wrote it
+    local_log._ends.clear()
+    assert blobs.get(KEY) == (b'{"v":2}', token)
+    token = blobs.put(KEY, b'{"v":3}', expected=token)
+    assert log.read_bytes().endswith(local_log.record(b'{"v":3}') + bytes(local_log.PAD_BYTES))
+    local_log._ends.clear()
     assert blobs.get(KEY) == (b'{"v":3}', token)
 
 
@@ -109,7 +166,7 @@ def test_a_full_log_is_folded_into_the_file(
     for n in range(12):
         token = blobs.put(KEY, b"%02d" % n + b"y" * 60, expected=token)
         log = tmp_path / "v1/acme/s-1/.head.json.log"
-        sizes.append(log.stat().st_size if log.exists() else 0)
+        sizes.append(len(log.read_bytes().rstrip(b"\0")) if log.exists() else 0)
         assert blobs.get(KEY) == (b"%02d" % n + b"y" * 60, token)
     assert max(sizes) <= 400
     assert 0 in sizes  # at least one update replaced the file and dropped the log

@@ -198,12 +198,12 @@ class LocalBlobs:
                     token, tail = sha256_hex(base), local_log.LogTail(None, 0)
                 patch, new_token = local_log.patch_record(token, change)
                 if not tail.end:
-                    head = local_log.header(base, journal=True)
-                    _atomic_write(local_log.log_path(path), head + patch)
+                    first = local_log.start(path, base, patch, journal=True, patch=True)
+                    _atomic_write(local_log.log_path(path), first)
                 elif tail.end + len(patch) > local_log.LOG_MAX_BYTES:
                     return None
                 else:
-                    local_log.append(path, tail.end, patch, patch=True)
+                    local_log.append(path, tail, patch, patch=True)
         return new_token
 
     def _check(
@@ -249,10 +249,9 @@ class LocalBlobs:
             )
         ):
             if tail.end:
-                local_log.append(path, tail.end, data)
+                local_log.append(path, tail, data)
             else:  # no log extends this file yet: start one (a new file: synced like one)
-                head = local_log.header(base, journal=journal)
-                _atomic_write(logged, head + local_log.record(data))
+                _atomic_write(logged, local_log.start(path, base, data, journal=journal))
             return
         _atomic_write(path, data)
         # after the rename: a reader between the two sees the new file and a log that does

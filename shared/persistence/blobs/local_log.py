@@ -15,6 +15,16 @@ back; a torn tail (a crash while appending) is skipped by readers and cut by the
 The log is bounded: past :data:`LOG_MAX_BYTES` the next update replaces the object file and
 drops the log.
 
+A record that grows the file is written with :data:`PAD_BYTES` zeros after it, and the next
+records overwrite those zeros instead of growing the file: an ``fdatasync`` that must also
+commit a new file size costs about a third more on ext4 (measured 113 against 82 µs), and an
+append pays it once per :data:`PAD_BYTES` instead of every time. The log's content ends after
+its last byte that is not zero (a record ends with its trailer, never with zero); readers find
+it from the end of the file, or from where this process saw the last record end (checked: a
+trailer before it, zeros after). No writer calls ``fstat`` on a log either: on Linux 6.13 and
+later a file whose timestamps were read gets fine-grained ones on its next write, and the
+``fdatasync`` after it costs as much again as growing the file.
+
 A log headed ``TLOG2`` (a *journal*) may also hold patch records, trailer ``b"\\0TLOGPAT"``: a
 small change of the version before it (for a session head, the events one append adds; see
 :mod:`tether.persistence.journal`), so that such an append writes and syncs that change alone::
@@ -52,6 +62,8 @@ _JOURNAL_MAGIC = b"TLOG2 "
 _HEADER_BYTES = len(_MAGIC) + 64 + 1
 _TRAILER = b"\0TLOGREC"
 _PATCH_TRAILER = b"\0TLOGPAT"
+PAD_BYTES = 1 << 14
+"""Zeros written after a record that grows a log, for the next records to overwrite."""
 _TOKEN_HEX = 64
 _LEN = struct.Struct(">Q")
 _RECORD_OVERHEAD = 2 * _LEN.size + len(_TRAILER)
@@ -79,6 +91,10 @@ class LogTail(NamedTuple):
     file alone is the version; see :func:`version_token`)."""
     journal: bool = False
     """Whether the log is a journal (may take patches)."""
+    size: int = 0
+    """The file's size: ``end`` and the zeros after it (which the next records overwrite)."""
+    torn: bool = False
+    """Bytes other than zeros follow ``end`` (a torn record): the next writer cuts them."""
 
 
 def version_token(base: bytes, tail: LogTail) -> str:
@@ -125,30 +141,71 @@ def read_tail(path: Path, base: bytes, *, newest_only: bool = False) -> LogTail:
         fd = os.open(log_path(path), os.O_RDONLY)
     except (FileNotFoundError, NotADirectoryError):
         return LogTail(None, 0)
+    logged = log_path(path)
     try:
         head = os.pread(fd, _HEADER_BYTES, 0)
         journal = head == header(base, journal=True)
         if not journal and head != header(base):
             return LogTail(None, 0)
-        size = os.fstat(fd).st_size
-        if newest_only:  # the last record alone: its trailer, then its bytes
-            window = min(size - _HEADER_BYTES, len(_TRAILER) + _LEN.size)
+        size = os.lseek(fd, 0, os.SEEK_END)  # not fstat: see the module docstring
+        stop, last = _stop(fd, logged, size)
+        if newest_only:  # the last record alone: its length and trailer, then its bytes
+            window = min(stop - _HEADER_BYTES, len(_TRAILER) + _LEN.size)
             if window == len(_TRAILER) + _LEN.size:
-                (length,) = _LEN.unpack_from(os.pread(fd, _LEN.size, size - window))
-                window = min(size - _HEADER_BYTES, length + _RECORD_OVERHEAD)
+                if last is None:
+                    last = os.pread(fd, _LEN.size, stop - window)
+                (length,) = _LEN.unpack_from(last)
+                window = min(stop - _HEADER_BYTES, length + _RECORD_OVERHEAD)
         else:
-            window = min(size - _HEADER_BYTES, _WINDOW_BYTES)
-        newest = _newest(os.pread(fd, window, size - window), size - window, journal, newest_only)
+            window = min(stop - _HEADER_BYTES, _WINDOW_BYTES)
+        end = stop
+        newest = _newest(os.pread(fd, window, stop - window), stop - window, journal, newest_only)
         if newest is None:
             # a torn tail (or an append in progress), or a long run of patches: every record
-            records, size = _scan(_read_all(fd, _HEADER_BYTES, size), journal)
+            records, end = _scan(_read_all(fd, _HEADER_BYTES, stop), journal)
             newest = _suffix(records)
     finally:
         os.close(fd)
+    _seen(logged, end)
     if newest_only and newest and newest[-1].patch:
-        last = newest[-1].data
-        return LogTail(None, size, (last,), sha256_hex(last), journal)
-    return _tail(newest, size, journal, base)
+        last_patch = newest[-1].data
+        return LogTail(None, end, (last_patch,), sha256_hex(last_patch), journal, size, stop != end)
+    return _tail(newest, end, journal, base)._replace(size=size, torn=stop != end)
+
+
+_ends: dict[Path, int] = {}
+"""Where this process last saw each log's records end (a hint, checked before it is used)."""
+_ENDS_KEPT = 4096
+
+
+def _seen(logged: Path, end: int) -> None:
+    if len(_ends) >= _ENDS_KEPT and logged not in _ends:
+        _ends.clear()
+    _ends[logged] = end
+
+
+def _stop(fd: int, logged: Path, size: int) -> tuple[int, bytes | None]:
+    """Where the content of the log ``fd`` (``size`` bytes) stops: after its last byte that is
+    not zero. With it, the last record's length field when read on the way (else None)."""
+    hint = _ends.get(logged)
+    overhead = _LEN.size + len(_TRAILER)
+    if hint is not None and _HEADER_BYTES + overhead <= hint <= size:
+        # a trailer ends at the hint and zeros follow: the content stops there (a trailer holds
+        # no zero after its first byte, and any record starts with a length that is not zero)
+        probe = os.pread(fd, overhead + _LEN.size, hint - overhead)
+        trailer, after = probe[_LEN.size : overhead], probe[overhead:]
+        if trailer in (_TRAILER, _PATCH_TRAILER) and not after.strip(b"\0"):
+            return hint, probe[: _LEN.size]
+    # no hint, or a stale one: the padding is never longer than PAD_BYTES, so the last
+    # trailer is in this window unless the log holds no record (or another build padded it)
+    window = min(size - _HEADER_BYTES, PAD_BYTES + overhead)
+    if window <= 0:
+        return max(size, _HEADER_BYTES), None
+    data = os.pread(fd, window, size - window).rstrip(b"\0")
+    if not data and window < size - _HEADER_BYTES:
+        data = _read_all(fd, _HEADER_BYTES, size).rstrip(b"\0")
+        return _HEADER_BYTES + len(data), None
+    return size - window + len(data), None
 
 
 _last_digest: tuple[bytes, bytes] = (b"", sha256_hex(b"").encode())
@@ -260,15 +317,35 @@ def _tail(records: list[_Record], end: int, journal: bool, base: bytes) -> LogTa
     return LogTail(full, end, tuple(patches), token, journal)
 
 
-def append(path: Path, end: int, data: bytes, *, patch: bool = False) -> None:
+def append(path: Path, tail: LogTail, data: bytes, *, patch: bool = False) -> None:
     """Append ``data`` (a record built by :func:`record`, or by :func:`patch_record` when
-    ``patch``) to ``path``'s log (which reads back to ``end``), cutting any torn tail first,
-    and sync it (data and size: one journal commit)."""
-    fd = os.open(log_path(path), os.O_WRONLY)
+    ``patch``) to ``path``'s log, read back as ``tail`` under the lock the caller holds,
+    cutting any torn tail first, and sync it (one journal commit). The record overwrites the
+    zeros after the last one when they are long enough, else it grows the file with
+    :data:`PAD_BYTES` zeros after it."""
+    logged = log_path(path)
+    fd = os.open(logged, os.O_WRONLY)
     try:
-        if os.fstat(fd).st_size != end:
+        body = data if patch else record(data)
+        end, size = tail.end, tail.size
+        if tail.torn or size < end:
             os.ftruncate(fd, end)
-        os.pwrite(fd, data if patch else record(data), end)
+            size = end
+        stop = end + len(body)
+        if stop > size:
+            body += bytes(PAD_BYTES)
+        os.pwrite(fd, body, end)
         os.fdatasync(fd)
     finally:
         os.close(fd)
+    _seen(logged, stop)
+
+
+def start(
+    path: Path, base: bytes, data: bytes, *, journal: bool = False, patch: bool = False
+) -> bytes:
+    """The bytes of a new log of the object file holding ``base`` whose first record is
+    ``data`` (as :func:`append` takes it), with the zeros the next records overwrite."""
+    first = header(base, journal=journal) + (data if patch else record(data))
+    _seen(log_path(path), len(first))
+    return first + bytes(PAD_BYTES)
