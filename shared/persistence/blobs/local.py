@@ -134,16 +134,18 @@ class LocalBlobs:
         return None if base is None else local_log.version_token(base, tail)
 
     def _current(
-        self, path: Path, *, newest_only: bool = False
+        self, path: Path, *, newest_only: bool = False, fd: int | None = None
     ) -> tuple[bytes | None, local_log.LogTail]:
         """The object file's bytes of ``path`` and its update log (see
-        :func:`local_log.read_tail` for ``newest_only``)."""
+        :func:`local_log.read_tail` for ``newest_only`` and ``fd``)."""
         base = _read(path)
         if base is None:
             return None, local_log.LogTail(None, 0)
         with _io(path):
             try:
-                return base, local_log.read_tail(path, base, newest_only=newest_only)
+                if fd is None:
+                    return base, local_log.read_tail(path, base, newest_only=newest_only)
+                return base, local_log.read_tail(path, base, newest_only=newest_only, fd=fd)
             except ValueError as exc:
                 log = local_log.log_path(path)
                 raise SnapshotCorrupt(
@@ -179,31 +181,46 @@ class LocalBlobs:
             return None
         path = self._path(key)
         with _locked(_parent(path)):
-            base, tail = self._current(path, newest_only=True)
-            if base is None:
-                return None
-            token = self._check(path, base, tail, expected)
-            assert token is not None  # the object exists
-            full = base if tail.record is None else tail.record
             with _io(path):
-                if not tail.journal and (tail.end or not self.journal.journaled(base)):
-                    if len(full) > local_log.LOG_MAX_RECORD_BYTES:
-                        return None
-                    # mark the newest full version journaled (a build without journals then
-                    # refuses it instead of reading it as current) and start on top of it
-                    base = self.journal.mark(full, where=str(path))
-                    _atomic_write(path, base)
-                    with contextlib.suppress(FileNotFoundError):
-                        local_log.log_path(path).unlink()
-                    token, tail = sha256_hex(base), local_log.LogTail(None, 0)
-                patch, new_token = local_log.patch_record(token, change)
-                if not tail.end:
-                    first = local_log.start(path, base, patch, journal=True, patch=True)
-                    _atomic_write(local_log.log_path(path), first)
-                elif tail.end + len(patch) > local_log.LOG_MAX_BYTES:
+                log = local_log.open_log(path, write=True)  # once, to read and to append
+            try:
+                return self._append_patch(path, change, expected, log)
+            finally:
+                if log is not None:
+                    os.close(log)
+
+    def _append_patch(
+        self, path: Path, change: bytes, expected: str, log: int | None
+    ) -> str | None:
+        assert self.journal is not None
+        if log is None:
+            base, tail = self._current(path, newest_only=True)
+        else:
+            base, tail = self._current(path, newest_only=True, fd=log)
+        if base is None:
+            return None
+        token = self._check(path, base, tail, expected)
+        assert token is not None  # the object exists
+        full = base if tail.record is None else tail.record
+        with _io(path):
+            if not tail.journal and (tail.end or not self.journal.journaled(base)):
+                if len(full) > local_log.LOG_MAX_RECORD_BYTES:
                     return None
-                else:
-                    local_log.append(path, tail, patch, patch=True)
+                # mark the newest full version journaled (a build without journals then
+                # refuses it instead of reading it as current) and start on top of it
+                base = self.journal.mark(full, where=str(path))
+                _atomic_write(path, base)
+                with contextlib.suppress(FileNotFoundError):
+                    local_log.log_path(path).unlink()
+                token, tail = sha256_hex(base), local_log.LogTail(None, 0)
+            patch, new_token = local_log.patch_record(token, change)
+            if not tail.end:
+                first = local_log.start(path, base, patch, journal=True, patch=True)
+                _atomic_write(local_log.log_path(path), first)
+            elif tail.end + len(patch) > local_log.LOG_MAX_BYTES:
+                return None
+            else:
+                local_log.append(path, tail, patch, patch=True, fd=log)
         return new_token
 
     def _check(
@@ -331,6 +348,9 @@ class LocalBlobs:
         return self._path(prefix.rstrip("/"))
 
 
+_READ_BYTES = 1 << 16
+
+
 def _read(path: Path) -> bytes | None:
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -340,10 +360,13 @@ def _read(path: Path) -> bytes | None:
         raise _unavailable(path, exc) from exc
     try:
         # raw reads: a head is read on every append, and the buffered file object costs more
-        # than the read itself
-        chunk = os.fstat(fd).st_size + 1  # one read, and one more to see the end
-        parts = []
-        while part := os.read(fd, chunk):
+        # than the read itself; a short read of a regular file is its end, so a small file
+        # costs one read (no fstat, no second read to see the end)
+        data = os.read(fd, _READ_BYTES)
+        if len(data) < _READ_BYTES:
+            return data
+        parts = [data]
+        while part := os.read(fd, _READ_BYTES):
             parts.append(part)
         return b"".join(parts)
     except OSError as exc:

@@ -128,44 +128,66 @@ def patch_record(previous: str, change: bytes) -> tuple[bytes, str]:
     return _LEN.pack(len(data)) + data + _LEN.pack(len(data)) + _PATCH_TRAILER, sha256_hex(data)
 
 
-def read_tail(path: Path, base: bytes, *, newest_only: bool = False) -> LogTail:
+def open_log(path: Path, *, write: bool = False) -> int | None:
+    """A descriptor of ``path``'s log (None: it has none), for :func:`read_tail` and, with
+    ``write``, :func:`append` too: a writer opens its log once.
+
+    Raises:
+        OSError: the log could not be opened (the caller reports it).
+    """
+    try:
+        return os.open(log_path(path), os.O_RDWR if write else os.O_RDONLY)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def read_tail(
+    path: Path, base: bytes, *, newest_only: bool = False, fd: int | None = None
+) -> LogTail:
     """The newest version in ``path``'s log, if that log extends ``base`` (the object file's
     bytes, read first). With ``newest_only``, a journal's patches before the last are not
-    read: only its token is needed (a compare-and-set), and ``patches`` holds it alone.
+    read: only its token is needed (a compare-and-set), and ``patches`` holds it alone. With
+    ``fd`` (from :func:`open_log`; None there: no log), the log is read through it and left
+    open.
 
     Raises:
         OSError: the log could not be read (the caller reports it).
         ValueError: a journal's patches do not chain or fail their checksum (corrupt).
     """
-    try:
-        fd = os.open(log_path(path), os.O_RDONLY)
-    except (FileNotFoundError, NotADirectoryError):
+    if fd is not None:
+        return _read_tail(fd, path, base, newest_only)
+    opened = open_log(path)
+    if opened is None:
         return LogTail(None, 0)
-    logged = log_path(path)
     try:
-        head = os.pread(fd, _HEADER_BYTES, 0)
-        journal = head == header(base, journal=True)
-        if not journal and head != header(base):
-            return LogTail(None, 0)
-        size = os.lseek(fd, 0, os.SEEK_END)  # not fstat: see the module docstring
-        stop, last = _stop(fd, logged, size)
-        if newest_only:  # the last record alone: its length and trailer, then its bytes
-            window = min(stop - _HEADER_BYTES, len(_TRAILER) + _LEN.size)
-            if window == len(_TRAILER) + _LEN.size:
-                if last is None:
-                    last = os.pread(fd, _LEN.size, stop - window)
-                (length,) = _LEN.unpack_from(last)
-                window = min(stop - _HEADER_BYTES, length + _RECORD_OVERHEAD)
-        else:
-            window = min(stop - _HEADER_BYTES, _WINDOW_BYTES)
-        end = stop
-        newest = _newest(os.pread(fd, window, stop - window), stop - window, journal, newest_only)
-        if newest is None:
-            # a torn tail (or an append in progress), or a long run of patches: every record
-            records, end = _scan(_read_all(fd, _HEADER_BYTES, stop), journal)
-            newest = _suffix(records)
+        return _read_tail(opened, path, base, newest_only)
     finally:
-        os.close(fd)
+        os.close(opened)
+
+
+def _read_tail(fd: int, path: Path, base: bytes, newest_only: bool) -> LogTail:
+    logged = log_path(path)
+    head = os.pread(fd, _HEADER_BYTES, 0)
+    journal = head == header(base, journal=True)
+    if not journal and head != header(base):
+        return LogTail(None, 0)
+    size = os.lseek(fd, 0, os.SEEK_END)  # not fstat: see the module docstring
+    stop, last = _stop(fd, logged, size)
+    if newest_only:  # the last record alone: its length and trailer, then its bytes
+        window = min(stop - _HEADER_BYTES, len(_TRAILER) + _LEN.size)
+        if window == len(_TRAILER) + _LEN.size:
+            if last is None:
+                last = os.pread(fd, _LEN.size, stop - window)
+            (length,) = _LEN.unpack_from(last)
+            window = min(stop - _HEADER_BYTES, length + _RECORD_OVERHEAD)
+    else:
+        window = min(stop - _HEADER_BYTES, _WINDOW_BYTES)
+    end = stop
+    newest = _newest(os.pread(fd, window, stop - window), stop - window, journal, newest_only)
+    if newest is None:
+        # a torn tail (or an append in progress), or a long run of patches: every record
+        records, end = _scan(_read_all(fd, _HEADER_BYTES, stop), journal)
+        newest = _suffix(records)
     _seen(logged, end)
     if newest_only and newest and newest[-1].patch:
         last_patch = newest[-1].data
@@ -317,27 +339,33 @@ def _tail(records: list[_Record], end: int, journal: bool, base: bytes) -> LogTa
     return LogTail(full, end, tuple(patches), token, journal)
 
 
-def append(path: Path, tail: LogTail, data: bytes, *, patch: bool = False) -> None:
+def append(
+    path: Path, tail: LogTail, data: bytes, *, patch: bool = False, fd: int | None = None
+) -> None:
     """Append ``data`` (a record built by :func:`record`, or by :func:`patch_record` when
     ``patch``) to ``path``'s log, read back as ``tail`` under the lock the caller holds,
     cutting any torn tail first, and sync it (one journal commit). The record overwrites the
     zeros after the last one when they are long enough, else it grows the file with
-    :data:`PAD_BYTES` zeros after it."""
+    :data:`PAD_BYTES` zeros after it. With ``fd`` (from ``open_log(path, write=True)``) the
+    log is written through it and left open."""
     logged = log_path(path)
-    fd = os.open(logged, os.O_WRONLY)
-    try:
-        body = data if patch else record(data)
-        end, size = tail.end, tail.size
-        if tail.torn or size < end:
-            os.ftruncate(fd, end)
-            size = end
-        stop = end + len(body)
-        if stop > size:
-            body += bytes(PAD_BYTES)
-        os.pwrite(fd, body, end)
-        os.fdatasync(fd)
-    finally:
-        os.close(fd)
+    if fd is None:
+        opened = os.open(logged, os.O_WRONLY)
+        try:
+            append(path, tail, data, patch=patch, fd=opened)
+        finally:
+            os.close(opened)
+        return
+    body = data if patch else record(data)
+    end, size = tail.end, tail.size
+    if tail.torn or size < end:
+        os.ftruncate(fd, end)
+        size = end
+    stop = end + len(body)
+    if stop > size:
+        body += bytes(PAD_BYTES)
+    os.pwrite(fd, body, end)
+    os.fdatasync(fd)
     _seen(logged, stop)
 
 
