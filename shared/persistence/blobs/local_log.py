@@ -21,9 +21,10 @@ commit a new file size costs about a third more on ext4 (measured 113 against 82
 append pays it once per :data:`PAD_BYTES` instead of every time. The log's content ends after
 its last byte that is not zero (a record ends with its trailer, never with zero); readers find
 it from the end of the file, or from where this process saw the last record end (checked: a
-trailer before it, zeros after). No writer calls ``fstat`` on a log either: on Linux 6.13 and
-later a file whose timestamps were read gets fine-grained ones on its next write, and the
-``fdatasync`` after it costs as much again as growing the file.
+trailer before it, zeros after). No writer calls ``fstat`` on a log either: measured on Linux
+6.18, one ``fstat`` before the write makes the ``fdatasync`` after it cost what growing the file
+does (most likely the multigrain timestamps of 6.13 and later: a file whose timestamps were
+read gets a fine-grained one on its next write, which the sync then commits).
 
 A log headed ``TLOG2`` (a *journal*) may also hold patch records, trailer ``b"\\0TLOGPAT"``: a
 small change of the version before it (for a session head, the events one append adds; see
