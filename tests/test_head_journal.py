@@ -225,6 +225,20 @@ def test_a_full_journal_starts_over_on_a_new_object_file(
     assert SessionLogReader(*open_storage(f"file://{tmp_path}")).verify("s").ok
 
 
+def assert_each_append_once(root: Path, writers: int, per_writer: int) -> None:
+    """The session holds the seed, then every writer's items once, each writer's in order,
+    and its log verifies."""
+    got = texts(session_on(root).read_items())
+    assert got[0] == "seed" and len(got) == 1 + writers * per_writer
+    for w in range(writers):
+        assert [t for t in got if t.startswith(f"w{w}-")] == [
+            f"w{w}-{n}" for n in range(per_writer)
+        ]
+    reader = SessionLogReader(*open_storage(f"file://{root}"))
+    assert reader.verify("s").ok
+    assert len(reader.events("s")) == 1 + writers * per_writer
+
+
 def test_racing_writers_patch_without_losing_an_item(tmp_path: Path) -> None:
     """Writers in threads, each its own store object (as processes would be): every patch is
     a compare-and-set on the journal's last record, so no append is lost or doubled."""
@@ -236,15 +250,7 @@ def test_racing_writers_patch_without_losing_an_item(tmp_path: Path) -> None:
         writers=writers,
         per_writer=per_writer,
     )
-    got = texts(session_on(tmp_path).read_items())
-    assert got[0] == "seed" and len(got) == 1 + writers * per_writer
-    for w in range(writers):
-        assert [t for t in got if t.startswith(f"w{w}-")] == [
-            f"w{w}-{n}" for n in range(per_writer)
-        ]
-    reader = SessionLogReader(*open_storage(f"file://{tmp_path}"))
-    assert reader.verify("s").ok
-    assert len(reader.events("s")) == 1 + writers * per_writer
+    assert_each_append_once(tmp_path, writers, per_writer)
 
 
 def _append_as_a_process(root: str, ready: str, writer: int, writers: int, count: int) -> None:
@@ -275,15 +281,7 @@ def test_racing_processes_patch_without_losing_an_item(tmp_path: Path) -> None:
         for future in done:
             future.result(timeout=120)
     local_log._ends.clear()  # read as a process that never wrote it
-    got = texts(session_on(root).read_items())
-    assert got[0] == "seed" and len(got) == 1 + writers * per_writer
-    for w in range(writers):
-        assert [t for t in got if t.startswith(f"w{w}-")] == [
-            f"w{w}-{n}" for n in range(per_writer)
-        ]
-    reader = SessionLogReader(*open_storage(f"file://{root}"))
-    assert reader.verify("s").ok
-    assert len(reader.events("s")) == 1 + writers * per_writer
+    assert_each_append_once(root, writers, per_writer)
 
 
 def test_the_journal_format_marks_and_folds_heads_only() -> None:
