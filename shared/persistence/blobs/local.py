@@ -143,8 +143,6 @@ class LocalBlobs:
             return None, local_log.LogTail(None, 0)
         with _io(path):
             try:
-                if fd is None:
-                    return base, local_log.read_tail(path, base, newest_only=newest_only)
                 return base, local_log.read_tail(path, base, newest_only=newest_only, fd=fd)
             except ValueError as exc:
                 log = local_log.log_path(path)
@@ -192,11 +190,10 @@ class LocalBlobs:
     def _append_patch(
         self, path: Path, change: bytes, expected: str, log: int | None
     ) -> str | None:
+        """:meth:`append_patch` under the lock, through the journal's descriptor ``log`` (None:
+        no journal yet)."""
         assert self.journal is not None
-        if log is None:
-            base, tail = self._current(path, newest_only=True)
-        else:
-            base, tail = self._current(path, newest_only=True, fd=log)
+        base, tail = self._current(path, newest_only=True, fd=log)
         if base is None:
             return None
         token = self._check(path, base, tail, expected)

@@ -222,8 +222,8 @@ def _stop(fd: int, logged: Path, size: int) -> tuple[int, bytes | None]:
     # no hint, or a stale one: the padding is never longer than PAD_BYTES, so the last
     # trailer is in this window unless the log holds no record (or another build padded it)
     window = min(size - _HEADER_BYTES, PAD_BYTES + overhead)
-    if window <= 0:
-        return max(size, _HEADER_BYTES), None
+    if window <= 0:  # the header alone
+        return size, None
     data = os.pread(fd, window, size - window).rstrip(b"\0")
     if not data and window < size - _HEADER_BYTES:
         data = _read_all(fd, _HEADER_BYTES, size).rstrip(b"\0")
