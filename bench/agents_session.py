@@ -19,6 +19,10 @@ load hits both alike: ``TetherSession`` on a ``file://`` store (head + event arc
   instead of a replaced file synced twice (the file, then its directory). By default only
   chunked heads (past 128 items, so P13b but not P13) are logged.
 
+Both are measured at their steady state: before any row, SQLite's write-ahead log is grown until
+its first checkpoint wraps it (``settled_sqlite``), as in an application that has run for a while;
+a new log that still grows makes SQLite's commits slower, by a third here.
+
 Durability, compared honestly: ``SQLiteSession`` runs SQLite in WAL mode with its default
 ``synchronous=FULL``, which syncs the log at every commit; Tether's local store syncs every head
 write too (file and directory, or the update log), so both survive a power cut after each call.
@@ -28,11 +32,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
+import sqlite3
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +76,49 @@ def _sessions(
     for session in (tether, sqlite):
         asyncio.run(session.add_items(items))
     return tether, sqlite
+
+
+#: a bound on the warm-up commits (SQLite checkpoints its log every 1,000 pages by default; a
+#: one-row commit writes one or two)
+SETTLE_COMMITS_MAX = 5_000
+
+
+@contextlib.contextmanager
+def settled_sqlite(db_path: Path) -> Iterator[int]:
+    """Hold ``db_path``'s write-ahead log at its steady state while the rows are measured; give
+    how many warm-up commits it took.
+
+    A new database's log grows with every commit until SQLite's first automatic checkpoint;
+    from then on commits overwrite the log from its start, and a sync that commits no new file
+    size is faster (one-item appends here: 0.34-0.39 ms steady against 0.48-0.54 ms while
+    growing). Rows measured while the log grows would flatter Tether, and which rows do would
+    depend on what ran before them. So commit one-row writes on a connection of its own until a
+    commit leaves the log's size as it was (a checkpoint has wrapped it), and keep that
+    connection open: SQLite deletes the log when its last connection closes, which the rows
+    that run each call in its own ``asyncio.run`` (a thread, so a connection, per call) would
+    otherwise do between calls."""
+    connection = sqlite3.connect(db_path)
+    log = db_path.with_name(db_path.name + "-wal")
+    try:
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("CREATE TABLE IF NOT EXISTS p13_settle (n INTEGER)")
+        size = -1
+        for commits in range(1, SETTLE_COMMITS_MAX + 1):
+            connection.execute("INSERT INTO p13_settle VALUES (?)", (commits,))
+            connection.commit()
+            now = log.stat().st_size
+            if now == size:
+                break
+            size = now
+        else:
+            raise RuntimeError(
+                f"SQLite's log at {log} still grew after {SETTLE_COMMITS_MAX} commits: is "
+                "wal_autocheckpoint off in this build? The rows would compare against a "
+                "growing log"
+            )
+        yield commits
+    finally:
+        connection.close()
 
 
 def _timed(call: Callable[[], Any], loop: asyncio.AbstractEventLoop | None) -> float:
@@ -120,8 +169,9 @@ def _row(
     )
 
 
-def measures(root: Path, small: int, large: int, samples: int) -> list[Measure]:
-    """The ten rows (sessions of ``small`` and ``large`` items)."""
+def measures(root: Path, small: int, large: int, samples: int, settled: int) -> list[Measure]:
+    """The ten rows (sessions of ``small`` and ``large`` items), SQLite's log held at its
+    steady state (``settled``: the warm-up commits :func:`settled_sqlite` took)."""
     counter = iter(range(10**9))
 
     def add_one(session: Any) -> Callable[[], Any]:
@@ -138,7 +188,9 @@ def measures(root: Path, small: int, large: int, samples: int) -> list[Measure]:
             "P13",
             f"add_items of 1 item, session of {small} items",
             *add_small,
-            f"{samples} appends after 2 warm-ups",
+            f"{samples} appends after 2 warm-ups; before any row, SQLite's log was brought to "
+            f"its steady state ({settled} one-row commits, see settled_sqlite)",
+            sqlite_settle_commits=settled,
         )
     )
     rows.append(
@@ -277,8 +329,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     load_start = round(os.getloadavg()[0], 2)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="tether-p13-") as root:
-        rows = measures(Path(root), small, large, samples)
+    with (
+        tempfile.TemporaryDirectory(prefix="tether-p13-") as root,
+        settled_sqlite(Path(root) / "sqlite.db") as settled,
+    ):
+        rows = measures(Path(root), small, large, samples, settled)
     meta = {
         "date": now_iso(),
         "command": " ".join(["python -m bench.agents_session", *argv]),
