@@ -14,6 +14,8 @@ load hits both alike: ``TetherSession`` on a ``file://`` store (head + event arc
   loop, as an application runs ``Runner.run`` (the rows above run each call in its own
   ``asyncio.run``, as a script does; there ``SQLiteSession`` opens a connection per call, since
   each call runs on a new thread);
+- **P13fL** (information): ``BareAppend``, the fewest steps of a durable append in Python,
+  against SQLite's ``add_items`` in the same loop: how much room Python leaves above its floor;
 - **P13u** and **P13bu**: P13 and P13b on a local store with ``update_log=True``: every head
   update appended to the head's log and synced once, as SQLite's write-ahead log commits,
   instead of a replaced file synced twice (the file, then its directory). By default only
@@ -33,6 +35,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import fcntl
+import json
 import os
 import sqlite3
 import sys
@@ -121,6 +125,46 @@ def settled_sqlite(db_path: Path) -> Iterator[int]:
         connection.close()
 
 
+class BareAppend:
+    """The floor under any durable session written in Python: ``add_items`` as the fewest steps
+    that still make an append durable and safe between processes (the items to JSON, an
+    exclusive ``flock``, a header read, one ``pwrite`` into room written beforehand, one
+    ``fdatasync``) in a thread, as both sessions run theirs. No event, no compare-and-set, no
+    redaction and nothing that reads the items back: row P13fL, information for P13L (what is
+    left above it is Tether's own Python)."""
+
+    def __init__(self, directory: Path, room_bytes: int = 1 << 24) -> None:
+        directory.mkdir()
+        self._lock = directory / ".lock"
+        self._log = directory / "items.log"
+        fd = os.open(self._log, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            os.pwrite(fd, bytes(room_bytes), 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._end = 64
+
+    def append(self, items: list[dict[str, Any]]) -> None:
+        data = json.dumps(items).encode() + b"\n"
+        lock = os.open(self._lock, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            fd = os.open(self._log, os.O_RDWR)
+            try:
+                os.pread(fd, 64, 0)
+                os.pwrite(fd, data, self._end)
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+            self._end += len(data)
+        finally:
+            os.close(lock)
+
+    async def add_items(self, items: list[dict[str, Any]]) -> None:
+        await asyncio.to_thread(self.append, items)
+
+
 def _timed(call: Callable[[], Any], loop: asyncio.AbstractEventLoop | None) -> float:
     """One call in ``loop`` (its threads and each session's per-thread state reused, as in an
     application's event loop), or in a fresh ``asyncio.run`` when None (a script's call)."""
@@ -151,7 +195,13 @@ def _side_by_side(
 
 
 def _row(
-    id_: str, name: str, ours: list[float], theirs: list[float], note: str, **extra: Any
+    id_: str,
+    name: str,
+    ours: list[float],
+    theirs: list[float],
+    note: str,
+    target: Target | None = TARGET,
+    **extra: Any,
 ) -> Measure:
     tether, sqlite = Stats.of(ours), Stats.of(theirs)
     return Measure(
@@ -163,7 +213,7 @@ def _row(
         baseline_name="the SDK's SQLiteSession (file), the same call, alternating",
         value=tether.median / sqlite.median,
         value_of="median ratio",
-        target=TARGET,
+        target=target,
         note=note,
         extra=extra,
     )
@@ -258,9 +308,11 @@ def _one_loop_rows(
         read_20 = _side_by_side(
             t_large, s_large, lambda s: lambda: s.get_items(limit=20), samples, loop
         )
+        floor = _side_by_side(BareAppend(root / "p13fL"), s_small, add_one, samples, loop)
     finally:
         loop.close()
     growth = Stats.of(add_large[0]).median / Stats.of(add_small[0]).median
+    above_us = (Stats.of(add_small[0]).median - Stats.of(floor[0]).median) * 1000
     note = "in one event loop"
     return [
         _row(
@@ -289,6 +341,16 @@ def _one_loop_rows(
             *read_20,
             f"{samples} reads {note}",
         ),
+        _row(
+            "P13fL",
+            "floor: a bare durable append in Python (BareAppend), one event loop",
+            *floor,
+            f"{samples} appends {note}, against SQLite's on the session of {small} items: "
+            "the least any session in Python pays (information, no target); Tether's P13L "
+            f"median is {above_us:.0f} µs above it",
+            target=None,
+            tether_above_floor_us=round(above_us, 1),
+        ),
     ]
 
 
@@ -310,7 +372,7 @@ def markdown(rows: list[Measure], meta: dict[str, Any]) -> str:
     for m in rows:
         lines.append(
             f"| {m.id} | {m.name} | {_cell(m.tether, m.unit)} | {_cell(m.baseline, m.unit)} "
-            f"| {_value(m)} | {m.target} | {_verdict(m)} |"
+            f"| {_value(m)} | {m.target_text} | {_verdict(m)} |"
         )
     lines += ["", *(f"- **{m.id}**: {m.note}" for m in rows), ""]
     return "\n".join(lines)

@@ -120,7 +120,7 @@ def test_a_size_override_changes_one_field_and_an_unknown_one_is_refused() -> No
 
 @pytest.mark.timeout(120)
 def test_agents_session_bench_runs_both_ways_side_by_side(tmp_path: Path) -> None:
-    """``python -m bench.agents_session --quick``: the ten P13 rows (each call in its own
+    """``python -m bench.agents_session --quick``: the P13 rows (each call in its own
     ``asyncio.run``, and the ``L`` rows in one event loop), with finite figures for both sides."""
     pytest.importorskip("agents", reason="needs the optional extra: pip install 'tether[agents]'")
     proc = subprocess.run(
@@ -131,7 +131,7 @@ def test_agents_session_bench_runs_both_ways_side_by_side(tmp_path: Path) -> Non
     doc = json.loads((tmp_path / "p13.json").read_text())
     ids = [m["id"] for m in doc["measures"]]
     per_call = ["P13", "P13b", "P13g", "P13l"]
-    assert ids == [*per_call, *(f"{i}L" for i in per_call), "P13u", "P13bu"]
+    assert ids == [*per_call, *(f"{i}L" for i in per_call), "P13fL", "P13u", "P13bu"]
     for measure in doc["measures"]:
         assert measure["tether"]["n"] == measure["baseline"]["n"] == 5, measure["id"]
         numbers = _numbers(measure)
