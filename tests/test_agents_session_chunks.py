@@ -300,3 +300,31 @@ def test_a_store_without_journals_reads_the_head_every_time() -> None:
     first.append_items([user(2)])
     second.append_items([user(3)])
     assert texts(first.read_items(limit=2)) == ["m2", "m3"]
+
+
+def test_a_large_append_leaves_no_outbox_in_the_head_it_is_read_through() -> None:
+    """A session filled by one large ``add_items`` (an imported history, say) does not keep that
+    event in its head until the next write: the event is archived and the head written again
+    without it, so ``get_items(limit=20)`` reads a head of the same size as after small appends,
+    and the log still folds to the memory."""
+    storage = Storage()
+    storage.session().append_items([user(n) for n in range(5000)])
+    stored = storage.store().load_shallow(T, "s")
+    assert stored is not None
+    head = stored.snapshot
+    assert head.events == []
+    assert head.archived_seq == head.last_seq
+    big = max(length for key, length in storage.blobs.puts if key == head_key(T, "s"))
+    last = [length for key, length in storage.blobs.puts if key == head_key(T, "s")][-1]
+    assert last * 20 < big  # the first write carried 5,000 items in its event; the last none
+    small = Storage()
+    small.session().append_items([user(n) for n in range(2 * CHUNK_ITEMS)])
+    small_head = [length for key, length in small.blobs.puts if key == head_key(T, "s")][-1]
+    assert last <= 2 * small_head
+    storage.blobs.reads.clear()
+    assert texts(storage.session().read_items(20)) == [f"m{n}" for n in range(4980, 5000)]
+    assert storage.chunk_reads() == []
+    reader = storage.reader()
+    report = reader.verify("s")
+    assert report.ok, report.problems
+    assert [e.seq for e in reader.events("s")] == list(range(1, head.last_seq + 1))

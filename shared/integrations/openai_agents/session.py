@@ -340,6 +340,11 @@ class TetherSession:
                     write, self._store, self._agent.archive, archive_batch_events=batch
                 )
                 archived = batch if self._agent.archive is not None else None
+                if archived == 1:  # a large outbox, archived at once: the head sheds it
+                    rewritten = self._drop_archived_outbox(write)
+                    if rewritten is None:
+                        return result  # saved; another writer saved on top of it since
+                    archived, version = ARCHIVE_BATCH_EVENTS, rewritten
                 saved = write.saved_head(archived)
                 known = _Known(
                     version, saved.memory.items, tuple(saved.memory_chunks), saved.memory_index
@@ -359,6 +364,21 @@ class TetherSession:
             "before this one; nothing of this write was saved. Retry it, or give each "
             "conversation its own session"
         )
+
+    def _drop_archived_outbox(self, write: ChunkedWrite) -> str | None:
+        """Write the head ``write`` just saved again without the large outbox it carried and
+        has archived since: else every reader would read it whole (``get_items(limit=20)``
+        compares versions by the head's bytes) until the next write. Returns the new version;
+        None when another writer saved first (the head saved before stands; nothing is kept
+        here, so the next call reads the store)."""
+        try:
+            return save_session(
+                write, self._store, self._agent.archive, archive_batch_events=ARCHIVE_BATCH_EVENTS
+            )
+        except VersionConflict:
+            with self._kept_lock:
+                self._kept = self._live = self._known = None
+            return None
 
     def _patch(self, write: ChunkedWrite, before: int) -> bool:
         """Store ``write``'s append (its events after ``before``) as a patch of the stored head
