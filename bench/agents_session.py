@@ -88,7 +88,7 @@ SETTLE_COMMITS_MAX = 5_000
 
 
 @contextlib.contextmanager
-def settled_sqlite(db_path: Path) -> Iterator[int]:
+def settled_sqlite(db_path: Path, *, checkpoint_pages: int | None = None) -> Iterator[int]:
     """Hold ``db_path``'s write-ahead log at its steady state while the rows are measured; give
     how many warm-up commits it took.
 
@@ -100,11 +100,14 @@ def settled_sqlite(db_path: Path) -> Iterator[int]:
     commit leaves the log's size as it was (a checkpoint has wrapped it), and keep that
     connection open: SQLite deletes the log when its last connection closes, which the rows
     that run each call in its own ``asyncio.run`` (a thread, so a connection, per call) would
-    otherwise do between calls."""
+    otherwise do between calls. ``checkpoint_pages`` (``--quick`` only, whose numbers mean
+    nothing) wraps the log sooner, on this connection's checkpoints alone."""
     connection = sqlite3.connect(db_path)
     log = db_path.with_name(db_path.name + "-wal")
     try:
         connection.execute("PRAGMA journal_mode=WAL")
+        if checkpoint_pages is not None:
+            connection.execute(f"PRAGMA wal_autocheckpoint={int(checkpoint_pages)}")
         connection.execute("CREATE TABLE IF NOT EXISTS p13_settle (n INTEGER)")
         size = -1
         for commits in range(1, SETTLE_COMMITS_MAX + 1):
@@ -393,7 +396,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     with (
         tempfile.TemporaryDirectory(prefix="tether-p13-") as root,
-        settled_sqlite(Path(root) / "sqlite.db") as settled,
+        settled_sqlite(
+            Path(root) / "sqlite.db", checkpoint_pages=50 if args.quick else None
+        ) as settled,
     ):
         rows = measures(Path(root), small, large, samples, settled)
     meta = {
