@@ -223,7 +223,7 @@ def _row(
 
 
 def measures(root: Path, small: int, large: int, samples: int, settled: int) -> list[Measure]:
-    """The ten rows (sessions of ``small`` and ``large`` items), SQLite's log held at its
+    """The rows (sessions of ``small`` and ``large`` items), SQLite's log held at its
     steady state (``settled``: the warm-up commits :func:`settled_sqlite` took)."""
     counter = iter(range(10**9))
 
