@@ -314,8 +314,8 @@ def test_a_large_append_leaves_no_outbox_in_the_head_it_is_read_through() -> Non
     head = stored.snapshot
     assert head.events == []
     assert head.archived_seq == head.last_seq
-    big = max(length for key, length in storage.blobs.puts if key == head_key(T, "s"))
-    last = [length for key, length in storage.blobs.puts if key == head_key(T, "s")][-1]
+    head_puts = [length for key, length in storage.blobs.puts if key == head_key(T, "s")]
+    big, last = max(head_puts), head_puts[-1]
     assert last * 20 < big  # the first write carried 5,000 items in its event; the last none
     small = Storage()
     small.session().append_items([user(n) for n in range(2 * CHUNK_ITEMS)])
