@@ -35,7 +35,7 @@ demo: $(STAMP)
 PARALLEL := -n 3 --dist loadfile
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow" $(PARALLEL)
+	$(BIN)/python -m pytest -q -m "not slow and not docs" $(PARALLEL)
 
 test-long: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
@@ -51,7 +51,7 @@ test-stress: $(STAMP)
 		for n in 1 2; do $(BIN)/python -c 'while True: pass' & hogs="$$hogs $$!"; done; \
 	fi; \
 	echo "test-stress: CPU hogs (pids$$hogs) beside the suite"; \
-	$(BIN)/python -m pytest -q -m "not slow" $(PARALLEL)
+	$(BIN)/python -m pytest -q -m "not slow and not docs" $(PARALLEL)
 
 lint: $(STAMP)
 	$(BIN)/ruff check shared producer worker tests $(wildcard bench examples)
@@ -61,9 +61,11 @@ lint: $(STAMP)
 
 typecheck: lint
 
-# The API reference and guides; warnings are errors (as in CI).
+# The API reference and guides into build/site; warnings are errors (as in CI). The build is the
+# test tests/test_docs_build.py (it also checks that the API pages hold what they should), which
+# `make test` leaves out: CI runs `make docs` and `make test`, so the site is built once.
 docs: $(STAMP)
-	$(BIN)/mkdocs build --strict --site-dir build/site
+	TETHER_DOCS_SITE_DIR=build/site $(BIN)/python -m pytest -q -p no:xdist -m docs tests/test_docs_build.py
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

@@ -129,6 +129,53 @@ def test_items_round_trip_losslessly_and_get_items_limit(tmp_path: Path) -> None
     assert [e.seq for e in reader_of(tmp_path).events("sdk-1")] == [1, 2]
 
 
+#: A credential a user pastes into a conversation (the shape of an OpenAI project key).
+PASTED = "sk-proj-" + "Q7" * 16
+
+
+def _every_file_text(root: Path) -> str:
+    return "".join(
+        p.read_bytes().decode("utf-8", "replace") for p in root.rglob("*") if p.is_file()
+    )
+
+
+def test_a_pasted_secret_is_redacted_before_the_session_stores_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    said = f"my key is {PASTED}, keep it"
+    items = [
+        {"role": "user", "content": said},  # stored as a Tether user message
+        {"type": "function_call_output", "call_id": "c1", "output": said},  # as the SDK's JSON
+    ]
+    session = file_session(tmp_path / "default")
+    asyncio.run(session.add_items(items))
+    asyncio.run(session.add_items(items[:1]))  # an append stored as a journal patch
+    stored = asyncio.run(session.get_items())
+    assert [item.get("content", item.get("output")) for item in stored] == [
+        "my key is ***, keep it"
+    ] * 3
+    assert PASTED not in _every_file_text(tmp_path / "default")
+    assert all(
+        PASTED not in json.dumps(e.model_dump(mode="json"))
+        for e in reader_of(tmp_path / "default").events("sdk-1")
+    )
+
+    # from_settings also masks the deployment's own secrets, as a worker does
+    api_key = "not-a-pattern-but-the-configured-key-123"
+    monkeypatch.setenv("TETHER_STORE_URL", f"file://{tmp_path / 'settings'}")
+    monkeypatch.setenv("TETHER_OPENAI_API_KEY", api_key)
+    configured = TetherSession.from_settings("sdk-2")
+    asyncio.run(configured.add_items([{"role": "user", "content": f"{api_key} and {PASTED}"}]))
+    assert asyncio.run(configured.get_items()) == [{"role": "user", "content": "*** and ***"}]
+    assert api_key not in _every_file_text(tmp_path / "settings")
+
+    # redact=None is the documented way to store every text as given
+    store, archive = open_storage(f"file://{tmp_path / 'verbatim'}")
+    verbatim = TetherSession("sdk-3", store=store, archive=archive, redact=None)
+    asyncio.run(verbatim.add_items(items[:1]))
+    assert asyncio.run(verbatim.get_items()) == items[:1]
+
+
 def test_pop_on_empty_pop_and_clear(tmp_path: Path) -> None:
     session = file_session(tmp_path)
     assert asyncio.run(session.pop_item()) is None  # empty, and never stored

@@ -55,7 +55,7 @@ from tether.persistence.saving import ARCHIVE_BATCH_EVENTS, save_session, should
 from tether.persistence.stores.base import JournalingStore, SnapshotStore, StoredSnapshot
 from tether.persistence.writer_storage import open_writer_storage
 from tether.runtime.agent import Agent
-from tether.runtime.redaction import TextRedactor
+from tether.runtime.redaction import DEFAULT_REDACTOR, TextRedactor, settings_redactor
 from tether.runtime.session import AgentSession
 from tether.runtime.session_memory import last_items
 from tether.settings import Settings, load_settings
@@ -114,8 +114,11 @@ class TetherSession:
         store: the snapshot store.
         archive: the event archive (None: events stay in the head).
         tenant: the tenant.
-        redact: applied to every text before it is stored (see
-            :mod:`tether.runtime.redaction`).
+        redact: applied to every text of every item before it is stored, so reads give
+            it redacted too (see :mod:`tether.runtime.redaction`): by default the credential
+            patterns of :data:`~tether.runtime.redaction.SECRET_PATTERNS` (a pasted
+            ``sk-...`` key is stored as ``***``), which always apply, then a function of your
+            own if given; ``None`` stores every text as given.
         session_settings: the SDK's ``SessionSettings``, or a dict of its fields, converted
             as the SDK's own sessions do (its ``limit`` is the default of :meth:`get_items`).
     """
@@ -127,7 +130,7 @@ class TetherSession:
         store: SnapshotStore,
         archive: EventArchive | None = None,
         tenant: str = "default",
-        redact: TextRedactor | None = None,
+        redact: TextRedactor | None = DEFAULT_REDACTOR,
         session_settings: Any = None,
     ) -> None:
         self.session_id = validate_id(session_id)
@@ -159,12 +162,20 @@ class TetherSession:
 
         Its writes drop the session's cached head (``TETHER_HEAD_CACHE_TTL_S``); a session
         built on a store of your own should get one from
-        :func:`tether.persistence.writer_storage.open_writer_storage` for the same reason."""
+        :func:`tether.persistence.writer_storage.open_writer_storage` for the same reason.
+        Items are redacted as a worker redacts its events: the credential patterns, and the
+        secrets the settings hold (the OpenAI key, the broker and Redis passwords)."""
         settings = settings or load_settings()
         # its writes drop the deployment's cached head, so a worker's next run of this session
         # reads what it wrote (not a cached older head it would redo after losing the CAS)
         store, archive = open_writer_storage(settings)
-        return cls(session_id, store=store, archive=archive, tenant=tenant or settings.tenant)
+        return cls(
+            session_id,
+            store=store,
+            archive=archive,
+            tenant=tenant or settings.tenant,
+            redact=settings_redactor(settings),
+        )
 
     # --- the Session protocol ---------------------------------------------------------------
 
