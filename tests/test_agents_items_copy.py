@@ -43,7 +43,7 @@ def _typed(value: Any) -> Any:
     return (type(value).__name__, value)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.dictionaries(st.text(max_size=6), _values, max_size=5))
 def test_the_copy_is_the_json_round_trip(item: dict[str, Any]) -> None:
     copied = _plain_json(item)

@@ -8,11 +8,12 @@ import json
 import pytest
 
 from tether import Agent, ModelResponse, ScriptedModel, tool
-from tether.core.items import ToolOutput
+from tether.core.events import AgentEvent, EventType, ItemsAppendedPayload
+from tether.core.items import ExternalItem, ToolOutput
 from tether.models.base import ModelRequest
 from tether.persistence.archives.memory import InMemoryEventArchive
 from tether.persistence.stores.memory import InMemorySnapshotStore
-from tether.runtime.redaction import DEFAULT_REDACTOR, secret_redactor
+from tether.runtime.redaction import DEFAULT_REDACTOR, redact_event, secret_redactor
 
 PLANTED = {
     "openai": "sk-proj-" + "Q7x" * 10,
@@ -90,3 +91,25 @@ def test_ordinary_text_is_left_alone(ordinary: str) -> None:
 def test_default_redaction_is_idempotent() -> None:
     once = DEFAULT_REDACTOR(_planted_input())
     assert DEFAULT_REDACTOR(once) == once
+
+
+def test_opaque_reasoning_state_is_kept_byte_for_byte() -> None:
+    """A model's ``encrypted_content`` is URL-safe base64 the next call must send back as it
+    was: a blob that happens to hold ``-sk-`` and 20 more such characters is not a pasted key."""
+    blob = "gAAAAABp" + "Zm9v" * 8 + "-sk-" + "a1_B-" * 6 + "Q=="
+    assert DEFAULT_REDACTOR(blob) != blob  # the pattern would mask it as text
+    reasoning = {"type": "reasoning", "encrypted_content": blob, "summary": [{"text": blob}]}
+    event = AgentEvent(
+        type=EventType.MEMORY_ITEMS_APPENDED,
+        tenant="default",
+        session_id="s-opaque",
+        seq=1,
+        payload=ItemsAppendedPayload(
+            items=(ExternalItem(source="openai-agents", text="", data=reasoning),)
+        ),
+    )
+    cleaned = redact_event(event, DEFAULT_REDACTOR)
+    assert isinstance(cleaned.payload, ItemsAppendedPayload)
+    data = cleaned.payload.items[0].data  # type: ignore[union-attr]
+    assert data["encrypted_content"] == blob
+    assert data["summary"] == [{"text": DEFAULT_REDACTOR(blob)}]  # text a person reads: masked

@@ -183,11 +183,19 @@ def redact_event(event: AgentEvent, redact: TextRedactor) -> AgentEvent:
     return event.model_copy(update={"payload": type(event.payload).model_validate(cleaned)})
 
 
+#: Keys whose values :func:`redact_event` leaves as they are: an item's ``kind`` (its type tag),
+#: and ``encrypted_content``, the model's opaque reasoning state (URL-safe base64 that the next
+#: call must return byte for byte; about one 2,000-character blob in 10,000 holds ``-sk-`` and
+#: 20 more such characters, which the ``sk-`` pattern would mask, breaking the conversation).
+#: Neither is text a person wrote.
+OPAQUE_KEYS = frozenset({"kind", "encrypted_content"})
+
+
 def _walk(value: Any, redact: TextRedactor) -> Any:
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, dict):
-        return {k: v if k == "kind" else _walk(v, redact) for k, v in value.items()}
+        return {k: v if k in OPAQUE_KEYS else _walk(v, redact) for k, v in value.items()}
     if isinstance(value, list):
         return [_walk(v, redact) for v in value]
     return value
