@@ -121,6 +121,26 @@ def test_add_list_pause_resume_remove(redis_url: str) -> None:
         schedules.remove("digest")
 
 
+def test_a_pasted_secret_in_a_schedules_input_is_never_stored(redis_url: str) -> None:
+    """The definition sits in Redis for as long as the schedule lives: its input is redacted
+    before it is stored, as a run's input is before it is submitted."""
+    pasted = "sk-proj-" + "Zq9" * 10
+    schedules = Schedules(Settings(broker_url=redis_url, redis_url=redis_url))
+    schedules.add("keyed", session_id="s-1", agent="echo", input=f"use {pasted}", every_s=60)
+    assert schedules.get("keyed").schedule.input == "use ***"
+    client = redis.Redis.from_url(redis_url)
+    stored = b"".join(
+        b"".join(k + v for k, v in client.hgetall(key).items())
+        if client.type(key) == b"hash"
+        else client.dump(key) or b""
+        for key in client.keys("*")
+    )
+    assert b"Zq9Zq9" not in stored and b"use ***" in stored
+    raw = Schedules(Settings(broker_url=redis_url, redis_url=redis_url, redact_inputs=False))
+    raw.add("verbatim", session_id="s-2", agent="echo", input=f"use {pasted}", every_s=60)
+    assert raw.get("verbatim").schedule.input == f"use {pasted}"  # TETHER_REDACT_INPUTS=false
+
+
 def test_an_unknown_agent_writes_nothing(redis_url: str) -> None:
     schedules = Schedules(Settings(broker_url=redis_url, redis_url=redis_url))
     with pytest.raises(UnknownAgent, match="'no-such-agent'"):

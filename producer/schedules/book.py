@@ -25,6 +25,7 @@ from tether.producer.schedules.beat import build_beat_app
 from tether.producer.schedules.model import MissedTicks, Schedule, parse_schedule, validate_name
 from tether.producer.schedules.scheduler import SCHEDULE_TASK, TetherEntry
 from tether.producer.schedules.ticks import first_last_tick, next_tick
+from tether.runtime.redaction import DEFAULT_REDACTOR
 from tether.settings import Settings, load_settings
 
 
@@ -90,13 +91,18 @@ class Schedules:
     ) -> ScheduleView:
         """Add a schedule: a run of ``agent`` on ``session_id`` with ``input`` at every tick of
         ``cron`` (five fields, UTC) or every ``every_s`` seconds; ``missed``: what a beat does
-        with ticks missed while none ran (``catch_up``: one run; ``skip``: none).
+        with ticks missed while none ran (``catch_up``: one run; ``skip``: none). The input is
+        stored with its credentials masked, as a run's (``TETHER_REDACT_INPUTS``).
 
         Raises:
             InvalidInput: a bad name, id, cron expression or interval.
             UnknownAgent: no agent of that name is registered here.
             ScheduleExists: the name is taken (remove it first).
         """
+        if input and self.settings.redact_inputs:
+            # the definition lives in Redis as long as the schedule does: a key pasted into
+            # its input must not, as a run's input is redacted before it is submitted
+            input = DEFAULT_REDACTOR(input)
         schedule = parse_schedule(
             name=name,
             session_id=session_id,
