@@ -10,10 +10,13 @@ import json
 import subprocess
 import sys
 import textwrap
+import uuid
 from typing import Any
 
+from tests.support.redis_scan import flatten_redis
 from tests.support.stack import Stack, unique
 from tether.core.results import RunStatus
+from tether.persistence.redis_conn import redis_from_url
 
 CLIENT = textwrap.dedent(
     """
@@ -48,15 +51,23 @@ CLIENT = textwrap.dedent(
             tether_run.delay("bad/id", "hi", agent="echo")
         except InvalidInput as exc:
             out["invalid"] = str(exc)
+    elif plan["kind"] == "secret":
+        sid, key = plan["sessions"][0], plan["key"]
+        out["results"] = [
+            tether_run.delay(sid, f"remember {key}", agent="notes", metadata={"k": key}).get(
+                timeout=60),
+            tether_run.apply_async(kwargs={"session_id": sid, "input": f"also {key}",
+                                           "agent": "echo"}).get(timeout=60),
+        ]
     print(json.dumps(out))
     """
 )
 
 
-def run_client(stack: Stack, kind: str, sessions: list[str]) -> dict[str, Any]:
+def run_client(stack: Stack, kind: str, sessions: list[str], **plan: str) -> dict[str, Any]:
     """Drive the canvas from a fresh process with the stack's environment."""
     proc = subprocess.run(
-        [sys.executable, "-c", CLIENT, json.dumps({"kind": kind, "sessions": sessions})],
+        [sys.executable, "-c", CLIENT, json.dumps({"kind": kind, "sessions": sessions, **plan})],
         env=stack.env,
         capture_output=True,
         text=True,
@@ -118,3 +129,25 @@ def test_a_redelivered_canvas_task_applies_once_and_failures_are_results(
     failed = out["failed"]
     assert failed["status"] == RunStatus.FAILED.value and failed["error_type"] == "UnknownAgent"
     assert "session id" in out["invalid"]
+
+
+def test_a_pasted_secret_in_a_canvas_run_is_never_stored(live_stack: Stack) -> None:
+    """A signature's input and metadata are masked before the run is registered and before
+    the task message reaches the broker, as the producer masks a run's (TETHER_REDACT_INPUTS)."""
+    sid, key = unique("canvas-secret"), "sk-proj-" + uuid.uuid4().hex + uuid.uuid4().hex
+    out = run_client(live_stack, "secret", [sid], key=key)
+    assert [r["status"] for r in out["results"]] == [RunStatus.COMPLETED.value] * 2
+    assert [r["output"] for r in out["results"]] == ["noted: ***", "echo: also ***"]
+    redis = redis_from_url(live_stack.env["TETHER_REDIS_URL"])
+    try:
+        stored = list(flatten_redis(redis).items())
+    finally:
+        redis.close()
+    s3 = live_stack.s3_client()
+    stored += [
+        (k.encode(), s3.get_object(Bucket=live_stack.bucket, Key=k)["Body"].read())
+        for k in live_stack.s3_keys()
+        if sid in k
+    ]
+    assert any(sid.encode() in k for k, _ in stored)  # the scan saw this session's keys
+    assert [k for k, data in stored if key[8:40].encode() in data] == []

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.support.redis_scan import flatten_redis
 from tether.errors import InvalidInput, ScheduleExists, ScheduleNotFound, UnknownAgent
 from tether.producer.client import Producer
 from tether.producer.schedules import Schedules
@@ -128,13 +129,7 @@ def test_a_pasted_secret_in_a_schedules_input_is_never_stored(redis_url: str) ->
     schedules = Schedules(Settings(broker_url=redis_url, redis_url=redis_url))
     schedules.add("keyed", session_id="s-1", agent="echo", input=f"use {pasted}", every_s=60)
     assert schedules.get("keyed").schedule.input == "use ***"
-    client = redis.Redis.from_url(redis_url)
-    stored = b"".join(
-        b"".join(k + v for k, v in client.hgetall(key).items())
-        if client.type(key) == b"hash"
-        else client.dump(key) or b""
-        for key in client.keys("*")
-    )
+    stored = b"".join(flatten_redis(redis.Redis.from_url(redis_url)).values())
     assert b"Zq9Zq9" not in stored and b"use ***" in stored
     raw = Schedules(Settings(broker_url=redis_url, redis_url=redis_url, redact_inputs=False))
     raw.add("verbatim", session_id="s-2", agent="echo", input=f"use {pasted}", every_s=60)

@@ -22,6 +22,7 @@ import pytest
 
 from tests.support.console import Console
 from tests.support.otel_spans import SPANS_FILE_ENV, memory_exporter, span_doc
+from tests.support.redis_scan import flatten_redis
 from tests.support.stack import Stack, unique
 from tests.test_metrics import MeteredWorker
 from tether.core.results import RunStatus
@@ -81,8 +82,8 @@ def places(fleet: Fleet, sessions: list[str], run_ids: list[str]) -> dict[str, b
     found: dict[str, bytes] = {}
     redis = redis_from_url(fleet.stack.env["TETHER_REDIS_URL"])
     try:
-        for key in redis.scan_iter(match=f"{fleet.namespace}*"):
-            found[f"redis {key!r}"] = key + b"\x00" + (redis.dump(key) or b"")
+        for key, value in flatten_redis(redis, match=f"{fleet.namespace}*").items():
+            found[f"redis {key!r}"] = key + b"\x00" + value
     finally:
         redis.close()
     stack = fleet.stack

@@ -52,6 +52,7 @@ from tether.runs.contract import RunRequest, RunResult, parse_request
 from tether.runs.options import RUN_OPTIONS
 from tether.runs.queue.base import RunQueue, SubmitState, preempt_for, submit
 from tether.runs.queue.redis import RedisRunQueue
+from tether.runtime.redaction import DEFAULT_REDACTOR, redact_tree
 from tether.settings import Settings, load_settings
 from tether.worker.app import app
 from tether.worker.engine.admission import registered
@@ -214,9 +215,32 @@ class CanvasRunTask(Task):  # type: ignore[misc]
                 "steps) with TETHER_REGISTERED_RUNS_ONLY: apply each step from the tenant's "
                 "own process, or use a group"
             )
-        request = canvas_request(tuple(args or ()), dict(kwargs or {}), task_id, settings)
+        args, kwargs = masked_arguments(tuple(args or ()), dict(kwargs or {}), settings)
+        request = canvas_request(args, kwargs, task_id, settings)
         _submit(runs, request, settings.queue)
         return super().apply_async(args, kwargs, task_id, *rest, **options)
+
+
+def masked_arguments(
+    args: tuple[Any, ...], kwargs: dict[str, Any], settings: Settings
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A signature's arguments with the credentials in its input and metadata masked, as the
+    producer masks a run's (``TETHER_REDACT_INPUTS``): before the run is registered and before
+    the task message, which the broker keeps until a worker takes it, is sent. Only the
+    applying process masks: the worker builds its request from the masked message, so both
+    sides register the same request."""
+    if not settings.redact_inputs:
+        return args, kwargs
+    masked = list(args)
+    at = 2 if masked and isinstance(masked[0], dict) else 1  # a chain's step: (previous, sid, …)
+    if len(masked) > at and isinstance(masked[at], str):
+        masked[at] = DEFAULT_REDACTOR(masked[at])
+    kwargs = dict(kwargs)
+    if isinstance(kwargs.get("input"), str):
+        kwargs["input"] = DEFAULT_REDACTOR(kwargs["input"])
+    if isinstance(kwargs.get("metadata"), dict):
+        kwargs["metadata"] = redact_tree(kwargs["metadata"], DEFAULT_REDACTOR)
+    return tuple(masked), kwargs
 
 
 def _wait_s(kwargs: dict[str, Any], settings: Settings) -> float:

@@ -27,6 +27,7 @@ from typing import Any
 import boto3
 
 from tests.support.fault_proxy import FaultProxy
+from tests.support.redis_scan import flatten_redis
 from tests.support.stack import eventually, s3_reader, stack_env, unique
 from tether.dev.moto_server import MotoServer
 from tether.dev.redis_server import RedisServer
@@ -140,30 +141,10 @@ class ChaosStack:
     def redis_dump(self) -> dict[bytes, bytes]:
         """Every Redis key with its whole value flattened to bytes (for secret scans)."""
         client = self.redis_client()
-        out: dict[bytes, bytes] = {}
         try:
-            for key in client.scan_iter(count=1000):
-                kind = client.type(key)
-                parts: list[bytes] = []
-                if kind == b"string":
-                    parts.append(client.get(key) or b"")
-                elif kind == b"hash":
-                    for k, v in client.hgetall(key).items():
-                        parts += [k, v]
-                elif kind == b"list":
-                    parts += client.lrange(key, 0, -1)
-                elif kind == b"set":
-                    parts += list(client.smembers(key))
-                elif kind == b"zset":
-                    parts += [m for m, _ in client.zrange(key, 0, -1, withscores=True)]
-                elif kind == b"stream":
-                    for _id, fields in client.xrange(key):
-                        for k, v in fields.items():
-                            parts += [k, v]
-                out[key] = b"\x00".join(parts)
+            return flatten_redis(client)
         finally:
             client.close()
-        return out
 
     def worker_logs(self) -> str:
         """The text of every worker log file of this stack."""
