@@ -31,7 +31,7 @@ from tether.runs.contract import (
 )
 from tether.runs.options import RunExtras, RunOptionsKwargs, check_options
 from tether.runs.queue.base import RunView, StopMode, SubmitOutcome, SubmitState
-from tether.runtime.redaction import DEFAULT_REDACTOR, redact_tree
+from tether.runtime.redaction import mask_input, mask_metadata
 from tether.settings import Settings
 
 
@@ -96,21 +96,14 @@ def tool_output(call_id: str, output: str) -> Resolution:
     return Resolution(call_id=call_id, action="output", text=output)
 
 
-def _redacted(text: object) -> object:
-    # before validation: a wrong type is left for parse_request to refuse with a clear error
-    return DEFAULT_REDACTOR(text) if isinstance(text, str) and text else text
-
-
 def _masked(settings: Settings, metadata: object) -> object:
     # metadata and settled texts are stored like inputs (the run record, the head)
-    if not settings.redact_inputs or not isinstance(metadata, dict):
-        return metadata
-    return redact_tree(metadata, DEFAULT_REDACTOR)
+    return mask_metadata(metadata) if settings.redact_inputs else metadata
 
 
 def _redacted_resolution(resolution: Resolution) -> dict[str, object]:
     doc = resolution.model_dump()
-    return {**doc, "text": _redacted(doc["text"])}
+    return {**doc, "text": mask_input(doc["text"])}
 
 
 def build_request(settings: Settings, spec: RunSpec, reply_to: str | None = None) -> RunRequest:
@@ -134,7 +127,7 @@ def build_request(settings: Settings, spec: RunSpec, reply_to: str | None = None
         "tenant": settings.tenant if tenant is None else tenant,
         "session_id": spec.session_id,
         # a secret pasted into an input never reaches the run record, the broker or the log
-        "input": _redacted(spec.input) if settings.redact_inputs else spec.input,
+        "input": mask_input(spec.input) if settings.redact_inputs else spec.input,
         "metadata": {} if metadata is None else _masked(settings, metadata),
         "resolutions": [
             _redacted_resolution(r) if settings.redact_inputs else r.model_dump()

@@ -52,7 +52,7 @@ from tether.runs.contract import RunRequest, RunResult, parse_request
 from tether.runs.options import RUN_OPTIONS
 from tether.runs.queue.base import RunQueue, SubmitState, preempt_for, submit
 from tether.runs.queue.redis import RedisRunQueue
-from tether.runtime.redaction import DEFAULT_REDACTOR, redact_tree
+from tether.runtime.redaction import mask_input, mask_metadata
 from tether.settings import Settings, load_settings
 from tether.worker.app import app
 from tether.worker.engine.admission import registered
@@ -233,13 +233,12 @@ def masked_arguments(
         return args, kwargs
     masked = list(args)
     at = 2 if masked and isinstance(masked[0], dict) else 1  # a chain's step: (previous, sid, …)
-    if len(masked) > at and isinstance(masked[at], str):
-        masked[at] = DEFAULT_REDACTOR(masked[at])
+    if len(masked) > at:
+        masked[at] = mask_input(masked[at])
     kwargs = dict(kwargs)
-    if isinstance(kwargs.get("input"), str):
-        kwargs["input"] = DEFAULT_REDACTOR(kwargs["input"])
-    if isinstance(kwargs.get("metadata"), dict):
-        kwargs["metadata"] = redact_tree(kwargs["metadata"], DEFAULT_REDACTOR)
+    for name, mask in (("input", mask_input), ("metadata", mask_metadata)):
+        if name in kwargs:
+            kwargs[name] = mask(kwargs[name])
     return tuple(masked), kwargs
 
 

@@ -25,7 +25,7 @@ from tether.producer.schedules.beat import build_beat_app
 from tether.producer.schedules.model import MissedTicks, Schedule, parse_schedule, validate_name
 from tether.producer.schedules.scheduler import SCHEDULE_TASK, TetherEntry
 from tether.producer.schedules.ticks import first_last_tick, next_tick
-from tether.runtime.redaction import DEFAULT_REDACTOR
+from tether.runtime.redaction import mask_input
 from tether.settings import Settings, load_settings
 
 
@@ -99,10 +99,10 @@ class Schedules:
             UnknownAgent: no agent of that name is registered here.
             ScheduleExists: the name is taken (remove it first).
         """
-        if input and self.settings.redact_inputs:
+        if self.settings.redact_inputs:
             # the definition lives in Redis as long as the schedule does: a key pasted into
             # its input must not, as a run's input is redacted before it is submitted
-            input = DEFAULT_REDACTOR(input)
+            input = mask_input(input)
         schedule = parse_schedule(
             name=name,
             session_id=session_id,

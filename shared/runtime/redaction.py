@@ -18,7 +18,7 @@ import logging
 import re
 import traceback
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from pydantic import SecretStr
@@ -181,6 +181,28 @@ def redact_event(event: AgentEvent, redact: TextRedactor) -> AgentEvent:
     if cleaned == doc:
         return event
     return event.model_copy(update={"payload": type(event.payload).model_validate(cleaned)})
+
+
+_V = TypeVar("_V")
+
+
+def mask_input(value: _V) -> _V:
+    """``value`` with the default credential patterns masked when it is non-empty text, as
+    every entry point stores a run's input (``TETHER_REDACT_INPUTS``); anything else as it is,
+    for the validation after it to refuse with a clear error."""
+    if isinstance(value, str) and value:
+        masked: Any = DEFAULT_REDACTOR(value)
+        return masked  # type: ignore[no-any-return]
+    return value
+
+
+def mask_metadata(value: _V) -> _V:
+    """``value`` with the default credential patterns masked in every string of it (keys
+    too) when it is a dict (run metadata); anything else as it is."""
+    if isinstance(value, dict):
+        masked: Any = redact_tree(value, DEFAULT_REDACTOR)
+        return masked  # type: ignore[no-any-return]
+    return value
 
 
 #: Keys whose values :func:`redact_event` leaves as they are: an item's ``kind`` (its type tag),
