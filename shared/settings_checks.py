@@ -12,8 +12,17 @@ import re
 from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
 
 MASK = "***"
-#: Query parameters whose values are secrets (``unix:///s.sock?password=...``).
-SECRET_PARAMS = frozenset({"password", "pass", "token", "secret", "key", "api_key", "apikey"})
+#: Query parameters whose values are secrets (``unix:///s.sock?password=...``, Azure's
+#: ``?api-key=`` and ``?code=``, a SAS ``?sig=``, S3's presigned ``X-Amz-Signature``), compared
+#: in lower case with ``-`` read as ``_``.
+SECRET_PARAMS = frozenset(
+    {
+        "password", "pass", "passwd", "pwd", "token", "secret", "key", "api_key", "apikey",
+        "access_token", "refresh_token", "id_token", "auth", "authorization", "client_secret",
+        "code", "sig", "signature", "x_amz_signature", "x_amz_security_token", "x_api_key",
+        "session_token", "private_key",
+    }
+)  # fmt: skip
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
@@ -49,7 +58,7 @@ def mask_url(value: str) -> str:
     query = parts.query
     if query:
         pairs = [
-            (k, MASK if k.lower() in SECRET_PARAMS else v)
+            (k, MASK if k.lower().replace("-", "_") in SECRET_PARAMS else v)
             for k, v in parse_qsl(query, keep_blank_values=True)
         ]
         query = urlencode(pairs, safe="*/")

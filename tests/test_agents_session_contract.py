@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tether.errors import InvalidInput
 from tether.integrations.openai_agents import TetherSession
 from tether.persistence.storage_url import open_storage
 from tether.persistence.stores import LocalSnapshotStore
@@ -69,6 +70,24 @@ def test_limits_give_the_newest_items_in_order(make_session: MakeSession) -> Non
     assert texts(asyncio.run(session.get_items(limit=5))) == everything[-5:]
     assert texts(asyncio.run(session.get_items(limit=1))) == ["m6"]
     assert asyncio.run(session.get_items(limit=0)) == []
+    # a negative limit is no limit, as SQLite's LIMIT -1 (TetherSession refused it)
+    assert texts(asyncio.run(session.get_items(limit=-1))) == everything
+    negative = make_session("limits", session_settings={"limit": -3})
+    assert texts(asyncio.run(negative.get_items())) == everything
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"limit": 1, "bogus": 2}, {"limit": "many"}, object()],
+    ids=["field", "type", "obj"],
+)
+def test_settings_that_are_not_session_settings_are_refused(
+    make_session: MakeSession, settings: Any
+) -> None:
+    """An unknown field, a wrong type or a foreign object: refused when the session is made,
+    as the SDK refuses them (TetherSession kept an unknown field's dict and any object)."""
+    with pytest.raises((TypeError, ValueError, InvalidInput)):
+        make_session("refused", session_settings=settings)
 
 
 @pytest.mark.parametrize("form", ["dict", "obj"])
@@ -154,3 +173,37 @@ def test_concurrent_writers_lose_no_item(make_session: MakeSession) -> None:
     for n in range(writers):  # each writer's items in its own order
         mine = [t for t in got if t.startswith(f"w{n}-")]
         assert mine == [f"w{n}-{i}" for i in range(per_writer)]
+
+
+@pytest.mark.parametrize("op", ["pop", "clear"])
+def test_pop_and_clear_see_what_another_object_wrote_since(
+    make_session: MakeSession, op: str
+) -> None:
+    """One object empties the session, another adds to it, then the first pops or clears: it
+    acts on what is stored now. ``TetherSession`` judged "nothing to do" on the head it had
+    saved last and silently did nothing."""
+    first, second = make_session("stale"), make_session("stale")
+    asyncio.run(first.add_items([user("old")]))
+    asyncio.run(first.clear_session())  # first now holds an empty head of its own
+    asyncio.run(second.add_items([user("secret plan"), user("x")]))
+    if op == "pop":
+        assert asyncio.run(first.pop_item()) == user("x")
+        assert texts(asyncio.run(make_session("stale").get_items())) == ["secret plan"]
+    else:
+        asyncio.run(first.clear_session())
+        assert asyncio.run(make_session("stale").get_items()) == []
+
+
+def test_a_lone_surrogate_is_refused_clearly_and_nothing_is_stored(tmp_path: Path) -> None:
+    """Where ``TetherSession`` differs on purpose: text that is not valid Unicode (``SQLiteSession``
+    stores it) is refused with ``InvalidInput`` naming the cause, not pydantic's serialization
+    error, and the session is as it was."""
+    store, archive = open_storage(f"file://{tmp_path / 'store'}")
+    session = TetherSession("surrogate", store=store, archive=archive)
+    asyncio.run(session.add_items([user("ok")]))
+    with pytest.raises(InvalidInput, match=r"lone surrogate.*Nothing was stored"):
+        asyncio.run(session.add_items([user("a\ud800b")]))
+    assert asyncio.run(session.get_items()) == [user("ok")]
+    again = TetherSession("surrogate", store=store, archive=archive)
+    asyncio.run(again.add_items([user("next")]))
+    assert texts(asyncio.run(again.get_items())) == ["ok", "next"]

@@ -113,3 +113,34 @@ def test_opaque_reasoning_state_is_kept_byte_for_byte() -> None:
     data = cleaned.payload.items[0].data  # type: ignore[union-attr]
     assert data["encrypted_content"] == blob
     assert data["summary"] == [{"text": DEFAULT_REDACTOR(blob)}]  # text a person reads: masked
+
+
+def test_a_secret_under_any_other_key_or_as_a_key_is_masked() -> None:
+    """Only a reasoning (or compaction) item's own ``encrypted_content`` is opaque: the same
+    key in a tool's output, a nested ``kind``, and a dict key holding a secret are redacted
+    (every key named ``kind`` or ``encrypted_content`` was skipped at any depth, and keys were
+    never redacted)."""
+    pasted = "sk-proj-" + "Zx9" * 10
+    items = (
+        {
+            "type": "function_call_output",
+            "call_id": "c1",
+            "output": [{"type": "input_text", "encrypted_content": pasted, "kind": pasted}],
+        },
+        {"role": "user", "content": "see", "metadata": {pasted: "as a key"}},
+        {"type": "message", "role": "user", "content": [{"kind": pasted, "text": "x"}]},
+    )
+    event = AgentEvent(
+        type=EventType.MEMORY_ITEMS_APPENDED,
+        tenant="default",
+        session_id="s-keys",
+        seq=1,
+        payload=ItemsAppendedPayload(
+            items=tuple(ExternalItem(source="openai-agents", text="", data=d) for d in items)
+        ),
+    )
+    cleaned = redact_event(event, DEFAULT_REDACTOR)
+    text = cleaned.model_dump_json()
+    assert pasted[:12] not in text
+    assert text.count("***") == 4
+    assert cleaned.payload.kind == event.payload.kind  # the payload's own tag stays

@@ -167,6 +167,14 @@ def test_an_api_key_is_never_shown(monkeypatch: pytest.MonkeyPatch) -> None:
         ("unix:///tmp/r.sock?db=0&password=pw", "unix:///tmp/r.sock?db=0&password=***"),
         ("memory://", "memory://"),
         ("file:///var/tether", "file:///var/tether"),
+        # Azure's key and function code, a SAS signature, a presigned S3 URL's signature
+        (
+            "https://a.example/v1?api-version=1&api-key=pw",
+            "https://a.example/v1?api-version=1&api-key=***",
+        ),
+        ("https://f.example/api/hook?code=pw", "https://f.example/api/hook?code=***"),
+        ("https://b.example/c?sv=2&sig=pw", "https://b.example/c?sv=2&sig=***"),
+        ("https://s3.example/o?X-Amz-Signature=pw", "https://s3.example/o?X-Amz-Signature=***"),
     ],
 )
 def test_mask_url(url: str, shown: str) -> None:

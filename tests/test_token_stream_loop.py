@@ -290,3 +290,41 @@ def test_a_flush_while_the_thread_publishes_waits_for_it_in_order() -> None:
     flusher.join(5)
     assert done == [True] and channel.threads == ["tether-deltas", "tether-deltas"]
     assert [d.text for _c, d in channel.read("acme", "s-1")] == ["a ", "b"]
+
+
+PEM_BODY = ("MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7", "q3Xz9Lr0m1nFQkZ8pVd2Wb")
+
+
+def test_a_private_key_split_across_lines_and_pieces_never_reaches_the_sink() -> None:
+    """A PEM private key is the one credential pattern whose match spans whitespace: pieces
+    went out at each line end, so its body lines were published before its end marker made
+    it a match. It is held back whole from ``-----BEGIN`` until then."""
+    key = (
+        "-----BEGIN RSA PRIVATE KEY-----\n"
+        + "\n".join(PEM_BODY)
+        + "\n-----END RSA PRIVATE KEY-----"
+    )
+    answer = f"here is your key:\n{key}\nkeep it safe.\n-----BEGIN CERTIFICATE-----\nMIIB\n"
+    agent = Agent(SplittingModel([ModelResponse.final(answer)]))
+    rec = Recorder()
+    agent.new_session().run("go", on_delta=rec)
+    pieces = [v[1] for k, v in rec.log if k == "piece"]
+    published = "".join(d.text for d in pieces)
+    for line in PEM_BODY:
+        assert line[:10] not in published
+    expected = "here is your key:\n***\nkeep it safe.\n-----BEGIN CERTIFICATE-----\nMIIB\n"
+    assert published == expected
+
+
+def test_unfinished_key_holds_only_what_may_still_be_a_private_key() -> None:
+    from tether.runtime.streaming import unfinished_key
+
+    header = "-----BEGIN EC PRIVATE KEY-----"
+    assert unfinished_key("no key here\n", 0) is None
+    assert unfinished_key("a -----BEG", 0) is None  # not yet a start (the whitespace rule holds it)
+    assert unfinished_key("a -----BEGIN EC PRI", 0) == 2  # the header still arriving
+    assert unfinished_key(f"a {header}\nMIIB\n", 0) == 2  # no end marker yet
+    done = f"a {header}\nMIIB\n-----END EC PRIVATE KEY-----\n"
+    assert unfinished_key(done, 0) is None
+    assert unfinished_key(done + f"b {header}\n", 0) == len(done) + 2  # a second, unfinished
+    assert unfinished_key("-----BEGIN CERTIFICATE-----\nMIIB\n", 0) is None  # not a key

@@ -177,7 +177,8 @@ def redact_event(event: AgentEvent, redact: TextRedactor) -> AgentEvent:
     """``event`` with ``redact`` applied to every text of its payload (the same object when
     nothing changed)."""
     doc = event.payload.model_dump(mode="json")
-    cleaned = _walk(doc, redact)
+    # the payload's own fields are the schema's names, and ``kind`` its type tag
+    cleaned = {k: v if k == "kind" else _walk(v, redact) for k, v in doc.items()}
     if cleaned == doc:
         return event
     return event.model_copy(update={"payload": type(event.payload).model_validate(cleaned)})
@@ -205,19 +206,25 @@ def mask_metadata(value: _V) -> _V:
     return value
 
 
-#: Keys whose values :func:`redact_event` leaves as they are: an item's ``kind`` (its type tag),
-#: and ``encrypted_content``, the model's opaque reasoning state (URL-safe base64 that the next
-#: call must return byte for byte; about one 2,000-character blob in 10,000 holds ``-sk-`` and
-#: 20 more such characters, which the ``sk-`` pattern would mask, breaking the conversation).
-#: Neither is text a person wrote.
-OPAQUE_KEYS = frozenset({"kind", "encrypted_content"})
+#: Item types whose ``encrypted_content`` :func:`redact_event` leaves as it is: the model's
+#: opaque state (URL-safe base64 that the next call must return byte for byte; about one
+#: 2,000-character blob in 10,000 holds ``-sk-`` and 20 more such characters, which the ``sk-``
+#: pattern would mask, breaking the conversation). Not text a person wrote. Only there: the same
+#: key anywhere else (a tool's output, an item's fields) is redacted like any text.
+OPAQUE_ITEM_TYPES = frozenset({"reasoning", "compaction"})
 
 
 def _walk(value: Any, redact: TextRedactor) -> Any:
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, dict):
-        return {k: v if k in OPAQUE_KEYS else _walk(v, redact) for k, v in value.items()}
+        opaque = value.get("type") in OPAQUE_ITEM_TYPES
+        return {
+            redact(k): v
+            if opaque and k == "encrypted_content" and isinstance(v, str)
+            else _walk(v, redact)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [_walk(v, redact) for v in value]
     return value

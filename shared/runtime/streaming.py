@@ -14,6 +14,7 @@ live channel either, even when the provider splits it across pieces.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Protocol
 
 from tether.models.base import ModelDelta
@@ -37,7 +38,8 @@ def redacted(inner: RunDeltas, redact: TextRedactor | None) -> RunDeltas:
 
 
 #: How much text before a new stretch its redaction sees: what a pattern may look behind at
-#: (``Bearer `` and a word boundary; a match itself holds no whitespace, so none starts in it).
+#: (``Bearer `` and a word boundary; a match itself holds no whitespace, so none starts in it;
+#: a private key, whose lines do, is held back whole instead).
 CONTEXT_CHARS = 16
 
 
@@ -49,8 +51,10 @@ class _RedactedDeltas:
     tool call's arguments) keeps its raw text, and only the part up to its last whitespace is
     redacted and handed out; the rest waits for more text or for the end of the step. Secrets
     and the credential patterns hold no whitespace, so a match never crosses that boundary and
-    what was handed out stays a prefix of the redacted whole. A stream ends whole when the
-    next one starts (the text before the calls, call 0 before call 1) or when the step does.
+    what was handed out stays a prefix of the redacted whole. The one exception, a PEM private
+    key (its lines are whitespace apart), is held back whole from its ``-----BEGIN`` until its
+    end marker arrives (:func:`unfinished_key`). A stream ends whole when the next one starts
+    (the text before the calls, call 0 before call 1) or when the step does.
     """
 
     def __init__(self, inner: RunDeltas, redact: TextRedactor) -> None:
@@ -75,8 +79,17 @@ class _RedactedDeltas:
         stream.raw += text
         # four calls, not a generator over the characters: this runs for every piece
         cut = max(text.rfind(" "), text.rfind("\n"), text.rfind("\t"), text.rfind("\r"))
-        if cut >= 0:
-            self._emit(step, stream, len(stream.raw) - len(text) + cut + 1)
+        if cut < 0:
+            return
+        end = len(stream.raw) - len(text) + cut + 1
+        held = unfinished_key(stream.raw, stream.done)
+        if held is not None and held < end:
+            # up to the last whitespace before the key: a match of another pattern may run
+            # into its dashes
+            raw = stream.raw
+            end = 1 + max(raw.rfind(c, stream.done, held) for c in " \n\t\r")
+        if end > 0:
+            self._emit(step, stream, end)
 
     def step_done(self, step: int) -> None:
         self._last = None
@@ -105,6 +118,34 @@ class _RedactedDeltas:
         t = first if first is not None else stream.template
         # the constructor, not dataclasses.replace (several times slower): once per piece
         self._inner.piece(step, ModelDelta(t.kind, new, t.call_index, t.call_id, t.tool_name))
+
+
+_KEY_START = "-----BEGIN"
+_KEY_HEADER = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")
+_KEY_END = re.compile(r"-----END [A-Z ]*PRIVATE KEY-----")
+#: A ``-----BEGIN`` line longer than this without the header's end is not a private key's
+_KEY_HEADER_MAX_CHARS = 64
+
+
+def unfinished_key(raw: str, start: int) -> int | None:
+    """Where the first PEM private key of ``raw[start:]`` that may still be unfinished begins
+    (the credential pattern whose match spans whitespace; see
+    :data:`~tether.runtime.redaction.SECRET_PATTERNS`), or None: a ``-----BEGIN`` whose header
+    may still turn out to be a private key's counts, one whose end marker came does not."""
+    at = raw.find(_KEY_START, start)
+    while at >= 0:
+        header = _KEY_HEADER.match(raw, at)
+        if header is None:
+            line = raw[at : at + _KEY_HEADER_MAX_CHARS]
+            if "\n" not in line and len(line) < _KEY_HEADER_MAX_CHARS:
+                return at  # the header is still arriving
+            at = raw.find(_KEY_START, at + 1)
+            continue
+        finished = _KEY_END.search(raw, header.end())
+        if finished is None:
+            return at
+        at = raw.find(_KEY_START, finished.end())
+    return None
 
 
 @dataclasses.dataclass

@@ -36,11 +36,14 @@ loop.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple, TypeVar
+
+from pydantic_core import PydanticSerializationError
 
 from tether.core.events import ItemsAppendedPayload
 from tether.core.items import Item
@@ -89,20 +92,34 @@ class _NoModel:
 
 def _session_settings(value: Any) -> Any:
     """``value`` as the SDK's ``SessionSettings`` (a dict converted, None the defaults), as
-    ``SQLiteSession`` does; ``Runner.run`` reads its fields as attributes."""
+    ``SQLiteSession`` does; ``Runner.run`` reads its fields as attributes.
+
+    Raises:
+        InvalidInput: not ``SessionSettings`` nor a dict of its fields (an unknown field, a
+            value of the wrong type), refused as the SDK refuses it.
+    """
     # imported here: the SDK is an optional extra, and importing this package must not need it
     from agents.memory import SessionSettings
 
     if value is None:
         return SessionSettings()
-    if not isinstance(value, Mapping):
+    if isinstance(value, SessionSettings):
         return value
+    if not isinstance(value, Mapping):
+        raise InvalidInput(
+            f"session_settings must be the SDK's SessionSettings or a dict of its fields, got "
+            f"{type(value).__name__}; pass SessionSettings(limit=...)"
+        )
+    known = {f.name for f in dataclasses.fields(SessionSettings)}
+    unknown = sorted(str(k) for k in value if k not in known)
     try:
+        if unknown:  # the SDK's own conversion refuses these too
+            raise TypeError(f"unknown field(s) {', '.join(unknown)}")
         return SessionSettings(**value)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(
             f"session_settings {dict(value)!r} are not the SDK's SessionSettings ({exc}); "
-            "pass SessionSettings(limit=...) or a dict of its fields"
+            f"pass SessionSettings(limit=...) or a dict of its fields ({', '.join(sorted(known))})"
         ) from exc
 
 
@@ -204,6 +221,8 @@ class TetherSession:
         """Blocking :meth:`get_items`. Reads the head and, newest first, only the chunks that
         hold the items it returns; when the stored head is still the one this object wrote or
         read last (its version, read without parsing, says so), not even the head."""
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit < 0:
+            limit = None  # all items, as SQLiteSession gives them (SQLite's LIMIT -1)
         last_items(list[SdkItem](), limit)  # validates limit before any I/O
         store = self._store
         journal = self._journal
@@ -273,7 +292,16 @@ class TetherSession:
         if not items:
             return
         converted = tuple(to_memory(item) for item in items)  # refuse bad items before writing
-        self._write(lambda session: session.add_items(converted), pull="none")
+        try:
+            self._write(lambda session: session.add_items(converted), pull="none")
+        except PydanticSerializationError as exc:
+            # found as the write encodes (nothing was stored) rather than by a walk over every
+            # text of every item before it, which every append would pay for
+            raise InvalidInput(
+                f"an item for {self.tenant}/{self.session_id} cannot be stored as JSON text "
+                f"({exc}); a lone surrogate (a JSON \\ud800 without its pair) is the usual "
+                "cause: send valid Unicode text. Nothing was stored"
+            ) from None
 
     def remove_last_item(self) -> SdkItem | None:
         """Blocking :meth:`pop_item`. A Tether-native item that stands for several SDK items
@@ -334,14 +362,21 @@ class TetherSession:
         """Apply ``change`` to the newest stored state and save it with compare-and-set; on a
         conflict start again from the state that won."""
         for attempt in range(MAX_WRITE_ATTEMPTS):
+            with self._kept_lock:
+                cached = self._kept is not None or (pull == "none" and self._live is not None)
             write = self._load(pull) or ChunkedWrite(
                 self._agent.new_session(self.session_id, self.tenant)
             )
             session = write.session
             before = session.last_seq
             result = change(session)
-            if session.last_seq == before:
-                return result  # nothing to write (pop or clear on an empty session)
+            if session.last_seq == before:  # nothing to write (pop or clear on an empty session)
+                if cached:
+                    # judged on the head this object saved last, which another writer may have
+                    # changed since: a no-op writes nothing for the compare-and-set to refuse,
+                    # so judge again on the stored head (_load used the cache up)
+                    continue
+                return result
             try:
                 if self._patch(write, before):
                     return result
