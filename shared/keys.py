@@ -77,6 +77,8 @@ Namespace-wide keys (each in its own slot, written beside a script, never inside
   ``<p>:{~sched}::schedule`` (zset, entry key scored by its next tick) and
   ``<p>:{~sched}::lock`` (the active beat's lock): the run schedules (see
   :mod:`tether.producer.schedules`); :meth:`RedisKeys.schedules` is redbeat's key prefix.
+- ``<p>:{~webhooks}:d:<delivery id>`` (string, a delivery's JSON, with a TTL): a webhook
+  delivery on its way, named by id in the ``tether.webhook`` task.
 - ``<p>:{~webhooks}:dead`` (hash, field a delivery id, value its JSON) and
   ``<p>:{~webhooks}:dead:order`` (zset, delivery id scored by when it died): webhook deliveries
   that ran out of attempts, for ``tether webhooks dead | redeliver``.
@@ -342,6 +344,11 @@ class RedisKeys:
         :mod:`tether.producer.schedules`), so no name meets redbeat's ``::schedule`` and
         ``::lock``."""
         return f"{self.prefix}:{{~sched}}:"
+
+    def webhook_pending(self, delivery_id: str) -> str:
+        """A webhook delivery on its way (its JSON, with its attempts so far), named by id in
+        the ``tether.webhook`` task (see :mod:`tether.runs.webhooks.pending`)."""
+        return f"{self.prefix}:{{~webhooks}}:d:{delivery_id}"
 
     def webhooks_dead(self) -> tuple[str, str]:
         """The webhook dead letters: a hash (delivery id to its JSON) and a zset (delivery id

@@ -71,6 +71,22 @@ def mask_url(value: str) -> str:
     return masked
 
 
+def url_credential(value: str) -> str | None:
+    """What credential ``value`` (a URL) carries: ``"a password"``, ``"the query parameter
+    'code'"``, or None (also for a URL that does not parse: its checks say why)."""
+    try:
+        parts = urlsplit(value)
+        password = parts.password
+    except ValueError:
+        return None
+    if password is not None:
+        return "a password"
+    for key, _ in parse_qsl(parts.query, keep_blank_values=True):
+        if key.lower().replace("-", "_") in SECRET_PARAMS:
+            return f"the query parameter {key!r}"
+    return None
+
+
 _URL_IN_TEXT_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:/{1,2}[^\s'\"<>]+")
 
 

@@ -32,6 +32,7 @@ from tether.producer import Producer
 from tether.producer.submission import run_message
 from tether.runs.contract import RunRef, RunRequest, WireRequest
 from tether.runs.queue.redis import RedisRunQueue
+from tether.runs.webhooks.delivery import WEBHOOK_TASK, Delivery
 from tether.settings import Settings
 from tether.worker.canvas import CANVAS_RUN_TASK
 
@@ -156,3 +157,99 @@ def test_a_run_message_forged_by_another_tenant_is_refused_and_changes_nothing(
         assert team_a.run(session, "recall", agent="notes", wait_s=60).output == "A's fact"
     finally:
         team_a.close()
+
+
+def mismatched(worker: MeteredWorker) -> float:
+    """The worker's ``tether_messages_refused_total{reason="mismatched"}``."""
+    samples = scrape(f"http://127.0.0.1:{worker.metrics_port}/metrics")
+    return value(samples, "tether_messages_refused_total", reason="mismatched")
+
+
+def test_a_record_in_a_tenants_own_keyspace_cannot_name_another_tenants_session(
+    world: World,
+) -> None:
+    """team-a writes, with its own credential and in its own keyspace, a run record whose
+    request names team-b's session, queues it on its own session and sends the wake-up: the
+    worker loaded team-b's head, called the model on team-b's memory and ran team-b's tools
+    (only the final append was fenced out). The request in a record must name the run its key
+    does; this one is refused, counted, and nothing of team-b's is read or written."""
+    a_session, b_session = unique(), unique()
+    team_b = world.producer("team-b")
+    try:
+        assert team_b.run(b_session, "remember B's PIN", agent="notes", wait_s=60).ok
+        stored, b_keys = world.stored(), world.session_keys("team-b", b_session)
+
+        a_url = world.tenant_url("team-a")
+        a = redis_from_url(a_url)
+        keys = RedisKeys(NS)
+        run_ids = []
+        for text in ("remember A WAS HERE", "recall"):  # a write, then a read of B's memory
+            run_id = new_id("run")
+            run_ids.append(run_id)
+            doc = {"run_id": run_id, "request_id": run_id, "agent": "notes", "input": text}
+            for_b = RunRequest.model_validate({**doc, "tenant": "team-b", "session_id": b_session})
+            # the record a producer writes, by hand: team-a's credential may write these keys
+            a.set(keys.request("team-a", a_session, run_id), run_id, ex=3600)
+            record = {
+                "status": "QUEUED",
+                "request": WireRequest.of(for_b).text,
+                "tenant": "team-a",
+                "session_id": a_session,
+                "request_id": run_id,
+                "submitted_at_ms": 0,
+            }
+            a.hset(keys.run("team-a", a_session, run_id), mapping=record)
+            a.rpush(keys.pending("team-a", a_session), run_id)
+            wake = RunRequest.model_validate({**doc, "tenant": "team-a", "session_id": a_session})
+            celery = Celery("team-a", broker=a_url)
+            celery.conf.broker_transport_options = {"global_keyprefix": f"{NS}-celery:"}
+            try:
+                celery.send_task(**run_message(WireRequest.of(wake), QUEUE))
+            finally:
+                celery.close()
+
+        assert eventually(lambda: mismatched(world.worker) >= 2, timeout_s=60)
+        assert world.stored() == stored  # team-b's head and archive byte-identical
+        assert world.session_keys("team-b", b_session) == b_keys
+        for run_id in run_ids:  # nothing ran: no result, no output of B's memory for team-a
+            assert a.hget(keys.run("team-a", a_session, run_id), "result") is None
+        assert "its record holds a request for tenant 'team-b'" in world.worker.log_text()
+        assert team_b.run(b_session, "recall", agent="notes", wait_s=60).output == "B's PIN"
+        a.close()
+    finally:
+        team_b.close()
+
+
+def test_a_webhook_task_forged_by_another_tenant_is_refused_and_sends_nothing(
+    world: World,
+) -> None:
+    """team-b publishes ``tether.webhook`` tasks for team-a: one carrying a whole delivery (its
+    text, its URL, a negative attempt count), one naming a delivery id. The worker signed and
+    sent the first with team-a's secret (a signing oracle) and wrote failures to the namespace's
+    dead letters. A task now names a delivery a worker stored under ``{~webhooks}``, which no
+    tenant can write: both are refused, counted, and nothing is sent or written."""
+    forged = Delivery(
+        id="wh-run-forged-completed",
+        url="http://127.0.0.1:9/hook",
+        tenant="team-a",
+        session_id="s-a",
+        run_id="run-forged",
+        status="COMPLETED",
+        body='{"type":"run.completed","output_summary":"APPROVED: pay team-b"}',
+        attempts=-4,
+    )
+    celery = Celery("team-b", broker=world.tenant_url("team-b"))
+    celery.conf.broker_transport_options = {"global_keyprefix": f"{NS}-celery:"}
+    try:
+        celery.send_task(WEBHOOK_TASK, kwargs={"delivery": forged.model_dump_json()}, queue=QUEUE)
+        celery.send_task(WEBHOOK_TASK, kwargs={"delivery_id": forged.id}, queue=QUEUE)
+    finally:
+        celery.close()
+
+    def unstored() -> float:
+        samples = scrape(f"http://127.0.0.1:{world.worker.metrics_port}/metrics")
+        return value(samples, "tether_messages_refused_total", reason="unstored_webhook")
+
+    assert eventually(lambda: unstored() >= 2, timeout_s=60)
+    assert list(world.admin.scan_iter(match=f"{NS}:{{~webhooks}}*")) == []  # no dead letter
+    assert "refused webhook task" in world.worker.log_text()

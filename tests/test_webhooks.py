@@ -95,6 +95,9 @@ def _settings(redis_url: str, **extra: object) -> Settings:
         ("not a url", {}, InvalidInput, "'not a url'"),
         ("http://127.0.0.1:9/x", {"webhook_secrets": '{"*": "x"}'}, InvalidInput, "127.0.0.1"),
         ("http://127.0.0.1:9/x", {"webhook_allow_private": True}, ConfigurationError, "secret"),
+        # a credential in a run's own URL would be stored with the run: refused, shown masked
+        ("https://u:pw-Secret1@hooks.example/x", {}, InvalidInput, "carries a credential"),
+        ("https://hooks.example/x?code=pw-Secret1", {}, InvalidInput, "'code'"),
     ],
 )
 def test_a_bad_webhook_refuses_the_run_and_writes_nothing(
@@ -102,7 +105,7 @@ def test_a_bad_webhook_refuses_the_run_and_writes_nothing(
 ) -> None:
     with Producer(_settings(redis_url, **extra)) as producer, pytest.raises(error) as info:
         producer.run_async("s-1", "hi", agent="echo", webhook=webhook)
-    assert needle in str(info.value)
+    assert needle in str(info.value) and "pw-Secret1" not in str(info.value)
     assert redis.Redis.from_url(redis_url).keys("*") == []
 
 

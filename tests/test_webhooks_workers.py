@@ -4,6 +4,7 @@ attempts into the dead letters, and ``tether webhooks redeliver`` delivers it.""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.redis_scan import flatten_redis
 from tests.support.stack import eventually, unique
 from tests.support.webhook_receiver import ACCEPT, FAIL, HANG, Receiver, webhook_receiver
 from tether.core.results import RunStatus
@@ -48,7 +50,8 @@ def hooks_env(
             "TETHER_STORE_URL": f"file://{log_dir / 'store'}",
             "TETHER_QUEUE": "webhooks",
             "TETHER_WEBHOOK_SECRETS": json.dumps({"*": SECRET}),
-            "TETHER_WEBHOOK_URLS": json.dumps({"hooks": f"{receiver.url}/tenant"}),
+            # a receiver that wants a password: the settings hold it, storage never does
+            "TETHER_WEBHOOK_URLS": json.dumps({"hooks": _with_password(receiver.url, "/tenant")}),
             "TETHER_WEBHOOK_ALLOW_PRIVATE": "true",
             "TETHER_WEBHOOK_MAX_ATTEMPTS": str(MAX_ATTEMPTS),
             "TETHER_WEBHOOK_BACKOFF_S": "0.2",
@@ -58,6 +61,13 @@ def hooks_env(
     fleet = WorkerFleet(env, log_dir, count=1, concurrency=2, queue="webhooks")
     with fleet:
         yield env
+
+
+HOOK_PASSWORD = "pw-" + "hook" * 6
+
+
+def _with_password(url: str, path: str) -> str:
+    return url.replace("http://", f"http://hooks:{HOOK_PASSWORD}@") + path
 
 
 def _settings(env: dict[str, str]) -> Any:
@@ -106,7 +116,17 @@ def test_a_dead_webhook_is_listed_and_redelivered(
         listed = _tether(hooks_env, "webhooks", "dead", "--tenant", "hooks", "--json")
         assert listed.returncode == 0, listed.stderr
         letter = next(d for d in json.loads(listed.stdout) if d["id"] == delivery_id)
-        assert letter["attempts"] == MAX_ATTEMPTS and letter["last_error"] == "HTTP 500"
+        assert letter["attempts"] == MAX_ATTEMPTS and letter["last_error"] == "HTTP 500", letter[
+            "last_error"
+        ]
+        # the URL's password is in no dead letter, listing or Redis value (it was in all three)
+        assert letter["url"] == _with_password(receiver.url, "/tenant").replace(
+            HOOK_PASSWORD, "***"
+        )
+        assert HOOK_PASSWORD not in listed.stdout
+        assert not [
+            k for k, v in flatten_redis(producer.redis).items() if HOOK_PASSWORD.encode() in v
+        ]
         assert len(receiver.on("/tenant")) == MAX_ATTEMPTS
         receiver.default["/tenant"] = ACCEPT
         again = _tether(hooks_env, "webhooks", "redeliver", delivery_id)
@@ -117,4 +137,7 @@ def test_a_dead_webhook_is_listed_and_redelivered(
             redeliver(producer, delivery_id)
     body = verify_webhook(accepted[0].body, accepted[0].headers, SECRET)
     assert body["status"] == "WAITING" and body["pending"][0]["tool"] == "transfer"
+    # every attempt, the redelivered one too, went with the password from the settings
+    expected = "Basic " + base64.b64encode(f"hooks:{HOOK_PASSWORD}".encode()).decode()
+    assert {r.headers.get("Authorization") for r in receiver.on("/tenant")} == {expected}
     assert accepted[0].headers[ID_HEADER] == delivery_id

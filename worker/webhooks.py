@@ -1,15 +1,20 @@
-"""Webhooks on the worker: :func:`notify_finished` sends a ``tether.webhook`` task once a run's
-result is committed, and that task delivers it (see :mod:`tether.runs.webhooks`), sending itself
-again with a doubling countdown after a failure, until ``TETHER_WEBHOOK_MAX_ATTEMPTS``; then the
-delivery joins the dead letters (``tether webhooks dead | redeliver``).
+"""Webhooks on the worker: :func:`notify_finished` stores a run's delivery once its result is
+committed and sends a ``tether.webhook`` task naming it, and that task delivers it (see
+:mod:`tether.runs.webhooks`), sending itself again with a doubling countdown after a failure,
+until ``TETHER_WEBHOOK_MAX_ATTEMPTS``; then the delivery joins the dead letters (``tether
+webhooks dead | redeliver``).
 
-The run never waits for its webhook: delivering is a task of its own, after the run's finish.
+The task carries a delivery's id, never the delivery: what is sent, where, and signed with
+whose secret comes from the stored delivery (:mod:`tether.runs.webhooks.pending`), which a
+tenant cannot write; a message for a delivery nobody stored is refused. The run never waits for
+its webhook: delivering is a task of its own, after the run's finish.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 from typing import Any
 
@@ -28,65 +33,80 @@ from tether.runs.webhooks.delivery import (
     delivery_for,
     webhook_url,
 )
+from tether.runs.webhooks.pending import PendingDeliveries, pending_ttl_s
 from tether.settings import Settings, load_settings
 from tether.worker.app import app
+from tether.worker.engine.admission import MALFORMED, refuse
 
 log = logging.getLogger(__name__)
 
 _state: dict[str, Any] = {}
 _state_lock = threading.Lock()
+#: What a delivery id looks like (``wh-<run id>-<status>``): checked before it names a key.
+_DELIVERY_ID = re.compile(r"wh-[A-Za-z0-9_\-]{1,200}")
+#: The ``reason`` label of ``tether_messages_refused`` for a webhook task naming no stored
+#: delivery (or carrying one in its body, with TETHER_REGISTERED_RUNS_ONLY).
+UNSTORED = "unstored_webhook"
 
 
-def _dead_letters(settings: Settings) -> WebhookDeadLetters:
-    """This process's dead letters (one Redis client per process: a forked child makes its own)."""
+def _stores(settings: Settings) -> tuple[PendingDeliveries, WebhookDeadLetters]:
+    """This process's deliveries on their way and dead letters (one Redis client per process:
+    a forked child makes its own)."""
     with _state_lock:
         if _state.get("pid") != os.getpid():
             client = redis_from_url(settings.effective_redis_url)
+            keys = RedisKeys(settings.namespace)
             _state.update(
-                pid=os.getpid(), dead=WebhookDeadLetters(client, RedisKeys(settings.namespace))
+                pid=os.getpid(),
+                pending=PendingDeliveries(client, keys, pending_ttl_s(settings)),
+                dead=WebhookDeadLetters(client, keys),
             )
-        dead: WebhookDeadLetters = _state["dead"]
-        return dead
+        return _state["pending"], _state["dead"]
 
 
-def send_delivery(delivery: Delivery, queue: str, countdown_s: float | None = None) -> None:
-    """Queue an attempt at ``delivery`` (after ``countdown_s``)."""
+def send_delivery(delivery_id: str, queue: str, countdown_s: float | None = None) -> None:
+    """Queue an attempt at the stored delivery ``delivery_id`` (after ``countdown_s``)."""
     app.send_task(
-        WEBHOOK_TASK,
-        kwargs={"delivery": delivery.model_dump_json()},
-        queue=queue,
-        countdown=countdown_s,
-        kwargsrepr=f"{{'delivery': <{delivery.id} attempt {delivery.attempts + 1}>}}",
+        WEBHOOK_TASK, kwargs={"delivery_id": delivery_id}, queue=queue, countdown=countdown_s
     )
 
 
 def notify_finished(settings: Settings, request: RunRequest, result: RunResult) -> None:
-    """The engine's ``on_finished``: queue the run's webhook, if it has one."""
+    """The engine's ``on_finished``: store the run's delivery, if it has a webhook, and queue
+    its first attempt."""
     if result.status not in NOTIFIED:
         return
     url = webhook_url(settings, request.webhook, request.tenant)
-    if url is not None:
-        send_delivery(delivery_for(result, url), settings.queue)
+    if url is None:
+        return
+    delivery = delivery_for(result, url)
+    pending, _ = _stores(settings)
+    pending.put(delivery)
+    send_delivery(delivery.id, settings.queue)
 
 
 @app.task(name=WEBHOOK_TASK, ignore_result=True)
-def webhook_task(delivery: Any = None) -> dict[str, Any]:
-    """One attempt at a delivery; on failure, the next (or the dead letters)."""
+def webhook_task(delivery_id: Any = None, delivery: Any = None) -> dict[str, Any]:
+    """One attempt at a stored delivery; on failure, the next (or the dead letters).
+
+    ``delivery`` (a whole delivery in the message, as workers before this one sent it) is
+    honoured only without TETHER_REGISTERED_RUNS_ONLY, where every tenant is trusted anyway."""
     settings = load_settings()
-    try:
-        current = Delivery.model_validate_json(delivery if isinstance(delivery, str) else "")
-    except pydantic.ValidationError as exc:
-        log.error("dropping malformed webhook task: %s", str(exc)[:300])
-        return {"state": "dropped"}
+    pending, dead = _stores(settings)
+    current = _stored(pending, settings, delivery_id, delivery)
+    if current is None:
+        return {"state": "refused"}
     outcome = attempt_delivery(current, settings)
     current = current.model_copy(
         update={"attempts": current.attempts + 1, "last_error": outcome.error}
     )
     if outcome.error is None:
+        pending.remove(current.id)
         log.info("webhook %s delivered (attempt %d)", current.id, current.attempts)
         return {"id": current.id, "state": "delivered", "attempts": current.attempts}
     if outcome.final or current.attempts >= settings.webhook_max_attempts:
-        _dead_letters(settings).add(current, outcome.error)
+        dead.add(current, outcome.error)
+        pending.remove(current.id)
         log.warning(
             "webhook %s dead after %d attempt(s): %s", current.id, current.attempts, outcome.error
         )
@@ -99,5 +119,41 @@ def webhook_task(delivery: Any = None) -> dict[str, Any]:
         outcome.error,
         delay_s,
     )
-    send_delivery(current, settings.queue, countdown_s=delay_s)
+    pending.put(current)
+    send_delivery(current.id, settings.queue, countdown_s=delay_s)
     return {"id": current.id, "state": "retrying", "attempts": current.attempts}
+
+
+def _stored(
+    pending: PendingDeliveries, settings: Settings, delivery_id: Any, legacy: Any
+) -> Delivery | None:
+    """The delivery a task names: the stored one, or (trusting mode only) the one its message
+    carries; None, logged and counted, for anything else."""
+    if isinstance(delivery_id, str) and _DELIVERY_ID.fullmatch(delivery_id):
+        found = pending.get(delivery_id)
+        if found is not None:
+            return found
+        refuse(
+            UNSTORED,
+            f"refused webhook task for delivery {delivery_id!r}: no such delivery is on its way "
+            "(delivered, dead, expired, or never stored by a worker: a forged task); nothing "
+            "was sent",
+        )
+        return None
+    if legacy is None or settings.registered_runs_only:
+        refuse(
+            UNSTORED if legacy is not None else MALFORMED,
+            "refused webhook task: it names no stored delivery"
+            + (
+                " (it carries one in its body, which TETHER_REGISTERED_RUNS_ONLY never trusts)"
+                if legacy is not None
+                else ""
+            )
+            + "; nothing was sent",
+        )
+        return None
+    try:
+        return Delivery.model_validate_json(legacy if isinstance(legacy, str) else "")
+    except pydantic.ValidationError as exc:
+        log.error("dropping malformed webhook task: %s", str(exc)[:300])
+        return None

@@ -8,6 +8,7 @@ from tether.keys import RedisKeys
 from tether.producer.client import Producer
 from tether.runs.webhooks.dead import WebhookDeadLetters
 from tether.runs.webhooks.delivery import WEBHOOK_TASK, Delivery
+from tether.runs.webhooks.pending import PendingDeliveries, pending_ttl_s
 
 
 def dead_letters(producer: Producer) -> WebhookDeadLetters:
@@ -27,11 +28,10 @@ def redeliver(producer: Producer, delivery_id: str, *, tenant: str | None = None
     if dead is None or (tenant is not None and dead.tenant != tenant):
         raise UsageError(f"no dead webhook {delivery_id!r}; 'tether webhooks dead' lists them")
     again = dead.model_copy(update={"attempts": 0, "last_error": None, "died_at_ms": None})
-    producer.celery.send_task(
-        WEBHOOK_TASK,
-        kwargs={"delivery": again.model_dump_json()},
-        queue=producer.settings.queue,
-        kwargsrepr=f"{{'delivery': <{again.id} redelivered>}}",
-    )
+    settings = producer.settings
+    # stored where the workers look it up: a task names a delivery, never carries one
+    keys = RedisKeys(settings.namespace)
+    PendingDeliveries(producer.redis, keys, pending_ttl_s(settings)).put(again)
+    producer.celery.send_task(WEBHOOK_TASK, kwargs={"delivery_id": again.id}, queue=settings.queue)
     letters.remove(delivery_id)
     return again

@@ -116,7 +116,7 @@ class RunOptions(BaseModel):
     @classmethod
     def _webhook(cls, value: str | None) -> str | None:
         if value is not None:
-            check_webhook_url(value)
+            check_run_webhook_url(value)
         return value
 
     @pydantic.field_validator("metadata")
@@ -175,14 +175,35 @@ def check_webhook_url(url: str) -> None:
     the settings are known: :mod:`tether.runs.webhooks.addresses`).
 
     Raises:
-        ValueError: naming the URL.
+        ValueError: naming the URL (masked).
     """
-    from tether.settings_checks import check_http_url
+    from tether.settings_checks import check_http_url, mask_url
 
     check_text(url, "webhook")
     problem = check_http_url(url)
     if problem is not None:
-        raise ValueError(f"webhook URL {url[:200]!r} is not valid: {problem}")
+        raise ValueError(f"webhook URL {mask_url(url)[:200]!r} is not valid: {problem}")
+
+
+def check_run_webhook_url(url: str) -> None:
+    """:func:`check_webhook_url`, and refuse a credential in the URL: a run's options are
+    stored with its record (and a delivery in the dead letters), so one there would be a
+    secret at rest.
+
+    Raises:
+        ValueError: naming the URL (masked), the credential and where it belongs.
+    """
+    from tether.settings_checks import mask_url, url_credential
+
+    check_webhook_url(url)
+    credential = url_credential(url)
+    if credential is not None:
+        raise ValueError(
+            f"webhook URL {mask_url(url)[:200]!r} carries a credential ({credential}), and a "
+            "run's options are stored: give the URL with its credential to the workers in "
+            "TETHER_WEBHOOK_URLS (settings, never stored), or rely on the delivery's signature "
+            "(TETHER_WEBHOOK_SECRETS) to authenticate it"
+        )
 
 
 def check_text(value: str, what: str) -> None:

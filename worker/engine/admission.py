@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 
 from tether.observability.metrics import message_refused
-from tether.runs.contract import RunRef
+from tether.runs.contract import RunRef, RunRequest
 from tether.runs.queue.base import RunQueue
 
 log = logging.getLogger(__name__)
@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 UNREGISTERED = "unregistered"
 #: The ``reason`` label for a message too malformed to name a registered run.
 MALFORMED = "malformed"
+#: The ``reason`` label for a run record whose request names another run than its key does.
+MISMATCHED = "mismatched"
 
 
 def registered(runs: RunQueue, ref: RunRef) -> bool:
@@ -33,14 +35,37 @@ def registered(runs: RunQueue, ref: RunRef) -> bool:
 
     The message's ids were validated (``parse_wire``), so they are safe to log.
     """
-    if runs.get(ref) is not None:
-        return True
+    view = runs.get(ref)
+    if view is not None:
+        return view.request is None or matches(ref, view.request)
     refuse(
         UNREGISTERED,
         f"refused run message {ref.run_id} for tenant {ref.tenant!r}, session "
         f"{ref.session_id!r}: no run of that id is registered in that tenant's keyspace "
         "(TETHER_REGISTERED_RUNS_ONLY: a worker acts only for runs a producer of that tenant "
         "submitted with its own credential); nothing was written",
+    )
+    return False
+
+
+def matches(ref: RunRef, request: RunRequest) -> bool:
+    """True when the request a run record holds is the run its key names; otherwise log and
+    count the refusal.
+
+    A tenant writes its own run records (the submit script runs on its credential), so the
+    request in one is that tenant's word about *its* sessions only: a record under
+    ``{acme/s-x}`` whose request says ``tenant: "bob"`` would have the worker load bob's head,
+    run bob's tools and stream bob's memory to acme. The key is what the tenant's credential
+    proves; the request must agree with it, field for field."""
+    named = RunRef(request.tenant, request.session_id, request.run_id)
+    if named == ref:
+        return True
+    refuse(
+        MISMATCHED,
+        f"refused run {ref.run_id} of tenant {ref.tenant!r}, session {ref.session_id!r}: its "
+        f"record holds a request for tenant {named.tenant!r}, session {named.session_id!r}, "
+        f"run {named.run_id!r}. A run record may only name the run its key does (someone wrote "
+        "it by hand, or tried to act for another tenant); nothing was run or written",
     )
     return False
 

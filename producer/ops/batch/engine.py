@@ -88,6 +88,8 @@ class BatchRunner:
         events: EventsLoader | None = None,
     ) -> None:
         self.producer = producer
+        # lines are masked as the producer masks a run's input (TETHER_REDACT_INPUTS)
+        self.redact = producer.settings.redact_inputs
         self.scorers = scorers or []
         self.events = events
         self.batch_id = batch_id
@@ -266,7 +268,13 @@ class BatchRunner:
         self, state: _CaseRun, result: RunResult | None, error: tuple[str, str] | None
     ) -> CaseResult:
         return build_record(
-            state, result, error, batch_id=self.batch_id, scorers=self.scorers, events=self.events
+            state,
+            result,
+            error,
+            batch_id=self.batch_id,
+            scorers=self.scorers,
+            events=self.events,
+            redact=self.redact,
         )
 
     def _write(self, scored: _Scored) -> None:

@@ -4,6 +4,12 @@ Which scorers score a case: the batch's (``--scorer``), plus the case's own ``gr
 case names one or when the batch has none (the default ``exact``, as before scorers existed).
 Built-in scorers need the case's ``expected`` value; custom scorers and the judge do not. A
 case whose run failed is not scored (``passed`` is False when a scorer would have applied).
+
+With ``TETHER_REDACT_INPUTS`` (the default) the line is masked before it is written: the case's
+input (every turn), ``expected``, tags and metadata, and what the scorers wrote (explanations,
+metadata, errors) and the run's error, with the credential patterns a run's input is masked
+with (:func:`mask_line`). The results file is what reports, exports, ``compare``, ``retry`` and
+the console read, so a secret pasted into a case reaches none of them.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tether.core.events import Usage
 from tether.core.results import RunStatus
@@ -21,6 +27,7 @@ from tether.producer.ops.batch.grading import grader_scorer
 from tether.producer.ops.batch.results import CaseResult, RunUsage, error_kind
 from tether.producer.ops.batch.scoring.apply import applies, score_sample
 from tether.producer.ops.batch.scoring.base import LazyEvents, Sample, Scorer, ScoreRecord
+from tether.runtime.redaction import DEFAULT_REDACTOR, mask_input, redact_tree
 
 if TYPE_CHECKING:
     from tether.core.events import AgentEvent
@@ -78,8 +85,10 @@ def build_record(
     batch_id: str,
     scorers: list[Scorer],
     events: EventsLoader | None,
+    redact: bool,
 ) -> CaseResult:
-    """The results line of a finished case: run outcome, scores, verdict."""
+    """The results line of a finished case: run outcome, scores, verdict; masked by
+    :func:`mask_line` when ``redact`` (the producer's ``redact_inputs``)."""
     case = outcome.numbered.case
     status = result.status.value if result is not None else RunStatus.FAILED.value
     output = result.output if result is not None else None
@@ -89,6 +98,9 @@ def build_record(
     passed: bool | None
     score: float | None = None
     if ran_ok:
+        # scorers get the case as written, unmasked: the agent saw the masked input, but the
+        # reference is the author's, and scoring against a masked ``expected`` could pass an
+        # output that merely echoes the mask. Only the stored line is masked, after scoring.
         sample = Sample(case=case, output=output, epoch=outcome.epoch)
         if events is not None:
             load = events
@@ -104,7 +116,7 @@ def build_record(
         if len(case.turns) > 1:
             message = f"turn {outcome.turn} of {len(case.turns)}: {message}"
     usage = outcome.usage
-    return CaseResult(
+    line = CaseResult(
         batch_id=batch_id,
         id=case.id,
         line=outcome.numbered.line,
@@ -139,6 +151,44 @@ def build_record(
         ),
         error_kind=error_kind(error[0]) if error else None,
     )
+    return mask_line(line) if redact else line
 
 
-__all__ = ["CaseOutcome", "EventsLoader", "build_record", "case_scorers"]
+def _masked_tree(value: Any) -> Any:
+    # every string of a JSON tree (keys too), as run metadata is masked at submission
+    return redact_tree(value, DEFAULT_REDACTOR)
+
+
+def _masked_score(record: ScoreRecord) -> ScoreRecord:
+    # a scorer may quote what it compared: the exact scorer's "output is not '<expected>'"
+    return record.model_copy(
+        update={
+            "explanation": mask_input(record.explanation),
+            "metadata": _masked_tree(record.metadata),
+            "error": mask_input(record.error),
+        }
+    )
+
+
+def mask_line(line: CaseResult) -> CaseResult:
+    """``line`` with the credential patterns masked in every text that came from the case
+    (input turns, ``expected``, tags, metadata) or may quote it (scores, the error).
+
+    Outputs are left as the run stored them: the agent saw only the masked input, and what
+    it answers is its own ``redact=`` business, as in the run record.
+    """
+    scores = line.scores
+    return line.model_copy(
+        update={
+            # a text, or a list of turns: each turn masked as the producer masked it when sent
+            "input": _masked_tree(line.input),
+            "expected": _masked_tree(line.expected),
+            "tags": _masked_tree(line.tags),
+            "metadata": _masked_tree(line.metadata),
+            "error": mask_input(line.error),
+            "scores": None if scores is None else {n: _masked_score(r) for n, r in scores.items()},
+        }
+    )
+
+
+__all__ = ["CaseOutcome", "EventsLoader", "build_record", "case_scorers", "mask_line"]

@@ -12,7 +12,10 @@ When every errored case has a new line, the side file's lines replace the errore
 RESULTS (written to a temporary file, then renamed over it: RESULTS is never half-written) and
 the side file is removed. The cases come from the results lines themselves (``input``,
 ``expected``, ``tags``, the scorers), so version-1 results files, which do not hold inputs,
-cannot be retried.
+cannot be retried. With ``TETHER_REDACT_INPUTS`` those lines hold the masked texts
+(:func:`tether.producer.ops.batch.records.mask_line`): a retried case whose input or
+``expected`` held a credential runs and is scored with the mask in its place (the agent sees
+the same masked input either way; only the reference differs from the first run's).
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 from tether.errors import ConfigurationError, InfrastructureError, InvalidInput
 from tether.runs.options import check_webhook_url
+from tether.settings_checks import mask_url
 
 if TYPE_CHECKING:
     from tether.settings import Settings
@@ -48,8 +49,8 @@ def check_destination(url: str, *, allow_private: bool) -> None:
         infos = socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
     except (OSError, UnicodeError) as exc:
         raise InfrastructureError(
-            f"webhook URL {url[:200]!r}: host {host!r} does not resolve ({exc}); check the URL "
-            "and DNS"
+            f"webhook URL {mask_url(url)[:200]!r}: host {host!r} does not resolve ({exc}); "
+            "check the URL and DNS"
         ) from None
     if allow_private:
         return
@@ -57,7 +58,7 @@ def check_destination(url: str, *, allow_private: bool) -> None:
         address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
         if _refused(address):
             raise InvalidInput(
-                f"webhook URL {url[:200]!r} points to {address}, a loopback, private or "
+                f"webhook URL {mask_url(url)[:200]!r} points to {address}, a loopback, private or "
                 "reserved address; use a public host, or set TETHER_WEBHOOK_ALLOW_PRIVATE=true "
                 "to allow internal receivers"
             )

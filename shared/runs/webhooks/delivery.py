@@ -1,7 +1,8 @@
 """One webhook delivery: its body (built once from the run's result, so every attempt and a
 redelivery send the same bytes), one attempt at it, and the delay before the next.
 
-Persisted (in the retry task's arguments and the dead letters) as JSON. Versions:
+Persisted (on its way, :mod:`tether.runs.webhooks.pending`, and in the dead letters) as JSON,
+its URL masked (:func:`delivery_for`). Versions:
 
 - 1: ``id``, ``url``, ``tenant``, ``session_id``, ``run_id``, ``status``, ``body``,
   ``attempts``, ``last_error``, ``died_at_ms``. Golden file:
@@ -24,6 +25,7 @@ from tether.runs.contract import RunResult
 from tether.runs.webhooks.addresses import check_destination
 from tether.runs.webhooks.signing import sign_webhook
 from tether.settings import Settings
+from tether.settings_checks import MASK, mask_url
 
 #: The Celery task that makes one attempt (``tether.worker.webhooks``).
 WEBHOOK_TASK = "tether.webhook"
@@ -83,7 +85,9 @@ def delivery_for(result: RunResult, url: str) -> Delivery:
     }
     return Delivery(
         id=delivery_id,
-        url=url,
+        # at rest without its credential (a TETHER_WEBHOOK_URLS entry may hold one; a run's own
+        # URL may not): each attempt takes it from the settings again (_destination)
+        url=mask_url(url),
         tenant=result.tenant,
         session_id=result.session_id,
         run_id=result.run_id,
@@ -107,8 +111,16 @@ def attempt_delivery(delivery: Delivery, settings: Settings) -> Attempt:
     The destination is checked again here (DNS may have changed since the run was submitted),
     and redirects are not followed (they could lead to a refused address).
     """
+    url = _destination(delivery, settings)
+    if url is None:
+        return Attempt(
+            f"the URL {delivery.url} held a credential, kept out of storage, and this worker's "
+            f"TETHER_WEBHOOK_URLS no longer gives it for tenant {delivery.tenant!r}: set it "
+            "there again, then redeliver",
+            final=True,
+        )
     try:
-        check_destination(delivery.url, allow_private=settings.webhook_allow_private)
+        check_destination(url, allow_private=settings.webhook_allow_private)
     except InvalidInput as exc:
         return Attempt(str(exc), final=True)
     except InfrastructureError as exc:  # DNS may come back: retry
@@ -125,7 +137,7 @@ def attempt_delivery(delivery: Delivery, settings: Settings) -> Attempt:
     headers.update(sign_webhook(body, secret, delivery.id))
     try:
         response = httpx.post(
-            delivery.url,
+            url,
             content=body,
             headers=headers,
             timeout=settings.webhook_timeout_s,
@@ -138,6 +150,17 @@ def attempt_delivery(delivery: Delivery, settings: Settings) -> Attempt:
     if 200 <= response.status_code < 300:
         return Attempt(None)
     return Attempt(f"HTTP {response.status_code}")
+
+
+def _destination(delivery: Delivery, settings: Settings) -> str | None:
+    """Where ``delivery`` goes: its URL, or the tenant's ``TETHER_WEBHOOK_URLS`` entry it is
+    the masked form of; None when its credential was masked and the settings lack it."""
+    if MASK not in delivery.url:
+        return delivery.url
+    configured = settings.webhook_url_for(delivery.tenant)
+    if configured is not None and mask_url(configured) == delivery.url:
+        return configured
+    return None
 
 
 def backoff_s(settings: Settings, attempts: int) -> float:
