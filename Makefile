@@ -11,9 +11,9 @@ STAMP := $(VENV)/.installed
 export PYTHONDONTWRITEBYTECODE :=
 # The dev install maps the folders shared/, producer/, worker/ onto the one import root `tether`
 # with a tree of links (setuptools' strict editable mode: mypy and subprocesses see it too). A
-# link tree does not notice new modules, so the install is redone when the module list changes.
+# link tree does not notice new modules (or Lua scripts), so the install is redone when their list changes.
 MODULES := $(VENV)/.modules
-MODULE_LIST := $(shell find shared producer worker -name '*.py' 2>/dev/null | sort | md5sum)
+MODULE_LIST := $(shell find shared producer worker \( -name '*.py' -o -name '*.lua' \) 2>/dev/null | sort | md5sum)
 $(shell mkdir -p $(VENV); [ "$$(cat $(MODULES) 2>/dev/null)" = "$(MODULE_LIST)" ] || echo "$(MODULE_LIST)" > $(MODULES))
 
 .PHONY: demo test test-long test-stress lint typecheck docs bench clean

@@ -302,9 +302,10 @@ class AsyncProducer:
     ) -> AsyncIterator[AgentEvent]:
         """Follow a session's live events: ``async for event in producer.tail(...)``."""
         tenant, session_id = submission.tail_target(self.settings, session_id, tenant)
-        return self.event_stream.tail(
+        events = self.event_stream.tail(
             tenant, session_id, after_seq=after_seq, block_ms=1000, idle_timeout_s=idle_timeout_s
         )
+        return submission.acting_for_each_async(self.settings, tenant, events)
 
     def stream(
         self,
@@ -317,9 +318,10 @@ class AsyncProducer:
         """Follow a session live, events and pieces in order: ``async for item in
         producer.stream(...)`` (see ``Producer.stream``)."""
         tenant, session_id = submission.tail_target(self.settings, session_id, tenant)
-        return self.live.follow(
+        items = self.live.follow(
             tenant, session_id, after_seq=after_seq, block_ms=1000, idle_timeout_s=idle_timeout_s
         )
+        return submission.acting_for_each_async(self.settings, tenant, items)
 
 
 __all__ = ["AsyncProducer", "AsyncRunHandle"]

@@ -295,13 +295,14 @@ class Producer:
     ) -> Iterator[AgentEvent]:
         """Follow a session's live events (resume with the last seen ``seq``)."""
         tenant, session_id = submission.tail_target(self.settings, session_id, tenant)
-        return self.event_stream.tail(
+        events = self.event_stream.tail(
             tenant,
             session_id,
             after_seq=after_seq,
             block_ms=1000,
             idle_timeout_s=idle_timeout_s,
         )
+        return submission.acting_for_each(self.settings, tenant, events)
 
     def stream(
         self,
@@ -316,9 +317,10 @@ class Producer:
         :class:`~tether.persistence.deltas.base.LiveDelta` each), in order; attached mid-step,
         the step's pieces so far come first. See docs/streaming.md for the order and redos."""
         tenant, session_id = submission.tail_target(self.settings, session_id, tenant)
-        return self.live.follow(
+        items = self.live.follow(
             tenant, session_id, after_seq=after_seq, block_ms=1000, idle_timeout_s=idle_timeout_s
         )
+        return submission.acting_for_each(self.settings, tenant, items)
 
 
 __all__ = ["BusyPolicy", "Producer", "RunHandle", "RunSpec"]

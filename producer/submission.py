@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Unpack
+from typing import Any, TypeVar, Unpack
 
 from tether.core.results import Resolution, RunStatus
 from tether.errors import PermissionDenied, RunNotFound, SessionBusy
@@ -160,6 +160,25 @@ def acting_for(settings: Settings, tenants: Iterable[str]) -> Iterator[None]:
             f"use that tenant's own credential (TETHER_REDIS_URL), or submit for "
             f"{settings.tenant!r}"
         ) from exc
+
+
+T = TypeVar("T")
+
+
+def acting_for_each(settings: Settings, tenant: str, items: Iterator[T]) -> Iterator[T]:
+    """``items`` (a tail: it reads Redis as it is iterated) under :func:`acting_for`
+    ``tenant``, around every read rather than around building it."""
+    with acting_for(settings, [tenant]):
+        yield from items
+
+
+async def acting_for_each_async(
+    settings: Settings, tenant: str, items: AsyncIterator[T]
+) -> AsyncIterator[T]:
+    """:func:`acting_for_each` for an asyncio tail."""
+    with acting_for(settings, [tenant]):
+        async for item in items:
+            yield item
 
 
 def build_requests(

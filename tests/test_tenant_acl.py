@@ -7,8 +7,10 @@ side runs in-process with the namespace-wide credential, the broker is the admin
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -23,7 +25,8 @@ from tether.persistence.archives.redis_hint import RedisArchiveHint
 from tether.persistence.redis_conn import redis_from_url
 from tether.persistence.storage_url import open_storage
 from tether.persistence.streams.redis import RedisEventStream
-from tether.producer import Producer
+from tether.producer import AsyncProducer, Producer
+from tether.producer.ops.cli.runs import tail as cli_tail
 from tether.producer.ops.console.backends import open_backends
 from tether.producer.ops.console.runs_view import list_runs
 from tether.runs.contract import RunRef
@@ -166,15 +169,35 @@ def test_a_tenant_credential_gets_noperm_for_another_tenant(world: World) -> Non
 
 
 def test_a_cross_tenant_refusal_says_the_credential_may_not_act_for_that_tenant(
-    world: World,
+    world: World, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """#29 item 6: not "grant more permissions" (the wrong fix) but "not your tenant"."""
+    """#29 item 6: not "grant more permissions" (the wrong fix) but "not your tenant"; for the
+    tails too, which read Redis only as they are iterated (blocking, asyncio, and the CLI)."""
     acme = world.producer("acme")
+    monkeypatch.chdir(tmp_path)  # no .env of the checkout
+    for name, value in {
+        "TETHER_REDIS_URL": acme.settings.redis_url,
+        "TETHER_BROKER_URL": acme.settings.redis_url,
+        "TETHER_NAMESPACE": NS,
+        "TETHER_TENANT": "acme",
+    }.items():
+        monkeypatch.setenv(name, value)
+
+    async def first_of(follow: Callable[[AsyncProducer], AsyncIterator[object]]) -> object:
+        async with AsyncProducer(acme.settings) as producer:
+            return await anext(follow(producer))
+
     try:
         for attempt in (
             lambda: acme.run_async("s-bob", "9+9", agent="calculator", tenant="bob"),
             lambda: acme.approve("s-bob", "call_1", agent="calculator", tenant="bob"),
             lambda: acme.locate("run-x", tenant="bob"),
+            lambda: next(acme.tail("s-bob", tenant="bob", idle_timeout_s=1)),
+            lambda: next(acme.stream("s-bob", tenant="bob", idle_timeout_s=1)),
+            lambda: asyncio.run(first_of(lambda p: p.tail("s-bob", "bob", idle_timeout_s=1))),
+            lambda: asyncio.run(first_of(lambda p: p.stream("s-bob", "bob", idle_timeout_s=1))),
+            lambda: cli_tail("s-bob", tenant="bob", idle_timeout_s=1, as_json=True),
+            lambda: cli_tail("s-bob", tenant="bob", idle_timeout_s=1, tokens=True),
         ):
             with pytest.raises(PermissionDenied) as refused:
                 attempt()

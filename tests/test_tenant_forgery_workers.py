@@ -253,3 +253,31 @@ def test_a_webhook_task_forged_by_another_tenant_is_refused_and_sends_nothing(
     assert eventually(lambda: unstored() >= 2, timeout_s=60)
     assert list(world.admin.scan_iter(match=f"{NS}:{{~webhooks}}*")) == []  # no dead letter
     assert "refused webhook task" in world.worker.log_text()
+
+
+def test_a_tenant_cannot_break_the_shared_index_or_feed_for_everyone(world: World) -> None:
+    """The ACL lets every tenant write the active-session index and the completion feed (to
+    mark its sessions, to announce a run it refused), so team-b can ``SET`` them to a string.
+    team-a's submit then failed with WRONGTYPE after its run was registered, and every finish
+    failed on the feed's XADD. A command on those keys that meets a wrong type now deletes the
+    stray value and goes on: team-a's run is submitted, runs and is announced, and both keys
+    are back to their types."""
+    keys = RedisKeys(NS)
+    session = unique()
+    b = redis_from_url(world.tenant_url("team-b"))
+    try:
+        for shard in keys.active_shards():
+            assert b.set(shard, "poison")
+        assert b.set(keys.done(), "poison")
+    finally:
+        b.close()
+    team_a = world.producer("team-a")
+    try:
+        result = team_a.run(session, "remember A's fact", agent="notes", wait_s=60)
+        assert result.ok, result
+        # the session's shard held its mark while the run was queued, then lost it (finished)
+        assert world.admin.type(keys.active(team_a.settings.tenant, session)) == b"none"
+        assert world.admin.type(keys.done()) == b"stream"
+        assert "held a value of the wrong type" in world.worker.log_text()
+    finally:
+        team_a.close()

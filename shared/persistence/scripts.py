@@ -11,6 +11,7 @@ XX, expiries or announcements a reader deduplicates.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,12 +19,19 @@ import redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
+log = logging.getLogger(__name__)
+
 
 def queue_script(
     pipe: Any, script: Script, keys: Sequence[str | bytes], args: Sequence[Any]
 ) -> None:
     """Add one call of ``script`` to ``pipe`` (a pipeline of :func:`run_pipeline`)."""
     pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+
+
+#: What names the namespace keys every tenant's producer may write (docs/trust-model.md: mark
+#: its sessions active, announce a run it refused): ``<p>:{~active:<n>}`` and ``<p>:{~done}``.
+SHARED_KEY_MARKERS = (":{~active:", ":{~done}")
 
 
 def run_pipeline(
@@ -34,6 +42,10 @@ def run_pipeline(
 
     redis-py's own script-in-pipeline path asks ``SCRIPT EXISTS`` before every pipeline: one
     more round trip per call, which on the worker's hot path is most of a run's Redis time.
+
+    A command on a key every tenant may write (:data:`SHARED_KEY_MARKERS`) that finds a value of
+    another type there (a tenant's ``SET`` on it) does not fail the call, whose scripts already
+    committed: the stray value is deleted, the command sent again, and a warning logged.
     """
     loaded = _loaded.setdefault(id(client), set())
     for attempt in (1, 2):
@@ -43,13 +55,63 @@ def run_pipeline(
                 loaded.add(script.sha)
         pipe = client.pipeline(transaction=False)
         fill(pipe)
-        try:
-            return list(pipe.execute())
-        except NoScriptError:
+        commands = pipeline_commands(pipe)
+        replies = list(pipe.execute(raise_on_error=False))
+        if any(isinstance(r, NoScriptError) for r in replies):
             loaded.clear()  # the server restarted or failed over without them
             if attempt == 2:
-                raise
+                raise next(r for r in replies if isinstance(r, NoScriptError))
+            continue
+        for n, reply in enumerate(replies):
+            if isinstance(reply, Exception):
+                replies[n] = _repaired(client, commands[n], reply)
+        return replies
     raise AssertionError("unreachable")
+
+
+def send_shared(client: redis.Redis, *args: Any) -> Any:
+    """One command on a shared key (:data:`SHARED_KEY_MARKERS`), repaired as
+    :func:`run_pipeline` repairs it when a tenant left a value of the wrong type there."""
+    return run_pipeline(client, [], lambda pipe: pipe.execute_command(*args))[0]
+
+
+def pipeline_commands(pipe: Any) -> list[tuple[Any, ...]]:
+    """The arguments of every command queued on ``pipe``, in order (read before it executes)."""
+    return [_args(c) for c in pipe.command_stack]
+
+
+def stray_shared_key(args: tuple[Any, ...], error: Exception) -> Any:
+    """The shared key (:data:`SHARED_KEY_MARKERS`) on which command ``args`` met a value of the
+    wrong type, logged, for the caller to delete and send the command again.
+
+    Raises:
+        Exception: ``error`` itself, for any other failure.
+    """
+    key = args[1] if len(args) > 1 else b""
+    name = key.decode(errors="replace") if isinstance(key, bytes) else str(key)
+    wrong_type = str(error).startswith("WRONGTYPE")
+    if not (wrong_type and any(m in name for m in SHARED_KEY_MARKERS)):
+        raise error
+    log.warning(
+        "%s held a value of the wrong type (a tenant credential may write there, docs/"
+        "trust-model.md); deleted it so the index or feed works again",
+        name,
+    )
+    return key
+
+
+def _args(command: Any) -> tuple[Any, ...]:
+    """A queued command's arguments (a plain pipeline keeps tuples, a cluster one objects)."""
+    args = getattr(command, "args", None)
+    return tuple(args if args is not None else command[0])
+
+
+def _repaired(client: redis.Redis, args: tuple[Any, ...], error: Exception) -> Any:
+    """The reply of ``args`` sent again after deleting a value of the wrong type a tenant left
+    on a shared key; ``error`` raised for anything else."""
+    client.delete(stray_shared_key(args, error))
+    send: Any = client.execute_command  # untyped in redis-py
+    return send(*args)
 
 
 #: Script hashes known loaded, per client (a stale entry costs one NOSCRIPT retry).

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 
+from tether.errors import ConfigurationError, StreamUnavailable, TetherError
 from tether.observability.metrics import session_recovered
 from tether.runs.contract import RunRef
 from tether.runs.queue.base import RunState
@@ -25,31 +26,58 @@ log = logging.getLogger(__name__)
 #: unreleased (its holder died between two runs), is woken after one TTL.
 BACKLOG_PATIENCE = 5
 
+#: Errors that fail every session alike: the pass ends rather than logging each.
+_PASS_ENDING = (StreamUnavailable, ConfigurationError)
+
 
 def sweep_once(rt: EngineServices) -> int:
-    """One pass; returns how many sessions were woken."""
+    """One pass; returns how many sessions were woken.
+
+    A session that fails (a record or key that does not read) is logged and skipped, so one
+    bad session never stops the recovery of the others; Redis being unreachable or refusing
+    the worker's credential ends the pass (the next one tries again).
+    """
     settings = rt.settings
     woken = 0
     long_idle = set(rt.runs.stale_sessions(idle_ms=BACKLOG_PATIENCE * settings.lease_ttl_ms))
     for tenant, session_id in rt.runs.stale_sessions(idle_ms=settings.lease_ttl_ms):
-        if rt.leases.holder(tenant, session_id) is not None:
-            continue
-        head = rt.runs.head(tenant, session_id)
-        if head is None:
-            rt.runs.forget_if_idle(tenant, session_id)
-            continue
-        view = rt.runs.get(RunRef(tenant, session_id, head))
-        never_started = view is not None and view.status == RunState.QUEUED
-        # a holder that died between two queued runs had taken the next run's message along
-        # with the session: nothing else will wake it, so do not wait for the backlog patience
-        died_holding = rt.leases.abandoned(tenant, session_id)
-        if never_started and not died_holding and (tenant, session_id) not in long_idle:
-            # most likely its message is still waiting in a busy queue, not lost
-            continue
-        if not rt.runs.claim_kick(tenant, session_id, settings.lease_ttl_ms):
-            continue
-        rt.wake(tenant, session_id)
-        woken += 1
-        session_recovered()
-        log.info("sweeper re-enqueued %s/%s (lease expired with queued runs)", tenant, session_id)
+        try:
+            woken += _recover(rt, tenant, session_id, (tenant, session_id) in long_idle)
+        except _PASS_ENDING:
+            raise
+        except Exception as exc:  # any other failure is that one session's
+            log.warning(
+                "sweeper skipped %s/%s this pass (%s: %s); its lost runs wait for the broker's "
+                "redelivery until it reads again",
+                tenant,
+                session_id,
+                type(exc).__name__,
+                exc,
+                exc_info=not isinstance(exc, TetherError),  # an unexpected one: the traceback
+            )
     return woken
+
+
+def _recover(rt: EngineServices, tenant: str, session_id: str, long_idle: bool) -> bool:
+    """Wake the session when its worker died with runs queued; True when it was woken."""
+    ttl_ms = rt.settings.lease_ttl_ms
+    if rt.leases.holder(tenant, session_id) is not None:
+        return False
+    head = rt.runs.head(tenant, session_id)
+    if head is None:
+        rt.runs.forget_if_idle(tenant, session_id)
+        return False
+    view = rt.runs.get(RunRef(tenant, session_id, head))
+    never_started = view is not None and view.status == RunState.QUEUED
+    # a holder that died between two queued runs had taken the next run's message along
+    # with the session: nothing else will wake it, so do not wait for the backlog patience
+    died_holding = rt.leases.abandoned(tenant, session_id)
+    if never_started and not died_holding and not long_idle:
+        # most likely its message is still waiting in a busy queue, not lost
+        return False
+    if not rt.runs.claim_kick(tenant, session_id, ttl_ms):
+        return False
+    rt.wake(tenant, session_id)
+    session_recovered()
+    log.info("sweeper re-enqueued %s/%s (lease expired with queued runs)", tenant, session_id)
+    return True

@@ -235,6 +235,7 @@ def tail(
     from tether.persistence.redis_conn import redis_from_url
     from tether.persistence.streams.redis import RedisEventStream
     from tether.producer.ops.render import make_console
+    from tether.producer.submission import acting_for
 
     settings = cli_settings()
     client = redis_from_url(settings.effective_redis_url)
@@ -243,7 +244,8 @@ def tail(
     console = make_console()
     target = (tenant or settings.tenant, session_id)
     try:
-        with ctrl_c_stops():
+        # another tenant's session: "not your tenant", as every other verb says
+        with ctrl_c_stops(), acting_for(settings, [target[0]]):
             if tokens:
                 from tether.persistence.deltas.live_redis import RedisLiveFeed
                 from tether.persistence.deltas.redis import RedisDeltaChannel

@@ -25,6 +25,11 @@ byte for byte what the store holds, zlib-compressed (its checksum is checked on 
 decompression). Compressed because the cache's memory is every head run within the TTL: JSON
 heads shrink several times at zlib's fastest level for a fraction of a millisecond. ``thc1``
 entries (the same, uncompressed, written by earlier builds) are still read.
+
+Why a read is bounded: a session's keys, this entry included, are writable by the session's
+tenant (docs/trust-model.md), so an entry may be anything, e.g. a few megabytes that inflate to
+gigabytes. A reader takes at most :func:`entry_limit` bytes of it and inflates at most the head
+size limit; anything beyond is no entry a ``put`` wrote: a miss, and the entry is dropped.
 """
 
 from __future__ import annotations
@@ -40,6 +45,26 @@ _RAW_TAG = b"thc1"
 
 #: zlib's fastest level: most of the size gain on JSON at a fraction of the time.
 _ZLIB_LEVEL = 1
+
+MAX_HEAD_BYTES = 16_000_000
+"""The largest head any cache holds: the ceiling of ``TETHER_HEAD_CACHE_MAX_BYTES``. Readers
+that do not know the configured limit (the worker's claim) inflate no more than this."""
+
+#: The longest version token an entry frames (the stores' tokens are ETags and short hashes).
+_MAX_VERSION_BYTES = 256
+
+
+def entry_limit(max_bytes: int) -> int:
+    """The longest entry a head of up to ``max_bytes`` packs into: zlib's worst case
+    (``compressBound``: stored blocks on incompressible data) plus the framing. A longer entry
+    was not written by a ``put``."""
+    deflated = max_bytes + (max_bytes >> 12) + (max_bytes >> 14) + (max_bytes >> 25) + 13
+    return len(FORMAT_TAG) + 2 + _MAX_VERSION_BYTES + deflated
+
+
+MAX_ENTRY_BYTES = entry_limit(MAX_HEAD_BYTES)
+"""The longest entry under any setting; ``claim.lua`` restates it (the claim's read has no
+setting to go by), and a test holds the two equal."""
 
 
 class CachedHead(NamedTuple):
@@ -68,7 +93,7 @@ class HeadCache(Protocol):
 
 def pack(data: bytes, version: str) -> bytes | None:
     """The entry for ``data`` under ``version`` (None: the version cannot be framed)."""
-    if not version or "\n" in version:
+    if not version or "\n" in version or len(version.encode()) > _MAX_VERSION_BYTES:
         return None
     return FORMAT_TAG + b"\n" + version.encode() + b"\n" + zlib.compress(data, _ZLIB_LEVEL)
 
@@ -81,17 +106,29 @@ def entry_for(data: bytes, version: str, writer_fence: int, max_bytes: int) -> b
     return pack(data, version)
 
 
-def unpack(entry: bytes) -> CachedHead | None:
-    """The head in ``entry``, or None when it is not an entry of a known format."""
+def unpack(entry: bytes, max_bytes: int = MAX_HEAD_BYTES) -> CachedHead | None:
+    """The head in ``entry``, or None when it is not an entry of a known format or holds a head
+    over ``max_bytes`` (none is inflated past that: see the module's notes)."""
+    if len(entry) > entry_limit(max_bytes):
+        return None
     tag, sep, rest = entry.partition(b"\n")
     if tag not in (FORMAT_TAG, _RAW_TAG) or not sep:
         return None
     version, sep, data = rest.partition(b"\n")
     if not sep or not version:
         return None
-    if tag == FORMAT_TAG:
-        try:
-            data = zlib.decompress(data)
-        except zlib.error:
-            return None
-    return CachedHead(data, version.decode(errors="replace"))
+    head = _inflate(data, max_bytes) if tag == FORMAT_TAG else data
+    if head is None or len(head) > max_bytes:
+        return None
+    return CachedHead(head, version.decode(errors="replace"))
+
+
+def _inflate(data: bytes, max_bytes: int) -> bytes | None:
+    """``data`` decompressed, or None when it is damaged, cut short or inflates past
+    ``max_bytes`` (decompression stops one byte past the limit: a bomb costs no more)."""
+    inflater = zlib.decompressobj()
+    try:
+        head = inflater.decompress(data, max_bytes + 1)  # max_length 0 would mean no limit
+    except zlib.error:
+        return None
+    return head if inflater.eof and len(head) <= max_bytes else None

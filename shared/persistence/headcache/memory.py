@@ -46,7 +46,10 @@ class InMemoryHeadCache:
             if expires_at_s <= self._clock():
                 del self._entries[key]
                 return None
-        return unpack(entry)
+            hit = unpack(entry, self._max_bytes)
+            if hit is None:  # as on Redis: an entry the limit refuses misses, and goes
+                del self._entries[key]
+        return hit
 
     def put(
         self, tenant: str, session_id: str, data: bytes, version: str, writer_fence: int

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import redis
 
 from tether.keys import RedisKeys
-from tether.persistence.headcache.base import CachedHead, entry_for, unpack
+from tether.persistence.headcache.base import CachedHead, entry_for, entry_limit, unpack
 from tether.persistence.lua import load
 from tether.persistence.redis_conn import describe_client, translate_errors
 
 PUT = load("head_put")
+GET = load("head_get")
+
+log = logging.getLogger(__name__)
 
 
 class RedisHeadCache:
@@ -38,12 +42,25 @@ class RedisHeadCache:
         self._max_bytes = max_bytes
         self._where = describe_client(client)
         self._put = client.register_script(PUT.source)
+        self._get = client.register_script(GET.source)
 
     def get(self, tenant: str, session_id: str) -> CachedHead | None:
+        """The cached head; an entry no ``put`` could have written (the session's tenant may
+        write the key) is dropped, unread when too long or of another type, and misses."""
         key = self._keys.head_cache(tenant, session_id)
+        argv = GET.argv(max_len=entry_limit(self._max_bytes))
         with translate_errors(self._where):
-            entry: Any = self._client.get(key)
-        return unpack(entry) if isinstance(entry, bytes) else None
+            entry: Any = self._get(keys=GET.keys(head_cache=key), args=argv)
+        if not isinstance(entry, bytes):
+            if entry == 1:
+                _dropped(tenant, session_id, "longer than any head packs into, or not a string")
+            return None
+        hit = unpack(entry, self._max_bytes)
+        if hit is None:
+            self.drop(tenant, session_id)
+            why = f"unknown format, damaged, or inflating past {self._max_bytes} bytes"
+            _dropped(tenant, session_id, why)
+        return hit
 
     def put(
         self, tenant: str, session_id: str, data: bytes, version: str, writer_fence: int
@@ -61,3 +78,14 @@ class RedisHeadCache:
     def drop(self, tenant: str, session_id: str) -> None:
         with translate_errors(self._where):
             self._client.delete(self._keys.head_cache(tenant, session_id))
+
+
+def _dropped(tenant: str, session_id: str, why: str) -> None:
+    """Warn once per entry (it is gone after): a run reads the store instead."""
+    log.warning(
+        "cached head of %s/%s dropped, reading the store (%s); if this recurs, check what "
+        "else writes the session's keys (its tenant's Redis credential can)",
+        tenant,
+        session_id,
+        why,
+    )

@@ -6,9 +6,12 @@
 -- Returns {submit code, submit run id, fence (0: held), takeover, head, record (flat list),
 -- checkpoint, attempts (0: not begun), cancelled, queued runs, cached head entry}.
 -- A takeover drops the cached head (its holder may have written the store and died before
--- caching it); any other grant reads it, so the restore needs no round trip of its own.
+-- caching it); any other grant reads it, so the restore needs no round trip of its own. An entry
+-- over MAX_ENTRY_BYTES (tether.persistence.headcache.base: the longest a head under the largest
+-- TETHER_HEAD_CACHE_MAX_BYTES packs into) or of another type is dropped unread.
 -- @include submit
 -- @include acquire
+-- @include cached_entry
 -- @keys pending lease fence released checkpoints head_cache ...
 -- @argv owner ttl_ms now_ms attempts_ttl_s run_prefix cancel_prefix attempts_prefix caching carried ...
 local code, submitted = false, false
@@ -23,8 +26,9 @@ local caching = A.caching == '1'
 if caching and takeover == 1 then redis.call('DEL', K.head_cache) end
 local head = redis.call('LINDEX', K.pending, 0)
 if not head then return {code, submitted, fence, takeover} end
+local MAX_ENTRY_BYTES = 16005157
 local cached = false
-if caching and takeover ~= 1 then cached = redis.call('GET', K.head_cache) end
+if caching and takeover ~= 1 then cached = cached_entry(K.head_cache, MAX_ENTRY_BYTES) end
 local run = A.run_prefix .. head
 local record = redis.call('HGETALL', run)
 local checkpoint = redis.call('HGET', K.checkpoints, head)

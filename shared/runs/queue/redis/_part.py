@@ -13,6 +13,7 @@ from tether.core.events import now_ms
 from tether.keys import RedisKeys
 from tether.persistence.lua import LuaScript
 from tether.persistence.redis_conn import describe_client
+from tether.persistence.scripts import run_pipeline, send_shared
 from tether.runs.usage.redis import RedisTenantUsage
 
 
@@ -50,13 +51,16 @@ class RedisQueuePart:
         """
         k = self.keys
         member = k.active_member(tenant, session_id)
+        active, pending = k.active(tenant, session_id), k.pending(tenant, session_id)
         if self._cluster:  # two nodes: two trips keep the order
-            self.client.zrem(k.active(tenant, session_id), member)
-            queued = int(self.client.llen(k.pending(tenant, session_id)))
+            send_shared(self.client, "ZREM", active, member)
+            queued = int(self.client.llen(pending))
         else:  # one server runs a pipeline in order
-            pipe = self.client.pipeline(transaction=False)
-            pipe.zrem(k.active(tenant, session_id), member)
-            pipe.llen(k.pending(tenant, session_id))
-            queued = int(pipe.execute()[1])
+
+            def fill(pipe: Any) -> None:
+                pipe.zrem(active, member)
+                pipe.llen(pending)
+
+            queued = int(run_pipeline(self.client, [], fill)[1])
         if queued > 0:
-            self.client.zadd(k.active(tenant, session_id), {member: now_ms()}, nx=True)
+            send_shared(self.client, "ZADD", active, "NX", now_ms(), member)

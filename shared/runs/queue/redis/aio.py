@@ -17,6 +17,7 @@ import redis.asyncio
 from tether.core.events import now_ms
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import translate_errors
+from tether.persistence.scripts import pipeline_commands, stray_shared_key
 from tether.runs.contract import RunRef, RunRequest, RunResult, WireRequest
 from tether.runs.queue.base import CancelOutcome, RunState, RunView, StopMode, SubmitOutcome
 from tether.runs.queue.redis._common import (
@@ -88,13 +89,25 @@ class AsyncRunQueue:
                     await self._submit(keys=submit_keys(k, r), args=argv, client=pipe)
                     pipe.set(k.run_index(t, r.run_id), s, nx=True, ex=self.result_ttl_s)
                     pipe.zadd(k.active(t, s), {k.active_member(t, s): stamp}, nx=True)
-                replies.extend(await pipe.execute())
+                replies.extend(await self._execute(pipe))
         outcomes = submit_outcomes(replies)
         stray = stray_index_keys(k, [w.request for w in wires], outcomes, replies)
         if stray:  # rare (a duplicate or busy submission): one more round trip
             with translate_errors(self._where):
                 await self.client.delete(*stray)
         return outcomes
+
+    async def _execute(self, pipe: Any) -> list[Any]:
+        """``pipe``'s replies; as :func:`~tether.persistence.scripts.run_pipeline`, a command
+        on a shared key that meets a tenant's stray value there deletes it and goes again."""
+        commands = pipeline_commands(pipe)
+        replies = list(await pipe.execute(raise_on_error=False))
+        for n, reply in enumerate(replies):
+            if isinstance(reply, Exception):
+                await self.client.delete(stray_shared_key(commands[n], reply))
+                send: Any = self.client.execute_command  # untyped in redis-py
+                replies[n] = await send(*commands[n])
+        return replies
 
     async def record_rejected(self, result: RunResult, *, reply_to: str | None = None) -> bool:
         """Record a run that never entered a session queue (never rewrites a record)."""
@@ -108,7 +121,7 @@ class AsyncRunQueue:
                 pipe = self.client.pipeline(transaction=False)
                 pipe.set(k.run_index(t, result.run_id), s, nx=True, ex=self.result_ttl_s)
                 announce(pipe, k, result, reply_to, self.result_ttl_s)
-                await pipe.execute()
+                await self._execute(pipe)
         return recorded
 
     async def locate(self, tenant: str, run_id: str) -> RunRef | None:

@@ -1,18 +1,38 @@
 """What the recovery sweeper reads and claims on Redis (the
-:class:`~tether.runs.queue.base.Recovery` role): the sharded active-session index."""
+:class:`~tether.runs.queue.base.Recovery` role): the sharded active-session index.
+
+Every tenant's credential may write the index (docs/trust-model.md: it marks its own sessions
+active), so the sweeper reads it as untrusted: a member that names no session of its shard is
+removed, and a shard another command turned into another type is skipped, each with a warning,
+and the sweep goes on with the rest. Nothing a tenant writes there stops recovery for the others.
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import cast
 
+import redis
+
 from tether.core.events import now_ms
+from tether.errors import InvalidId
+from tether.keys import RedisKeys
 from tether.persistence.redis_conn import translate_errors
-from tether.runs.queue.redis._common import text
 from tether.runs.queue.redis._part import RedisQueuePart
+
+log = logging.getLogger(__name__)
+
+#: A shard's reply: its stale members with their scores (or the error it got instead).
+_Reply = list[tuple[bytes, float]] | redis.exceptions.ResponseError
 
 
 class RedisRecovery(RedisQueuePart):
     """Find sessions without progress, and claim the right to wake them."""
+
+    def __init__(self, client: redis.Redis, keys: RedisKeys, *, result_ttl_s: int) -> None:
+        super().__init__(client, keys, result_ttl_s=result_ttl_s)
+        #: Shards found holding another type: warned about once, until they read again.
+        self._unusable_shards: set[str] = set()
 
     def pending_count(self, tenant: str, session_id: str) -> int:
         """How many runs are queued for the session."""
@@ -21,21 +41,75 @@ class RedisRecovery(RedisQueuePart):
 
     def stale_sessions(self, idle_ms: int, limit: int = 100) -> list[tuple[str, str]]:
         """Active sessions without progress for ``idle_ms`` (oldest first), over every shard of
-        the index in one pipelined round trip."""
+        the index in one pipelined round trip. A member naming no session of its shard is
+        removed and a shard of another type skipped (see the module's notes)."""
         cutoff = now_ms() - idle_ms
+        shards = self.keys.active_shards()
         with translate_errors(self._where):
             pipe = self.client.pipeline(transaction=False)
-            for shard in self.keys.active_shards():
+            for shard in shards:
                 pipe.zrangebyscore(shard, "-inf", cutoff, start=0, num=limit, withscores=True)
-            replies = cast(list[list[tuple[bytes, float]]], pipe.execute())
-        found = sorted(
-            ((score, text(member)) for reply in replies for member, score in reply),
-        )[:limit]
-        out = []
-        for _, member in found:
-            tenant, _, session_id = member.partition("/")
-            out.append((tenant, session_id))
-        return out
+            replies = cast(list[_Reply], pipe.execute(raise_on_error=False))
+        found: list[tuple[float, bytes, tuple[str, str]]] = []
+        invalid: list[tuple[str, bytes]] = []
+        for shard, reply in zip(shards, replies, strict=True):
+            if not self._readable(shard, reply):
+                continue
+            for member, score in cast(list[tuple[bytes, float]], reply):
+                session = self._session_in(shard, member)
+                if session is None:
+                    invalid.append((shard, member))
+                else:
+                    found.append((score, member, session))
+        if invalid:
+            self._remove_members(invalid)
+        return [session for _, _, session in sorted(found)[:limit]]
+
+    def _readable(self, shard: str, reply: _Reply) -> bool:
+        """False when ``shard`` holds another type than a zset (warned once); any other error
+        is raised as the run queue's errors are."""
+        if not isinstance(reply, Exception):
+            self._unusable_shards.discard(shard)
+            return True
+        if not str(reply).startswith("WRONGTYPE"):
+            with translate_errors(self._where):
+                raise reply
+        if shard not in self._unusable_shards:
+            self._unusable_shards.add(shard)
+            log.warning(
+                "active-session index shard %s is not a sorted set (%s), so the sweeper skips "
+                "the sessions it should list; something other than Tether wrote it (any "
+                "tenant's credential may): delete the key, and submits rebuild it",
+                shard,
+                reply,
+            )
+        return False
+
+    def _session_in(self, shard: str, member: bytes) -> tuple[str, str] | None:
+        """``(tenant, session_id)`` of ``member``, or None when it names no valid session
+        whose member belongs in ``shard``."""
+        try:
+            tenant, sep, session_id = member.decode().partition("/")
+            if sep and self.keys.active(tenant, session_id) == shard:  # validates both ids
+                return tenant, session_id
+        except (UnicodeDecodeError, InvalidId):
+            pass
+        return None
+
+    def _remove_members(self, invalid: list[tuple[str, bytes]]) -> None:
+        """Remove members that name no session of their shard (warned once: they are gone)."""
+        with translate_errors(self._where):
+            pipe = self.client.pipeline(transaction=False)
+            for shard, member in invalid:
+                pipe.zrem(shard, member)
+            pipe.execute()
+        for shard, member in invalid:
+            log.warning(
+                "removed %r from the active-session index shard %s: it names no session of "
+                "that shard (something other than Tether wrote it; any tenant's credential may)",
+                member,
+                shard,
+            )
 
     def claim_kick(self, tenant: str, session_id: str, ttl_ms: int) -> bool:
         """Claim re-enqueueing the session for ``ttl_ms`` and record progress on it."""

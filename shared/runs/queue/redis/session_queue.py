@@ -8,7 +8,7 @@ from typing import Any, cast
 from tether.core.events import now_ms
 from tether.persistence.lua import LuaScript
 from tether.persistence.redis_conn import translate_errors
-from tether.persistence.scripts import queue_script, run_pipeline
+from tether.persistence.scripts import queue_script, run_pipeline, send_shared
 from tether.runs.contract import RunRef, RunResult
 from tether.runs.leases.base import Lease
 from tether.runs.queue.base import IdleRelease
@@ -109,7 +109,7 @@ class RedisSessionQueue(RedisQueuePart):
         )
         if leave and queued:
             with translate_errors(self._where):
-                self.client.zadd(k.active(t, s), {k.active_member(t, s): now_ms()})
+                send_shared(self.client, "ZADD", k.active(t, s), now_ms(), k.active_member(t, s))
         if head is not None:
             return text(head), None
         outcome = IDLE_RELEASE[int(code)]
