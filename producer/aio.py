@@ -180,7 +180,13 @@ class AsyncProducer:
                 r = item.request
                 await self.runs.preempt(r.tenant, r.session_id, item.run_id, mode)
         await self._publisher.publish(
-            [submission.run_message(s.wire, self.settings.queue) for s in submitted if s.queued]
+            [
+                submission.run_message(
+                    s.wire, self.settings.queue, wake_only=self.settings.registered_runs_only
+                )
+                for s in submitted
+                if s.queued
+            ]
         )
         for item in submitted:
             if item.rejection is not None:

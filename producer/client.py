@@ -240,7 +240,7 @@ class Producer:
                 self.runs.preempt(item.request.tenant, item.request.session_id, item.run_id, mode)
         publish_runs(
             self.celery,
-            [submission.run_message(s.wire, self.settings.queue) for s in submitted if s.queued],
+            [self._message(s.wire) for s in submitted if s.queued],
         )
         for item in submitted:
             if item.rejection is not None:
@@ -252,8 +252,12 @@ class Producer:
         view = self.record(run_id)
         if view is None or view.request is None:
             raise InvalidInput(f"run {run_id!r} is unknown or expired; nothing to resubmit")
-        message = submission.run_message(WireRequest.of(view.request), self.settings.queue)
-        publish_runs(self.celery, [message])
+        publish_runs(self.celery, [self._message(WireRequest.of(view.request))])
+
+    def _message(self, wire: WireRequest) -> dict[str, Any]:
+        """The run message of ``wire`` (only its ids with TETHER_REGISTERED_RUNS_ONLY)."""
+        settings = self.settings
+        return submission.run_message(wire, settings.queue, wake_only=settings.registered_runs_only)
 
     # --- following runs ------------------------------------------------------------------------
 

@@ -257,9 +257,16 @@ def busy_rejection(request: RunRequest) -> RunResult:
     return RunResult.failure(request, RunStatus.FAILED, busy.error_type, str(busy))
 
 
-def run_message(wire: WireRequest, queue: str) -> dict[str, Any]:
+def run_message(wire: WireRequest, queue: str, *, wake_only: bool = False) -> dict[str, Any]:
     """The keyword arguments of ``Celery.send_task`` for a run message: it carries the
-    request's JSON text, the same text the run record holds (no second serialization)."""
+    request's JSON text, the same text the run record holds (no second serialization).
+
+    ``wake_only`` (``TETHER_REGISTERED_RUNS_ONLY``): the message carries the run's ids and
+    agent and nothing else (no input, metadata, resolutions or webhook). A worker in that mode
+    runs the registered copy and reads only the ids, and every tenant that submits can read the
+    broker's queues, so the text of a run stays in its tenant's keyspace."""
+    if wake_only:
+        wire = wake_up(wire.request)
     request = wire.request
     return {
         "name": RUN_TASK,
@@ -273,6 +280,22 @@ def run_message(wire: WireRequest, queue: str) -> dict[str, Any]:
         # no result is stored for a run message (a result backend would subscribe per run)
         "ignore_result": True,
     }
+
+
+def wake_up(request: RunRequest) -> WireRequest:
+    """The run message's request in registered-only mode: the ids, the agent and when it was
+    submitted (see :func:`run_message`)."""
+    return WireRequest.of(
+        RunRequest(
+            run_id=request.run_id,
+            request_id=request.request_id,
+            tenant=request.tenant,
+            session_id=request.session_id,
+            agent=request.agent,
+            input=None,
+            submitted_at_ms=request.submitted_at_ms,
+        )
+    )
 
 
 def run_id_arg(run_id: str) -> str:

@@ -115,7 +115,8 @@ class Settings(WebhookSettings, OpenAISettings):
     registered_runs_only: bool = Field(
         default=False,
         description="Workers run only runs a producer registered in its tenant's keyspace; a "
-        "run message is never registered on delivery (set it with per-tenant Redis users).",
+        "run message is never registered on delivery, and producers send only its ids (set it "
+        "on workers and producers alike, with per-tenant Redis users).",
     )
     queue: str = Field(default="tether", description="Celery queue for run tasks.")
     # 6 s: a dead worker's run is taken over within about one TTL (renewed every TTL/3)

@@ -61,10 +61,11 @@ class World:
         self.admin.execute_command("ACL", "SETUSER", tenant, "reset", f">{password}", *rules)
         return f"redis://{quote(tenant)}:{quote(password)}@127.0.0.1:{self.server.port}/0"
 
-    def producer(self, tenant: str) -> Producer:
+    def producer(self, tenant: str, **more: object) -> Producer:
         url = self.tenant_url(tenant)
         return Producer(
             Settings(
+                **more,  # type: ignore[arg-type]
                 broker_url=url,
                 redis_url=url,
                 namespace=NS,
@@ -279,5 +280,27 @@ def test_a_tenant_cannot_break_the_shared_index_or_feed_for_everyone(world: Worl
         assert world.admin.type(keys.active(team_a.settings.tenant, session)) == b"none"
         assert world.admin.type(keys.done()) == b"stream"
         assert "held a value of the wrong type" in world.worker.log_text()
+    finally:
+        team_a.close()
+
+
+def test_run_messages_carry_no_text_of_the_run_when_workers_run_registered_runs_only(
+    world: World,
+) -> None:
+    """Every tenant that submits can read the broker's queues (kombu needs it), so a run
+    message with the request in it showed one tenant's inputs to the others. With
+    TETHER_REGISTERED_RUNS_ONLY on the producer too, a message carries the run's ids and agent
+    only; the worker runs the registered copy, so the runs work as before."""
+    secret_fact = "A's fact, confidential"
+    wire = forged(unique(), input=secret_fact, metadata={"patient": "John Doe"})
+    woken = run_message(wire, QUEUE, wake_only=True)["kwargs"]["request"]
+    assert secret_fact not in woken and "John Doe" not in woken
+    assert WireRequest.of(RunRequest.model_validate_json(woken)).request.ref == wire.request.ref
+
+    session = unique()
+    team_a = world.producer("team-a", registered_runs_only=True)
+    try:
+        assert team_a.run(session, f"remember {secret_fact}", agent="notes", wait_s=60).ok
+        assert team_a.run(session, "recall", agent="notes", wait_s=60).output == secret_fact
     finally:
         team_a.close()
