@@ -119,8 +119,9 @@ def test_items_round_trip_losslessly_and_get_items_limit(tmp_path: Path) -> None
     assert asyncio.run(session.get_items(limit=2)) == SAMPLE_ITEMS[-2:]
     assert asyncio.run(session.get_items(limit=0)) == []
     assert asyncio.run(session.get_items(limit=100)) == SAMPLE_ITEMS
+    assert asyncio.run(session.get_items(limit=-1)) == SAMPLE_ITEMS  # as SQLite's LIMIT -1
     with pytest.raises(InvalidInput, match="limit"):
-        asyncio.run(session.get_items(limit=-1))
+        asyncio.run(session.get_items(limit="2"))  # type: ignore[arg-type]
     with pytest.raises(InvalidInput, match="JSON"):
         asyncio.run(session.add_items([{"role": "user", "content": object()}]))
     returned = asyncio.run(session.get_items())

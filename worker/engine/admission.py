@@ -17,7 +17,7 @@ import logging
 
 from tether.observability.metrics import message_refused
 from tether.runs.contract import RunRef, RunRequest
-from tether.runs.queue.base import RunQueue
+from tether.runs.queue.base import RunQueue, RunView
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,16 @@ def matches(ref: RunRef, request: RunRequest) -> bool:
         "it by hand, or tried to act for another tenant); nothing was run or written",
     )
     return False
+
+
+def applicable(ref: RunRef, view: RunView | None) -> bool:
+    """Whether a queued run ``ref`` can be applied: it has a record, and the request in it is
+    the run its key names (never act on another session's, or tenant's, behalf: :func:`matches`
+    logs and counts a mismatch)."""
+    if view is None or view.request is None:
+        log.warning("dropping queued run %s without a record", ref.run_id)
+        return False
+    return matches(ref, view.request)
 
 
 def refuse(reason: str, message: str) -> None:

@@ -49,7 +49,7 @@ from tether.runs.usage.policy import prices
 from tether.runtime.agent import Agent
 from tether.runtime.approvals import check_resolutions
 from tether.runtime.session import AgentSession
-from tether.worker.engine.admission import matches
+from tether.worker.engine.admission import applicable
 from tether.worker.engine.claim import Carried
 from tether.worker.engine.commit import CommitTarget
 from tether.worker.engine.deltas import RunDeltaStream
@@ -183,7 +183,7 @@ def _apply_one(d: DrainState, run_id: str) -> Outcome:
     ref = RunRef(d.lease.tenant, d.lease.session_id, run_id)
     claim = d.take_claim(run_id)
     view = claim.view if claim is not None else rt.runs.get(ref)
-    if not _usable(ref, view):
+    if not applicable(ref, view):
         rt.runs.drop(d.lease.tenant, d.lease.session_id, run_id)
         return Outcome.DONE
     assert view is not None and view.request is not None
@@ -239,16 +239,6 @@ def _apply_one(d: DrainState, run_id: str) -> Outcome:
         # that a write outside the lease made stale); the store (which save() just made the
         # cache drop) has the truth and this drain still holds the lease: go again now
         return Outcome.AGAIN if isinstance(exc, VersionConflict) else Outcome.ABORT
-
-
-def _usable(ref: RunRef, view: RunView | None) -> bool:
-    """Whether a queued run can be applied: it has a record, and the request in it is the run
-    its key names (never act on another session's, or tenant's, behalf: :func:`matches` logs
-    and counts a mismatch)."""
-    if view is None or view.request is None:
-        log.warning("dropping queued run %s without a record", ref.run_id)
-        return False
-    return matches(ref, view.request)
 
 
 def _finished(d: DrainState, run_id: str) -> bool:
