@@ -59,16 +59,24 @@ CLIENT = textwrap.dedent(
             tether_run.apply_async(kwargs={"session_id": sid, "input": f"also {key}",
                                            "agent": "echo"}).get(timeout=60),
         ]
+    elif plan["kind"] == "tenant":  # TETHER_TENANT of this process names the tenant
+        sid = plan["sessions"][0]
+        out["single"] = tether_run.delay(sid, "remember tenant-only", agent="notes").get(
+            timeout=60)
+        steps = chain(tether_run.s(sid, "recall", agent="notes"), tether_run.s(sid, agent="echo"))
+        out["chain"] = steps.apply_async().get(timeout=120)
     print(json.dumps(out))
     """
 )
 
 
-def run_client(stack: Stack, kind: str, sessions: list[str], **plan: str) -> dict[str, Any]:
-    """Drive the canvas from a fresh process with the stack's environment."""
+def run_client(
+    stack: Stack, kind: str, sessions: list[str], env: dict[str, str] | None = None, **plan: str
+) -> dict[str, Any]:
+    """Drive the canvas from a fresh process with the stack's environment (and ``env``)."""
     proc = subprocess.run(
         [sys.executable, "-c", CLIENT, json.dumps({"kind": kind, "sessions": sessions, **plan})],
-        env=stack.env,
+        env={**stack.env, **(env or {})},
         capture_output=True,
         text=True,
         timeout=300,
@@ -151,3 +159,20 @@ def test_a_pasted_secret_in_a_canvas_run_is_never_stored(live_stack: Stack) -> N
     ]
     assert any(sid.encode() in k for k, _ in stored)  # the scan saw this session's keys
     assert [k for k, data in stored if key[8:40].encode() in data] == []
+
+
+def test_a_signature_runs_for_the_tenant_of_the_process_that_applies_it(live_stack: Stack) -> None:
+    """A process with ``TETHER_TENANT=acme`` registered its signature for acme, but the task
+    message did not say so, and the worker built the run with its own ``TETHER_TENANT``: the
+    input went into another tenant's session of the same name (and acme's run stayed queued).
+    The message now names the tenant, a chain's later steps inherit it, and the worker refuses
+    a message without one."""
+    sid = unique("canvas-tenant")
+    out = run_client(live_stack, "tenant", [sid], env={"TETHER_TENANT": "acme-canvas"})
+    single, last = out["single"], out["chain"]
+    assert (single["tenant"], single["output"]) == ("acme-canvas", "noted: tenant-only")
+    assert last["tenant"] == "acme-canvas"
+    assert last["output"] == "echo: tenant-only"  # the chain recalled acme's memory
+    default = live_stack.producer.settings.tenant
+    assert default != "acme-canvas"
+    assert not any("tenant-only" in line for line in recall(live_stack, sid))  # not default's

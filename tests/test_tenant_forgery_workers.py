@@ -20,6 +20,7 @@ import redis
 from celery import Celery
 
 from tests.support.moto_server import S3TestBucket
+from tests.support.redis_scan import flatten_redis
 from tests.support.stack import eventually, stack_env, unique
 from tests.test_metrics import MeteredWorker, scrape, value
 from tests.test_tenant_acl import tenant_acl
@@ -305,3 +306,35 @@ def test_run_messages_carry_no_text_of_the_run_when_workers_run_registered_runs_
         assert team_a.run(session, "recall", agent="notes", wait_s=60).output == secret_fact
     finally:
         team_a.close()
+
+
+def test_a_canvas_task_given_another_tenants_run_id_is_refused(world: World) -> None:
+    """A canvas task's run is ``run-<task id>``, and run ids travel in the broker's messages:
+    team-b gave a ``tether.canvas.run`` task the id of team-a's (already finished) run, and the
+    worker, finding that run registered, published its result (team-a's output) to the shared
+    result backend, where team-b subscribed. A canvas task now needs a run registered as *its*
+    request (``canvas:<task id>``): refused, counted, nothing published."""
+    session = unique()
+    team_a = world.producer("team-a")
+    try:
+        done = team_a.run(session, "remember A's merger plan", agent="notes", wait_s=60)
+        assert done.ok
+    finally:
+        team_a.close()
+    before = mismatched(world.worker)
+    celery = Celery("team-b", broker=world.tenant_url("team-b"))
+    celery.conf.broker_transport_options = {"global_keyprefix": f"{NS}-celery:"}
+    try:
+        celery.send_task(
+            CANVAS_RUN_TASK,
+            (session, "recall"),
+            {"agent": "notes", "tenant": "team-a"},
+            queue=QUEUE,
+            task_id=done.run_id.removeprefix("run-"),
+        )
+    finally:
+        celery.close()
+    assert eventually(lambda: mismatched(world.worker) > before, timeout_s=60)
+    assert "registered as request" in world.worker.log_text()
+    published = flatten_redis(world.admin, match=f"{NS}-celery-results:*")
+    assert not [k for k, v in published.items() if b"merger plan" in v]

@@ -216,9 +216,37 @@ class CanvasRunTask(Task):  # type: ignore[misc]
                 "own process, or use a group"
             )
         args, kwargs = masked_arguments(tuple(args or ()), dict(kwargs or {}), settings)
+        kwargs["tenant"] = tenant = _applying_tenant(kwargs, settings)
         request = canvas_request(args, kwargs, task_id, settings)
         _submit(runs, request, settings.queue)
+        # a chain's later steps are applied by a worker, whose own TETHER_TENANT is not the
+        # caller's: they carry the caller's tenant in their messages
+        for step in options.get("chain") or ():
+            if isinstance(step, dict) and step.get("task") == CANVAS_RUN_TASK:
+                step.setdefault("kwargs", {}).setdefault("tenant", tenant)
         return super().apply_async(args, kwargs, task_id, *rest, **options)
+
+
+def _applying_tenant(kwargs: dict[str, Any], settings: Settings) -> str:
+    """The tenant a signature runs for: its own ``tenant=``; inside a worker (a chain's later
+    step) the tenant of the canvas task applying it; else the applying process's
+    ``TETHER_TENANT``.
+
+    Raises:
+        InvalidInput: applied inside a worker task that names no tenant to inherit.
+    """
+    named = kwargs.get("tenant")
+    if isinstance(named, str) and named:
+        return named
+    if not current_task:  # a proxy: false outside a task, i.e. in the applying process
+        return settings.tenant
+    inherited = (current_task.request.kwargs or {}).get("tenant")
+    if isinstance(inherited, str) and inherited:
+        return inherited
+    raise InvalidInput(
+        "a tether_run signature applied inside a worker task must name its tenant "
+        "(tether_run.s(..., tenant=...)): the worker's own TETHER_TENANT is not the caller's"
+    )
 
 
 def masked_arguments(
@@ -290,8 +318,15 @@ def tether_run(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     """Apply one run to its session (see the module docstring); its RunResult as a dict."""
     rt = get_services()
     request = canvas_request(args, kwargs, self.request.id, rt.settings)
+    if "tenant" not in kwargs:
+        # applied by a build before the applying process named its tenant: the worker's own
+        # TETHER_TENANT would stand in for it, and run the input in another tenant's session
+        raise InvalidInput(
+            f"tether.canvas.run task {self.request.id} names no tenant; apply tether_run "
+            "signatures with this version of Tether (it names the applying process's tenant)"
+        )
     if rt.settings.registered_runs_only:  # the caller registered it, or nobody may
-        if not registered(rt.runs, request.ref):
+        if not registered(rt.runs, request.ref, request_id=request.request_id):
             raise RunLost(
                 f"run {request.run_id}: no run of that id is registered for tenant "
                 f"{request.tenant!r} (TETHER_REGISTERED_RUNS_ONLY); apply the signature "

@@ -29,15 +29,29 @@ MALFORMED = "malformed"
 MISMATCHED = "mismatched"
 
 
-def registered(runs: RunQueue, ref: RunRef) -> bool:
-    """True when ``ref`` has a run record (its tenant's producer registered it); otherwise log
-    and count the refusal.
+def registered(runs: RunQueue, ref: RunRef, *, request_id: str | None = None) -> bool:
+    """True when ``ref`` has a run record (its tenant's producer registered it), and, when
+    ``request_id`` is given, one registered under that request id; otherwise log and count the
+    refusal.
 
-    The message's ids were validated (``parse_wire``), so they are safe to log.
+    ``request_id`` is for messages that name a run only through an id of their own (a canvas
+    task's ``run-<task id>``): another tenant could give its task the id of a run it read from
+    the broker, and have it treated as its own (its result published to the shared result
+    backend). The message's ids were validated (``parse_wire``), so they are safe to log.
     """
     view = runs.get(ref)
     if view is not None:
-        return view.request is None or matches(ref, view.request)
+        if view.request is None:
+            return True
+        if request_id is not None and view.request.request_id != request_id:
+            refuse(
+                MISMATCHED,
+                f"refused task for run {ref.run_id} of tenant {ref.tenant!r}: that run was "
+                f"registered as request {view.request.request_id!r}, not {request_id!r} (a "
+                "task given the id of someone else's run); nothing was run or written",
+            )
+            return False
+        return matches(ref, view.request)
     refuse(
         UNREGISTERED,
         f"refused run message {ref.run_id} for tenant {ref.tenant!r}, session "
