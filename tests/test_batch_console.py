@@ -5,7 +5,11 @@ demand from its results file with the transcripts from the store."""
 
 from __future__ import annotations
 
+import json
+import re
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -14,7 +18,11 @@ from playwright.sync_api import Page, expect
 from tests.support.browser import browser, page
 from tests.support.console import Console
 from tests.support.finished_batch import EPOCHS, FinishedBatches, finish_batches
-from tests.support.stack import Stack
+from tests.support.stack import Stack, unique
+from tether.keys import RedisKeys
+from tether.producer.ops.batch import run_batch
+from tether.producer.ops.batch.boards.base import BatchRecord, BatchState
+from tether.producer.ops.batch.boards.redis import RedisBatchBoard
 from tether.producer.ops.batch.results import read_results
 
 __all__ = ["browser", "page"]  # fixtures used by name
@@ -63,3 +71,95 @@ def test_a_batch_opens_its_report_from_the_page_in_chromium(
     expect(page.locator("#cases tbody tr")).to_have_count(4 * EPOCHS)
     page.locator("#cases tbody tr button.open").first.click()
     expect(page.locator('#t-events li[data-type="TOOL_RESULT"]')).to_have_count(1)
+
+
+# --- a record's results_path is its tenant's claim, not a fact (C3) -------------------------------
+
+
+@pytest.fixture(scope="module")
+def bob_console(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+    """A console of tenant ``bob`` (``TETHER_TENANT=bob``, as bob would start his own)."""
+    env = dict(stack.env, TETHER_TENANT="bob")
+    with Console(env, tmp_path_factory.mktemp("console-bob")) as running:
+        yield running
+
+
+def _put_bob_record(stack: Stack, batch_id: str, results_path: str) -> None:
+    """What bob can do with his own Redis credential: write a record on his own board."""
+    board = RedisBatchBoard(stack.producer.redis, RedisKeys(stack.settings.namespace), ttl_s=600)
+    now_ms = int(time.time() * 1000)
+    board.put(
+        BatchRecord(
+            batch_id=batch_id,
+            tenant="bob",
+            results_path=results_path,
+            state=BatchState.FINISHED,
+            total=1,
+            finished=1,
+            started_at_ms=now_ms,
+        )
+    )
+
+
+def _without_tenant(source: Path, target: Path) -> Path:
+    """A copy of a results file as a build before lines carried a tenant wrote it."""
+    lines = [json.loads(raw) for raw in source.read_text().splitlines()]
+    assert all("tenant" in line for line in lines), "new lines name their tenant"
+    target.write_text("".join(json.dumps({**line, "tenant": None}) + "\n" for line in lines))
+    return target
+
+
+def _not_found_page(console: Console, batch_id: str, path: str) -> str:
+    """The report answer of a batch without its results file here, its id and path masked."""
+    answer = httpx.get(f"{console.url}/batches/{batch_id}/report", timeout=30)
+    assert answer.status_code == 404, (path, answer.status_code)
+    masked = answer.text.replace(batch_id, "BATCH").replace(path, "PATH")
+    return re.sub(r"rendered [^<]*", "rendered", masked)  # the page's clock
+
+
+def test_a_record_pointing_at_another_tenants_results_or_any_path_serves_nothing(
+    stack: Stack,
+    batches: FinishedBatches,
+    bob_console: Console,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Before: bob's console served the report of any file bob's record named (tenant
+    ``default``'s whole results: inputs, outputs, expected answers), and its report link told
+    whether any path existed on the console's machine. Now only a file whose lines are that
+    batch's of bob's tenant is read; every other path answers as a missing one."""
+    folder = tmp_path_factory.mktemp("bob-batch")
+    secret = unique("bob-own-text")
+    cases = folder / "cases.jsonl"
+    cases.write_text(json.dumps({"id": "c1", "input": secret}) + "\n")
+    own = run_batch(stack.producer, cases, agent="echo", tenant="bob", out=folder / "b.jsonl")
+    assert read_results(Path(own.out))[0].tenant == "bob"
+    victim_id = read_results(batches.a)[0].batch_id  # tenant "default"'s batch
+    old_own = _without_tenant(Path(own.out), folder / "old-own.jsonl")
+    old_victim = _without_tenant(batches.a, folder / "old-victim.jsonl")
+    foreign = {
+        victim_id: str(batches.a),  # even under the victim's own batch id
+        "bob-stolen": str(batches.a),
+        "bob-old-victim": str(old_victim),  # a file from before lines named a tenant
+        "bob-passwd": "/etc/passwd",
+        "bob-environ": "/proc/self/environ",
+        "bob-zero": "/dev/zero",
+        "bob-missing": str(folder / "no-such.results.jsonl"),
+    }
+    for batch_id, path in foreign.items():
+        _put_bob_record(stack, batch_id, path)
+    _put_bob_record(stack, own.batch_id, own.out)
+
+    html = httpx.get(f"{bob_console.url}/batches", timeout=10).text
+    for batch_id in foreign:
+        assert f'data-batch-id="{batch_id}"' in html
+        assert f'href="/batches/{batch_id}/report"' not in html, batch_id
+    assert f'href="/batches/{own.batch_id}/report"' in html
+    answers = {_not_found_page(bob_console, i, p) for i, p in foreign.items()}
+    assert len(answers) == 1, "a missing file and a foreign one must answer alike"
+    assert "PATH" in answers.pop()
+    report = httpx.get(f"{bob_console.url}/batches/{own.batch_id}/report", timeout=30)
+    assert report.status_code == 200 and secret in report.text
+    # a file written before lines named a tenant is still served by its batch id
+    _put_bob_record(stack, own.batch_id, str(old_own))
+    old = httpx.get(f"{bob_console.url}/batches/{own.batch_id}/report", timeout=30)
+    assert old.status_code == 200 and secret in old.text

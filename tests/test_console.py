@@ -3,6 +3,7 @@ guards on actions. Real console processes on the test stack."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -27,8 +28,27 @@ def other_tenant_console(
         yield c
 
 
+@pytest.fixture(scope="module")
+def acme_console(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+    """A console of tenant ``acme`` with actions, started by an operator whose own tenant
+    (``TETHER_TENANT``) is ``default``."""
+    env = dict(stack.env, TETHER_TENANT="default")
+    log_dir = tmp_path_factory.mktemp("console-acme")
+    with Console(env, log_dir, "--tenant", "acme", "--actions") as c:
+        yield c
+
+
 def _get(console: Console, path: str, **kwargs: object) -> httpx.Response:
     return httpx.get(console.url + path, timeout=10, **kwargs)  # type: ignore[arg-type]
+
+
+def _act(console: Console, path: str, **fields: str) -> str:
+    """POST an action with the console's form key; the one-line message it redirects with."""
+    found = re.search(r'data-form-key="([^"]+)"', _get(console, "/runs").text)
+    assert found, "a console with actions carries its form key"
+    answer = httpx.post(console.url + path, data={"form_key": found.group(1), **fields})
+    assert answer.status_code == 303, (path, answer.status_code, answer.text)
+    return httpx.URL(answer.headers["location"]).params["message"]
 
 
 def test_every_view_is_tenant_scoped(live_stack: Stack, other_tenant_console: Console) -> None:
@@ -88,3 +108,40 @@ def test_binding_beyond_loopback_needs_a_token(stack: Stack) -> None:
         [*command, "--token", "short"], env=stack.env, capture_output=True, text=True, timeout=60
     )
     assert short.returncode == 2 and "at least 16" in short.stderr
+
+
+def test_actions_act_in_the_consoles_tenant_not_in_tether_tenants(
+    live_stack: Stack, acme_console: Console
+) -> None:
+    """C4: before, cancel went through the Producer's own tenant (``TETHER_TENANT``): acme's
+    console answered "unknown run" for acme's queued run (and would have acted on a run of the
+    same id of ``default``). Every action must act in ``--tenant``'s."""
+    producer = live_stack.producer
+    sid = unique("acme-actions")
+    slow = producer.run_async(sid, "sleep 3", agent="sleepy", tenant="acme")
+    queued = producer.run_async(sid, "after the sleep", agent="echo", tenant="acme")
+    message = _act(acme_console, f"/runs/{queued.run_id}/cancel")
+    assert message == f"run {queued.run_id}: cancelled: it will never start"
+    assert queued.run_result(timeout=30).status is RunStatus.CANCELLED
+    assert slow.run_result(timeout=30).status is RunStatus.COMPLETED
+
+    for verb in ("approve", "reject"):
+        waiting_sid = unique(f"acme-{verb}")
+        waiting = producer.run(
+            waiting_sid, "transfer 50", agent="approver", tenant="acme", wait_s=60
+        )
+        assert waiting.status is RunStatus.WAITING
+        call_id = waiting.pending[0].call_id
+        path = f"/sessions/{waiting_sid}/calls/{verb}"
+        message = _act(acme_console, path, call_id=call_id, agent="approver")
+        assert message.startswith(f"{verb}: call {call_id} settled"), message
+        run_id = message.rsplit(" ", 1)[-1]
+        done = producer.handle(run_id, tenant="acme").run_result(timeout=60)
+        assert done.status is RunStatus.COMPLETED, (verb, done)
+
+    copy = unique("acme-fork")
+    assert _act(acme_console, f"/sessions/{sid}/fork", new_session_id=copy) == (
+        f"forked {sid} to {copy}"
+    )
+    assert live_stack.reader().read(copy, tenant="acme") is not None
+    assert live_stack.reader().read(copy, tenant="default") is None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -328,3 +329,43 @@ def test_unfinished_key_holds_only_what_may_still_be_a_private_key() -> None:
     assert unfinished_key(done, 0) is None
     assert unfinished_key(done + f"b {header}\n", 0) == len(done) + 2  # a second, unfinished
     assert unfinished_key("-----BEGIN CERTIFICATE-----\nMIIB\n", 0) is None  # not a key
+
+
+class EndlessStream:
+    """A model that streams one short piece after another for as long as it is read (a
+    runaway answer), and counts the pieces it sent."""
+
+    model_name = "endless"
+
+    def __init__(self, piece_s: float) -> None:
+        self.piece_s = piece_s
+        self.sent = 0
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        raise AssertionError("a run given a sink streams")
+
+    def stream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
+        while self.sent < 2_000:  # 20 s: bounded, should the cut fail
+            time.sleep(self.piece_s)
+            self.sent += 1
+            on_delta(ModelDelta("text", "more "))
+        return ModelResponse.final("unreachable")
+
+
+def test_a_model_streaming_past_the_deadline_fails_the_run_at_once_without_a_retry() -> None:
+    """The run's deadline was only looked at between steps: a model that kept streaming kept
+    the run alive until the worker's guardian killed its process, and the run was retried as
+    a crash (the model paid three times). The stream is now cut at the deadline: the run fails
+    ``RunTimeout`` in its one attempt."""
+    model = EndlessStream(piece_s=0.01)
+    rt, _backends = _engine(InMemoryDeltaChannel(), Agent(model))  # type: ignore[arg-type]
+    request = request_for("s-endless", "go on").model_copy(
+        update={"agent": "streamer", "timeout_s": 0.5}
+    )
+    submit(rt.runs, request)
+    assert drain(rt, request.tenant, request.session_id) == 1
+    view = rt.runs.get(request.ref)
+    assert view is not None and view.result is not None
+    assert (view.result.status, view.result.error_type) == ("FAILED", "RunTimeout")
+    assert view.result.attempts == 1
+    assert model.sent < 1_000  # cut near 0.5 s of pieces, not streamed to the end

@@ -4,11 +4,17 @@
   call that holds the GIL is stopped at its limit and fails as ``ToolTimeout``.
 - A process the tool started is killed with it (before, ``sleep 600`` outlived the call).
 - A run that used up its attempt budget reports the attempts it made (before: 0).
+- An isolated call that returns at once is done at once although a process it forked lives on
+  (before: the forked process held the reply pipe open and the call failed as ``ToolTimeout``
+  at its limit); the forked process is still killed with the call. One whose process dies
+  without a reply fails as ``ToolCrashed`` at once, not at its limit.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -24,12 +30,27 @@ from tests.support.crash import (
 )
 from tests.support.limit_agents import hog, is_running, slow
 from tests.support.stack import eventually
+from tether import tool
 from tether.core.items import ToolCall
 from tether.runs.queue.base import submit
 from tether.runtime.tool_runner import run_with_timeout
 from tether.runtime.tools import Tool, ToolContext
 from tether.worker.engine.commit import CommitStep
 from tether.worker.engine.cycle import drain
+
+FORK_LIMIT_S = 10.0
+
+
+@tool(name="forks", description="Fork a helper that sleeps, then answer.", timeout_s=FORK_LIMIT_S)
+def forks(pid_file: str, then: str) -> str:
+    pid = os.fork()
+    if pid == 0:  # the helper: outlives the tool's own answer by far
+        time.sleep(60)
+        os._exit(0)
+    Path(pid_file).write_text(str(pid))
+    if then == "die":
+        os._exit(3)  # no reply at all, as a crash in a C extension would leave it
+    return "done at once"
 
 
 def _call(name: str, args: dict[str, object]) -> ToolCall:
@@ -76,3 +97,31 @@ def test_a_run_out_of_attempts_reports_the_attempts_it_made() -> None:
     assert view is not None and view.result is not None
     assert view.result.error_type == "RetriesExhausted"
     assert view.result.attempts == 3
+
+
+def _run_forks(tmp_path: Path, then: str) -> tuple[str, float, int]:
+    pid_file = tmp_path / "pid"
+    context = ToolContext("acme", "s1", "run-1", 1, "call_1")
+    call = _call("forks", {"pid_file": str(pid_file), "then": then})
+    started = time.monotonic()
+    outcome = run_with_timeout(forks, call, context, None)
+    return outcome.output, time.monotonic() - started, int(pid_file.read_text())
+
+
+def test_an_isolated_call_is_done_at_once_though_a_process_it_forked_lives_on(
+    tmp_path: Path,
+) -> None:
+    output, elapsed_s, helper = _run_forks(tmp_path, "answer")
+    assert output == "done at once"
+    assert elapsed_s < FORK_LIMIT_S / 2  # before: ToolTimeout after the whole limit
+    eventually(lambda: not is_running(helper), timeout_s=30)  # still killed with the call
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="no pidfd: seen at the limit instead")
+def test_an_isolated_call_dying_without_a_reply_fails_at_once_though_its_fork_lives_on(
+    tmp_path: Path,
+) -> None:
+    output, elapsed_s, helper = _run_forks(tmp_path, "die")
+    assert "ToolCrashed" in output
+    assert elapsed_s < FORK_LIMIT_S / 2
+    eventually(lambda: not is_running(helper), timeout_s=30)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from tether.core.events import EventType, ToolOutputReplacedPayload, ToolResultPayload
 from tether.core.items import ToolCall, ToolCallsMessage, ToolOutput
 from tether.core.results import Resolution
+from tether.core.text import valid_text
 from tether.errors import InvalidInput
 from tether.runtime.tool_runner import run_with_timeout
 from tether.runtime.tools import (
@@ -135,4 +136,4 @@ def _run_approved(session: AgentSession, call: ToolCall, run_id: str) -> str:
         return failed(call, "UnknownTool", f"no tool named {call.name!r}").output
     context = ToolContext(session.tenant, session.session_id, run_id, 0, call.id)
     outcome = run_with_timeout(tool, call, context, session.agent.options.tool_timeout_s)
-    return outcome.output
+    return valid_text(outcome.output)  # storable, as the loop makes every tool's output

@@ -11,7 +11,9 @@ The child leads a process group of its own, and the whole group is SIGKILLed whe
 outlives its call. A process that leaves the group on purpose (``setsid``) is its own business.
 
 The child inherits the tool, its arguments and its context by ``fork``; only the outcome crosses
-back, as JSON (never pickle). A fork costs a few milliseconds, so isolation is opt-in per tool.
+back, as JSON (never pickle), behind its length: the call is over once the whole reply is in (or
+the child has exited), not at the pipe's end of file, which a process the tool forked would hold
+off until it exits itself. A fork costs a few milliseconds, so isolation is opt-in per tool.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import json
 import os
 import select
 import signal
+import struct
 import time
 from typing import TYPE_CHECKING
 
@@ -32,6 +35,8 @@ if TYPE_CHECKING:
 #: Isolated calls without any limit still get one: a child nobody waits for forever is a leak.
 DEFAULT_ISOLATED_TIMEOUT_S = 300.0
 _CHUNK = 1 << 16
+#: The reply's length, ahead of it.
+_HEADER = struct.Struct(">Q")
 
 
 def run_isolated(
@@ -53,10 +58,13 @@ def run_isolated(
         finally:
             os._exit(0)
     os.close(write_fd)
+    exited = _exit_fd(pid)
     try:
-        raw = _read_until(read_fd, time.monotonic() + limit_s)
+        raw = _read_reply(read_fd, exited, time.monotonic() + limit_s)
     finally:
         os.close(read_fd)
+        if exited is not None:
+            os.close(exited)
         _kill_group(pid)
         os.waitpid(pid, 0)
     if raw is None:
@@ -88,20 +96,39 @@ def _kill_group(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)  # a no-op for a child that already exited
 
 
-def _read_until(fd: int, deadline: float) -> bytes | None:
-    """Everything the child writes until it closes the pipe; None past ``deadline``."""
-    chunks: list[bytes] = []
-    while True:
+def _exit_fd(pid: int) -> int | None:
+    """A descriptor that turns readable when child ``pid`` exits (None where the system has no
+    pidfd: then a child that dies without a reply is seen at end of file or at the limit)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _read_reply(fd: int, exited: int | None, deadline: float) -> bytes | None:
+    """The child's reply, once all of it is in; empty when the child exited or closed the pipe
+    before it was (it crashed); None past ``deadline``."""
+    data = bytearray()
+    watched = [fd] if exited is None else [fd, exited]
+    while not _complete(data):
         left_s = deadline - time.monotonic()
         if left_s <= 0:
             return None
-        ready, _, _ = select.select([fd], [], [], left_s)
+        ready, _, _ = select.select(watched, [], [], left_s)
         if not ready:
             return None
+        if fd not in ready:
+            break  # the child exited, and all it wrote is in the pipe (already read): no reply
         chunk = os.read(fd, _CHUNK)
         if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
+            break
+        data += chunk
+    return bytes(data[_HEADER.size :]) if _complete(data) else b""
+
+
+def _complete(data: bytearray) -> bool:
+    """Whether ``data`` holds a whole reply behind its header."""
+    return len(data) >= _HEADER.size and len(data) >= _HEADER.size + _HEADER.unpack_from(data)[0]
 
 
 def _reply(fd: int, outcome: ToolOutcome) -> None:
@@ -111,7 +138,8 @@ def _reply(fd: int, outcome: ToolOutcome) -> None:
         "status": outcome.status,
         "error": outcome.error,
     }
-    data = json.dumps(reply).encode("utf-8")
+    body = json.dumps(reply).encode("utf-8")
+    data = _HEADER.pack(len(body)) + body
     while data:
         data = data[os.write(fd, data) :]
     os.close(fd)

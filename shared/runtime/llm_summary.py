@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether.core.items import ITEMS_ADAPTER, Item, ToolCallsMessage, UserMessage
+from tether.core.text import valid_text
 from tether.models.base import ModelClient, ModelRequest
 
 READ_TOOLS = frozenset({"read", "grep", "find", "read_file"})
@@ -86,7 +87,7 @@ def extract_file_paths(items: Sequence[Item]) -> tuple[tuple[str, ...], tuple[st
 def _paths_from_arguments(arguments: str) -> list[str]:
     try:
         args = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):  # the model's text: anything, nested at any depth
         return []
     if not isinstance(args, dict):
         return []
@@ -127,7 +128,8 @@ def request_summary(
         items=(UserMessage(content=prompt),),
         system_prompt=SUMMARY_SYSTEM_PROMPT,
     )
-    return model.complete(request).text or ""
+    # the summary goes into a COMPACT event: storable, like every other model answer
+    return valid_text(model.complete(request).text or "")
 
 
 def parse_summary(raw: str) -> ParsedSummary | None:
@@ -141,7 +143,7 @@ def parse_summary(raw: str) -> ParsedSummary | None:
         return None
     try:
         data = json.loads(raw[start : end + 1])
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(data, dict):
         return None

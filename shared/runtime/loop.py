@@ -33,8 +33,15 @@ from tether.core.events import (
 )
 from tether.core.items import Item, ToolCall, ToolOutput, UserMessage
 from tether.core.results import AgentResult, PendingCall, RunStatus, ToolResultRecord
+from tether.core.text import valid_strings
 from tether.errors import ModelError, RunCancelled, RunTimeout, TetherError, TokenBudgetExceeded
-from tether.models.base import ModelClient, ModelRequest, ModelResponse, StreamingModelClient
+from tether.models.base import (
+    ModelClient,
+    ModelDelta,
+    ModelRequest,
+    ModelResponse,
+    StreamingModelClient,
+)
 from tether.observability.tracing import record_usage, span
 from tether.runtime.progress import RunProgress
 from tether.runtime.streaming import redacted
@@ -236,12 +243,16 @@ def _call_model(session: AgentSession, state: _RunState, step: int) -> ModelResp
     )
     try:
         with span("tether.model", {"gen_ai.request.model": request.model}, step=step) as call:
-            response = _ask(agent.model, request, state.deltas, step)
+            deadline_s = state.started_s + state.timeout_s if state.timeout_s else None
+            response = _ask(agent.model, request, state.deltas, step, deadline_s)
             record_usage(call, response.usage)
     except TetherError:
         raise
     except Exception as exc:
         raise ModelError(f"model {request.model!r} failed: {type(exc).__name__}: {exc}") from exc
+    # before any event holds it: a lone surrogate could never be stored, and its commit would
+    # fail on every attempt (repeating this call and the step's tools)
+    response = valid_strings(response)
     session.emit(
         EventType.MODEL_RESPONSE,
         ModelResponsePayload(
@@ -261,12 +272,30 @@ def _call_model(session: AgentSession, state: _RunState, step: int) -> ModelResp
 
 
 def _ask(
-    model: ModelClient, request: ModelRequest, deltas: RunDeltas | None, step: int
+    model: ModelClient,
+    request: ModelRequest,
+    deltas: RunDeltas | None,
+    step: int,
+    deadline_s: float | None = None,
 ) -> ModelResponse:
-    """The model's answer: streamed when someone takes the pieces and the model can stream."""
+    """The model's answer: streamed when someone takes the pieces and the model can stream.
+
+    A streamed answer is cut at the run's deadline (``deadline_s``, monotonic): a model that
+    keeps sending pieces would otherwise keep the run past it until the worker's guardian
+    kills the process, and the run would be retried as a crash, paying the model again."""
     if deltas is not None and isinstance(model, StreamingModelClient):
+        sink = deltas
+
+        def piece(delta: ModelDelta) -> None:
+            if deadline_s is not None and time.monotonic() >= deadline_s:
+                raise RunTimeout(
+                    f"the model was still answering step {step} at the run's deadline; raise "
+                    "the run's timeout_s, or ask for shorter answers (max_tokens)"
+                )
+            sink.piece(step, valid_strings(delta))
+
         try:
-            return model.stream(request, lambda delta: deltas.piece(step, delta))
+            return model.stream(request, piece)
         finally:
             deltas.step_done(step)  # the step's pieces go out before its MODEL_RESPONSE
     return model.complete(request)
@@ -353,6 +382,7 @@ def _execute(session: AgentSession, state: _RunState, calls: list[Call], step: i
 
 
 def _write_result(session: AgentSession, state: _RunState, outcome: ToolOutcome, step: int) -> None:
+    outcome = valid_strings(outcome)  # a tool's text, like the model's, must be storable
     item = ToolOutput(call_id=outcome.call.id, name=outcome.call.name, output=outcome.output)
     session.write(
         EventType.TOOL_RESULT,

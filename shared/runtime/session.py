@@ -28,6 +28,7 @@ from tether.core.fold import apply_event
 from tether.core.memory import Memory, MemorySnapshot
 from tether.core.results import Resolution
 from tether.core.snapshot import RunRecord, SessionMetadata, SessionSnapshot
+from tether.core.text import valid_text
 from tether.errors import StoreNotConfigured, TetherError
 from tether.ids import new_id, validate_id, validate_tenant
 from tether.persistence.codec import sha256_hex
@@ -248,9 +249,10 @@ class AgentSession(SessionMemoryOps):
     def emit_error(self, exc: BaseException, *, run_id: str | None, step: int = 0) -> AgentEvent:
         """Record a run-ending failure as an ``ERROR`` event."""
         retryable = isinstance(exc, TetherError) and exc.retryable
+        message = valid_text(str(exc))  # it may quote a model's or a tool's text
         return self.emit(
             EventType.ERROR,
-            ErrorPayload(error_type=type(exc).__name__, message=str(exc), retryable=retryable),
+            ErrorPayload(error_type=type(exc).__name__, message=message, retryable=retryable),
             run_id=run_id,
             step=step,
         )

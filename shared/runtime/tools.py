@@ -148,6 +148,13 @@ class Tool:
             raw = json.loads(call.arguments) if call.arguments.strip() else None
         except ValueError as exc:
             return failed(call, "InvalidArguments", f"arguments are not valid JSON: {exc}")
+        except RecursionError:  # the parser recurses per level: a model can nest past the stack
+            return failed(
+                call,
+                "InvalidArguments",
+                "arguments are nested too deeply to parse; send one JSON object of the tool's "
+                "parameters, nested no deeper than its schema",
+            )
         if not isinstance(raw, dict):
             return failed(call, "InvalidArguments", "arguments must be a JSON object")
         try:
@@ -170,12 +177,26 @@ class Tool:
             value = self.fn(**parsed)
         except Exception as exc:  # a tool's failure is data for the model, never a crash
             return failed(call, type(exc).__name__, str(exc))
-        if isinstance(value, Waiting):
-            return ToolOutcome(call=call, output=value.output, ok=True, status="WAITING")
+        return _outcome(call, value)
+
+
+def _outcome(call: ToolCall, value: object) -> ToolOutcome:
+    """The outcome of a call whose tool returned ``value``."""
+    if isinstance(value, Waiting):
+        return ToolOutcome(call=call, output=value.output, ok=True, status="WAITING")
+    try:
         output = value if isinstance(value, str) else json.dumps(value, default=str)
-        if output.startswith("TOOL_ERROR"):
-            return ToolOutcome(call=call, output=output, ok=False, status="FAILED", error=output)
-        return ToolOutcome(call=call, output=output, ok=True, status="COMPLETED")
+    except Exception as exc:  # tuple keys, cycles, huge ints, deep nesting, a __str__ that raises
+        return failed(
+            call,
+            "UnserializableResult",
+            f"the tool's result (of type {type(value).__name__}) cannot be encoded as JSON "
+            f"({type(exc).__name__}: {exc}); return a str or JSON-able data (str keys, no "
+            "cycles, ints under 4300 digits)",
+        )
+    if output.startswith("TOOL_ERROR"):
+        return ToolOutcome(call=call, output=output, ok=False, status="FAILED", error=output)
+    return ToolOutcome(call=call, output=output, ok=True, status="COMPLETED")
 
 
 def _context_param(fn: Callable[..., Any]) -> str | None:

@@ -275,6 +275,7 @@ class BatchRunner:
             scorers=self.scorers,
             events=self.events,
             redact=self.redact,
+            tenant=self.tenant,
         )
 
     def _write(self, scored: _Scored) -> None:

@@ -86,9 +86,12 @@ def build_record(
     scorers: list[Scorer],
     events: EventsLoader | None,
     redact: bool,
+    tenant: str | None = None,
 ) -> CaseResult:
     """The results line of a finished case: run outcome, scores, verdict; masked by
-    :func:`mask_line` when ``redact`` (the producer's ``redact_inputs``)."""
+    :func:`mask_line` when ``redact`` (the producer's ``redact_inputs``). ``tenant``, the
+    tenant the case ran in, is written in the line: the console checks it before serving a
+    report."""
     case = outcome.numbered.case
     status = result.status.value if result is not None else RunStatus.FAILED.value
     output = result.output if result is not None else None
@@ -150,6 +153,7 @@ def build_record(
             total_tokens=usage.total_tokens,
         ),
         error_kind=error_kind(error[0]) if error else None,
+        tenant=tenant,
     )
     return mask_line(line) if redact else line
 

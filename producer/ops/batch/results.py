@@ -31,7 +31,9 @@ from tether.producer.ops.batch.scoring.base import ScoreRecord
 #: Version 1: one line per case (status, output, passed by the case's grader, latency, tokens,
 #: run ids). Version 2 (epochs and scorers) adds: epoch, attempt, tags, input, expected,
 #: scores (one record per scorer), score, scorers, usage, error_kind. Version 1 lines read as
-#: version 2 lines of epoch 0 without scores.
+#: version 2 lines of epoch 0 without scores. Later version 2 lines also carry ``tenant`` (an
+#: optional field, so builds that predate it keep reading them: unknown fields are kept); lines
+#: written before it read with ``tenant`` None.
 RESULT_SCHEMA_VERSION: Literal[2] = 2
 
 #: What a run's ``error_type`` says about who must act (the ``tether.errors`` tree).
@@ -120,6 +122,9 @@ class CaseResult(BaseModel):
     scorers: list[str] | None = None
     usage: RunUsage | None = None
     error_kind: str | None = None
+    tenant: str | None = None
+    """The tenant the case ran in (None: a line written before lines carried it). The console
+    serves a report only of a file whose lines are its tenant's (docs/trust-model.md)."""
 
     @property
     def errored(self) -> bool:
@@ -146,6 +151,7 @@ _OPTIONAL = (
     "usage",
     "error_kind",
     "cost_usd",
+    "tenant",
 )
 
 

@@ -1,7 +1,8 @@
 """The console's actions (only with ``--actions``): cancel a run; approve, reject or answer the
-call a waiting run waits on; fork a session. Each is a form POST carrying the console's form
-key, checked against the tenant, done through the Producer SDK, then a redirect back with a
-one-line message."""
+call a waiting run waits on; fork a session; redeliver a dead webhook. Each is a form POST
+carrying the console's form key, checked against the tenant, done through the Producer SDK for
+the console's tenant (``--tenant``: every call names it, since the Producer's own tenant is
+``TETHER_TENANT``'s, which may differ), then a redirect back with a one-line message."""
 
 from __future__ import annotations
 
@@ -70,9 +71,15 @@ class Actions:
         back = fields.get("back") or f"/runs/{quote(run_id)}"
         if not back.startswith("/") or back.startswith("//"):
             back = f"/runs/{quote(run_id)}"
-        return await self._do(
-            back, lambda: f"run {run_id}: {CANCEL_MESSAGES[self.b.producer().cancel(run_id)]}"
-        )
+        tenant = self.config.tenant
+
+        def act() -> str:
+            # the console's tenant (--tenant), never the Producer's own (TETHER_TENANT): with
+            # those two different, the run found above is the console tenant's
+            outcome = self.b.producer().cancel(run_id, tenant=tenant)
+            return f"run {run_id}: {CANCEL_MESSAGES[outcome]}"
+
+        return await self._do(back, act)
 
     async def resolve(self, request: Request) -> Response:
         """approve, reject or answer, by the ``verb`` path parameter."""

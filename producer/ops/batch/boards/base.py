@@ -26,8 +26,10 @@ class BatchRecord(BaseModel):
     """What a batch says about itself while it runs and once it ends.
 
     ``results_path`` is the absolute path of its results file on the producer's machine (the
-    console makes the report from it when it can read it); ``finished`` counts result lines
-    (cases x epochs, earlier invocations included) out of ``total``.
+    console makes the report from it when it can read it and its lines say they are this
+    batch's of the console's tenant: the record is the tenant's word, not a fact);
+    ``finished`` counts result lines (cases x epochs, earlier invocations included) out of
+    ``total``.
     """
 
     model_config = ConfigDict(frozen=True, extra="ignore")

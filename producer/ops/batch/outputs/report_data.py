@@ -85,16 +85,25 @@ def _changes(comparison: Comparison) -> dict[str, str]:
 
 
 def build_report_data(
-    results: Path, events_of: EventsOf, *, compare_to: Path | None = None, seed: int = 0
+    results: Path,
+    events_of: EventsOf,
+    *,
+    compare_to: Path | None = None,
+    seed: int = 0,
+    lines: list[CaseResult] | None = None,
 ) -> ReportData:
     """Read ``results`` (and the baseline ``compare_to``) into a :class:`ReportData`.
+
+    ``lines``: the lines of ``results`` when the caller has read them already (the console
+    reads and checks them itself, from the file it opened, before anything is shown).
 
     Raises:
         InvalidInput: a file is missing or not a results file, or the two share no case.
     """
     from tether.producer.ops.batch.outputs.transcripts import event_row
 
-    lines = read_results(results)
+    if lines is None:
+        lines = read_results(results)
     comparison = None
     changes: dict[str, str] = {}
     if compare_to is not None:
