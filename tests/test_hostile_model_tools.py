@@ -256,3 +256,24 @@ def test_a_result_json_cannot_encode_is_an_unserializable_result_tool_error(
     body = json.loads(record.output.removeprefix("TOOL_ERROR: "))
     assert body["errorType"] == "UnserializableResult"
     assert f"of type {type_name}" in body["error"] and "JSON-able data" in body["error"]
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("this message cannot be read")
+
+
+@tool
+def breaks_badly() -> str:
+    """Raise an exception whose message cannot be read."""
+    raise Unprintable()
+
+
+def test_a_tool_error_whose_message_cannot_be_read_is_still_a_tool_error() -> None:
+    model = ScriptedModel(
+        [ModelResponse.call("c1", "breaks_badly", "{}"), ModelResponse.final("ok")]
+    )
+    result = Agent(model, tools=[breaks_badly]).new_session().run("go")
+    assert result.status == "COMPLETED"
+    (record,) = result.tool_results
+    assert record.status == "FAILED" and "could not be read" in record.output

@@ -125,3 +125,21 @@ def test_an_isolated_call_dying_without_a_reply_fails_at_once_though_its_fork_li
     assert "ToolCrashed" in output
     assert elapsed_s < FORK_LIMIT_S / 2
     eventually(lambda: not is_running(helper), timeout_s=30)
+
+
+def test_an_isolated_call_works_when_the_worker_holds_over_1024_descriptors(
+    tmp_path: Path,
+) -> None:
+    """The call waited on its reply with ``select``, which cannot watch a descriptor numbered
+    past 1024 (ValueError): a worker holding many connections and files failed every isolated
+    call. It polls now."""
+    held: list[int] = []
+    try:
+        while not held or held[-1] <= 1100:  # the call's pipe is made after these
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        output, _elapsed_s, helper = _run_forks(tmp_path, "answer")
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert output == "done at once"
+    eventually(lambda: not is_running(helper), timeout_s=30)

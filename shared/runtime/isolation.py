@@ -109,12 +109,15 @@ def _read_reply(fd: int, exited: int | None, deadline: float) -> bytes | None:
     """The child's reply, once all of it is in; empty when the child exited or closed the pipe
     before it was (it crashed); None past ``deadline``."""
     data = bytearray()
-    watched = [fd] if exited is None else [fd, exited]
+    # poll, not select: a busy worker may hold descriptors past select's limit of 1024
+    poller = select.poll()
+    for watched in (fd,) if exited is None else (fd, exited):
+        poller.register(watched, select.POLLIN)
     while not _complete(data):
         left_s = deadline - time.monotonic()
         if left_s <= 0:
             return None
-        ready, _, _ = select.select(watched, [], [], left_s)
+        ready = {ready_fd for ready_fd, _ in poller.poll(max(1, int(left_s * 1000)))}
         if not ready:
             return None
         if fd not in ready:

@@ -176,7 +176,7 @@ class Tool:
         try:
             value = self.fn(**parsed)
         except Exception as exc:  # a tool's failure is data for the model, never a crash
-            return failed(call, type(exc).__name__, str(exc))
+            return failed(call, type(exc).__name__, _message(exc))
         return _outcome(call, value)
 
 
@@ -191,12 +191,20 @@ def _outcome(call: ToolCall, value: object) -> ToolOutcome:
             call,
             "UnserializableResult",
             f"the tool's result (of type {type(value).__name__}) cannot be encoded as JSON "
-            f"({type(exc).__name__}: {exc}); return a str or JSON-able data (str keys, no "
-            "cycles, ints under 4300 digits)",
+            f"({type(exc).__name__}: {_message(exc)}); return a str or JSON-able data (str "
+            "keys, no cycles, ints under 4300 digits)",
         )
     if output.startswith("TOOL_ERROR"):
         return ToolOutcome(call=call, output=output, ok=False, status="FAILED", error=output)
     return ToolOutcome(call=call, output=output, ok=True, status="COMPLETED")
+
+
+def _message(exc: BaseException) -> str:
+    """``str(exc)``, or a stand-in when the exception's own ``__str__`` fails too."""
+    try:
+        return str(exc)
+    except Exception:
+        return f"(a {type(exc).__name__} whose message could not be read)"
 
 
 def _context_param(fn: Callable[..., Any]) -> str | None:

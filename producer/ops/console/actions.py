@@ -105,7 +105,11 @@ class Actions:
                 handle = producer.submit_tool_output(
                     session_id, call_id, text, agent=agent, tenant=tenant
                 )
-            return f"{verb}: call {call_id} settled; the run goes on as {handle.run_id}"
+            # a worker checks that the call waits, so nothing is settled yet
+            return (
+                f"{verb}: sent for call {call_id} as run {handle.run_id}; it settles the call "
+                "if the call waits that way, else it fails and changes nothing (see the run)"
+            )
 
         return await self._do(f"/sessions/{quote(session_id)}", act)
 
