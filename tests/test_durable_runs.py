@@ -215,3 +215,71 @@ def test_a_checkpoint_replays_only_events_its_own_run_wrote() -> None:
     backends.stream.append(TENANT, request.session_id, [*intruder, *events[2:]], lease.fence)
     assert resume_point(taker, agent, request, None) is None  # not replayed: starts over
     assert backends.checkpoints.load(TENANT, request.session_id, request.run_id) is None
+
+
+def test_a_run_resumes_on_a_session_that_already_had_runs() -> None:
+    """The drain publishes the restore of the head it loaded (``SESSION_RESTORED``, no run id)
+    just before a run's first event, inside what the run's checkpoints cover; resuming read it
+    as another run's event and started over: every step asked the model again. Resuming works
+    on a session's first run and on any later one alike."""
+    backends = memory_backends()
+    counter = MemoryCounter()
+    earlier = request_for("s-durable", "hello").model_copy(update={"agent": "echo"})
+    first = worker_runtime(backends, "w0")
+    submit(first.runs, earlier)
+    drain(first, TENANT, earlier.session_id)
+    backends.expire_lease(TENANT, earlier.session_id)  # the next worker loads the stored head
+    request = counting_request("s-durable")
+    switch = PowerSwitch()
+    dying = worker_runtime(
+        backends, "w1", switch=switch, registry=registry_for(counter, "step", 7, switch)
+    )
+    submit(dying.runs, request)
+    with pytest.raises(SimulatedCrash):
+        drain(dying, TENANT, request.session_id)
+    backends.expire_lease(TENANT, request.session_id)
+    taker = worker_runtime(backends, "w2", registry=registry_for(counter, "step", None, None))
+    submit(taker.runs, request)
+    drain(taker, TENANT, request.session_id)
+    assert counter.model_calls == STEPS + 1  # resumed at its checkpoint: not 7 + 11
+    assert counter.total == STEPS
+    view = backends.runs.get(request.ref)
+    assert view is not None and view.result is not None and view.result.attempts == 2
+    report = SessionLogReader(backends.store, backends.archive).verify(
+        request.session_id, tenant=TENANT
+    )
+    assert report.ok, report.problems
+
+
+def test_a_run_out_of_attempts_leaves_nothing_of_its_steps_to_the_next_run() -> None:
+    """A run cut short after its checkpoints, then refused for lack of attempts, left the
+    session replayed at its checkpoint in the drain, and the next queued run went on from
+    there: the failed run's input and steps in the next run's memory, under the next run's
+    name. The next run starts from the committed head."""
+    backends = memory_backends()
+    counter = MemoryCounter()
+    doomed = counting_request("s-budget")
+    switch = PowerSwitch()
+    dying = worker_runtime(
+        backends, "w1", switch=switch, registry=registry_for(counter, "step", 4, switch)
+    )
+    submit(dying.runs, doomed)
+    with pytest.raises(SimulatedCrash):
+        drain(dying, TENANT, doomed.session_id)
+    backends.expire_lease(TENANT, doomed.session_id)
+    after = request_for("s-budget", "next").model_copy(update={"agent": "counter"})
+    taker = worker_runtime(backends, "w2", registry=registry_for(counter, "step", None, None))
+    taker.settings = taker.settings.model_copy(update={"max_attempts": 1})  # none left for it
+    submit(taker.runs, doomed)
+    submit(taker.runs, after)
+    drain(taker, TENANT, doomed.session_id)
+    failed = backends.runs.get(doomed.ref)
+    assert failed is not None and failed.result is not None
+    assert failed.result.error_type == "RetriesExhausted"
+    done = backends.runs.get(after.ref)
+    assert done is not None and done.result is not None
+    assert done.result.output == f"counted {STEPS}"  # its own ten steps, not the doomed run's
+    head = SessionLogReader(backends.store, backends.archive).read("s-budget", tenant=TENANT)
+    assert head is not None
+    inputs = [i.content for i in head.memory.items if getattr(i, "type", "") == "user_message"]
+    assert inputs == ["next"]  # nothing of the doomed run

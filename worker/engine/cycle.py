@@ -31,7 +31,6 @@ from tether.errors import (
     DataError,
     InfrastructureError,
     InvalidInput,
-    RetriesExhausted,
     RunCancelled,
     RunHandedBack,
     RunInterrupted,
@@ -61,6 +60,7 @@ from tether.worker.engine.records import (
     interrupted_record,
     redacted,
     result_from_record,
+    retries_exhausted,
     rolled_back_record,
 )
 from tether.worker.engine.resume import ASK, Checkpointer, resume_point
@@ -298,7 +298,7 @@ def _attempt(
         if budget_spent and view.failed_before_commit >= attempts - 1:
             # every earlier attempt failed before it could write anything, so the run was never
             # applied: the budget may end it although the head cannot be read now
-            commit.finish(_retries_exhausted(request, attempts, view, exc))
+            commit.finish(retries_exhausted(request, attempts, view, exc))
             return Outcome.DONE
         raise RunUnreadable(exc) from exc
     except DataError as exc:
@@ -322,7 +322,7 @@ def _attempt(
         committed(done, agent.model_name)
         return Outcome.DONE
     if budget_spent:
-        commit.finish(_retries_exhausted(request, attempts, view))
+        commit.finish(retries_exhausted(request, attempts, view))
         return Outcome.DONE
     refused = _refused_settlement(d, session, request, attempts)
     if refused is not None:
@@ -365,22 +365,6 @@ def _refused_settlement(
             request, RunStatus.FAILED, exc.error_type, str(exc), attempts=attempts
         )
     return None
-
-
-def _retries_exhausted(
-    request: RunRequest, attempts: int, view: RunView, now: TetherError | None = None
-) -> RunResult:
-    """The failure of a run that used up its attempt budget without committing."""
-    last = f"{now.error_type}: {now}" if now is not None else view.last_error
-    cause = f"; last error: {last}" if last else ""
-    message = (
-        f"run {request.run_id} was attempted {attempts - 1} times without committing{cause}; "
-        "see the worker logs, fix the cause and submit it again"
-    )
-    # attempts: the ones made, not the one refused for lack of budget
-    return RunResult.failure(
-        request, RunStatus.FAILED, RetriesExhausted.__name__, message, attempts=attempts - 1
-    )
 
 
 def _execute(d: DrainState, session: AgentSession, request: RunRequest, agent: Agent) -> RunRecord:
@@ -466,7 +450,10 @@ def _adopt(d: DrainState, session: AgentSession, agent_name: str) -> AgentSessio
 
 def _session_for(d: DrainState, request: RunRequest, agent: Agent) -> AgentSession:
     """The session to run on: loaded once per lease (at the run's checkpoint, when it has
-    one), then kept between runs."""
+    one), then kept between runs; not a session replayed for a run that then did not execute
+    (out of attempts): its steps were never committed, so the next run starts at the head."""
+    if d.resumed is not None:
+        d.loaded, d.resumed = False, None
     if not d.loaded:
         d.announce = None  # a restore of an abandoned attempt is never announced
         with span("tether.restore", session_id=request.session_id):

@@ -10,7 +10,9 @@ from tether.core.context import CompactResult
 from tether.core.memory import MemorySnapshot
 from tether.core.results import AgentResult, RunStatus
 from tether.core.snapshot import RunRecord
+from tether.errors import RetriesExhausted, TetherError
 from tether.runs.contract import RunRequest, RunResult
+from tether.runs.queue.base import RunView
 from tether.runtime.agent import Agent
 from tether.runtime.session import AgentSession
 
@@ -113,4 +115,20 @@ def result_from_record(
         queue_ms=queue_ms,
         run_ms=run_ms,
         worker=worker,
+    )
+
+
+def retries_exhausted(
+    request: RunRequest, attempts: int, view: RunView, now: TetherError | None = None
+) -> RunResult:
+    """The failure of a run that used up its attempt budget without committing."""
+    last = f"{now.error_type}: {now}" if now is not None else view.last_error
+    cause = f"; last error: {last}" if last else ""
+    message = (
+        f"run {request.run_id} was attempted {attempts - 1} times without committing{cause}; "
+        "see the worker logs, fix the cause and submit it again"
+    )
+    # attempts: the ones made, not the one refused for lack of budget
+    return RunResult.failure(
+        request, RunStatus.FAILED, RetriesExhausted.__name__, message, attempts=attempts - 1
     )

@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass
 
 from tether.core.context import CompactResult
-from tether.core.events import AgentEvent
+from tether.core.events import AgentEvent, EventType
 from tether.core.history import memory_at
 from tether.core.memory import MemorySnapshot
 from tether.core.snapshot import SessionSnapshot
@@ -172,7 +172,10 @@ def _recorded(
     expected = list(range(base_seq + 1, checkpoint.last_seq + 1))
     if [e.seq for e in events] != expected:
         return []
-    foreign = {e.run_id for e in events} - {request.run_id}
+    # the drain's announcement of the head it restored comes just before the run's first
+    # event (no run id: a restore is no run's doing); it changes no memory
+    own = events[1:] if events and _restore_announcement(events[0], base_seq) else events
+    foreign = {e.run_id for e in own} - {request.run_id}
     if foreign:
         log.warning(
             "run %s: the events its checkpoint covers (seq %d..%d) include events of %s; "
@@ -181,6 +184,15 @@ def _recorded(
         )  # fmt: skip
         return []
     return events
+
+
+def _restore_announcement(event: AgentEvent, base_seq: int) -> bool:
+    """Whether ``event`` is a drain's ``SESSION_RESTORED`` of the head at ``base_seq``."""
+    return (
+        event.type is EventType.SESSION_RESTORED
+        and event.run_id is None
+        and event.seq == base_seq + 1
+    )
 
 
 class Checkpointer:
