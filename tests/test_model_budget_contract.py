@@ -147,8 +147,9 @@ def test_limits_parse_from_json_or_a_file_and_refuse_bad_input(tmp_path: Path) -
 class _Busy:
     """A model that answers 429 (with Retry-After) a few times, then answers."""
 
-    def __init__(self, failures: int) -> None:
+    def __init__(self, failures: int, retry_after_s: float = 0.05) -> None:
         self.failures = failures
+        self.retry_after_s = retry_after_s
         self.calls = 0
 
     def complete(self, request: ModelRequest) -> ModelResponse:
@@ -156,7 +157,7 @@ class _Busy:
         if self.calls <= self.failures:
             error = ModelError("HTTP 429 rate limited")
             error.status = 429  # type: ignore[attr-defined]
-            error.retry_after_s = 0.05  # type: ignore[attr-defined]
+            error.retry_after_s = self.retry_after_s  # type: ignore[attr-defined]
             raise error
         return ModelResponse.final("ok")
 
@@ -193,3 +194,16 @@ def test_the_gate_gives_up_after_its_429_budget_and_costs_nothing_without_limits
 
     free = BudgetedModel(ScriptedModel([ModelResponse.final("hi")]), NoBudget(), limits)  # type: ignore[arg-type]
     assert free.complete(ModelRequest(model="unlimited", items=())).text == "hi"
+
+
+def test_a_day_long_retry_after_fails_the_call_instead_of_pausing_the_fleet() -> None:
+    """A 429 saying ``Retry-After: 86400`` paused the model for every worker for a day: each
+    run calling it held its slot, waiting, and nothing else could run. Past two minutes the
+    call fails instead, and the model is not paused."""
+    budget = InMemoryModelBudget()
+    limits = ModelLimits.parse('{"m": {"concurrent_requests": 1}}')
+    inner = _Busy(failures=1, retry_after_s=86_400)
+    with pytest.raises(ModelError, match="Retry-After 86400 s"):
+        BudgetedModel(inner, budget, limits).complete(ModelRequest(model="m", items=()))
+    assert inner.calls == 1
+    assert budget.admit("m", limits.root["m"], "after", 0).admitted  # not paused, slot freed

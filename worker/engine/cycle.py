@@ -392,7 +392,7 @@ def _execute(d: DrainState, session: AgentSession, request: RunRequest, agent: A
     stops = RunStops(d, request, checkpointer, begun_by_claim and resumed is None, spend)
     timeout_s = min(request.timeout_s or d.rt.settings.max_run_s, d.rt.settings.max_run_s)
     d.rt.guard.watch(d.lease, request.run_id, time.time() + timeout_s)
-    notice = WaitNotice(d.rt.runs, request.ref)
+    notice = WaitNotice(d.rt.runs, request.ref, time.monotonic() + timeout_s)
     listening = budget_waits.set(notice)
     publisher = d.rt.deltas
     deltas = None if publisher is None else RunDeltaStream(publisher, d.lease, request.run_id)

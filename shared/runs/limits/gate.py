@@ -36,6 +36,10 @@ from tether.runs.limits.base import ModelBudget, WaitReason
 
 #: A 429 without ``Retry-After`` pauses the model this long.
 DEFAULT_PAUSE_S = 1.0
+#: The longest a 429's ``Retry-After`` pauses a model for the whole fleet (s); a longer one
+#: fails the call instead (the openai SDK does not retry past two minutes either): one
+#: provider's or proxy's day-long header must not hold every worker's slots for a day.
+MAX_PAUSE_S = 120.0
 #: The longest single sleep while waiting: the wait hook hears from the waiter at least this often.
 MAX_SLEEP_S = 1.0
 #: Characters per token in the admission estimate (settled with the real count afterwards).
@@ -128,7 +132,15 @@ class BudgetedModel:
             except ModelError as exc:
                 if _status(exc) != 429 or attempt == self._max_429_retries:
                     raise
-                self._budget.pause(request.model, _retry_after_s(exc) or DEFAULT_PAUSE_S)
+                pause_s = _retry_after_s(exc) or DEFAULT_PAUSE_S
+                if pause_s > MAX_PAUSE_S:
+                    raise ModelError(
+                        f"model {request.model!r} answered 429 with Retry-After {pause_s:.0f} s, "
+                        f"longer than the {MAX_PAUSE_S:.0f} s Tether pauses a model for the "
+                        "whole fleet: the call fails rather than hold every worker; retry the "
+                        "run later, or check the provider's quota"
+                    ) from None
+                self._budget.pause(request.model, pause_s)
             finally:
                 self._budget.settle(request.model, limit, token, used - estimate if used else 0)
         raise AssertionError("unreachable")
