@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.approval_agents import approver_agent
 from tests.support.crash import TENANT, Backends, memory_backends, request_for, worker_runtime
-from tether import Agent, ModelResponse, ScriptedModel, SessionLogReader, tool
+from tether import Agent, AgentOptions, ModelResponse, ScriptedModel, SessionLogReader, tool
 from tether.core.results import Resolution, RunStatus
 from tether.errors import InvalidInput
 from tether.runs.contract import RunRequest, RunResult
@@ -138,3 +138,67 @@ def test_a_refused_settlement_creates_nothing_and_appends_nothing() -> None:
     assert backends.store.load("globex", "s-ref") is None
     assert backends.stream.read("globex", "s-ref") == []
     assert state(backends, "s-ref") == settled
+
+
+def test_an_approved_call_stays_settled_when_its_continuation_is_cancelled() -> None:
+    """The approved tool runs as the continuation settles the call; a cancel (or a rollback
+    for the user's next message) of that continuation rolled the settlement back with the
+    rest, so the call was pending again and a second approval ran the tool again, under the
+    second continuation's key: two transfers for one request. The settlement now outlives the
+    rollback: the second approval is refused and the tool ran once."""
+    effects: list[str] = []
+    holder: dict[str, object] = {}
+
+    @tool
+    def transfer(amount: int) -> str:
+        """Transfer money (needs approval); asks for the continuation to stop as it runs."""
+        effects.append(f"transfer {amount}")
+        rt, ref = holder["rt"], holder["ref"]
+        rt.runs.request_cancel(ref)  # type: ignore[attr-defined]
+        return f"transferred {amount}"
+
+    @tool
+    def note(text: str) -> str:
+        """Take a note."""
+        return text
+
+    def agent() -> Agent:
+        model = ScriptedModel(
+            [
+                ModelResponse.call("call_t", "transfer", '{"amount": 5}'),
+                ModelResponse.call("call_n", "note", '{"text": "paid"}'),  # a step boundary
+                ModelResponse.final("ok"),
+            ]
+        )
+        options = AgentOptions(require_approval=frozenset({"transfer"}))
+        return Agent(model, "scripted", tools=[transfer, note], name="payer", options=options)
+
+    backends = memory_backends()
+    rt = worker_runtime(backends, "w1", registry=AgentRegistry({"payer": agent}))
+    first = request_for("s-pay", "pay 5").model_copy(update={"agent": "payer"})
+    submit(rt.runs, first)
+    drain(rt, TENANT, "s-pay")
+    approve = Resolution(call_id="call_t", action="approve")
+    continuation = first.model_copy(
+        update={"run_id": "run-cont-1", "request_id": "run-cont-1", "input": None,
+                "resolutions": (approve,)}
+    )  # fmt: skip
+    holder.update(rt=rt, ref=continuation.ref)
+    submit(rt.runs, continuation)
+    drain(rt, TENANT, "s-pay")
+    view = backends.runs.get(continuation.ref)
+    assert view is not None and view.result is not None
+    assert view.result.status is RunStatus.CANCELLED
+    assert effects == ["transfer 5"]
+
+    again = continuation.model_copy(update={"run_id": "run-cont-2", "request_id": "run-cont-2"})
+    submit(rt.runs, again)
+    drain(rt, TENANT, "s-pay")
+    refused = backends.runs.get(again.ref)
+    assert refused is not None and refused.result is not None
+    assert refused.result.error_type == "InvalidInput" and "not pending" in (
+        refused.result.error_message or ""
+    )
+    assert effects == ["transfer 5"]  # once
+    report = SessionLogReader(backends.store, backends.archive).verify("s-pay", tenant=TENANT)
+    assert report.ok, report.problems

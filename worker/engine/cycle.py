@@ -399,6 +399,9 @@ def _execute(d: DrainState, session: AgentSession, request: RunRequest, agent: A
     try:
         if request.resolutions and resumed is None:  # a resumed run settled them before
             session.resolve(request.resolutions, run_id=request.run_id)
+            # an approved tool has run: a rollback of what follows keeps its settlement, or the
+            # call would be pending again and a second approval would run it again
+            before = (session.memory_snapshot(), session.last_compact)
         result = session.run(
             request.input,
             run_id=request.run_id,

@@ -89,7 +89,11 @@ def resume_point(
         )
         session.mark_archived(stored.snapshot.archived_seq)
         before = (stored.snapshot.memory, stored.snapshot.last_compact)
-    session.replay(events)
+    settled = _settlements(events)
+    if settled:  # what a rollback keeps: the calls this continuation settled (see cycle)
+        session.replay(events[:settled])
+        before = (session.memory_snapshot(), session.last_compact)
+    session.replay(events[settled:])
     log.info(
         "run %s resumed at step %d from seq %d",
         request.run_id,
@@ -184,6 +188,18 @@ def _recorded(
         )  # fmt: skip
         return []
     return events
+
+
+def _settlements(events: list[AgentEvent]) -> int:
+    """How many of a run's first events are its settlements of pending calls (with the restore
+    announcement before them): 0 when it settled none."""
+    end = 0
+    for n, event in enumerate(events):
+        if event.type is EventType.TOOL_OUTPUT_REPLACED:
+            end = n + 1
+        elif event.type is not EventType.SESSION_RESTORED:
+            break
+    return end
 
 
 def _restore_announcement(event: AgentEvent, base_seq: int) -> bool:
