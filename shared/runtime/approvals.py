@@ -32,7 +32,13 @@ if TYPE_CHECKING:
     from tether.runtime.session import AgentSession
 
 
-def resolve_calls(session: AgentSession, resolutions: Sequence[Resolution], *, run_id: str) -> None:
+def resolve_calls(
+    session: AgentSession,
+    resolutions: Sequence[Resolution],
+    *,
+    run_id: str,
+    request_id: str | None = None,
+) -> None:
     """Apply ``resolutions`` in order (the caller holds the session lock), once every one of
     them is known to settle a pending call (:func:`check_resolutions`): a refused request
     changes nothing.
@@ -49,7 +55,7 @@ def resolve_calls(session: AgentSession, resolutions: Sequence[Resolution], *, r
             reason = resolution.text or "rejected by a person"
             text = tool_error_text(call, "Rejected", reason)
         else:
-            text = _run_approved(session, call, run_id)
+            text = _run_approved(session, call, run_id, request_id)
         session.replace_tool_output(call.id, text, run_id=run_id)
 
 
@@ -130,10 +136,14 @@ def _latest_output(session: AgentSession, call_id: str) -> tuple[ToolCall, str]:
     return call, output
 
 
-def _run_approved(session: AgentSession, call: ToolCall, run_id: str) -> str:
+def _run_approved(
+    session: AgentSession, call: ToolCall, run_id: str, request_id: str | None
+) -> str:
     tool = session.agent.tools.get(call.name)
     if tool is None:
         return failed(call, "UnknownTool", f"no tool named {call.name!r}").output
-    context = ToolContext(session.tenant, session.session_id, run_id, 0, call.id)
+    context = ToolContext(
+        session.tenant, session.session_id, run_id, 0, call.id, request_id=request_id
+    )
     outcome = run_with_timeout(tool, call, context, session.agent.options.tool_timeout_s)
     return valid_text(outcome.output)  # storable, as the loop makes every tool's output

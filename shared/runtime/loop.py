@@ -70,6 +70,7 @@ class _RunState:
     last_text: str | None = None
     checkpoint: Checkpoint | None = None
     deltas: RunDeltas | None = None
+    request_id: str | None = None
 
     def mark(self) -> None:
         """A point this run can be resumed from."""
@@ -90,12 +91,14 @@ def run_loop(
     checkpoint: Checkpoint | None = None,
     resume: RunProgress | None = None,
     on_delta: RunDeltas | None = None,
+    request_id: str | None = None,
 ) -> AgentResult:
     """Run one request on ``session`` (the caller holds the session lock), or go on with one
     whose recorded ``resume`` progress the session already holds; a streaming model hands its
     pieces to ``on_delta`` (see :mod:`tether.runtime.streaming`)."""
     state = _RunState(
         run_id=run_id,
+        request_id=request_id,
         started_s=time.monotonic(),
         first_seq=session.last_seq + 1 if resume is None else resume.first_seq,
         timeout_s=session.agent.options.timeout_s if timeout_s is None else timeout_s,
@@ -350,7 +353,13 @@ def _validated(
             continue
         assert tool is not None
         context = ToolContext(
-            session.tenant, session.session_id, state.run_id, step, call.id, position=position
+            session.tenant,
+            session.session_id,
+            state.run_id,
+            step,
+            call.id,
+            position=position,
+            request_id=state.request_id,
         )
         valid.append((tool, call, context))
     return valid, parked

@@ -269,6 +269,7 @@ class AgentSession(SessionMemoryOps):
         checkpoint: Callable[[], None] | None = None,
         resume: RunProgress | None = None,
         on_delta: RunDeltas | None = None,
+        request_id: str | None = None,
     ) -> AgentResult:
         """Run the agent loop on ``input`` (None continues from memory, e.g. after a patch).
 
@@ -283,6 +284,8 @@ class AgentSession(SessionMemoryOps):
                 this session, instead of starting it (``input`` is then ignored).
             on_delta: takes the pieces of each model answer as they arrive, when the model
                 streams (:mod:`tether.runtime.streaming`); None: the model's ``complete``.
+            request_id: the request this run applies: its tools' idempotency keys derive from
+                it (default: from the run id).
 
         Raises:
             AgentError: the model failed, the run timed out or was cancelled (after an ``ERROR``
@@ -300,9 +303,16 @@ class AgentSession(SessionMemoryOps):
                 checkpoint=checkpoint,
                 resume=resume,
                 on_delta=on_delta,
+                request_id=request_id,
             )
 
-    def resolve(self, resolutions: Sequence[Resolution], *, run_id: str | None = None) -> None:
+    def resolve(
+        self,
+        resolutions: Sequence[Resolution],
+        *,
+        run_id: str | None = None,
+        request_id: str | None = None,
+    ) -> None:
         """Settle pending calls of a ``WAITING`` run (see :mod:`tether.runtime.approvals`);
         then :meth:`run` with input None goes on.
 
@@ -313,7 +323,7 @@ class AgentSession(SessionMemoryOps):
         from tether.runtime.approvals import resolve_calls
 
         with self._lock:
-            resolve_calls(self, resolutions, run_id=run_id or new_id("run"))
+            resolve_calls(self, resolutions, run_id=run_id or new_id("run"), request_id=request_id)
 
     def approve(self, call_id: str) -> None:
         """Run a call that waits for approval, and record its output."""

@@ -49,13 +49,15 @@ class Waiting:
 class ToolContext:
     """Who is calling a tool: the run, the step and the call.
 
-    ``idempotency_key`` is derived from tenant, session, run, step and the call's position in
-    its step (``position``) only, so every execution of the same call (a retry, a resume on
-    another worker after a crash, a redo of the step after a lost compare-and-set, where the
-    model is asked again and answers with new call ids) sees the same key, and no other call
-    does. A call that had started but whose result was not recorded when its worker died is
-    executed again with the same key: a tool with side effects should deduplicate by it.
-    Without a position (a call settled outside the loop) the model's call id stands in for it.
+    ``idempotency_key`` is derived from tenant, session, request (``request_id``, else the run),
+    step and the call's position in its step (``position``) only, so every execution of the
+    same call (a retry, a resume on another worker after a crash, a redo of the step after a
+    lost compare-and-set, where the model is asked again and answers with new call ids, and a
+    run submitted again under the same request id after Redis lost its record, which gets a
+    new run id) sees the same key, and no other call does. A call that had started but whose
+    result was not recorded when its worker died is executed again with the same key: a tool
+    with side effects should deduplicate by it. Without a position (a call settled outside the
+    loop) the model's call id stands in for it.
     """
 
     tenant: str
@@ -64,12 +66,15 @@ class ToolContext:
     step: int
     call_id: str
     position: int | None = None
+    request_id: str | None = None
+    """The request the run applies (its idempotency key); None: the run id stands for it."""
 
     @property
     def idempotency_key(self) -> str:
         """A stable 40-hex-digit key for this call (``tk-`` prefixed)."""
         where = self.call_id if self.position is None else f"#{self.position}"
-        parts = (self.tenant, self.session_id or "", self.run_id, str(self.step), where)
+        request = self.request_id or self.run_id
+        parts = (self.tenant, self.session_id or "", request, str(self.step), where)
         digest = hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()
         return "tk-" + digest[:40]
 

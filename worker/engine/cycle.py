@@ -398,7 +398,9 @@ def _execute(d: DrainState, session: AgentSession, request: RunRequest, agent: A
     deltas = None if publisher is None else RunDeltaStream(publisher, d.lease, request.run_id)
     try:
         if request.resolutions and resumed is None:  # a resumed run settled them before
-            session.resolve(request.resolutions, run_id=request.run_id)
+            session.resolve(
+                request.resolutions, run_id=request.run_id, request_id=request.request_id
+            )
             # an approved tool has run: a rollback of what follows keeps its settlement, or the
             # call would be pending again and a second approval would run it again
             before = (session.memory_snapshot(), session.last_compact)
@@ -410,6 +412,7 @@ def _execute(d: DrainState, session: AgentSession, request: RunRequest, agent: A
             checkpoint=checkpointer,
             resume=resumed.progress if resumed else None,
             on_delta=deltas,
+            request_id=request.request_id,
         )
         record = applied_record(request, result, first_seq)
         d.pending = result.pending
