@@ -13,7 +13,15 @@ from __future__ import annotations
 import pytest
 
 from tests.support.approval_agents import approver_agent
-from tests.support.crash import TENANT, Backends, memory_backends, request_for, worker_runtime
+from tests.support.crash import (
+    TENANT,
+    Backends,
+    PowerSwitch,
+    SimulatedCrash,
+    memory_backends,
+    request_for,
+    worker_runtime,
+)
 from tether import Agent, AgentOptions, ModelResponse, ScriptedModel, SessionLogReader, tool
 from tether.core.results import Resolution, RunStatus
 from tether.errors import InvalidInput
@@ -202,3 +210,69 @@ def test_an_approved_call_stays_settled_when_its_continuation_is_cancelled() -> 
     assert effects == ["transfer 5"]  # once
     report = SessionLogReader(backends.store, backends.archive).verify("s-pay", tenant=TENANT)
     assert report.ok, report.problems
+
+
+def test_a_resumed_continuation_keeps_its_settlement_when_it_is_cancelled() -> None:
+    """The same, when the continuation's worker died after the approved tool ran (its
+    checkpoint holds the settlement) and another worker resumed it: the resumed run's rollback
+    point is after its settlements too."""
+    effects: list[str] = []
+    switch = PowerSwitch()
+    holder: dict[str, object] = {}
+
+    @tool
+    def transfer(amount: int) -> str:
+        """Transfer money (needs approval)."""
+        effects.append(f"transfer {amount}")
+        return f"transferred {amount}"
+
+    @tool
+    def note(text: str) -> str:
+        """Take a note: the first worker dies in it; on the resumed attempt it asks to stop."""
+        if not switch.dead:
+            switch.dead = True
+            raise SimulatedCrash("worker died in the note")
+        rt, ref = holder["rt"], holder["ref"]
+        rt.runs.request_cancel(ref)  # type: ignore[attr-defined]
+        return text
+
+    script = [
+        ModelResponse.call("call_t", "transfer", '{"amount": 5}'),
+        ModelResponse.call("call_n", "note", '{"text": "paid"}'),
+        ModelResponse.final("ok"),
+    ]
+    model = ScriptedModel(script)  # one script for both workers: the resumed run goes on
+
+    def agent() -> Agent:
+        options = AgentOptions(require_approval=frozenset({"transfer"}))
+        return Agent(model, "scripted", tools=[transfer, note], name="payer", options=options)
+
+    backends = memory_backends()
+    registry = AgentRegistry({"payer": agent})
+    dying = worker_runtime(backends, "w1", switch=switch, registry=registry)
+    first = request_for("s-pay-2", "pay 5").model_copy(update={"agent": "payer"})
+    submit(dying.runs, first)
+    drain(dying, TENANT, "s-pay-2")
+    approve = Resolution(call_id="call_t", action="approve")
+    continuation = first.model_copy(
+        update={"run_id": "run-cont-a", "request_id": "run-cont-a", "input": None,
+                "resolutions": (approve,)}
+    )  # fmt: skip
+    submit(dying.runs, continuation)
+    with pytest.raises(SimulatedCrash):
+        drain(dying, TENANT, "s-pay-2")
+    backends.expire_lease(TENANT, "s-pay-2")
+    taker = worker_runtime(backends, "w2", registry=registry)
+    holder.update(rt=taker, ref=continuation.ref)
+    submit(taker.runs, continuation)  # redelivered
+    drain(taker, TENANT, "s-pay-2")
+    view = backends.runs.get(continuation.ref)
+    assert view is not None and view.result is not None
+    assert view.result.status is RunStatus.CANCELLED and view.result.attempts == 2
+    again = continuation.model_copy(update={"run_id": "run-cont-b", "request_id": "run-cont-b"})
+    submit(taker.runs, again)
+    drain(taker, TENANT, "s-pay-2")
+    refused = backends.runs.get(again.ref)
+    assert refused is not None and refused.result is not None
+    assert refused.result.error_type == "InvalidInput"
+    assert effects == ["transfer 5"]
