@@ -29,12 +29,16 @@ def tether_argv() -> list[str]:
 
 
 def tether(
-    env: dict[str, str], *args: str, extra_env: dict[str, str] | None = None
+    env: dict[str, str],
+    *args: str,
+    extra_env: dict[str, str] | None = None,
+    stdin: int | None = None,
 ) -> subprocess.CompletedProcess[str]:
     full_env = {**env, **(extra_env or {})}
     return subprocess.run(
         [*tether_argv(), *args],
         env=full_env,
+        stdin=stdin,
         capture_output=True,
         text=True,
         timeout=CLI_TIMEOUT_S,
@@ -315,6 +319,10 @@ def test_sessions_fork_refuses_existing_id_and_delete(live_stack: Stack) -> None
     live_stack.producer.run(sid, "remember kept", agent="notes", wait_s=60)
     env = live_stack.env
     assert "forked" in ok(tether(env, "sessions", "fork", sid, copy)).stdout
+    # no --yes and no terminal to confirm on (a script): refused like `purge`, nothing deleted
+    unconfirmed = tether(env, "sessions", "delete", copy, stdin=subprocess.DEVNULL)
+    assert unconfirmed.returncode == 2 and unconfirmed.stdout == ""
+    one_error_line(unconfirmed, f"default/{copy}", "add --yes")
     refused, verified = parallel(
         env, ["sessions", "fork", sid, copy], ["sessions", "verify", sid, copy, "--json"]
     )

@@ -196,6 +196,28 @@ def test_rerun_from_a_step_forks_and_goes_on_there_on_a_worker(
     assert reader.events(sid) == source_events
 
 
+def test_rerun_with_wait_names_the_fork_before_the_answer(producer: Producer, cli: Cli) -> None:
+    """With ``--wait`` the fork's session and run id were never printed: only the answer."""
+    sid, fork_id = unique("source"), unique("fork")
+    original = producer.run(sid, "count to three", agent="tally", wait_s=60)
+    assert original.status is RunStatus.COMPLETED
+
+    code, out, err = cli(
+        "rerun", original.run_id, "--from-step", "2", "--session", fork_id, "--wait",
+        "--wait-s", "60",
+    )  # fmt: skip
+
+    assert code == 0, err
+    assert out.strip() == f"marked {STEPS}"  # stdout is the answer alone
+    named = f"rerun of {original.run_id} from step 2: session {fork_id}, run "
+    lines = err.strip().splitlines()  # the fork first, then how the run ended
+    assert len(lines) == 2 and lines[0].startswith(named), err
+    first, finished = lines
+    new_run = first.removeprefix(named)
+    assert new_run != original.run_id and f"run {new_run} " in finished
+    assert producer.handle(new_run).result(timeout=5).session_id == fork_id
+
+
 def test_bad_input_is_one_clear_error_exit_2_and_nothing_written(
     live_stack: Stack, producer: Producer, cli: Cli
 ) -> None:

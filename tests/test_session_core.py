@@ -202,8 +202,10 @@ def test_timeout_and_cancellation_emit_error() -> None:
         options=AgentOptions(timeout_s=1e-9),
     )
     session = slow.new_session()
-    with pytest.raises(RunTimeout):
+    with pytest.raises(RunTimeout) as timed_out:
         session.run("hi")
+    # the fix names both knobs: the run's own timeout and the agent's default
+    assert all(k in str(timed_out.value) for k in ("--timeout-s", "AgentOptions.timeout_s"))
     assert session.events[-1].type is EventType.ERROR
     cancelled = reference_agent().new_session()
     with pytest.raises(RunCancelled):

@@ -48,7 +48,13 @@ from tether.core.results import RunStatus
 from tether.errors import ConfigurationError, InvalidInput, RunLost, RunTimeout, SessionBusy
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import redis_from_url
-from tether.runs.contract import RunRequest, RunResult, parse_request
+from tether.runs.contract import (
+    CANVAS_RUN_TASK,
+    RunRequest,
+    RunResult,
+    canvas_run_id,
+    parse_request,
+)
 from tether.runs.options import RUN_OPTIONS
 from tether.runs.queue.base import RunQueue, SubmitState, preempt_for, submit
 from tether.runs.queue.redis import RedisRunQueue
@@ -60,7 +66,6 @@ from tether.worker.engine.cycle import drain
 from tether.worker.engine.services import EngineServices
 from tether.worker.tasks import get_services
 
-CANVAS_RUN_TASK = "tether.canvas.run"
 CANVAS_COLLECT_TASK = "tether.canvas.collect"
 #: Margin between the longest run and the longest wait of a canvas task (its soft time limit
 #: is TETHER_MAX_RUN_S + 90).
@@ -139,7 +144,7 @@ def canvas_request(
         raise InvalidInput("tether_run needs an input (or, in a chain, a previous run's output)")
     doc = {
         **{k: v for k, v in named.items() if k in RUN_OPTIONS},  # validated by RunRequest
-        "run_id": f"run-{task_id}",
+        "run_id": canvas_run_id(task_id),
         "request_id": f"canvas:{task_id}",
         "tenant": named.get("tenant") or settings.tenant,
         "session_id": named.get("session_id"),

@@ -3,7 +3,7 @@
 Started from the worker's main process once it consumes (``worker_ready``) and stopped, with its
 record withdrawn, on shutdown. What it reports comes from Celery's own bookkeeping in the main
 process (``celery.worker.state``), so pool children need no extra channel: queues consumed,
-run messages finished, and the run ids of the run messages being executed.
+run messages finished, and the run ids of the run messages and canvas runs being executed.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from celery.worker import state
 from tether.errors import TetherError
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import redis_from_url
-from tether.runs.contract import RUN_TASK
+from tether.runs.contract import CANVAS_RUN_TASK, RUN_TASK, canvas_run_id
 from tether.runs.presence import Heartbeat, WorkerPresence, worker_id_for
 from tether.settings import load_settings
 
@@ -40,7 +40,8 @@ class _Snapshot:
 
     def __call__(self) -> WorkerPresence:
         active = _active_requests()
-        running = [_run_id(r) for r in active if getattr(r, "name", None) == RUN_TASK]
+        run_messages = sum(1 for r in active if getattr(r, "name", None) == RUN_TASK)
+        running = {run_id for run_id in map(_run_id, active) if run_id}
         return WorkerPresence(
             worker_id=worker_id_for(self._hostname, self._pid),
             node=self._node,
@@ -50,8 +51,9 @@ class _Snapshot:
             concurrency=_concurrency(self._consumer),
             started_at_ms=self._started_at_ms,
             last_seen_ms=0,
-            runs_done=max(0, state.total_count.get(RUN_TASK, 0) - len(running)),
-            current_runs=tuple(sorted(r for r in running if r)),
+            # Celery counts a task when it starts: the run messages still executing are not done
+            runs_done=max(0, state.total_count.get(RUN_TASK, 0) - run_messages),
+            current_runs=tuple(sorted(running)),
             busy=len(active),
         )
 
@@ -71,10 +73,23 @@ def _active_requests() -> list[Any]:
 
 
 def _run_id(request: Any) -> str:
-    kwargs = getattr(request, "kwargs", None) or {}
-    doc = kwargs.get("request") if isinstance(kwargs, dict) else None
-    run_id = doc.get("run_id") if isinstance(doc, dict) else None
-    return run_id if isinstance(run_id, str) else ""
+    """The run a task executes, from its task id: ``""`` for a task that names no run.
+
+    Not from the message body: a run message's request is JSON text (a whole request, or a
+    wake-up of its ids with TETHER_REGISTERED_RUNS_ONLY), which would be parsed, input and all,
+    at every heartbeat; the producer sends every run message with task id = run id, and a
+    canvas run's id is derived from its task id. A drain (``tether.drain``) names no run: it
+    applies whatever its session has queued.
+    """
+    task_id = getattr(request, "id", None)
+    if not isinstance(task_id, str) or not task_id:
+        return ""
+    name = getattr(request, "name", None)
+    if name == RUN_TASK:
+        return task_id
+    if name == CANVAS_RUN_TASK:
+        return canvas_run_id(task_id)
+    return ""
 
 
 def _concurrency(consumer: Any) -> int | None:

@@ -53,10 +53,19 @@ from tether.runs.options import (
 RUN_TASK = "tether.run"
 #: The Celery task that asks a worker to drain one session's queue (``tenant``, ``session_id``).
 DRAIN_TASK = "tether.drain"
+#: The Celery task of one run in a canvas (``tether.worker.canvas.tether_run``): its run is
+#: :func:`canvas_run_id` of its task id.
+CANVAS_RUN_TASK = "tether.canvas.run"
 #: The broker queue producers send to and workers consume when none is configured.
 DEFAULT_QUEUE = "tether"
 
 RUN_SCHEMA_VERSION = 1
+
+
+def canvas_run_id(task_id: str) -> str:
+    """The run id of canvas task ``task_id``: the task makes its run from it, and a worker's
+    presence names the run it executes by it, without reading the task's arguments."""
+    return f"run-{task_id}"
 
 
 class RunRef(NamedTuple):
@@ -305,6 +314,7 @@ class RunResult(RunOutcome):
 
 
 __all__ = [
+    "CANVAS_RUN_TASK",
     "DEFAULT_QUEUE",
     "DRAIN_TASK",
     "MAX_METADATA_BYTES",
@@ -316,6 +326,7 @@ __all__ = [
     "RunRequest",
     "RunResult",
     "WireRequest",
+    "canvas_run_id",
     "describe_drain",
     "describe_request",
     "parse_request",

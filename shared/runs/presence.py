@@ -61,7 +61,9 @@ class WorkerPresence(BaseModel):
         "message drains its session, so this counts runs in the common case of one at a time.",
     )
     current_runs: tuple[str, ...] = Field(
-        default=(), description="Run ids of the run messages it is executing now."
+        default=(),
+        description="Run ids of the run messages and canvas runs it is executing now (a drain "
+        "names none: it applies whatever its session queued).",
     )
     busy: int = Field(default=0, description="Tasks it is executing now (runs and drains).")
 

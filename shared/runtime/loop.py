@@ -159,7 +159,8 @@ def _check_limits(
     if timeout_s and time.monotonic() - state.started_s >= timeout_s:
         raise RunTimeout(
             f"run {state.run_id!r} exceeded its wall-clock timeout of {timeout_s} s; "
-            "raise AgentOptions.timeout_s or split the task"
+            "raise the run's timeout (--timeout-s, or timeout_s= on the request) or the agent's "
+            "AgentOptions.timeout_s, or split the task"
         )
 
 

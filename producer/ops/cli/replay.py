@@ -135,7 +135,14 @@ def rerun(
             tenant=tenant,
         )
         handle = started.handle
+        line = (
+            f"rerun of {run_id} from step {from_step}: session {started.session_id}, "
+            f"run {handle.run_id}"
+        )
         if wait:
+            # on stderr, before the wait: stdout is the answer (or its JSON), and the fork must
+            # be known even if the wait is interrupted or times out
+            typer.echo(line, err=True)
             print_outcome(handle, wait_s, as_json, producer=producer)
             return
     if as_json:
@@ -149,7 +156,4 @@ def rerun(
             }
         )
     else:
-        typer.echo(
-            f"rerun of {run_id} from step {from_step}: session {started.session_id}, "
-            f"run {handle.run_id}"
-        )
+        typer.echo(line)

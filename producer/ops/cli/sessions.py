@@ -310,7 +310,7 @@ def delete(
 
     settings, tenant = _context(tenant)
     if not yes:
-        typer.confirm(f"delete session {tenant}/{session_id} and all its events?", abort=True)
+        _confirm_delete(tenant, session_id)
     store, archive = open_store(settings)
     client = redis_from_url(settings.effective_redis_url)
     try:
@@ -327,6 +327,21 @@ def delete(
             f"{report.segments_deleted} archive segments, "
             f"{report.stream_keys_deleted} stream keys, {report.runs_deleted} run records"
         )
+
+
+def _confirm_delete(tenant: str, session_id: str) -> None:
+    """Ask on a terminal; refuse elsewhere (a script, a pipe, cron), as ``purge`` does: a prompt
+    nobody can answer only aborted with a bare ``Abort:``, not saying that --yes was missing."""
+    import sys
+
+    if not sys.stdin.isatty():
+        typer.echo(
+            f"refusing to delete session {tenant}/{session_id} without --yes: stdin is not a "
+            "terminal to confirm on, nothing was deleted; add --yes to delete it",
+            err=True,
+        )
+        raise typer.Exit(EXIT_USAGE)
+    typer.confirm(f"delete session {tenant}/{session_id} and all its events?", abort=True)
 
 
 @sessions_app.command("drop-cache")
