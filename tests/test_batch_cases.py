@@ -340,3 +340,51 @@ def test_cli_reports_bad_lines_and_exits_2(tmp_path: Path, monkeypatch: pytest.M
     assert "line 1: not valid JSON" in outcome.output
     assert "line 2: grader" not in outcome.output and "without 'expected'" in outcome.output
     assert not (tmp_path / "c.results.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "cases", "unknown"),
+    [
+        (["--agent", "nosuchagent"], [{"id": "a", "input": "x"}], "nosuchagent"),
+        # a case's own agent is checked too, and --out changes nothing
+        (
+            ["--agent", "echo", "--out", "r.jsonl"],
+            [{"id": "a", "input": "x", "agent": "ghost"}],
+            "ghost",
+        ),
+        # a case's own agent is checked even with --agent naming a real one
+        (
+            [],
+            [
+                {"id": "a", "input": "x", "agent": "echo"},
+                {"id": "b", "input": "y", "agent": "typo-agent"},
+            ],
+            "typo-agent",
+        ),
+    ],
+)
+def test_cli_refuses_an_unknown_agent_before_anything_runs(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    cases: list[dict[str, Any]],
+    unknown: str,
+) -> None:
+    """``tether batch cases.jsonl --agent nosuchagent`` ran every case, failed them all and
+    exited 0 (or, without --out, said to pass --batch-id): now, where the CLI has the workers'
+    agent modules, one line naming the agent and the known ones, exit 2, nothing written (the
+    broker is unreachable: nothing submitted)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TETHER_REDIS_URL", "redis://127.0.0.1:9/0")
+    monkeypatch.setenv("TETHER_BROKER_URL", "redis://127.0.0.1:9/0")
+    # this process knows the workers' agents (their modules import here); without
+    # TETHER_AGENT_MODULES it could not tell, and the workers judge each case
+    monkeypatch.setenv("TETHER_AGENT_MODULES", "tests.support.approval_agents")
+    path = write_lines(tmp_path / "c.jsonl", cases)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    outcome = CliRunner().invoke(batch_cli.batch_app, [str(path), *args])
+    assert outcome.exit_code == batch_cli.EXIT_INVALID, outcome.output
+    (message,) = outcome.output.strip().splitlines()
+    assert f"UnknownAgent: unknown agent {unknown!r}" in message
+    assert "known agents: " in message and "echo" in message and "calculator" in message
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no results file

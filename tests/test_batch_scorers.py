@@ -296,3 +296,61 @@ def test_score_values_are_validated() -> None:
         Score(value=1.5)
     with pytest.raises(ValueError):
         Score(value=float("nan"))
+
+
+def test_the_judges_tokens_are_priced_into_the_batch_cost(
+    openai_server: OpenAIServer, tmp_path: Path
+) -> None:
+    """A judge whose model ``TETHER_MODEL_PRICES`` prices: its tokens cost, in the line, the
+    summary's ``scorer_cost_usd`` and ``total_cost_usd``, and the report (it was 0.0, "no cost
+    recorded")."""
+    from tether.producer.client import Producer
+    from tether.producer.ops.batch.execution import batch_scorers
+    from tether.producer.ops.batch.outputs.report_data import build_report_data
+    from tether.producer.ops.batch.results import CaseResult, dump_line
+    from tether.producer.ops.batch.summary import summary_of_results
+    from tether.settings import Settings
+
+    nowhere = "redis://127.0.0.1:1"  # never contacted: the judge talks only to the model
+    prices = {"judge-model": {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 10.0}}
+    settings = Settings(
+        redis_url=nowhere,
+        broker_url=nowhere,
+        openai_base_url=openai_server.base_url,
+        openai_api_key=openai_server.api_key,
+        openai_model="judge-model",
+        model_prices=json.dumps(prices),
+    )
+    (judge,) = batch_scorers(Producer(settings), ["judge"])
+    openai_server.script(
+        [
+            reply(
+                '{"reasoning": "right", "score": 1}',
+                usage={"input_tokens": 1000, "output_tokens": 100},
+            )
+        ]
+    )
+    case = BatchCase(id="c", input="2+2", expected="4")
+    (record,) = score_sample([judge], Sample(case, "4"))
+    assert record.usage is not None and record.usage.cost_usd == pytest.approx(0.002)
+    line = CaseResult(
+        batch_id="b",
+        id="c",
+        line=1,
+        session_id="b:c",
+        agent="echo",
+        status="COMPLETED",
+        output="4",
+        passed=True,
+        score=1.0,
+        scores={"judge": record},
+        cost_usd=0.001,
+        tokens=5,
+    )
+    summary = summary_of_results([line], batch_id="b", out="-")
+    assert summary.scorer_tokens == 1100 and summary.scorer_cost_usd == pytest.approx(0.002)
+    assert summary.total_cost_usd == pytest.approx(0.003)  # the run's 0.001 and the judge's
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(dump_line(line))
+    report = build_report_data(path, lambda _: [])
+    assert report.cost_usd == pytest.approx(0.003) and report.costs_usd == [pytest.approx(0.003)]

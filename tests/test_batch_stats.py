@@ -258,6 +258,72 @@ def test_compare_refuses_unrelated_files(tmp_path: Path) -> None:
         compare_results(a, tmp_path / "missing.jsonl")
 
 
+def test_a_failed_run_and_a_scoring_error_score_0_in_the_summary_as_in_compare(
+    tmp_path: Path,
+) -> None:
+    """Replies 42, an HTTP 400, 41 (expected 42, scorer exact): the summary, compare, pass@k and
+    the report count all three cases, the failed one as 0 (it was 0.5 over 2 cases, beside
+    compare's 1/3); a scorer that errored counts 0 too."""
+    from tether.producer.ops.batch.outputs.report_data import build_report_data
+    from tether.producer.ops.batch.summary import summary_of_results
+
+    def exact(cid: str, output: str) -> CaseResult:
+        value = float(output == "42")
+        record = {"scorer": "exact", "value": value, "passed": value == 1.0}
+        return line(
+            cid,
+            value,
+            value == 1.0,
+            output=output,
+            expected="42",
+            scorers=["exact"],
+            scores={"exact": record},
+        )
+
+    failed = line(
+        "c2",
+        None,
+        False,
+        status="FAILED",
+        error_type="ModelError",
+        expected="42",
+        scorers=["exact"],
+    )
+    path = write(tmp_path / "a.jsonl", [exact("c1", "42"), failed, exact("c3", "41")])
+    lines = read_results(path)
+    metrics = summary_of_results(lines, batch_id="b", out=str(path)).metrics
+    overall, by_scorer = metrics["overall"], metrics["scorers"]["exact"]
+    assert overall["mean"] == pytest.approx(1 / 3) and overall["cases"] == 3
+    assert overall["stderr"] == pytest.approx(math.sqrt(1 / 3 / 3))  # values 1, 0, 0
+    assert overall["pass_at_k"] == {"1": pytest.approx(1 / 3)}
+    assert (by_scorer["mean"], by_scorer["cases"], by_scorer["samples"]) == (
+        pytest.approx(1 / 3),
+        3,
+        3,
+    )
+    assert compare_results(path, path).mean_a == pytest.approx(overall["mean"])
+    assert compare_results(path, path, scorer="exact").mean_a == pytest.approx(1 / 3)
+    report = build_report_data(path, lambda _: [])
+    assert report.summary.metrics == metrics
+    # a scorer that raised: 0 for that scorer and in the line's mean, and not a pass
+    broken = {"scorer": "judge", "error": "ValueError: no JSON in the reply"}
+    judged = line(
+        "c1",
+        1.0,
+        False,
+        scorers=["exact", "judge"],
+        expected="42",
+        scores={"exact": {"scorer": "exact", "value": 1.0, "passed": True}, "judge": broken},
+    )
+    metrics = summary_of_results([judged], batch_id="b", out="-").metrics
+    assert metrics["overall"]["mean"] == 0.5 and metrics["scorers"]["judge"]["mean"] == 0.0
+    assert metrics["scorers"]["judge"]["samples"] == 1
+    # a failed case no scorer would have scored (no expected: built-ins skip it) stays ungraded
+    ungraded = line("c9", None, None, status="FAILED", error_type="ModelError", scorers=["exact"])
+    metrics = summary_of_results([ungraded], batch_id="b", out="-").metrics
+    assert metrics["overall"]["mean"] is None and metrics["scorers"] == {}
+
+
 def test_compare_cli_and_fail_if_regressed(pair: tuple[Path, Path]) -> None:
     a, b = pair
     runner = CliRunner()

@@ -37,7 +37,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tether.errors import InvalidInput
+from tether.errors import InvalidInput, UnknownAgent
 from tether.producer.ops.batch.cases import (
     BatchCase,
     CasesInvalid,
@@ -47,10 +47,10 @@ from tether.producer.ops.batch.cases import (
     spool_cases,
 )
 from tether.producer.ops.batch.engine import Unit
-from tether.producer.ops.batch.execution import BatchRun, judge_client_factory
+from tether.producer.ops.batch.execution import BatchRun, batch_scorers
 from tether.producer.ops.batch.ids import derive_batch_id
 from tether.producer.ops.batch.options import BatchOptions
-from tether.producer.ops.batch.scoring import Score, Scorer, resolve_scorers
+from tether.producer.ops.batch.scoring import Score, Scorer
 from tether.producer.ops.batch.sources import (
     DatasetOptions,
     needs_spool,
@@ -142,7 +142,7 @@ def run_batch_with(producer: Producer, cases: CasesSource, options: BatchOptions
         InvalidInput: bad options, or a results file of another batch.
     """
     options = options.checked(default_tenant=producer.settings.tenant)
-    scorers = resolve_scorers(options.scorers, client_factory=judge_client_factory(producer))
+    scorers = batch_scorers(producer, options.scorers)
     max_bytes = producer.settings.max_input_bytes
     with ExitStack() as stack:
         path, source, unit = _cases_file(cases, options.dataset, stack)
@@ -204,7 +204,29 @@ def _scan(
     scan = scan_cases(path, default_agent=options.agent, max_input_bytes=max_bytes)
     if scan.invalid and not options.skip_invalid:
         raise CasesInvalid(source or Path("<cases>"), scan.problems, scan.invalid, unit)
+    if options.known_agents is not None:
+        wanted = scan.agents | ({options.agent} if options.agent else set())
+        _check_agents(wanted, options.known_agents)
     return scan
+
+
+def _check_agents(wanted: set[str], known: frozenset[str]) -> None:
+    """Refuse a batch naming an agent the workers do not know: every case of it would fail,
+    and it is a typo to fix, not a batch to keep (nothing is submitted or written).
+
+    Raises:
+        UnknownAgent: naming the first unknown agent and the known ones.
+    """
+    unknown = sorted(wanted - known)
+    if not unknown:
+        return
+    name = unknown[0] if len(unknown[0]) <= 60 else unknown[0][:60] + "..."
+    more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+    raise UnknownAgent(
+        f"unknown agent {name!r}{more}; known agents: {', '.join(sorted(known))}. Fix --agent "
+        "or the cases' 'agent', or register it with TETHER_AGENT_MODULES (here and on the "
+        "workers) or the 'tether.agents' entry point; nothing was submitted"
+    )
 
 
 def _default_out(source: Path | None, batch_id: str) -> Path:

@@ -169,6 +169,8 @@ class CasesScan:
     sha256: str = ""
     #: lines whose id repeats an earlier line's (skipped with ``skip_invalid``)
     duplicate_lines: set[int] = field(default_factory=set)
+    #: the agents the valid cases run (their own, or the default), each once
+    agents: set[str] = field(default_factory=set)
 
     def add_problem(self, line: int, message: str) -> None:
         """Count a bad line (listing the first :data:`MAX_REPORTED_PROBLEMS`)."""
@@ -250,6 +252,9 @@ def scan_cases(
             continue
         scan.valid += 1
         hashes.append(_id_hash(case.id))
+        agent = case.agent or default_agent
+        if agent:  # always one: a case without either is invalid above
+            scan.agents.add(agent)
     scan.sha256 = digest.hexdigest()
     ordered = sorted(hashes)
     duplicated = {a for a, b in itertools.pairwise(ordered) if a == b}

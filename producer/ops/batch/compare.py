@@ -1,8 +1,9 @@
 """``tether batch compare A B``: what changed between two batches run on the same cases.
 
 Cases are matched by id (their epochs by ``(id, epoch)``). Per case, the score is the mean over
-its epochs of the line's ``score`` (or of one scorer's value with ``scorer=``; a line whose run
-failed scores 0). Reported:
+its epochs of the line's score (or of one scorer's value with ``scorer=``; a line whose run
+failed, and a scorer that errored, score 0: :mod:`tether.producer.ops.batch.line_scores`, the
+rule the summary's means follow too). Reported:
 
 - per case: ``improved`` (B's score is higher), ``regressed`` (lower) or ``unchanged``;
 - the mean score difference B - A with its paired bootstrap 95% interval (seeded, so the same
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.errors import InvalidInput
+from tether.producer.ops.batch.line_scores import line_score, scorer_passed, scorer_value
 from tether.producer.ops.batch.results import CaseResult, read_results
 from tether.producer.ops.batch.stats import DEFAULT_RESAMPLES, bootstrap_mean_ci, mcnemar_exact
 
@@ -29,25 +31,11 @@ EPSILON = 1e-9
 
 
 def _line_score(record: CaseResult, scorer: str | None) -> float | None:
-    if scorer is not None:
-        entry = (record.scores or {}).get(scorer)
-        if entry is not None:
-            return entry.value
-        return 0.0 if record.errored else None
-    if record.score is not None:
-        return record.score
-    if record.passed is not None:
-        return float(record.passed)
-    return None
+    return line_score(record) if scorer is None else scorer_value(record, scorer)
 
 
 def _line_passed(record: CaseResult, scorer: str | None) -> bool | None:
-    if scorer is None:
-        return record.passed
-    entry = (record.scores or {}).get(scorer)
-    if entry is not None:
-        return entry.passed
-    return False if record.errored else None
+    return record.passed if scorer is None else scorer_passed(record, scorer)
 
 
 @dataclass(frozen=True)

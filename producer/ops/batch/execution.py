@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,6 +39,21 @@ def judge_client_factory(producer: Producer) -> Callable[[], tuple[ModelClient, 
         return model_from_settings(producer.settings), producer.settings.openai_model
 
     return build
+
+
+def batch_scorers(producer: Producer, specs: Sequence[str | Scorer]) -> list[Scorer]:
+    """The scorers of ``specs``, checked; a judge talks to the producer's model and prices its
+    tokens at the producer's ``TETHER_MODEL_PRICES`` (the table the workers price runs at).
+
+    Raises:
+        InvalidInput: a value that does not parse or import, or a name given twice.
+    """
+    from tether.producer.ops.batch.scoring.specs import resolve_scorers
+    from tether.runs.usage.policy import prices
+
+    return resolve_scorers(
+        specs, client_factory=judge_client_factory(producer), prices=prices(producer.settings)
+    )
 
 
 class EventsReader:
@@ -163,4 +178,4 @@ class BatchRun:
         )
 
 
-__all__ = ["BatchRun", "EventsReader", "judge_client_factory"]
+__all__ = ["BatchRun", "EventsReader", "batch_scorers", "judge_client_factory"]

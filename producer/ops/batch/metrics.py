@@ -3,7 +3,10 @@
 Samples (one case, one epoch) are reduced per case first (the mean of its epochs), and the
 statistics are over cases, so a case run five times weighs as much as a case run once:
 
-- ``mean``: the mean over cases of each case's mean score;
+- ``mean``: the mean over cases of each case's mean score, where a sample whose run failed,
+  and a scorer that errored, score 0 (the callers pass them so:
+  :mod:`tether.producer.ops.batch.line_scores`), so the mean, pass@k and ``compare`` count the
+  same cases;
 - ``stderr``: the sample standard deviation of those case means over the square root of the
   number of cases (None below two cases);
 - ``pass@k``: the unbiased estimator of Chen et al. (2021), ``1 - C(n-c, k) / C(n, k)`` for a

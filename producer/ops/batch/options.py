@@ -44,6 +44,9 @@ class BatchOptions:
         epochs: runs of every case, each in a fresh session.
         scorers: ``--scorer`` values (or :class:`Scorer` objects), applied to every case.
         dataset: field mapping and row selection of the cases source.
+        known_agents: the agents the workers know; a batch naming another (``agent`` or a
+            case's own) is refused before anything is submitted or written. None: not checked
+            (the Python API's default: each case of an unknown agent fails ``UnknownAgent``).
     """
 
     agent: str | None = None
@@ -58,6 +61,7 @@ class BatchOptions:
     epochs: int = 1
     scorers: Sequence[str | Scorer] = ()
     dataset: DatasetOptions = field(default_factory=DatasetOptions)
+    known_agents: frozenset[str] | None = None
 
     def checked(self, default_tenant: str) -> BatchOptions:
         """These options validated, with the tenant filled in from ``default_tenant``.

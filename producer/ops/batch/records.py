@@ -3,7 +3,8 @@
 Which scorers score a case: the batch's (``--scorer``), plus the case's own ``grader`` when the
 case names one or when the batch has none (the default ``exact``, as before scorers existed).
 Built-in scorers need the case's ``expected`` value; custom scorers and the judge do not. A
-case whose run failed is not scored (``passed`` is False when a scorer would have applied).
+case whose run failed is not scored (``passed`` is False when a scorer would have applied; every
+mean counts it 0: :mod:`tether.producer.ops.batch.line_scores`).
 
 With ``TETHER_REDACT_INPUTS`` (the default) the line is masked before it is written: the case's
 input (every turn), ``expected``, tags and metadata, and what the scorers wrote (explanations,
@@ -24,6 +25,7 @@ from tether.core.events import Usage
 from tether.core.results import RunStatus
 from tether.producer.ops.batch.cases import NumberedCase
 from tether.producer.ops.batch.grading import grader_scorer
+from tether.producer.ops.batch.line_scores import record_passed, record_value
 from tether.producer.ops.batch.results import CaseResult, RunUsage, error_kind
 from tether.producer.ops.batch.scoring.apply import applies, score_sample
 from tether.producer.ops.batch.scoring.base import LazyEvents, Sample, Scorer, ScoreRecord
@@ -69,12 +71,12 @@ def case_scorers(outcome: CaseOutcome, scorers: list[Scorer]) -> tuple[list[Scor
 
 
 def _verdict(records: list[ScoreRecord]) -> tuple[bool | None, float | None]:
-    """The case's ``passed`` (every scorer passed) and ``score`` (the mean of the values)."""
+    """The case's ``passed`` (every scorer passed) and ``score`` (the mean of the values, a
+    scoring error counting 0, as every mean over the results file counts it)."""
     if not records:
         return None, None
-    values = [r.value for r in records if r.value is not None]
-    score = math.fsum(values) / len(values) if values else None
-    return all(r.passed is True for r in records), score
+    score = math.fsum(record_value(r) for r in records) / len(records)
+    return all(record_passed(r) for r in records), score
 
 
 def build_record(

@@ -29,10 +29,9 @@ from typing import TYPE_CHECKING
 from tether.errors import InvalidInput
 from tether.producer.ops.batch.cases import BatchCase, Grader, NumberedCase
 from tether.producer.ops.batch.engine import Unit
-from tether.producer.ops.batch.execution import BatchRun, judge_client_factory
+from tether.producer.ops.batch.execution import BatchRun, batch_scorers
 from tether.producer.ops.batch.ids import case_session_id
 from tether.producer.ops.batch.results import CaseResult, dump_line, read_results
-from tether.producer.ops.batch.scoring.specs import resolve_scorers
 from tether.producer.ops.batch.summary import BatchSummary, SummaryStats, build_summary
 
 if TYPE_CHECKING:
@@ -98,7 +97,7 @@ def retry_batch(
     errored = [r for r in records if r.errored]
     options = options.checked(default_tenant=producer.settings.tenant)
     specs = list(options.scorers) or _batch_scorers(records)
-    scorers = resolve_scorers(specs, client_factory=judge_client_factory(producer))
+    scorers = batch_scorers(producer, specs)
     units = [Unit(NumberedCase(r.line, case_of(r)), r.epoch, r.attempt + 1) for r in errored]
     epochs = max(r.epoch for r in records) + 1
     with path.open("a+b") as lock:

@@ -16,6 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from tether.producer.ops.batch.line_scores import line_score, scorer_outcomes
 from tether.producer.ops.batch.metrics import EpochMetrics
 from tether.producer.ops.batch.results import CaseResult
 
@@ -46,6 +47,7 @@ class SummaryStats:
         self.metrics = EpochMetrics()
         self.scoring_errors = 0
         self.scorer_tokens = 0
+        self.scorer_cost_usd = 0.0
         self.errors_by_kind: Counter[str] = Counter()
 
     def add(self, result: CaseResult) -> None:
@@ -63,13 +65,16 @@ class SummaryStats:
             self.errors_by_kind[result.error_kind or "other"] += 1
         records = (result.scores or {}).values()
         self.scoring_errors += result.scoring_errors
-        self.scorer_tokens += sum(r.usage.total_tokens for r in records if r.usage is not None)
+        usages = [r.usage for r in records if r.usage is not None]
+        self.scorer_tokens += sum(u.total_tokens for u in usages)
+        self.scorer_cost_usd += math.fsum(u.cost_usd or 0.0 for u in usages)
+        # a failed run and a scoring error score 0, as compare and pass@k count them
         self.metrics.add(
             result.id,
             result.epoch,
             passed=result.passed,
-            score=result.score,
-            scorer_results=[(r.scorer, r.passed, r.value) for r in records],
+            score=line_score(result),
+            scorer_results=scorer_outcomes(result),
             tags=result.tags or (),
         )
 
@@ -104,13 +109,16 @@ class BatchSummary:
         epochs: runs of each case; cases: valid cases (``total`` is ``cases * epochs``).
         retried: errored cases ``tether batch retry`` ran again.
         scoring_errors: scorer failures (each a case's scoring error; the batch went on).
-        scorer_tokens: tokens the scorers spent (a judge's calls).
+        scorer_tokens: tokens the scorers spent (a judge's calls); scorer_cost_usd: what they
+            cost at the producer's ``TETHER_MODEL_PRICES`` (0 when the judge's model is
+            unpriced), included in ``total_cost_usd``.
         errors_by_kind: errored cases by ``error_kind`` (``other`` for unknown error types).
         metrics: mean, standard error and pass@k of the cases' verdicts (``overall``), of each
             scorer (``scorers``) and of the cases of each tag (``tags``); see
             :mod:`tether.producer.ops.batch.metrics`.
-        total_cost_usd: summed over finished cases, at the workers' ``TETHER_MODEL_PRICES``;
-            unpriced_cases: cases with tokens but no price (counted as 0 in the total).
+        total_cost_usd: the runs' cost summed over finished cases, at the workers'
+            ``TETHER_MODEL_PRICES``, plus ``scorer_cost_usd``; unpriced_cases: cases whose runs
+            had tokens but no price (counted as 0 in the total).
     """
 
     batch_id: str
@@ -140,6 +148,7 @@ class BatchSummary:
     metrics: dict[str, Any] = field(default_factory=dict)
     total_cost_usd: float = 0.0
     unpriced_cases: int = 0
+    scorer_cost_usd: float = 0.0
 
     @property
     def failed(self) -> int:
@@ -195,7 +204,8 @@ def build_summary(stats: SummaryStats, *, epochs: int = 1, **fields: Any) -> Bat
         latency_max_ms=ordered[-1] if ordered else None,
         total_tokens=stats.tokens,
         total_steps=stats.steps,
-        total_cost_usd=round(stats.cost_usd, 9),
+        total_cost_usd=round(stats.cost_usd + stats.scorer_cost_usd, 9),
+        scorer_cost_usd=round(stats.scorer_cost_usd, 9),
         unpriced_cases=stats.unpriced,
         **fields,
     )
@@ -253,6 +263,8 @@ def _render_metrics(table: Table, summary: BatchSummary) -> None:
         table.add_row("[red]scoring errors[/]", f"{summary.scoring_errors:,}")
     if summary.scorer_tokens:
         table.add_row("scorer tokens", f"{summary.scorer_tokens:,}")
+    if summary.scorer_cost_usd:
+        table.add_row("scorer cost", f"${summary.scorer_cost_usd:,.4f}")
 
 
 def render_summary(summary: BatchSummary, console: Console | None = None) -> None:

@@ -181,9 +181,31 @@ def batch_command(
 
 
 def _run(producer: Any, cases: Path, options: BatchOptions) -> BatchSummary:
+    from dataclasses import replace
+
     from tether.producer.ops.batch import run_batch_with
 
-    return run_batch_with(producer, cases, options)
+    # the CLI refuses an unknown agent up front (exit 2), as 'tether schedule add' does
+    known = known_agents(producer.settings)
+    return run_batch_with(producer, cases, replace(options, known_agents=known))
+
+
+def known_agents(settings: Settings) -> frozenset[str] | None:
+    """The agents a worker with these settings knows (built-ins, entry points,
+    ``TETHER_AGENT_MODULES``); None when this process cannot tell what the workers know, and
+    the workers then judge each case: no ``TETHER_AGENT_MODULES`` here (a producer's machine
+    often has no agent code: the workers' modules would be refused as unknown), or modules
+    that do not import here."""
+    from tether.errors import ConfigurationError
+    from tether.runtime.registry import AgentRegistry
+
+    if not settings.agent_modules:
+        return None
+
+    try:
+        return frozenset(AgentRegistry.default(settings.agent_modules).names())
+    except (ConfigurationError, ImportError):  # a module or entry point only workers have
+        return None
 
 
 def run_guarded(work: Any, *, producer: bool = True) -> Any:

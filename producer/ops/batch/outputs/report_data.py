@@ -40,8 +40,12 @@ class ReportData:
 
 
 def _cost(result: CaseResult) -> float | None:
-    value = getattr(result, "cost_usd", None)
-    return float(value) if isinstance(value, int | float) else None
+    """What the line cost: its runs and its scorers (a judge's calls), as the summary's total
+    counts them; None when neither was priced."""
+    judged = [r.usage.cost_usd for r in (result.scores or {}).values() if r.usage is not None]
+    parts = [getattr(result, "cost_usd", None), *judged]
+    priced = [float(p) for p in parts if isinstance(p, int | float)]
+    return math.fsum(priced) if priced else None
 
 
 def _row(index: int, result: CaseResult, change: str | None) -> dict[str, Any]:

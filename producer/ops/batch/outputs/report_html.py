@@ -50,6 +50,8 @@ def _summary(data: ReportData) -> str:
         cards.append(_card(f"{v:.3f}", f"pass@{k}"))
     if data.cost_usd is not None:
         cards.append(_card(f"${data.cost_usd:,.4f}", "cost"))
+    if s.scorer_cost_usd:
+        cards.append(_card(f"${s.scorer_cost_usd:,.4f}", "of it the judge's"))
     if s.scoring_errors:
         cards.append(_card(str(s.scoring_errors), "scoring errors"))
     return '<section class="cards" id="summary">' + "".join(cards) + "</section>"

@@ -23,14 +23,21 @@ if TYPE_CHECKING:
 MAX_EXPLANATION_CHARS = 4000
 
 
+def _unset(value: object) -> bool:
+    return value is None
+
+
 class ScoreUsage(BaseModel):
-    """Tokens a scorer spent (a judge's model calls)."""
+    """Tokens a scorer spent (a judge's model calls), and what they cost at the producer's
+    ``TETHER_MODEL_PRICES`` (``cost_usd``; None: the judge's model is unpriced)."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     input_tokens: int = 0
     output_tokens: int = 0
     total_tokens: int = 0
+    # left out when unpriced, so lines of unpriced judges stay as they were written
+    cost_usd: float | None = Field(default=None, exclude_if=_unset)
 
 
 class Score(BaseModel):
@@ -66,10 +73,6 @@ class Score(BaseModel):
         if value is not None and len(value) > MAX_EXPLANATION_CHARS:
             return value[: MAX_EXPLANATION_CHARS - 1] + "…"
         return value
-
-
-def _unset(value: object) -> bool:
-    return value is None
 
 
 class ScoreRecord(BaseModel):

@@ -6,7 +6,8 @@ key scrubbing. The judge must answer with a JSON object ``{"reasoning": "...", "
 (anywhere in its reply, the last one counts; a ```json fence is fine); ``"verdict": "pass"`` or
 ``"fail"`` may stand in for the score. A reply that does not parse is a scoring error of that
 case, never a crash. The reasoning is the score's explanation; the verdict, the model and the
-tokens it spent are stored with the case.
+tokens it spent (priced at the producer's ``TETHER_MODEL_PRICES`` when they name the judge's
+model) are stored with the case.
 
 The rubric template names the case's parts as ``{input}``, ``{output}`` and ``{expected}``; those
 three are replaced and nothing else is (so JSON braces in a rubric are safe).
@@ -25,7 +26,9 @@ from tether.models.base import ModelRequest
 from tether.producer.ops.batch.scoring.base import Sample, Score, ScoreUsage
 
 if TYPE_CHECKING:
+    from tether.core.events import Usage
     from tether.models.base import ModelClient
+    from tether.models.prices import ModelPrices
 
 DEFAULT_RUBRIC = """You are grading an AI assistant's answer.
 
@@ -133,12 +136,27 @@ class Judge:
         client: the model client (built from the producer's settings when the batch starts).
         model: the judge model's name.
         rubric: the rubric template.
+        prices: the producer's price table, to price the judge's tokens (None: unpriced).
     """
 
-    def __init__(self, client: ModelClient, model: str, rubric: str) -> None:
+    def __init__(
+        self, client: ModelClient, model: str, rubric: str, prices: ModelPrices | None = None
+    ) -> None:
         self.client = client
         self.model = model
         self.rubric = rubric
+        self.prices = prices
+
+    def _usage(self, usage: Usage) -> ScoreUsage:
+        # priced here, where the judge's model is known: the results line keeps the cost, so
+        # the summary, the report and compare read it without the producer's settings
+        cost = self.prices.cost_usd(self.model, usage) if self.prices is not None else None
+        return ScoreUsage(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            total_tokens=usage.total_tokens,
+            cost_usd=cost,
+        )
 
     def __call__(self, sample: Sample) -> Score:
         request = ModelRequest(
@@ -147,11 +165,7 @@ class Judge:
             system_prompt=SYSTEM_PROMPT,
         )
         response = self.client.complete(request)
-        usage = ScoreUsage(
-            input_tokens=response.usage.input_tokens,
-            output_tokens=response.usage.output_tokens,
-            total_tokens=response.usage.total_tokens,
-        )
+        usage = self._usage(response.usage)
         try:
             value, reasoning, verdict = parse_reply(response.text)
         except JudgeReplyInvalid as exc:

@@ -25,6 +25,7 @@ from tether.producer.ops.batch.scoring.base import Sample, Score, Scorer
 
 if TYPE_CHECKING:
     from tether.models.base import ModelClient
+    from tether.models.prices import ModelPrices
 
 #: Built-in scorers: name -> (factory taking the options, options it takes besides threshold).
 _BUILTINS: dict[str, tuple[Callable[..., builtin.BuiltinFn], frozenset[str]]] = {
@@ -76,8 +77,11 @@ def builtin_scorer(value: str) -> Scorer:
     return Scorer(name=value, fn=factory(**options), threshold=threshold)
 
 
-def judge_scorer(value: str, client_factory: ClientFactory | None) -> Scorer:
-    """The judge from its ``--scorer`` value; its model client comes from ``client_factory``."""
+def judge_scorer(
+    value: str, client_factory: ClientFactory | None, prices: ModelPrices | None = None
+) -> Scorer:
+    """The judge from its ``--scorer`` value; its model client comes from ``client_factory``,
+    and its tokens are priced at ``prices`` (the producer's ``TETHER_MODEL_PRICES``)."""
     from tether.producer.ops.batch.scoring.judge import Judge, load_rubric
 
     options = _options(value, value.partition(":")[2], frozenset({"rubric", "model"}))
@@ -85,7 +89,7 @@ def judge_scorer(value: str, client_factory: ClientFactory | None) -> Scorer:
     if client_factory is None:
         raise InvalidInput(f"--scorer {value!r} needs a model client; none was configured")
     client, default_model = client_factory()
-    judge = Judge(client, options.get("model") or default_model, rubric)
+    judge = Judge(client, options.get("model") or default_model, rubric, prices)
     return Scorer(
         name=value,
         fn=judge,
@@ -145,9 +149,13 @@ def as_score(result: Any) -> Score:
 
 
 def resolve_scorers(
-    values: Sequence[str | Scorer], *, client_factory: ClientFactory | None = None
+    values: Sequence[str | Scorer],
+    *,
+    client_factory: ClientFactory | None = None,
+    prices: ModelPrices | None = None,
 ) -> list[Scorer]:
-    """The scorers of a batch, every value checked (see the module docstring).
+    """The scorers of a batch, every value checked (see the module docstring); a judge prices
+    its tokens at ``prices``.
 
     Raises:
         InvalidInput: a value that does not parse or import, or a name given twice.
@@ -161,7 +169,7 @@ def resolve_scorers(
         if name in _BUILTINS:
             scorers.append(builtin_scorer(value))
         elif name == JUDGE:
-            scorers.append(judge_scorer(value, client_factory))
+            scorers.append(judge_scorer(value, client_factory, prices))
         else:
             scorers.append(import_scorer(value))
     names = [s.name for s in scorers]
