@@ -134,8 +134,8 @@ def test_actions_act_in_the_consoles_tenant_not_in_tether_tenants(
         call_id = waiting.pending[0].call_id
         path = f"/sessions/{waiting_sid}/calls/{verb}"
         message = _act(acme_console, path, call_id=call_id, agent="approver")
-        assert message.startswith(f"{verb}: call {call_id} settled"), message
-        run_id = message.rsplit(" ", 1)[-1]
+        assert message.startswith(f"{verb}: sent for call {call_id} as run "), message
+        run_id = message.split(" as run ", 1)[1].split(";", 1)[0]
         done = producer.handle(run_id, tenant="acme").run_result(timeout=60)
         assert done.status is RunStatus.COMPLETED, (verb, done)
 
