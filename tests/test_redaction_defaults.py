@@ -144,3 +144,21 @@ def test_a_secret_under_any_other_key_or_as_a_key_is_masked() -> None:
     assert pasted[:12] not in text
     assert text.count("***") == 4
     assert cleaned.payload.kind == event.payload.kind  # the payload's own tag stays
+
+
+def test_an_item_holding_a_json_schema_with_a_list_of_types_is_redacted() -> None:
+    """A JSON Schema's ``type`` may be a list (``["string", "null"]``, an MCP tool listing's
+    nullable parameter): looking it up among the opaque item types raised ``TypeError``
+    (unhashable), and the item could never be stored."""
+    schema = {"type": "object", "properties": {"q": {"type": ["string", "null"]}}}
+    data = {"type": "mcp_list_tools", "tools": [{"name": "find", "input_schema": schema}]}
+    event = AgentEvent(
+        type=EventType.MEMORY_ITEMS_APPENDED,
+        tenant="default",
+        session_id="s-schema",
+        seq=1,
+        payload=ItemsAppendedPayload(
+            items=(ExternalItem(source="openai-agents", text="", data=data),)
+        ),
+    )
+    assert redact_event(event, DEFAULT_REDACTOR) is event  # nothing to mask, nothing changed

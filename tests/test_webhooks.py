@@ -23,7 +23,7 @@ from tether.runs.contract import RunResult
 from tether.runs.webhooks import sign_webhook, verify_webhook
 from tether.runs.webhooks.addresses import check_destination
 from tether.runs.webhooks.dead import WebhookDeadLetters
-from tether.runs.webhooks.delivery import delivery_for
+from tether.runs.webhooks.delivery import _destination, delivery_for
 from tether.settings import Settings, load_settings, masked
 
 SECRET = "s3cret"
@@ -177,3 +177,19 @@ def test_the_cli_refuses_a_bad_webhook_with_one_line_and_exit_2(redis_url: str) 
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "10.0.0.7" in lines[0] and "Traceback" not in result.stderr
     assert redis.Redis.from_url(redis_url).keys("*") == []
+
+
+def test_a_url_is_stored_byte_for_byte_unless_it_holds_a_credential() -> None:
+    """Every delivery's URL went through the masking, which re-encodes a query
+    (``?path=a%2Fb&flag`` was posted as ``?path=a/b&flag=``), and one holding ``***`` was
+    taken for a masked credential and given up. Only a URL with a credential is masked at rest,
+    and an attempt takes that one back from the settings."""
+    for url in ("https://hooks.example/h?path=a%2Fb&flag", "https://hooks.example/h?note=***"):
+        delivery = delivery_for(_result(), url)
+        assert delivery.url == url
+        assert _destination(delivery, load_settings(store_url="memory://")) == url
+    secret = "https://hooks:pw-hook-1@hooks.example/t"
+    masked = delivery_for(_result(), secret)
+    assert masked.url == "https://hooks:***@hooks.example/t"
+    settings = load_settings(store_url="memory://", webhook_urls=json.dumps({"acme": secret}))
+    assert _destination(masked, settings) == secret

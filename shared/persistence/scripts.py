@@ -64,6 +64,8 @@ def run_pipeline(
             continue
         for n, reply in enumerate(replies):
             if isinstance(reply, Exception):
+                if len(commands) != len(replies):
+                    raise reply  # which command failed is unknown: nothing to repair
                 replies[n] = _repaired(client, commands[n], reply)
         return replies
     raise AssertionError("unreachable")
@@ -76,8 +78,15 @@ def send_shared(client: redis.Redis, *args: Any) -> Any:
 
 
 def pipeline_commands(pipe: Any) -> list[tuple[Any, ...]]:
-    """The arguments of every command queued on ``pipe``, in order (read before it executes)."""
-    return [_args(c) for c in pipe.command_stack]
+    """The arguments of every command queued on ``pipe``, in order (read before it executes).
+
+    A plain pipeline keeps them in ``command_stack``; redis-py's cluster pipeline in its
+    execution strategy's ``command_queue`` (its ``command_stack`` stays empty)."""
+    stack = pipe.command_stack
+    if not stack:
+        strategy = getattr(pipe, "_execution_strategy", None)
+        stack = getattr(strategy, "command_queue", None) or []
+    return [_args(c) for c in stack]
 
 
 def stray_shared_key(args: tuple[Any, ...], error: Exception) -> Any:

@@ -218,7 +218,8 @@ def _walk(value: Any, redact: TextRedactor) -> Any:
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, dict):
-        opaque = value.get("type") in OPAQUE_ITEM_TYPES
+        kind = value.get("type")  # a JSON Schema's may be a list: ["string", "null"]
+        opaque = isinstance(kind, str) and kind in OPAQUE_ITEM_TYPES
         return {
             redact(k): v
             if opaque and k == "encrypted_content" and isinstance(v, str)

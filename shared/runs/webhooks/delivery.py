@@ -25,7 +25,7 @@ from tether.runs.contract import RunResult
 from tether.runs.webhooks.addresses import check_destination
 from tether.runs.webhooks.signing import sign_webhook
 from tether.settings import Settings
-from tether.settings_checks import MASK, mask_url
+from tether.settings_checks import mask_url, url_credential
 
 #: The Celery task that makes one attempt (``tether.worker.webhooks``).
 WEBHOOK_TASK = "tether.webhook"
@@ -86,8 +86,9 @@ def delivery_for(result: RunResult, url: str) -> Delivery:
     return Delivery(
         id=delivery_id,
         # at rest without its credential (a TETHER_WEBHOOK_URLS entry may hold one; a run's own
-        # URL may not): each attempt takes it from the settings again (_destination)
-        url=mask_url(url),
+        # URL may not): each attempt takes it from the settings again (_destination). A URL
+        # without one is kept byte for byte (masking re-encodes its query)
+        url=url if url_credential(url) is None else mask_url(url),
         tenant=result.tenant,
         session_id=result.session_id,
         run_id=result.run_id,
@@ -112,13 +113,6 @@ def attempt_delivery(delivery: Delivery, settings: Settings) -> Attempt:
     and redirects are not followed (they could lead to a refused address).
     """
     url = _destination(delivery, settings)
-    if url is None:
-        return Attempt(
-            f"the URL {delivery.url} held a credential, kept out of storage, and this worker's "
-            f"TETHER_WEBHOOK_URLS no longer gives it for tenant {delivery.tenant!r}: set it "
-            "there again, then redeliver",
-            final=True,
-        )
     try:
         check_destination(url, allow_private=settings.webhook_allow_private)
     except InvalidInput as exc:
@@ -152,15 +146,18 @@ def attempt_delivery(delivery: Delivery, settings: Settings) -> Attempt:
     return Attempt(f"HTTP {response.status_code}")
 
 
-def _destination(delivery: Delivery, settings: Settings) -> str | None:
-    """Where ``delivery`` goes: its URL, or the tenant's ``TETHER_WEBHOOK_URLS`` entry it is
-    the masked form of; None when its credential was masked and the settings lack it."""
-    if MASK not in delivery.url:
-        return delivery.url
+def _destination(delivery: Delivery, settings: Settings) -> str:
+    """Where ``delivery`` goes: the tenant's ``TETHER_WEBHOOK_URLS`` entry when its URL is that
+    entry with the credential masked, else its URL as stored (one whose credential the settings
+    no longer give is sent masked, and the receiver's refusal says so in the dead letter)."""
     configured = settings.webhook_url_for(delivery.tenant)
-    if configured is not None and mask_url(configured) == delivery.url:
+    if (
+        configured is not None
+        and url_credential(configured) is not None
+        and mask_url(configured) == delivery.url
+    ):
         return configured
-    return None
+    return delivery.url
 
 
 def backoff_s(settings: Settings, attempts: int) -> float:

@@ -104,6 +104,8 @@ class AsyncRunQueue:
         replies = list(await pipe.execute(raise_on_error=False))
         for n, reply in enumerate(replies):
             if isinstance(reply, Exception):
+                if len(commands) != len(replies):
+                    raise reply  # which command failed is unknown: nothing to repair
                 await self.client.delete(stray_shared_key(commands[n], reply))
                 send: Any = self.client.execute_command  # untyped in redis-py
                 replies[n] = await send(*commands[n])
