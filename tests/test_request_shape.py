@@ -247,3 +247,24 @@ def test_the_options_pydantic_free_names_are_the_models_fields() -> None:
     assert list(RunOptions.model_fields) == list(OPTION_HELP)
     for name, field in RunOptions.model_fields.items():
         assert field.description == OPTION_HELP[name]
+
+
+def test_a_wake_up_whose_record_is_gone_is_refused_by_a_trusting_worker(
+    settings: Settings, count: Count, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A registered-only producer sends only a run's ids; a worker without the setting
+    registered such a message when the producer's record was gone (Redis lost it) and ran an
+    empty request. It refuses it now, and a wake-up whose record is there runs that record."""
+    from tether.producer.submission import wake_up
+    from tether.worker.tasks import run_task
+
+    run_id, text, _body = _submit(settings, count)
+    woken = wake_up(RunRequest.model_validate_json(text)).text
+    with worker_on(settings, monkeypatch):
+        assert run_task(request=woken)["processed"] == 1  # the registered copy ran
+        lost = json.loads(woken) | {"run_id": "run-lost-1", "request_id": "run-lost-1"}
+        reply = run_task(request=json.dumps(lost))
+    assert reply == {"run_id": "run-lost-1", "state": "refused", "error": "unregistered"}
+    assert _result(settings, run_id).output == "echo: hi"
+    with Producer(settings) as producer:
+        assert producer.record("run-lost-1") is None  # nothing registered, nothing ran

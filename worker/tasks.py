@@ -111,6 +111,18 @@ def run_task(self: Any, request: Any = None) -> dict[str, Any]:
         if not registered(rt.runs, req.ref):
             return {"run_id": req.run_id, "state": "refused", "error": UNREGISTERED}
         return {"processed": drain(rt, req.tenant, req.session_id)}
+    if req.input is None and not req.resolutions and rt.runs.get(req.ref) is None:
+        # a wake-up a registered-only producer sent (ids only) whose record is gone: registering
+        # it here would run an empty request in place of the one its producer registered.
+        # Checked only for messages without input (one read): producers register every run
+        refuse(
+            UNREGISTERED,
+            f"refused run message {req.run_id} for tenant {req.tenant!r}, session "
+            f"{req.session_id!r}: it carries no input and no run of that id is registered (a "
+            "registered-only producer's wake-up whose record is gone); nothing was run. Set "
+            "TETHER_REGISTERED_RUNS_ONLY on the workers too, and submit the run again",
+        )
+        return {"run_id": req.run_id, "state": "refused", "error": UNREGISTERED}
     try:
         rt.registry.get(req.agent)
     except UnknownAgent as exc:
