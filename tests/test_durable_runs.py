@@ -56,11 +56,15 @@ def counting_request(session_id: str, durability: Durability | None = None) -> R
     return request.model_copy(update={"agent": "counter", "durability": durability})
 
 
-def crash_then_resume(
-    backends: Backends, durability: Durability, crash_at: int = 7
-) -> tuple[MemoryCounter, RunRequest]:
-    counter = MemoryCounter()
-    request = counting_request("s-durable")
+def die_in_call(
+    backends: Backends,
+    counter: MemoryCounter,
+    request: RunRequest,
+    durability: Durability,
+    crash_at: int,
+) -> None:
+    """Apply ``request`` on a worker that dies in its ``crash_at``-th tool call; its lease
+    expires, as a dead worker's does."""
     switch = PowerSwitch()
     dying = worker_runtime(
         backends,
@@ -72,6 +76,14 @@ def crash_then_resume(
     with pytest.raises(SimulatedCrash):
         drain(dying, TENANT, request.session_id)
     backends.expire_lease(TENANT, request.session_id)
+
+
+def crash_then_resume(
+    backends: Backends, durability: Durability, crash_at: int = 7
+) -> tuple[MemoryCounter, RunRequest]:
+    counter = MemoryCounter()
+    request = counting_request("s-durable")
+    die_in_call(backends, counter, request, durability, crash_at)
     taker = worker_runtime(backends, "w2", registry=registry_for(counter, durability, None, None))
     submit(taker.runs, request)  # the broker redelivers the message
     drain(taker, TENANT, request.session_id)
@@ -230,14 +242,7 @@ def test_a_run_resumes_on_a_session_that_already_had_runs() -> None:
     drain(first, TENANT, earlier.session_id)
     backends.expire_lease(TENANT, earlier.session_id)  # the next worker loads the stored head
     request = counting_request("s-durable")
-    switch = PowerSwitch()
-    dying = worker_runtime(
-        backends, "w1", switch=switch, registry=registry_for(counter, "step", 7, switch)
-    )
-    submit(dying.runs, request)
-    with pytest.raises(SimulatedCrash):
-        drain(dying, TENANT, request.session_id)
-    backends.expire_lease(TENANT, request.session_id)
+    die_in_call(backends, counter, request, "step", 7)
     taker = worker_runtime(backends, "w2", registry=registry_for(counter, "step", None, None))
     submit(taker.runs, request)
     drain(taker, TENANT, request.session_id)
@@ -259,14 +264,7 @@ def test_a_run_out_of_attempts_leaves_nothing_of_its_steps_to_the_next_run() -> 
     backends = memory_backends()
     counter = MemoryCounter()
     doomed = counting_request("s-budget")
-    switch = PowerSwitch()
-    dying = worker_runtime(
-        backends, "w1", switch=switch, registry=registry_for(counter, "step", 4, switch)
-    )
-    submit(dying.runs, doomed)
-    with pytest.raises(SimulatedCrash):
-        drain(dying, TENANT, doomed.session_id)
-    backends.expire_lease(TENANT, doomed.session_id)
+    die_in_call(backends, counter, doomed, "step", 4)
     after = request_for("s-budget", "next").model_copy(update={"agent": "counter"})
     taker = worker_runtime(backends, "w2", registry=registry_for(counter, "step", None, None))
     taker.settings = taker.settings.model_copy(update={"max_attempts": 1})  # none left for it
