@@ -32,9 +32,19 @@ def validate_id(value: object, *, kind: str = "session id") -> str:
             f"{kind} must be a string, got {type(value).__name__}; use {ALLOWED_DESCRIPTION}"
         )
     shown = value if len(value) <= 40 else value[:40] + "..."
-    if not _ID_RE.fullmatch(value) or value.startswith(".") or ".." in value:
+    if not is_valid_id(value):
         raise InvalidId(f"{kind} {shown!r} is not allowed; use {ALLOWED_DESCRIPTION}")
     return value
+
+
+def is_valid_id(value: object) -> bool:
+    """Whether ``value`` passes :func:`validate_id` (for names read back from storage, where
+    one that does not is skipped, not an error)."""
+    return (
+        isinstance(value, str)
+        and bool(_ID_RE.fullmatch(value))
+        and not (value.startswith(".") or ".." in value)
+    )
 
 
 def validate_tenant(value: object) -> str:

@@ -319,6 +319,33 @@ def test_listing_pages_in_key_order_and_isolates_tenants(case: StoreCase) -> Non
     assert case.store.list_session_ids("nobody") == []
 
 
+def test_a_name_that_is_no_session_id_is_skipped_and_paging_goes_past_it(
+    case: StoreCase, caplog: pytest.LogCaptureFixture
+) -> None:
+    # an object put beside the sessions by hand (or by a tenant that may write its prefix):
+    # listing raised InvalidId on it, which stopped the console's sessions page and a purge
+    ids = ["a", "b", "c", "d"]
+    for sid in ids:
+        case.store.save(sample_snapshot(sid, "acme"), None)
+    head = case.raw_read(head_key("acme", "b"))
+    for stray in ("b x", "b..c", "bz\u00e9"):  # between b and c, as the backends order names
+        case.raw_write(f"{head_key('acme', 'b').rsplit('/', 2)[0]}/{stray}/head.json", head)
+
+    pages: list[list[str]] = []
+    after: str | None = None
+    while True:
+        page = case.store.list_session_ids("acme", after=after, limit=2)
+        pages.append(page)
+        if len(page) < 2:
+            break
+        after = page[-1]
+
+    assert [sid for page in pages for sid in page] == ids
+    assert iter_session_ids(case.store, "acme", page_size=1) == ids
+    assert case.store.list_session_ids("acme") == ids
+    assert "not a session id" in caplog.text
+
+
 @pytest.mark.parametrize("limit", [0, -1, True])
 def test_listing_rejects_a_bad_limit(case: StoreCase, limit: int) -> None:
     with pytest.raises(InvalidInput):

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import redis
 
-from tether.errors import InvalidId, SessionBusy, SessionNotFound
-from tether.ids import validate_id, validate_tenant
+from tether.errors import SessionBusy, SessionNotFound
+from tether.ids import is_valid_id, validate_tenant
 from tether.keys import RedisKeys
 from tether.persistence.archives.base import EventArchive
 from tether.persistence.archives.blob import BlobEventArchive
@@ -253,7 +253,7 @@ def _scan(client: redis.Redis, keys: RedisKeys, tenant: str) -> _TenantKeys:
             found.unknown.add(name)
         elif inner.startswith("~"):  # "~" is refused in ids: never a session
             found.tenant_level[name] = None
-        elif _is_id(inner):
+        elif is_valid_id(inner):
             found.sessions[inner].add(name)
         else:
             found.unknown.add(name)
@@ -267,15 +267,7 @@ def _scan(client: redis.Redis, keys: RedisKeys, tenant: str) -> _TenantKeys:
 def _session_named(value: object) -> str | None:
     """The session id a tenant-level key's value names, if it is one."""
     text = value.decode(errors="replace") if isinstance(value, bytes) else value
-    return text if isinstance(text, str) and _is_id(text) else None
-
-
-def _is_id(text: str) -> bool:
-    try:
-        validate_id(text)
-    except InvalidId:
-        return False
-    return True
+    return text if isinstance(text, str) and is_valid_id(text) else None
 
 
 def _sweep(

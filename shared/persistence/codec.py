@@ -61,6 +61,8 @@ def loads_snapshot(data: bytes | str, *, where: str = "<memory>") -> SessionSnap
         doc = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
         raise SnapshotCorrupt(f"snapshot at {where} is not valid JSON: {exc}") from exc
+    except RecursionError as exc:  # pydantic's parser refused it: nested past any head's depth
+        raise SnapshotCorrupt(f"snapshot at {where} is nested too deeply to be a head") from exc
     _check_version(doc, "schema_version", SUPPORTED_SNAPSHOT_VERSIONS, "snapshot", where)
     try:
         return SessionSnapshot.model_validate(doc)
@@ -108,6 +110,8 @@ def loads_event(data: bytes | str, *, where: str = "<memory>") -> AgentEvent:
         doc = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
         raise SnapshotCorrupt(f"event at {where} is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise SnapshotCorrupt(f"event at {where} is nested too deeply to be an event") from exc
     return _validate_event(doc, where)
 
 
@@ -122,6 +126,8 @@ def loads_events(data: bytes | str, *, where: str = "<memory>") -> list[AgentEve
         docs = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
         raise SnapshotCorrupt(f"event list at {where} is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise SnapshotCorrupt(f"event list at {where} is nested too deeply to be events") from exc
     if not isinstance(docs, list):
         raise SnapshotCorrupt(f"event list at {where} is not a JSON array")
     return [_validate_event(d, where) for d in docs]

@@ -78,7 +78,7 @@ def decode_patch(data: bytes, *, where: str) -> HeadPatch:
     except pydantic.ValidationError as exc:
         try:
             version = json.loads(data).get("patch")
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):
             version = None
         if isinstance(version, int) and version not in SUPPORTED_PATCH_VERSIONS:
             raise UnsupportedSchemaVersion(

@@ -127,7 +127,7 @@ def submitted_at_ms(raw: bytes | str) -> int | None:
         if isinstance(request, str):
             request = json.loads(request)
         value = request["submitted_at_ms"]
-    except (ValueError, TypeError, KeyError, AttributeError):
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 

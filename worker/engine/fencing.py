@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 
 from tether.core.snapshot import SessionSnapshot
-from tether.errors import ConflictError, VersionConflict
+from tether.errors import ConflictError, StoreUnavailable, TetherError, VersionConflict
 from tether.persistence.stores.base import StoredSnapshot
 from tether.runs.contract import RunRequest
 from tether.runs.leases.base import Lease
@@ -45,7 +45,27 @@ def load_head(
 
     Raises:
         ConflictError: the head kept changing under the taker (its lease is likely lost too).
+        StoreUnavailable: the read failed with an error that is not Tether's (a bug, or stored
+            bytes a parser choked on), so that the attempt counts against the run's budget
+            instead of escaping it: a run on such a head ends after ``TETHER_MAX_ATTEMPTS``
+            rather than being retried forever.
     """
+    try:
+        return _load_head(rt, lease, agent, request, claim)
+    except TetherError:
+        raise
+    except Exception as exc:
+        log.exception("reading the head of %s/%s failed", request.tenant, request.session_id)
+        raise StoreUnavailable(
+            f"reading the head of {request.tenant}/{request.session_id} failed unexpectedly "
+            f"({type(exc).__name__}: {str(exc)[:200]}); the run is retried up to "
+            "TETHER_MAX_ATTEMPTS times, then failed. Check the worker log for the traceback"
+        ) from exc
+
+
+def _load_head(
+    rt: EngineServices, lease: Lease, agent: Agent, request: RunRequest, claim: Claim | None
+) -> StoredSnapshot | None:
     t, s = request.tenant, request.session_id
     if claim is not None and claim.cache_read:
         stored = rt.store.load_known(t, s, claim.cached_head)  # a takeover's claim dropped it

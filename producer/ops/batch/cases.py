@@ -199,6 +199,8 @@ def parse_case_line(
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})") from exc
+    except RecursionError:
+        raise ValueError("nested too deeply to be a case (pass the input as text)") from None
     if not isinstance(doc, dict):
         raise ValueError(f"a case must be a JSON object, got {type(doc).__name__}")
     try:

@@ -102,7 +102,7 @@ def _jsonl_rows(path: Path) -> tuple[list[str] | None, Iterator[tuple[int, Any]]
                     continue
                 try:
                     yield number, json.loads(text)
-                except ValueError:
+                except (ValueError, RecursionError):
                     yield number, text  # left as it is: validation reports it
 
     return None, rows()

@@ -9,7 +9,7 @@ from tether.core.events import AgentEvent
 from tether.core.items import Item
 from tether.core.snapshot import HeadMemory, SessionSnapshot
 from tether.errors import DataError, InfrastructureError, InvalidInput, VersionConflict
-from tether.ids import validate_id
+from tether.ids import is_valid_id, validate_id
 from tether.persistence.blobs import BlobBackend
 from tether.persistence.codec import dumps_snapshot, loads_head_memory, loads_snapshot
 from tether.persistence.headcache.base import CachedHead, HeadCache
@@ -286,6 +286,21 @@ class BlobSnapshotStore:
         prefix = tenant_dir(tenant)
         if after is not None:
             validate_id(after, kind="'after' session id")
-        return self.blobs.list_children(
-            prefix, HEAD_NAME, rollup=EVENTS_DIR, after=after, limit=check_limit(limit)
-        )
+        limit = check_limit(limit)
+        out: list[str] = []
+        while True:
+            want = limit - len(out)
+            page = self.blobs.list_children(
+                prefix, HEAD_NAME, rollup=EVENTS_DIR, after=after, limit=want
+            )
+            for name in page:
+                if is_valid_id(name):
+                    out.append(name)
+                else:
+                    # an object put there by hand (or by a tenant with write access to its
+                    # prefix): no session of Tether's, and one such name must not stop every
+                    # listing, the console's sessions page and a tenant's purge
+                    log.warning("skipped %r under %s: not a session id", name[:80], prefix)
+            if len(page) < want or len(out) >= limit:
+                return out
+            after = page[-1]  # raw: the next page starts after the skipped name too

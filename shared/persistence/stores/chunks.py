@@ -104,7 +104,7 @@ class ChunkStore:
         body = self._body(key, INDEX_KIND, where, name.rsplit("-", 1)[-1])
         try:
             names = tuple(ChunkRef.parse(n).name for n in json.loads(body))
-        except (ValueError, TypeError, AttributeError) as exc:
+        except (ValueError, TypeError, AttributeError, RecursionError) as exc:
             raise corrupt(INDEX_KIND, where, f"it is not a list of chunk names ({exc})") from exc
         last = ChunkRef.parse(names[-1]) if names else None
         if last is None or last.first + last.size != index_items(name):

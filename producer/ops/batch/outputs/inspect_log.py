@@ -47,7 +47,7 @@ def _require_inspect() -> None:
 def _arguments(text: str) -> dict[str, Any]:
     try:
         parsed = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {"raw": text}  # the model's invalid JSON, kept as it was
     return parsed if isinstance(parsed, dict) else {"value": parsed}
 

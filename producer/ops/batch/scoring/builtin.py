@@ -125,7 +125,10 @@ def parse_json_output(output: str) -> Any:
     """The output as JSON (a surrounding ```json fence is allowed). Raises ValueError."""
     text = output.strip()
     fenced = _FENCE.match(text)
-    return json.loads(fenced.group(1) if fenced else text)
+    try:
+        return json.loads(fenced.group(1) if fenced else text)
+    except RecursionError:  # a model's output may nest past the parser's stack
+        raise ValueError("the output is JSON nested too deeply to score") from None
 
 
 def _at(doc: Any, path: str) -> Any:
@@ -145,7 +148,7 @@ def _same(value: Any, expected: Any) -> bool:
     if isinstance(expected, str):  # a JSON value written as text in a cases file
         try:
             return bool(json.loads(expected) == value)
-        except ValueError:
+        except (ValueError, RecursionError):
             return False
     return False
 

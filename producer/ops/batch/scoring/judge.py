@@ -106,7 +106,7 @@ def parse_reply(text: str | None) -> tuple[float, str, str | None]:
         raise JudgeReplyInvalid(f"the judge's reply holds no JSON object: {text[:200]!r}")
     try:
         doc = json.loads(found.group(0))
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise JudgeReplyInvalid(
             f"the judge's reply is not valid JSON ({exc}): {text[:200]!r}"
         ) from exc
