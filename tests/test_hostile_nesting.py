@@ -88,7 +88,9 @@ def test_a_deeply_nested_cached_head_is_a_miss_and_is_dropped(
     drain(rt, TENANT, sid)
     stored = backends.store.blobs.get(head_key(TENANT, sid))
     keys: RedisKeys = backends.head_cache._keys
-    redis_client.set(keys.head_cache(TENANT, sid), pack(seal(HEAD_KIND, DEEP), stored.token))
+    entry = pack(seal(HEAD_KIND, DEEP), stored.token)
+    assert entry is not None
+    redis_client.set(keys.head_cache(TENANT, sid), entry)
 
     loaded = backends.store.load(TENANT, sid)
 
@@ -148,4 +150,4 @@ def test_deeply_nested_text_in_an_evaluation_is_a_clear_error_or_a_failed_score(
         parse_reply('{"score": ' + deep + "}")  # a judge model's reply
     case = parse_case_line('{"id": "c", "input": "i", "expected": "[]"}', default_agent="a")
     score = json_match()(Sample(case, deep))  # a model's output
-    assert score.value == 0 and "nested too deeply" in score.explanation
+    assert score.value == 0 and "nested too deeply" in (score.explanation or "")
