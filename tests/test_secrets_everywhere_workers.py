@@ -1,7 +1,8 @@
 """#29 N5: no secret at rest, and none anywhere else a secret could leak to.
 
-Credentials are planted in a run's input, its ``metadata`` (key and value), the reason of a
-rejection and the text given to ``submit_tool_output`` (on real workers, which load the approver
+Credentials are planted in a run's input, its ``metadata`` (key and value), the arguments of a
+call waiting for approval (written by the model), the reason of a rejection and the text given to
+``submit_tool_output`` (on real workers, which load the approver
 agent and an OpenTelemetry SDK exporting spans to a file). Then every place is scanned: every
 Redis key of the namespace (run records, the broker's messages, streams, cached heads), every S3
 object (``head.json``, archives), the worker's log, the console's pages (runs, run, session,
@@ -32,13 +33,14 @@ from tether.producer.client import Producer
 
 
 def planted() -> dict[str, str]:
-    """Fresh credentials of four formats the default redaction knows."""
+    """Fresh credentials of four formats the default redaction knows, and one a model writes."""
     hexes = uuid.uuid4().hex + uuid.uuid4().hex
     return {
         "openai": f"sk-proj-{hexes[:40]}",
         "aws": "AKIA" + hexes[:16].upper(),
         "github": "ghp_" + hexes[:36],
         "bearer": "eyJ" + hexes[:30],
+        "model": f"sk-proj-{hexes[8:48]}",  # the approver's model writes it into a call
     }
 
 
@@ -116,8 +118,13 @@ def test_planted_secrets_are_found_nowhere(fleet: Fleet) -> None:
     metadata = {secret["github"]: {"api_key": secret["openai"], "list": [secret["aws"]]}}
     ran = producer.run(notes, f"remember {text}", agent="notes", metadata=metadata, wait_s=60)
     assert ran.status is RunStatus.COMPLETED
-    waiting = producer.run(bank, "transfer 5", agent="approver", wait_s=60)
+    memo = secret["model"].removeprefix("sk-proj-")
+    waiting = producer.run(bank, f"transfer memo:{memo} 5", agent="approver", wait_s=60)
     call_id = waiting.pending[0].call_id
+    # a credential the model wrote into a call waiting for approval: masked in the pending
+    # call (the run record, its result, the console) as in the call's event
+    arguments = waiting.pending[0].arguments
+    assert "***" in arguments and secret["model"] not in arguments
     # an invented output for a call waiting for approval is refused, but its text was stored
     # in the run record before the worker could refuse it
     refused = producer.submit_tool_output(bank, call_id, text, agent="approver")

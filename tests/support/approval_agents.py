@@ -13,7 +13,7 @@ TRANSFERS: list[str] = []
 
 
 @tool
-def transfer(amount: int, ctx: ToolContext) -> str:
+def transfer(amount: int, ctx: ToolContext, memo: str = "") -> str:
     """Move money: a side effect that needs approval."""
     TRANSFERS.append(ctx.idempotency_key)
     return f"transferred {amount}"
@@ -25,11 +25,16 @@ def _respond(request: ModelRequest) -> ModelResponse:
         return ModelResponse.final(f"done: {last.output}")
     text = last.content if isinstance(last, UserMessage) else ""
     amount = int(text.split()[-1]) if text.split() and text.split()[-1].isdigit() else 0
-    return ModelResponse.call(f"call_{len(request.items)}", "transfer", {"amount": amount})
+    arguments: dict[str, object] = {"amount": amount}
+    for word in text.split():
+        if word.startswith("memo:"):  # a credential the model writes itself: "memo:<hex>"
+            arguments["memo"] = f"sk-proj-{word[5:]}"
+    return ModelResponse.call(f"call_{len(request.items)}", "transfer", arguments)
 
 
 def approver_agent() -> Agent:
-    """``transfer N`` asks to transfer N, which waits for approval."""
+    """``transfer N`` asks to transfer N, which waits for approval (``transfer memo:<hex> N``:
+    the call's arguments hold a credential, ``sk-proj-<hex>``, that the model wrote)."""
     return Agent(
         ScriptedModel(responder=_respond),
         "scripted-approver",

@@ -59,6 +59,7 @@ from tether.worker.engine.records import (
     applied_record,
     interrupted_record,
     redacted,
+    redacted_pending,
     result_from_record,
     retries_exhausted,
     rolled_back_record,
@@ -415,7 +416,7 @@ def _execute(d: DrainState, session: AgentSession, request: RunRequest, agent: A
             request_id=request.request_id,
         )
         record = applied_record(request, result, first_seq)
-        d.pending = result.pending
+        d.pending = redacted_pending(result.pending, agent)
     except RunHandedBack:
         raise
     except BudgetExceeded as exc:  # at a step boundary: the finished steps stay

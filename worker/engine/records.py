@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tether.core.context import CompactResult
 from tether.core.memory import MemorySnapshot
-from tether.core.results import AgentResult, RunStatus
+from tether.core.results import AgentResult, PendingCall, RunStatus
 from tether.core.snapshot import RunRecord
 from tether.errors import RetriesExhausted, TetherError
 from tether.runs.contract import RunRequest, RunResult
@@ -84,6 +84,15 @@ def redacted(record: RunRecord, agent: Agent) -> RunRecord:
             "error_message": None if record.error_message is None else redact(record.error_message),
         }
     )
+
+
+def redacted_pending(pending: tuple[PendingCall, ...], agent: Agent) -> tuple[PendingCall, ...]:
+    """``pending`` with the agent's redaction applied to each call's arguments, as to the
+    ``TOOL_CALL`` event that asked for it: the run record, the result and its webhook keep them."""
+    redact = agent.redact
+    if redact is None:
+        return pending
+    return tuple(p.model_copy(update={"arguments": redact(p.arguments)}) for p in pending)
 
 
 def result_from_record(
