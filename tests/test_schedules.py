@@ -3,6 +3,7 @@ the CLI's refusals, and a tick submitted twice (two beats) making one run."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from tether.errors import InvalidInput, ScheduleExists, ScheduleNotFound, Unknow
 from tether.producer.client import Producer
 from tether.producer.schedules import Schedules
 from tether.producer.schedules.model import Schedule, parse_schedule
-from tether.producer.schedules.scheduler import TetherEntry, TetherScheduler
+from tether.producer.schedules.scheduler import PAUSED_RECHECK_S, TetherEntry, TetherScheduler
 from tether.producer.schedules.ticks import first_last_tick, next_tick, plan_tick
 from tether.settings import Settings
 
@@ -194,3 +195,42 @@ def test_a_tick_fired_by_two_beats_is_one_run(redis_url: str) -> None:
         assert [r.rsplit(":req:", 1)[1] for r in requests] == [
             f"sched:twice:{int(tick.timestamp())}"
         ]
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [{"session_id": "bad session/../x"}, {"every_s": None, "cron": "61 * * * *"}, {"every_s": 0}],
+    ids=["session-id", "cron", "interval"],
+)
+def test_a_stored_schedule_that_no_longer_validates_stops_neither_the_beat_nor_the_others(
+    redis_url: str, broken: dict[str, object], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A definition written by another version or by hand, or refused by a stricter check since:
+    it is logged and not run, and the beat, ``schedule list`` and every other schedule go on
+    (an id or cron that failed its check raised out of the beat's loop, which exited)."""
+    settings = Settings(broker_url=redis_url, redis_url=redis_url, store_url="memory://")
+    schedules = Schedules(settings)
+    for name in ("bad", "good"):
+        added = schedules.add(name, session_id=f"s-{name}", agent="echo", input="t", every_s=3600)
+        assert added.last_tick is not None
+        key = TetherEntry.generate_key(schedules.app, name)
+        TetherEntry.from_key(key, app=schedules.app).reschedule(
+            added.last_tick - timedelta(hours=1)
+        )
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    bad_key = TetherEntry.generate_key(schedules.app, "bad")
+    definition = json.loads(client.hget(bad_key, "definition") or "{}")
+    definition["kwargs"].update(broken)
+    client.hset(bad_key, "definition", json.dumps(definition))
+
+    bad = TetherEntry.from_key(bad_key, app=schedules.app)
+    assert bad.is_due() == (False, PAUSED_RECHECK_S)
+    assert bad.due_at is not None
+    assert [view.name for view in schedules.list()] == ["good"]
+    assert "schedule bad is not a valid schedule" in caplog.text
+    beat = TetherScheduler(app=schedules.app, lazy=True)
+    beat.lock_key = None  # one loop of the beat, without taking its lock first
+    with Producer(settings) as producer:
+        beat._producer = producer
+        beat.tick()
+    assert client.keys("*{default/s-good}:req:*") and not client.keys("*{default/s-bad}:req:*")

@@ -149,7 +149,7 @@ class Schedules:
                 entry = TetherEntry.from_key(key, app=self.app)
             except KeyError:  # removed meanwhile
                 continue
-            if entry.is_tether:
+            if entry.is_tether and entry.checked_spec() is not None:  # else logged, skipped
                 views.append(self._view(entry))
         return sorted(views, key=lambda view: view.name)
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 from redbeat.schedulers import RedBeatScheduler, RedBeatSchedulerEntry
 
+from tether.errors import TetherError
 from tether.producer.schedules.model import Schedule
 from tether.producer.schedules.ticks import next_tick, plan_tick
 
@@ -52,6 +53,22 @@ class TetherEntry(RedBeatSchedulerEntry):  # type: ignore[misc]
         """The schedule this entry runs."""
         return Schedule.model_validate(self.kwargs)
 
+    def checked_spec(self) -> Schedule | None:
+        """:attr:`spec`, or None when the stored definition no longer validates (written by
+        another version, edited by hand, or refused by a stricter check since): such an entry is
+        not run, and never stops the beat or the other schedules."""
+        try:
+            return self.spec
+        except (pydantic.ValidationError, TetherError) as exc:
+            log.error(
+                "schedule %s is not a valid schedule and is not run (remove it with `tether "
+                "schedule remove %s`, then add it again): %s",
+                self.name,
+                self.name,
+                exc,
+            )
+            return None
+
     @property
     def is_tether(self) -> bool:
         """Whether this is a run schedule (beat's own entries, if any, are plain redbeat's)."""
@@ -68,7 +85,11 @@ class TetherEntry(RedBeatSchedulerEntry):  # type: ignore[misc]
         if not self.is_tether:
             return super().due_at  # type: ignore[no-any-return]
         last = self.last_tick
-        return aware(self._default_now()) if last is None else next_tick(self.spec, last)
+        try:
+            spec = self.spec
+        except (pydantic.ValidationError, TetherError):  # is_due says why, and never runs it
+            return aware(self._default_now())
+        return aware(self._default_now()) if last is None else next_tick(spec, last)
 
     def is_due(self) -> tuple[bool, float]:
         """Celery beat's question: due now, and seconds until it should ask again."""
@@ -76,10 +97,8 @@ class TetherEntry(RedBeatSchedulerEntry):  # type: ignore[misc]
             return super().is_due()  # type: ignore[no-any-return]
         if not self.enabled:
             return False, PAUSED_RECHECK_S
-        try:
-            self.spec  # noqa: B018 - validates the stored definition
-        except pydantic.ValidationError as exc:  # never a crash of the beat for one bad entry
-            log.error("schedule %s is not a valid schedule and is not run: %s", self.name, exc)
+        spec = self.checked_spec()
+        if spec is None:  # never a crash of the beat for one bad entry
             return False, PAUSED_RECHECK_S
         now = aware(self._default_now())
         remaining_s = (self.due_at - now).total_seconds()
@@ -87,8 +106,8 @@ class TetherEntry(RedBeatSchedulerEntry):  # type: ignore[misc]
             return False, remaining_s
         # due: ask again at the tick after the one about to run (not a fixed delay, which
         # would find that tick late and count it missed)
-        plan = plan_tick(self.spec, self.last_tick or now, now)
-        following = next_tick(self.spec, plan.last or now)
+        plan = plan_tick(spec, self.last_tick or now, now)
+        following = next_tick(spec, plan.last or now)
         return True, max(0.0, (following - now).total_seconds())
 
 
