@@ -30,6 +30,7 @@ from tether.ids import new_id
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import redis_from_url
 from tether.producer import Producer
+from tether.producer.ops.cli.stack import collect_status
 from tether.producer.submission import run_message
 from tether.runs.contract import RunRef, RunRequest, WireRequest
 from tether.runs.queue.redis import RedisRunQueue
@@ -257,13 +258,16 @@ def test_a_webhook_task_forged_by_another_tenant_is_refused_and_sends_nothing(
     assert "refused webhook task" in world.worker.log_text()
 
 
-def test_a_tenant_cannot_break_the_shared_index_or_feed_for_everyone(world: World) -> None:
+def test_a_tenant_cannot_break_the_shared_index_or_feed_for_everyone(
+    world: World, tmp_path: Path
+) -> None:
     """The ACL lets every tenant write the active-session index and the completion feed (to
     mark its sessions, to announce a run it refused), so team-b can ``SET`` them to a string.
     team-a's submit then failed with WRONGTYPE after its run was registered, and every finish
     failed on the feed's XADD. A command on those keys that meets a wrong type now deletes the
     stray value and goes on: team-a's run is submitted, runs and is announced, and both keys
-    are back to their types."""
+    are back to their types. `tether status`, which reads every shard, failed on the first
+    stray value; it skips them."""
     keys = RedisKeys(NS)
     session = unique()
     b = redis_from_url(world.tenant_url("team-b"))
@@ -273,6 +277,11 @@ def test_a_tenant_cannot_break_the_shared_index_or_feed_for_everyone(world: Worl
         assert b.set(keys.done(), "poison")
     finally:
         b.close()
+    # the operator's view reads every shard: it skips the stray values (it failed on the first)
+    url = world.server.url
+    operator = Settings(broker_url=url, redis_url=url, namespace=NS, queue=QUEUE)
+    status = collect_status(tmp_path, operator)
+    assert status.error is None and status.active_sessions == 0, status.error
     team_a = world.producer("team-a")
     try:
         result = team_a.run(session, "remember A's fact", agent="notes", wait_s=60)
