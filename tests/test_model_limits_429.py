@@ -16,19 +16,21 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis
 
-from tests.support.openai_fixture import OpenAIServer
+from tests.support.openai_fixture import OpenAIServer, reply
 from tests.support.stack import Stack, eventually, unique
 from tether.core.items import UserMessage
 from tether.dev.workers import WorkerFleet
 from tether.errors import ModelError
 from tether.keys import RedisKeys
 from tether.models.base import ModelRequest
-from tether.models.limits import ModelLimit
+from tether.models.limits import ModelLimit, ModelLimits
 from tether.models.openai import OpenAIChatModel, OpenAIResponsesModel
 from tether.models.openai_errors import retry_after_s
 from tether.persistence.redis_conn import redis_from_url
 from tether.producer import Producer
+from tether.runs.limits.gate import BudgetedModel, estimate_tokens
 from tether.runs.limits.redis import RedisModelBudget
 
 MODEL = "test-model"
@@ -187,3 +189,39 @@ def test_a_429_burst_pauses_the_model_for_the_whole_fleet_and_the_run_completes(
         assert following.received_at - answered.received_at >= RETRY_AFTER_S
     assert int(client.pttl(pause_key)) < 0  # the pause ended by itself
     client.close()
+
+
+def test_a_refused_attempt_leaves_none_of_its_estimate_charged(
+    openai_server: OpenAIServer, redis_client: redis.Redis
+) -> None:
+    """An attempt the provider answers with an error (a 429, a 500) used no tokens: it is
+    credited its whole estimate. Each 429 kept a large prompt's estimate charged to the model's
+    fleet-wide tokens per minute, so every worker calling it waited for tokens no request used
+    (three 429s with a 0.05 s Retry-After held a 100,000-token call for 30 s at 600,000 a
+    minute). Measured as the tokens still charged ahead of now, with and without the 429s."""
+    limits = ModelLimits.parse(json.dumps({MODEL: {"tokens_per_minute": 600_000}}))
+    limit = limits.for_model(MODEL)
+    assert limit is not None
+    keys = RedisKeys(f"refused-{unique()}")
+    budget_key = keys.model_budget(MODEL)[0]
+    model = OpenAIChatModel(openai_server.base_url, openai_server.api_key, max_retries=0)
+    gated = BudgetedModel(model, RedisModelBudget(redis_client, keys), limits)
+    request = ModelRequest(model=MODEL, items=(UserMessage(content="x" * 400_000),))
+    assert estimate_tokens(request) > 50_000
+
+    def charged_ahead() -> float:
+        seconds, micros = redis_client.time()
+        tat_us = int(redis_client.hget(budget_key, "tat_tok") or 0)
+        return max(0, tat_us - (seconds * 1_000_000 + micros)) / limit.us_per_token
+
+    usage = {"input_tokens": 1000, "output_tokens": 100}
+    openai_server.script([reply("ok", usage=usage)])
+    gated.complete(request)
+    clean = charged_ahead()
+    redis_client.delete(budget_key)
+    openai_server.fail_next(3, 429, retry_after_s=0.05)
+    openai_server.script([reply("ok", usage=usage)])
+    gated.complete(request)
+    after_429s = charged_ahead()
+
+    assert after_429s <= clean + 2_000  # 1,100 used; the clock moved on a little in between

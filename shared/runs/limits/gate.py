@@ -124,12 +124,16 @@ class BudgetedModel:
         for attempt in range(self._max_429_retries + 1):
             token = uuid.uuid4().hex
             self._wait_for_admission(request.model, token, estimate)
-            used = 0
+            correction = 0  # unknown (a call cut short): the estimate stays charged
             try:
                 response = call(self._surfacing)
-                used = response.usage.input_tokens + response.usage.output_tokens
+                correction = response.usage.input_tokens + response.usage.output_tokens - estimate
                 return response
             except ModelError as exc:
+                if _status(exc) is not None:
+                    # the provider answered with an error: it processed no tokens, so none stay
+                    # charged (a 429 kept a whole prompt's estimate, holding every worker back)
+                    correction = -estimate
                 if _status(exc) != 429 or attempt == self._max_429_retries:
                     raise
                 pause_s = _retry_after_s(exc) or DEFAULT_PAUSE_S
@@ -142,7 +146,7 @@ class BudgetedModel:
                     ) from None
                 self._budget.pause(request.model, pause_s)
             finally:
-                self._budget.settle(request.model, limit, token, used - estimate if used else 0)
+                self._budget.settle(request.model, limit, token, correction)
         raise AssertionError("unreachable")
 
     def _wait_for_admission(self, model: str, token: str, estimate: int) -> None:
