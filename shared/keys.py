@@ -57,8 +57,11 @@ Per-tenant keys:
 - ``<p>:{<tenant>/~usage}:<YYYYMMDD>`` (hash: ``input``, ``output``, ``cached``,
   ``reasoning``, ``cost_nano``, ``runs``, ``unpriced``): what the tenant's runs used that UTC
   day; ``:<YYYYMMDD>:runs`` (set) the run ids counted, so a run is counted once;
-  ``<p>:{<tenant>/~usage}:rate`` (string) its runs-per-minute GCRA state. One slot per tenant
-  (see :mod:`tether.runs.usage`), written beside the finish script, never inside it.
+  ``<p>:{<tenant>/~usage}:rate`` (string) its runs-per-minute GCRA state;
+  ``:<YYYYMMDD>:inflight`` (hash) what the tenant's unfinished runs used so far that day, field
+  a run id (value ``input,output,cached,reasoning,cost_nano,unpriced``, set at each step
+  boundary) and, under ``~`` fields, their sums. One slot per tenant (see
+  :mod:`tether.runs.usage`), written beside the finish script, never inside it.
 
 Namespace-wide keys (each in its own slot, written beside a script, never inside one):
 
@@ -246,6 +249,11 @@ class RedisKeys:
         if not (len(day) == 8 and day.isdigit()):
             raise ValueError(f"day {day!r} is not YYYYMMDD")
         return f"{tag}:{day}", f"{tag}:{day}:runs", f"{tag}:rate"
+
+    def tenant_inflight(self, tenant: str, day: str) -> str:
+        """What ``tenant``'s unfinished runs used so far in ``day`` (hash, field a run id): in
+        the slot of :meth:`tenant_usage`, so one script moves a run from it into the day."""
+        return self.tenant_usage(tenant, day)[0] + ":inflight"
 
     def tenant_pattern(self, tenant: str) -> str:
         """A SCAN/ACL glob matching every key of ``tenant`` (sessions, runs, run index)."""

@@ -52,6 +52,7 @@ def tenant_keys(keys: RedisKeys, tenant: str) -> list[str]:
     for session in ("s-1", "s:2", "a.b_c-d"):
         out += session_and_run_keys(keys, tenant, session, "run-1")
     out += [keys.run_index(tenant, f"run-{n}") for n in range(MANY_RUNS)]
+    out += [*keys.tenant_usage(tenant, "20261130"), keys.tenant_inflight(tenant, "20261130")]
     return out
 
 
@@ -74,6 +75,12 @@ def test_schema_shape() -> None:
     assert keys.kick("acme", "s-1") == "tether:{acme/s-1}:kick"
     assert keys.run_index("acme", "run-1") == "tether:{acme/~runs:3}:run-1"  # crc32 % 16 == 3
     assert keys.tenant_pattern("acme") == "tether:{acme/*"
+    assert keys.tenant_usage("acme", "20261130") == (
+        "tether:{acme/~usage}:20261130",
+        "tether:{acme/~usage}:20261130:runs",
+        "tether:{acme/~usage}:rate",
+    )
+    assert keys.tenant_inflight("acme", "20261130") == "tether:{acme/~usage}:20261130:inflight"
     assert keys.done() == "tether:{~done}"
     assert keys.active("acme", "s-1") == "tether:{~active:9}"  # crc32("acme/s-1") % 16 == 9
     assert keys.active_shard(0) == "tether:{~active:0}"
@@ -92,6 +99,18 @@ def test_every_key_of_a_session_and_its_runs_shares_one_cluster_slot(
     assert len(set(names)) == len(names)
     assert {slot(k) for k in names} == {slot(keys.session_tag(tenant, session))}
     assert set(keys.session(tenant, session)) <= set(names)
+
+
+@pytest.mark.parametrize("tenant", ["acme", "a:b", "x" * 128])
+def test_a_tenants_usage_keys_and_its_in_flight_record_share_one_slot(tenant: str) -> None:
+    # usage_add.lua moves a finished run from the in-flight record into the day atomically:
+    # one script, so one slot (the tenant's, under its ACL pattern: no other tenant writes it)
+    keys = RedisKeys("ns")
+    names = [*keys.tenant_usage(tenant, "20261130"), keys.tenant_inflight(tenant, "20261130")]
+    assert len(set(names)) == len(names)
+    assert len({slot(k) for k in names}) == 1
+    assert all(fnmatchcase(k, keys.tenant_pattern(tenant)) for k in names)
+    assert not any(fnmatchcase(k, keys.tenant_pattern("other")) for k in names)
 
 
 def test_runs_of_one_session_share_its_slot_and_differ_by_id() -> None:

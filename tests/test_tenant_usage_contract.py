@@ -1,11 +1,13 @@
 """Contract of :class:`tether.runs.usage.base.TenantUsage`: memory, a redis-server and a 3-master
 cluster pass the same tests (a run counted once into its tenant's UTC day, budgets refusing a
-submission), and the run queue's finish counts a run's usage (once, in its round trip)."""
+submission, unfinished runs' usage counted with the day at step boundaries), and the run queue's
+finish counts a run's usage (once, in its round trip) and takes it out of the in-flight record."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -20,10 +22,11 @@ from tether.runs.leases.memory import InMemoryLeaseManager
 from tether.runs.queue.base import RunQueue
 from tether.runs.queue.memory import InMemoryRunQueue
 from tether.runs.queue.redis import RedisRunQueue
-from tether.runs.usage.base import TenantUsage, exceeded, utc_day
+from tether.runs.usage.base import DAY_TTL_S, TenantUsage, exceeded, spent, utc_day
 from tether.runs.usage.policy import admit_submission
 from tether.runs.usage.redis import RedisTenantUsage
 from tether.settings import Settings
+from tether.worker.engine.spend import spend_check
 
 CALL = Usage(input_tokens=1000, output_tokens=100, total_tokens=1100, cached_tokens=200)
 NOON_MS = 1_796_000_000_000  # 2026-11-30 (UTC), a fixed day for the day tests
@@ -140,3 +143,73 @@ def test_a_tenant_without_a_budget_costs_no_redis_command_at_submit(redis_url: s
     with pytest.raises(BudgetExceeded, match="runs_per_minute=1"):
         admit_submission(usage, settings, [capped, capped])
     client.close()
+
+
+def test_in_flight_runs_count_with_the_day_until_their_finish_moves_them(backend: Backend) -> None:
+    # The step-boundary budget check (worker/engine/spend.py) of concurrent runs: each sets what
+    # it used so far (set, not added) and sees the day plus every unfinished run's usage
+    usage, queue = backend
+    t, now = tenant(), now_ms()
+    queue.finish(_result(t, "r-0", CALL, 0.001))  # one run finished today: 1100
+    seen = usage.in_flight(t, "r-1", CALL, 0.001, at_ms=now)
+    assert (seen.tokens, seen.runs, seen.cost_usd) == (2200, 2, pytest.approx(0.002))
+    again = usage.in_flight(t, "r-1", CALL, 0.001, at_ms=now)  # a boundary seen again, a retry
+    assert (again.tokens, again.runs) == (2200, 2)
+    both = usage.in_flight(t, "r-2", CALL + CALL, None, at_ms=now)  # another run, unpriced
+    assert (both.tokens, both.runs, both.unpriced_runs) == (4400, 3, 1)
+    assert both.cached_tokens == 4 * 200 and both.cost_usd == pytest.approx(0.002)
+    grown = usage.in_flight(t, "r-1", CALL + CALL, 0.002, at_ms=now)  # r-1's next step
+    assert (grown.tokens, grown.runs, grown.cost_usd) == (5500, 3, pytest.approx(0.003))
+    read = usage.in_flight(t, None, Usage(), None, at_ms=now)  # no run id yet: a read only
+    assert (read.tokens, read.runs) == (5500, 3)
+    tokenless = usage.in_flight(t, "r-3", Usage(), None, at_ms=now)  # no tokens: nothing set
+    assert (tokenless.tokens, tokenless.runs) == (5500, 3)
+    assert usage.day(t).tokens == 1100  # the day itself counts finished runs only
+    queue.finish(_result(t, "r-1", CALL + CALL, 0.002))  # from in flight into the day, at once
+    moved = usage.in_flight(t, None, Usage(), None, at_ms=now)
+    assert (moved.tokens, moved.runs, moved.cost_usd) == (5500, 3, pytest.approx(0.003))
+    assert (usage.day(t).tokens, usage.day(t).runs) == (3300, 2)
+    queue.finish(_result(t, "r-1", CALL + CALL, 0.002))  # a finish redone after a crash
+    assert usage.in_flight(t, None, Usage(), None, at_ms=now).tokens == 5500
+    queue.finish(_result(t, "r-2", CALL + CALL, None))
+    done = usage.in_flight(t, None, Usage(), None, at_ms=now)
+    assert (done.tokens, done.runs, done.unpriced_runs) == (5500, 3, 1)
+    assert done == usage.day(t)  # nothing left in flight
+    assert usage.in_flight(tenant(), None, Usage(), None).tokens == 0  # tenants never mix
+    assert usage.in_flight(t, None, Usage(), None, at_ms=now + 86_400_000).tokens == 0
+
+
+def test_in_flight_usage_holds_a_budget_for_runs_that_have_not_finished(backend: Backend) -> None:
+    usage, _ = backend
+    t = tenant()
+    budget = TenantBudget(tokens_per_day=2500)
+    assert spent(budget, usage.in_flight(t, "r-1", CALL, 0.001)).admitted
+    assert spent(budget, usage.in_flight(t, "r-2", CALL, 0.001)).admitted  # 2200
+    verdict = spent(budget, usage.in_flight(t, "r-3", CALL, 0.001))  # 3300: none finished yet
+    assert (verdict.admitted, verdict.budget, verdict.used) == (False, "tokens_per_day", 3300)
+    assert spent(budget, usage.in_flight(tenant(), "r-1", CALL, 0.001)).admitted
+
+
+def test_the_in_flight_record_expires_like_the_day(redis_url: str) -> None:
+    client = redis_from_url(redis_url)
+    keys = RedisKeys(f"use-{uuid.uuid4().hex[:8]}")
+    usage, t, now = RedisTenantUsage(client, keys), tenant(), now_ms()
+    usage.in_flight(t, "r-1", CALL, 0.001, at_ms=now)
+    day = utc_day(now)
+    assert 0 < client.ttl(keys.tenant_inflight(t, day)) <= DAY_TTL_S
+    usage.add(t, "r-1", CALL, 0.001, at_ms=now)
+    assert client.hget(keys.tenant_inflight(t, day), "r-1") is None
+    assert 0 < client.ttl(keys.tenant_usage(t, day)[0]) <= DAY_TTL_S
+    client.close()
+
+
+def test_a_tenant_without_a_tokens_or_usd_budget_gets_no_step_check(backend: Backend) -> None:
+    # no check, so no in-flight record and no Redis command at its runs' step boundaries
+    usage, _ = backend
+    settings = Settings(
+        tenant_budgets='{"rated": {"runs_per_minute": 1}, "capped": {"tokens_per_day": 9}}'
+    )
+    session: Any = None  # the check reads the session only when called
+    assert spend_check(settings, usage, "rated", "m", session, 1) is None
+    assert spend_check(settings, usage, "free", "m", session, 1) is None
+    assert spend_check(settings, usage, "capped", "m", session, 1) is not None

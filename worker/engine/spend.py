@@ -1,11 +1,17 @@
 """What a run spends: its cost at ``TETHER_MODEL_PRICES``, its tenant's budget checked at each
 step boundary (``TETHER_TENANT_BUDGETS``), and the token and cost metrics once it committed.
 
-A run's model calls all go to its agent's model, so a run is priced at that model. The tenant's
-day (the runs that finished today, :mod:`tether.runs.usage`) plus what this run used so far is
-held against the budget at each step boundary; over it, the run stops there with
-:class:`~tether.errors.BudgetExceeded`, keeping its finished steps (they commit as usual).
-Tenants without a tokens or USD budget cost no Redis read here.
+A run's model calls all go to its agent's model, so a run is priced at that model. At each step
+boundary the run sets what it used so far in its tenant's in-flight record of the day (one
+field per run, set, not added, so a boundary seen again or a retried attempt is idempotent),
+and the tenant's day (the runs that finished today, :mod:`tether.runs.usage`) plus every
+unfinished run's usage there (this one's included) is held against the budget, in one round
+trip (:meth:`~tether.runs.usage.base.TenantUsage.in_flight`). Concurrent runs of a tenant so
+see each other's spending, and a day goes over its budget by at most one step of each running
+run. Over it, the run stops there with :class:`~tether.errors.BudgetExceeded`, keeping its
+finished steps (they commit as usual). The run's finish moves it from the in-flight record into
+the day in one atomic step (``usage_add.lua``). Tenants without a tokens or USD budget cost no
+Redis command here.
 """
 
 from __future__ import annotations
@@ -49,12 +55,18 @@ class SpendCheck:
     table: ModelPrices
     session: AgentSession
     first_seq: int
+    run_id: str | None = None
+    """The run's id, read off its first event (the worker's call site does not pass it)."""
 
     def __call__(self) -> None:
-        """Raise :class:`~tether.errors.BudgetExceeded` when the tenant's day with this run's
-        usage so far reached its budget."""
+        """Publish this run's usage so far into its tenant's in-flight record, and raise
+        :class:`~tether.errors.BudgetExceeded` when the tenant's day with every unfinished
+        run's usage (this one's included) reached its budget."""
         run = self.run_usage()
-        day = self.usage.day(self.tenant).plus(run, self.table.cost_usd(self.model, run))
+        if self.run_id is None:
+            self.run_id = run_id_of(self.session, self.first_seq)
+        cost = self.table.cost_usd(self.model, run)
+        day = self.usage.in_flight(self.tenant, self.run_id, run, cost)
         verdict = spent(self.budget, day)
         if not verdict.admitted:
             raise exceeded(self.tenant, self.budget, verdict, day.day)
@@ -69,6 +81,11 @@ def run_usage(session: AgentSession, first_seq: int) -> Usage:
     in the log when a failed run's memory is rolled back)."""
     events = (e for e in session.events if e.seq >= first_seq)
     return sum(usage_by_model(events).values(), Usage())
+
+
+def run_id_of(session: AgentSession, first_seq: int) -> str | None:
+    """The id of the run that began at ``first_seq`` (None: it wrote no event yet)."""
+    return next((e.run_id for e in session.events if e.seq >= first_seq and e.run_id), None)
 
 
 def spend_check(

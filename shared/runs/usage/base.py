@@ -1,5 +1,6 @@
 """The tenant-usage seam: count each finished run's usage once into its tenant's UTC day, read
-a tenant's day, and admit a submission under its budget.
+a tenant's day, publish an unfinished run's usage so far (its tenant's in-flight record, which
+the step-boundary budget check adds to the day), and admit a submission under its budget.
 
 Members: :class:`~tether.runs.usage.memory.InMemoryTenantUsage` (one process) and
 :class:`~tether.runs.usage.redis.RedisTenantUsage` (the fleet); both pass
@@ -76,6 +77,19 @@ class DayUsage:
             cost_nano_usd=self.cost_nano_usd + nano_usd(cost_usd),
         )
 
+    def merged(self, other: DayUsage) -> DayUsage:
+        """This day with ``other``'s counts added (the day with its runs still in flight)."""
+        return DayUsage(
+            day=self.day,
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+            runs=self.runs + other.runs,
+            unpriced_runs=self.unpriced_runs + other.unpriced_runs,
+            cost_nano_usd=self.cost_nano_usd + other.cost_nano_usd,
+        )
+
 
 def has_tokens(usage: Usage) -> bool:
     """Whether ``usage`` counts any token (only then is a run counted into its tenant's day)."""
@@ -137,10 +151,28 @@ class TenantUsage(Protocol):
         self, tenant: str, run_id: str, usage: Usage, cost_usd: float | None, *, at_ms: int
     ) -> bool:
         """Count run ``run_id``'s usage into ``tenant``'s day of ``at_ms``, once: True when
-        counted now, False when this run was counted that day before."""
+        counted now, False when this run was counted that day before. Either way the run
+        leaves that day's in-flight record (:meth:`in_flight`), in the same atomic step."""
 
     def day(self, tenant: str, *, at_ms: int | None = None) -> DayUsage:
         """What ``tenant`` used in the UTC day of ``at_ms`` (default today)."""
+
+    def in_flight(
+        self,
+        tenant: str,
+        run_id: str | None,
+        usage: Usage,
+        cost_usd: float | None,
+        *,
+        at_ms: int | None = None,
+    ) -> DayUsage:
+        """At a step boundary of run ``run_id``: set what it used so far (``usage``, costing
+        ``cost_usd``) in ``tenant``'s in-flight record of the UTC day of ``at_ms`` (default
+        today), then return that day plus every unfinished run's usage there, this one's
+        included (its ``runs`` counts them too). Set, not added: a boundary seen again or a
+        retried attempt is idempotent. Nothing is set when ``run_id`` is None or ``usage`` has
+        no tokens. :meth:`add` takes the run out of the record in the same atomic step that
+        counts it into the day, so a run is never counted twice nor dropped between the two."""
 
     def admit(self, tenant: str, budget: TenantBudget, *, runs: int = 1) -> Verdict:
         """Admit ``runs`` submissions of ``tenant``: refused when today's tokens or cost reached

@@ -12,6 +12,7 @@ from tether.runs.usage.base import (
     BURST_S,
     DayUsage,
     Verdict,
+    has_tokens,
     monotonic_us,
     spent,
     utc_day,
@@ -29,6 +30,7 @@ class InMemoryTenantUsage:
         self._clock_us = clock_us
         self._days: dict[tuple[str, str], DayUsage] = {}
         self._counted: set[tuple[str, str, str]] = set()
+        self._in_flight: dict[tuple[str, str], dict[str, DayUsage]] = {}
         self._tat_us: dict[str, int] = {}
         self._lock = threading.Lock()
 
@@ -37,6 +39,7 @@ class InMemoryTenantUsage:
     ) -> bool:
         day = utc_day(at_ms)
         with self._lock:
+            self._in_flight.get((tenant, day), {}).pop(run_id, None)
             if (tenant, day, run_id) in self._counted:
                 return False
             self._counted.add((tenant, day, run_id))
@@ -48,6 +51,25 @@ class InMemoryTenantUsage:
         day = utc_day(at_ms)
         with self._lock:
             return self._days.get((tenant, day), DayUsage(day))
+
+    def in_flight(
+        self,
+        tenant: str,
+        run_id: str | None,
+        usage: Usage,
+        cost_usd: float | None,
+        *,
+        at_ms: int | None = None,
+    ) -> DayUsage:
+        day = utc_day(at_ms)
+        with self._lock:
+            if run_id is not None and has_tokens(usage):
+                running = self._in_flight.setdefault((tenant, day), {})
+                running[run_id] = DayUsage(day).plus(usage, cost_usd)  # set, not added
+            total = self._days.get((tenant, day), DayUsage(day))
+            for run in self._in_flight.get((tenant, day), {}).values():
+                total = total.merged(run)
+            return total
 
     def admit(self, tenant: str, budget: TenantBudget, *, runs: int = 1) -> Verdict:
         verdict = spent(budget, self.day(tenant)) if budget.spend_limited else ADMITTED

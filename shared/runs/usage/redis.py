@@ -1,5 +1,7 @@
 """Tenant usage on Redis: ``usage_add.lua`` counts a run once (queued by the run queue's
-finish into the round trip it makes anyway, see :meth:`RedisTenantUsage.queue_add`) and
+finish into the round trip it makes anyway, see :meth:`RedisTenantUsage.queue_add`) and takes
+it out of the day's in-flight record, which ``usage_inflight.lua`` sets at each step boundary of
+a run of a budgeted tenant (one round trip: set, then read the day and the record's sums), and
 ``tenant_admit.lua`` admits a submission. Every key of a tenant's usage shares its slot, so a
 Redis Cluster runs each script on one node."""
 
@@ -24,11 +26,13 @@ from tether.runs.usage.base import (
     BudgetName,
     DayUsage,
     Verdict,
+    has_tokens,
     nano_usd,
     utc_day,
 )
 
 ADD = load("usage_add")
+IN_FLIGHT = load("usage_inflight")
 ADMIT = load("tenant_admit")
 _FIELDS = (b"input", b"output", b"cached", b"reasoning", b"runs", b"unpriced", b"cost_nano")
 
@@ -50,6 +54,7 @@ class RedisTenantUsage:
         self._keys = keys
         self._where = describe_client(client)
         self._add = client.register_script(ADD.source)
+        self._in_flight = client.register_script(IN_FLIGHT.source)
         self._admit = client.register_script(ADMIT.source)
 
     @property
@@ -69,7 +74,9 @@ class RedisTenantUsage:
     ) -> None:
         """Queue :meth:`add` on ``pipe`` (a pipeline the caller runs with :func:`run_pipeline`
         and :attr:`add_script`); its reply is :meth:`add`'s, as 1 or 0."""
-        day, counted, _ = self._keys.tenant_usage(tenant, utc_day(at_ms))
+        name = utc_day(at_ms)
+        day, counted, _ = self._keys.tenant_usage(tenant, name)
+        inflight = self._keys.tenant_inflight(tenant, name)
         argv = ADD.argv(
             run_id=run_id,
             ttl_s=DAY_TTL_S,
@@ -80,7 +87,7 @@ class RedisTenantUsage:
             cost_nano=nano_usd(cost_usd),
             unpriced=int(cost_usd is None),
         )
-        queue_script(pipe, self._add, ADD.keys(day=day, counted=counted), argv)
+        queue_script(pipe, self._add, ADD.keys(day=day, counted=counted, inflight=inflight), argv)
 
     def add(
         self, tenant: str, run_id: str, usage: Usage, cost_usd: float | None, *, at_ms: int
@@ -96,8 +103,29 @@ class RedisTenantUsage:
         key, _, _ = self._keys.tenant_usage(tenant, day)
         with translate_errors(self._where):
             raw = cast(list[Any], self._client.hmget(key, list(_FIELDS)))
-        n = [int(v) if v is not None else 0 for v in raw]
-        return DayUsage(day, n[0], n[1], n[2], n[3], n[4], n[5], n[6])
+        return _day_usage(day, raw)
+
+    def in_flight(
+        self,
+        tenant: str,
+        run_id: str | None,
+        usage: Usage,
+        cost_usd: float | None,
+        *,
+        at_ms: int | None = None,
+    ) -> DayUsage:
+        day = utc_day(at_ms)
+        key, _, _ = self._keys.tenant_usage(tenant, day)
+        publish = run_id is not None and has_tokens(usage)
+        keys = IN_FLIGHT.keys(day=key, inflight=self._keys.tenant_inflight(tenant, day))
+        argv = IN_FLIGHT.argv(
+            run_id=run_id if publish else "",
+            usage=inflight_value(usage, cost_usd) if publish else "",
+            ttl_s=DAY_TTL_S,
+        )
+        with translate_errors(self._where):
+            raw = cast(list[Any], self._in_flight(keys=keys, args=argv))
+        return _day_usage(day, raw[:7]).merged(_day_usage(day, raw[7:]))
 
     def admit(self, tenant: str, budget: TenantBudget, *, runs: int = 1) -> Verdict:
         keys, argv = admit_call(self._keys, tenant, budget, runs)
@@ -124,6 +152,27 @@ class AsyncTenantAdmission:
         keys, argv = admit_call(self._keys, tenant, budget, runs)
         with translate_errors(self._where):
             return verdict_of(cast(list[Any], await self._admit(keys=keys, args=argv)))
+
+
+def inflight_value(usage: Usage, cost_usd: float | None) -> str:
+    """A run's field in its tenant's in-flight record (``lib/inflight.lua``)."""
+    return ",".join(
+        str(n)
+        for n in (
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cached_tokens,
+            usage.reasoning_tokens,
+            nano_usd(cost_usd),
+            int(cost_usd is None),
+        )
+    )
+
+
+def _day_usage(day: str, raw: list[Any]) -> DayUsage:
+    """A day's counters from their values in :data:`_FIELDS` order (None: 0)."""
+    n = [int(v) if v is not None else 0 for v in raw]
+    return DayUsage(day, n[0], n[1], n[2], n[3], n[4], n[5], n[6])
 
 
 def admit_call(
