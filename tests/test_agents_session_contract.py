@@ -207,3 +207,21 @@ def test_a_lone_surrogate_is_refused_clearly_and_nothing_is_stored(tmp_path: Pat
     again = TetherSession("surrogate", store=store, archive=archive)
     asyncio.run(again.add_items([user("next")]))
     assert texts(asyncio.run(again.get_items())) == ["ok", "next"]
+
+
+@pytest.mark.parametrize("depth", [300, 2000])
+def test_an_item_nested_too_deeply_is_refused_clearly_and_nothing_is_stored(
+    tmp_path: Path, depth: int
+) -> None:
+    """Where ``TetherSession`` differs on purpose, like a lone surrogate: an item nested past
+    what a stored head can be read back at is refused with ``InvalidInput`` (it was pydantic's
+    2,000-character error at 300 levels and a bare ``RecursionError`` at 2,000)."""
+    store, archive = open_storage(f"file://{tmp_path / 'store'}")
+    session = TetherSession("deep", store=store, archive=archive)
+    asyncio.run(session.add_items([user("ok")]))
+    value: object = "leaf"
+    for _ in range(depth):
+        value = {"a": value}
+    with pytest.raises(InvalidInput, match=r"nested too deeply.*Nothing was stored"):
+        asyncio.run(session.add_items([{"type": "custom", "payload": value}]))
+    assert asyncio.run(session.get_items()) == [user("ok")]

@@ -18,6 +18,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import pydantic
 from pydantic import JsonValue
 
 from tether.core.items import (
@@ -35,6 +36,11 @@ SOURCE = "openai-agents"
 """``ExternalItem.source`` of items written through this integration."""
 
 SdkItem = dict[str, Any]
+
+_TOO_DEEP = (
+    "an Agents SDK item is nested too deeply to store (JSON in it nests past about 250 levels); "
+    "flatten it, or store the deep part as a JSON string. Nothing was stored"
+)
 
 
 #: How deep :func:`_copied` follows an item before it leaves the item to the JSON round trip.
@@ -77,6 +83,8 @@ def _plain_json(item: Mapping[str, Any]) -> dict[str, JsonValue]:
         return copied
     try:
         copied = json.loads(json.dumps(item))
+    except RecursionError:
+        raise InvalidInput(_TOO_DEEP) from None
     except (TypeError, ValueError) as exc:
         raise InvalidInput(
             f"an Agents SDK item must be JSON (as to_input_list() gives them): {exc}; convert "
@@ -128,7 +136,14 @@ def to_memory(item: Mapping[str, Any]) -> Item:
         content = data["content"]
         if isinstance(content, str):
             return UserMessage(content=content)
-    return ExternalItem(source=SOURCE, text=item_text(data), data=data)
+    try:
+        return ExternalItem(source=SOURCE, text=item_text(data), data=data)
+    except pydantic.ValidationError as exc:
+        if any(e["type"] == "recursion_depth_exceeded" for e in exc.errors()):
+            raise InvalidInput(_TOO_DEEP) from None
+        raise InvalidInput(
+            f"an Agents SDK item cannot be stored: {exc.errors()[0]['msg']}"
+        ) from None
 
 
 def from_memory(item: Item) -> list[SdkItem]:
