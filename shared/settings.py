@@ -247,6 +247,13 @@ class Settings(WebhookSettings, OpenAISettings):
     def _model_names(cls, value: list[str]) -> list[str]:
         return _checked(value, check_model_names(value))
 
+    @pydantic.field_validator("openai_model")
+    @classmethod
+    def _model_name(cls, value: str) -> str:
+        # a stray space or newline made TETHER_MODEL_PRICES and TETHER_MODEL_LIMITS, keyed by
+        # the real name, silently not apply: the assistant ran unpriced and unlimited
+        return _checked(value, check_model_names([value], example="gpt-4o-mini"))
+
     @pydantic.field_validator("broker_url")
     @classmethod
     def _broker(cls, value: str) -> str:

@@ -228,12 +228,14 @@ def check_modules(values: list[str]) -> str | None:
     return f"{bad[0]!r} is not a module path; use e.g. my_project.agents (comma list or JSON list)"
 
 
-def check_model_names(values: list[str]) -> str | None:
+def check_model_names(
+    values: list[str], *, example: str = "gpt-4o-mini,llama3.2 (comma or JSON list)"
+) -> str | None:
     """Why one of ``values`` is not a model name, or None."""
     bad = [v for v in values if not _MODEL_RE.fullmatch(v)]
     if not bad:
         return None
-    return f"{bad[0]!r} is not a model name; use e.g. gpt-4o-mini,llama3.2 (comma or JSON list)"
+    return f"{bad[0]!r} is not a model name; use e.g. {example}"
 
 
 def check_azure(endpoint: str | None, api_version: str | None, *, base_url_set: bool) -> str | None:

@@ -119,6 +119,9 @@ def test_the_message_names_the_value_masked_and_the_fix(monkeypatch: pytest.Monk
         ("TETHER_OPENAI_TIMEOUT_S", "0", "greater than 0"),
         ("TETHER_OPENAI_MAX_RETRIES", "-1", "greater than or equal to 0"),
         ("TETHER_OPENAI_CHECK_MODELS", "gpt-4o,two words", "'two words' is not a model name"),
+        # a stray character made the prices and limits keyed by the real name not apply
+        ("TETHER_OPENAI_MODEL", "gpt-4o\n", "'gpt-4o\\n' is not a model name"),
+        ("TETHER_OPENAI_MODEL", "   ", "'   ' is not a model name"),
         ("TETHER_OPENAI_AZURE_ENDPOINT", "azure.example", "has no scheme"),
         ("TETHER_MODEL_PRICES", "{not json", "is not JSON"),
         (
