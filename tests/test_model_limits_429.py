@@ -225,3 +225,10 @@ def test_a_refused_attempt_leaves_none_of_its_estimate_charged(
     after_429s = charged_ahead()
 
     assert after_429s <= clean + 2_000  # 1,100 used; the clock moved on a little in between
+    # an answer the client cannot use (a tool call without a name) was billed: what the provider
+    # reported stays charged, not the estimate
+    redis_client.delete(budget_key)
+    openai_server.script([reply(None, [("c1", "", "{}")], usage=usage)])
+    with pytest.raises(ModelError):
+        gated.complete(request)
+    assert clean - 2_000 <= charged_ahead() <= clean + 2_000

@@ -40,6 +40,7 @@ EVENT_STYLES: dict[EventType, str] = {
     EventType.TOOL_OUTPUT_REPLACED: "magenta",
     EventType.MEMORY_COMPRESS: "bright_blue",
     EventType.SESSION_RESTORED: "bold yellow",
+    EventType.MODEL_USAGE: "cyan",
 }
 
 
@@ -70,6 +71,8 @@ def event_summary(event: AgentEvent) -> str:
         return p.text
     if p.kind == "user_input":
         return p.item.content
+    if p.kind in ("items_appended", "tool_output_replaced", "compact", "restored"):
+        return _memory_summary(event)
     if p.kind == "model_request":
         tools = f" tools={','.join(p.tool_names)}" if p.tool_names else ""
         return f"{p.model} items={p.item_count}{tools}"
@@ -81,6 +84,17 @@ def event_summary(event: AgentEvent) -> str:
     if p.kind == "tool_result":
         status = "" if p.ok else f" [{p.status}: {p.error}]"
         return f"{p.item.name} -> {p.item.output}{status}"
+    if p.kind == "error":
+        return f"{p.error_type}: {p.message}"
+    if p.kind == "usage":
+        return f"tokens in={p.input_tokens} out={p.output_tokens}"
+    if p.kind == "model_usage":
+        return f"{p.model} ({p.call}) tokens in={p.usage.input_tokens} out={p.usage.output_tokens}"
+    return ""
+
+
+def _memory_summary(event: AgentEvent) -> str:
+    p = event.payload
     if p.kind == "items_appended":
         return " / ".join(item_text(item) for item in p.items)
     if p.kind == "tool_output_replaced":
@@ -89,10 +103,6 @@ def event_summary(event: AgentEvent) -> str:
         return f"compacted to {len(p.result.memory.items)} items"
     if p.kind == "restored":
         return f"restored (base seq {p.base_seq})"
-    if p.kind == "error":
-        return f"{p.error_type}: {p.message}"
-    if p.kind == "usage":
-        return f"tokens in={p.input_tokens} out={p.output_tokens}"
     return ""
 
 

@@ -13,6 +13,10 @@ Schema versions (field ``v``):
   Tether") instead of misreading it.
 - 3: additive: :class:`Usage` counts ``cached_tokens`` and ``reasoning_tokens``. A usage
   without them (both 0) is written without them, so only an event whose usage has one is v3.
+- 4: additive: the event type ``MODEL_USAGE`` (:class:`ModelUsagePayload`), the tokens of a
+  billed model call that no ``MODEL_RESPONSE`` holds: a compaction's summary call, or an answer
+  the client could not use. Only those events are v4; an older build refuses them ("upgrade
+  Tether") rather than read a log whose usage it would undercount.
 """
 
 from __future__ import annotations
@@ -27,15 +31,16 @@ from tether.core.context import CompactResult, ContextReport
 from tether.core.items import ExternalItem, Item, ToolCall, ToolOutput, UserMessage
 from tether.core.memory import MemorySnapshot
 
-EVENT_SCHEMA_VERSION = 3
+EVENT_SCHEMA_VERSION = 4
 """The newest version this build writes (only for events that need it; see the module doc)."""
-SUPPORTED_EVENT_VERSIONS = (1, 2, 3)
+SUPPORTED_EVENT_VERSIONS = (1, 2, 3, 4)
 
 
 class EventType(StrEnum):
     """What happened. ``USER_INPUT`` to ``SESSION_RESTORED``, ``TOOL_RESULT`` and
     ``MEMORY_ITEMS_REMOVED`` change memory (see :mod:`tether.core.fold`); ``SESSION_FORKED``
-    names where a forked session came from and changes nothing."""
+    names where a forked session came from and changes nothing; ``MODEL_USAGE`` records the
+    tokens of a model call without a ``MODEL_RESPONSE`` and changes nothing."""
 
     STEP_START = "STEP_START"
     MODEL_REQUEST = "MODEL_REQUEST"
@@ -52,10 +57,13 @@ class EventType(StrEnum):
     SESSION_RESTORED = "SESSION_RESTORED"
     MEMORY_ITEMS_REMOVED = "MEMORY_ITEMS_REMOVED"
     SESSION_FORKED = "SESSION_FORKED"
+    MODEL_USAGE = "MODEL_USAGE"
 
 
 #: Event types added in event schema v2.
 V2_EVENT_TYPES = frozenset({EventType.MEMORY_ITEMS_REMOVED, EventType.SESSION_FORKED})
+#: Event types added in event schema v4.
+V4_EVENT_TYPES = frozenset({EventType.MODEL_USAGE})
 
 
 class _Payload(BaseModel):
@@ -126,6 +134,25 @@ class ModelResponsePayload(_Payload):
     text: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage = Usage()
+
+
+class ModelUsagePayload(_Payload):
+    """The tokens of one billed model call that no ``MODEL_RESPONSE`` records (event
+    ``MODEL_USAGE``, schema v4): they count like a response's, for ``model``.
+
+    Attributes:
+        model: the model the call went to (a compaction's summary model may not be the agent's).
+        usage: what the provider reported for the call.
+        call: why there is no ``MODEL_RESPONSE``: ``compaction`` (the summary call of an
+            :class:`~tether.runtime.compaction.LlmCompactPolicy`, whose result is the
+            ``MEMORY_COMPRESS`` event) or ``unusable_answer`` (the provider answered and billed,
+            but the client could not read the answer: the call failed with ``ModelError``).
+    """
+
+    kind: Literal["model_usage"] = "model_usage"
+    model: str
+    usage: Usage
+    call: Literal["compaction", "unusable_answer"]
 
 
 class ToolCallPayload(_Payload):
@@ -225,6 +252,7 @@ Payload = Annotated[
     | Usage
     | ModelRequestPayload
     | ModelResponsePayload
+    | ModelUsagePayload
     | ToolCallPayload
     | ToolResultPayload
     | UserInputPayload
@@ -250,7 +278,7 @@ class AgentEvent(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    v: Literal[1, 2, 3] = 1
+    v: Literal[1, 2, 3, 4] = 1
     type: EventType
     tenant: str = "default"
     session_id: str | None = None
@@ -280,6 +308,8 @@ class AgentEvent(BaseModel):
 
 def _needed_version(event: AgentEvent) -> int:
     payload = event.payload
+    if event.type in V4_EVENT_TYPES or isinstance(payload, ModelUsagePayload):
+        return 4
     usage = payload.usage if isinstance(payload, ModelResponsePayload) else payload
     if isinstance(usage, Usage) and usage.has_details:
         return 3

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from tether.core.events import Usage
 from tether.core.items import AssistantMessage, Item, ToolCall, ToolCallsMessage
+
+E = TypeVar("E", bound=BaseException)
 
 
 @dataclass(frozen=True)
@@ -129,3 +131,20 @@ class StreamingModelClient(ModelClient, Protocol):
         it arrives. The return value is the whole answer; the pieces add up to its text and
         tool-call arguments. Raise :class:`tether.errors.ModelError` on failure (pieces already
         handed out are then void)."""
+
+
+def with_billed_usage(error: E, usage: Usage) -> E:
+    """``error`` (a :class:`~tether.errors.ModelError`) carrying, as its ``usage`` attribute,
+    the tokens the provider reported for an answer the client could not use: it answered, so
+    the call was billed, and the agent loop records them (a ``MODEL_USAGE`` event) before the
+    run fails. A usage without tokens is not attached."""
+    if usage != Usage():
+        error.usage = usage  # type: ignore[attr-defined]
+    return error
+
+
+def billed_usage(error: BaseException) -> Usage | None:
+    """The tokens ``error`` says its call was billed for (see :func:`with_billed_usage`); None
+    when it says nothing (no answer, or one without usage)."""
+    usage = getattr(error, "usage", None)
+    return usage if isinstance(usage, Usage) else None

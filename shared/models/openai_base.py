@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Self, TypeVar
 import openai
 from pydantic import SecretStr
 
+from tether.core.events import Usage
 from tether.errors import ModelError
-from tether.models.base import DeltaSink, ModelDelta
+from tether.models.base import DeltaSink, ModelDelta, with_billed_usage
 from tether.models.openai_client import DEFAULT_BASE_URL, AzureTarget, OpenAIEndpoint
 from tether.models.openai_mapping import MalformedAnswer, quote
 
@@ -238,18 +239,36 @@ class OpenAIModel:
         finally:
             await stream.close()
 
-    def _read(self, parse: Callable[[A], T], answer: A, what: str) -> T:
+    def _read(
+        self,
+        parse: Callable[[A], T],
+        answer: A,
+        what: str,
+        usage: Callable[[A], Usage] | None = None,
+    ) -> T:
         """``parse(answer)``, a :class:`ModelError` quoting ``answer`` when it has the wrong
-        shape."""
+        shape. With ``usage`` (how to read the tokens the provider reported in ``answer``), the
+        error carries them (:func:`~tether.models.base.billed_usage`): an answer the client
+        cannot use was billed all the same."""
         failure: ModelError
         try:
             return parse(answer)
         except _SHAPE_ERRORS as exc:
             problem = str(exc) if isinstance(exc, MalformedAnswer) else f"{type(exc).__name__}"
             failure = self._errors.malformed(what, quote(answer), problem)
+        if usage is not None:
+            with_billed_usage(failure, _reported(usage, answer))
         raise failure
 
     def _unreadable(self, what: str, exc: ValueError) -> ModelError:
         doc = getattr(exc, "doc", None)  # a JSONDecodeError keeps the text it could not read
         problem = getattr(exc, "msg", None) or type(exc).__name__
         return self._errors.malformed(what, doc if isinstance(doc, str) else "", str(problem))
+
+
+def _reported(usage: Callable[[A], Usage], answer: A) -> Usage:
+    """The tokens ``answer`` reports (none when its usage cannot be read either)."""
+    try:
+        return usage(answer)
+    except (*_SHAPE_ERRORS, ValueError):  # a usage of the wrong shape is no usage
+        return Usage()

@@ -70,13 +70,13 @@ class OpenAIChatModel(OpenAIModel):
         """Send ``request`` and answer its first choice."""
         params = chat_params(request)
         completion = self._call(lambda c: c.chat.completions.create(**params))
-        return self._read(chat_response, completion, "answer")
+        return self._read(chat_response, completion, "answer", _completion_usage)
 
     async def acomplete(self, request: ModelRequest) -> ModelResponse:
         """:meth:`complete` on asyncio (``openai.AsyncOpenAI``)."""
         params = chat_params(request)
         completion = await self._acall(lambda c: c.chat.completions.create(**params))
-        return self._read(chat_response, completion, "answer")
+        return self._read(chat_response, completion, "answer", _completion_usage)
 
     def stream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         """Answer ``request`` streamed, calling ``on_delta`` with each piece as it arrives."""
@@ -88,7 +88,7 @@ class OpenAIChatModel(OpenAIModel):
         )
         assembly = _ChatAssembly()
         self._pump(chunks, assembly.add, on_delta)
-        return self._read(_ChatAssembly.response, assembly, "stream")
+        return self._read(_ChatAssembly.response, assembly, "stream", _ChatAssembly.reported)
 
     async def astream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         """:meth:`stream` on asyncio; ``on_delta`` is called on the loop's thread."""
@@ -100,7 +100,13 @@ class OpenAIChatModel(OpenAIModel):
         )
         assembly = _ChatAssembly()
         await self._apump(chunks, assembly.add, on_delta)
-        return self._read(_ChatAssembly.response, assembly, "stream")
+        return self._read(_ChatAssembly.response, assembly, "stream", _ChatAssembly.reported)
+
+
+def _completion_usage(completion: Any) -> Usage:
+    """The tokens a chat completion reports, read apart from the rest of it: an answer the
+    client cannot use still reports (and was billed for) them."""
+    return chat_usage(getattr(completion, "usage", None))
 
 
 @dataclass
@@ -162,6 +168,10 @@ class _ChatAssembly:
             call_id=parts.id if first else None,
             tool_name=(parts.name or None) if first else None,
         )
+
+    def reported(self) -> Usage:
+        """The tokens the stream's last chunk reported (none before it came)."""
+        return self.usage
 
     def response(self) -> ModelResponse:
         """The whole answer."""

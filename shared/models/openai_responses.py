@@ -14,6 +14,7 @@ from typing import Any, Required, TypedDict
 
 from openai.types.responses import FunctionToolParam, ResponseInputItemParam
 
+from tether.core.events import Usage
 from tether.models.base import DeltaSink, ModelDelta, ModelRequest, ModelResponse
 from tether.models.openai_base import OpenAIModel
 from tether.models.openai_errors import ErrorContext
@@ -22,6 +23,7 @@ from tether.models.openai_mapping import (
     responses_input,
     responses_response,
     responses_tools,
+    responses_usage,
 )
 
 #: Events that end a streamed response with one (``incomplete``: cut short, e.g. by
@@ -64,13 +66,13 @@ class OpenAIResponsesModel(OpenAIModel):
         """Send ``request``; answer its output text and function calls."""
         params = responses_params(request)
         response = self._call(lambda c: c.responses.create(**params))
-        return self._read(responses_response, response, "answer")
+        return self._read(responses_response, response, "answer", _response_usage)
 
     async def acomplete(self, request: ModelRequest) -> ModelResponse:
         """:meth:`complete` on asyncio (``openai.AsyncOpenAI``)."""
         params = responses_params(request)
         response = await self._acall(lambda c: c.responses.create(**params))
-        return self._read(responses_response, response, "answer")
+        return self._read(responses_response, response, "answer", _response_usage)
 
     def stream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         """Answer ``request`` streamed, calling ``on_delta`` with each piece as it arrives."""
@@ -78,7 +80,9 @@ class OpenAIResponsesModel(OpenAIModel):
         stream = self._call(lambda c: c.responses.create(**params, stream=True))
         assembly = _ResponsesAssembly(self._errors)
         self._pump(stream, assembly.add, on_delta)
-        return self._read(_ResponsesAssembly.response, assembly, "stream")
+        return self._read(
+            _ResponsesAssembly.response, assembly, "stream", _ResponsesAssembly.reported
+        )
 
     async def astream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         """:meth:`stream` on asyncio; ``on_delta`` is called on the loop's thread."""
@@ -86,7 +90,15 @@ class OpenAIResponsesModel(OpenAIModel):
         stream = await self._acall(lambda c: c.responses.create(**params, stream=True))
         assembly = _ResponsesAssembly(self._errors)
         await self._apump(stream, assembly.add, on_delta)
-        return self._read(_ResponsesAssembly.response, assembly, "stream")
+        return self._read(
+            _ResponsesAssembly.response, assembly, "stream", _ResponsesAssembly.reported
+        )
+
+
+def _response_usage(response: Any) -> Usage:
+    """The tokens a response reports, read apart from the rest of it: an answer the client
+    cannot use still reports (and was billed for) them."""
+    return responses_usage(getattr(response, "usage", None))
 
 
 class _ResponsesAssembly:
@@ -139,6 +151,10 @@ class _ResponsesAssembly:
         if not isinstance(output_index, int):
             raise MalformedAnswer(f"output_index {output_index!r} is not an integer")
         return self.call_of_output.setdefault(output_index, len(self.call_of_output))
+
+    def reported(self) -> Usage:
+        """The tokens the final event reported (none without one)."""
+        return _response_usage(self.final)
 
     def response(self) -> ModelResponse:
         """The whole answer, from the final event."""

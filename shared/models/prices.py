@@ -19,7 +19,13 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tether.core.events import AgentEvent, EventType, ModelRequestPayload, ModelResponsePayload
+from tether.core.events import (
+    AgentEvent,
+    EventType,
+    ModelRequestPayload,
+    ModelResponsePayload,
+    ModelUsagePayload,
+)
 from tether.core.events import Usage as Usage
 from tether.ids import validate_model_name
 from tether.settings_json import JsonTable
@@ -88,7 +94,9 @@ def cost_usd(prices: ModelPrices, model: str | None, usage: Usage) -> float | No
 
 def usage_by_model(events: Iterable[AgentEvent]) -> dict[str, Usage]:
     """The tokens of each model's calls in ``events``: each ``MODEL_RESPONSE`` counts for the
-    model of the ``MODEL_REQUEST`` before it (a response without one counts for "")."""
+    model of the ``MODEL_REQUEST`` before it (a response without one counts for ""), and each
+    ``MODEL_USAGE`` (a billed call without a response: a compaction's summary call, an answer
+    the client could not use) for the model it names."""
     out: dict[str, Usage] = {}
     model = ""
     for event in events:
@@ -97,6 +105,8 @@ def usage_by_model(events: Iterable[AgentEvent]) -> dict[str, Usage]:
             model = payload.model
         elif event.type is EventType.MODEL_RESPONSE and isinstance(payload, ModelResponsePayload):
             out[model] = out.get(model, Usage()) + payload.usage
+        elif event.type is EventType.MODEL_USAGE and isinstance(payload, ModelUsagePayload):
+            out[payload.model] = out.get(payload.model, Usage()) + payload.usage
     return out
 
 

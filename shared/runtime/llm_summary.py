@@ -3,19 +3,32 @@
 Kept apart from :mod:`tether.runtime.compaction` so the policy stays small; everything here is a
 pure
 function except :func:`request_summary`, which makes the one model call.
+
+The summary call is billed like any other: :func:`request_summary` hands its usage (also that of
+an answer it could not use) to the :func:`summary_calls` collector of the compaction it runs in,
+and whoever compacts (the agent loop) records it as a ``MODEL_USAGE`` event. The policy's
+result (:class:`~tether.core.context.CompactResult`, the ``MEMORY_COMPRESS`` event) stays
+what it was.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from tether.core.events import EventType, ModelUsagePayload, Usage
 from tether.core.items import ITEMS_ADAPTER, Item, ToolCallsMessage, UserMessage
 from tether.core.text import valid_text
-from tether.models.base import ModelClient, ModelRequest
+from tether.errors import ModelError
+from tether.models.base import ModelClient, ModelRequest, billed_usage
+
+if TYPE_CHECKING:
+    from tether.runtime.session import AgentSession
 
 READ_TOOLS = frozenset({"read", "grep", "find", "read_file"})
 """Tool names whose ``path``/``file`` argument is recorded as a file read."""
@@ -43,6 +56,54 @@ _SECTIONS = (
     ("test_results", "Test Results"),
     ("open_questions", "Open Questions"),
 )
+
+
+@dataclass(frozen=True)
+class SummaryCall:
+    """One summary call's tokens, for the model that was asked."""
+
+    model: str
+    usage: Usage
+
+
+_collector: ContextVar[list[SummaryCall] | None] = ContextVar("summary_calls", default=None)
+
+
+@contextmanager
+def summary_calls() -> Iterator[list[SummaryCall]]:
+    """Collect, in the list it yields, the usage of every summary call
+    :func:`request_summary` makes in this context (this thread's, until the block exits): a
+    call that reported no tokens is left out."""
+    calls: list[SummaryCall] = []
+    token = _collector.set(calls)
+    try:
+        yield calls
+    finally:
+        _collector.reset(token)
+
+
+def record_summary_calls(
+    session: AgentSession, calls: Sequence[SummaryCall], *, run_id: str | None, step: int = 0
+) -> Usage:
+    """Record each summary call a compaction made (collected by :func:`summary_calls`) as a
+    ``MODEL_USAGE`` event of ``run_id`` (None: a compaction outside a run), counted like a
+    ``MODEL_RESPONSE``; answer their tokens summed."""
+    total = Usage()
+    for call in calls:
+        session.emit(
+            EventType.MODEL_USAGE,
+            ModelUsagePayload(model=call.model, usage=call.usage, call="compaction"),
+            run_id=run_id,
+            step=step,
+        )
+        total = total + call.usage
+    return total
+
+
+def _billed(model_name: str, usage: Usage | None) -> None:
+    calls = _collector.get()
+    if calls is not None and usage is not None and usage != Usage():
+        calls.append(SummaryCall(model_name, usage))
 
 
 @dataclass(frozen=True)
@@ -121,15 +182,25 @@ def request_summary(
     read_files: Sequence[str],
     modified_files: Sequence[str],
 ) -> str:
-    """Make the one summary call and return the model's text ("" when it returned none)."""
+    """Make the one summary call and return the model's text ("" when it returned none).
+
+    Its usage goes to the :func:`summary_calls` collector, if any: also when the call fails
+    with a :class:`~tether.errors.ModelError` carrying the usage of an answer the client could
+    not use."""
     prompt = build_summary_prompt(items, previous, read_files, modified_files)
     request = ModelRequest(
         model=model_name,
         items=(UserMessage(content=prompt),),
         system_prompt=SUMMARY_SYSTEM_PROMPT,
     )
+    try:
+        response = model.complete(request)
+    except ModelError as exc:
+        _billed(model_name, billed_usage(exc))
+        raise
+    _billed(model_name, response.usage)
     # the summary goes into a COMPACT event: storable, like every other model answer
-    return valid_text(model.complete(request).text or "")
+    return valid_text(response.text or "")
 
 
 def parse_summary(raw: str) -> ParsedSummary | None:

@@ -5,6 +5,11 @@ One step is: auto-compact (when the policy says so) → ``STEP_START`` → proje
 ``FINAL_OUTPUT`` or tool calls (``TOOL_CALL`` each, then ``TOOL_RESULT`` each in call order) →
 ``STEP_END``. The loop is a small ``while`` over tagged outcomes of :func:`_step`.
 
+A billed model call without a ``MODEL_RESPONSE`` is recorded as a ``MODEL_USAGE`` event and
+counted in the run's usage (and its token budget) all the same: the summary call of an LLM
+compaction (before ``MEMORY_COMPRESS``), and an answer the client could not use (before the
+``ERROR`` of the run it fails).
+
 With a *checkpoint* hook (``durability="step"`` on a worker) the loop calls it at every point a
 crashed run can be resumed from: once a step's tool calls are recorded (before any runs), after
 each tool result, and after each step that is not the last. A run resumed from a
@@ -24,6 +29,7 @@ from tether.core.events import (
     ItemsAppendedPayload,
     ModelRequestPayload,
     ModelResponsePayload,
+    ModelUsagePayload,
     ProjectionPayload,
     TextPayload,
     ToolCallPayload,
@@ -41,8 +47,10 @@ from tether.models.base import (
     ModelRequest,
     ModelResponse,
     StreamingModelClient,
+    billed_usage,
 )
 from tether.observability.tracing import record_usage, span
+from tether.runtime.llm_summary import record_summary_calls, summary_calls
 from tether.runtime.progress import RunProgress
 from tether.runtime.streaming import redacted
 from tether.runtime.tool_runner import Call, execute_parallel, run_with_timeout
@@ -135,7 +143,8 @@ def run_loop(
 
 def _resume(session: AgentSession, state: _RunState, progress: RunProgress) -> StepOutcome:
     """Take over what ``progress`` recorded; finish the step it cut short, if any."""
-    state.usage = progress.usage
+    # the progress sums the run's MODEL_RESPONSE usage; its MODEL_USAGE events count too
+    state.usage = progress.usage + _usage_without_response(session, state.run_id, state.first_seq)
     state.tool_calls = list(progress.tool_calls)
     state.tool_results = list(progress.tool_results)
     state.last_text = progress.last_text
@@ -200,12 +209,27 @@ def _auto_compact(session: AgentSession, state: _RunState, step: int) -> None:
     policy = session.agent.options.compact_policy
     if policy is None:
         return
+    billed = Usage()
     try:
         snapshot = session.memory_snapshot()
         if policy.should_compact(snapshot):
-            session.apply_compact(policy.compact(snapshot), run_id=state.run_id, step=step)
+            with summary_calls() as calls:
+                try:
+                    result = policy.compact(snapshot)
+                finally:  # billed also when the policy fails after its call
+                    billed = record_summary_calls(session, calls, run_id=state.run_id, step=step)
+            session.apply_compact(result, run_id=state.run_id, step=step)
     except Exception as exc:  # a broken policy must not break the run; memory stays as it was
         session.emit_error(exc, run_id=state.run_id, step=step)
+    if billed != Usage():
+        state.usage = state.usage + billed
+        _check_token_budget(session, state)
+
+
+def _usage_without_response(session: AgentSession, run_id: str, first_seq: int) -> Usage:
+    """The tokens of the ``MODEL_USAGE`` events of ``run_id`` (from ``first_seq`` on)."""
+    paid = (e.payload for e in session.events if e.seq >= first_seq and e.run_id == run_id)
+    return sum((p.usage for p in paid if isinstance(p, ModelUsagePayload)), Usage())
 
 
 def _prompt_items(session: AgentSession, state: _RunState, step: int) -> tuple[Item, ...]:
@@ -250,7 +274,16 @@ def _call_model(session: AgentSession, state: _RunState, step: int) -> ModelResp
             deadline_s = state.started_s + state.timeout_s if state.timeout_s else None
             response = _ask(agent.model, request, state.deltas, step, deadline_s)
             record_usage(call, response.usage)
-    except TetherError:
+    except TetherError as exc:
+        billed = billed_usage(exc)  # an answer it could not use: the provider billed it
+        if billed is not None:
+            session.emit(
+                EventType.MODEL_USAGE,
+                ModelUsagePayload(model=request.model, usage=billed, call="unusable_answer"),
+                run_id=state.run_id,
+                step=step,
+            )
+            state.usage = state.usage + billed
         raise
     except Exception as exc:
         raise ModelError(f"model {request.model!r} failed: {type(exc).__name__}: {exc}") from exc
@@ -266,13 +299,17 @@ def _call_model(session: AgentSession, state: _RunState, step: int) -> ModelResp
         step=step,
     )
     state.usage = state.usage + response.usage
-    budget = agent.options.token_budget
+    _check_token_budget(session, state)
+    return response
+
+
+def _check_token_budget(session: AgentSession, state: _RunState) -> None:
+    budget = session.agent.options.token_budget
     if budget is not None and state.usage.total_tokens >= budget:
         raise TokenBudgetExceeded(
             f"run {state.run_id!r} used {state.usage.total_tokens} tokens, over its budget of "
             f"{budget}; raise AgentOptions.token_budget"
         )
-    return response
 
 
 def _ask(

@@ -24,6 +24,7 @@ from tether.core.events import (
 from tether.core.items import Item
 from tether.core.memory import Memory
 from tether.errors import InvalidInput
+from tether.runtime.llm_summary import record_summary_calls, summary_calls
 
 if TYPE_CHECKING:
     import threading
@@ -121,9 +122,15 @@ class SessionMemoryOps:
     def compact(
         self, policy: CompactPolicy, *, run_id: str | None = None, step: int = 0
     ) -> CompactResult:
-        """Compact memory with ``policy`` now; emits ``MEMORY_COMPRESS`` with the result."""
+        """Compact memory with ``policy`` now; emits ``MEMORY_COMPRESS`` with the result, after
+        a ``MODEL_USAGE`` event for each billed summary call the policy made (an
+        :class:`~tether.runtime.compaction.LlmCompactPolicy`), also when it then failed."""
         with self._lock:
-            result = policy.compact(self._memory.snapshot())
+            with summary_calls() as calls:
+                try:
+                    result = policy.compact(self._memory.snapshot())
+                finally:
+                    record_summary_calls(self, calls, run_id=run_id, step=step)  # type: ignore[arg-type]
             self.apply_compact(result, run_id=run_id, step=step)
             return result
 

@@ -30,6 +30,7 @@ from tether.models.base import (
     ModelRequest,
     ModelResponse,
     StreamingModelClient,
+    billed_usage,
 )
 from tether.models.limits import ModelLimits
 from tether.runs.limits.base import ModelBudget, WaitReason
@@ -130,7 +131,10 @@ class BudgetedModel:
                 correction = response.usage.input_tokens + response.usage.output_tokens - estimate
                 return response
             except ModelError as exc:
-                if _status(exc) is not None:
+                billed = billed_usage(exc)
+                if billed is not None:  # an answer the client could not use, billed all the same
+                    correction = billed.input_tokens + billed.output_tokens - estimate
+                elif _status(exc) is not None:
                     # the provider answered with an error: it processed no tokens, so none stay
                     # charged (a 429 kept a whole prompt's estimate, holding every worker back)
                     correction = -estimate
