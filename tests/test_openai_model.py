@@ -332,6 +332,23 @@ def test_text_tool_calls_and_usage_with_cached_and_reasoning_tokens(
         assert sent.body["stream_options"] == {"include_usage": True}
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("api", APIS)
+def test_negative_token_counts_read_as_none(
+    openai_server: OpenAIServer, api: str, mode: str
+) -> None:
+    """A server reporting ``-1000000`` input tokens drove a run's usage, its cost and its
+    tenant's day negative, so later runs spent under every budget unrefused."""
+    usage = {"input_tokens": -1_000_000, "output_tokens": 9, "cached_tokens": -5}
+    openai_server.script([reply("hi", usage=usage)])
+
+    response = _answer(
+        _model(openai_server, api), _request(UserMessage(content="x")), mode, _ignore
+    )
+
+    assert response.usage == Usage(input_tokens=0, output_tokens=9, total_tokens=9)
+
+
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("api", APIS)
 def test_stream_hands_out_text_and_tool_argument_pieces_as_they_arrive(

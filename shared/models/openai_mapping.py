@@ -311,7 +311,9 @@ def _field(value: Any, name: str) -> Any:
 
 
 def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    # a count below zero is no count: a server reporting one drove a run's usage, its cost and
+    # its tenant's day negative, and so under every budget
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def quote(answer: Any) -> str:
