@@ -141,3 +141,28 @@ def test_a_dead_webhook_is_listed_and_redelivered(
     expected = "Basic " + base64.b64encode(f"hooks:{HOOK_PASSWORD}".encode()).decode()
     assert {r.headers.get("Authorization") for r in receiver.on("/tenant")} == {expected}
     assert accepted[0].headers[ID_HEADER] == delivery_id
+
+
+def test_a_second_task_for_a_delivery_spends_none_of_its_attempts(
+    hooks_env: dict[str, str], receiver: Receiver
+) -> None:
+    """Run ids travel in the broker's queues, so any tenant can publish a ``tether.webhook``
+    task naming another tenant's delivery (``wh-<run id>-<status>``), and a task may be
+    delivered twice. Two tasks for one attempt read the same count and both sent it, each then
+    queueing its own retries: five such tasks made 9 requests of a delivery allowed 6. Each
+    attempt is now taken by one task; the other is refused, and the receiver gets at most
+    TETHER_WEBHOOK_MAX_ATTEMPTS requests."""
+    receiver.scripts["/dup"] = [HANG]  # the first attempt is in flight (1 s) when the copy comes
+    receiver.default["/dup"] = FAIL
+    with Producer(_settings(hooks_env)) as producer:
+        sid = unique("dup")
+        done = producer.run(sid, "hello", agent="echo", webhook=f"{receiver.url}/dup", wait_s=60)
+        delivery_id = f"wh-{done.run_id}-completed"
+        eventually(lambda: receiver.on("/dup"), 30)
+        for _ in range(3):  # two slots: one copy meets the attempt in flight, the others later
+            producer.celery.send_task(
+                "tether.webhook", kwargs={"delivery_id": delivery_id}, queue="webhooks"
+            )
+        letter = eventually(lambda: dead_letters(producer).get(delivery_id), 60)
+    assert letter.attempts == MAX_ATTEMPTS
+    assert len(receiver.on("/dup")) == MAX_ATTEMPTS

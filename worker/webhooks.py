@@ -47,6 +47,13 @@ _DELIVERY_ID = re.compile(r"wh-[A-Za-z0-9_\-]{1,200}")
 #: The ``reason`` label of ``tether_messages_refused`` for a webhook task naming no stored
 #: delivery (or carrying one in its body, with TETHER_REGISTERED_RUNS_ONLY).
 UNSTORED = "unstored_webhook"
+#: The ``reason`` label for a webhook task naming an attempt another task has taken.
+DUPLICATE = "duplicate_webhook"
+
+
+def _attempt_s(settings: Settings) -> float:
+    """How long one attempt may take (its request's timeout, with room): how long it is held."""
+    return 2 * settings.webhook_timeout_s + 30
 
 
 def _stores(settings: Settings) -> tuple[PendingDeliveries, WebhookDeadLetters]:
@@ -95,6 +102,14 @@ def webhook_task(delivery_id: Any = None, delivery: Any = None) -> dict[str, Any
     pending, dead = _stores(settings)
     current = _stored(pending, settings, delivery_id, delivery)
     if current is None:
+        return {"state": "refused"}
+    if delivery_id is not None and not pending.claim(current, _attempt_s(settings)):
+        refuse(
+            DUPLICATE,
+            f"refused webhook task for delivery {current.id!r}: its attempt "
+            f"{current.attempts + 1} was taken by another task (a duplicate, or one forged from "
+            "an id in the broker's queues); nothing was sent",
+        )
         return {"state": "refused"}
     outcome = attempt_delivery(current, settings)
     current = current.model_copy(

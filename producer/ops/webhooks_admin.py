@@ -31,7 +31,9 @@ def redeliver(producer: Producer, delivery_id: str, *, tenant: str | None = None
     settings = producer.settings
     # stored where the workers look it up: a task names a delivery, never carries one
     keys = RedisKeys(settings.namespace)
-    PendingDeliveries(producer.redis, keys, pending_ttl_s(settings)).put(again)
+    pending = PendingDeliveries(producer.redis, keys, pending_ttl_s(settings))
+    pending.release(again.id, max(dead.attempts, settings.webhook_max_attempts))
+    pending.put(again)
     producer.celery.send_task(WEBHOOK_TASK, kwargs={"delivery_id": again.id}, queue=settings.queue)
     letters.remove(delivery_id)
     return again

@@ -48,6 +48,30 @@ class PendingDeliveries:
         text = self._client.get(self._keys.webhook_pending(delivery_id))
         return None if text is None else Delivery.model_validate_json(text)
 
+    def claim(self, delivery: Delivery, ttl_s: float) -> bool:
+        """Take ``delivery``'s next attempt (its stored attempt count) for this task: True once
+        per attempt, False for every other task naming it meanwhile (a duplicate, or a task
+        another tenant forged from an id read in the broker's queues), so no task makes more
+        attempts than ``TETHER_WEBHOOK_MAX_ATTEMPTS``. The claim expires after ``ttl_s`` (one
+        attempt's time): a task redelivered after its worker died mid-attempt goes on."""
+        return bool(
+            self._client.set(
+                self._claim_key(delivery.id, delivery.attempts),
+                b"1",
+                nx=True,
+                ex=max(1, int(ttl_s)),
+            )
+        )
+
+    def release(self, delivery_id: str, attempts: int) -> None:
+        """Drop the claims of ``delivery_id``'s first ``attempts`` attempts: it is delivered
+        again from its first (``tether webhooks redeliver``), maybe within a claim's time."""
+        keys = [self._claim_key(delivery_id, n) for n in range(attempts + 1)]
+        self._client.delete(*keys)
+
+    def _claim_key(self, delivery_id: str, attempt: int) -> str:
+        return f"{self._keys.webhook_pending(delivery_id)}:a{attempt}"
+
     def remove(self, delivery_id: str) -> None:
         """Forget ``delivery_id`` (delivered, or moved to the dead letters)."""
         self._client.delete(self._keys.webhook_pending(delivery_id))
