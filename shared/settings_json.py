@@ -15,6 +15,33 @@ from tether.errors import ConfigurationError
 _M = TypeVar("_M", bound=BaseModel)
 
 
+class DuplicateKey(ValueError):
+    """A JSON object of a setting names one key twice (JSON keeps the later silently)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"has the key {key!r} twice; give each key once (the later would win)")
+        self.key = key
+
+
+def _unique(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def loads_setting(raw: str) -> object:
+    """``raw`` parsed as JSON, refusing an object that names a key twice.
+
+    Raises:
+        DuplicateKey: an object names a key twice.
+        json.JSONDecodeError: not JSON.
+    """
+    return json.loads(raw, object_pairs_hook=_unique)
+
+
 def parse_json_setting(
     cls: type[_M], text: str | None, *, where: str, example: str, empty: object
 ) -> _M:
@@ -41,7 +68,9 @@ def parse_json_setting(
         except OSError as exc:
             raise ConfigurationError(_said(where, f"cannot be read: {exc.strerror}")) from None
     try:
-        return cls.model_validate(json.loads(raw))
+        return cls.model_validate(loads_setting(raw))
+    except DuplicateKey as exc:
+        raise ConfigurationError(_said(where, str(exc))) from None
     except json.JSONDecodeError as exc:
         problem = f"is not JSON ({exc.msg} at line {exc.lineno}); use e.g. {example}"
         raise ConfigurationError(_said(where, problem)) from None

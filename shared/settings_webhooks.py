@@ -7,8 +7,6 @@ without its own entry.
 
 from __future__ import annotations
 
-import json
-
 import pydantic
 from pydantic import Field, SecretStr
 from pydantic_core import PydanticCustomError
@@ -17,6 +15,7 @@ from pydantic_settings import BaseSettings
 from tether.errors import InvalidId
 from tether.ids import validate_tenant
 from tether.settings_checks import check_http_url
+from tether.settings_json import DuplicateKey, loads_setting
 
 #: The key of a per-tenant map that applies to every tenant without its own entry.
 ANY_TENANT = "*"
@@ -35,7 +34,9 @@ def parse_tenant_map(text: str, what: str) -> dict[str, str]:
     if not text.strip():
         return {}
     try:
-        doc = json.loads(text)
+        doc = loads_setting(text)
+    except DuplicateKey as exc:
+        raise ValueError(f"{what} {exc}") from None
     except ValueError:
         raise ValueError(
             f'{what} is not JSON; use a JSON object from tenant to value, e.g. {{"acme": "..."}}'

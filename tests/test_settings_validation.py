@@ -138,6 +138,14 @@ def test_the_message_names_the_value_masked_and_the_fix(monkeypatch: pytest.Monk
         ("TETHER_TENANT_BUDGETS", '{"acme": {"usd_per_day": "lots"}}', "acme.usd_per_day"),
         ("TETHER_TENANT_BUDGETS", '{"acme": {"tokens_per_month": 5}}', "tokens_per_month"),
         ("TETHER_TENANT_BUDGETS", '{"a/b": {}}', "'a/b'"),
+        # JSON keeps the later of two equal keys silently: the first limit never applied
+        (
+            "TETHER_MODEL_LIMITS",
+            '{"m": {"tokens_per_minute": 5}, "m": {"tokens_per_minute": 6}}',
+            "has the key 'm' twice",
+        ),
+        ("TETHER_TENANT_BUDGETS", '{"a": {"tokens_per_day": 5}, "a": {}}', "has the key 'a' twice"),
+        ("TETHER_WEBHOOK_SECRETS", '{"acme": "s1-xxxxxx", "acme": "s2-xxxxxx"}', "'acme' twice"),
         ("TETHER_TENANT_BUDGETS", "@/nonexistent/budgets.json", "cannot be read"),
     ],
 )
