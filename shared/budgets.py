@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tether.errors import InvalidId
 from tether.ids import validate_tenant
@@ -34,6 +34,15 @@ class TenantBudget(BaseModel):
     tokens_per_day: int = Field(default=0, ge=0, le=10**15)
     usd_per_day: float = Field(default=0.0, ge=0, le=10**9, allow_inf_nan=False)
     runs_per_minute: int = Field(default=0, ge=0, le=10_000_000)
+
+    @field_validator("usd_per_day")
+    @classmethod
+    def _countable(cls, value: float) -> float:
+        # counted in whole nano-USD: a smaller limit rounded to 0, which submissions read as no
+        # limit while workers stopped every run at its first step
+        if 0 < value < 1e-9:
+            raise ValueError("must be 0 (no limit) or at least 1e-9 (one nano-USD)")
+        return value
 
     @property
     def spend_limited(self) -> bool:

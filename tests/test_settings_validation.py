@@ -137,6 +137,7 @@ def test_the_message_names_the_value_masked_and_the_fix(monkeypatch: pytest.Monk
         ),
         ("TETHER_TENANT_BUDGETS", '{"acme": {"usd_per_day": "lots"}}', "acme.usd_per_day"),
         ("TETHER_TENANT_BUDGETS", '{"acme": {"tokens_per_month": 5}}', "tokens_per_month"),
+        ("TETHER_TENANT_BUDGETS", '{"acme": {"usd_per_day": 1e-12}}', "one nano-USD"),
         ("TETHER_TENANT_BUDGETS", '{"a/b": {}}', "'a/b'"),
         # JSON keeps the later of two equal keys silently: the first limit never applied
         (
