@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 from tether.settings_checks import (
     BROKER_SCHEMES,
     check_azure,
-    check_http_url,
+    check_endpoint_url,
     check_model_names,
     check_modules,
     check_queue,
@@ -267,7 +267,7 @@ class Settings(WebhookSettings, OpenAISettings):
     @pydantic.field_validator("s3_endpoint_url", "openai_base_url", "openai_azure_endpoint")
     @classmethod
     def _http(cls, value: str | None) -> str | None:
-        return value if value is None else _checked(value, check_http_url(value))
+        return value if value is None else _checked(value, check_endpoint_url(value))
 
     @pydantic.field_validator("model_limits", "model_prices", "tenant_budgets")
     @classmethod

@@ -189,6 +189,17 @@ def check_http_url(value: str) -> str | None:
     return _host_and_port(parts, forms)
 
 
+def check_endpoint_url(value: str) -> str | None:
+    """Why ``value`` is not a service endpoint (:func:`check_http_url`, without a query string
+    or fragment, which the client would keep in front of every path it adds), or None."""
+    problem = check_http_url(value)
+    if problem is None:
+        parts = urlsplit(value)
+        if parts.query or parts.fragment:
+            return "a query string or fragment is not supported in an endpoint; use http(s)://host[:port][/path]"
+    return problem
+
+
 def check_store_url(value: str) -> str | None:
     """Why ``value`` is not a storage URL (see :mod:`tether.persistence.storage_url`), or None.
 

@@ -123,6 +123,8 @@ def test_the_message_names_the_value_masked_and_the_fix(monkeypatch: pytest.Monk
         ("TETHER_OPENAI_MODEL", "gpt-4o\n", "'gpt-4o\\n' is not a model name"),
         ("TETHER_OPENAI_MODEL", "   ", "'   ' is not a model name"),
         ("TETHER_OPENAI_AZURE_ENDPOINT", "azure.example", "has no scheme"),
+        ("TETHER_OPENAI_BASE_URL", "http://llm:8000/v1?key=1", "query string or fragment"),
+        ("TETHER_S3_ENDPOINT_URL", "http://s3:9000/#x", "query string or fragment"),
         ("TETHER_MODEL_PRICES", "{not json", "is not JSON"),
         (
             "TETHER_MODEL_PRICES",
