@@ -234,3 +234,31 @@ def test_a_stored_schedule_that_no_longer_validates_stops_neither_the_beat_nor_t
         beat._producer = producer
         beat.tick()
     assert client.keys("*{default/s-good}:req:*") and not client.keys("*{default/s-bad}:req:*")
+
+
+def test_a_schedule_removed_while_the_beat_fires_it_stays_removed(redis_url: str) -> None:
+    """The beat loads a due entry, ``schedule remove`` runs, then the beat fires the tick and
+    records it: the record wrote the removed key back (its meta, and its score in the schedule
+    set), and a schedule added again under the name kept that old last tick, so it was due at
+    once and fired a run for a tick from before it existed."""
+    settings = Settings(broker_url=redis_url, redis_url=redis_url, store_url="memory://")
+    schedules = Schedules(settings)
+    added = schedules.add("nightly", session_id="s-n", agent="echo", input="t", every_s=3600)
+    assert added.last_tick is not None
+    key = TetherEntry.generate_key(schedules.app, "nightly")
+    TetherEntry.from_key(key, app=schedules.app).reschedule(added.last_tick - timedelta(hours=3))
+    loaded = TetherEntry.from_key(key, app=schedules.app)
+    assert loaded.is_due()[0]
+    schedules.remove("nightly")
+    beat = TetherScheduler(app=schedules.app, lazy=True)
+    with Producer(settings) as producer:
+        beat._producer = producer
+        beat.apply_async(loaded)  # its run is submitted: it was due when the beat looked
+
+    client = redis.Redis.from_url(redis_url)
+    assert not client.exists(key)
+    assert client.zscore(schedules.app.redbeat_conf.schedule_key, key) is None
+    assert schedules.list() == []
+    again = schedules.add("nightly", session_id="s-new", agent="echo", input="t", every_s=3600)
+    assert again.last_tick is not None and again.last_tick >= added.last_tick
+    assert not TetherEntry.from_key(key, app=schedules.app).is_due()[0]

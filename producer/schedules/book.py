@@ -129,6 +129,9 @@ class Schedules:
                 f"schedule {schedule.name!r} already exists; remove it first with "
                 f"'tether schedule remove {schedule.name}'"
             )
+        # a fresh schedule starts at the tick before now, never at a state left under its name
+        # (redbeat's save keeps a stored meta)
+        self._redis.hdel(entry.key, "meta")
         entry.save()
         return self._view(entry)
 

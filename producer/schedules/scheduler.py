@@ -15,15 +15,19 @@ lock or no lock:
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pydantic
-from redbeat.schedulers import RedBeatScheduler, RedBeatSchedulerEntry
+from celery.beat import ScheduleEntry
+from redbeat.decoder import RedBeatJSONEncoder
+from redbeat.schedulers import RedBeatScheduler, RedBeatSchedulerEntry, get_redis
 
 from tether.errors import TetherError
+from tether.persistence.lua import load
 from tether.producer.schedules.model import Schedule
 from tether.producer.schedules.ticks import next_tick, plan_tick
 
@@ -35,6 +39,8 @@ log = logging.getLogger("tether.schedules")
 #: The task name redbeat stores with each entry; this scheduler submits runs itself and never
 #: sends it (a plain RedBeatScheduler would send it, and workers refuse unknown tasks).
 SCHEDULE_TASK = "tether.schedule"
+#: Records a handled tick while the schedule exists.
+TICK = load("schedule_tick")
 #: Seconds a paused entry waits before the beat looks at it again.
 PAUSED_RECHECK_S = 5.0
 
@@ -68,6 +74,28 @@ class TetherEntry(RedBeatSchedulerEntry):  # type: ignore[misc]
                 exc,
             )
             return None
+
+    def _next_instance(
+        self, last_run_at: datetime | None = None, only_update_last_run_at: bool = False
+    ) -> TetherEntry:
+        """Record the handled tick as redbeat does, but only while the schedule exists
+        (``schedule_tick.lua``): a beat that fired a tick of a schedule removed meanwhile
+        brought its key back, and a schedule added again under the name inherited its old last
+        tick (and fired the ticks it had "missed" at once)."""
+        if not self.is_tether:
+            return super()._next_instance(last_run_at, only_update_last_run_at)  # type: ignore[no-any-return]
+        # celery's ScheduleEntry: a copy with the new last_run_at (redbeat's own override
+        # writes it unconditionally, so skip it)
+        entry: TetherEntry = ScheduleEntry._next_instance(self, last_run_at=last_run_at)
+        meta = json.dumps(
+            {"last_run_at": entry.last_run_at, "total_run_count": entry.total_run_count},
+            cls=RedBeatJSONEncoder,
+        )
+        keys = TICK.keys(entry=self.key, schedule=self.app.redbeat_conf.schedule_key)
+        get_redis(self.app).register_script(TICK.source)(
+            keys=keys, args=TICK.argv(meta=meta, score=entry.score)
+        )
+        return entry
 
     @property
     def is_tether(self) -> bool:
