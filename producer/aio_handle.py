@@ -52,6 +52,7 @@ class AsyncRunHandle:
         self._producer = producer
         self._ids = RunIds(run_id, request_id, session_id, tenant)
         self._settled: asyncio.Future[RunResult] | None = None
+        self._registration: asyncio.Future[None] | None = None
 
     def __repr__(self) -> str:
         return f"<AsyncRunHandle {self.run_id} {'done' if self.done() else 'pending'}>"
@@ -97,14 +98,32 @@ class AsyncRunHandle:
     # --- settlement ----------------------------------------------------------------------------
 
     async def _ensure(self) -> asyncio.Future[RunResult]:
+        """The future the listener settles, registered once: a wait that is cancelled (its
+        ``wait_for``) while the run is looked up leaves the lookup running for the next wait,
+        and a lookup that failed (Redis away) is tried again by the next wait; either left the
+        handle waiting for good on a future nothing would settle."""
         if self._settled is None:
             self._settled = asyncio.get_running_loop().create_future()
-            ref = await self._ref()
-            if ref is None:
-                self._settle(not_found(self.run_id, self._ids.tenant or ""))
-            else:
-                await self._producer.listener_for(ref.tenant).register(ref, self._settle)
+        registration = self._registration
+        if registration is None:
+            registration = self._registration = asyncio.ensure_future(self._register())
+            registration.add_done_callback(_retrieved)
+        try:
+            await asyncio.shield(registration)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            if self._registration is registration:
+                self._registration = None
+            raise
         return self._settled
+
+    async def _register(self) -> None:
+        ref = await self._ref()
+        if ref is None:
+            self._settle(not_found(self.run_id, self._ids.tenant or ""))
+        else:
+            await self._producer.listener_for(ref.tenant).register(ref, self._settle)
 
     def _settle(self, result: RunResult) -> None:
         """Resolve from a recorded result (called on the loop by the listener, once)."""
@@ -230,3 +249,10 @@ class AsyncRunHandle:
                 yield item
         if settled.done():
             yield self._ids.complete(settled.result())
+
+
+def _retrieved(task: asyncio.Future[None]) -> None:
+    """Mark a registration's failure as seen (the waits that awaited it raised it; one whose
+    waiter was cancelled meanwhile would log "exception was never retrieved")."""
+    if not task.cancelled():
+        task.exception()

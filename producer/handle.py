@@ -143,7 +143,12 @@ class RunHandle(concurrent.futures.Future[RunResult]):
             if self._registered:
                 return
             self._registered = True
-        ref = self._ref()
+        try:
+            ref = self._ref()  # a reattached handle looks its run up: I/O that may fail
+        except BaseException:
+            with self._register_lock:  # not registered: the next wait tries again
+                self._registered = False
+            raise
         if ref is None:
             self._settle(not_found(self.run_id, self._ids.tenant or ""))
             return
