@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tether import Agent, EventType, ModelResponse, ScriptedModel, SessionLogReader, tool
+from tether.core.events import AgentEvent
 from tether.errors import InvalidId, SessionExists, SessionNotFound
+from tether.persistence.saving import save_session
+from tether.persistence.storage_url import open_storage
 from tether.persistence.stores.memory import InMemorySnapshotStore
 
 
@@ -107,3 +112,45 @@ def test_a_misplaced_positional_argument_is_a_type_error_not_an_empty_answer() -
     ):
         with pytest.raises(TypeError):
             call()
+
+
+def test_runs_committed_while_the_reader_reads_stay_out_of_the_head_it_loaded(
+    tmp_path: Path,
+) -> None:
+    """The reader loads the head, then the archive. A writer that commits (and archives) runs
+    in between put events newer than that head into its history: ``verify`` failed a healthy
+    session ("history ends at seq 233 but the head says last_seq=199"), and ``fork`` saved a
+    fork whose outbox ran past its origin, with memory that was not the fold of its events. The
+    history of a head stops at its ``last_seq``."""
+    store, archive = open_storage(f"file://{tmp_path / 'store'}")
+    assert archive is not None
+    agent = Agent(ScriptedModel(responder=lambda _: ModelResponse.final("ok")), store=store)
+    session = agent.new_session("busy")
+
+    def commit(text: str) -> None:
+        session.run(text)
+        save_session(session, store, archive, archive_batch_events=1)  # archived at once
+
+    for n in range(3):
+        commit(f"run {n}")
+    reader = SessionLogReader(store, archive)
+    loaded_at = reader.verify("busy").last_seq
+    read_archive = archive.read
+    interleaved: list[int] = []
+
+    def read_while_a_writer_commits(tenant: str, session_id: str) -> list[AgentEvent]:
+        if len(interleaved) < 2:  # one for verify, one for fork
+            commit(f"meanwhile {len(interleaved)}")
+            interleaved.append(session.last_seq)
+        return read_archive(tenant, session_id)
+
+    archive.read = read_while_a_writer_commits  # type: ignore[method-assign]
+    report = reader.verify("busy")
+    assert report.ok, report.problems
+    assert report.last_seq == loaded_at and interleaved[0] > loaded_at
+
+    fork = reader.fork("busy", "busy-fork")
+    assert fork.last_seq == interleaved[0] + 1  # the head it loaded, and its SESSION_FORKED
+    archive.read = read_archive  # type: ignore[method-assign]
+    assert SessionLogReader(store, archive).verify("busy-fork").ok
+    assert [e.seq for e in fork.events] == list(range(1, fork.last_seq + 1))

@@ -95,7 +95,13 @@ class SessionLogReader:
         if self.archive is None:
             events = list(head.events)
         else:
-            events = self.archive.read(head.tenant, head.session_id)
+            # the archive is read after the head: a writer may have committed (and archived)
+            # newer events since, which belong to a newer head than this one; the history of
+            # this head stops at its last_seq (verify failed a healthy session, and a fork
+            # mixed this head's memory with them)
+            events = [
+                e for e in self.archive.read(head.tenant, head.session_id) if e.seq <= head.last_seq
+            ]
             last = events[-1].seq if events else 0
             events.extend(e for e in head.events if e.seq > last)
         if include_live and self.stream is not None:
