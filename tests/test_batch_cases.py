@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from tether.errors import InvalidId, InvalidInput
 from tether.ids import validate_id
 from tether.producer.client import Producer
-from tether.producer.ops.batch import run_batch
+from tether.producer.ops.batch import DatasetOptions, run_batch
 from tether.producer.ops.batch.cases import (
     MAX_REPORTED_PROBLEMS,
     BatchCase,
@@ -171,6 +171,32 @@ def test_derived_ids_are_valid_stable_and_distinct() -> None:
     assert case_request_id("b1", plain, 0) != case_request_id("b2", plain, 0)
 
 
+def test_case_ids_with_a_colon_never_spell_another_cases_epoch_or_retry() -> None:
+    # `x:e1` (epoch 0) used to derive the session and request ids of epoch 1 of `x`, and
+    # `x:e0r1` those of retry 1 of `x`'s epoch 0: one case got the other's run
+    names = ("x", "x:e1", "x:e0r1", "x:e1r1", "x:1", "x:e1:0", "y", "y:e2r3:1")
+    sessions: dict[str, tuple[str, int, int]] = {}
+    requests: dict[str, tuple[str, int, int, int]] = {}
+    for name in names:
+        case = BatchCase(id=name, input="x")
+        for epoch in range(3):
+            for attempt in range(3):
+                unit = (name, epoch, attempt)
+                session = case_session_id("b1", case, epoch, attempt)
+                assert validate_id(session) == session
+                assert sessions.setdefault(session, unit) == unit, session
+                for turn in range(3):
+                    request = case_request_id("b1", case, turn, epoch, attempt)
+                    assert requests.setdefault(request, (*unit, turn)) == (*unit, turn), request
+    # ids without `:` are byte-identical to what they always were (resume keeps working)
+    plain = BatchCase(id="x", input="x")
+    assert case_session_id("b1", plain, 1) == "b1:x:e1"
+    assert case_session_id("b1", plain, 0, 1) == "b1:x:e0r1"
+    assert case_request_id("b1", plain, 2, 1, 2) == "b1:x:e1r2:2"
+    colon = case_session_id("b1", BatchCase(id="x:e1", input="x"))
+    assert colon.startswith("b1:h-") and colon.count(":") == 1
+
+
 def test_batch_ids() -> None:
     assert check_batch_id("nightly-2024_01") == "nightly-2024_01"
     for bad in ("", "a:b", "a.b", "x" * 65, "sp ace"):
@@ -323,6 +349,84 @@ def test_invalid_cases_refuse_to_start_before_any_io(tmp_path: Path) -> None:
         run_batch(producer, [{"id": "a", "input": "x"}], out=tmp_path / "r.jsonl")
 
 
+def test_resuming_with_other_scorers_is_refused_naming_both(tmp_path: Path) -> None:
+    """A batch run with ``--scorer contains`` and then resumed (or extended with --epochs 2)
+    with ``--scorer exact`` put both in one summary, each mean over part of the cases: now the
+    resume is refused before anything is submitted, naming both sets and the way out."""
+    cases = write_lines(tmp_path / "c.jsonl", [{"id": "a", "input": "hi", "expected": "hi"}])
+    out = tmp_path / "r.jsonl"
+    line = result("a", passed=True, scorers=["contains", "exact"], grader="exact", expected="hi")
+    out.write_text(line.model_dump_json() + "\n")
+    before = out.read_bytes()
+    with unreachable_producer() as producer, pytest.raises(InvalidInput) as info:
+        run_batch(producer, cases, agent="echo", batch_id="b1", out=out, scorers=["regex"])
+    message = str(info.value)
+    assert "scored with --scorer contains, but this run scores with --scorer regex" in message
+    assert "choose another --out" in message
+    assert out.read_bytes() == before
+    # the same scorers (a line's own grader aside) resume; so does a batch without --scorer
+    for scorers, same in (
+        (["contains"], line),
+        ([], result("a", scorers=["exact"], grader="exact")),
+        ([], result("a")),
+    ):
+        out.write_text(same.model_dump_json() + "\n")
+        resumed = ResultsFile(out, "b1", scorers=scorers)
+        assert resumed.open(lambda r: None) == 1
+        resumed.close()
+    with pytest.raises(InvalidInput, match=r"no --scorer \(each case's grader\), but this run"):
+        ResultsFile(out, "b1", scorers=["exact"]).open(lambda r: None)
+
+
+def test_no_cases_after_filters_is_refused_before_any_io(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty or blank cases file, or a --filter matching nothing, ran a batch of 0 cases and
+    exited 0 (even with --fail-on-error): now refused, nothing submitted or written."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text("\n\n  \n")
+    one = write_lines(tmp_path / "one.jsonl", [{"id": "a", "input": "hi", "tags": ["geo"]}])
+    typo = DatasetOptions(filters=(("tag", "gepgraphy"),))
+    out = tmp_path / "r.jsonl"
+    for cases, dataset, fragment in (
+        (empty, None, "the file is empty or blank"),
+        (blank, None, "the file is empty or blank"),
+        (one, typo, "selected none of its cases"),
+        ([], None, "in the cases given"),
+    ):
+        with unreachable_producer() as producer, pytest.raises(InvalidInput) as info:
+            run_batch(producer, cases, agent="echo", out=out, dataset=dataset)
+        assert "no cases (after filters)" in str(info.value) and fragment in str(info.value)
+        assert not out.exists()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TETHER_REDIS_URL", "redis://127.0.0.1:9/0")
+    monkeypatch.setenv("TETHER_BROKER_URL", "redis://127.0.0.1:9/0")
+    args = [str(blank), "--agent", "echo", "--fail-on-error"]
+    outcome = CliRunner().invoke(batch_cli.batch_app, args)
+    assert outcome.exit_code == batch_cli.EXIT_INVALID, outcome.output
+    assert "no cases (after filters)" in outcome.output
+    assert not (tmp_path / "blank.results.jsonl").exists()
+
+
+def test_a_rerun_with_fewer_epochs_counts_the_epochs_the_file_holds(tmp_path: Path) -> None:
+    """A batch run with --epochs 3 and re-run with --epochs 1 reported "6 / 2 finished": the
+    total is the cases times the epochs, those the results file holds included."""
+    cases = write_lines(
+        tmp_path / "c.jsonl", [{"id": "a", "input": "hi"}, {"id": "b", "input": "yo"}]
+    )
+    out = tmp_path / "r.jsonl"
+    out.write_text(
+        "".join(result(c, epoch=e).model_dump_json() + "\n" for c in "ab" for e in range(3))
+    )
+    # every unit of epoch 0 is in the file: nothing is submitted (the board update only warns)
+    with unreachable_producer() as producer:
+        summary = run_batch(producer, cases, agent="echo", batch_id="b1", out=out, epochs=1)
+    assert (summary.finished, summary.total, summary.resumed) == (6, 6, 6)
+    assert (summary.cases, summary.epochs) == (2, 3)
+
+
 def test_cli_reports_bad_lines_and_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write_lines(tmp_path / "c.jsonl", ["{oops", {"id": 1, "input": "x", "grader": "regex"}])
     monkeypatch.setenv("TETHER_REDIS_URL", "redis://127.0.0.1:9/0")
@@ -388,3 +492,20 @@ def test_cli_refuses_an_unknown_agent_before_anything_runs(
     assert f"UnknownAgent: unknown agent {unknown!r}" in message
     assert "known agents: " in message and "echo" in message and "calculator" in message
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no results file
+
+
+def test_a_batch_scored_by_regex_refuses_a_pattern_that_does_not_compile_before_it_runs(
+    tmp_path: Path,
+) -> None:
+    """With ``--scorer regex`` every case's ``expected`` is a pattern: one that does not
+    compile was run, then became a scoring error on every epoch. It is an invalid line now,
+    found before anything is submitted, by the batch itself (not only by ``scan_cases``)."""
+    cases = write_lines(
+        tmp_path / "c.jsonl",
+        [{"id": "a", "input": "q", "expected": "([0-9]+"}, {"id": "b", "input": "q"}],
+    )
+    out = tmp_path / "r.jsonl"
+    with unreachable_producer() as producer, pytest.raises(CasesInvalid) as info:
+        run_batch(producer, cases, agent="echo", out=out, scorers=["regex"])
+    assert "not a valid regex" in str(info.value)
+    assert not out.exists()

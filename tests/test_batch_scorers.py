@@ -354,3 +354,82 @@ def test_the_judges_tokens_are_priced_into_the_batch_cost(
     path.write_bytes(dump_line(line))
     report = build_report_data(path, lambda _: [])
     assert report.cost_usd == pytest.approx(0.003) and report.costs_usd == [pytest.approx(0.003)]
+
+
+# --- red-team findings (each failed before its fix) ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "output", "expected", "value"),
+    [
+        ("json", "1", True, 0.0),  # true is not 1 (Python's == says it is)
+        ("json", "0", False, 0.0),
+        ("json", "true", True, 1.0),
+        ("json", '{"ok": 1}', {"ok": True}, 0.0),
+        ("json", '{"ok": true}', {"ok": True}, 1.0),
+        ("json:field=ok", '{"ok": 1}', True, 0.0),
+        ("json:field=ok", '{"ok": false}', False, 1.0),
+        ("json", "[true, false]", [1, 0], 0.0),
+        ("json", "[1, 0]", "[true, false]", 0.0),  # expected as JSON text
+        ("json", "1", "true", 0.0),
+        ("json", "1.0", 1, 1.0),  # the same number
+        ("json", '{"a": [{"b": 2.0}]}', {"a": [{"b": 2}]}, 1.0),
+    ],
+)
+def test_json_scorer_never_equates_a_boolean_with_a_number(
+    spec: str, output: str, expected: Any, value: float
+) -> None:
+    assert run(spec, output, expected)["value"] == value
+
+
+def test_judge_reply_with_several_braces_takes_the_last_graded_object() -> None:
+    draft = 'Draft: {"reasoning": "look", "score": 0.0}\nFinal: {"reasoning": "ok", "score": 1}'
+    assert parse_reply(draft) == (1.0, "ok", None)
+    assert parse_reply('A set {1, 2}. {"reasoning": "ok", "score": 0.5}') == (0.5, "ok", None)
+    after = '{"reasoning": "ok", "score": 1.0} (note: the {output} placeholder was filled)'
+    assert parse_reply(after) == (1.0, "ok", None)
+    nested = '{"reasoning": "ok", "score": 1.0, "detail": {"score": 0.0}}'  # one object
+    assert parse_reply(nested) == (1.0, "ok", None)
+    trailing = '{"reasoning": "r", "verdict": "pass"} {"note": "no score here"}'
+    assert parse_reply(trailing) == (1.0, "r", "pass")
+    with pytest.raises(JudgeReplyInvalid, match="not valid JSON"):
+        parse_reply("{not json} and {1, 2}")
+
+
+def test_numeric_reads_a_range_and_the_unicode_minus_sign() -> None:
+    assert last_number("between 10-20") == 20.0  # a dash after a digit is not a sign
+    assert last_number("The answer is \u22125") == -5.0  # U+2212 MINUS SIGN
+    assert last_number("x = -3") == -3.0 and last_number("(+4)") == 4.0
+    assert last_number("1e-3") == 0.001
+    assert run("numeric", "It is between 10-20", 20)["value"] == 1.0
+    assert run("numeric", "The answer is \u22125", -5)["value"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ("numeric:tol=nan", "tol must be a finite number >= 0, got 'nan'"),
+        ("numeric:tol=inf", "tol must be a finite number >= 0, got 'inf'"),
+        ("numeric:tol=-1", "tol must be a finite number >= 0, got '-1'"),
+        ("numeric:rel=-0.5", "rel must be a finite number >= 0, got '-0.5'"),
+        ("json:field=", "--scorer 'json:field=': option field is empty"),
+        ("json:schema= ", "option schema is empty"),
+        ("numeric:tol=0.01,tol=5", "--scorer 'numeric:tol=0.01,tol=5': option tol is given twice"),
+        ("exact:threshold=0.5,threshold=1", "option threshold is given twice"),
+    ],
+)
+def test_meaningless_scorer_options_are_refused_naming_them(value: str, fragment: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        resolve_scorers([value])
+    assert fragment in str(caught.value)
+
+
+def test_the_docs_example_results_line_passes_scores_at_their_thresholds() -> None:
+    docs = Path(__file__).resolve().parents[1] / "docs" / "batch.md"
+    section = docs.read_text(encoding="utf-8").split("## Results file", 1)[1]
+    example = json.loads(section.split("```json", 1)[1].split("```", 1)[0])
+    assert example["scores"]
+    for name, record in example["scores"].items():
+        given = re.search(r"threshold=([0-9.]+)", name)
+        threshold = float(given.group(1)) if given else 1.0  # every scorer's default
+        assert record["passed"] is (record["value"] >= threshold), name

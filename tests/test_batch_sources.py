@@ -14,7 +14,9 @@ import pytest
 from tether.errors import InvalidInput
 from tether.producer.client import Producer
 from tether.producer.ops.batch import DatasetOptions, run_batch
-from tether.producer.ops.batch.cases import CasesInvalid, iter_cases, scan_cases
+from tether.producer.ops.batch.cases import BatchCase, CasesInvalid, iter_cases, scan_cases
+from tether.producer.ops.batch.scoring import resolve_scorers
+from tether.producer.ops.batch.scoring.specs import scores_with_regex
 from tether.producer.ops.batch.sources import parse_filter, spool_dataset
 from tether.settings import Settings
 
@@ -231,3 +233,79 @@ def test_bad_scorers_and_fields_are_refused_before_any_run(tmp_path: Path) -> No
     with pytest.raises(InvalidInput, match=re.escape("epochs must be 1..1000, got 0")):
         run_batch(producer, source, agent="echo", dataset=MAPPING, out=out, epochs=0)
     assert not out.exists()
+
+
+# --- red-team findings (each failed before its fix) ---------------------------------------------
+
+
+def test_a_csv_with_a_utf8_bom_keeps_its_id_column(tmp_path: Path) -> None:
+    source = tmp_path / "bom.csv"  # as Excel's "CSV UTF-8" saves it
+    source.write_bytes(
+        "\ufeffid,input,expected\nq-paris,France?,Paris\nq-rome,Italy?,Rome\n".encode()
+    )
+    cases = cases_of(source, DatasetOptions(), tmp_path)
+    assert [(n, c.id, c.expected, c.metadata) for n, c in cases] == [
+        (1, "q-paris", "Paris", {}),
+        (2, "q-rome", "Rome", {}),
+    ]
+    assert [c.id for _, c in cases_of(source, DatasetOptions(id_field="id"), tmp_path)] == [
+        "q-paris",
+        "q-rome",
+    ]
+
+
+def test_a_jsonl_file_with_a_utf8_bom_reads_its_first_line(tmp_path: Path) -> None:
+    source = tmp_path / "bom.jsonl"
+    source.write_bytes('\ufeff{"id": "a", "input": "x"}\n{"id": "b", "input": "y"}\n'.encode())
+    scan = scan_cases(source, default_agent="echo")
+    assert (scan.valid, scan.problems) == (2, [])
+    assert [n.case.id for n in iter_cases(source, default_agent="echo")] == ["a", "b"]
+    # read through a mapping (spooled) too
+    mapped = cases_of(source, DatasetOptions(id_field="id"), tmp_path)
+    assert [c.id for _, c in mapped] == ["a", "b"]
+
+
+def test_cases_that_are_not_utf8_are_invalid_lines_not_replaced_text(tmp_path: Path) -> None:
+    source = tmp_path / "latin1.jsonl"
+    source.write_bytes(
+        b'{"id": "ok", "input": "fine"}\n'
+        + '{"id": "q1", "input": "R\u00e9ponds", "expected": "Br\u00fcssel"}\n'.encode("latin-1")
+    )
+    scan = scan_cases(source, default_agent="echo")
+    assert (scan.valid, scan.invalid) == (1, 1)
+    ((line, message),) = scan.problems
+    assert line == 2 and message.startswith("not UTF-8 (byte 0xe9")
+    assert [n.case.id for n in iter_cases(source, default_agent="echo")] == ["ok"]
+    # spooled (a mapping or a selection): the line keeps its bytes, so it is reported the same
+    spooled = tmp_path / "spooled.jsonl"
+    spool_dataset(source, DatasetOptions(limit=5), spooled)
+    assert scan_cases(spooled, default_agent="echo").problems == scan.problems
+    latin_csv = tmp_path / "latin1.csv"
+    latin_csv.write_bytes("id,input\nq1,R\u00e9ponds\n".encode("latin-1"))
+    with pytest.raises(InvalidInput, match=r"latin1\.csv is not UTF-8 text"):
+        spool_dataset(latin_csv, DatasetOptions(), spooled)
+
+
+def test_a_repeated_tag_counts_once() -> None:
+    case = BatchCase(id="c", input="q", tags=["math", "easy", "math"])
+    assert case.tags == ["math", "easy"]  # order kept
+
+
+def test_with_the_regex_scorer_a_bad_pattern_in_expected_is_an_invalid_line(
+    tmp_path: Path,
+) -> None:
+    source = tmp_path / "cases.jsonl"
+    source.write_text(
+        '{"id": "a", "input": "q", "expected": "([0-9]+"}\n'
+        '{"id": "b", "input": "q", "expected": "^[0-9]+$"}\n'
+        '{"id": "c", "input": "q"}\n'
+    )
+    assert scores_with_regex(resolve_scorers(["exact", "regex:threshold=0.5"]))
+    assert not scores_with_regex(resolve_scorers(["exact", "contains"]))
+    assert scan_cases(source, default_agent="echo").problems == []  # no regex scorer: fine
+    scan = scan_cases(source, default_agent="echo", regex_expected=True)
+    assert scan.valid == 2
+    ((line, message),) = scan.problems
+    assert line == 1 and "'expected' is not a valid regex (--scorer regex): missing )" in message
+    kept = iter_cases(source, default_agent="echo", regex_expected=True)
+    assert [n.case.id for n in kept] == ["b", "c"]

@@ -246,7 +246,36 @@ def test_compare_a_scorer_and_epochs(tmp_path: Path) -> None:
     result = compare_results(a, b, scorer="f1", resamples=500)
     assert (result.improved, result.regressed) == (["x"], ["y"])  # means 0.5 -> 1, 0.5 -> 0.375
     assert result.per_case == pytest.approx({"x": 0.5, "y": -0.125})
-    assert (result.pairs, result.a_only_passed, result.b_only_passed) == (4, 0, 1)
+    # one verdict per case: x passed 1 of 2 epochs in A (a tie fails), 2 of 2 in B
+    assert (result.pairs, result.a_only_passed, result.b_only_passed) == (2, 0, 1)
+
+
+def test_mcnemar_counts_cases_not_epochs(tmp_path: Path) -> None:
+    """10 cases x 10 epochs, B fixes 3 cases: McNemar used to count 30 discordant (case,
+    epoch) pairs and report p = 1.9e-9; the epochs of a case are not independent, so the test
+    runs on one verdict per case (the majority of its epochs): b = 0, c = 3, p = 0.25."""
+    a_lines, b_lines = [], []
+    for i in range(10):
+        for epoch in range(10):
+            ok_a = i >= 3
+            a_lines.append(line(f"c{i}", float(ok_a), ok_a, epoch=epoch))
+            b_lines.append(line(f"c{i}", 1.0, True, epoch=epoch))
+    a = write(tmp_path / "a.jsonl", a_lines)
+    b = write(tmp_path / "b.jsonl", b_lines)
+    result = compare_results(a, b, resamples=500)
+    assert (result.pairs, result.a_only_passed, result.b_only_passed) == (10, 0, 3)
+    assert result.mcnemar_p == pytest.approx(mcnemar_exact(0, 3)) == pytest.approx(0.25)
+    # the majority rule: 2 of 3 epochs passes, 1 of 3 fails, 1 of 2 (a tie) fails; a case's
+    # epochs without a verdict do not count
+    votes = {"p": [True, True, False], "f": [True, False, False], "t": [True, False]}
+    a = write(
+        tmp_path / "a2.jsonl",
+        [line(c, float(v), v, epoch=e) for c, vs in votes.items() for e, v in enumerate(vs)]
+        + [line("p", None, None, epoch=3), line("p", None, None, epoch=4)],
+    )
+    b = write(tmp_path / "b2.jsonl", [line(c, 0.0, False) for c in votes])
+    result = compare_results(a, b, resamples=500)
+    assert (result.pairs, result.a_only_passed, result.b_only_passed) == (3, 1, 0)
 
 
 def test_compare_refuses_unrelated_files(tmp_path: Path) -> None:
@@ -341,6 +370,40 @@ def test_compare_cli_and_fail_if_regressed(pair: tuple[Path, Path]) -> None:
     assert same.exit_code == 0, same.output
     missing = runner.invoke(batch_app, ["compare", str(a), str(a) + ".nope"])
     assert missing.exit_code == 2 and "does not exist" in missing.output
+
+
+def test_compare_refuses_an_unknown_scorer_and_nothing_to_compare(
+    pair: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """``compare --scorer exactt`` (a typo) compared 0 cases and exited 0, even with
+    --fail-if-regressed: now a usage error listing the scorers present (exit 2)."""
+    a, b = pair
+
+    def scored(cid: str, name: str, value: float) -> CaseResult:
+        record = {"scorer": name, "value": value, "passed": value >= 1.0}
+        return line(cid, value, value >= 1.0, scores={name: record}, scorers=[name])
+
+    plain = a
+    a = write(tmp_path / "sa.jsonl", [scored("c1", "exact", 1.0), scored("c2", "f1", 0.5)])
+    b = write(tmp_path / "sb.jsonl", [scored("c1", "exact", 0.0), scored("c2", "contains", 1.0)])
+    with pytest.raises(InvalidInput, match="has scorer 'exactt'; scorers present: contains, "):
+        compare_results(a, b, scorer="exactt")
+    runner = CliRunner()
+    args = ["compare", str(a), str(b), "--scorer", "exactt", "--fail-if-regressed"]
+    typo = runner.invoke(batch_app, args)
+    assert typo.exit_code == 2, typo.output
+    assert "scorers present: contains, exact, f1" in typo.output
+    # a scorer of one side only: no case to compare either
+    with pytest.raises(InvalidInput, match=r"scorer 'f1' in both files.*0 cases to compare"):
+        compare_results(a, b, scorer="f1")
+    assert compare_results(a, b, scorer="exact").regressed == ["c1"]
+    # files of line scores only name no scorer
+    with pytest.raises(InvalidInput, match="scorers present: none"):
+        compare_results(plain, plain, scorer="exact")
+    # two ungraded batches of the same cases: nothing to compare
+    ungraded = write(tmp_path / "u.jsonl", [line("c1", None, None), line("c2", None, None)])
+    with pytest.raises(InvalidInput, match="the line score in both files"):
+        compare_results(ungraded, ungraded)
 
 
 def test_version_1_lines_read_as_epoch_0(tmp_path: Path) -> None:

@@ -51,6 +51,7 @@ from tether.producer.ops.batch.execution import BatchRun, batch_scorers
 from tether.producer.ops.batch.ids import derive_batch_id
 from tether.producer.ops.batch.options import BatchOptions
 from tether.producer.ops.batch.scoring import Score, Scorer
+from tether.producer.ops.batch.scoring.specs import scores_with_regex
 from tether.producer.ops.batch.sources import (
     DatasetOptions,
     needs_spool,
@@ -139,14 +140,20 @@ def run_batch_with(producer: Producer, cases: CasesSource, options: BatchOptions
 
     Raises:
         CasesInvalid: invalid lines and not ``options.skip_invalid``; nothing was submitted.
-        InvalidInput: bad options, or a results file of another batch.
+        InvalidInput: bad options, a results file of another batch or other scorers, or no
+            case to run (an empty file, or filters that select none); nothing was submitted.
     """
     options = options.checked(default_tenant=producer.settings.tenant)
     scorers = batch_scorers(producer, options.scorers)
+    # with the regex scorer every expected is a pattern: one that does not compile is an
+    # invalid line, found before anything runs (the same check for the scan and the run)
+    patterns = scores_with_regex(scorers)
     max_bytes = producer.settings.max_input_bytes
     with ExitStack() as stack:
         path, source, unit = _cases_file(cases, options.dataset, stack)
-        scan = _scan(path, source, options, max_bytes, unit)
+        scan = _scan(path, source, options, max_bytes, unit, patterns)
+        if scan.valid == 0:
+            _refuse_no_cases(source, options, scan)
         batch_id = options.batch_id or derive_batch_id(scan.sha256, options.agent)
         out = Path(options.out) if options.out is not None else _default_out(source, batch_id)
         epochs = options.epochs
@@ -157,15 +164,32 @@ def run_batch_with(producer: Producer, cases: CasesSource, options: BatchOptions
                 default_agent=options.agent,
                 max_input_bytes=max_bytes,
                 skip_lines=scan.duplicate_lines,
+                regex_expected=patterns,
             )
             for case in numbered:
                 for epoch in range(epochs):
                     yield Unit(case, epoch)
 
         run = BatchRun(producer, options, batch_id, scorers)
-        return run.execute(
-            out, units(), total=scan.valid * epochs, cases=scan.valid, invalid_skipped=scan.invalid
-        )
+        # total: None counts the epochs the results file already holds too (cases x epochs)
+        return run.execute(out, units(), total=None, cases=scan.valid, invalid_skipped=scan.invalid)
+
+
+def _refuse_no_cases(source: Path | None, options: BatchOptions, scan: CasesScan) -> None:
+    """An empty or blank cases file, or filters that select nothing, would run a batch of 0
+    cases and report success: refuse it (nothing is submitted or written).
+
+    Raises:
+        InvalidInput: always.
+    """
+    where = str(source) if source is not None else "the cases given"
+    why = []
+    if options.dataset.selects:
+        why.append("--filter, --sample or --limit selected none of its cases")
+    if scan.invalid:
+        why.append(f"{scan.invalid} invalid line(s) skipped")
+    detail = f" ({'; '.join(why)})" if why else " (the file is empty or blank)"
+    raise InvalidInput(f"no cases (after filters) in {where}{detail}; nothing was run")
 
 
 def _cases_file(
@@ -198,10 +222,17 @@ def _cases_file(
 
 
 def _scan(
-    path: Path, source: Path | None, options: BatchOptions, max_bytes: int, unit: str
+    path: Path,
+    source: Path | None,
+    options: BatchOptions,
+    max_bytes: int,
+    unit: str,
+    patterns: bool,
 ) -> CasesScan:
     """Validate every case before anything is submitted (see :func:`scan_cases`)."""
-    scan = scan_cases(path, default_agent=options.agent, max_input_bytes=max_bytes)
+    scan = scan_cases(
+        path, default_agent=options.agent, max_input_bytes=max_bytes, regex_expected=patterns
+    )
     if scan.invalid and not options.skip_invalid:
         raise CasesInvalid(source or Path("<cases>"), scan.problems, scan.invalid, unit)
     if options.known_agents is not None:

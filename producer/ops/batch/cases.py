@@ -90,7 +90,8 @@ class BatchCase(BaseModel):
         for tag in value:
             if not 1 <= len(tag) <= MAX_TAG_CHARS:
                 raise ValueError(f"a tag must be 1 to {MAX_TAG_CHARS} characters, got {tag!r}")
-        return value
+        # a tag given twice is the tag once (else the case would count twice in its statistics)
+        return list(dict.fromkeys(value))
 
     @pydantic.field_validator("input")
     @classmethod
@@ -188,9 +189,14 @@ def _describe(exc: pydantic.ValidationError) -> str:
 
 
 def parse_case_line(
-    text: str, *, default_agent: str | None, max_input_bytes: int | None = None
+    text: str,
+    *,
+    default_agent: str | None,
+    max_input_bytes: int | None = None,
+    regex_expected: bool = False,
 ) -> BatchCase:
-    """Parse and validate one line.
+    """Parse and validate one line; with ``regex_expected`` (the batch scores with the
+    ``regex`` scorer), ``expected`` must compile as a regular expression.
 
     Raises:
         ValueError: with a message saying what is wrong (no line number).
@@ -217,6 +223,13 @@ def parse_case_line(
                     f"input turn {n} is {size} bytes, over the limit of {max_input_bytes} "
                     "(TETHER_MAX_INPUT_BYTES)"
                 )
+    if regex_expected and case.expected is not None:
+        expected = case.expected
+        pattern = expected if isinstance(expected, str) else json.dumps(expected)
+        try:  # the pattern the regex scorer searches with
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"'expected' is not a valid regex (--scorer regex): {exc}") from None
     return case
 
 
@@ -229,10 +242,34 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
         yield from enumerate(fh, start=1)
 
 
+def decode_line(raw: bytes, number: int) -> str:
+    """A line of a cases file as text, stripped (a UTF-8 BOM opening the file is dropped).
+
+    Raises:
+        ValueError: the line is not UTF-8 (nothing is replaced: the case would not be the
+            author's).
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"not UTF-8 (byte 0x{raw[exc.start]:02x} at byte {exc.start + 1} of the line); "
+            "save the file as UTF-8"
+        ) from None
+    if number == 1:
+        text = text.removeprefix("\ufeff")
+    return text.strip()
+
+
 def scan_cases(
-    path: Path, *, default_agent: str | None, max_input_bytes: int | None = None
+    path: Path,
+    *,
+    default_agent: str | None,
+    max_input_bytes: int | None = None,
+    regex_expected: bool = False,
 ) -> CasesScan:
-    """Validate every line of ``path`` (streaming) and hash its content.
+    """Validate every line of ``path`` (streaming) and hash its content; ``regex_expected``:
+    see :func:`parse_case_line` (pass the same to :func:`iter_cases`).
 
     Ids are checked for uniqueness through 8-byte hashes kept in a compact array (8 bytes a
     case); a second pass names the lines of the duplicates, only when there are some.
@@ -242,12 +279,15 @@ def scan_cases(
     hashes = array("Q")
     for number, raw in _lines(path):
         digest.update(raw)
-        text = raw.decode("utf-8", "replace").strip()
-        if not text:
-            continue
         try:
+            text = decode_line(raw, number)
+            if not text:
+                continue
             case = parse_case_line(
-                text, default_agent=default_agent, max_input_bytes=max_input_bytes
+                text,
+                default_agent=default_agent,
+                max_input_bytes=max_input_bytes,
+                regex_expected=regex_expected,
             )
         except ValueError as exc:
             scan.add_problem(number, str(exc))
@@ -262,7 +302,11 @@ def scan_cases(
     duplicated = {a for a, b in itertools.pairwise(ordered) if a == b}
     if duplicated:
         _report_duplicates(
-            scan, duplicated, default_agent=default_agent, max_input_bytes=max_input_bytes
+            scan,
+            duplicated,
+            default_agent=default_agent,
+            max_input_bytes=max_input_bytes,
+            regex_expected=regex_expected,
         )
     scan.problems.sort()
     return scan
@@ -274,9 +318,15 @@ def _report_duplicates(
     *,
     default_agent: str | None,
     max_input_bytes: int | None,
+    regex_expected: bool,
 ) -> None:
     first_line: dict[int, int] = {}
-    numbered = iter_cases(scan.path, default_agent=default_agent, max_input_bytes=max_input_bytes)
+    numbered = iter_cases(
+        scan.path,
+        default_agent=default_agent,
+        max_input_bytes=max_input_bytes,
+        regex_expected=regex_expected,
+    )
     for number, case in ((n.line, n.case) for n in numbered):
         key = _id_hash(case.id)
         if key not in duplicated:
@@ -295,19 +345,26 @@ def iter_cases(
     default_agent: str | None,
     max_input_bytes: int | None = None,
     skip_lines: frozenset[int] | set[int] = frozenset(),
+    regex_expected: bool = False,
 ) -> Iterator[NumberedCase]:
     """Stream the valid cases of ``path``.
 
     Lines that fail validation, and ``skip_lines`` (the duplicates :func:`scan_cases` found),
-    are skipped.
+    are skipped; ``regex_expected`` must be what :func:`scan_cases` was given, so the same
+    lines are valid.
     """
     for number, raw in _lines(path):
-        text = raw.decode("utf-8", "replace").strip()
-        if not text or number in skip_lines:
+        if number in skip_lines:
             continue
         try:
+            text = decode_line(raw, number)
+            if not text:
+                continue
             case = parse_case_line(
-                text, default_agent=default_agent, max_input_bytes=max_input_bytes
+                text,
+                default_agent=default_agent,
+                max_input_bytes=max_input_bytes,
+                regex_expected=regex_expected,
             )
         except ValueError:
             continue

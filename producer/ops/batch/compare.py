@@ -1,14 +1,18 @@
 """``tether batch compare A B``: what changed between two batches run on the same cases.
 
-Cases are matched by id (their epochs by ``(id, epoch)``). Per case, the score is the mean over
-its epochs of the line's score (or of one scorer's value with ``scorer=``; a line whose run
-failed, and a scorer that errored, score 0: :mod:`tether.producer.ops.batch.line_scores`, the
-rule the summary's means follow too). Reported:
+Cases are matched by id; each side reduces a case's epochs to one value first. Per case, the
+score is the mean over its epochs of the line's score (or of one scorer's value with
+``scorer=``; a line whose run failed, and a scorer that errored, score 0:
+:mod:`tether.producer.ops.batch.line_scores`, the rule the summary's means follow too).
+Reported:
 
 - per case: ``improved`` (B's score is higher), ``regressed`` (lower) or ``unchanged``;
 - the mean score difference B - A with its paired bootstrap 95% interval (seeded, so the same
   files give the same interval);
-- McNemar's exact test on pass/fail over the matched ``(case, epoch)`` pairs;
+- McNemar's exact test on pass/fail, one verdict per case on each side: a case passes when it
+  passed in more than half of its epochs that have a verdict (a tie fails). The epochs of one
+  case are not independent pairs: counting each would report significance that is not there
+  (3 cases fixed in 10 epochs each gives p = 2e-9 over 30 "pairs", 0.25 over the 3 cases);
 - the mean latency, tokens and (when the lines carry ``cost_usd``) cost of each side.
 """
 
@@ -79,6 +83,7 @@ class Comparison:
     mean_difference: float | None
     ci95: tuple[float, float] | None
     pairs: int
+    """Cases with a verdict on both sides (McNemar's pairs; one per case, see above)."""
     a_only_passed: int
     b_only_passed: int
     mcnemar_p: float
@@ -111,17 +116,29 @@ class Comparison:
 
 def _by_case(
     records: Iterable[CaseResult], scorer: str | None
-) -> tuple[dict[str, float], dict[tuple[str, int], bool]]:
+) -> tuple[dict[str, float], dict[str, bool]]:
+    """Per case: the mean score over its epochs, and its verdict (passed in more than half of
+    its epochs that have one)."""
     scores: defaultdict[str, list[float]] = defaultdict(list)
-    verdicts: dict[tuple[str, int], bool] = {}
+    verdicts: defaultdict[str, dict[int, bool]] = defaultdict(dict)
     for record in records:
         value = _line_score(record, scorer)
         if value is not None:
             scores[record.id].append(value)
         passed = _line_passed(record, scorer)
         if passed is not None:
-            verdicts[(record.id, record.epoch)] = passed
-    return {k: math.fsum(v) / len(v) for k, v in scores.items()}, verdicts
+            verdicts[record.id][record.epoch] = passed
+    majority = {k: 2 * sum(v.values()) > len(v) for k, v in verdicts.items()}
+    return {k: math.fsum(v) / len(v) for k, v in scores.items()}, majority
+
+
+def _scorer_names(records: Iterable[CaseResult]) -> set[str]:
+    """Every scorer a line names (that scored it, or that would have)."""
+    names: set[str] = set()
+    for record in records:
+        names.update(record.scores or ())
+        names.update(record.scorers or ())
+    return names
 
 
 def compare_results(
@@ -135,10 +152,18 @@ def compare_results(
     """Compare two results files (see the module docstring).
 
     Raises:
-        InvalidInput: a file is missing or not a results file, or the two share no case.
+        InvalidInput: a file is missing or not a results file, the two share no case, no line
+            of either has ``scorer``, or no case has a score in both (nothing to compare).
     """
     path_a, path_b = Path(a), Path(b)
     records_a, records_b = read_results(path_a), read_results(path_b)
+    if scorer is not None:
+        present = _scorer_names(records_a) | _scorer_names(records_b)
+        if scorer not in present:
+            listed = ", ".join(sorted(present)) or "none (the files hold only line scores)"
+            raise InvalidInput(
+                f"no line of {path_a} or {path_b} has scorer {scorer!r}; scorers present: {listed}"
+            )
     scores_a, verdicts_a = _by_case(records_a, scorer)
     scores_b, verdicts_b = _by_case(records_b, scorer)
     ids_a = {r.id for r in records_a}
@@ -149,6 +174,12 @@ def compare_results(
             "cases file"
         )
     shared = sorted(set(scores_a) & set(scores_b))
+    if not shared:
+        what = "the line score" if scorer is None else f"scorer {scorer!r}"
+        raise InvalidInput(
+            f"no case of {path_a} and {path_b} has {what} in both files (ungraded, or scored "
+            "on one side only): 0 cases to compare"
+        )
     diffs = {cid: scores_b[cid] - scores_a[cid] for cid in shared}
     improved = [cid for cid, d in diffs.items() if d > EPSILON]
     regressed = [cid for cid, d in diffs.items() if d < -EPSILON]

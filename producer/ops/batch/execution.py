@@ -98,7 +98,7 @@ class BatchRun:
         out: Path,
         units: Iterator[Unit],
         *,
-        total: int,
+        total: int | None,
         cases: int,
         invalid_skipped: int = 0,
         seen: Callable[[CaseResult], None] | None = None,
@@ -106,9 +106,16 @@ class BatchRun:
         """Run ``units`` into the results file ``out`` (resuming it) and summarise it.
 
         ``seen`` is also given every result already in the file (retry keeps its own count).
+        ``total`` None: ``cases`` times the epochs, counting those the file already holds (a
+        batch of 3 epochs re-run with ``--epochs 1`` still has 3).
         """
         options = self.options
-        results = ResultsFile(out, self.batch_id, fsync_interval_s=options.fsync_interval_s)
+        results = ResultsFile(
+            out,
+            self.batch_id,
+            fsync_interval_s=options.fsync_interval_s,
+            scorers=[s.name for s in self.scorers],
+        )
         stats = SummaryStats()
 
         def existing(result: CaseResult) -> None:
@@ -117,6 +124,8 @@ class BatchRun:
                 seen(result)
 
         resumed = results.open(existing)
+        if total is None:
+            total = cases * max(options.epochs, stats.metrics.max_epoch + 1)
         reporter = self._reporter(out, total, stats)
         done = False
         try:

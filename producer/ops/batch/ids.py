@@ -6,8 +6,11 @@ a case runs in its own fresh session ``<batch>:<case>:e<k>`` with request ids
 ``<batch>:<case>:e<k>:<n>``, and a retry (``tether batch retry``, attempt ``a > 0``) in
 ``...:e<k>r<a>``: epoch 0 keeps the ids of a batch run once, so a batch run with ``--epochs 1``
 and then ``--epochs 3`` adds two epochs and re-runs nothing. A case id that
-cannot be part of an id (characters outside :mod:`tether.ids`' alphabet, or too long) is replaced
-by ``h-<sha256 prefix>`` of it. Batch ids leave out ``:``, so ids of two batches never collide.
+cannot be part of an id (characters outside :mod:`tether.ids`' alphabet, or too long), or that
+holds ``:``, is replaced by ``h-<sha256 prefix>`` of it. Batch ids leave out ``:``, so ids of two
+batches never collide; case parts leave it out too, so a case part never spells another case's
+suffixed id (case ``x:e1`` would otherwise run in epoch 1 of case ``x``'s session, with its
+request ids). Case ids without ``:`` keep the ids they always had.
 """
 
 from __future__ import annotations
@@ -42,11 +45,18 @@ def derive_batch_id(content_sha256: str, default_agent: str | None) -> str:
 
 
 def _case_part(case_id: str) -> str:
-    """The case id itself when it can be part of an id, else ``h-<hash>``."""
-    try:
-        return validate_id(case_id)
-    except InvalidId:
-        return "h-" + hashlib.sha256(case_id.encode()).hexdigest()[:32]
+    """The case id itself when it can be part of an id and holds no ``:``, else ``h-<hash>``.
+
+    ``:`` separates the suffixes (epoch, retry, turn): a case part holding it could spell
+    another case's suffixed id (``x:e1`` is epoch 1 of ``x``), so it is hashed like an id that
+    is not allowed at all.
+    """
+    if ":" not in case_id:
+        try:
+            return validate_id(case_id)
+        except InvalidId:
+            pass
+    return "h-" + hashlib.sha256(case_id.encode()).hexdigest()[:32]
 
 
 def _fit(candidate: str, batch_id: str, case_id: str, suffix: str) -> str:

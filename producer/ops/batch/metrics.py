@@ -151,7 +151,7 @@ class EpochMetrics:
         self.cases[case_id].add(passed, score)
         for name, ok, value in scorer_results:
             self.scorers[name][case_id].add(ok, value)
-        for tag in tags:
+        for tag in dict.fromkeys(tags):  # a line written before tags were deduplicated
             self.tags[tag][case_id].add(passed, score)
 
     def overall(self, epochs: int) -> ScoreStats:

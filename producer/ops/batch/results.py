@@ -18,7 +18,7 @@ import hashlib
 import os
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import IO, Literal
 
@@ -194,11 +194,22 @@ class ResultsFile:
         path: the results JSONL file (created when missing).
         batch_id: lines of any other batch make :meth:`open` refuse the file.
         fsync_interval_s: fsync at most this often (0: after every line).
+        scorers: the batch's scorer names (``--scorer`` values); a line scored by others (its
+            ``scorers`` less its own ``grader``) makes :meth:`open` refuse the file, since one
+            summary would mix them. None: not checked.
     """
 
-    def __init__(self, path: Path, batch_id: str, *, fsync_interval_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        path: Path,
+        batch_id: str,
+        *,
+        fsync_interval_s: float = 1.0,
+        scorers: Collection[str] | None = None,
+    ) -> None:
         self.path = path
         self.batch_id = batch_id
+        self.scorers = None if scorers is None else frozenset(scorers)
         self.fsync_interval_s = fsync_interval_s
         self._fh: IO[bytes] | None = None
         self._done = array("Q")
@@ -211,7 +222,7 @@ class ResultsFile:
 
         Raises:
             InvalidInput: another process holds the file, a line is not a result, or a line
-                belongs to another batch.
+                belongs to another batch or was scored by other scorers.
         """
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fh = self.path.open("a+b")
@@ -255,11 +266,33 @@ class ResultsFile:
                     f"{self.batch_id!r}; pass --batch-id {result.batch_id} to resume that batch, "
                     "or choose another --out"
                 )
+            self._check_scorers(result, number)
             keys.append(case_key(result.id, result.epoch))
             on_existing(result)
         if self.dropped_partial_line:
             fh.truncate(good_end)
         self._done = array("Q", sorted(keys))
+
+    def _check_scorers(self, result: CaseResult, number: int) -> None:
+        """Refuse a line scored by other scorers than this run's: resuming (or adding epochs)
+        would put both in one summary, each mean over a different part of the cases."""
+        if self.scorers is None:
+            return
+        theirs = frozenset(n for n in result.scorers or () if n != result.grader)
+        if theirs == self.scorers:
+            return
+
+        def named(names: frozenset[str]) -> str:
+            if not names:
+                return "no --scorer (each case's grader)"
+            return " ".join(f"--scorer {n}" for n in sorted(names))
+
+        raise InvalidInput(
+            f"{self.path} line {number} (case {result.id!r}, epoch {result.epoch}) was scored "
+            f"with {named(theirs)}, but this run scores with {named(self.scorers)}; "
+            "resuming would mix scorers in one summary. Pass the scorers of the file to resume "
+            "it, or choose another --out to run the batch with these scorers"
+        )
 
     def holds(self, case_id: str, epoch: int = 0) -> bool:
         """True when the file already has a result for epoch ``epoch`` of ``case_id``."""

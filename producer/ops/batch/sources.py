@@ -96,7 +96,15 @@ def _jsonl_rows(path: Path) -> tuple[list[str] | None, Iterator[tuple[int, Any]]
     def rows() -> Iterator[tuple[int, Any]]:
         with path.open("rb") as fh:
             for number, raw in enumerate(fh, start=1):
-                text = raw.decode("utf-8", "replace").strip()
+                try:
+                    text = raw.decode("utf-8").strip()
+                except UnicodeDecodeError:
+                    # left as its bytes (the spooled file is written with surrogateescape), so
+                    # validation reports the line as not UTF-8 instead of replacing characters
+                    yield number, raw.decode("utf-8", "surrogateescape").strip()
+                    continue
+                if number == 1:
+                    text = text.removeprefix("\ufeff")  # a BOM opening the file
                 if not text:
                     yield number, None
                     continue
@@ -108,16 +116,30 @@ def _jsonl_rows(path: Path) -> tuple[list[str] | None, Iterator[tuple[int, Any]]
     return None, rows()
 
 
+def _not_utf8(path: Path, exc: UnicodeDecodeError) -> InvalidInput:
+    return InvalidInput(
+        f"{path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} cannot be decoded); "
+        "save it as UTF-8"
+    )
+
+
 def _csv_rows(path: Path) -> tuple[list[str] | None, Iterator[tuple[int, Any]]]:
-    with path.open(newline="", encoding="utf-8") as fh:
-        columns = next(csv.reader(fh), [])
+    # utf-8-sig: a BOM (Excel's "CSV UTF-8") is not part of the first column's name
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as fh:
+            columns = next(csv.reader(fh), [])
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(path, exc) from None
 
     def rows() -> Iterator[tuple[int, Any]]:
-        with path.open(newline="", encoding="utf-8") as fh:
-            for number, row in enumerate(csv.DictReader(fh), start=1):
-                if isinstance(row.get("tags"), str):
-                    row["tags"] = [t.strip() for t in row["tags"].split(",") if t.strip()]
-                yield number, {k: v for k, v in row.items() if k is not None and v != ""}
+        with path.open(newline="", encoding="utf-8-sig") as fh:
+            try:
+                for number, row in enumerate(csv.DictReader(fh), start=1):
+                    if isinstance(row.get("tags"), str):
+                        row["tags"] = [t.strip() for t in row["tags"].split(",") if t.strip()]
+                    yield number, {k: v for k, v in row.items() if k is not None and v != ""}
+            except UnicodeDecodeError as exc:
+                raise _not_utf8(path, exc) from None
 
     return columns, rows()
 
@@ -264,7 +286,8 @@ def spool_dataset(path: Path, options: DatasetOptions, target: Path) -> str:
         _check_fields(path, columns, options)
     keep = _selected(_READERS[fmt](path)[1], options)
     mapped = fmt != "jsonl" or options.maps_fields
-    with target.open("w", encoding="utf-8") as out:
+    # surrogateescape: a JSONL line that is not UTF-8 keeps its bytes, for validation to report
+    with target.open("w", encoding="utf-8", errors="surrogateescape") as out:
         for number, row in _READERS[fmt](path)[1]:
             if row is None or (keep is not None and number not in keep):
                 out.write("\n")

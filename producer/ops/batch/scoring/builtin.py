@@ -20,7 +20,11 @@ from typing import Any
 from tether.errors import InvalidInput
 from tether.producer.ops.batch.scoring.base import Sample, Score
 
-_NUMBER = re.compile(r"[-+]?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?")
+# a sign directly after a digit is a dash ("10-20" is 10 and 20), not the next number's sign
+_NUMBER = re.compile(
+    r"(?:(?<!\d)[-+])?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?"
+)
+_MINUS_SIGN = str.maketrans({"\u2212": "-"})  # U+2212, the typographic minus
 _FENCE = re.compile(r"^```(?:json)?\s*\n?(.*?)\n?```$", re.DOTALL)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -87,8 +91,11 @@ def includes_any(sample: Sample) -> Score:
 
 
 def last_number(text: str) -> float | None:
-    """The last number written in ``text`` (thousands separators allowed), or None."""
-    found = [m.group(0) for m in _NUMBER.finditer(text)]
+    """The last number written in ``text`` (thousands separators allowed), or None.
+
+    A ``-`` or ``+`` right before the digits is the number's sign unless it follows a digit
+    (``10-20`` reads 10 and 20, so 20); the minus sign U+2212 is a ``-``."""
+    found = [m.group(0) for m in _NUMBER.finditer(text.translate(_MINUS_SIGN))]
     if not found:
         return None
     return float(found[-1].replace(",", ""))
@@ -142,12 +149,35 @@ def _at(doc: Any, path: str) -> Any:
     return doc
 
 
+def json_equal(a: Any, b: Any) -> bool:
+    """Whether two JSON values are equal as JSON: ``true`` is not ``1`` and ``false`` is not
+    ``0`` (Python's ``==`` says they are), at any depth; ``1`` and ``1.0`` are the same number,
+    and object keys compare regardless of order. Iterative, so any depth is fine."""
+    pending = [(a, b)]
+    while pending:
+        x, y = pending.pop()
+        if isinstance(x, bool) or isinstance(y, bool):
+            if not (isinstance(x, bool) and isinstance(y, bool) and x is y):
+                return False
+        elif isinstance(x, dict) or isinstance(y, dict):
+            if not (isinstance(x, dict) and isinstance(y, dict)) or x.keys() != y.keys():
+                return False
+            pending.extend((x[k], y[k]) for k in x)
+        elif isinstance(x, list) or isinstance(y, list):
+            if not (isinstance(x, list) and isinstance(y, list)) or len(x) != len(y):
+                return False
+            pending.extend(zip(x, y, strict=True))
+        elif x != y:
+            return False
+    return True
+
+
 def _same(value: Any, expected: Any) -> bool:
-    if value == expected:
+    if json_equal(value, expected):
         return True
     if isinstance(expected, str):  # a JSON value written as text in a cases file
         try:
-            return bool(json.loads(expected) == value)
+            return json_equal(value, json.loads(expected))
         except (ValueError, RecursionError):
             return False
     return False
@@ -236,6 +266,7 @@ __all__ = [
     "exact",
     "f1",
     "includes_any",
+    "json_equal",
     "json_match",
     "last_number",
     "normalize_tokens",

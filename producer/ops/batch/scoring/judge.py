@@ -3,11 +3,12 @@
 The judge's calls go through Tether's own model client (:func:`tether.models.openai.
 model_from_settings`, configured by ``TETHER_OPENAI_*``), so they share its endpoint, retries and
 key scrubbing. The judge must answer with a JSON object ``{"reasoning": "...", "score": 0.0-1.0}``
-(anywhere in its reply, the last one counts; a ```json fence is fine); ``"verdict": "pass"`` or
-``"fail"`` may stand in for the score. A reply that does not parse is a scoring error of that
-case, never a crash. The reasoning is the score's explanation; the verdict, the model and the
-tokens it spent (priced at the producer's ``TETHER_MODEL_PRICES`` when they name the judge's
-model) are stored with the case.
+(anywhere in its reply: the last object with a score or verdict counts, so a draft before the
+final answer and prose with braces around it are fine; a ```json fence is fine);
+``"verdict": "pass"`` or ``"fail"`` may stand in for the score. A reply that does not parse is a
+scoring error of that case, never a crash. The reasoning is the score's explanation; the
+verdict, the model and the tokens it spent (priced at the producer's ``TETHER_MODEL_PRICES``
+when they name the judge's model) are stored with the case.
 
 The rubric template names the case's parts as ``{input}``, ``{output}`` and ``{expected}``; those
 three are replaced and nothing else is (so JSON braces in a rubric are safe).
@@ -47,7 +48,7 @@ Reply with one JSON object and nothing else:
 """
 
 SYSTEM_PROMPT = "You are a strict, fair grader. You always answer with one JSON object."
-_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
+_DECODER = json.JSONDecoder()
 _VERDICTS = {"pass": 1.0, "correct": 1.0, "fail": 0.0, "incorrect": 0.0}
 
 
@@ -93,6 +94,38 @@ def render(template: str, sample: Sample) -> str:
     return re.sub(r"\{input\}|\{output\}|\{expected\}", lambda m: parts[m.group(0)], template)
 
 
+def _last_object(text: str) -> dict[str, Any]:
+    """The last JSON object in ``text`` that has a ``score`` or a ``verdict`` (else the last
+    object). Each ``{`` is tried as the start of an object; a decoded object is skipped whole
+    (an object nested in it is not a reply of its own), text that does not decode is prose.
+
+    Raises:
+        JudgeReplyInvalid: no ``{`` starts a JSON object.
+    """
+    objects: list[dict[str, Any]] = []
+    problem: str | None = None
+    start = text.find("{")
+    if start < 0:
+        raise JudgeReplyInvalid(f"the judge's reply holds no JSON object: {text[:200]!r}")
+    while start >= 0:
+        try:
+            doc, end = _DECODER.raw_decode(text, start)
+        except ValueError as exc:
+            problem = problem or str(exc)
+            start = text.find("{", start + 1)
+            continue
+        except RecursionError:
+            problem = problem or "nested too deeply"
+            start = text.find("{", start + 1)
+            continue
+        objects.append(doc)  # a decode from "{" is always an object
+        start = text.find("{", end)
+    graded = [o for o in objects if "score" in o or "verdict" in o]
+    if graded or objects:
+        return (graded or objects)[-1]
+    raise JudgeReplyInvalid(f"the judge's reply is not valid JSON ({problem}): {text[:200]!r}")
+
+
 def parse_reply(text: str | None) -> tuple[float, str, str | None]:
     """The score, reasoning and verdict in a judge's reply.
 
@@ -101,17 +134,7 @@ def parse_reply(text: str | None) -> tuple[float, str, str | None]:
     """
     if not text:
         raise JudgeReplyInvalid("the judge's reply is empty")
-    found = _OBJECT.search(text)
-    if found is None:
-        raise JudgeReplyInvalid(f"the judge's reply holds no JSON object: {text[:200]!r}")
-    try:
-        doc = json.loads(found.group(0))
-    except (ValueError, RecursionError) as exc:
-        raise JudgeReplyInvalid(
-            f"the judge's reply is not valid JSON ({exc}): {text[:200]!r}"
-        ) from exc
-    if not isinstance(doc, dict):
-        raise JudgeReplyInvalid("the judge's reply is not a JSON object")
+    doc = _last_object(text)
     verdict = doc.get("verdict")
     score = doc.get("score")
     if isinstance(score, bool) or not isinstance(score, int | float):

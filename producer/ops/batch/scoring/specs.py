@@ -9,13 +9,15 @@ A value is a built-in name with optional ``key=value`` options, or a Python impo
   second colon: ``mypkg.scorers:grade:threshold=0.5``.
 
 Every scorer takes ``threshold`` (a score passes at or above it; default 1.0). A value that does
-not parse, an unknown option, or an import path that does not import is refused with
+not parse, an unknown, repeated or empty option, a ``tol``/``rel`` that is not a finite number
+>= 0, a ``threshold`` outside [0, 1], or an import path that does not import is refused with
 :class:`~tether.errors.InvalidInput` naming the value, before anything is submitted.
 """
 
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +40,7 @@ _BUILTINS: dict[str, tuple[Callable[..., builtin.BuiltinFn], frozenset[str]]] = 
     "f1": (lambda: builtin.f1, frozenset()),
 }
 _FLOAT_OPTIONS = frozenset({"tol", "rel", "threshold"})
+_TOLERANCES = frozenset({"tol", "rel"})  # finite and >= 0 (threshold: in [0, 1])
 JUDGE = "judge"
 BUILTIN_NAMES = (*_BUILTINS, JUDGE)
 
@@ -53,6 +56,8 @@ def _options(value: str, text: str, allowed: frozenset[str]) -> dict[str, Any]:
         if not sep or key not in allowed | {"threshold"}:
             names = ", ".join(sorted(allowed | {"threshold"}))
             raise InvalidInput(f"--scorer {value!r}: unknown option {part!r}; options: {names}")
+        if key in options:
+            raise InvalidInput(f"--scorer {value!r}: option {key} is given twice; give it once")
         if key in _FLOAT_OPTIONS:
             try:
                 options[key] = float(raw)
@@ -60,6 +65,12 @@ def _options(value: str, text: str, allowed: frozenset[str]) -> dict[str, Any]:
                 raise InvalidInput(
                     f"--scorer {value!r}: {key} must be a number, got {raw!r}"
                 ) from None
+            if key in _TOLERANCES and not (math.isfinite(options[key]) and options[key] >= 0):
+                raise InvalidInput(
+                    f"--scorer {value!r}: {key} must be a finite number >= 0, got {raw.strip()!r}"
+                )
+        elif not raw.strip():
+            raise InvalidInput(f"--scorer {value!r}: option {key} is empty; give it a value")
         else:
             options[key] = raw.strip()
     threshold = options.get("threshold", 1.0)
@@ -137,6 +148,13 @@ def import_scorer(value: str) -> Scorer:
     )
 
 
+def scores_with_regex(scorers: Sequence[Scorer]) -> bool:
+    """Whether the ``regex`` scorer is among ``scorers``: then every case's ``expected`` is a
+    pattern, checked when the cases are validated (``regex_expected`` of
+    :func:`~tether.producer.ops.batch.cases.scan_cases`)."""
+    return any(s.fn is builtin.regex for s in scorers)
+
+
 def as_score(result: Any) -> Score:
     """A custom scorer's answer as a :class:`Score` (a bool or a number in [0, 1] is fine)."""
     if isinstance(result, Score):
@@ -187,4 +205,5 @@ __all__ = [
     "import_scorer",
     "judge_scorer",
     "resolve_scorers",
+    "scores_with_regex",
 ]
