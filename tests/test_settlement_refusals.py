@@ -276,3 +276,61 @@ def test_a_resumed_continuation_keeps_its_settlement_when_it_is_cancelled() -> N
     assert refused is not None and refused.result is not None
     assert refused.result.error_type == "InvalidInput"
     assert effects == ["transfer 5"]
+
+
+def test_an_approved_call_is_not_run_again_when_its_worker_dies_right_after_it() -> None:
+    """With step durability, the continuation runs the approved tool as it settles the call;
+    the loop's first checkpoint came only once its first step had chosen its tool calls, so a
+    worker dying in between (in the model call after the settlement) left no checkpoint, and
+    the next attempt settled the call again: the tool ran twice (under one key: a tool that
+    deduplicates was safe, one that does not was not). The settlement is checkpointed now."""
+    effects: list[str] = []
+    switch = PowerSwitch()
+
+    @tool
+    def transfer(amount: int) -> str:
+        """Transfer money (needs approval); counts every call, deduplicating nothing."""
+        effects.append(f"transfer {amount}")
+        return f"transferred {amount}"
+
+    def respond(request: object) -> ModelResponse:
+        items = getattr(request, "items", ())
+        if any(getattr(i, "type", None) == "tool_output" for i in items):
+            if not switch.dead:  # the first worker dies as it asks the model after the transfer
+                switch.dead = True
+                raise SimulatedCrash("worker died in the model call after the approved tool")
+            return ModelResponse.final("paid")
+        return ModelResponse.call("call_t", "transfer", '{"amount": 5}')
+
+    def agent() -> Agent:
+        options = AgentOptions(require_approval=frozenset({"transfer"}), durability="step")
+        model = ScriptedModel(responder=respond)  # type: ignore[arg-type]
+        return Agent(model, "scripted", tools=[transfer], name="payer", options=options)
+
+    backends = memory_backends()
+    registry = AgentRegistry({"payer": agent})
+    rt = worker_runtime(backends, "w1", switch=switch, registry=registry)
+    first = request_for("s-pay", "pay 5").model_copy(update={"agent": "payer"})
+    submit(rt.runs, first)
+    drain(rt, TENANT, "s-pay")
+    approve = Resolution(call_id="call_t", action="approve")
+    continuation = first.model_copy(
+        update={"run_id": "run-cont", "request_id": "run-cont", "input": None,
+                "resolutions": (approve,)}
+    )  # fmt: skip
+    submit(rt.runs, continuation)
+    with pytest.raises(SimulatedCrash):
+        drain(rt, TENANT, "s-pay")
+    assert effects == ["transfer 5"]
+    backends.expire_lease(TENANT, "s-pay")
+
+    taker = worker_runtime(backends, "w2", registry=registry)
+    submit(taker.runs, continuation)  # the broker redelivers the message
+    drain(taker, TENANT, "s-pay")
+
+    view = backends.runs.get(continuation.ref)
+    assert view is not None and view.result is not None
+    assert view.result.status is RunStatus.COMPLETED and view.result.output == "paid"
+    assert effects == ["transfer 5"]  # once
+    report = SessionLogReader(backends.store, backends.archive).verify("s-pay", tenant=TENANT)
+    assert report.ok, report.problems

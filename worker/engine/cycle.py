@@ -405,6 +405,8 @@ def _execute(d: DrainState, session: AgentSession, request: RunRequest, agent: A
             # an approved tool has run: a rollback of what follows keeps its settlement, or the
             # call would be pending again and a second approval would run it again
             before = (session.memory_snapshot(), session.last_compact)
+            if checkpointer is not None:  # a crash from here on resumes past it, never reruns it
+                checkpointer()
         result = session.run(
             request.input,
             run_id=request.run_id,
