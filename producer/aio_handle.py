@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether.core.events import AgentEvent
 from tether.persistence.deltas.base import LiveDelta
-from tether.producer.handle import STREAM_BLOCK_MS
+from tether.producer.handle import STREAM_BLOCK_MS, gives
 from tether.producer.submission import (
     RunIds,
     cancelled_before_start,
@@ -201,7 +201,7 @@ class AsyncRunHandle:
         if tenant is None or session_id is None:
             return
         settled = await self._ensure()
-        last_seq = 0
+        last_seq = given = 0
         idle_since = time.monotonic()
         while True:
             async for event in self._producer.event_stream.tail(
@@ -209,7 +209,8 @@ class AsyncRunHandle:
             ):
                 last_seq = event.seq  # a replacement after a retried attempt may go back
                 idle_since = time.monotonic()
-                if event.run_id == self.run_id:
+                if gives(event, self.run_id, given):
+                    given = event.seq
                     yield event
             if settled.done():
                 final = settled.result()
@@ -229,6 +230,7 @@ class AsyncRunHandle:
             return
         settled = await self._ensure()
         seen = [0]
+        given = 0
 
         def finished() -> bool:  # settled, and every event of the run was yielded
             if not settled.done():
@@ -245,7 +247,10 @@ class AsyncRunHandle:
         ):
             if isinstance(item, AgentEvent):
                 seen[0] = item.seq  # a redo after a crash may go back
-            if item.run_id == self.run_id:
+                if gives(item, self.run_id, given):
+                    given = item.seq
+                    yield item
+            elif item.run_id == self.run_id:
                 yield item
         if settled.done():
             yield self._ids.complete(settled.result())

@@ -295,7 +295,7 @@ class RunHandle(concurrent.futures.Future[RunResult]):
         if tenant is None or session_id is None:
             return
         self._ensure()
-        last_seq = 0
+        last_seq = given = 0
         idle_since = time.monotonic()
         while True:
             for event in self._producer.event_stream.tail(
@@ -303,7 +303,8 @@ class RunHandle(concurrent.futures.Future[RunResult]):
             ):
                 last_seq = event.seq  # a replacement after a retried attempt may go back
                 idle_since = time.monotonic()
-                if event.run_id == self.run_id:
+                if gives(event, self.run_id, given):
+                    given = event.seq
                     yield event
             if _Future.done(self):
                 final = self.run_result()
@@ -336,6 +337,7 @@ class RunHandle(concurrent.futures.Future[RunResult]):
             last_seq = self.run_result().last_seq
             return last_seq == 0 or seen[0] >= last_seq
 
+        given = 0
         for item in self._producer.live.follow(
             tenant,
             session_id,
@@ -345,7 +347,18 @@ class RunHandle(concurrent.futures.Future[RunResult]):
         ):
             if isinstance(item, AgentEvent):
                 seen[0] = item.seq  # a redo after a crash may go back
-            if item.run_id == self.run_id:
+                if gives(item, self.run_id, given):
+                    given = item.seq
+                    yield item
+            elif item.run_id == self.run_id:
                 yield item
         if _Future.done(self):
             yield self.run_result()
+
+
+def gives(event: AgentEvent, run_id: str, given: int) -> bool:
+    """Whether a handle of ``run_id`` that gave events up to seq ``given`` gives ``event``: the
+    run's own, and the event that takes the place of one it gave when a redo after a crash
+    goes back (the next attempt's restore of the head, which names no run): without it the
+    client kept the dead attempt's event at that place, and its view held two user inputs."""
+    return event.run_id == run_id or (event.run_id is None and 0 < event.seq <= given)

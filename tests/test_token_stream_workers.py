@@ -172,6 +172,15 @@ def test_sigkill_mid_stream_redoes_the_step_once_and_the_reader_shows_it_cleanly
         finals = [e for e in history if e.type is EventType.FINAL_OUTPUT]
         assert [e.payload.text for e in finals] == [FINAL_TEXT]  # type: ignore[union-attr]
         assert streaming.client.get(f"{streaming.prefix}:{token}:calls") == b"2"
+        # the events as a client keeps them (where the seq goes back, what it had from there on
+        # is replaced) are the committed log: the redo's restore of the head, which names no
+        # run, takes the dead attempt's first event's place (the client kept that USER_INPUT)
+        view: dict[int, AgentEvent] = {}
+        for item in items:
+            if isinstance(item, AgentEvent):
+                view = {seq: e for seq, e in view.items() if seq < item.seq}
+                view[item.seq] = item
+        assert [(e.seq, e.type) for e in view.values()] == [(e.seq, e.type) for e in history]
     finally:
         victim.start()
 
