@@ -330,6 +330,29 @@ def test_percentiles_and_summary() -> None:
         assert fragment in text
 
 
+def test_the_summary_says_why_cases_errored() -> None:
+    """A typo in ``--agent`` failed every case with ``UnknownAgent``, and the summary showed only
+    ``FAILED 2``: the reason was in the results file alone. The summary now gives each error
+    type's count and its first message (masked, like results lines)."""
+    stats = SummaryStats()
+    unknown = "agent 'eco' is not registered; known agents: calculator, echo"
+    for n in range(2):
+        stats.add(result(f"c{n}", status="FAILED", error_type="UnknownAgent", error=unknown))
+    key = "sk-proj-" + "A1" * 12
+    stats.add(result("c9", status="FAILED", error_type="ModelError", error=f"bad key {key}"))
+    fields = dict(batch_id="b1", out="r.jsonl", total=3, resumed=0, invalid_skipped=0, runs=3)
+    summary = build_summary(stats, wall_s=1.0, concurrency=1, max_in_flight=1, **fields)
+    assert summary.errors == {
+        "UnknownAgent": {"count": 2, "example": unknown},
+        "ModelError": {"count": 1, "example": "bad key ***"},
+    }
+    console = Console(record=True, width=160)
+    render_summary(summary, console)
+    text = console.export_text()
+    assert "UnknownAgent" in text and "2: agent 'eco' is not registered" in text
+    assert key not in text and key not in json.dumps(summary.to_dict())
+
+
 # --- refusing to start --------------------------------------------------------------------------
 
 

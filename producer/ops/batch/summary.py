@@ -14,14 +14,21 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tether.producer.ops.batch.line_scores import line_score, scorer_outcomes
 from tether.producer.ops.batch.metrics import EpochMetrics
 from tether.producer.ops.batch.results import CaseResult
+from tether.runtime.redaction import mask_input
 
 _MAX_U32 = 2**32 - 1
 FAILED_STATUSES = ("FAILED", "CANCELLED")
+#: Error types whose first message a summary keeps (the rest are only counted by kind).
+MAX_ERROR_TYPES = 5
+#: How much of that message it keeps, and how much the table shows.
+MAX_EXAMPLE_CHARS = 500
+SHOWN_EXAMPLE_CHARS = 120
 
 
 def percentile(sorted_values: list[int], q: float) -> int | None:
@@ -49,6 +56,8 @@ class SummaryStats:
         self.scorer_tokens = 0
         self.scorer_cost_usd = 0.0
         self.errors_by_kind: Counter[str] = Counter()
+        self.errors_by_type: Counter[str] = Counter()
+        self.error_examples: dict[str, str] = {}
 
     def add(self, result: CaseResult) -> None:
         """Count one finished case (one epoch of it)."""
@@ -63,6 +72,11 @@ class SummaryStats:
         self.latencies_ms.append(min(max(result.latency_ms, 0), _MAX_U32))
         if result.errored:
             self.errors_by_kind[result.error_kind or "other"] += 1
+            kind = result.error_type or "other"
+            self.errors_by_type[kind] += 1
+            if kind not in self.error_examples and len(self.error_examples) < MAX_ERROR_TYPES:
+                # masked like results lines: the summary is printed and saved as JSON too
+                self.error_examples[kind] = mask_input(result.error or "")[:MAX_EXAMPLE_CHARS]
         records = (result.scores or {}).values()
         self.scoring_errors += result.scoring_errors
         usages = [r.usage for r in records if r.usage is not None]
@@ -145,6 +159,9 @@ class BatchSummary:
     scoring_errors: int = 0
     scorer_tokens: int = 0
     errors_by_kind: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Errored cases by ``error_type`` (the first few types): ``count`` and the first case's
+    message as ``example``, so a typo (an unknown agent) says so on the summary itself."""
     metrics: dict[str, Any] = field(default_factory=dict)
     total_cost_usd: float = 0.0
     unpriced_cases: int = 0
@@ -194,6 +211,10 @@ def build_summary(stats: SummaryStats, *, epochs: int = 1, **fields: Any) -> Bat
         scoring_errors=stats.scoring_errors,
         scorer_tokens=stats.scorer_tokens,
         errors_by_kind=dict(sorted(stats.errors_by_kind.items())),
+        errors={
+            kind: {"count": stats.errors_by_type[kind], "example": example}
+            for kind, example in stats.error_examples.items()
+        },
         metrics=metrics,
         finished=stats.finished,
         by_status=dict(sorted(stats.by_status.items())),
@@ -280,6 +301,9 @@ def render_summary(summary: BatchSummary, console: Console | None = None) -> Non
     for status, count in summary.by_status.items():
         style = "red" if status in FAILED_STATUSES else "green"
         table.add_row(f"  [{style}]{status}[/]", f"{count:,}")
+    for kind, error in summary.errors.items():
+        example = " ".join(str(error["example"]).split())[:SHOWN_EXAMPLE_CHARS]
+        table.add_row(f"    [red]{escape(kind)}[/]", f"{error['count']:,}: {escape(example)}")
     if summary.pass_rate is not None:
         rate = f"{summary.passed:,} / {summary.graded:,} ({summary.pass_rate:.1%})"
         table.add_row("passed", rate)
