@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -163,3 +164,48 @@ def test_no_warning_while_workers_consume(live_stack: Stack) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "echo: hi"
     assert "no worker is consuming" not in done.stderr
+
+
+def test_tether_batch_warns_when_no_worker_consumes_its_queue(
+    lonely_redis: RedisServer, tmp_path: Path
+) -> None:
+    """``tether batch`` sat at ``0/2 done`` with no word when no worker listened; it warns now,
+    as ``tether run`` does (and goes on waiting: a worker may come)."""
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text('{"id": "a", "input": "hi"}\n{"id": "b", "input": "ho"}\n')
+    env = _env(lonely_redis.url, tmp_path / "store")
+    proc, start = _cli(["batch", str(cases), "--agent", "echo"], env, tmp_path)
+    reader = TimedLines(proc, start)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(
+            "no worker is consuming" in line for _, line in reader.lines
+        ):
+            time.sleep(0.1)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    text = "\n".join(line for _, line in reader.lines)
+    assert WARNING in text and "start one with `tether worker` or `tether up`" in text, text
+    assert PASSWORD not in text
+
+
+def test_ctrl_c_on_tether_run_says_which_run_goes_on(
+    lonely_redis: RedisServer, tmp_path: Path
+) -> None:
+    """Ctrl-C while ``tether run`` waited exited 130 with nothing printed: the run went on and
+    its id, the only handle to cancel or wait for it, was lost."""
+    env = _env(lonely_redis.url, tmp_path / "store")
+    proc, start = _cli(["run", unique("int"), "hi", "--agent", "echo"], env, tmp_path)
+    reader = TimedLines(proc, start)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(
+        "no worker is consuming" in line for _, line in reader.lines
+    ):
+        time.sleep(0.1)  # the run is submitted and waited for
+    proc.send_signal(signal.SIGINT)
+    code = proc.wait(timeout=30)
+    text = "\n".join(line for _, line in reader.lines)
+    assert code == 130, text
+    assert "interrupted: run run-" in text and "tether cancel run-" in text, text
+    assert "tether wait run-" in text and "Traceback" not in text

@@ -184,9 +184,13 @@ def _run(producer: Any, cases: Path, options: BatchOptions) -> BatchSummary:
     from dataclasses import replace
 
     from tether.producer.ops.batch import run_batch_with
+    from tether.producer.ops.cli.support import warn_line
+    from tether.producer.worker_watch import warn_if_unconsumed
 
     # the CLI refuses an unknown agent up front (exit 2), as 'tether schedule add' does
     known = known_agents(producer.settings)
+    # no silent hang, as 'tether run' warns: the batch waits for workers that never come
+    warn_if_unconsumed(producer, warn_line)
     return run_batch_with(producer, cases, replace(options, known_agents=known))
 
 

@@ -117,8 +117,18 @@ def run_command(
 
     with Producer(cli_settings()) as producer:
         handle = producer.run_async(session_id, text, **options)
-        with watch_for_workers(producer, handle.run_id, warn=warn_line):
-            print_outcome(handle, wait_s, as_json, start_by_s=timeout_s, producer=producer)
+        try:
+            with watch_for_workers(producer, handle.run_id, warn=warn_line):
+                print_outcome(handle, wait_s, as_json, start_by_s=timeout_s, producer=producer)
+        except KeyboardInterrupt:
+            # the run goes on without this process: say which one it is, or it is lost to
+            # the user (only its id cancels it or waits for it)
+            typer.echo(
+                f"interrupted: run {handle.run_id} goes on: cancel it with `tether cancel "
+                f"{handle.run_id}` or wait for it with `tether wait {handle.run_id}`",
+                err=True,
+            )
+            raise
 
 
 def submit(
