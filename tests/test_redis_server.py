@@ -93,6 +93,9 @@ def test_password_restart_and_unavailable_messages(redis_binary: str) -> None:
             stream.append("t", "s", [ev(2, "b")], 0)
         assert PASSWORD not in str(down.value)
         assert f"127.0.0.1:{server.port}" in str(down.value)
+        # how to fix it, for a newcomer whose command ran before `tether up` or elsewhere
+        assert "`tether up` starts a local one" in str(down.value)
+        assert "`tether config` shows the URL in use" in str(down.value)
         # A restart keeps the addresses; the same client reconnects (the data is gone).
         server.start()
         assert server.url == url_before

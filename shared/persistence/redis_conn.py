@@ -249,7 +249,8 @@ def translate_errors(where: str) -> Iterator[None]:
     ) as exc:
         raise StreamUnavailable(
             f"Redis at {where} is unavailable ({type(exc).__name__}: {exc}); check that it is "
-            "running and reachable; the operation may be retried"
+            "running and reachable (`tether up` starts a local one, and `tether config` shows "
+            "the URL in use); the operation may be retried"
         ) from exc
     except (
         redis.exceptions.ResponseError,
