@@ -334,3 +334,17 @@ def test_an_approved_call_is_not_run_again_when_its_worker_dies_right_after_it()
     assert effects == ["transfer 5"]  # once
     report = SessionLogReader(backends.store, backends.archive).verify("s-pay", tenant=TENANT)
     assert report.ok, report.problems
+
+
+def test_approving_in_a_session_that_holds_nothing_says_so() -> None:
+    """``tether approve nosuchsess call_1`` said the call was unknown in that session, as if
+    the session existed: a mistyped session id should read as one."""
+    session = approver_agent().new_session("nosuchsess")
+    with pytest.raises(
+        InvalidInput, match=r"session default/nosuchsess holds nothing.*sessions list"
+    ):
+        session.approve("call_1")
+    with pytest.raises(InvalidInput, match="'call_9' is unknown in session default/local"):
+        used = approver_agent().new_session("local")
+        used.run("transfer 3")
+        used.approve("call_9")

@@ -129,9 +129,16 @@ def _latest_output(session: AgentSession, call_id: str) -> tuple[ToolCall, str]:
         None,
     )
     if call is None or output is None:
+        where = f"{session.tenant}/{session.session_id}"
+        if not items:
+            raise InvalidInput(
+                f"session {where} holds nothing (it does not exist, or no run wrote to it), so "
+                f"no call {call_id!r} waits there; check the session id ('tether sessions list "
+                f"--tenant {session.tenant}')"
+            )
         raise InvalidInput(
-            f"call {call_id!r} is unknown in session {session.tenant}/{session.session_id}; see "
-            "the WAITING run's result for the calls it waits on"
+            f"call {call_id!r} is unknown in session {where}; see the WAITING run's result for "
+            "the calls it waits on"
         )
     return call, output
 
