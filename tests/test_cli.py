@@ -211,6 +211,11 @@ def test_tail_sees_runs_submitted_by_another_process(live_stack: Stack) -> None:
     shown = [line.split()[0] for line in replay.stdout.splitlines() if line.strip()]
     assert shown == [str(n) for n in range(3, second["last_seq"] + 1)]
     assert "noted: two" in replay.stdout
+    assert "no event" not in replay.stderr
+    # a mistyped session id exited 0 with nothing at all: a note says what may be wrong
+    quiet = ok(tether(live_stack.env, "tail", sid + "-typo", "--idle-timeout", "0.5"))
+    assert quiet.stdout == "" and f"no event of session default/{sid}-typo" in quiet.stderr
+    assert "tether sessions list" in quiet.stderr
 
 
 @pytest.fixture

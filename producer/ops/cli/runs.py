@@ -270,20 +270,32 @@ def tail(
                 events = stream.tail(
                     *target, after_seq=from_seq - 1, block_ms=1000, idle_timeout_s=idle_timeout_s
                 )
-                _print_events(events, as_json, console)
+                shown = _print_events(events, as_json, console)
+                if not shown and from_seq == 1 and idle_timeout_s is not None:
+                    # a mistyped id reads like a quiet session: say so (a session that starts
+                    # later is fine, which is why this is a note, not an error)
+                    warn_line(
+                        f"no event of session {target[0]}/{session_id} came within "
+                        f"{idle_timeout_s:g} s (a new session, or a mistyped id: see "
+                        f"'tether sessions list --tenant {target[0]}')"
+                    )
     finally:
         client.close()
 
 
-def _print_events(events: Iterator[AgentEvent], as_json: bool, console: Console) -> None:
+def _print_events(events: Iterator[AgentEvent], as_json: bool, console: Console) -> int:
+    """Print ``events``; how many there were."""
     from tether.core.events import event_to_dict
     from tether.producer.ops.render import emit_json, event_text
 
+    count = 0
     for event in events:
+        count += 1
         if as_json:
             emit_json(event_to_dict(event), lines=True)
         else:
             console.print(event_text(event))
+    return count
 
 
 def _known(producer: Producer, run_id: str, tenant: str) -> str:
