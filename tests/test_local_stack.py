@@ -74,7 +74,9 @@ def test_up_run_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
             assert os.getsid(service["pid"]) == service["pid"], service
 
         again = ok(tether(tmp_path, "up"))
-        assert "already up" in again.stdout
+        assert "already up" in again.stdout and "not applied" not in again.stderr
+        more = ok(tether(tmp_path, "up", "--workers", "3"))  # kept its worker, silently
+        assert "already up" in more.stdout and "were not applied" in more.stderr
 
         run = ok(tether(tmp_path, "run", "s1", "hi", "--agent", "echo"))
         assert run.stdout.strip() == "echo: hi"

@@ -104,6 +104,12 @@ def up(
         console.print(f"the local stack of {escape(str(project))} is already up:")
         _print_services(console, result.state, project)
         console.print("stop it with `tether down`")
+        if options != UpOptions():
+            # `tether up --workers 3` on a running stack said "already up" and kept its workers
+            warn_line(
+                "the options given to this `tether up` were not applied to the stack already "
+                "running: `tether down`, then `tether up` with them"
+            )
         return
     console.print(f"[bold green]local stack up[/] in {escape(str(project))}")
     _print_services(console, result.state, project)
