@@ -22,6 +22,7 @@ during it redoes the SDK run (``durability="step"`` cannot checkpoint inside it)
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from tether.core.events import Usage
 from tether.errors import ModelError
 from tether.integrations.openai_agents.items import from_memory, to_memory
-from tether.models.base import ModelRequest, ModelResponse
+from tether.models.base import ModelRequest, ModelResponse, with_billed_usage
 from tether.runtime.agent import Agent, AgentOptions
 
 if TYPE_CHECKING:
@@ -42,27 +43,44 @@ DEFAULT_MAX_TURNS = 10
 """The SDK's own default: model turns of one SDK run before it gives up."""
 
 
+_loop_lock = threading.Lock()
+_loop: tuple[int, asyncio.AbstractEventLoop] | None = None
+
+
+def _process_loop() -> asyncio.AbstractEventLoop:
+    """This process's one event loop for SDK runs, running in a daemon thread (made again in a
+    forked child: a prefork worker's loop thread does not survive the fork)."""
+    global _loop
+    with _loop_lock:
+        if _loop is None or _loop[0] != os.getpid() or _loop[1].is_closed():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="tether-sdk-loop", daemon=True).start()
+            _loop = (os.getpid(), loop)
+        return _loop[1]
+
+
 def run_coroutine(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` to completion from blocking code, also when this thread already runs an
-    event loop (then in a helper thread with its own loop)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    box: dict[str, Any] = {}
+    """Run ``coro`` to completion from blocking code (also from a thread that runs a loop of
+    its own), on this process's one SDK event loop.
 
-    def target() -> None:
-        try:
-            box["value"] = asyncio.run(coro)
-        except BaseException as exc:  # handed to the caller below
-            box["error"] = exc
+    One loop for every run, not a fresh ``asyncio.run`` each: an SDK agent's model keeps its
+    ``AsyncOpenAI`` client, whose pooled connections belong to the loop they were opened on;
+    closing that loop after each run made every second run on a worker fail with "Event loop
+    is closed" (after its request had reached the provider)."""
+    return asyncio.run_coroutine_threadsafe(coro, _process_loop()).result()
 
-    thread = threading.Thread(target=target, name="tether-sdk-run")
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
+
+def _usage(usage: Any) -> Usage:
+    """The SDK's usage of a run as Tether's (counts it does not give read as none)."""
+
+    def count(name: str) -> int:
+        value = getattr(usage, name, 0)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+    into, out = count("input_tokens"), count("output_tokens")
+    return Usage(
+        input_tokens=into, output_tokens=out, total_tokens=count("total_tokens") or into + out
+    )
 
 
 def _final_text(output: Any) -> str:
@@ -106,19 +124,21 @@ class SdkRunnerModel:
                 )
             )
         except Exception as exc:
-            raise ModelError(
+            failure = ModelError(
                 f"the OpenAI Agents SDK run of agent {self.agent.name!r} failed: "
                 f"{type(exc).__name__}: {exc}"
-            ) from exc
+            )
+            # the turns it made before it failed (max turns, a guardrail) were billed: the
+            # SDK's exceptions carry the run's data, and the loop records what they used
+            run_data = getattr(exc, "run_data", None)
+            spent = getattr(getattr(run_data, "context_wrapper", None), "usage", None)
+            if spent is not None:
+                with_billed_usage(failure, _usage(spent))
+            raise failure from exc
         produced = result.to_input_list()[len(history) :]
-        usage = result.context_wrapper.usage
         return ModelResponse(
             text=_final_text(result.final_output),
-            usage=Usage(
-                input_tokens=usage.input_tokens,
-                output_tokens=usage.output_tokens,
-                total_tokens=usage.total_tokens,
-            ),
+            usage=_usage(result.context_wrapper.usage),
             memory_items=tuple(to_memory(item) for item in produced),
         )
 
