@@ -16,7 +16,7 @@ from tether.errors import ConfigurationError, InvalidId
 MAX_ID_LENGTH = 128
 _ID_RE = re.compile(r"[A-Za-z0-9_\-.:]{1,128}")
 ALLOWED_DESCRIPTION = (
-    "1-128 ASCII characters from [A-Za-z0-9_-.:], not starting with '.', without '..'"
+    "1-128 ASCII letters, digits, '_', '-', '.' and ':', not starting with '.', without '..'"
 )
 
 
