@@ -41,6 +41,14 @@ def test_a_small_queue_scales_out_once_its_oldest_run_waited_too_long() -> None:
     assert "oldest 6.0 s" in stale.reason
 
 
+def test_at_zero_workers_one_queued_message_of_unknown_age_starts_one() -> None:
+    """``--min 0``: one canvas message (no submission time, so no age) gave a backlog of 1 per
+    slot, not above 1, and no wait: no worker ever started, and the run waited for good."""
+    scale_to_zero = POLICY.model_copy(update={"min_workers": 0})
+    decision = decide(scale_to_zero, Load(queued=1, busy_slots=0), 0, PolicyState(), now_s=0)
+    assert decision.desired == 1 and decision.reason.startswith("scale out")
+
+
 def test_never_beyond_the_maximum() -> None:
     decision = decide(POLICY, Load(queued=1000, busy_slots=4), 4, PolicyState(), now_s=0)
     assert decision.desired == 4 and decision.reason == "steady"

@@ -92,7 +92,12 @@ def decide(
         return Decision(current, "cooldown", state)
     backlog = load.queued / max(1, current * slots)
     waited = load.oldest_age_s or 0.0
-    if load.queued > 0 and (backlog > policy.backlog_per_slot or waited > policy.max_wait_s):
+    # with no worker, nothing queued will ever start: out at once (one canvas message, which
+    # carries no submission time, at --min 0 waited for good: 1 per slot is not over 1)
+    stranded = current == 0
+    if load.queued > 0 and (
+        stranded or backlog > policy.backlog_per_slot or waited > policy.max_wait_s
+    ):
         needed = math.ceil((load.queued + load.busy_slots) / slots)
         target = min(hi, max(current + 1, needed))
         if target > current:
