@@ -9,9 +9,14 @@ Redis by idempotency key, model calls counted).
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.support.durable_agents import STEPS, RedisCounter, counter_env
@@ -92,8 +97,53 @@ def test_a_worker_that_dies_is_replaced_at_the_next_reading(tmp_path: Path) -> N
             (second,) = supervisor.workers
             assert second is not first and second.alive()
             second.wait_ready(90)
-            assert lines == ["bounds [1, 1]: workers 0 -> 1"] * 2
+            assert lines[0] == lines[2] == "bounds [1, 1]: workers 0 -> 1"
+            # why it went, and where to look: a worker that cannot start was replaced silently
+            assert lines[1].startswith(f"worker {first.name} exited with code -9; its log: ")
+            assert len(lines) == 3
         finally:
             supervisor.shutdown()
             probe.close()
         assert not second.alive()  # shutdown stopped it
+
+
+def test_a_supervisor_killed_outright_takes_its_workers_with_it(tmp_path: Path) -> None:
+    """A supervisor SIGKILLed (or killed by the OOM killer) left its workers running and
+    consuming, detached in sessions of their own, and ``tether down`` then stopped none of
+    them. A worker a supervisor starts gets SIGTERM (a warm shutdown) when its parent dies."""
+    with RedisServer(unix_socket=False) as server:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("TETHER_", "AWS_"))}
+        env.update(TETHER_BROKER_URL=server.url, TETHER_QUEUE=QUEUE)
+        env["TETHER_STORE_URL"] = f"file://{tmp_path / 'store'}"
+        parent_code = (
+            "import json, sys, time\n"
+            "from tether.dev.workers import WorkerProcess\n"
+            "env, logs = json.loads(sys.argv[1]), sys.argv[2]\n"
+            "w = WorkerProcess('child', env, logs, queue=sys.argv[3], die_with_parent=True)\n"
+            "w.start(wait=True, timeout_s=90)\n"
+            "print(w.pid, flush=True)\n"
+            "time.sleep(600)\n"
+        )
+        parent = subprocess.Popen(
+            [sys.executable, "-c", parent_code, json.dumps(env), str(tmp_path / "logs"), QUEUE],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert parent.stdout is not None
+        worker_pid = int(parent.stdout.readline())
+        try:
+            assert psutil.pid_exists(worker_pid)
+            parent.kill()  # SIGKILL: no cleanup of its own
+            parent.wait(timeout=30)
+            gone = eventually(lambda: not _running(worker_pid) or None, timeout_s=60)
+            assert gone
+        finally:
+            if _running(worker_pid):
+                os.killpg(worker_pid, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

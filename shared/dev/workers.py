@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from tether.errors import ConfigurationError
@@ -31,6 +31,10 @@ class WorkerProcess:
         concurrency: pool processes or threads.
         pool: ``prefork``, ``threads`` or ``solo``.
         queue: the queue to consume.
+        die_with_parent: the worker is sent SIGTERM (a warm shutdown) when the process that
+            started it dies (Linux; an autoscaling supervisor killed with SIGKILL left its workers
+            running, and ``tether down`` then stopped none of them). Off for detached services
+            (``tether up``'s workers outlive the command that started them).
     """
 
     #: What the log shows once the process is ready (a subclass runs another command).
@@ -45,8 +49,10 @@ class WorkerProcess:
         concurrency: int = 1,
         pool: str = "prefork",
         queue: str = "tether",
+        die_with_parent: bool = False,
     ) -> None:
         self.name = name
+        self.die_with_parent = die_with_parent
         self.env = dict(env)
         self.log_path = Path(log_dir) / f"{name}.log"
         self.concurrency = concurrency
@@ -96,6 +102,7 @@ class WorkerProcess:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                preexec_fn=_parent_death_signal() if self.die_with_parent else None,
             )
         finally:
             log.close()
@@ -199,3 +206,20 @@ class WorkerFleet:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A ``preexec_fn`` asking Linux to send the child SIGTERM when its parent dies
+    (``prctl(PR_SET_PDEATHSIG)``); None elsewhere. The C function is looked up here, in the
+    parent, so the child between fork and exec only calls it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    set_pdeathsig = 1  # PR_SET_PDEATHSIG, <linux/prctl.h>
+
+    def arm() -> None:
+        prctl(set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+
+    return arm

@@ -138,6 +138,10 @@ class Supervisor:
         now_s = time.monotonic() if now_s is None else now_s
         self._reap(now_s)
         for dead in [w for w in self.workers if not w.alive()]:  # replaced below
+            code = dead.proc.returncode if dead.proc is not None else None
+            # a worker that cannot start (a bad agent module) was restarted every few seconds,
+            # silently: say why, where its log is
+            self.say(f"worker {dead.name} exited with code {code}; its log: {dead.log_path}")
             dead.stop(timeout_s=0)  # its pool children, if any outlived it
             self.workers.remove(dead)
         signals = self.probe.read()
@@ -183,6 +187,7 @@ class Supervisor:
             self.log_dir,
             concurrency=self.policy.slots_per_worker,
             queue=self.probe.queue,
+            die_with_parent=True,  # a supervisor killed outright takes its workers with it
         )
         worker.start(wait=False)
         self.workers.append(worker)
