@@ -132,6 +132,11 @@ def test_worker_runs_the_real_cli_and_scales(compose: dict[str, Any]) -> None:
     assert built.exit_code == 0, built.output
     assert "-m celery -A tether.worker.app worker" in built.output
     assert "--concurrency 2" in built.output and "--queues tether" in built.output
+    # the warm shutdown finishes a run without checkpoints: the grace covers the longest run
+    max_run_s = int(interpolate(environment(worker)["TETHER_MAX_RUN_S"]))
+    for name in ("worker", "worker-cluster"):
+        grace = compose["services"][name]["stop_grace_period"]
+        assert grace.endswith("m") and int(grace[:-1]) * 60 >= max_run_s, (name, grace)
 
 
 def environment_for(service: dict[str, Any]) -> dict[str, str | None]:

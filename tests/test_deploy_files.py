@@ -145,6 +145,11 @@ def test_deployments_select_their_pods_and_read_the_settings(name: str) -> None:
     )
     (container,) = template["spec"]["containers"]
     assert {"configMapRef": {"name": "tether-config"}} in container["envFrom"]
+    # config.yaml tells to move URLs holding a Redis password into the Secret: every pod must
+    # read it whole (the console read only its token and the AWS keys, and fell back to
+    # redis://127.0.0.1:6379 while its TCP probe kept it Ready)
+    secret = {"secretRef": {"name": "tether-credentials", "optional": True}}
+    assert secret in container["envFrom"], container["envFrom"]
     image = container["image"]
     repo, _, tag = image.rpartition(":")
     assert repo and re.fullmatch(r"\d+\.\d+\.\d+", tag), f"{image} is not pinned"
@@ -184,7 +189,10 @@ def test_the_commands_are_accepted_by_the_real_cli(monkeypatch: pytest.MonkeyPat
 
 def test_scale_in_leaves_time_for_the_warm_shutdown() -> None:
     spec = _one("Deployment", "tether-worker")["spec"]["template"]["spec"]
-    assert spec["terminationGracePeriodSeconds"] >= 60  # a step ends, the run is handed back
+    # a run without checkpoints is finished before the worker exits: a grace shorter than the
+    # longest run (120 s against TETHER_MAX_RUN_S 600) killed it midway, to be redone
+    max_run_s = int(_one("ConfigMap", "tether-config")["data"]["TETHER_MAX_RUN_S"])
+    assert spec["terminationGracePeriodSeconds"] >= max_run_s
 
 
 def test_keda_scales_the_worker_deployment_on_the_broker_queue() -> None:
