@@ -136,6 +136,7 @@ def test_bounds() -> None:
         (["--min", "3", "--max", "1"], "--min/--max"),
         (["--concurrency", "0"], "--concurrency"),
         (["--idle-s", "-1"], "--idle-s"),
+        (["--interval-s", "inf"], "--interval-s"),  # an OverflowError after starting a worker
     ],
 )
 def test_tether_autoscale_refuses_bad_options_with_exit_2(

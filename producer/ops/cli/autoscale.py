@@ -44,6 +44,10 @@ _OPTION_OF = {
 }
 
 
+#: The longest wait between two readings (a longer one is no autoscaling).
+MAX_INTERVAL_S = 3600.0
+
+
 def make_policy(**fields: float) -> ScalePolicy:
     """A validated :class:`ScalePolicy`; a bad value is one :class:`UsageError`."""
     import pydantic
@@ -126,6 +130,11 @@ def autoscale(
         backlog_per_slot=backlog_per_slot,
         cooldown_s=cooldown_s,
     )
+    if not interval_s <= MAX_INTERVAL_S:  # inf and nan too: a sleep that long overflowed
+        raise UsageError(
+            f"tether autoscale --interval-s: must be at most {MAX_INTERVAL_S:g} s, got "
+            f"{interval_s:g}; see tether autoscale --help"
+        )
     settings = cli_settings()
     probe = FleetProbe(settings, queue or settings.queue)
     stop = threading.Event()
