@@ -190,6 +190,22 @@ def test_in_flight_usage_holds_a_budget_for_runs_that_have_not_finished(backend:
     assert spent(budget, usage.in_flight(tenant(), "r-1", CALL, 0.001)).admitted
 
 
+def test_a_submission_is_refused_on_the_unfinished_runs_usage_too(backend: Backend) -> None:
+    """Admission read the finished runs' day alone: with the unfinished runs over the budget, a
+    new run was admitted, only to stop before its first step (its input kept in memory)."""
+    usage, _ = backend
+    t = tenant()
+    budget = TenantBudget(tokens_per_day=2500)
+    assert usage.admit(t, budget).admitted
+    usage.in_flight(t, "r-1", CALL, 0.001)
+    usage.in_flight(t, "r-2", CALL, 0.001)
+    assert usage.admit(t, budget).admitted  # 2,200 so far
+    usage.in_flight(t, "r-3", CALL, 0.001)
+    verdict = usage.admit(t, budget)  # 3,300, none finished
+    assert (verdict.admitted, verdict.budget, verdict.used) == (False, "tokens_per_day", 3300)
+    assert usage.admit(tenant(), budget).admitted  # another tenant's runs are its own
+
+
 def test_the_in_flight_record_expires_like_the_day(redis_url: str) -> None:
     client = redis_from_url(redis_url)
     keys = RedisKeys(f"use-{uuid.uuid4().hex[:8]}")

@@ -72,7 +72,9 @@ class InMemoryTenantUsage:
             return total
 
     def admit(self, tenant: str, budget: TenantBudget, *, runs: int = 1) -> Verdict:
-        verdict = spent(budget, self.day(tenant)) if budget.spend_limited else ADMITTED
+        # the day with the unfinished runs' usage so far, as a step boundary checks it
+        today = self.in_flight(tenant, None, Usage(), None)
+        verdict = spent(budget, today) if budget.spend_limited else ADMITTED
         if not verdict.admitted or not budget.runs_per_minute:
             return verdict
         now = self._clock_us()

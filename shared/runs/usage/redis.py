@@ -179,7 +179,8 @@ def admit_call(
     keys: RedisKeys, tenant: str, budget: TenantBudget, runs: int
 ) -> tuple[list[Any], list[Any]]:
     """The KEYS and ARGV of ``tenant_admit.lua`` for ``runs`` submissions under ``budget``."""
-    day, _, rate = keys.tenant_usage(tenant, utc_day())
+    name = utc_day()
+    day, _, rate = keys.tenant_usage(tenant, name)
     argv = ADMIT.argv(
         tokens_per_day=budget.tokens_per_day,
         cost_nano_per_day=round(budget.usd_per_day * NANO),
@@ -187,7 +188,7 @@ def admit_call(
         runs=max(1, runs),
         burst_us=int(BURST_S * 1_000_000),
     )
-    return ADMIT.keys(day=day, rate=rate), argv
+    return ADMIT.keys(day=day, rate=rate, inflight=keys.tenant_inflight(tenant, name)), argv
 
 
 def verdict_of(reply: list[Any]) -> Verdict:
