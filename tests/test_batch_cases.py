@@ -532,3 +532,15 @@ def test_a_batch_scored_by_regex_refuses_a_pattern_that_does_not_compile_before_
         run_batch(producer, cases, agent="echo", out=out, scorers=["regex"])
     assert "not a valid regex" in str(info.value)
     assert not out.exists()
+
+
+def test_a_cases_own_session_id_may_not_end_like_an_epochs_session() -> None:
+    """A case naming session ``s:e1`` ran in the session of epoch 1 of the case naming ``s``:
+    two cases' turns in one session. Such an id is an invalid line now."""
+    for session in ("s:e1", "s:e12r3"):
+        line = json.dumps({"id": "c", "input": "i", "session_id": session})
+        with pytest.raises(ValueError, match="ends like an epoch or retry's session"):
+            parse_case_line(line, default_agent="echo")
+    for session in ("s", "s:east", "s:e1x"):
+        line = json.dumps({"id": "c", "input": "i", "session_id": session})
+        assert parse_case_line(line, default_agent="echo").session_id == session

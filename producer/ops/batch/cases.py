@@ -54,6 +54,10 @@ class Grader(StrEnum):
     F1 = "f1"  # token F1 of output and expected (passes at 1.0)
 
 
+#: The suffix :func:`tether.producer.ops.batch.ids.case_session_id` gives an epoch or a retry.
+_UNIT_SUFFIX = re.compile(r":e\d+(r\d+)?$")
+
+
 class BatchCase(BaseModel):
     """One evaluation case (one line of a cases file)."""
 
@@ -106,9 +110,17 @@ class BatchCase(BaseModel):
         if value is None:
             return None
         try:
-            return validate_id(value)
+            validate_id(value)
         except InvalidId as exc:  # pydantic reports ValueErrors with the field's name
             raise ValueError(str(exc)) from exc
+        if _UNIT_SUFFIX.search(value):
+            # the suffix a batch adds for an epoch or a retry: case "s:e1" would run in epoch 1
+            # of the case naming session "s", both in one session
+            raise ValueError(
+                f"session id {value!r} ends like an epoch or retry's session (':e<n>' or "
+                "':e<n>r<m>', which the batch adds to a case's session_id); choose another"
+            )
+        return value
 
     @pydantic.field_validator("metadata")
     @classmethod
