@@ -470,3 +470,20 @@ def test_retry_refuses_a_version_1_file_before_any_run(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput, match="does not exist"):
         retry_batch(producer, tmp_path / "missing.jsonl", BatchOptions())
     assert path.read_bytes() == (FIXTURES / "batch_results_v1.jsonl").read_bytes()
+
+
+def test_retry_refuses_other_scorers_than_the_batchs(tmp_path: Path) -> None:
+    """``tether batch retry --scorer exact`` on a batch scored by contains and judge wrote the
+    retried lines, scored by exact alone, beside the others: one summary mixed two scorings."""
+    from tether.producer.client import Producer
+    from tether.producer.ops.batch import BatchOptions
+    from tether.producer.ops.batch.retry import retry_batch
+    from tether.settings import Settings
+
+    path = tmp_path / "v2.jsonl"
+    path.write_bytes((FIXTURES / "batch_results_v2.jsonl").read_bytes())
+    nowhere = "redis://127.0.0.1:1"  # never contacted: the refusal comes first
+    producer = Producer(Settings(redis_url=nowhere, broker_url=nowhere))
+    with pytest.raises(InvalidInput, match=r"scored by \['contains', 'judge'\].*not \['exact'\]"):
+        retry_batch(producer, path, BatchOptions(scorers=("exact",)))
+    assert path.read_bytes() == (FIXTURES / "batch_results_v2.jsonl").read_bytes()

@@ -98,6 +98,15 @@ def retry_batch(
     options = options.checked(default_tenant=producer.settings.tenant)
     specs = list(options.scorers) or _batch_scorers(records)
     scorers = batch_scorers(producer, specs)
+    ran_with = set(_batch_scorers(records))
+    if options.scorers and {s.name for s in scorers} != ran_with:
+        # the retried lines would go into the file beside lines scored by the others, and the
+        # summary would mix them as one batch's scores
+        raise InvalidInput(
+            f"results file {path} was scored by {sorted(ran_with) or 'no scorer'}; a retry "
+            f"scores with those, not {sorted(s.name for s in scorers)}: leave out --scorer, or "
+            "run a new batch (another --out) to score with others"
+        )
     units = [Unit(NumberedCase(r.line, case_of(r)), r.epoch, r.attempt + 1) for r in errored]
     epochs = max(r.epoch for r in records) + 1
     with path.open("a+b") as lock:
