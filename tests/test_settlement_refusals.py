@@ -31,6 +31,7 @@ from tether.runtime.registry import AgentRegistry
 from tether.runtime.session import AgentSession
 from tether.runtime.tools import Waiting
 from tether.worker.engine.cycle import drain
+from tether.worker.engine.services import EngineServices
 
 
 @tool
@@ -250,15 +251,7 @@ def test_a_resumed_continuation_keeps_its_settlement_when_it_is_cancelled() -> N
     backends = memory_backends()
     registry = AgentRegistry({"payer": agent})
     dying = worker_runtime(backends, "w1", switch=switch, registry=registry)
-    first = request_for("s-pay-2", "pay 5").model_copy(update={"agent": "payer"})
-    submit(dying.runs, first)
-    drain(dying, TENANT, "s-pay-2")
-    approve = Resolution(call_id="call_t", action="approve")
-    continuation = first.model_copy(
-        update={"run_id": "run-cont-a", "request_id": "run-cont-a", "input": None,
-                "resolutions": (approve,)}
-    )  # fmt: skip
-    submit(dying.runs, continuation)
+    continuation = _approval_sent(dying, "s-pay-2", "run-cont-a")
     with pytest.raises(SimulatedCrash):
         drain(dying, TENANT, "s-pay-2")
     backends.expire_lease(TENANT, "s-pay-2")
@@ -310,15 +303,7 @@ def test_an_approved_call_is_not_run_again_when_its_worker_dies_right_after_it()
     backends = memory_backends()
     registry = AgentRegistry({"payer": agent})
     rt = worker_runtime(backends, "w1", switch=switch, registry=registry)
-    first = request_for("s-pay", "pay 5").model_copy(update={"agent": "payer"})
-    submit(rt.runs, first)
-    drain(rt, TENANT, "s-pay")
-    approve = Resolution(call_id="call_t", action="approve")
-    continuation = first.model_copy(
-        update={"run_id": "run-cont", "request_id": "run-cont", "input": None,
-                "resolutions": (approve,)}
-    )  # fmt: skip
-    submit(rt.runs, continuation)
+    continuation = _approval_sent(rt, "s-pay", "run-cont")
     with pytest.raises(SimulatedCrash):
         drain(rt, TENANT, "s-pay")
     assert effects == ["transfer 5"]
@@ -348,3 +333,17 @@ def test_approving_in_a_session_that_holds_nothing_says_so() -> None:
         used = approver_agent().new_session("local")
         used.run("transfer 3")
         used.approve("call_9")
+
+
+def _approval_sent(rt: EngineServices, session_id: str, run_id: str) -> RunRequest:
+    """Run ``pay 5`` on the ``payer`` agent until it waits for approval of ``call_t``, then
+    submit its approval as run ``run_id``; the continuation, submitted, not drained."""
+    first = request_for(session_id, "pay 5").model_copy(update={"agent": "payer"})
+    submit(rt.runs, first)
+    drain(rt, TENANT, session_id)
+    approve = Resolution(call_id="call_t", action="approve")
+    continuation = first.model_copy(
+        update={"run_id": run_id, "request_id": run_id, "input": None, "resolutions": (approve,)}
+    )
+    submit(rt.runs, continuation)
+    return continuation

@@ -300,14 +300,7 @@ def test_listing_pages_in_key_order_and_isolates_tenants(case: StoreCase) -> Non
     )
 
     expected = sorted(ids, key=listing_order)
-    pages: list[list[str]] = []
-    after: str | None = None
-    while True:
-        page = case.store.list_session_ids("acme", after=after, limit=3)
-        pages.append(page)
-        if len(page) < 3:
-            break
-        after = page[-1]
+    pages = _pages(case.store, "acme", 3)
 
     assert [sid for page in pages for sid in page] == expected
     assert [len(page) for page in pages] == [3, 3, 2]
@@ -317,6 +310,18 @@ def test_listing_pages_in_key_order_and_isolates_tenants(case: StoreCase) -> Non
     assert case.store.list_session_ids("acme-eu") == ["other"]
     assert case.store.list_session_ids("acm") == ["x"]
     assert case.store.list_session_ids("nobody") == []
+
+
+def _pages(store: BlobSnapshotStore, tenant: str, limit: int) -> list[list[str]]:
+    """Every page of ``tenant``'s session ids, ``limit`` at a time, as a caller walks them."""
+    pages: list[list[str]] = []
+    after: str | None = None
+    while True:
+        page = store.list_session_ids(tenant, after=after, limit=limit)
+        pages.append(page)
+        if len(page) < limit:
+            return pages
+        after = page[-1]
 
 
 def test_a_name_that_is_no_session_id_is_skipped_and_paging_goes_past_it(
@@ -331,14 +336,7 @@ def test_a_name_that_is_no_session_id_is_skipped_and_paging_goes_past_it(
     for stray in ("b x", "b..c", "bz\u00e9"):  # between b and c, as the backends order names
         case.raw_write(f"{head_key('acme', 'b').rsplit('/', 2)[0]}/{stray}/head.json", head)
 
-    pages: list[list[str]] = []
-    after: str | None = None
-    while True:
-        page = case.store.list_session_ids("acme", after=after, limit=2)
-        pages.append(page)
-        if len(page) < 2:
-            break
-        after = page[-1]
+    pages = _pages(case.store, "acme", 2)
 
     assert [sid for page in pages for sid in page] == ids
     assert iter_session_ids(case.store, "acme", page_size=1) == ids
