@@ -105,6 +105,12 @@ class AsyncRunHandle:
         if self._settled is None:
             self._settled = asyncio.get_running_loop().create_future()
         registration = self._registration
+        if (
+            registration is not None
+            and registration.done()
+            and (registration.cancelled() or registration.exception() is not None)
+        ):
+            registration = None  # failed while its waiter was cancelled: look again now
         if registration is None:
             registration = self._registration = asyncio.ensure_future(self._register())
             registration.add_done_callback(_retrieved)

@@ -57,6 +57,12 @@ class _RegisteringWaiters(list[Any]):
         self._on_append()
 
 
+#: The first wait before a failed lookup of a reattached handle's run is tried again, and the
+#: longest (it doubles between).
+RETRY_FIRST_S = 0.5
+RETRY_MAX_S = 5.0
+
+
 class RunHandle(concurrent.futures.Future[RunResult]):
     """The handle of one run: a real :class:`concurrent.futures.Future`.
 
@@ -86,6 +92,8 @@ class RunHandle(concurrent.futures.Future[RunResult]):
         self._queued_after = queued_after
         self._register_lock = threading.Lock()
         self._registered = False
+        self._retry: threading.Timer | None = None
+        self._retries = 0
         self._recorded: RunResult | None = None  # the result of a cancelled run
         self._waiters = _RegisteringWaiters(self._ensure_quietly)
 
@@ -146,8 +154,9 @@ class RunHandle(concurrent.futures.Future[RunResult]):
         try:
             ref = self._ref()  # a reattached handle looks its run up: I/O that may fail
         except BaseException:
-            with self._register_lock:  # not registered: the next wait tries again
+            with self._register_lock:  # not registered: tried again, by the next wait or later
                 self._registered = False
+            self._retry_later()
             raise
         if ref is None:
             self._settle(not_found(self.run_id, self._ids.tenant or ""))
@@ -156,13 +165,33 @@ class RunHandle(concurrent.futures.Future[RunResult]):
             ref, self._settle, queued_after=self._queued_after
         )
 
+    def _retry_later(self) -> None:
+        """Look the run up again in the background (backing off to :data:`RETRY_MAX_S`): a wait
+        that only registers a callback (``await handle``, ``add_done_callback``) or that came
+        while the failed lookup ran has no later call of its own to try again, and nothing
+        else would ever settle it."""
+        with self._register_lock:
+            if self._retry is not None or _Future.done(self):
+                return
+            delay_s = min(RETRY_MAX_S, RETRY_FIRST_S * 2**self._retries)
+            self._retries += 1
+            self._retry = timer = threading.Timer(delay_s, self._retried)
+            timer.daemon = True
+        timer.start()
+
+    def _retried(self) -> None:
+        with self._register_lock:
+            self._retry = None
+        if not _Future.done(self):
+            self._ensure_quietly()
+
     def _ensure_quietly(self) -> None:
         try:
             self._ensure()
-        except TetherError as exc:  # registered: the listener settles it once Redis answers
-            log.warning(
-                "checking run %s failed (%s); the listener will settle it", self.run_id, exc
-            )
+        except TetherError as exc:
+            # registered (the listener settles it once Redis answers), or not yet (looked up
+            # again in the background): either way the handle resolves without another call
+            log.warning("checking run %s failed (%s); it is checked again", self.run_id, exc)
 
     def _settle(self, result: RunResult) -> None:
         """Resolve the future from a recorded result (called by the listener, once)."""
