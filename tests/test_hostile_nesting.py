@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import redis
 
-from tests.support.crash import TENANT, real_backends, request_for, worker_runtime
+from tests.support.crash import TENANT, Backends, real_backends, request_for, worker_runtime
 from tests.support.moto_server import S3TestBucket
 from tether.core.results import RunStatus
 from tether.errors import SnapshotCorrupt
@@ -26,6 +26,7 @@ from tether.persistence.objects import HEAD_KIND, head_key, seal
 from tether.runs.fleet import submitted_at_ms
 from tether.runs.queue.base import submit
 from tether.worker.engine.cycle import drain
+from tether.worker.engine.services import EngineServices
 
 DEEP = b"[" * 5000 + b"]" * 5000
 """Valid JSON that ``json.loads`` cannot parse within the interpreter's recursion limit."""
@@ -52,14 +53,23 @@ def test_a_deeply_nested_queued_message_is_no_run_message() -> None:
     assert submitted_at_ms(DEEP) is None
 
 
+def _one_run_done(
+    client: redis.Redis, bucket: S3TestBucket, session_id: str
+) -> tuple[Backends, EngineServices]:
+    """Backends on the private Redis and S3, and a worker's runtime that applied one run to
+    ``session_id`` (so its head exists, stored and cached)."""
+    backends = real_backends(client, bucket.bucket, bucket.endpoint_url)
+    rt = worker_runtime(backends, "w")
+    submit(rt.runs, request_for(session_id, "1+1"))
+    drain(rt, TENANT, session_id)
+    return backends, rt
+
+
 def test_a_run_on_a_deeply_nested_head_fails_at_once_and_touches_nothing(
     redis_client: redis.Redis, s3_bucket: S3TestBucket
 ) -> None:
-    backends = real_backends(redis_client, s3_bucket.bucket, s3_bucket.endpoint_url)
-    rt = worker_runtime(backends, "w")
     sid = "s-deep"
-    submit(rt.runs, request_for(sid, "1+1"))
-    drain(rt, TENANT, sid)
+    backends, rt = _one_run_done(redis_client, s3_bucket, sid)
     blobs = backends.store.blobs
     current = blobs.get(head_key(TENANT, sid))
     hostile = seal(HEAD_KIND, DEEP)
@@ -81,11 +91,8 @@ def test_a_deeply_nested_cached_head_is_a_miss_and_is_dropped(
     redis_client: redis.Redis, s3_bucket: S3TestBucket
 ) -> None:
     # a tenant may write anything into its own sessions' head-cache keys (docs/trust-model.md)
-    backends = real_backends(redis_client, s3_bucket.bucket, s3_bucket.endpoint_url)
-    rt = worker_runtime(backends, "w")
     sid = "s-deep-cache"
-    submit(rt.runs, request_for(sid, "1+1"))
-    drain(rt, TENANT, sid)
+    backends, _ = _one_run_done(redis_client, s3_bucket, sid)
     stored = backends.store.blobs.get(head_key(TENANT, sid))
     keys: RedisKeys = backends.head_cache._keys
     entry = pack(seal(HEAD_KIND, DEEP), stored.token)
