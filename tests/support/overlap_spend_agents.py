@@ -15,21 +15,14 @@ import time
 import uuid
 from pathlib import Path
 
-from tests.support.spend_agents import CALL, PRICED
-from tether import Agent, ModelResponse, ScriptedModel, tool
-from tether.core.items import ToolOutput, UserMessage
+from tests.support.spend_agents import PRICED, progress, respond, work
+from tether import Agent, ModelResponse, ScriptedModel
 from tether.models.base import ModelRequest
 
 #: How long a model call takes: long enough that concurrent runs' steps overlap.
 CALL_S = 0.5
 #: How long a first call waits for the other runs' before giving up (then the test fails).
 BARRIER_S = 90.0
-
-
-@tool
-def work(n: int) -> str:
-    """One step of work."""
-    return f"worked {n}"
 
 
 def _barrier() -> None:
@@ -47,19 +40,10 @@ def _barrier() -> None:
 
 
 def _respond(request: ModelRequest) -> ModelResponse:
-    items = request.items
-    start = max(i for i, item in enumerate(items) if isinstance(item, UserMessage))
-    first = items[start]
-    assert isinstance(first, UserMessage)
-    steps = int(first.content.partition("steps=")[2] or 0)
-    done = sum(isinstance(item, ToolOutput) for item in items[start:])
-    if done == 0:
+    if progress(request)[1] == 0:
         _barrier()
     time.sleep(CALL_S)
-    if done >= steps:
-        return ModelResponse(text=f"done {done}", usage=CALL)
-    call = ModelResponse.call(f"call_{uuid.uuid4().hex[:10]}", "work", {"n": done + 1})
-    return ModelResponse(text=None, tool_calls=call.tool_calls, usage=CALL)
+    return respond(request)
 
 
 TETHER_AGENTS = {

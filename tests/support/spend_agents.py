@@ -28,13 +28,19 @@ def work(n: int) -> str:
     return f"worked {n}"
 
 
-def _respond(request: ModelRequest) -> ModelResponse:
+def progress(request: ModelRequest) -> tuple[int, int]:
+    """The tool steps the run's input ``steps=N`` asks for, and how many it has done."""
     items = request.items
     start = max(i for i, item in enumerate(items) if isinstance(item, UserMessage))
     first = items[start]
     assert isinstance(first, UserMessage)
     steps = int(first.content.partition("steps=")[2] or 0)
-    done = sum(isinstance(item, ToolOutput) for item in items[start:])
+    return steps, sum(isinstance(item, ToolOutput) for item in items[start:])
+
+
+def respond(request: ModelRequest) -> ModelResponse:
+    """The next step (a ``work`` call) or the answer, each call reporting :data:`CALL`."""
+    steps, done = progress(request)
     if done >= steps:
         return ModelResponse(text=f"done {done}", usage=CALL)
     call = ModelResponse.call(f"call_{uuid.uuid4().hex[:10]}", "work", {"n": done + 1})
@@ -42,6 +48,6 @@ def _respond(request: ModelRequest) -> ModelResponse:
 
 
 TETHER_AGENTS = {
-    "spender": lambda: Agent(ScriptedModel(responder=_respond), PRICED, tools=[work]),
-    "unpriced": lambda: Agent(ScriptedModel(responder=_respond), UNPRICED, tools=[work]),
+    "spender": lambda: Agent(ScriptedModel(responder=respond), PRICED, tools=[work]),
+    "unpriced": lambda: Agent(ScriptedModel(responder=respond), UNPRICED, tools=[work]),
 }
