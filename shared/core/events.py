@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -266,6 +266,10 @@ Payload = Annotated[
     | ErrorPayload,
     Field(discriminator="kind"),
 ]
+_PAYLOAD_TYPES = frozenset(get_args(get_args(Payload)[0]))
+_APPENDED_FIELDS_SET = frozenset(
+    {"type", "tenant", "session_id", "seq", "run_id", "step", "ts_ms", "payload"}
+)
 
 
 def now_ms() -> int:
@@ -304,6 +308,45 @@ class AgentEvent(BaseModel):
     def with_seq(self, seq: int) -> AgentEvent:
         """A copy with another sequence number."""
         return self.model_copy(update={"seq": seq})
+
+    @classmethod
+    def appended(
+        cls,
+        type_: EventType,
+        payload: BaseModel,
+        *,
+        tenant: str,
+        session_id: str,
+        seq: int,
+        run_id: str | None,
+        step: int,
+    ) -> AgentEvent:
+        """The event a session appends: the same value as ``AgentEvent(...)`` from the same
+        fields, built without validating them again. Only for values already of the right types
+        (a session's own ids, a validated payload model): validating them again cost more than
+        the rest of an Agents SDK ``add_items`` did (about 10 µs of it)."""
+        if type(payload) not in _PAYLOAD_TYPES or not isinstance(type_, EventType):
+            raise TypeError(f"not an event's type and payload: {type_!r}, {type(payload)!r}")
+        # what model_construct does, without its walk over every field's aliases and defaults
+        # (which cost more than validating): all fields given, none extra, no private ones
+        event = cls.__new__(cls)
+        fields = {
+            "v": 1,
+            "type": type_,
+            "tenant": tenant,
+            "session_id": session_id,
+            "seq": seq,
+            "run_id": run_id,
+            "step": step,
+            "ts_ms": now_ms(),
+            "payload": payload,
+        }
+        object.__setattr__(event, "__dict__", fields)
+        object.__setattr__(event, "__pydantic_fields_set__", set(_APPENDED_FIELDS_SET))
+        object.__setattr__(event, "__pydantic_extra__", None)
+        object.__setattr__(event, "__pydantic_private__", None)
+        fields["v"] = _needed_version(event)  # as the validator sets it
+        return event
 
 
 def _needed_version(event: AgentEvent) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import re
 import traceback
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
@@ -63,7 +64,20 @@ def secret_redactor(secrets: Iterable[str | SecretStr | None], *, mask: str = MA
                 text = text.replace(value, mask)
         return text
 
+    if not any(_JSON_ESCAPED.search(value) for value in ordered):
+        # each value appears as it is in the JSON text of any string holding it
+        _screens[redact] = lambda json_text: any(value in json_text for value in ordered)
     return redact
+
+
+_screens: weakref.WeakKeyDictionary[TextRedactor, Callable[[str], bool]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Redactors that can tell from a payload's JSON text that they would change none of its texts
+(see :func:`redact_event`): given that text, False only when no text in it holds a match."""
+
+_JSON_ESCAPED = re.compile(r'["\\\x00-\x1f]')
+"""The characters JSON writes as escapes (a value holding one may not appear as it is)."""
 
 
 #: Common credential formats, as a user might paste them into an input or a tool might echo them:
@@ -81,15 +95,25 @@ SECRET_PATTERNS: tuple[str, ...] = (
 )
 
 
+#: A literal each match of :data:`SECRET_PATTERNS` holds, of characters JSON never escapes: a
+#: text holding no match of this holds none of those, and neither does its JSON text.
+_SECRET_ANCHORS = re.compile(
+    r"sk-|AKIA|ASIA|[Bb][Ee][Aa][Rr][Ee][Rr] |gh[pousr]_|xox[abprs]-|AIza|PRIVATE KEY-----"
+)
+
+
 def pattern_redactor(
     patterns: Iterable[str] = SECRET_PATTERNS, *, mask: str = MASK
 ) -> TextRedactor:
     """A redactor masking every match of ``patterns`` (regular expressions)."""
+    patterns = tuple(patterns)
     compiled = re.compile("|".join(f"(?:{p})" for p in patterns))
 
     def redact(text: str) -> str:
         return compiled.sub(mask, text) if text else text
 
+    if patterns == SECRET_PATTERNS:
+        _screens[redact] = lambda json_text: _SECRET_ANCHORS.search(json_text) is not None
     return redact
 
 
@@ -101,6 +125,10 @@ def chain(*redactors: TextRedactor) -> TextRedactor:
             text = each(text)
         return text
 
+    screens = [_screens.get(each) for each in redactors]
+    if all(screen is not None for screen in screens):
+        found = [screen for screen in screens if screen is not None]
+        _screens[redact] = lambda json_text: any(screen(json_text) for screen in found)
     return redact
 
 
@@ -175,7 +203,14 @@ def redact_tree(value: Any, redact: TextRedactor, *, depth: int = 0) -> Any:
 
 def redact_event(event: AgentEvent, redact: TextRedactor) -> AgentEvent:
     """``event`` with ``redact`` applied to every text of its payload (the same object when
-    nothing changed)."""
+    nothing changed).
+
+    A redactor built here (the credential patterns, secret values, chains of them) first looks
+    at the payload's JSON text for what every match of it holds, and when nothing is there the
+    event is returned without walking its texts: several times cheaper, and the common case."""
+    screen = _screens.get(redact)
+    if screen is not None and not screen(event.payload.model_dump_json()):
+        return event
     doc = event.payload.model_dump(mode="json")
     # the payload's own fields are the schema's names, and ``kind`` its type tag
     cleaned = {k: v if k == "kind" else _walk(v, redact) for k, v in doc.items()}

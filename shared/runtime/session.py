@@ -19,10 +19,12 @@ from tether.core.context import CompactResult
 from tether.core.events import (
     AgentEvent,
     CompactPayload,
+    EmptyPayload,
     ErrorPayload,
     EventType,
     Payload,
     RestoredPayload,
+    now_ms,
 )
 from tether.core.fold import apply_event
 from tether.core.memory import Memory, MemorySnapshot
@@ -32,6 +34,7 @@ from tether.core.text import valid_text
 from tether.errors import StoreNotConfigured, TetherError
 from tether.ids import new_id, validate_id, validate_tenant
 from tether.persistence.codec import sha256_hex
+from tether.runtime.redaction import redact_event
 from tether.runtime.session_memory import SessionMemoryOps
 
 if TYPE_CHECKING:
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Listener = Callable[[AgentEvent], None]
+EMPTY_PAYLOAD = EmptyPayload()  # frozen: one value serves every event without a payload
 CancelCheck = Callable[[], bool]
 
 
@@ -129,8 +133,6 @@ class AgentSession(SessionMemoryOps):
 
     def touch(self) -> None:
         """Set ``updated_at_ms`` to now."""
-        from tether.core.events import now_ms
-
         self._metadata.updated_at_ms = max(now_ms(), self._metadata.updated_at_ms)
 
     @property
@@ -219,20 +221,19 @@ class AgentSession(SessionMemoryOps):
         touch: bool = True,
     ) -> AgentEvent:
         with self._lock:
-            kwargs = {} if payload is None else {"payload": payload}
-            event = AgentEvent(
-                type=type_,
-                tenant=self.tenant,
-                session_id=self.session_id,
+            metadata = self._metadata
+            event = AgentEvent.appended(
+                type_,
+                EMPTY_PAYLOAD if payload is None else payload,
+                tenant=metadata.tenant,
+                session_id=metadata.session_id,
                 seq=self._last_seq + 1,
                 run_id=run_id,
                 step=step,
-                **kwargs,
             )
-            if self._agent.redact is not None:  # before memory, listeners and storage see it
-                from tether.runtime.redaction import redact_event
-
-                event = redact_event(event, self._agent.redact)
+            redact = self._agent.redact
+            if redact is not None:  # before memory, listeners and storage see it
+                event = redact_event(event, redact)
             if write:
                 apply_event(self._memory, event)
             self._events.append(event)
