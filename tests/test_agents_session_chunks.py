@@ -96,6 +96,40 @@ def test_appends_seal_chunks_and_the_head_keeps_only_the_newest_items() -> None:
     assert texts(storage.session().read_items()) == [f"m{n}" for n in range(1040)]
 
 
+def test_one_item_appends_as_patches_still_seal_chunks(tmp_path: Path) -> None:
+    """On a journaling store, appends of one item are patches of the head this object stored
+    last (the shortcut of ``add_items``); the head still seals its older items into chunks as
+    it grows, and the archive still takes the outbox, so the head stays small."""
+    blobs = LocalBlobs(tmp_path / "store", journal=HeadJournal())
+    session = TetherSession("s", store=BlobSnapshotStore(blobs), archive=BlobEventArchive(blobs))
+    session.append_items([user(n) for n in range(100)])
+    for n in range(100, 400):
+        session.append_items([user(n)])
+        stored = BlobSnapshotStore(blobs).load_shallow(T, "s")
+        assert stored is not None
+        assert len(stored.snapshot.memory.items) <= 2 * CHUNK_ITEMS
+        assert len(stored.snapshot.events) <= ARCHIVE_BATCH_EVENTS
+    assert stored.snapshot.chunked_items + len(stored.snapshot.memory.items) == 400
+    reopened = TetherSession("s", store=BlobSnapshotStore(blobs), archive=BlobEventArchive(blobs))
+    assert texts(reopened.read_items()) == [f"m{n}" for n in range(400)]
+    assert texts(session.read_items(limit=3)) == ["m397", "m398", "m399"]
+    reader = SessionLogReader(BlobSnapshotStore(blobs), BlobEventArchive(blobs))
+    assert reader.verify("s").ok
+
+
+def test_a_patched_append_is_read_back_redacted(tmp_path: Path) -> None:
+    """Reads served from what this object appended last give the items as stored (masked)."""
+    blobs = LocalBlobs(tmp_path / "store", journal=HeadJournal())
+    session = TetherSession("s", store=BlobSnapshotStore(blobs), archive=BlobEventArchive(blobs))
+    session.append_items([user(0)])
+    session.append_items([user(1)])  # the head is now patched: the next append is the shortcut
+    planted = "sk-proj-" + "Q7x" * 10
+    session.append_items([{"role": "user", "content": f"my key is {planted}"}])
+    reopened = TetherSession("s", store=BlobSnapshotStore(blobs), archive=BlobEventArchive(blobs))
+    for reader in (session, reopened):
+        assert texts(reader.read_items()) == ["m0", "m1", "my key is ***"]
+
+
 def test_get_items_with_a_limit_reads_only_the_chunks_it_returns() -> None:
     storage = Storage()
     storage.session().append_items([user(n) for n in range(1000)])

@@ -78,6 +78,8 @@ class ChunkedWrite:
     """The archiving threshold recorded by the stored head this write started from."""
     outbox_items: int | None = None
     """How many memory items the outbox's item events hold (None: not counted yet)."""
+    memory_items: int | None = None
+    """How many memory items the session holds, once a patch stored it (None: not counted)."""
     patchable: bool = False
     """Whether the session holds exactly the stored head at its version, so that an append
     may be stored as a patch of it (see :mod:`tether.persistence.journal`)."""

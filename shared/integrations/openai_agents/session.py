@@ -293,7 +293,8 @@ class TetherSession:
             return
         converted = tuple(to_memory(item) for item in items)  # refuse bad items before writing
         try:
-            self._write(lambda session: session.add_items(converted), pull="none")
+            if not self._append_live(converted):
+                self._write(lambda session: session.add_items(converted), pull="none")
         except PydanticSerializationError as exc:
             # found as the write encodes (nothing was stored) rather than by a walk over every
             # text of every item before it, which every append would pay for
@@ -302,6 +303,56 @@ class TetherSession:
                 f"({exc}); a lone surrogate (a JSON \\ud800 without its pair) is the usual "
                 "cause: send valid Unicode text. Nothing was stored"
             ) from None
+
+    def _append_live(self, items: tuple[Item, ...]) -> bool:
+        """Append ``items`` as a patch on the session this object stored last as one (see
+        :meth:`_patch`), without :meth:`_write`'s rounds: the common case of ``add_items``,
+        where they cost more than the rest. False (nothing written) when the append cannot be
+        a patch of it; then :meth:`_write` reads the store and does the rest."""
+        with self._kept_lock:
+            write, known = self._live, self._known
+            session = None if write is None else write.session
+            if (
+                write is None
+                or session is None
+                or write.memory_items is None
+                or write.memory_items + len(items) > 2 * CHUNK_ITEMS  # the full save seals
+                or known is None
+                or known.version != session.version
+            ):
+                return False
+            if self._agent.archive is not None and (
+                write.outbox_items is None
+                or session.last_seq + 1 - session.archived_seq >= write.stored_batch
+                or write.outbox_items + len(items) > ARCHIVE_BATCH_EVENTS
+            ):
+                return False  # the full save archives the outbox
+            self._live = None  # used once: if this fails, the next write reads the store
+        version = session.version
+        assert self._journal is not None and version is not None  # as _patch left it
+        event = session.add_items(items)
+        assert event is not None and isinstance(event.payload, ItemsAppendedPayload)
+        try:
+            appended = self._journal.append_events(
+                self.tenant,
+                self.session_id,
+                (event,),
+                updated_at_ms=session.updated_at_ms,
+                expected_version=version,
+            )
+        except VersionConflict:
+            return False  # another writer saved first: _write starts from what it stored
+        if appended is None:
+            return False
+        session.set_version(appended)
+        stored = event.payload.items  # redacted, as the session holds them
+        write.memory_items += len(stored)
+        if write.outbox_items is not None:
+            write.outbox_items += len(stored)
+        known = _Known(appended, known.items + stored, known.chunks, known.chunk_index)
+        with self._kept_lock:
+            self._live, self._kept, self._known = write, None, known
+        return True
 
     def remove_last_item(self) -> SdkItem | None:
         """Blocking :meth:`pop_item`. A Tether-native item that stands for several SDK items
@@ -474,6 +525,7 @@ class TetherSession:
         session.set_version(appended)
         if write.outbox_items is not None:
             write.outbox_items += added
+        write.memory_items = len(memory.items)
         known = _Known(appended, memory.items, tuple(write.chunks), write.index)
         with self._kept_lock:
             self._live, self._kept, self._known = write, None, known
