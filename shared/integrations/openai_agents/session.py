@@ -36,7 +36,6 @@ loop.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import random
 import threading
 import time
@@ -51,6 +50,7 @@ from tether.errors import InvalidInput, ModelError, VersionConflict
 from tether.ids import validate_id, validate_tenant
 from tether.integrations.openai_agents.chunked import CHUNK_ITEMS, ChunkedWrite, Pull, unseal
 from tether.integrations.openai_agents.items import SdkItem, from_memory, to_memory
+from tether.integrations.openai_agents.session_settings import as_session_settings
 from tether.models.base import ModelRequest, ModelResponse
 from tether.persistence.archives.base import EventArchive
 from tether.persistence.codec import newest_head_items
@@ -90,39 +90,6 @@ class _NoModel:
         )
 
 
-def _session_settings(value: Any) -> Any:
-    """``value`` as the SDK's ``SessionSettings`` (a dict converted, None the defaults), as
-    ``SQLiteSession`` does; ``Runner.run`` reads its fields as attributes.
-
-    Raises:
-        InvalidInput: not ``SessionSettings`` nor a dict of its fields (an unknown field, a
-            value of the wrong type), refused as the SDK refuses it.
-    """
-    # imported here: the SDK is an optional extra, and importing this package must not need it
-    from agents.memory import SessionSettings
-
-    if value is None:
-        return SessionSettings()
-    if isinstance(value, SessionSettings):
-        return value
-    if not isinstance(value, Mapping):
-        raise InvalidInput(
-            f"session_settings must be the SDK's SessionSettings or a dict of its fields, got "
-            f"{type(value).__name__}; pass SessionSettings(limit=...)"
-        )
-    known = {f.name for f in dataclasses.fields(SessionSettings)}
-    unknown = sorted(str(k) for k in value if k not in known)
-    try:
-        if unknown:  # the SDK's own conversion refuses these too
-            raise TypeError(f"unknown field(s) {', '.join(unknown)}")
-        return SessionSettings(**value)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(
-            f"session_settings {dict(value)!r} are not the SDK's SessionSettings ({exc}); "
-            f"pass SessionSettings(limit=...) or a dict of its fields ({', '.join(sorted(known))})"
-        ) from exc
-
-
 class TetherSession:
     """A durable OpenAI Agents SDK session (``agents.memory.Session`` protocol).
 
@@ -152,7 +119,7 @@ class TetherSession:
     ) -> None:
         self.session_id = validate_id(session_id)
         self.tenant = validate_tenant(tenant)
-        self.session_settings = _session_settings(session_settings)
+        self.session_settings = as_session_settings(session_settings)
         self._agent = Agent(
             _NoModel(), "none", store=store, archive=archive, name="openai-agents", redact=redact
         )
