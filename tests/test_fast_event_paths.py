@@ -163,3 +163,20 @@ def test_other_patterns_and_own_functions_are_walked() -> None:
     own = chain(DEFAULT_REDACTOR, lambda text: text.replace("tiger", "***"))
     assert own not in _screens
     assert "tiger" not in redact_event(_event("a tiger"), own).model_dump_json()
+
+
+def test_a_redactor_that_cannot_be_weakly_referenced_still_works() -> None:
+    """A builtin (``str.lower``) has no screen, and chaining or applying it must not fail."""
+    lowered = chain(DEFAULT_REDACTOR, str.lower)
+    assert lowered not in _screens
+    event = _event("Hello sk-proj-" + "Q7x" * 10)
+    assert _text(redact_event(event, lowered)) == "hello ***"
+    assert _text(redact_event(event, str.lower)).startswith("hello sk-proj-")
+
+
+def _text(event: AgentEvent) -> str:
+    payload = event.payload
+    assert isinstance(payload, ItemsAppendedPayload)
+    item = payload.items[0]
+    assert isinstance(item, UserMessage)
+    return item.content

@@ -76,6 +76,16 @@ _screens: weakref.WeakKeyDictionary[TextRedactor, Callable[[str], bool]] = (
 """Redactors that can tell from a payload's JSON text that they would change none of its texts
 (see :func:`redact_event`): given that text, False only when no text in it holds a match."""
 
+
+def _screen_of(redact: TextRedactor) -> Callable[[str], bool] | None:
+    """``redact``'s screen, if it has one (a builtin such as ``str.lower`` has none: it cannot
+    even be weakly referenced)."""
+    try:
+        return _screens.get(redact)
+    except TypeError:
+        return None
+
+
 _JSON_ESCAPED = re.compile(r'["\\\x00-\x1f]')
 """The characters JSON writes as escapes (a value holding one may not appear as it is)."""
 
@@ -125,7 +135,7 @@ def chain(*redactors: TextRedactor) -> TextRedactor:
             text = each(text)
         return text
 
-    screens = [_screens.get(each) for each in redactors]
+    screens = [_screen_of(each) for each in redactors]
     if all(screen is not None for screen in screens):
         found = [screen for screen in screens if screen is not None]
         _screens[redact] = lambda json_text: any(screen(json_text) for screen in found)
@@ -208,7 +218,7 @@ def redact_event(event: AgentEvent, redact: TextRedactor) -> AgentEvent:
     A redactor built here (the credential patterns, secret values, chains of them) first looks
     at the payload's JSON text for what every match of it holds, and when nothing is there the
     event is returned without walking its texts: several times cheaper, and the common case."""
-    screen = _screens.get(redact)
+    screen = _screen_of(redact)
     if screen is not None and not screen(event.payload.model_dump_json()):
         return event
     doc = event.payload.model_dump(mode="json")
