@@ -126,6 +126,7 @@ def test_items_round_trip_losslessly_and_get_items_limit(tmp_path: Path) -> None
         asyncio.run(session.add_items([{"role": "user", "content": object()}]))
     returned = asyncio.run(session.get_items())
     returned[0]["content"] = "mutated"  # callers get copies
+    returned[-1]["content"][0]["annotations"].append("mutated")  # deep ones
     assert asyncio.run(session.get_items()) == SAMPLE_ITEMS
     assert [e.seq for e in reader_of(tmp_path).events("sdk-1")] == [1, 2]
 

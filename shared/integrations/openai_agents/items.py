@@ -158,7 +158,8 @@ def from_memory(item: Item) -> list[SdkItem]:
                 f"memory holds an item of {item.source!r}, which the OpenAI Agents SDK cannot "
                 "read; fork the session before that item (tether sessions history/fork)"
             )
-        return [json.loads(json.dumps(item.data))]
+        data: Any = _copied(item.data)  # a stored item holds JSON's own types alone
+        return [data if type(data) is dict else json.loads(json.dumps(item.data))]
     if isinstance(item, UserMessage):
         return [{"role": "user", "content": item.content}]
     if isinstance(item, AssistantMessage):
