@@ -142,6 +142,65 @@ def test_a_torn_patch_is_skipped_and_cut_by_the_next_writer(tmp_path: Path) -> N
     assert reader.verify("s").ok
 
 
+def _as_if_another_process(root: Path, write: Any) -> None:
+    """Run ``write`` and then forget, in this process, what it appended: as when another
+    process appends (the hint of the last patch this process wrote stays where it was)."""
+    logged = session_dir(root) / ".head.json.log"
+    hint = dict(local_log._patched)
+    ends = dict(local_log._ends)
+    write()
+    local_log._patched.clear()
+    local_log._patched.update(hint)
+    local_log._ends.clear()
+    local_log._ends.update(ends)
+    assert logged in local_log._patched
+
+
+def test_an_append_after_another_process_appended_reads_the_tail(tmp_path: Path) -> None:
+    """The journal no longer ends with this process's last patch (another one appended after
+    it): the shortcut must not take that patch for the newest, or the append would overwrite
+    the other process's record; it reads the tail, loses the compare-and-set, and retries."""
+    session = session_on(tmp_path)
+    session.append_items([user("a")])
+    session.append_items([user("b")])
+    _as_if_another_process(tmp_path, lambda: session_on(tmp_path).append_items([user("c")]))
+    session.append_items([user("d")])
+    assert texts(session_on(tmp_path).read_items()) == ["a", "b", "c", "d"]
+    assert patch_count(tmp_path) == 3
+    assert SessionLogReader(*open_storage(f"file://{tmp_path}")).verify("s").ok
+
+
+def test_an_append_after_another_process_tore_a_record_cuts_it(tmp_path: Path) -> None:
+    session = session_on(tmp_path)
+    session.append_items([user("a")])
+    session.append_items([user("b")])
+    log = session_dir(tmp_path) / ".head.json.log"
+    whole = log.read_bytes()
+    _as_if_another_process(tmp_path, lambda: session_on(tmp_path).append_items([user("c")]))
+    torn = log.read_bytes()
+    end = whole.rstrip(b"\0")
+    log.write_bytes(torn[: len(end) + 20] + bytes(len(torn) - len(end) - 20))  # a crash mid-way
+    session.append_items([user("d")])
+    assert texts(session_on(tmp_path).read_items()) == ["a", "b", "d"]
+    assert SessionLogReader(*open_storage(f"file://{tmp_path}")).verify("s").ok
+
+
+def test_an_append_after_the_head_was_replaced_reads_it_again(tmp_path: Path) -> None:
+    """An operator put an older head.json back (its journal now extends other bytes): the
+    shortcut sees the journal's header no longer names the head, and the append conflicts and
+    starts again from the restored head instead of patching a journal nobody reads."""
+    session = session_on(tmp_path)
+    session.append_items([user("a")])
+    head = session_dir(tmp_path) / "head.json"
+    backup = head.read_bytes()
+    session.append_items([user("b")])
+    session.append_items([user("c")])
+    head.write_bytes(backup)  # in place, as cp does; the journal stays
+    session.append_items([user("d")])
+    assert texts(session_on(tmp_path).read_items())[-1] == "d"
+    assert SessionLogReader(*open_storage(f"file://{tmp_path}")).verify("s").ok
+
+
 def test_a_damaged_patch_is_corrupt_and_named(tmp_path: Path) -> None:
     session = session_on(tmp_path)
     for text in "abcd":

@@ -178,14 +178,41 @@ class LocalBlobs:
         if self.journal is None or len(change) > local_log.LOG_MAX_RECORD_BYTES:
             return None
         path = self._path(key)
-        with _locked(_parent(path)):
-            with _io(path):
-                log = local_log.open_log(path, write=True)  # once, to read and to append
+        lock = _lock(_parent(path))
+        try:
             try:
+                log = local_log.open_log(path, write=True)  # once, to read and to append
+            except OSError as exc:
+                raise _unavailable(path, exc) from exc
+            try:
+                if log is not None:
+                    token = self._append_known(path, change, expected, log)
+                    if token is not None:
+                        return token
                 return self._append_patch(path, change, expected, log)
             finally:
                 if log is not None:
                     os.close(log)
+        finally:
+            os.close(lock)
+
+    def _append_known(self, path: Path, change: bytes, expected: str, log: int) -> str | None:
+        """:meth:`append_patch` when the journal ``log`` ends with the patch this process wrote
+        last (:func:`local_log.known_tail`); None (nothing written) when it does not."""
+        base = _read(path)
+        try:
+            tail = None if base is None else local_log.known_tail(log, path, base)
+            if base is None or tail is None:
+                return None
+            token = self._check(path, base, tail, expected)
+            assert token is not None
+            patch, new_token = local_log.patch_record(token, change)
+            if tail.end + len(patch) > local_log.LOG_MAX_BYTES:
+                return None  # the long way returns None too: the caller writes the whole head
+            local_log.append(path, tail, patch, patch=True, fd=log)
+        except OSError as exc:
+            raise _unavailable(path, exc) from exc
+        return new_token
 
     def _append_patch(
         self, path: Path, change: bytes, expected: str, log: int | None
@@ -395,6 +422,16 @@ def _lock_path(directory: Path) -> Path:
 @contextlib.contextmanager
 def _locked(directory: Path) -> Iterator[None]:
     """Hold the exclusive lock of ``directory`` (threads and processes alike)."""
+    fd = _lock(directory)
+    try:
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the flock
+
+
+def _lock(directory: Path) -> int:
+    """Take the exclusive lock of ``directory``; closing the descriptor returned releases it
+    (:func:`_locked` without a generator, for the append of one item)."""
     lock_path = _lock_path(directory)
     try:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -402,9 +439,10 @@ def _locked(directory: Path) -> Iterator[None]:
         raise _unavailable(lock_path, exc) from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing the descriptor releases the flock
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

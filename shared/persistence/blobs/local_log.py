@@ -200,11 +200,58 @@ _ends: dict[Path, int] = {}
 """Where this process last saw each log's records end (a hint, checked before it is used)."""
 _ENDS_KEPT = 4096
 
+_patched: dict[Path, tuple[int, int]] = {}
+"""Where the patch record this process appended last to each journal ends, and its length (a
+hint for the next append, checked before it is used: see :func:`known_tail`)."""
+
 
 def _seen(logged: Path, end: int) -> None:
     if len(_ends) >= _ENDS_KEPT and logged not in _ends:
         _ends.clear()
     _ends[logged] = end
+
+
+def _wrote(logged: Path, end: int, patch_bytes: int) -> None:
+    """Note a record this process wrote to ``logged``, ending at ``end`` (a patch of
+    ``patch_bytes`` bytes; 0: a full version)."""
+    _seen(logged, end)
+    if len(_patched) >= _ENDS_KEPT and logged not in _patched:
+        _patched.clear()
+    if patch_bytes:
+        _patched[logged] = (end, patch_bytes)
+    else:
+        _patched.pop(logged, None)
+
+
+def known_tail(fd: int, path: Path, base: bytes) -> LogTail | None:
+    """The tail of ``path``'s journal (descriptor ``fd``; ``base`` the object file's bytes), as
+    :func:`read_tail` with ``newest_only`` gives it, when the journal still ends with the patch
+    this process appended last: then one read of that record (and the 8 bytes after it, zeros)
+    tells it. None when it does not, or when that is not known: read the tail.
+
+    Raises:
+        OSError: the journal could not be read (the caller reports it).
+    """
+    hint = _patched.get(log_path(path))
+    if hint is None:
+        return None
+    end, length = hint
+    start = end - length
+    if start < _HEADER_BYTES or os.pread(fd, _HEADER_BYTES, 0) != header(base, journal=True):
+        return None
+    record = os.pread(fd, length + _LEN.size, start)
+    size = _LEN.pack(length - _RECORD_OVERHEAD)
+    if (
+        len(record) != length + _LEN.size
+        or record[: _LEN.size] != size
+        or record[length - _LEN.size - len(_PATCH_TRAILER) : length - len(_PATCH_TRAILER)] != size
+        or record[length - len(_PATCH_TRAILER) : length] != _PATCH_TRAILER
+        or record[length:].strip(b"\0")
+    ):
+        return None
+    last_patch = record[_LEN.size : length - _LEN.size - len(_PATCH_TRAILER)]
+    file_size = os.lseek(fd, 0, os.SEEK_END)  # not fstat: see the module docstring
+    return LogTail(None, end, (last_patch,), sha256_hex(last_patch), True, file_size)
 
 
 def _stop(fd: int, logged: Path, size: int) -> tuple[int, bytes | None]:
@@ -367,7 +414,7 @@ def append(
         body += bytes(PAD_BYTES)
     os.pwrite(fd, body, end)
     os.fdatasync(fd)
-    _seen(logged, stop)
+    _wrote(logged, stop, len(data) if patch else 0)
 
 
 def start(
@@ -376,5 +423,5 @@ def start(
     """The bytes of a new log of the object file holding ``base`` whose first record is
     ``data`` (as :func:`append` takes it), with the zeros the next records overwrite."""
     first = header(base, journal=journal) + (data if patch else record(data))
-    _seen(log_path(path), len(first))
+    _wrote(log_path(path), len(first), len(data) if patch else 0)
     return first + bytes(PAD_BYTES)
