@@ -180,3 +180,26 @@ def _text(event: AgentEvent) -> str:
     item = payload.items[0]
     assert isinstance(item, UserMessage)
     return item.content
+
+
+@pytest.mark.parametrize(("run_id", "step"), [(123, 0), (None, 1.5), (None, "7"), ("r", True)])
+def test_a_callers_odd_run_id_or_step_is_validated_as_ever(run_id: Any, step: Any) -> None:
+    """Fields a caller gives (``add_items(run_id=...)``) are refused or converted as the
+    validated constructor does, never stored as they came (a head that then fails to load)."""
+    payload = ItemsAppendedPayload(items=(UserMessage(content="hi"),))
+    fields = {"tenant": "acme", "session_id": "s1", "seq": 1, "run_id": run_id, "step": step}
+    try:
+        expected = AgentEvent(type=EventType.MEMORY_ITEMS_APPENDED, payload=payload, **fields)
+    except ValueError:
+        with pytest.raises(ValueError):
+            AgentEvent.appended(EventType.MEMORY_ITEMS_APPENDED, payload, **fields)
+        return
+    got = AgentEvent.appended(EventType.MEMORY_ITEMS_APPENDED, payload, **fields)
+    assert got.model_dump(exclude={"ts_ms"}) == expected.model_dump(exclude={"ts_ms"})
+    assert AgentEvent.model_validate_json(got.model_dump_json()) == got
+
+
+def test_a_lone_surrogate_is_walked_as_before() -> None:
+    """The screen cannot write such a payload as JSON; the walk takes it, as before."""
+    event = _event("a\ud800b")
+    assert redact_event(event, DEFAULT_REDACTOR) == _walked(event, DEFAULT_REDACTOR)

@@ -327,6 +327,17 @@ class AgentEvent(BaseModel):
         the rest of an Agents SDK ``add_items`` did (about 10 µs of it)."""
         if type(payload) not in _PAYLOAD_TYPES or not isinstance(type_, EventType):
             raise TypeError(f"not an event's type and payload: {type_!r}, {type(payload)!r}")
+        if (run_id is not None and type(run_id) is not str) or type(step) is not int:
+            # a caller's own value: validate it, so it is refused or converted as ever
+            return cls(
+                type=type_,
+                tenant=tenant,
+                session_id=session_id,
+                seq=seq,
+                run_id=run_id,
+                step=step,
+                payload=payload,
+            )
         # what model_construct does, without its walk over every field's aliases and defaults
         # (which cost more than validating): all fields given, none extra, no private ones
         event = cls.__new__(cls)

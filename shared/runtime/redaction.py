@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from pydantic import SecretStr
+from pydantic_core import PydanticSerializationError
 
 from tether.core.events import AgentEvent
 from tether.errors import ConfigurationError
@@ -219,8 +220,13 @@ def redact_event(event: AgentEvent, redact: TextRedactor) -> AgentEvent:
     at the payload's JSON text for what every match of it holds, and when nothing is there the
     event is returned without walking its texts: several times cheaper, and the common case."""
     screen = _screen_of(redact)
-    if screen is not None and not screen(event.payload.model_dump_json()):
-        return event
+    if screen is not None:
+        try:
+            text = event.payload.model_dump_json()
+        except PydanticSerializationError:  # a lone surrogate: the walk below copes, as ever
+            text = None
+        if text is not None and not screen(text):
+            return event
     doc = event.payload.model_dump(mode="json")
     # the payload's own fields are the schema's names, and ``kind`` its type tag
     cleaned = {k: v if k == "kind" else _walk(v, redact) for k, v in doc.items()}
