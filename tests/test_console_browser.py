@@ -78,7 +78,9 @@ def test_a_live_event_arrives_and_a_queued_run_is_cancelled_from_the_page(
     producer = live_stack.producer
     sid = _follow_a_new_session(producer, console, page, "live")
 
-    slow = producer.run_async(sid, "sleep 3", agent="sleepy")
+    # long enough for everything up to the cancel click below on a loaded machine (with 3 s,
+    # the queued run sometimes started and finished first, and its button went away)
+    slow = producer.run_async(sid, "sleep 8", agent="sleepy")
     expect(page.locator('#live-events li[data-type="TOOL_CALL"]')).to_have_count(1)
     assert not slow.done(), "the live event must show while its run is still going"
     expect(page.locator("#live-count")).not_to_have_text("0 new")
@@ -107,7 +109,7 @@ def test_a_live_event_arrives_and_a_queued_run_is_cancelled_from_the_page(
 
     page.goto(f"{console.url}/sessions/{sid}")
     tool = page.locator(f'article[data-timeline-run="{slow.run_id}"] tr.call-tool')
-    expect(tool.locator("td").nth(3)).to_have_text(re.compile(r"^3\.\d s$"))  # the tool's duration
+    expect(tool.locator("td").nth(3)).to_have_text(re.compile(r"^8\.\d s$"))  # the tool's duration
 
 
 def test_a_run_row_that_appears_live_gets_its_cancel_button(
