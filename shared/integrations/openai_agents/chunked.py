@@ -18,6 +18,7 @@ from tether.core.events import AgentEvent, ItemsAppendedPayload
 from tether.core.items import Item
 from tether.core.memory import MemorySnapshot
 from tether.core.snapshot import CHUNKED_SNAPSHOT_SCHEMA_VERSION, ChunkRef, SessionSnapshot
+from tether.persistence.saving import ARCHIVE_BATCH_EVENTS
 from tether.persistence.stores.base import SnapshotStore, StoredSnapshot
 from tether.runtime.session import AgentSession
 
@@ -118,6 +119,22 @@ class ChunkedWrite:
             folded = [*indexed, *self.chunks[:-INDEX_FANOUT]]
             self.index = store.write_chunk_index(self.tenant, self.session_id, folded)
             self.chunks = self.chunks[-INDEX_FANOUT:]
+
+    def fits_patch(self, memory_items: int, last_seq: int, added: int, *, archived: bool) -> bool:
+        """Whether an append of ``added`` memory items, after which the session holds
+        ``memory_items`` items and events up to ``last_seq``, can be stored as a patch of the
+        head it started from: the full save would seal no chunk and, with an archive
+        (``archived``, :attr:`outbox_items` counted), archive no outbox."""
+        if memory_items > 2 * CHUNK_ITEMS:
+            return False  # the full save seals a chunk
+        if not archived:
+            return True
+        return (
+            self.outbox_items is not None
+            and last_seq - self.session.archived_seq < self.stored_batch
+            # else a large append: the full save archives it at once
+            and self.outbox_items + added <= ARCHIVE_BATCH_EVENTS
+        )
 
     def archive_batch_events(self, default: int) -> int:
         """The archiving threshold of this save: 1 (archive now) when the outbox holds more

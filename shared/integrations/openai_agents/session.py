@@ -48,7 +48,7 @@ from tether.core.events import ItemsAppendedPayload
 from tether.core.items import Item
 from tether.errors import InvalidInput, ModelError, VersionConflict
 from tether.ids import validate_id, validate_tenant
-from tether.integrations.openai_agents.chunked import CHUNK_ITEMS, ChunkedWrite, Pull, unseal
+from tether.integrations.openai_agents.chunked import ChunkedWrite, Pull, unseal
 from tether.integrations.openai_agents.items import SdkItem, from_memory, to_memory
 from tether.integrations.openai_agents.session_settings import as_session_settings
 from tether.models.base import ModelRequest, ModelResponse
@@ -283,17 +283,16 @@ class TetherSession:
                 write is None
                 or session is None
                 or write.memory_items is None
-                or write.memory_items + len(items) > 2 * CHUNK_ITEMS  # the full save seals
                 or known is None
                 or known.version != session.version
+                or not write.fits_patch(
+                    write.memory_items + len(items),
+                    session.last_seq + 1,
+                    len(items),
+                    archived=self._agent.archive is not None,
+                )
             ):
                 return False
-            if self._agent.archive is not None and (
-                write.outbox_items is None
-                or session.last_seq + 1 - session.archived_seq >= write.stored_batch
-                or write.outbox_items + len(items) > ARCHIVE_BATCH_EVENTS
-            ):
-                return False  # the full save archives the outbox
             self._live = None  # used once: if this fails, the next write reads the store
         version = session.version
         assert self._journal is not None and version is not None  # as _patch left it
@@ -459,27 +458,23 @@ class TetherSession:
         if journal is None or not write.patchable or version is None:
             return False
         memory = session.memory_snapshot()
-        if len(memory.items) > 2 * CHUNK_ITEMS:
-            return False  # the full save seals a chunk
         events = session.events
         new = events[before - session.last_seq :]
         added = sum(
             len(e.payload.items) for e in new if isinstance(e.payload, ItemsAppendedPayload)
         )
-        if self._agent.archive is not None:
+        archived = self._agent.archive is not None
+        if archived and write.outbox_items is None:
             # the loaded outbox is gapless and held no event that archives at once (else
             # _load archived it and this write is not patchable), and appends add none: its
             # length alone decides
-            if session.last_seq - session.archived_seq >= write.stored_batch:
-                return False  # the full save archives the outbox
-            if write.outbox_items is None:
-                write.outbox_items = sum(
-                    len(e.payload.items)
-                    for e in events[: len(events) - len(new)]
-                    if e.seq > session.archived_seq and isinstance(e.payload, ItemsAppendedPayload)
-                )
-            if write.outbox_items + added > ARCHIVE_BATCH_EVENTS:
-                return False  # a large append: the full save archives it at once
+            write.outbox_items = sum(
+                len(e.payload.items)
+                for e in events[: len(events) - len(new)]
+                if e.seq > session.archived_seq and isinstance(e.payload, ItemsAppendedPayload)
+            )
+        if not write.fits_patch(len(memory.items), session.last_seq, added, archived=archived):
+            return False
         appended = journal.append_events(
             self.tenant,
             self.session_id,
