@@ -11,8 +11,12 @@ writers and isolation between ids.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
+import os
+import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +44,18 @@ def make_session(request: pytest.FixtureRequest, tmp_path: Path) -> MakeSession:
         def sqlite(session_id: str, **kw: Any) -> Any:
             return SQLiteSession(session_id, db_path=db, **kw)
 
+        @contextlib.contextmanager
+        def hold_sqlite_writes(session_id: str) -> Iterator[None]:
+            # another connection's write transaction: the session's writes wait (busy timeout)
+            other = sqlite3.connect(db, isolation_level=None)
+            try:
+                other.execute("BEGIN IMMEDIATE")
+                yield
+                other.execute("COMMIT")
+            finally:
+                other.close()
+
+        sqlite.hold_writes = hold_sqlite_writes  # type: ignore[attr-defined]
         return sqlite
 
     def tether(session_id: str, **kw: Any) -> Any:
@@ -48,6 +64,17 @@ def make_session(request: pytest.FixtureRequest, tmp_path: Path) -> MakeSession:
             store = LocalSnapshotStore(tmp_path / "store", update_log=True)
         return TetherSession(session_id, store=store, archive=archive, **kw)
 
+    @contextlib.contextmanager
+    def hold_tether_writes(session_id: str) -> Iterator[None]:
+        # the session directory's lock, as another process's writer holds it
+        fd = os.open(tmp_path / "store" / "v1" / "default" / session_id / ".lock", os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    tether.hold_writes = hold_tether_writes  # type: ignore[attr-defined]
     return tether
 
 
@@ -173,6 +200,37 @@ def test_concurrent_writers_lose_no_item(make_session: MakeSession) -> None:
     for n in range(writers):  # each writer's items in its own order
         mine = [t for t in got if t.startswith(f"w{n}-")]
         assert mine == [f"w{n}-{i}" for i in range(per_writer)]
+
+
+@pytest.mark.parametrize("op", ["add", "pop", "clear"])
+def test_a_cancelled_write_ends_before_its_cancellation_is_raised(
+    make_session: MakeSession, op: str
+) -> None:
+    """The SDK's sessions finish a write whose caller is cancelled before they raise its
+    ``CancelledError`` (its ``_await_mutation``), so that a cancelled ``Runner.run`` leaves no
+    write running behind it; ``TetherSession`` raised at once, with its write still to come."""
+    session = make_session("cancelled")
+    asyncio.run(session.add_items([user("m0"), user("m1")]))
+    write = {
+        "add": lambda: session.add_items([user("m2")]),
+        "pop": session.pop_item,
+        "clear": session.clear_session,
+    }[op]
+
+    async def cancel_while_it_waits() -> bool:
+        with make_session.hold_writes("cancelled"):  # type: ignore[attr-defined]
+            task = asyncio.ensure_future(write())
+            await asyncio.sleep(0.2)  # the write now waits for the lock
+            task.cancel()
+            await asyncio.sleep(0.3)
+            waited = not task.done()  # the lock is held: the write cannot have ended
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return waited
+
+    assert asyncio.run(cancel_while_it_waits())
+    expected = {"add": ["m0", "m1", "m2"], "pop": ["m0"], "clear": []}[op]
+    assert texts(asyncio.run(make_session("cancelled").get_items())) == expected
 
 
 @pytest.mark.parametrize("op", ["pop", "clear"])

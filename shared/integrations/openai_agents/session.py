@@ -29,13 +29,13 @@ not have yet, so archive segments never overlap.
 Do not let a Tether worker run on the same session at the same time: a run's commit would then
 conflict and be retried, not merged.
 
-Storage calls block, so they run in a thread (``asyncio.to_thread``) and never stall the event
-loop.
+Storage calls block, so they run in a thread and never stall the event loop (see
+:mod:`~tether.integrations.openai_agents.offload`). As with the SDK's own sessions, a write
+whose caller is cancelled still finishes before the caller's ``CancelledError`` is raised.
 """
 
 from __future__ import annotations
 
-import asyncio
 import random
 import threading
 import time
@@ -50,6 +50,7 @@ from tether.errors import InvalidInput, ModelError, VersionConflict
 from tether.ids import validate_id, validate_tenant
 from tether.integrations.openai_agents.chunked import ChunkedWrite, Pull, unseal
 from tether.integrations.openai_agents.items import SdkItem, from_memory, to_memory
+from tether.integrations.openai_agents.offload import call_in_thread
 from tether.integrations.openai_agents.session_settings import as_session_settings
 from tether.models.base import ModelRequest, ModelResponse
 from tether.persistence.archives.base import EventArchive
@@ -168,19 +169,19 @@ class TetherSession:
         give a limit)."""
         if limit is None:
             limit = self.session_settings.limit
-        return await asyncio.to_thread(self.read_items, limit)
+        return await call_in_thread(self.read_items, limit)
 
     async def add_items(self, items: list[SdkItem]) -> None:
         """Append ``items`` (one event; nothing for an empty list)."""
-        await asyncio.to_thread(self.append_items, items)
+        await call_in_thread(self.append_items, items, settle=True)
 
     async def pop_item(self) -> SdkItem | None:
         """Remove and return the newest item (one event); None when the session is empty."""
-        return await asyncio.to_thread(self.remove_last_item)
+        return await call_in_thread(self.remove_last_item, settle=True)
 
     async def clear_session(self) -> None:
         """Remove every item (one event; nothing when already empty)."""
-        await asyncio.to_thread(self.clear_items)
+        await call_in_thread(self.clear_items, settle=True)
 
     # --- the same, blocking -----------------------------------------------------------------
 
