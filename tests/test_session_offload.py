@@ -10,8 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import multiprocessing
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -97,3 +100,80 @@ def test_a_forked_child_runs_calls_of_its_own() -> None:
     finally:
         child.join(30)
     assert child.exitcode == 0
+
+
+def test_calls_waiting_for_nested_calls_cannot_hold_every_thread() -> None:
+    """A call that runs an event loop of its own and waits there for another call: with every
+    thread of the pool running such a call, the nested ones still get threads (they waited
+    forever for one)."""
+
+    def outer(n: int) -> int:
+        return asyncio.run(call_in_thread(lambda: n))
+
+    async def main() -> list[int]:
+        return await asyncio.gather(*(call_in_thread(outer, n) for n in range(MAX_THREADS + 2)))
+
+    done: list[list[int]] = []
+    runner = threading.Thread(target=lambda: done.append(asyncio.run(main())), daemon=True)
+    runner.start()
+    runner.join(120)
+    assert done == [list(range(MAX_THREADS + 2))]
+
+
+def test_a_cancelled_write_raises_its_first_cancellation() -> None:
+    release = threading.Event()
+
+    async def main() -> None:
+        task = asyncio.ensure_future(call_in_thread(release.wait, 10, settle=True))
+        await asyncio.sleep(0.1)
+        for message in ("first", "second", "third"):
+            task.cancel(message)
+            await asyncio.sleep(0.05)
+        release.set()
+        with pytest.raises(asyncio.CancelledError) as raised:
+            await task
+        assert raised.value.args == ("first",)  # as the SDK's _await_mutation keeps it
+
+    asyncio.run(main())
+
+
+_AT_EXIT = """
+import asyncio, atexit, sys, threading, time
+from pathlib import Path
+
+def late_handler():  # registered first, so it runs after offload's own exit handler
+    print(asyncio.run(call_in_thread(lambda: "served after the pool stopped")), flush=True)
+
+atexit.register(late_handler)
+from tether.integrations.openai_agents.offload import MAX_THREADS, call_in_thread
+
+async def warm():  # several threads, idle by the time the program ends
+    await asyncio.gather(*(call_in_thread(time.sleep, 0.2) for _ in range(6)))
+
+asyncio.run(warm())
+
+def write_slowly():
+    time.sleep(2.5)
+    Path(sys.argv[1]).write_text("written")
+
+def writer():  # a write still running when the main thread ends
+    asyncio.run(call_in_thread(write_slowly, settle=True))
+
+threading.Thread(target=writer, daemon=True).start()
+time.sleep(0.3)
+"""
+
+
+def test_at_exit_a_running_write_finishes_and_later_calls_are_served(tmp_path: Path) -> None:
+    """The exit wait is one budget for all threads (each thread got its share of it, so a
+    write of 2.5 s was cut with six threads), and a call made by an exit handler that runs
+    after the pool stopped is served (it waited forever: an idle thread's permit was left)."""
+    script = tmp_path / "at_exit.py"
+    script.write_text(_AT_EXIT)
+    out = tmp_path / "written.txt"
+    done = subprocess.run(
+        [sys.executable, str(script), str(out)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert out.read_text() == "written"
+    assert "served after the pool stopped" in done.stdout

@@ -9,13 +9,18 @@ back with one ``call_soon_threadsafe``.
 Semantics, as ``asyncio.to_thread`` unless said:
 
 - the call runs in the caller's ``contextvars`` context;
-- up to :data:`MAX_THREADS` threads, started as calls find none idle, kept for the next calls;
+- one pool for the process, whose threads serve every event loop and are kept for the next
+  calls (a script's ``asyncio.run`` per call does not start a thread each time, as it does
+  with ``asyncio.to_thread``); up to :data:`MAX_THREADS` calls run at once, more wait;
+- except a call made from one of these threads (a nested event loop): it always gets a thread,
+  so that calls waiting for nested ones cannot hold every thread;
 - a mutation (``settle=True``) whose caller is cancelled still finishes, and the caller's
-  ``CancelledError`` is raised once it has, as the SDK's own sessions do (its
+  first ``CancelledError`` is raised once it has, as the SDK's own sessions do (its
   ``_await_mutation``): when the cancellation reaches the caller, the write is done or failed,
   never still running;
-- at exit, calls already running finish (up to :data:`EXIT_WAIT_S`); after ``fork`` the child
-  starts threads of its own.
+- at exit, calls already running finish (all within :data:`EXIT_WAIT_S`), and a call made
+  later (by another exit handler) starts a thread of its own; after ``fork`` the child starts
+  threads of its own.
 """
 
 from __future__ import annotations
@@ -27,13 +32,15 @@ import contextvars
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-MAX_THREADS = min(32, (os.cpu_count() or 1) + 4)
-"""As many as ``asyncio.to_thread``'s default executor keeps."""
+MAX_THREADS = 32
+"""Calls run at once (threads are started only as calls find none idle). ``asyncio.to_thread``
+keeps up to ``min(32, CPUs + 4)`` per event loop; these serve every loop of the process."""
 
 EXIT_WAIT_S = 10.0
 """How long the interpreter's exit waits for calls still running."""
@@ -63,45 +70,60 @@ def _settle(call: _Call, result: Any, error: BaseException | None) -> None:
         future.set_exception(error)
 
 
+_own = threading.local()
+"""``pool`` set in the threads of a pool."""
+
+
 class _Threads:
     def __init__(self) -> None:
         self.calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
-        self.idle = threading.Semaphore(0)
         self.lock = threading.Lock()
         self.threads: list[threading.Thread] = []
+        # under the lock: calls queued and not yet taken, and threads not running a call (a
+        # thread starting counts as one): a call needs a new thread when queued > idle
+        self.queued = 0
+        self.idle = 0
 
     def submit(self, call: _Call) -> None:
-        self.calls.put(call)
-        if self.idle.acquire(blocking=False):
-            return  # a thread waits for it
+        nested = getattr(_own, "pool", None) is self
         with self.lock:
-            if len(self.threads) < MAX_THREADS:
+            self.queued += 1
+            if self.queued > self.idle and (len(self.threads) < MAX_THREADS or nested):
                 thread = threading.Thread(
                     target=self._work, name=f"tether-session-{len(self.threads)}", daemon=True
                 )
                 thread.start()
                 self.threads.append(thread)
+                self.idle += 1
+        self.calls.put(call)
 
     def _work(self) -> None:
-        calls = self.calls
+        _own.pool = self
+        calls, lock = self.calls, self.lock
         while (call := calls.get()) is not None:
+            with lock:
+                self.queued -= 1
+                self.idle -= 1
             try:
                 result, error = call.run(), None
             except BaseException as exc:  # the caller's to raise, not this thread's
                 result, error = None, exc
-            self.idle.release()  # before the loop wakes, so that it need not wait for the GIL
+            with lock:  # before the loop wakes, so that it need not wait for the GIL
+                self.idle += 1
             with contextlib.suppress(RuntimeError):  # raised when the caller's loop is closed
                 call.loop.call_soon_threadsafe(_settle, call, result, error)
             del call, result, error  # not kept alive while this thread waits
 
     def stop(self, timeout_s: float) -> None:
-        """Let the threads finish the calls they run, then end."""
+        """Let the threads finish the calls queued and running (within ``timeout_s`` in all),
+        then end."""
         with self.lock:
-            threads, self.threads = self.threads, []
+            threads = list(self.threads)
         for _ in threads:
             self.calls.put(None)
+        deadline = time.monotonic() + timeout_s
         for thread in threads:
-            thread.join(timeout_s / max(1, len(threads)))
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 _threads = _Threads()
@@ -112,8 +134,16 @@ def _after_fork_in_child() -> None:
     _threads = _Threads()  # the parent's threads do not exist here
 
 
+def _stop_at_exit() -> None:
+    global _threads
+    # calls made from here on (by exit handlers that run after this one) go to a pool of their
+    # own: this one's threads are ending
+    stopping, _threads = _threads, _Threads()
+    stopping.stop(EXIT_WAIT_S)
+
+
 os.register_at_fork(after_in_child=_after_fork_in_child)
-atexit.register(lambda: _threads.stop(EXIT_WAIT_S))
+atexit.register(_stop_at_exit)
 
 
 async def call_in_thread(function: Callable[..., T], *args: Any, settle: bool = False) -> T:
@@ -134,8 +164,8 @@ async def call_in_thread(function: Callable[..., T], *args: Any, settle: bool = 
         call.future = loop.create_future()
         try:
             await call.future
-        except asyncio.CancelledError as exc:
-            cancellation = exc
+        except asyncio.CancelledError:
+            pass  # the first one is raised, as the SDK does
         except BaseException:  # failed: the caller hears of its cancellation, as the SDK does
             break
     raise cancellation
