@@ -132,7 +132,9 @@ class BareAppend:
     """The floor under any durable session written in Python: ``add_items`` as the fewest steps
     that still make an append durable and safe between processes (the items to JSON, an
     exclusive ``flock``, a header read, one ``pwrite`` into room written beforehand, one
-    ``fdatasync``) in a thread, as both sessions run theirs. No event, no compare-and-set, no
+    ``fdatasync``) in a thread, handed over as ``TetherSession`` hands over its calls (the
+    cheaper of the two sessions' ways: ``SQLiteSession`` uses ``asyncio.to_thread`` and waits
+    for it in a task of its own). No event, no compare-and-set, no
     redaction and nothing that reads the items back: row P13fL, information for P13L (what is
     left above it is Tether's own Python)."""
 
@@ -165,7 +167,10 @@ class BareAppend:
             os.close(lock)
 
     async def add_items(self, items: list[dict[str, Any]]) -> None:
-        await asyncio.to_thread(self.append, items)
+        # here, not at the top: the package imports the SDK (about 2 s), as _sessions does
+        from tether.integrations.openai_agents.offload import call_in_thread
+
+        await call_in_thread(self.append, items, settle=True)
 
 
 def _timed(call: Callable[[], Any], loop: asyncio.AbstractEventLoop | None) -> float:

@@ -131,6 +131,10 @@ def to_memory(item: Mapping[str, Any]) -> Item:
     Raises:
         InvalidInput: the item is not a JSON object.
     """
+    if type(item) is dict and len(item) == 2 and item.get("role") == "user":
+        content = item.get("content")
+        if type(content) is str:  # the common item, and text is immutable: nothing to copy
+            return UserMessage(content=content)
     data = _plain_json(item)
     if set(data) == {"role", "content"} and data["role"] == "user":
         content = data["content"]
