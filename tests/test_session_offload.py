@@ -152,7 +152,10 @@ async def warm():  # several threads, idle by the time the program ends
 
 asyncio.run(warm())
 
+running = threading.Event()
+
 def write_slowly():
+    running.set()
     time.sleep(2.5)
     Path(sys.argv[1]).write_text("written")
 
@@ -160,7 +163,7 @@ def writer():  # a write still running when the main thread ends
     asyncio.run(call_in_thread(write_slowly, settle=True))
 
 threading.Thread(target=writer, daemon=True).start()
-time.sleep(0.3)
+assert running.wait(60)
 """
 
 
