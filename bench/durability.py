@@ -16,6 +16,7 @@ from bench.agents import STEPS10_ANSWER
 from bench.core import Bench, BenchFailure, Measure, Stats, Target, check_result, ms
 from bench.stack import pool_children
 from tether.core.events import EventType
+from tether.runs.queue.record import RunField
 
 RESULT_TIMEOUT_S = 120.0
 
@@ -123,7 +124,7 @@ def _wait_step_start(bench: Bench, session_id: str, old_fence: int, since: float
 
 def _holder(bench: Bench, run_id: str):  # type: ignore[no-untyped-def]
     ref = bench.producer.locate(run_id)
-    raw = bench.producer.redis.hget(bench.producer.keys.run(*ref), "worker") if ref else None
+    raw = bench.producer.redis.hget(bench.producer.keys.run(*ref), RunField.WORKER) if ref else None
     text = raw.decode() if isinstance(raw, bytes) else str(raw or "")
     pid = int(text.split(":")[1]) if text.count(":") >= 1 else -1
     for worker in [*bench.stack.tether.workers, *bench.stack.extra_workers]:

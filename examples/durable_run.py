@@ -65,6 +65,7 @@ def run(base: Path) -> bool:
     from tether.core.events import EventType
     from tether.producer import Producer
     from tether.producer.ops.embedded import EmbeddedStack
+    from tether.runs.queue.record import RunField
     from tether.settings import load_settings
 
     with EmbeddedStack(load_settings(), base) as stack, Producer(stack.settings) as producer:
@@ -73,7 +74,7 @@ def run(base: Path) -> bool:
             if event.type is EventType.STEP_END and event.step == 1:
                 break  # two steps are done and checkpointed
         ref = producer.locate(handle.run_id)
-        holder = producer.redis.hget(producer.keys.run(*ref), "worker") if ref else None
+        holder = producer.redis.hget(producer.keys.run(*ref), RunField.WORKER) if ref else None
         label = stack.worker_label(holder.decode() if isinstance(holder, bytes) else holder)
         victim = next((w for w in stack.workers if w.name == label), None)
         if victim is None:

@@ -31,7 +31,7 @@ from tether.producer.submission import (
     not_found,
 )
 from tether.runs.contract import RunRef, RunResult
-from tether.runs.queue.base import CancelOutcome
+from tether.runs.queue.base import CancelOutcome, RunState
 
 if TYPE_CHECKING:
     from tether.producer.client import Producer
@@ -270,7 +270,7 @@ class RunHandle(concurrent.futures.Future[RunResult]):
             return False
         ref = self._ref()
         view = self._producer.runs.get(ref) if ref is not None else None
-        return view is not None and view.status == "RUNNING"
+        return view is not None and view.status == RunState.RUNNING
 
     def cancelled(self) -> bool:
         """True when the run ended cancelled."""

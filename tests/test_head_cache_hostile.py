@@ -29,12 +29,11 @@ from tether.persistence.headcache.base import (
     pack,
     unpack,
 )
-from tether.persistence.lua import load
 from tether.persistence.objects import head_key
 from tether.runs.queue.base import submit
 from tether.runs.queue.redis import RedisRunQueue
 from tether.settings import Settings
-from tether.worker.engine.claim_redis import RedisClaimer
+from tether.worker.engine.claim_redis import CLAIM, RedisClaimer
 from tether.worker.engine.cycle import drain
 
 T = TENANT
@@ -102,7 +101,7 @@ def test_the_limits_agree_with_the_setting_and_the_claim_script() -> None:
         m.le for m in Settings.model_fields["head_cache_max_bytes"].metadata if hasattr(m, "le")
     ]
     assert ceiling == [MAX_HEAD_BYTES]
-    assert f"local MAX_ENTRY_BYTES = {MAX_ENTRY_BYTES}\n" in load("claim").source
+    assert f"local MAX_ENTRY_BYTES = {MAX_ENTRY_BYTES}\n" in CLAIM.source
     assert pack(b"head", "v" * 257) is None  # a version no entry limit allows is not framed
 
 

@@ -15,6 +15,7 @@ from tether.persistence.archives.base import EventArchive
 from tether.persistence.redis_conn import describe_client, translate_errors
 from tether.persistence.stores.base import SnapshotStore
 from tether.runs.leases.redis import RedisLeaseManager
+from tether.runs.queue.record import RunField
 
 #: How long the delete holds the session's lease: longer than any delete takes, and it is
 #: released at once when the delete ends.
@@ -128,7 +129,7 @@ def _delete_batch(
         if r is not None
     ]
     for _, run_id in named:
-        pipe.hmget(keys.run(tenant, session_id, run_id), ["status", "result"])
+        pipe.hmget(keys.run(tenant, session_id, run_id), [RunField.STATUS, RunField.RESULT])
         pipe.get(keys.run_index(tenant, run_id))
     records: list[Any] = pipe.execute()
     doomed: list[str | bytes] = []

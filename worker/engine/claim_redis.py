@@ -21,18 +21,19 @@ import redis
 from tether.core.events import now_ms
 from tether.keys import RedisKeys
 from tether.persistence.headcache.base import unpack
-from tether.persistence.lua import load
+from tether.persistence.lua import Key
 from tether.persistence.redis_conn import describe_client, translate_errors
 from tether.runs.contract import WireRequest
 from tether.runs.leases._common import validate_acquire
 from tether.runs.leases.base import Lease
 from tether.runs.queue.base import SubmitOutcome, SubmitState
+from tether.runs.queue.record import record_script
 from tether.runs.queue.redis import RedisRunQueue
-from tether.runs.queue.redis._common import SUBMIT_STATES, run_view, submit_argv, submit_keys
+from tether.runs.queue.redis._common import SUBMIT_STATES, carried_keys, run_view, submit_args
 from tether.worker.engine.checkpoints.base import Checkpoint
 from tether.worker.engine.claim import Carried, Claim
 
-CLAIM = load("claim")
+CLAIM = record_script("claim")
 
 
 def _text(raw: Any) -> str:
@@ -68,9 +69,37 @@ class RedisClaimer:
     ) -> Claim:
         """Register ``carried``, take the lease for ``owner`` and begin the queue's head run."""
         validate_acquire(tenant, session_id, owner, ttl_ms)
+        wire: WireRequest | None = None
+        queue: str | None = None
+        if carried is not None:
+            # the text the message carried is registered as it is (no second serialization)
+            wire, queue = carried.wire, carried.queue
+            if (wire.request.tenant, wire.request.session_id) != (tenant, session_id):
+                raise ValueError("a carried request must belong to the claimed session")
+        keys, args = self._call(tenant, session_id, owner, ttl_ms, wire, queue)
+        with translate_errors(self._where):
+            reply = CLAIM.reply(cast(list[Any], self._claim(keys=keys, args=args)))
+        submitted = None if wire is None else self._registered(reply, wire, queue)
+        fence = int(reply["fence"])
+        if not fence:
+            return Claim(submitted, None)
+        lease = Lease(tenant, session_id, owner, fence, takeover=bool(int(reply["takeover"])))
+        if reply["head"] is None:  # the queue is empty
+            return Claim(submitted, lease)
+        return self._head_claim(submitted, lease, reply, wire)
+
+    def _call(
+        self,
+        tenant: str,
+        session_id: str,
+        owner: str,
+        ttl_ms: int,
+        wire: WireRequest | None,
+        queue: str | None,
+    ) -> tuple[list[Key], list[Any]]:
+        """KEYS and ARGV of ``claim.lua``; a carried request adds its optional groups."""
         k = self._keys
-        at_ms = now_ms()
-        keys = CLAIM.keys(
+        keys: dict[str, Key] = dict(
             pending=k.pending(tenant, session_id),
             lease=k.lease(tenant, session_id),
             fence=k.fence(tenant, session_id),
@@ -78,62 +107,54 @@ class RedisClaimer:
             checkpoints=k.checkpoints(tenant, session_id),
             head_cache=k.head_cache(tenant, session_id),
         )
-        named = {
-            "owner": owner,
-            "ttl_ms": ttl_ms,
-            "now_ms": at_ms,
-            "attempts_ttl_s": self._runs.result_ttl_s,
-            "run_prefix": k.run_prefix(tenant, session_id),
-            "cancel_prefix": k.cancel_prefix(tenant, session_id),
-            "attempts_prefix": k.attempts_prefix(tenant, session_id),
-            "caching": int(self._head_cache),
-        }
-        wire: WireRequest | None = None
-        queue: str | None = None
-        if carried is None:
-            args = CLAIM.argv(carried="0", **named)
-        else:
-            # the text the message carried is registered as it is (no second serialization)
-            wire, queue = carried.wire, carried.queue
-            request = wire.request
-            if (request.tenant, request.session_id) != (tenant, session_id):
-                raise ValueError("a carried request must belong to the claimed session")
-            keys += submit_keys(k, request)[:2]  # its request-id index entry and run record
-            submitted_argv = submit_argv(wire, queue, self._runs.result_ttl_s)
-            args = CLAIM.argv(submitted_argv, carried="1", **named)
-        with translate_errors(self._where):
-            reply = cast(list[Any], self._claim(keys=keys, args=args))
-        submitted = None
+        args: dict[str, Any] = dict(
+            owner=owner,
+            ttl_ms=ttl_ms,
+            now_ms=now_ms(),
+            attempts_ttl_s=self._runs.result_ttl_s,
+            run_prefix=k.run_prefix(tenant, session_id),
+            cancel_prefix=k.cancel_prefix(tenant, session_id),
+            attempts_prefix=k.attempts_prefix(tenant, session_id),
+            caching=int(self._head_cache),
+        )
         if wire is not None:
-            code, run_id = int(reply[0]), _text(reply[1])
-            submitted = SubmitOutcome(run_id, SUBMIT_STATES[code])
-            if submitted.state is SubmitState.QUEUED:
-                # the script cannot write the index and the active set (other slots); the
-                # submit finds the request registered and writes only those
-                self._runs.submit_many([wire], queue=queue)
-        fence = int(reply[2])
-        if not fence:
-            return Claim(submitted, None)
-        lease = Lease(tenant, session_id, owner, fence, takeover=bool(int(reply[3])))
-        if len(reply) < 5:
-            return Claim(submitted, lease)
-        head = _text(reply[4])
-        flat = cast(list[bytes], reply[5])
+            keys |= carried_keys(k, wire.request)
+            args |= submit_args(wire, queue, self._runs.result_ttl_s)
+        return CLAIM.keys(**keys), CLAIM.argv(**args)
+
+    def _registered(
+        self, reply: dict[str, Any], wire: WireRequest, queue: str | None
+    ) -> SubmitOutcome:
+        """What the script's submit did with the carried request."""
+        submitted = SubmitOutcome(_text(reply["run_id"]), SUBMIT_STATES[int(reply["code"])])
+        if submitted.state is SubmitState.QUEUED:
+            # the script cannot write the index and the active set (other slots); the
+            # submit finds the request registered and writes only those
+            self._runs.submit_many([wire], queue=queue)
+        return submitted
+
+    def _head_claim(
+        self,
+        submitted: SubmitOutcome | None,
+        lease: Lease,
+        reply: dict[str, Any],
+        wire: WireRequest | None,
+    ) -> Claim:
+        """The claim of a session whose queue has a head run, from the script's reply."""
+        head = _text(reply["head"])
+        flat = cast(list[bytes], reply["record"])
         record = dict(zip(flat[::2], flat[1::2], strict=True))
-        # the carried request is not validated again when the record holds its very text
-        view = run_view(head, record, known=wire)
-        checkpoint = Checkpoint.model_validate_json(reply[6]) if reply[6] else None
-        attempts = int(reply[7]) or None
-        cached = unpack(reply[10]) if len(reply) > 10 and isinstance(reply[10], bytes) else None
+        checkpoint, cached = reply["checkpoint"], reply["cached"]
         return Claim(
             submitted,
             lease,
             head,
-            view,
-            attempts,
-            bool(int(reply[8])),
-            checkpoint,
-            queued=int(reply[9]),
+            # the carried request is not validated again when the record holds its very text
+            run_view(head, record, known=wire),
+            int(reply["attempts"]) or None,
+            bool(int(reply["cancelled"])),
+            Checkpoint.model_validate_json(checkpoint) if checkpoint else None,
+            queued=int(reply["queued"]),
             cache_read=self._head_cache,
-            cached_head=cached,
+            cached_head=unpack(cached) if isinstance(cached, bytes) else None,
         )

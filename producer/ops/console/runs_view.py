@@ -12,6 +12,7 @@ from tether.persistence.active_index import active_sessions as all_active_sessio
 from tether.producer.ops.console.backends import Backends
 from tether.runs.contract import RunRef
 from tether.runs.queue.base import RunView
+from tether.runs.queue.record import RunField, RunState
 from tether.runs.queue.redis import done_entry
 
 #: Finished runs looked at, newest first (the completion feed keeps far more).
@@ -19,8 +20,8 @@ RECENT_FINISHED = 300
 #: Queued runs listed per session.
 MAX_QUEUED_PER_SESSION = 100
 RUN_STATUSES = (
-    "QUEUED",
-    "RUNNING",
+    RunState.QUEUED,
+    RunState.RUNNING,
     "WAITING",
     "FAILED",
     "COMPLETED",
@@ -53,7 +54,7 @@ class RunRow:
     @property
     def finished(self) -> bool:
         """True once the run has a result."""
-        return self.status not in ("QUEUED", "RUNNING")
+        return self.status not in (RunState.QUEUED, RunState.RUNNING)
 
 
 def _row(view: RunView, attempts: int, cancel_requested: bool, worker: str | None) -> RunRow:
@@ -91,7 +92,7 @@ def read_runs(b: Backends, tenant: str, refs: list[RunRef]) -> list[RunRow]:
     for view in views:
         pipe.get(b.keys.attempts(*view.ref))
         pipe.exists(b.keys.cancel(*view.ref))
-        pipe.hget(b.keys.run(*view.ref), "worker")  # the record's, while it runs
+        pipe.hget(b.keys.run(*view.ref), RunField.WORKER)  # the record's, while it runs
     replies: list[Any] = pipe.execute()
     return [
         _row(view, int(attempts or 0), bool(cancel), worker.decode() if worker else None)
@@ -152,7 +153,7 @@ def list_runs(b: Backends, tenant: str, status: str = "", limit: int = 200) -> l
     """In-flight runs first (running, then queued), then recently finished ones, newest first;
     only those with ``status`` when given."""
     in_flight = read_runs(b, tenant, queued_run_ids(b, tenant, active_sessions(b, tenant)))
-    in_flight.sort(key=lambda r: (r.status != "RUNNING", r.submitted_at_ms))
+    in_flight.sort(key=lambda r: (r.status != RunState.RUNNING, r.submitted_at_ms))
     ids = {r.run_id for r in in_flight}
     finished = [
         r

@@ -2,8 +2,9 @@
 -- {0, current fence} refused.
 -- @keys checkpoints fence
 -- @argv run_id writer_fence checkpoint ttl_s
-local current = tonumber(redis.call('GET', K.fence) or '0')
-if tonumber(A.writer_fence) < current then return {0, current} end
+-- @reply saved fence
+local fence = tonumber(redis.call('GET', K.fence) or '0')
+if tonumber(A.writer_fence) < fence then return {0, fence} end
 redis.call('HSET', K.checkpoints, A.run_id, A.checkpoint)
 redis.call('EXPIRE', K.checkpoints, A.ttl_s)
-return {1, current}
+return {1, fence}

@@ -2,4 +2,5 @@
 -- @include acquire
 -- @keys lease fence released
 -- @argv owner ttl_ms
+-- @reply fence takeover
 return acquire(K.lease, K.fence, K.released, A.owner, A.ttl_ms)

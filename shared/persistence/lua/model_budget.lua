@@ -8,6 +8,7 @@
 -- reason 'paused', 'concurrency', 'requests' or 'tokens'.
 -- @keys budget inflight pause
 -- @argv token tokens us_per_request us_per_token max_concurrent slot_ttl_ms
+-- @reply admitted wait_us reason
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local paused = redis.call('PTTL', K.pause)

@@ -1,10 +1,12 @@
 -- Append a batch of events to a session's live stream, fenced. ARGV after the named ones are
--- seq/json pairs (seqs contiguous and ascending, checked by the caller). Returns {status, a, b}:
+-- seq/json pairs (seqs contiguous and ascending, checked by the caller).
+-- Returns {code, value, written}:
 -- {0, last_seq, written} | {1, current_fence, 0} (fenced out) | {2, last_seq, 0} (gap) |
 -- {3, current_fence, 0} (a fence newer than any grant: forged, refused).
 -- max_len 0 = unbounded, retention_ms 0 = none.
 -- @keys stream meta fence
 -- @argv fence max_len retention_ms ...
+-- @reply code value written
 local fence = tonumber(A.fence)
 local current = tonumber(redis.call('GET', K.fence) or '0')
 local meta = redis.call('HMGET', K.meta, 'last_seq', 'last_fence')

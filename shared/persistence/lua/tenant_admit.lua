@@ -7,6 +7,7 @@
 -- Returns {1, '', '0', 0} admitted, or {0, budget, used, wait_us}.
 -- @keys day rate inflight
 -- @argv tokens_per_day cost_nano_per_day us_per_run runs burst_us
+-- @reply admitted budget used wait_us
 local tokens_limit, cost_limit = tonumber(A.tokens_per_day), tonumber(A.cost_nano_per_day)
 if tokens_limit > 0 or cost_limit > 0 then
   local day = redis.call('HMGET', K.day, 'input', 'output', 'cost_nano')

@@ -21,6 +21,7 @@ from typing import NamedTuple, Protocol
 
 from tether.runs.contract import BusyPolicy, RunRef, RunRequest, RunResult
 from tether.runs.leases.base import Lease
+from tether.runs.queue.record import RunState as RunState  # the seam's callers name it here
 from tether.runs.usage.base import TenantUsage
 
 #: Completion feeds keep about this many newest entries.
@@ -39,13 +40,6 @@ class SubmitState(StrEnum):
     """``on_busy='reject'`` and the session had queued runs: nothing was queued."""
     TAKEN = "taken"
     """Another request already used this run id: nothing was queued."""
-
-
-class RunState(StrEnum):
-    """The status a run record holds while it is not finished (then: the result's status)."""
-
-    QUEUED = "QUEUED"
-    RUNNING = "RUNNING"
 
 
 class IdleRelease(StrEnum):

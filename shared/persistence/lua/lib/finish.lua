@@ -2,8 +2,8 @@
 -- queue. r holds run_id, status, result, ttl_s, tenant, session_id, request_id (a record that
 -- expired is re-created whole).
 local function finish(run, pending, attempts, r)
-  redis.call('HSET', run, 'status', r.status, 'result', r.result, 'tenant', r.tenant,
-    'session_id', r.session_id, 'request_id', r.request_id)
+  redis.call('HSET', run, F.STATUS, r.status, F.RESULT, r.result, F.TENANT, r.tenant,
+    F.SESSION_ID, r.session_id, F.REQUEST_ID, r.request_id)
   redis.call('EXPIRE', run, r.ttl_s)
   if redis.call('LINDEX', pending, 0) == r.run_id then
     redis.call('LPOP', pending)

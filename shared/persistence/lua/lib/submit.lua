@@ -1,20 +1,22 @@
--- submit(req index, run hash, pending, a): register one run and queue it on its session. Its
--- nine arguments are ARGV[a+1] .. ARGV[a+9]: run_id, request json, ttl_s, reject (0/1), tenant,
--- session_id, request_id, submitted_at_ms, queue (the broker queue serving the run; '' when
--- unknown). Returns {code, run_id}: 1 queued, 0 duplicate, 2 busy, 3 the run id is taken by
--- another request (never re-queued: a finished run stays finished).
-local function submit(req, run, pending, a)
-  local existing = redis.call('GET', req)
-  if existing then return {0, existing} end
-  if redis.call('EXISTS', run) == 1 then return {3, ARGV[a + 1]} end
-  if ARGV[a + 4] == '1' and redis.call('LLEN', pending) > 0 then
-    return {2, ARGV[a + 1]}
+-- submit(req index, run hash, pending, r): register one run and queue it on its session. r is
+-- the including script's A, whose @argv names run_id, request (its JSON), ttl_s, reject ('1':
+-- refuse while runs are queued), tenant, session_id, request_id, submitted_at_ms and queue (the
+-- broker queue serving the run; '' when unknown). Returns {code, run_id}: 1 queued, 0 duplicate
+-- (run_id: the request's first run), 2 busy, 3 the run id is taken by another request (never
+-- re-queued: a finished run stays finished).
+-- @reply code run_id
+local function submit(req, run, pending, r)
+  local run_id = redis.call('GET', req)
+  if run_id then return {0, run_id} end
+  if redis.call('EXISTS', run) == 1 then return {3, r.run_id} end
+  if r.reject == '1' and redis.call('LLEN', pending) > 0 then
+    return {2, r.run_id}
   end
-  redis.call('SET', req, ARGV[a + 1], 'EX', ARGV[a + 3])
-  redis.call('HSET', run, 'status', 'QUEUED', 'request', ARGV[a + 2], 'tenant', ARGV[a + 5],
-    'session_id', ARGV[a + 6], 'request_id', ARGV[a + 7], 'submitted_at_ms', ARGV[a + 8])
-  if ARGV[a + 9] ~= '' then redis.call('HSET', run, 'queue', ARGV[a + 9]) end
-  redis.call('EXPIRE', run, ARGV[a + 3])
-  redis.call('RPUSH', pending, ARGV[a + 1])
-  return {1, ARGV[a + 1]}
+  redis.call('SET', req, r.run_id, 'EX', r.ttl_s)
+  redis.call('HSET', run, F.STATUS, S.QUEUED, F.REQUEST, r.request, F.TENANT, r.tenant,
+    F.SESSION_ID, r.session_id, F.REQUEST_ID, r.request_id, F.SUBMITTED_AT_MS, r.submitted_at_ms)
+  if r.queue ~= '' then redis.call('HSET', run, F.QUEUE, r.queue) end
+  redis.call('EXPIRE', run, r.ttl_s)
+  redis.call('RPUSH', pending, r.run_id)
+  return {1, r.run_id}
 end

@@ -5,7 +5,8 @@ Every script touches the keys of one session only (a run's keys live in its sess
 each runs on one Redis Cluster node. The namespace-wide structures (the sharded active-session
 index, the completion feeds, the tenant's run-id index) are written by plain commands pipelined
 beside a script, never inside it. The scripts themselves are ``.lua`` files in
-:mod:`tether.persistence.lua`; every key name comes from :class:`~tether.keys.RedisKeys`.
+:mod:`tether.persistence.lua`; every key name comes from :class:`~tether.keys.RedisKeys`, and
+every field of a run record or a feed entry from :mod:`tether.runs.queue.record`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from tether.core.events import now_ms
 from tether.errors import InvalidId
 from tether.ids import validate_id, validate_tenant
 from tether.keys import RedisKeys
-from tether.persistence.lua import Key, load
+from tether.persistence.lua import Key
 from tether.runs.contract import RunRef, RunRequest, RunResult, WireRequest
 from tether.runs.queue.base import (
     DONE_MAX_LEN,
@@ -28,15 +29,16 @@ from tether.runs.queue.base import (
     SubmitOutcome,
     SubmitState,
 )
+from tether.runs.queue.record import FeedField, RunField, record_script
 
-SUBMIT = load("submit")
-RECORD_REJECTED = load("record_rejected")
-BEGIN = load("begin")
-HAND_BACK = load("hand_back")
-CANCEL = load("cancel")
-FINISH = load("finish")
-FINISH_RELEASE = load("finish_release")
-RELEASE_IF_IDLE = load("release_if_idle")
+SUBMIT = record_script("submit")
+RECORD_REJECTED = record_script("record_rejected")
+BEGIN = record_script("begin")
+HAND_BACK = record_script("hand_back")
+CANCEL = record_script("cancel")
+FINISH = record_script("finish")
+FINISH_RELEASE = record_script("finish_release")
+RELEASE_IF_IDLE = record_script("release_if_idle")
 
 SUBMIT_STATES = {
     1: SubmitState.QUEUED,
@@ -67,39 +69,39 @@ def run_view(
         return None
     fields = {text(k): text(v) for k, v in raw.items()}
     request = result = None
-    if known is not None and fields.get("request") == known.text:
+    if known is not None and fields.get(RunField.REQUEST) == known.text:
         request = known.request
-    elif "request" in fields:
+    elif RunField.REQUEST in fields:
         try:
-            request = RunRequest.model_validate_json(fields["request"])
+            request = RunRequest.model_validate_json(fields[RunField.REQUEST])
         except ValueError:
             request = None
-    if "result" in fields:
-        result = RunResult.model_validate_json(fields["result"])
+    if RunField.RESULT in fields:
+        result = RunResult.model_validate_json(fields[RunField.RESULT])
     return RunView(
         run_id=run_id,
-        status=fields.get("status", "UNKNOWN"),
-        tenant=fields.get("tenant", ""),
-        session_id=fields.get("session_id", ""),
-        request_id=fields.get("request_id", ""),
+        status=fields.get(RunField.STATUS, "UNKNOWN"),
+        tenant=fields.get(RunField.TENANT, ""),
+        session_id=fields.get(RunField.SESSION_ID, ""),
+        request_id=fields.get(RunField.REQUEST_ID, ""),
         request=request,
         result=result,
-        submitted_at_ms=int(fields.get("submitted_at_ms", 0)),
-        started_at_ms=int(fields.get("started_at_ms", 0)),
-        last_error=fields.get("last_error"),
-        retry_at_ms=int(fields.get("retry_at_ms", 0)),
-        failed_before_commit=int(fields.get("failed_before_commit", 0)),
-        queue=fields.get("queue") or None,
-        waiting=fields.get("waiting") or None,
+        submitted_at_ms=int(fields.get(RunField.SUBMITTED_AT_MS, 0)),
+        started_at_ms=int(fields.get(RunField.STARTED_AT_MS, 0)),
+        last_error=fields.get(RunField.LAST_ERROR),
+        retry_at_ms=int(fields.get(RunField.RETRY_AT_MS, 0)),
+        failed_before_commit=int(fields.get(RunField.FAILED_BEFORE_COMMIT, 0)),
+        queue=fields.get(RunField.QUEUE) or None,
+        waiting=fields.get(RunField.WAITING) or None,
     )
 
 
-def submit_argv(wire: WireRequest, queue: str | None, ttl_s: int) -> list[Any]:
-    """The nine arguments of ``lib/submit.lua``'s ``submit()`` for a request and its JSON (the
-    record stores the text as it is: a producer serializes once); the submit and the claim
-    scripts both take them."""
+def submit_args(wire: WireRequest, queue: str | None, ttl_s: int) -> dict[str, Any]:
+    """The named arguments of ``lib/submit.lua``'s ``submit()`` for a request and its JSON (the
+    record stores the text as it is: a producer serializes once); the submit script takes them,
+    and the claim script as its optional group when it carries a request."""
     request = wire.request
-    return SUBMIT.argv(
+    return dict(
         run_id=request.run_id,
         request=wire.text,
         ttl_s=ttl_s,
@@ -112,14 +114,22 @@ def submit_argv(wire: WireRequest, queue: str | None, ttl_s: int) -> list[Any]:
     )
 
 
-def submit_keys(k: RedisKeys, request: RunRequest) -> list[Key]:
-    """KEYS of ``submit.lua`` for ``request`` (the claim script appends the first two)."""
+def submit_argv(wire: WireRequest, queue: str | None, ttl_s: int) -> list[Any]:
+    """ARGV of ``submit.lua`` (:func:`submit_args`, in declared order)."""
+    return SUBMIT.argv(**submit_args(wire, queue, ttl_s))
+
+
+def carried_keys(k: RedisKeys, request: RunRequest) -> dict[str, Key]:
+    """The keys ``lib/submit.lua``'s ``submit()`` registers ``request`` under, by their names in
+    ``submit.lua`` and ``claim.lua``: its request-id index entry and its run record."""
     t, s = request.tenant, request.session_id
-    return SUBMIT.keys(
-        req_index=k.request(t, s, request.request_id),
-        run=k.run(t, s, request.run_id),
-        pending=k.pending(t, s),
-    )
+    return dict(req_index=k.request(t, s, request.request_id), run=k.run(t, s, request.run_id))
+
+
+def submit_keys(k: RedisKeys, request: RunRequest) -> list[Key]:
+    """KEYS of ``submit.lua`` for ``request``."""
+    pending = k.pending(request.tenant, request.session_id)
+    return SUBMIT.keys(pending=pending, **carried_keys(k, request))
 
 
 def rejected_argv(result: RunResult, ttl_s: int) -> list[Any]:
@@ -142,16 +152,16 @@ def cancel_call(k: RedisKeys, ref: RunRef, ttl_s: int) -> tuple[list[Key], list[
 def done_fields(result: RunResult) -> dict[Any, Any]:
     """The completion-feed entry announcing ``result``."""
     return {
-        "run_id": result.run_id,
-        "status": result.status.value,
-        "tenant": result.tenant,
-        "session_id": result.session_id,
+        FeedField.RUN_ID: result.run_id,
+        FeedField.STATUS: result.status.value,
+        FeedField.TENANT: result.tenant,
+        FeedField.SESSION_ID: result.session_id,
     }
 
 
 def carried_result(fields: dict[bytes, bytes]) -> RunResult | None:
     """The result a feed entry carries (None: read the record)."""
-    raw = fields.get(b"result")
+    raw = fields.get(FeedField.RESULT.encode())
     if raw is None:
         return None
     try:
@@ -184,7 +194,7 @@ def announce(
     if reply_to is not None:
         # the producer's feed carries a small result, so its listener reads no record
         raw = raw if raw is not None else result.model_dump_json()
-        mine = {**fields, "result": raw} if len(raw) <= FEED_RESULT_MAX_BYTES else fields
+        mine = {**fields, FeedField.RESULT: raw} if len(raw) <= FEED_RESULT_MAX_BYTES else fields
         entries.append((k.producer_done(k.feed(result.tenant, reply_to)), mine))
     trim = zlib.crc32(result.run_id.encode()) % FEED_TRIM_EVERY == 0  # run ids are random
     for feed, entry in entries:
@@ -197,7 +207,8 @@ def announce(
 
 def submit_outcomes(replies: Sequence[Any]) -> list[SubmitOutcome]:
     """The outcomes of a submit pipeline (script, index SET, active ZADD per request)."""
-    return [SubmitOutcome(text(run_id), SUBMIT_STATES[int(code)]) for code, run_id in replies[::3]]
+    named = [SUBMIT.reply(reply) for reply in replies[::3]]
+    return [SubmitOutcome(text(r["run_id"]), SUBMIT_STATES[int(r["code"])]) for r in named]
 
 
 def stray_index_keys(
@@ -232,9 +243,9 @@ def done_entry(entry_id: bytes, fields: dict[bytes, bytes]) -> tuple[bytes, RunR
     """
     try:
         ref = RunRef(
-            validate_tenant(text(fields.get(b"tenant", b"default"))),
-            validate_id(text(fields.get(b"session_id", b""))),
-            validate_id(text(fields.get(b"run_id", b"")), kind="run id"),
+            validate_tenant(text(fields.get(FeedField.TENANT.encode(), b"default"))),
+            validate_id(text(fields.get(FeedField.SESSION_ID.encode(), b""))),
+            validate_id(text(fields.get(FeedField.RUN_ID.encode(), b"")), kind="run id"),
         )
     except (InvalidId, UnicodeDecodeError):
         return entry_id, NO_RUN

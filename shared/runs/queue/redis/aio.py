@@ -20,6 +20,7 @@ from tether.persistence.redis_conn import translate_errors
 from tether.persistence.scripts import pipeline_commands, stray_shared_key
 from tether.runs.contract import RunRef, RunRequest, RunResult, WireRequest
 from tether.runs.queue.base import CancelOutcome, RunState, RunView, StopMode, SubmitOutcome
+from tether.runs.queue.record import RunField
 from tether.runs.queue.redis._common import (
     CANCEL,
     RECORD_REJECTED,
@@ -145,7 +146,7 @@ class AsyncRunQueue:
             with translate_errors(self._where):
                 pipe = self.client.pipeline(transaction=False)
                 for ref in chunk:
-                    pipe.hmget(self.keys.run(*ref), ["status", "result"])
+                    pipe.hmget(self.keys.run(*ref), [RunField.STATUS, RunField.RESULT])
                 replies = cast(list[list[bytes | None]], await pipe.execute())
             for ref, (status, result) in zip(chunk, replies, strict=True):
                 if status is None and result is None:
@@ -170,7 +171,7 @@ class AsyncRunQueue:
             head = text(raw) if raw is not None else None
             if head is None or head == run_id:
                 return None
-            status = await self.client.hget(k.run(tenant, session_id, head), "status")
+            status = await self.client.hget(k.run(tenant, session_id, head), RunField.STATUS)
             if status != RunState.RUNNING.value.encode():
                 return None
             # NX: an interrupt never softens a cancel already asked for

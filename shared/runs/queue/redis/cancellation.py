@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from tether.persistence.redis_conn import translate_errors
 from tether.runs.contract import RunRef
-from tether.runs.queue.base import CancelOutcome, RunState, StopMode
+from tether.runs.queue.base import CancelOutcome, StopMode
+from tether.runs.queue.record import RunField, RunState
 from tether.runs.queue.redis._common import CANCEL, cancel_call, text
 from tether.runs.queue.redis._part import RedisQueuePart
 
@@ -42,7 +43,7 @@ class RedisCancellation(RedisQueuePart):
             if head is None or head == run_id:
                 return None
             running = RunState.RUNNING.value.encode()
-            if self.client.hget(k.run(tenant, session_id, head), "status") != running:
+            if self.client.hget(k.run(tenant, session_id, head), RunField.STATUS) != running:
                 return None
             # NX: an interrupt never softens a cancel already asked for
             self.client.set(

@@ -12,6 +12,7 @@ from tether.persistence.scripts import queue_script, run_pipeline, send_shared
 from tether.runs.contract import RunRef, RunResult
 from tether.runs.leases.base import Lease
 from tether.runs.queue.base import IdleRelease
+from tether.runs.queue.record import RunField
 from tether.runs.queue.redis._common import (
     BEGIN,
     FINISH,
@@ -59,15 +60,15 @@ class RedisSessionQueue(RedisQueuePart):
         self, ref: RunRef, error: str, *, retry_after_ms: int = 0, before_commit: bool = False
     ) -> None:
         """Remember why an attempt of the run failed (and not to retry it for a while)."""
-        mapping: dict[Any, Any] = {"last_error": error[:1000]}
+        mapping: dict[Any, Any] = {RunField.LAST_ERROR: error[:1000]}
         if retry_after_ms > 0:
-            mapping["retry_at_ms"] = now_ms() + retry_after_ms
+            mapping[RunField.RETRY_AT_MS] = now_ms() + retry_after_ms
         key = self.keys.run(*ref)
         with translate_errors(self._where):
             if self.client.exists(key):  # never re-create a record that expired or was lost
                 self.client.hset(key, mapping=mapping)
                 if before_commit:
-                    self.client.hincrby(key, "failed_before_commit", 1)
+                    self.client.hincrby(key, RunField.FAILED_BEFORE_COMMIT, 1)
 
     def finish(self, result: RunResult, *, reply_to: str | None = None) -> str | None:
         """Record the result, pop the run from its session queue and announce completion.
@@ -99,7 +100,7 @@ class RedisSessionQueue(RedisQueuePart):
         if (lease.tenant, lease.session_id) != (t, s):
             raise ValueError("the lease must be the finished run's session's")
         leave = expect_idle and not self._cluster
-        (head, code), queued = self._finish_pipeline(
+        reply, queued = self._finish_pipeline(
             FINISH_RELEASE,
             result,
             reply_to,
@@ -110,9 +111,10 @@ class RedisSessionQueue(RedisQueuePart):
         if leave and queued:
             with translate_errors(self._where):
                 send_shared(self.client, "ZADD", k.active(t, s), now_ms(), k.active_member(t, s))
-        if head is not None:
-            return text(head), None
-        outcome = IDLE_RELEASE[int(code)]
+        finished = FINISH_RELEASE.reply(reply)
+        if finished["head"] is not None:
+            return text(finished["head"]), None
+        outcome = IDLE_RELEASE[int(finished["release"])]
         if outcome is IdleRelease.RELEASED and not leave:
             with translate_errors(self._where):
                 self._leave_active(t, s)
@@ -180,10 +182,10 @@ class RedisSessionQueue(RedisQueuePart):
         with translate_errors(self._where):
             pipe = self.client.pipeline(transaction=False)
             if what is None:
-                pipe.hdel(k.run(*ref), "waiting")
+                pipe.hdel(k.run(*ref), RunField.WAITING)
                 pipe.zrem(k.waiting(), member)
             else:
-                pipe.hset(k.run(*ref), "waiting", what)
+                pipe.hset(k.run(*ref), RunField.WAITING, what)
                 pipe.zadd(k.waiting(), {member: now_ms()}, nx=True)
             pipe.execute()
 
@@ -194,7 +196,7 @@ class RedisSessionQueue(RedisQueuePart):
             refs = [RunRef(*m.split("/", 2)) for m in members]
             pipe = self.client.pipeline(transaction=False)
             for ref in refs:
-                pipe.hget(self.keys.run(*ref), "waiting")
+                pipe.hget(self.keys.run(*ref), RunField.WAITING)
             found = pipe.execute()
         return [(ref, text(what)) for ref, what in zip(refs, found, strict=True) if what]
 

@@ -11,6 +11,7 @@ from tether.persistence.redis_conn import translate_errors
 from tether.persistence.scripts import queue_script, run_pipeline
 from tether.runs.contract import RunRef, RunRequest, RunResult, WireRequest
 from tether.runs.queue.base import RunView, SubmitOutcome
+from tether.runs.queue.record import RunField
 from tether.runs.queue.redis._common import (
     RECORD_REJECTED,
     SUBMIT,
@@ -104,7 +105,7 @@ class RedisSubmissions(RedisQueuePart):
         with translate_errors(self._where):
             pipe = self.client.pipeline(transaction=False)
             for ref in refs:
-                pipe.hmget(self.keys.run(*ref), ["status", "result"])
+                pipe.hmget(self.keys.run(*ref), [RunField.STATUS, RunField.RESULT])
             replies = cast(list[list[bytes | None]], pipe.execute())
         out: dict[str, RunResult | None] = {}
         for ref, (status, result) in zip(refs, replies, strict=True):
