@@ -133,7 +133,8 @@ class RedisEventStream:
             raw = self._append_script(
                 keys=APPEND.keys(stream=keys.events, meta=keys.meta, fence=keys.fence), args=args
             )
-        status, value, _written = (int(x) for x in cast(list[Any], raw))
+        reply = APPEND.reply(cast(list[Any], raw))
+        status, value = int(reply["code"]), int(reply["value"])
         if status == 1:
             raise fenced_out(tenant, session_id, fence, value)
         if status == 3:

@@ -65,10 +65,11 @@ class RedisLeaseManager:
         )
         argv = ACQUIRE.argv(owner=owner, ttl_ms=ttl_ms)
         with translate_errors(self._where):
-            fence, takeover = cast(Any, self._acquire(keys=keys, args=argv))
-        if not int(fence):
+            grant = ACQUIRE.reply(cast(Any, self._acquire(keys=keys, args=argv)))
+        if not int(grant["fence"]):
             return None
-        return Lease(tenant, session_id, owner, int(fence), takeover=bool(int(takeover)))
+        fence, takeover = int(grant["fence"]), bool(int(grant["takeover"]))
+        return Lease(tenant, session_id, owner, fence, takeover=takeover)
 
     def renew(self, lease: Lease, ttl_ms: int) -> bool:
         """Extend the lease to ``ttl_ms`` from now; False when this grant no longer holds it."""

@@ -47,11 +47,12 @@ class RedisModelBudget:
         )
         with translate_errors(self._where):
             keys = ADMIT.keys(budget=budget, inflight=inflight, pause=pause)
-            ok, wait_us, reason = cast(list[Any], self._admit(keys=keys, args=argv))
-        if int(ok):
+            reply = ADMIT.reply(cast(list[Any], self._admit(keys=keys, args=argv)))
+        if int(reply["admitted"]):
             return Admission(True)
+        reason = reply["reason"]
         why = reason.decode() if isinstance(reason, bytes) else str(reason)
-        return Admission(False, int(wait_us) / 1e6, cast(WaitReason, why))
+        return Admission(False, int(reply["wait_us"]) / 1e6, cast(WaitReason, why))
 
     def settle(self, model: str, limit: ModelLimit, token: str, token_delta: int) -> None:
         budget, inflight, _ = self._keys.model_budget(model)

@@ -191,12 +191,13 @@ def admit_call(
     return ADMIT.keys(day=day, rate=rate, inflight=keys.tenant_inflight(tenant, name)), argv
 
 
-def verdict_of(reply: list[Any]) -> Verdict:
+def verdict_of(raw: list[Any]) -> Verdict:
     """The script's reply as a :class:`Verdict`."""
-    if int(reply[0]):
+    reply = ADMIT.reply(raw)
+    if int(reply["admitted"]):
         return ADMITTED
-    name = cast(BudgetName, _text(reply[1]))
-    used = float(_text(reply[2]))
+    name = cast(BudgetName, _text(reply["budget"]))
+    used = float(_text(reply["used"]))
     if name == "usd_per_day":
         used /= NANO
-    return Verdict(False, name, used, int(reply[3]) / 1e6)
+    return Verdict(False, name, used, int(reply["wait_us"]) / 1e6)

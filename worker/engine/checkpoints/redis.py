@@ -36,23 +36,18 @@ class RedisCheckpointStore:
         k = self._keys
         validate_id(checkpoint.run_id, kind="run id")
         with translate_errors(self._where):
-            ok, current = cast(
-                Any,
-                self._save(
-                    keys=SAVE.keys(
-                        checkpoints=k.checkpoints(tenant, session_id),
-                        fence=k.fence(tenant, session_id),
-                    ),
-                    args=SAVE.argv(
-                        run_id=checkpoint.run_id,
-                        writer_fence=checkpoint.fence,
-                        checkpoint=checkpoint.model_dump_json(),
-                        ttl_s=self._ttl_s,
-                    ),
-                ),
+            keys = SAVE.keys(
+                checkpoints=k.checkpoints(tenant, session_id), fence=k.fence(tenant, session_id)
             )
-        if not int(ok):
-            raise fenced_out(tenant, session_id, checkpoint.fence, int(current))
+            argv = SAVE.argv(
+                run_id=checkpoint.run_id,
+                writer_fence=checkpoint.fence,
+                checkpoint=checkpoint.model_dump_json(),
+                ttl_s=self._ttl_s,
+            )
+            reply = SAVE.reply(cast(Any, self._save(keys=keys, args=argv)))
+        if not int(reply["saved"]):
+            raise fenced_out(tenant, session_id, checkpoint.fence, int(reply["fence"]))
 
     def load(self, tenant: str, session_id: str, run_id: str) -> Checkpoint | None:
         """The run's newest checkpoint."""
