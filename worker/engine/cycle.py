@@ -88,7 +88,7 @@ class Outcome(Enum):
 
 
 def drain(
-    rt: EngineServices,
+    services: EngineServices,
     tenant: str,
     session_id: str,
     *,
@@ -100,9 +100,9 @@ def drain(
     ``carried``: the request of the message that asked for this drain, registered (idempotently)
     in the same round trip that takes the lease; ``on_submitted`` hears how that went.
     """
-    ttl_ms = rt.settings.lease_ttl_ms
-    claim = rt.claims().claim(
-        tenant, session_id, owner=rt.worker_id, ttl_ms=ttl_ms, carried=carried
+    ttl_ms = services.settings.lease_ttl_ms
+    claim = services.claims().claim(
+        tenant, session_id, owner=services.worker_id, ttl_ms=ttl_ms, carried=carried
     )
     if claim.submitted is not None and on_submitted is not None:
         on_submitted(claim.submitted)
@@ -110,41 +110,41 @@ def drain(
     if lease is None:
         return 0
     metrics.lease_granted(lease.takeover)
-    keeper = LeaseKeeper(rt.leases, lease, ttl_ms).start()
+    keeper = LeaseKeeper(services.leases, lease, ttl_ms).start()
     target = CommitTarget(
-        rt.store,
-        rt.archive,
-        rt.archive_hint,
-        rt.runs,
-        rt.worker_id,
-        rt.checkpoints,
-        rt.archive_batch_events,
+        services.store,
+        services.archive,
+        services.archive_hint,
+        services.runs,
+        services.worker_id,
+        services.checkpoints,
+        services.archive_batch_events,
     )
-    d = DrainState(rt, lease, keeper, target, claimed=claim)
+    d = DrainState(services, lease, keeper, target, claimed=claim)
     released = hand_over = False
     try:
         released, hand_over = _drain_queue(d)
     finally:
         keeper.stop()
-        rt.guard.clear(lease)
+        services.guard.clear(lease)
         if not released:
             try:
                 # this drain may have written the head without caching it: the next holder
                 # reads the store (when the drop fails the lease is kept, and expires into a
                 # takeover, which reads the store too)
-                if rt.head_cache is not None:
-                    rt.head_cache.drop(tenant, session_id)
-                rt.leases.release(lease)
+                if services.head_cache is not None:
+                    services.head_cache.drop(tenant, session_id)
+                services.leases.release(lease)
             except TetherError as exc:  # it expires by itself; recovery does not depend on this
                 log.warning("could not release lease of %s/%s: %s", tenant, session_id, exc)
     if hand_over:  # only once the lease is free, or the next drain would find it held
-        rt.wake(tenant, session_id)
+        services.wake(tenant, session_id)
     return d.processed
 
 
 def _drain_queue(d: DrainState) -> tuple[bool, bool]:
     """Apply queued runs until the queue is empty; return (lease released, hand over)."""
-    rt = d.rt
+    services = d.services
     started = time.monotonic()
     redone: set[str] = set()
     while not d.keeper.lost:
@@ -153,7 +153,7 @@ def _drain_queue(d: DrainState) -> tuple[bool, bool]:
             if d.commit(None).release(d.release_if_idle) != IdleRelease.BUSY:
                 return True, False  # released, or lost: either way not ours to release
             continue
-        if time.monotonic() - started > DRAIN_BUDGET_S or rt.draining():
+        if time.monotonic() - started > DRAIN_BUDGET_S or services.draining():
             d.undo_claim()  # its attempt does not count: the next holder starts it
             return False, True
         outcome = _apply_one(d, run_id)
@@ -171,21 +171,21 @@ def _announce(d: DrainState) -> None:
     """Tell :attr:`EngineServices.on_finished` (webhooks) about the run just finished: after its
     result is committed, and never failing the drain."""
     commit, request = d.last_commit, d.applied
-    if d.rt.on_finished is None or commit is None or commit.result is None or request is None:
+    if d.services.on_finished is None or commit is None or commit.result is None or request is None:
         return
     try:
-        d.rt.on_finished(request, commit.result)
+        d.services.on_finished(request, commit.result)
     except Exception:  # an announcement must never fail the session's next runs
         log.exception("announcing run %s failed", commit.result.run_id)
 
 
 def _apply_one(d: DrainState, run_id: str) -> Outcome:
-    rt = d.rt
+    services = d.services
     ref = RunRef(d.lease.tenant, d.lease.session_id, run_id)
     claim = d.take_claim(run_id)
-    view = claim.view if claim is not None else rt.runs.get(ref)
+    view = claim.view if claim is not None else services.runs.get(ref)
     if not applicable(ref, view):
-        rt.runs.drop(d.lease.tenant, d.lease.session_id, run_id)
+        services.runs.drop(d.lease.tenant, d.lease.session_id, run_id)
         return Outcome.DONE
     assert view is not None and view.request is not None
     d.applied = view.request
@@ -199,13 +199,13 @@ def _apply_one(d: DrainState, run_id: str) -> Outcome:
         # than burn every attempt in a burst of drains (one per queued message of the session)
         return Outcome.ABORT
     try:
-        agent = rt.registry.get(request.agent)
+        agent = services.registry.get(request.agent)
     except UnknownAgent as exc:
-        if view.queue and view.queue != rt.settings.queue:
+        if view.queue and view.queue != services.settings.queue:
             # submitted to another queue, whose workers know this agent: hand the session over
             log.info("run %s is for queue %s; handing the session over", run_id, view.queue)
             if claim is not None and claim.begun:
-                rt.runs.hand_back(ref)  # the claim began it; those workers start it afresh
+                services.runs.hand_back(ref)  # the claim began it; those workers start it afresh
             return Outcome.HANDOVER
         failed = RunResult.failure(request, RunStatus.FAILED, exc.error_type, str(exc))
         d.commit(run_id, reply_to).finish(failed)
@@ -213,7 +213,7 @@ def _apply_one(d: DrainState, run_id: str) -> Outcome:
     if claim is not None and (claim.begun or claim.cancelled):
         attempts = claim.attempts  # the claim began it (or found it cancelled) already
     else:
-        attempts = rt.runs.begin(ref, rt.worker_id)
+        attempts = services.runs.begin(ref, services.worker_id)
     if attempts is None:  # cancelled while queued: it never starts
         cancelled = RunResult.failure(
             request, RunStatus.CANCELLED, "RunCancelled", "cancelled before it started"
@@ -226,7 +226,7 @@ def _apply_one(d: DrainState, run_id: str) -> Outcome:
     except RunHandedBack:
         log.info("run %s handed back at its last checkpoint: this worker is shutting down", run_id)
         d.session, d.loaded = None, False
-        rt.runs.hand_back(ref)  # no failure: the attempt does not count
+        services.runs.hand_back(ref)  # no failure: the attempt does not count
         return Outcome.HANDOVER
     except RunUnreadable as unreadable:
         _abandon(d, ref, attempts, unreadable.cause, before_commit=True)
@@ -279,9 +279,9 @@ def _abandon(
     metrics.attempt_aborted(exc)
     d.session = None
     d.loaded = False
-    backoff_ms = d.rt.settings.lease_ttl_ms if isinstance(exc, InfrastructureError) else 0
+    backoff_ms = d.services.settings.lease_ttl_ms if isinstance(exc, InfrastructureError) else 0
     try:
-        d.rt.runs.note_failure(
+        d.services.runs.note_failure(
             ref, f"{exc.error_type}: {exc}", retry_after_ms=backoff_ms, before_commit=before_commit
         )
     except TetherError as note_exc:  # Redis away too: the attempt is retried regardless
@@ -292,7 +292,7 @@ def _attempt(
     d: DrainState, view: RunView, request: RunRequest, agent: Agent, attempts: int
 ) -> Outcome:
     commit = d.commit(request.run_id, request.reply_to)
-    budget_spent = attempts > d.rt.settings.max_attempts
+    budget_spent = attempts > d.services.settings.max_attempts
     try:
         session = _session_for(d, request, agent)
     except InfrastructureError as exc:
@@ -314,7 +314,7 @@ def _attempt(
     # the head decides before the attempt budget does: a run that committed on its last
     # allowed attempt, then lost its worker before finishing, is finished as committed
     applied = session.find_applied(request.request_id)
-    table = prices(d.rt.settings)
+    table = prices(d.services.settings)
     if applied is not None:
         # committed by an attempt that died before its finish: counted here, once
         done = result_from_record(request, applied, duplicate=True, attempts=attempts)
@@ -339,7 +339,7 @@ def _attempt(
         attempts=attempts,
         queue_ms=max(0, started_ms - request.submitted_at_ms),
         run_ms=now_ms() - started_ms,
-        worker=d.rt.worker_id,
+        worker=d.services.worker_id,
     ).model_copy(update={"pending": d.pending})
     result = priced(result, agent.model_name, table)
     checkpointed = d.checkpointer is not None and d.checkpointer.saved
@@ -380,7 +380,7 @@ def _execute(d: DrainState, session: AgentSession, request: RunRequest, agent: A
         session.put_metadata(key, value)
     durability = request.durability or agent.options.durability
     checkpointer = (
-        Checkpointer(d.rt, d.lease, d.publisher, session, request.run_id, d.base_seq)
+        Checkpointer(d.services, d.lease, d.publisher, session, request.run_id, d.base_seq)
         if durability == "step"
         else None
     )
@@ -388,14 +388,21 @@ def _execute(d: DrainState, session: AgentSession, request: RunRequest, agent: A
 
     begun_by_claim = d.applying is not None and d.applying.begun
     spend = spend_check(
-        d.rt.settings, d.rt.runs.tenant_usage, request.tenant, agent.model_name, session, first_seq
+        d.services.settings,
+        d.services.runs.tenant_usage,
+        request.tenant,
+        agent.model_name,
+        session,
+        first_seq,
     )
     stops = RunStops(d, request, checkpointer, begun_by_claim and resumed is None, spend)
-    timeout_s = min(request.timeout_s or d.rt.settings.max_run_s, d.rt.settings.max_run_s)
-    d.rt.guard.watch(d.lease, request.run_id, time.time() + timeout_s)
-    notice = WaitNotice(d.rt.runs, request.ref, time.monotonic() + timeout_s)
+    timeout_s = min(
+        request.timeout_s or d.services.settings.max_run_s, d.services.settings.max_run_s
+    )
+    d.services.guard.watch(d.lease, request.run_id, time.time() + timeout_s)
+    notice = WaitNotice(d.services.runs, request.ref, time.monotonic() + timeout_s)
     listening = budget_waits.set(notice)
-    publisher = d.rt.deltas
+    publisher = d.services.deltas
     deltas = None if publisher is None else RunDeltaStream(publisher, d.lease, request.run_id)
     try:
         if request.resolutions and resumed is None:  # a resumed run settled them before
@@ -466,11 +473,11 @@ def _session_for(d: DrainState, request: RunRequest, agent: Agent) -> AgentSessi
     if not d.loaded:
         d.announce = None  # a restore of an abandoned attempt is never announced
         with span("tether.restore", session_id=request.session_id):
-            stored = load_head(d.rt, d.lease, agent, request, d.applying)
+            stored = load_head(d.services, d.lease, agent, request, d.applying)
         d.loaded = True
         d.base_seq = stored.snapshot.last_seq if stored is not None else 0
         known = d.applying.checkpoint if d.applying is not None else ASK
-        d.resumed = resume_point(d.rt, agent, request, stored, checkpoint=known)
+        d.resumed = resume_point(d.services, agent, request, stored, checkpoint=known)
         if d.resumed is not None:
             session = d.resumed.session
             session.add_listener(d.publisher)  # replayed events were published when they happened

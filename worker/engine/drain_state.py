@@ -23,7 +23,7 @@ from tether.worker.engine.services import EngineServices
 class DrainState:
     """One drain's state: its lease, and the session it holds between runs."""
 
-    rt: EngineServices
+    services: EngineServices
     lease: Lease
     keeper: LeaseKeeper
     target: CommitTarget
@@ -55,7 +55,7 @@ class DrainState:
 
     def __post_init__(self) -> None:
         self.publisher = StreamPublisher(
-            self.rt.stream, self.lease, backfill=self.committed_between
+            self.services.stream, self.lease, backfill=self.committed_between
         )
 
     def commit(self, run_id: str | None, reply_to: str | None = None) -> Commit:
@@ -87,13 +87,13 @@ class DrainState:
         if last is not None and last.finished:
             self.finish_released = last.released
             return last.next_head
-        return self.rt.runs.head(self.lease.tenant, self.lease.session_id)
+        return self.services.runs.head(self.lease.tenant, self.lease.session_id)
 
     def release_if_idle(self) -> IdleRelease:
         """Release the lease when the queue is empty: what the last finish did, when it did."""
         if self.finish_released is not None:
             return self.finish_released
-        return self.rt.runs.release_if_idle(self.lease)
+        return self.services.runs.release_if_idle(self.lease)
 
     def take_claim(self, run_id: str) -> Claim | None:
         """The claim, once, when ``run_id`` is the run it read (and maybe began)."""
@@ -105,7 +105,9 @@ class DrainState:
         """Hand back the attempt the claim counted for a run this drain will not apply."""
         claim, self.claimed = self.claimed, None
         if claim is not None and claim.begun and claim.head is not None:
-            self.rt.runs.hand_back(RunRef(self.lease.tenant, self.lease.session_id, claim.head))
+            self.services.runs.hand_back(
+                RunRef(self.lease.tenant, self.lease.session_id, claim.head)
+            )
 
     def committed_between(self, after_seq: int, before_seq: int) -> list[AgentEvent]:
         """Committed events with ``after_seq < seq < before_seq``: from the held session's log
@@ -114,7 +116,7 @@ class DrainState:
         found = {e.seq: e for e in held if e.seq > after_seq}
         if len(found) < before_seq - after_seq - 1:
             t, s = self.lease.tenant, self.lease.session_id
-            for event in self.rt.archive.read(t, s, after_seq=after_seq):
+            for event in self.services.archive.read(t, s, after_seq=after_seq):
                 if event.seq < before_seq:
                     found.setdefault(event.seq, event)
         return [found[seq] for seq in sorted(found)]

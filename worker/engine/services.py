@@ -1,7 +1,7 @@
 """What a worker needs to execute runs: its seams (store, archive, stream, leases, run queue,
-checkpoints),
-settings and agents. :func:`build_services` connects the production backends from settings;
-tests build a :class:`EngineServices` from in-memory backends and run the same cycle in-process.
+checkpoints), settings and agents. :func:`build_services` connects the production backends from
+settings; tests build a :class:`EngineServices` from in-memory backends and run the same cycle
+in-process.
 """
 
 from __future__ import annotations
@@ -77,12 +77,11 @@ class EngineServices:
     sends its webhook); its errors are logged, never raised."""
     claimer: Claimer | None = None
     """Claim-and-begin in one round trip (:mod:`tether.worker.engine.claim`); None: the same steps
-    as
-    separate calls on ``runs``, ``leases`` and ``checkpoints``."""
+    as separate calls on ``runs``, ``leases`` and ``checkpoints``."""
 
     def claims(self) -> Claimer:
-        """The claimer of this runtime (see :attr:`claimer`)."""
-        if self.claimer is None:  # built per call: tests swap seams on a runtime
+        """The claimer of these services (see :attr:`claimer`)."""
+        if self.claimer is None:  # built per call: tests swap the seams of built services
             return SequentialClaimer(self.runs, self.leases, self.checkpoints, self.head_cache)
         return self.claimer
 
