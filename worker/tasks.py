@@ -42,7 +42,7 @@ from tether.runs.queue.base import SubmitOutcome, SubmitState, preempt_for
 from tether.worker.app import app
 from tether.worker.engine.admission import MALFORMED, UNREGISTERED, refuse, registered
 from tether.worker.engine.claim import Carried
-from tether.worker.engine.cycle import drain
+from tether.worker.engine.cycle import claim_session, drain, drain_claimed
 from tether.worker.engine.services import EngineServices, build_services
 from tether.worker.guardian import guard_for_this_process, start_guardian
 
@@ -133,29 +133,32 @@ def run_task(self: Any, request: Any = None) -> dict[str, Any]:
         # registered by its producer and queued: the drain fails it in queue order, at once (or
         # hands the session to the queue that knows the agent); refusing it here would leave it
         # queued until the sweeper's backlog patience ran out
-    reply: dict[str, Any] = {}
-
-    def submitted(outcome: SubmitOutcome) -> None:
-        # the drain registered the request in the round trip that took the lease; whatever
-        # became of it, the session's queue is drained (a refused message refuses nothing else)
-        reply.update(run_id=outcome.run_id, state=outcome.state.value)
-        if outcome.state is SubmitState.TAKEN:
-            log.warning(
-                "dropping run message %s: that run id belongs to another request", req.run_id
-            )
-            reply.update(run_id=req.run_id, state="dropped")
-        elif outcome.state is SubmitState.QUEUED:  # sent without a producer registering it
-            preempt_for(services.runs, req)
-        elif outcome.state is SubmitState.BUSY:
-            busy = SessionBusy(
-                f"session {req.tenant}/{req.session_id} is busy and run {req.run_id} asked to "
-                "be rejected then (on_busy='reject'); retry later or use on_busy='enqueue'"
-            )
-            reply.update(_reject(services, req, busy))
-
     carried = Carried(req, services.settings.queue, wire.text)
-    processed = drain(services, req.tenant, req.session_id, carried=carried, on_submitted=submitted)
-    return {**reply, "processed": processed}
+    claim = claim_session(services, req.tenant, req.session_id, carried=carried)
+    # acted on before the drain runs anything: a preemption must reach the run the claim just
+    # began, and a busy refusal must not wait for the session's other runs
+    reply = {} if claim.submitted is None else _registration(services, req, claim.submitted)
+    return {**reply, "processed": drain_claimed(services, claim)}
+
+
+def _registration(
+    services: EngineServices, req: RunRequest, outcome: SubmitOutcome
+) -> dict[str, Any]:
+    """The reply for how the claim registered the carried request; whatever became of it, the
+    session's queue is drained (a refused message refuses nothing else)."""
+    reply: dict[str, Any] = {"run_id": outcome.run_id, "state": outcome.state.value}
+    if outcome.state is SubmitState.TAKEN:
+        log.warning("dropping run message %s: that run id belongs to another request", req.run_id)
+        reply.update(run_id=req.run_id, state="dropped")
+    elif outcome.state is SubmitState.QUEUED:  # sent without a producer registering it
+        preempt_for(services.runs, req)
+    elif outcome.state is SubmitState.BUSY:
+        busy = SessionBusy(
+            f"session {req.tenant}/{req.session_id} is busy and run {req.run_id} asked to "
+            "be rejected then (on_busy='reject'); retry later or use on_busy='enqueue'"
+        )
+        reply.update(_reject(services, req, busy))
+    return reply
 
 
 @app.task(name=DRAIN_TASK, ignore_result=True, Strategy="tether.worker.strategy:guarded")
