@@ -95,50 +95,68 @@ def run_task(self: Any, request: Any = None) -> dict[str, Any]:
     services = get_services()
     try:
         wire = parse_wire(request)
-        req = wire.request
-        req.check_input_size(services.settings.max_input_bytes)
+        wire.request.check_input_size(services.settings.max_input_bytes)
     except InvalidInput as exc:
-        if (
-            services.settings.registered_runs_only
-        ):  # recording it would write for an unproven tenant
-            refuse(MALFORMED, f"refused malformed run message: {exc}")
-            return {"state": "refused", "error": exc.error_type}
-        salvaged = _salvage_ids(request)
-        if salvaged is None:
-            log.error("dropping malformed run message (no usable ids): %s", exc)
-            return {"state": "dropped", "error": exc.error_type}
-        return _reject(services, salvaged, exc)
+        return _malformed(services, request, exc)
+    req = wire.request
     if services.settings.registered_runs_only:
         # the message is a wake-up: the drain runs what the tenant registered, and only that
         if not registered(services.runs, req.ref):
             return {"run_id": req.run_id, "state": "refused", "error": UNREGISTERED}
         return {"processed": drain(services, req.tenant, req.session_id)}
-    if req.input is None and not req.resolutions and services.runs.get(req.ref) is None:
-        # a wake-up a registered-only producer sent (ids only) whose record is gone: registering
-        # it here would run an empty request in place of the one its producer registered.
-        # Checked only for messages without input (one read): producers register every run
-        refuse(
-            UNREGISTERED,
-            f"refused run message {req.run_id} for tenant {req.tenant!r}, session "
-            f"{req.session_id!r}: it carries no input and no run of that id is registered (a "
-            "registered-only producer's wake-up whose record is gone); nothing was run. Set "
-            "TETHER_REGISTERED_RUNS_ONLY on the workers too, and submit the run again",
-        )
-        return {"run_id": req.run_id, "state": "refused", "error": UNREGISTERED}
-    try:
-        services.registry.get(req.agent)
-    except UnknownAgent as exc:
-        if services.runs.get(req.ref) is None:  # nobody registered it: refuse it here
-            return _reject(services, req, exc)
-        # registered by its producer and queued: the drain fails it in queue order, at once (or
-        # hands the session to the queue that knows the agent); refusing it here would leave it
-        # queued until the sweeper's backlog patience ran out
+    refused = _orphan_wake_up(services, req) or _unknown_agent(services, req)
+    if refused is not None:
+        return refused
     carried = Carried(req, services.settings.queue, wire.text)
     claim = claim_session(services, req.tenant, req.session_id, carried=carried)
     # acted on before the drain runs anything: a preemption must reach the run the claim just
     # began, and a busy refusal must not wait for the session's other runs
     reply = {} if claim.submitted is None else _registration(services, req, claim.submitted)
     return {**reply, "processed": drain_claimed(services, claim)}
+
+
+def _malformed(services: EngineServices, message: Any, exc: InvalidInput) -> dict[str, Any]:
+    """A run message that is no valid request: recorded as failed under its ids when they can
+    be read, else dropped (refused, unrecorded, with ``TETHER_REGISTERED_RUNS_ONLY``)."""
+    if services.settings.registered_runs_only:  # recording it would write for an unproven tenant
+        refuse(MALFORMED, f"refused malformed run message: {exc}")
+        return {"state": "refused", "error": exc.error_type}
+    salvaged = _salvage_ids(message)
+    if salvaged is None:
+        log.error("dropping malformed run message (no usable ids): %s", exc)
+        return {"state": "dropped", "error": exc.error_type}
+    return _reject(services, salvaged, exc)
+
+
+def _orphan_wake_up(services: EngineServices, req: RunRequest) -> dict[str, Any] | None:
+    """The refusal of a wake-up a registered-only producer sent (ids only) whose record is
+    gone: registering it here would run an empty request in place of the one its producer
+    registered. Checked only for messages without input (one read): producers register every
+    run."""
+    if req.input is not None or req.resolutions or services.runs.get(req.ref) is not None:
+        return None
+    refuse(
+        UNREGISTERED,
+        f"refused run message {req.run_id} for tenant {req.tenant!r}, session "
+        f"{req.session_id!r}: it carries no input and no run of that id is registered (a "
+        "registered-only producer's wake-up whose record is gone); nothing was run. Set "
+        "TETHER_REGISTERED_RUNS_ONLY on the workers too, and submit the run again",
+    )
+    return {"run_id": req.run_id, "state": "refused", "error": UNREGISTERED}
+
+
+def _unknown_agent(services: EngineServices, req: RunRequest) -> dict[str, Any] | None:
+    """The rejection of a run for an agent this worker does not know that nobody registered.
+
+    A registered one is left to the drain, which fails it in queue order, at once (or hands
+    the session to the queue that knows the agent); refusing it here would leave it queued
+    until the sweeper's backlog patience ran out."""
+    try:
+        services.registry.get(req.agent)
+    except UnknownAgent as exc:
+        if services.runs.get(req.ref) is None:
+            return _reject(services, req, exc)
+    return None
 
 
 def _registration(
