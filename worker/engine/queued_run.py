@@ -22,7 +22,7 @@ from tether.errors import (
 )
 from tether.observability import metrics
 from tether.observability.tracing import run_span
-from tether.runs.contract import RunRef, RunResult
+from tether.runs.contract import RunRef, RunRequest, RunResult
 from tether.runs.queue.base import RunView
 from tether.runtime.agent import Agent
 from tether.worker.engine.admission import applicable
@@ -65,7 +65,7 @@ def apply_one(d: DrainState, run_id: str) -> Outcome:
     try:
         agent = services.registry.get(request.agent)
     except UnknownAgent as exc:
-        return _unknown_agent(d, ref, view, claim, exc)
+        return _unknown_agent(d, view, request, claim, exc)
     if claim is not None and (claim.begun or claim.cancelled):
         attempts = claim.attempts  # the claim began it (or found it cancelled) already
     else:
@@ -76,32 +76,33 @@ def apply_one(d: DrainState, run_id: str) -> Outcome:
         )
         d.commit(run_id, request.reply_to).finish(cancelled)
         return Outcome.DONE
-    return _attempted(d, ref, view, agent, attempts)
+    return _attempted(d, view, request, agent, attempts)
 
 
 def _unknown_agent(
-    d: DrainState, ref: RunRef, view: RunView, claim: Claim | None, exc: UnknownAgent
+    d: DrainState, view: RunView, request: RunRequest, claim: Claim | None, exc: UnknownAgent
 ) -> Outcome:
     """A run for an agent this worker does not know: hand the session to the queue it was
     submitted to (whose workers know it), else fail the run."""
-    services = d.services
-    assert view.request is not None
+    services, ref = d.services, request.ref
     if view.queue and view.queue != services.settings.queue:
         log.info("run %s is for queue %s; handing the session over", ref.run_id, view.queue)
         if claim is not None and claim.begun:
             services.runs.hand_back(ref)  # the claim began it; those workers start it afresh
         return Outcome.HANDOVER
-    failed = RunResult.failure(view.request, RunStatus.FAILED, exc.error_type, str(exc))
-    d.commit(ref.run_id, view.request.reply_to).finish(failed)
+    failed = RunResult.failure(request, RunStatus.FAILED, exc.error_type, str(exc))
+    d.commit(ref.run_id, request.reply_to).finish(failed)
     return Outcome.DONE
 
 
-def _attempted(d: DrainState, ref: RunRef, view: RunView, agent: Agent, attempts: int) -> Outcome:
+def _attempted(
+    d: DrainState, view: RunView, request: RunRequest, agent: Agent, attempts: int
+) -> Outcome:
     """Attempt the run; what the drain does next when the attempt failed."""
-    assert view.request is not None
+    ref = request.ref  # the queued run's: applicable() checked that the request names it
     try:
-        with run_span(view.request, attempts):
-            attempt(d, view, view.request, agent, attempts)
+        with run_span(request, attempts):
+            attempt(d, view, request, agent, attempts)
         return Outcome.DONE
     except RunHandedBack:
         log.info(
