@@ -79,8 +79,23 @@ def resume_point(
         )
         services.checkpoints.clear(t, s, request.run_id)
         return None
+    session, before = _replayed(agent, request, stored, events)
+    log.info(
+        "run %s resumed at step %d from seq %d",
+        request.run_id,
+        progress.next_step,
+        checkpoint.last_seq,
+    )
+    return Resumed(session, progress, before)
+
+
+def _replayed(
+    agent: Agent, request: RunRequest, stored: StoredSnapshot | None, events: list[AgentEvent]
+) -> tuple[AgentSession, tuple[MemorySnapshot, CompactResult | None]]:
+    """The session at the checkpoint (``events`` replayed onto ``stored``), and the memory a
+    failure of the rest of the run rolls back to."""
     if stored is None:
-        session = agent.new_session(s, tenant=t)
+        session = agent.new_session(request.session_id, tenant=request.tenant)
         before: tuple[MemorySnapshot, CompactResult | None] = (MemorySnapshot(), None)
     else:
         session = agent.session_from_snapshot(
@@ -89,17 +104,11 @@ def resume_point(
         session.mark_archived(stored.snapshot.archived_seq)
         before = (stored.snapshot.memory, stored.snapshot.last_compact)
     settled = _settlements(events)
-    if settled:  # what a rollback keeps: the calls this continuation settled (see cycle)
+    if settled:  # what a rollback keeps: the calls this continuation settled (see execution)
         session.replay(events[:settled])
         before = (session.memory_snapshot(), session.last_compact)
     session.replay(events[settled:])
-    log.info(
-        "run %s resumed at step %d from seq %d",
-        request.run_id,
-        progress.next_step,
-        checkpoint.last_seq,
-    )
-    return Resumed(session, progress, before)
+    return session, before
 
 
 def rerun_point(agent: Agent, request: RunRequest, stored: StoredSnapshot | None) -> Resumed | None:
