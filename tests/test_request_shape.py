@@ -76,8 +76,8 @@ def worker_on(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[N
     from tether.worker.engine.services import build_services
 
     services = build_services(lambda tenant, session_id: None, settings)
-    monkeypatch.setattr(tasks, "_runtime", services)
-    monkeypatch.setattr(tasks, "_runtime_pid", os.getpid())
+    monkeypatch.setattr(tasks, "_services", services)
+    monkeypatch.setattr(tasks, "_services_pid", os.getpid())
     yield
 
 

@@ -159,7 +159,7 @@ _caller_queue: tuple[Settings, RedisRunQueue] | None = None
 
 
 def _caller_runs() -> tuple[Settings, RedisRunQueue]:
-    """The run queue of a process applying signatures (no worker runtime needed there)."""
+    """The run queue of a process applying signatures (no engine services needed there)."""
     global _caller_queue
     if _caller_queue is None:
         settings = load_settings()
@@ -281,7 +281,7 @@ def _wait_s(kwargs: dict[str, Any], settings: Settings) -> float:
     return cap if asked is None else max(0.0, min(float(asked), cap))
 
 
-def finish_own_run(rt: EngineServices, request: RunRequest, wait_s: float) -> RunResult:
+def finish_own_run(services: EngineServices, request: RunRequest, wait_s: float) -> RunResult:
     """Drain the run's session until the run has a result; wait while another worker drains it.
 
     Raises:
@@ -289,9 +289,9 @@ def finish_own_run(rt: EngineServices, request: RunRequest, wait_s: float) -> Ru
         RunTimeout: no result within ``wait_s`` seconds (the run goes on).
     """
     deadline = time.monotonic() + wait_s
-    position = rt.runs.done_last_id()
+    position = services.runs.done_last_id()
     while True:
-        view = rt.runs.get(request.ref)
+        view = services.runs.get(request.ref)
         if view is None:
             raise RunLost(
                 f"run {request.run_id}: its record vanished from Redis; apply the "
@@ -300,14 +300,14 @@ def finish_own_run(rt: EngineServices, request: RunRequest, wait_s: float) -> Ru
         if view.result is not None:
             return view.result
         # 0 when another worker holds the lease: it applies the queue in order, ours included
-        if drain(rt, request.tenant, request.session_id) == 0:
+        if drain(services, request.tenant, request.session_id) == 0:
             remaining_s = deadline - time.monotonic()
             if remaining_s <= 0:
                 raise RunTimeout(
                     f"run {request.run_id} did not finish within {wait_s:.0f} s; it goes on "
                     f"(`tether wait {request.run_id}`); pass a larger wait_s=... to tether_run"
                 )
-            done = rt.runs.read_done(position, max(1, int(min(1.0, remaining_s) * 1000)))
+            done = services.runs.read_done(position, max(1, int(min(1.0, remaining_s) * 1000)))
             if done:
                 position = done[-1][0]
 
@@ -321,8 +321,8 @@ def finish_own_run(rt: EngineServices, request: RunRequest, wait_s: float) -> Ru
 )
 def tether_run(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     """Apply one run to its session (see the module docstring); its RunResult as a dict."""
-    rt = get_services()
-    request = canvas_request(args, kwargs, self.request.id, rt.settings)
+    services = get_services()
+    request = canvas_request(args, kwargs, self.request.id, services.settings)
     if "tenant" not in kwargs:
         # applied by a build before the applying process named its tenant: the worker's own
         # TETHER_TENANT would stand in for it, and run the input in another tenant's session
@@ -330,8 +330,8 @@ def tether_run(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
             f"tether.canvas.run task {self.request.id} names no tenant; apply tether_run "
             "signatures with this version of Tether (it names the applying process's tenant)"
         )
-    if rt.settings.registered_runs_only:  # the caller registered it, or nobody may
-        if not registered(rt.runs, request.ref, request_id=request.request_id):
+    if services.settings.registered_runs_only:  # the caller registered it, or nobody may
+        if not registered(services.runs, request.ref, request_id=request.request_id):
             raise RunLost(
                 f"run {request.run_id}: no run of that id is registered for tenant "
                 f"{request.tenant!r} (TETHER_REGISTERED_RUNS_ONLY); apply the signature "
@@ -339,8 +339,8 @@ def tether_run(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
             )
         refused = None
     else:
-        refused = _submit(rt.runs, request, rt.settings.queue)
-    result = refused or finish_own_run(rt, request, _wait_s(kwargs, rt.settings))
+        refused = _submit(services.runs, request, services.settings.queue)
+    result = refused or finish_own_run(services, request, _wait_s(kwargs, services.settings))
     return result.model_dump(mode="json")
 
 

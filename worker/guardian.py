@@ -50,23 +50,23 @@ def _make_directory(sender: Any = None, **_: Any) -> None:
     _main_pid = os.getpid()
 
 
-def start_guardian(services: Callable[[], EngineServices]) -> None:
+def start_guardian(get_services: Callable[[], EngineServices]) -> None:
     """Start this worker's guardian (prefork only), once the worker is ready.
 
-    ``services`` builds the process's engine services: the Celery tasks module owns them and
-    calls this from its ``worker_ready`` handler, so this module never imports the tasks."""
+    ``get_services`` builds the process's engine services: the Celery tasks module owns them
+    and calls this from its ``worker_ready`` handler, so this module never imports the tasks."""
     global _guardian
     if _directory is None:
         return
     try:
-        rt = services()
+        services = get_services()
     except TetherError as exc:
         log.error("guardian not started: %s", exc)
         return
-    ttl_ms = rt.settings.lease_ttl_ms
+    ttl_ms = services.settings.lease_ttl_ms
 
     def note_kill(record: WatchRecord) -> None:
-        rt.runs.note_failure(
+        services.runs.note_failure(
             RunRef(record.tenant, record.session_id, record.run_id),
             f"RunTimeout: the run was still computing {MIN_GRACE_S:.0f}+ s after its deadline "
             "(a tool that never yields: declare it isolated=True to give it its own time limit); "
@@ -76,7 +76,7 @@ def start_guardian(services: Callable[[], EngineServices]) -> None:
 
     _guardian = Guardian(
         _directory,
-        rt.leases,
+        services.leases,
         ttl_ms,
         grace_s=max(MIN_GRACE_S, 2 * ttl_ms / 1000),
         on_kill=note_kill,

@@ -17,8 +17,8 @@ class Sweeper:
     """A daemon thread calling :func:`~tether.worker.engine.recovery.sweep_once` every
     ``sweep_interval_ms``."""
 
-    def __init__(self, rt: EngineServices) -> None:
-        self._rt = rt
+    def __init__(self, services: EngineServices) -> None:
+        self._services = services
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="tether-sweeper", daemon=True)
 
@@ -33,10 +33,10 @@ class Sweeper:
         self._thread.join(timeout=5)
 
     def _loop(self) -> None:
-        interval_s = self._rt.settings.sweep_interval_ms / 1000
+        interval_s = self._services.settings.sweep_interval_ms / 1000
         while not self._stop.wait(interval_s):
             try:
-                sweep_once(self._rt)
+                sweep_once(self._services)
             except TetherError as exc:  # Redis away: try again next period
                 log.warning("sweep failed: %s", exc)
             except Exception:

@@ -42,16 +42,16 @@ from tether.runs.queue.base import SubmitOutcome, SubmitState, preempt_for
 from tether.worker.app import app
 from tether.worker.engine.admission import MALFORMED, UNREGISTERED, refuse, registered
 from tether.worker.engine.claim import Carried
-from tether.worker.engine.cycle import drain
+from tether.worker.engine.cycle import claim_session, drain, drain_claimed
 from tether.worker.engine.services import EngineServices, build_services
 from tether.worker.guardian import guard_for_this_process, start_guardian
 
 log = logging.getLogger(__name__)
 
 
-def _reject(rt: EngineServices, request: RunRequest, exc: TetherError) -> dict[str, Any]:
+def _reject(services: EngineServices, request: RunRequest, exc: TetherError) -> dict[str, Any]:
     result = RunResult.failure(request, RunStatus.FAILED, exc.error_type, str(exc))
-    if not rt.runs.record_rejected(result, reply_to=request.reply_to):
+    if not services.runs.record_rejected(result, reply_to=request.reply_to):
         log.warning(
             "run %s rejected (%s) but not recorded: that run id already has a record",
             request.run_id,
@@ -92,68 +92,91 @@ def run_task(self: Any, request: Any = None) -> dict[str, Any]:
     holds the same text, and runs the registered copy otherwise (see
     :mod:`tether.runs.contract`).
     """
-    rt = get_services()
+    services = get_services()
     try:
         wire = parse_wire(request)
-        req = wire.request
-        req.check_input_size(rt.settings.max_input_bytes)
+        wire.request.check_input_size(services.settings.max_input_bytes)
     except InvalidInput as exc:
-        if rt.settings.registered_runs_only:  # recording it would write for an unproven tenant
-            refuse(MALFORMED, f"refused malformed run message: {exc}")
-            return {"state": "refused", "error": exc.error_type}
-        salvaged = _salvage_ids(request)
-        if salvaged is None:
-            log.error("dropping malformed run message (no usable ids): %s", exc)
-            return {"state": "dropped", "error": exc.error_type}
-        return _reject(rt, salvaged, exc)
-    if rt.settings.registered_runs_only:
+        return _malformed(services, request, exc)
+    req = wire.request
+    if services.settings.registered_runs_only:
         # the message is a wake-up: the drain runs what the tenant registered, and only that
-        if not registered(rt.runs, req.ref):
+        if not registered(services.runs, req.ref):
             return {"run_id": req.run_id, "state": "refused", "error": UNREGISTERED}
-        return {"processed": drain(rt, req.tenant, req.session_id)}
-    if req.input is None and not req.resolutions and rt.runs.get(req.ref) is None:
-        # a wake-up a registered-only producer sent (ids only) whose record is gone: registering
-        # it here would run an empty request in place of the one its producer registered.
-        # Checked only for messages without input (one read): producers register every run
-        refuse(
-            UNREGISTERED,
-            f"refused run message {req.run_id} for tenant {req.tenant!r}, session "
-            f"{req.session_id!r}: it carries no input and no run of that id is registered (a "
-            "registered-only producer's wake-up whose record is gone); nothing was run. Set "
-            "TETHER_REGISTERED_RUNS_ONLY on the workers too, and submit the run again",
-        )
-        return {"run_id": req.run_id, "state": "refused", "error": UNREGISTERED}
+        return {"processed": drain(services, req.tenant, req.session_id)}
+    refused = _orphan_wake_up(services, req) or _unknown_agent(services, req)
+    if refused is not None:
+        return refused
+    carried = Carried(req, services.settings.queue, wire.text)
+    claim = claim_session(services, req.tenant, req.session_id, carried=carried)
+    # acted on before the drain runs anything: a preemption must reach the run the claim just
+    # began, and a busy refusal must not wait for the session's other runs
+    reply = {} if claim.submitted is None else _registration(services, req, claim.submitted)
+    return {**reply, "processed": drain_claimed(services, claim)}
+
+
+def _malformed(services: EngineServices, message: Any, exc: InvalidInput) -> dict[str, Any]:
+    """A run message that is no valid request: recorded as failed under its ids when they can
+    be read, else dropped (refused, unrecorded, with ``TETHER_REGISTERED_RUNS_ONLY``)."""
+    if services.settings.registered_runs_only:  # recording it would write for an unproven tenant
+        refuse(MALFORMED, f"refused malformed run message: {exc}")
+        return {"state": "refused", "error": exc.error_type}
+    salvaged = _salvage_ids(message)
+    if salvaged is None:
+        log.error("dropping malformed run message (no usable ids): %s", exc)
+        return {"state": "dropped", "error": exc.error_type}
+    return _reject(services, salvaged, exc)
+
+
+def _orphan_wake_up(services: EngineServices, req: RunRequest) -> dict[str, Any] | None:
+    """The refusal of a wake-up a registered-only producer sent (ids only) whose record is
+    gone: registering it here would run an empty request in place of the one its producer
+    registered. Checked only for messages without input (one read): producers register every
+    run."""
+    if req.input is not None or req.resolutions or services.runs.get(req.ref) is not None:
+        return None
+    refuse(
+        UNREGISTERED,
+        f"refused run message {req.run_id} for tenant {req.tenant!r}, session "
+        f"{req.session_id!r}: it carries no input and no run of that id is registered (a "
+        "registered-only producer's wake-up whose record is gone); nothing was run. Set "
+        "TETHER_REGISTERED_RUNS_ONLY on the workers too, and submit the run again",
+    )
+    return {"run_id": req.run_id, "state": "refused", "error": UNREGISTERED}
+
+
+def _unknown_agent(services: EngineServices, req: RunRequest) -> dict[str, Any] | None:
+    """The rejection of a run for an agent this worker does not know that nobody registered.
+
+    A registered one is left to the drain, which fails it in queue order, at once (or hands
+    the session to the queue that knows the agent); refusing it here would leave it queued
+    until the sweeper's backlog patience ran out."""
     try:
-        rt.registry.get(req.agent)
+        services.registry.get(req.agent)
     except UnknownAgent as exc:
-        if rt.runs.get(req.ref) is None:  # nobody registered it: refuse it here
-            return _reject(rt, req, exc)
-        # registered by its producer and queued: the drain fails it in queue order, at once (or
-        # hands the session to the queue that knows the agent); refusing it here would leave it
-        # queued until the sweeper's backlog patience ran out
-    reply: dict[str, Any] = {}
+        if services.runs.get(req.ref) is None:
+            return _reject(services, req, exc)
+    return None
 
-    def submitted(outcome: SubmitOutcome) -> None:
-        # the drain registered the request in the round trip that took the lease; whatever
-        # became of it, the session's queue is drained (a refused message refuses nothing else)
-        reply.update(run_id=outcome.run_id, state=outcome.state.value)
-        if outcome.state is SubmitState.TAKEN:
-            log.warning(
-                "dropping run message %s: that run id belongs to another request", req.run_id
-            )
-            reply.update(run_id=req.run_id, state="dropped")
-        elif outcome.state is SubmitState.QUEUED:  # sent without a producer registering it
-            preempt_for(rt.runs, req)
-        elif outcome.state is SubmitState.BUSY:
-            busy = SessionBusy(
-                f"session {req.tenant}/{req.session_id} is busy and run {req.run_id} asked to "
-                "be rejected then (on_busy='reject'); retry later or use on_busy='enqueue'"
-            )
-            reply.update(_reject(rt, req, busy))
 
-    carried = Carried(req, rt.settings.queue, wire.text)
-    processed = drain(rt, req.tenant, req.session_id, carried=carried, on_submitted=submitted)
-    return {**reply, "processed": processed}
+def _registration(
+    services: EngineServices, req: RunRequest, outcome: SubmitOutcome
+) -> dict[str, Any]:
+    """The reply for how the claim registered the carried request; whatever became of it, the
+    session's queue is drained (a refused message refuses nothing else)."""
+    reply: dict[str, Any] = {"run_id": outcome.run_id, "state": outcome.state.value}
+    if outcome.state is SubmitState.TAKEN:
+        log.warning("dropping run message %s: that run id belongs to another request", req.run_id)
+        reply.update(run_id=req.run_id, state="dropped")
+    elif outcome.state is SubmitState.QUEUED:  # sent without a producer registering it
+        preempt_for(services.runs, req)
+    elif outcome.state is SubmitState.BUSY:
+        busy = SessionBusy(
+            f"session {req.tenant}/{req.session_id} is busy and run {req.run_id} asked to "
+            "be rejected then (on_busy='reject'); retry later or use on_busy='enqueue'"
+        )
+        reply.update(_reject(services, req, busy))
+    return reply
 
 
 @app.task(name=DRAIN_TASK, ignore_result=True, Strategy="tether.worker.strategy:guarded")
@@ -175,10 +198,10 @@ def enqueue_drain(tenant: str, session_id: str) -> None:
     different agents), so a sweeper or a hand-over never sends a session to workers that
     cannot run its next request; without a record, this worker's own queue.
     """
-    rt = get_services()
-    queue = rt.settings.queue
-    head = rt.runs.head(tenant, session_id)
-    view = rt.runs.get(RunRef(tenant, session_id, head)) if head is not None else None
+    services = get_services()
+    queue = services.settings.queue
+    head = services.runs.head(tenant, session_id)
+    view = services.runs.get(RunRef(tenant, session_id, head)) if head is not None else None
     if view is not None and view.queue:
         queue = view.queue
     app.send_task(
@@ -189,24 +212,26 @@ def enqueue_drain(tenant: str, session_id: str) -> None:
     )
 
 
-_runtime: EngineServices | None = None
-_runtime_pid: int | None = None
-_runtime_lock = threading.Lock()
+#: This process's engine services (see :func:`get_services`), and the process that built them.
+_services: EngineServices | None = None
+_services_pid: int | None = None
+_services_lock = threading.Lock()
 
 
 def get_services() -> EngineServices:
-    """This process's runtime: built on first use, rebuilt in a forked pool child (children
-    must not share the parent's sockets), so importing this module opens no connection."""
-    global _runtime, _runtime_pid
-    with _runtime_lock:
-        if _runtime is None or _runtime_pid != os.getpid():
-            _runtime = build_services(enqueue_drain)
-            _runtime.draining = _is_draining
-            _runtime.guard = guard_for_this_process()
-            _runtime.on_finished = _webhook_notifier(_runtime.settings)
-            _runtime_pid = os.getpid()
+    """This process's engine services: built on first use, rebuilt in a forked pool child
+    (children must not share the parent's sockets), so importing this module opens no
+    connection."""
+    global _services, _services_pid
+    with _services_lock:
+        if _services is None or _services_pid != os.getpid():
+            services = build_services(enqueue_drain)
+            services.draining = _is_draining
+            services.guard = guard_for_this_process()
+            services.on_finished = _webhook_notifier(services.settings)
+            _services, _services_pid = services, os.getpid()
             gc.freeze()  # the services live as long as the process: see _freeze_heap
-        return _runtime
+        return _services
 
 
 def _webhook_notifier(settings: Any) -> Any:

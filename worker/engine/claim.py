@@ -6,8 +6,8 @@ the attempt and marks it running, and looks for the run's step checkpoint. Done 
 time that is five or six round trips before the agent starts; :class:`Claimer` does it as one.
 
 The seam has a reference implementation, :class:`SequentialClaimer`, which makes exactly those
-calls on the run queue, lease and checkpoint seams (the in-memory backends use it, and so does
-any runtime that does not say otherwise), and a one-script implementation on Redis
+calls on the run queue, lease and checkpoint seams (the in-memory backends use it, and so do
+engine services that name no claimer), and a one-script implementation on Redis
 (:class:`~tether.worker.engine.claim_redis.RedisClaimer`). Both pass
 ``tests/test_claim_contract.py``.
 

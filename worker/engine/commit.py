@@ -276,19 +276,25 @@ class Commit:
         # the two is the case put_head's reader already handles (the head keeps the outbox)
         self.finish(result)
         if outbox:
-            assert t.archive is not None
-            self._step(CommitStep.ARCHIVE_SEGMENT, "before")
-            archive_outbox(session, t.archive, outbox)
-            self._step(CommitStep.ARCHIVE_SEGMENT, "after")
-            if t.hint is not None:
-                self._step(CommitStep.ARCHIVE_HINT, "before")
-                t.hint.record(session.tenant, session.session_id, outbox[-1].seq)
-                self._step(CommitStep.ARCHIVE_HINT, "after")
+            self._archive(session, outbox)
         session.prune_events(session.archived_seq)
         if checkpointed:
             self._step(CommitStep.CHECKPOINT_CLEAR, "before")
             t.checkpoints.clear(self._lease.tenant, self._lease.session_id, result.run_id)
             self._step(CommitStep.CHECKPOINT_CLEAR, "after")
+
+    def _archive(self, session: AgentSession, outbox: list[AgentEvent]) -> None:
+        """The ``archive_segment`` and ``archive_hint`` steps: the head's full outbox as one
+        segment, then how far the archive goes."""
+        t = self._target
+        assert t.archive is not None
+        self._step(CommitStep.ARCHIVE_SEGMENT, "before")
+        archive_outbox(session, t.archive, outbox)
+        self._step(CommitStep.ARCHIVE_SEGMENT, "after")
+        if t.hint is not None:
+            self._step(CommitStep.ARCHIVE_HINT, "before")
+            t.hint.record(session.tenant, session.session_id, outbox[-1].seq)
+            self._step(CommitStep.ARCHIVE_HINT, "after")
 
     def finish(self, result: RunResult) -> None:
         """The ``finish`` step alone (also for runs that end without a commit)."""

@@ -36,7 +36,11 @@ FENCE_ATTEMPTS = 5
 
 
 def load_head(
-    rt: EngineServices, lease: Lease, agent: Agent, request: RunRequest, claim: Claim | None = None
+    services: EngineServices,
+    lease: Lease,
+    agent: Agent,
+    request: RunRequest,
+    claim: Claim | None = None,
 ) -> StoredSnapshot | None:
     """The committed head of ``request``'s session, fenced first when ``lease`` is a takeover.
 
@@ -51,7 +55,7 @@ def load_head(
             rather than being retried forever.
     """
     try:
-        return _load_head(rt, lease, agent, request, claim)
+        return _load_head(services, lease, agent, request, claim)
     except TetherError:
         raise
     except Exception as exc:
@@ -64,24 +68,24 @@ def load_head(
 
 
 def _load_head(
-    rt: EngineServices, lease: Lease, agent: Agent, request: RunRequest, claim: Claim | None
+    services: EngineServices, lease: Lease, agent: Agent, request: RunRequest, claim: Claim | None
 ) -> StoredSnapshot | None:
     t, s = request.tenant, request.session_id
     if claim is not None and claim.cache_read:
-        stored = rt.store.load_known(t, s, claim.cached_head)  # a takeover's claim dropped it
+        stored = services.store.load_known(t, s, claim.cached_head)  # a takeover's claim dropped it
     else:
-        if lease.takeover and rt.head_cache is not None:
+        if lease.takeover and services.head_cache is not None:
             # the previous holder may have written the head and died before caching it
-            rt.head_cache.drop(t, s)
-        stored = rt.store.load(t, s)
+            services.head_cache.drop(t, s)
+        stored = services.store.load(t, s)
     if not lease.takeover:
         return stored
     for _ in range(FENCE_ATTEMPTS):
-        head = _fenced(rt, lease, agent, request, stored)
+        head = _fenced(services, lease, agent, request, stored)
         try:
-            version = rt.store.save(head, stored.version if stored is not None else None)
+            version = services.store.save(head, stored.version if stored is not None else None)
         except VersionConflict:
-            stored = rt.store.load(request.tenant, request.session_id)
+            stored = services.store.load(request.tenant, request.session_id)
             continue
         log.info(
             "lease of %s/%s taken over with fence %d: head fenced against the previous holder",
@@ -97,7 +101,7 @@ def _load_head(
 
 
 def _fenced(
-    rt: EngineServices,
+    services: EngineServices,
     lease: Lease,
     agent: Agent,
     request: RunRequest,
@@ -109,5 +113,5 @@ def _fenced(
         return stored.snapshot.model_copy(update={"writer_fence": lease.fence})
     fresh = agent.new_session(request.session_id, tenant=request.tenant).snapshot()
     return fresh.model_copy(
-        update={"writer_fence": lease.fence, "archive_batch_events": rt.archive_batch_events}
+        update={"writer_fence": lease.fence, "archive_batch_events": services.archive_batch_events}
     )

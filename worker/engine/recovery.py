@@ -30,19 +30,19 @@ BACKLOG_PATIENCE = 5
 _PASS_ENDING = (StreamUnavailable, ConfigurationError)
 
 
-def sweep_once(rt: EngineServices) -> int:
+def sweep_once(services: EngineServices) -> int:
     """One pass; returns how many sessions were woken.
 
     A session that fails (a record or key that does not read) is logged and skipped, so one
     bad session never stops the recovery of the others; Redis being unreachable or refusing
     the worker's credential ends the pass (the next one tries again).
     """
-    settings = rt.settings
+    settings = services.settings
     woken = 0
-    long_idle = set(rt.runs.stale_sessions(idle_ms=BACKLOG_PATIENCE * settings.lease_ttl_ms))
-    for tenant, session_id in rt.runs.stale_sessions(idle_ms=settings.lease_ttl_ms):
+    long_idle = set(services.runs.stale_sessions(idle_ms=BACKLOG_PATIENCE * settings.lease_ttl_ms))
+    for tenant, session_id in services.runs.stale_sessions(idle_ms=settings.lease_ttl_ms):
         try:
-            woken += _recover(rt, tenant, session_id, (tenant, session_id) in long_idle)
+            woken += _recover(services, tenant, session_id, (tenant, session_id) in long_idle)
         except _PASS_ENDING:
             raise
         except Exception as exc:  # any other failure is that one session's
@@ -58,26 +58,26 @@ def sweep_once(rt: EngineServices) -> int:
     return woken
 
 
-def _recover(rt: EngineServices, tenant: str, session_id: str, long_idle: bool) -> bool:
+def _recover(services: EngineServices, tenant: str, session_id: str, long_idle: bool) -> bool:
     """Wake the session when its worker died with runs queued; True when it was woken."""
-    ttl_ms = rt.settings.lease_ttl_ms
-    if rt.leases.holder(tenant, session_id) is not None:
+    ttl_ms = services.settings.lease_ttl_ms
+    if services.leases.holder(tenant, session_id) is not None:
         return False
-    head = rt.runs.head(tenant, session_id)
+    head = services.runs.head(tenant, session_id)
     if head is None:
-        rt.runs.forget_if_idle(tenant, session_id)
+        services.runs.forget_if_idle(tenant, session_id)
         return False
-    view = rt.runs.get(RunRef(tenant, session_id, head))
+    view = services.runs.get(RunRef(tenant, session_id, head))
     never_started = view is not None and view.status == RunState.QUEUED
     # a holder that died between two queued runs had taken the next run's message along
     # with the session: nothing else will wake it, so do not wait for the backlog patience
-    died_holding = rt.leases.abandoned(tenant, session_id)
+    died_holding = services.leases.abandoned(tenant, session_id)
     if never_started and not died_holding and not long_idle:
         # most likely its message is still waiting in a busy queue, not lost
         return False
-    if not rt.runs.claim_kick(tenant, session_id, ttl_ms):
+    if not services.runs.claim_kick(tenant, session_id, ttl_ms):
         return False
-    rt.wake(tenant, session_id)
+    services.wake(tenant, session_id)
     session_recovered()
     log.info("sweeper re-enqueued %s/%s (lease expired with queued runs)", tenant, session_id)
     return True

@@ -2,12 +2,11 @@
 
 With ``durability="step"`` the :class:`Checkpointer` is the loop's checkpoint hook: it flushes
 the run's buffered events to the live stream (fenced) and records how far they go
-(:class:`~tether.worker.engine.checkpoints.base.Checkpoint`, fenced too). :func:`resume_point` is
-what the
-next lease holder does before it would start the run again: it finds the checkpoint, reads the
-recorded events from the stream, replays them onto the committed head, and hands the loop the
-run's :class:`~tether.runtime.progress.RunProgress`. A checkpoint that no longer fits (the head
-moved, the stream lost events) is dropped and the run starts over from the head.
+(:class:`~tether.worker.engine.checkpoints.base.Checkpoint`, fenced too). :func:`resume_point`
+is what the next lease holder does before it would start the run again: it finds the checkpoint,
+reads the recorded events from the stream, replays them onto the committed head, and hands the
+loop the run's :class:`~tether.runtime.progress.RunProgress`. A checkpoint that no longer fits
+(the head moved, the stream lost events) is dropped and the run starts over from the head.
 """
 
 from __future__ import annotations
@@ -50,7 +49,7 @@ ASK = object()
 
 
 def resume_point(
-    rt: EngineServices,
+    services: EngineServices,
     agent: Agent,
     request: RunRequest,
     stored: StoredSnapshot | None,
@@ -64,12 +63,12 @@ def resume_point(
     """
     t, s = request.tenant, request.session_id
     if checkpoint is ASK:
-        checkpoint = rt.checkpoints.load(t, s, request.run_id)
+        checkpoint = services.checkpoints.load(t, s, request.run_id)
     assert checkpoint is None or isinstance(checkpoint, Checkpoint)
     if checkpoint is None:
         return rerun_point(agent, request, stored)
     base_seq = stored.snapshot.last_seq if stored is not None else 0
-    events = _recorded(rt, request, checkpoint, base_seq)
+    events = _recorded(services, request, checkpoint, base_seq)
     # a rerun's steps kept in its fork count as this run's, for its totals
     progress = progress_of(request.run_id, [*_kept(request, stored), *events]) if events else None
     if progress is None:
@@ -78,10 +77,25 @@ def resume_point(
             request.run_id,
             checkpoint.last_seq,
         )
-        rt.checkpoints.clear(t, s, request.run_id)
+        services.checkpoints.clear(t, s, request.run_id)
         return None
+    session, before = _replayed(agent, request, stored, events)
+    log.info(
+        "run %s resumed at step %d from seq %d",
+        request.run_id,
+        progress.next_step,
+        checkpoint.last_seq,
+    )
+    return Resumed(session, progress, before)
+
+
+def _replayed(
+    agent: Agent, request: RunRequest, stored: StoredSnapshot | None, events: list[AgentEvent]
+) -> tuple[AgentSession, tuple[MemorySnapshot, CompactResult | None]]:
+    """The session at the checkpoint (``events`` replayed onto ``stored``), and the memory a
+    failure of the rest of the run rolls back to."""
     if stored is None:
-        session = agent.new_session(s, tenant=t)
+        session = agent.new_session(request.session_id, tenant=request.tenant)
         before: tuple[MemorySnapshot, CompactResult | None] = (MemorySnapshot(), None)
     else:
         session = agent.session_from_snapshot(
@@ -90,17 +104,11 @@ def resume_point(
         session.mark_archived(stored.snapshot.archived_seq)
         before = (stored.snapshot.memory, stored.snapshot.last_compact)
     settled = _settlements(events)
-    if settled:  # what a rollback keeps: the calls this continuation settled (see cycle)
+    if settled:  # what a rollback keeps: the calls this continuation settled (see execution)
         session.replay(events[:settled])
         before = (session.memory_snapshot(), session.last_compact)
     session.replay(events[settled:])
-    log.info(
-        "run %s resumed at step %d from seq %d",
-        request.run_id,
-        progress.next_step,
-        checkpoint.last_seq,
-    )
-    return Resumed(session, progress, before)
+    return session, before
 
 
 def rerun_point(agent: Agent, request: RunRequest, stored: StoredSnapshot | None) -> Resumed | None:
@@ -154,7 +162,7 @@ def _before(head: SessionSnapshot, first_seq: int) -> tuple[MemorySnapshot, Comp
 
 
 def _recorded(
-    rt: EngineServices, request: RunRequest, checkpoint: Checkpoint, base_seq: int
+    services: EngineServices, request: RunRequest, checkpoint: Checkpoint, base_seq: int
 ) -> list[AgentEvent]:
     """The checkpointed events, or [] when the stream no longer holds all of them, or holds
     events another run wrote at those places (a stream rebuilt or appended to out of band):
@@ -170,7 +178,7 @@ def _recorded(
         return []
     events = [
         e
-        for e in rt.stream.read(request.tenant, request.session_id, after_seq=base_seq)
+        for e in services.stream.read(request.tenant, request.session_id, after_seq=base_seq)
         if e.seq <= checkpoint.last_seq
     ]
     expected = list(range(base_seq + 1, checkpoint.last_seq + 1))
@@ -216,14 +224,14 @@ class Checkpointer:
 
     def __init__(
         self,
-        rt: EngineServices,
+        services: EngineServices,
         lease: Lease,
         publisher: StreamPublisher,
         session: AgentSession,
         run_id: str,
         base_seq: int,
     ) -> None:
-        self._rt = rt
+        self._services = services
         self._lease = lease
         self._publisher = publisher
         self._session = session
@@ -244,7 +252,7 @@ class Checkpointer:
             last_seq=self._session.last_seq,
         )
         try:
-            self._rt.checkpoints.save(self._lease.tenant, self._lease.session_id, checkpoint)
+            self._services.checkpoints.save(self._lease.tenant, self._lease.session_id, checkpoint)
         except TetherError as exc:
             log.warning("checkpoint of run %s failed: %s", self._run_id, exc)
             self.failed = exc

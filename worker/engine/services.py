@@ -1,7 +1,7 @@
 """What a worker needs to execute runs: its seams (store, archive, stream, leases, run queue,
-checkpoints),
-settings and agents. :func:`build_services` connects the production backends from settings;
-tests build a :class:`EngineServices` from in-memory backends and run the same cycle in-process.
+checkpoints), settings and agents. :func:`build_services` connects the production backends from
+settings; tests build a :class:`EngineServices` from in-memory backends and run the same cycle
+in-process.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import redis
 
 from tether.keys import RedisKeys
 from tether.persistence.archives.base import EventArchive
@@ -77,12 +79,11 @@ class EngineServices:
     sends its webhook); its errors are logged, never raised."""
     claimer: Claimer | None = None
     """Claim-and-begin in one round trip (:mod:`tether.worker.engine.claim`); None: the same steps
-    as
-    separate calls on ``runs``, ``leases`` and ``checkpoints``."""
+    as separate calls on ``runs``, ``leases`` and ``checkpoints``."""
 
     def claims(self) -> Claimer:
-        """The claimer of this runtime (see :attr:`claimer`)."""
-        if self.claimer is None:  # built per call: tests swap seams on a runtime
+        """The claimer of these services (see :attr:`claimer`)."""
+        if self.claimer is None:  # built per call: tests swap the seams of built services
             return SequentialClaimer(self.runs, self.leases, self.checkpoints, self.head_cache)
         return self.claimer
 
@@ -107,26 +108,9 @@ def build_services(
         sse_kms_key_id=settings.s3_kms_key_id,
     )
     runs = RedisRunQueue(client, keys, result_ttl_s=settings.result_ttl_s)
-    head_cache = None
-    if settings.head_cache_ttl_s > 0 and isinstance(store, BlobSnapshotStore):
-        head_cache = RedisHeadCache(
-            client,
-            keys,
-            ttl_ms=settings.head_cache_ttl_s * 1000,
-            max_bytes=settings.head_cache_max_bytes,
-        )
-        store.head_cache = head_cache
-    registry = AgentRegistry.default(settings.agent_modules)
-    limits = settings.limits()
-    if limits.root:  # only then does a model call cost a round trip (to its budget)
-        budget = RedisModelBudget(client, keys)
-        registry.wrap_models(lambda model: BudgetedModel(model, budget, limits))
-    deltas = None
-    if settings.delta_max_len > 0:  # TETHER_DELTA_MAX_LEN=0 turns streaming off
-        channel = RedisDeltaChannel(
-            client, keys, max_len=settings.delta_max_len, ttl_ms=settings.delta_ttl_s * 1000
-        )
-        deltas = DeltaPublisher(channel)
+    head_cache = _head_cache(client, keys, settings, store)
+    registry = _registry(client, keys, settings)
+    deltas = _deltas(client, keys, settings)
     return EngineServices(
         settings=settings,
         deltas=deltas,
@@ -149,3 +133,41 @@ def build_services(
         claimer=RedisClaimer(client, keys, runs, head_cache=head_cache is not None),
         head_cache=head_cache,
     )
+
+
+def _head_cache(
+    client: redis.Redis, keys: RedisKeys, settings: Settings, store: SnapshotStore
+) -> HeadCache | None:
+    """The cached heads ``store`` reads first, when ``TETHER_HEAD_CACHE_TTL_S`` turns them on
+    (blob stores only)."""
+    if settings.head_cache_ttl_s <= 0 or not isinstance(store, BlobSnapshotStore):
+        return None
+    head_cache = RedisHeadCache(
+        client,
+        keys,
+        ttl_ms=settings.head_cache_ttl_s * 1000,
+        max_bytes=settings.head_cache_max_bytes,
+    )
+    store.head_cache = head_cache
+    return head_cache
+
+
+def _registry(client: redis.Redis, keys: RedisKeys, settings: Settings) -> AgentRegistry:
+    """The configured agents, their models behind the fleet-wide budget when
+    ``TETHER_MODEL_LIMITS`` sets one."""
+    registry = AgentRegistry.default(settings.agent_modules)
+    limits = settings.limits()
+    if limits.root:  # only then does a model call cost a round trip (to its budget)
+        budget = RedisModelBudget(client, keys)
+        registry.wrap_models(lambda model: BudgetedModel(model, budget, limits))
+    return registry
+
+
+def _deltas(client: redis.Redis, keys: RedisKeys, settings: Settings) -> DeltaPublisher | None:
+    """The publisher of streamed pieces (None: ``TETHER_DELTA_MAX_LEN=0`` turns streaming off)."""
+    if settings.delta_max_len <= 0:
+        return None
+    channel = RedisDeltaChannel(
+        client, keys, max_len=settings.delta_max_len, ttl_ms=settings.delta_ttl_s * 1000
+    )
+    return DeltaPublisher(channel)

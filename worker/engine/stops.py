@@ -39,17 +39,18 @@ class RunStops:
         if self.lost():
             return True
         request = self.request
-        if self.checkpointer is not None and self.checkpointer.saved and self.d.rt.draining():
+        services = self.d.services
+        if self.checkpointer is not None and self.checkpointer.saved and services.draining():
             # at a step boundary right after a checkpoint: another worker resumes from here
             raise RunHandedBack(
-                f"run {request.run_id} handed back: worker {self.d.rt.worker_id} is shutting down"
+                f"run {request.run_id} handed back: worker {services.worker_id} is shutting down"
             )
         if self.spend is not None:
             self.spend()
         if self.asked:
             self.asked = False
             return False
-        mode = self.d.rt.runs.stop_mode(request.ref)
+        mode = services.runs.stop_mode(request.ref)
         if mode is StopMode.INTERRUPT:
             raise RunInterrupted(
                 f"run {request.run_id} was interrupted at a step boundary for a newer run of "
