@@ -11,7 +11,7 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from tether.ids import validate_model_name
-from tether.settings_json import JsonTable
+from tether.settings.json import JsonTable
 
 #: The variable the limits come from, for messages.
 VARIABLE = "TETHER_MODEL_LIMITS"

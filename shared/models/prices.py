@@ -28,7 +28,7 @@ from tether.core.events import (
 )
 from tether.core.events import Usage as Usage
 from tether.ids import validate_model_name
-from tether.settings_json import JsonTable
+from tether.settings.json import JsonTable
 
 #: The variable the prices come from, for messages.
 VARIABLE = "TETHER_MODEL_PRICES"

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tether.budgets import TenantBudget
 from tether.core.events import EventType, Usage
 from tether.models.prices import ModelPrices, usage_by_model
 from tether.observability import metrics
@@ -27,6 +26,7 @@ from tether.runs.usage.base import TenantUsage, exceeded, has_tokens, spent
 from tether.runs.usage.policy import budget_of, prices
 from tether.runtime.session import AgentSession
 from tether.settings import Settings
+from tether.settings.budgets import TenantBudget
 
 
 def priced(result: RunResult, model: str, table: ModelPrices) -> RunResult:

@@ -93,9 +93,9 @@ def check_json_setting(field: str, value: str) -> None:
     Raises:
         ConfigurationError: what is wrong, on one line.
     """
-    from tether.budgets import TenantBudgets
     from tether.models.limits import ModelLimits
     from tether.models.prices import ModelPrices
+    from tether.settings.budgets import TenantBudgets
 
     parsers = {
         "model_limits": ModelLimits.parse,

@@ -39,7 +39,7 @@ from tether.errors import ConfigurationError, InvalidId, SettingsError
 
 if TYPE_CHECKING:
     from tether.models.limits import ModelLimits
-from tether.settings_checks import (
+from tether.settings.checks import (
     BROKER_SCHEMES,
     check_azure,
     check_endpoint_url,
@@ -50,12 +50,12 @@ from tether.settings_checks import (
     check_store_url,
     mask_url,
 )
-from tether.settings_files import ENV_FILES as ENV_FILES
-from tether.settings_files import ENV_PREFIX as ENV_PREFIX
-from tether.settings_files import LOCAL_ENV_FILE as LOCAL_ENV_FILE
-from tether.settings_files import EnvFiles
-from tether.settings_openai import OpenAISettings
-from tether.settings_webhooks import WebhookSettings
+from tether.settings.files import ENV_FILES as ENV_FILES
+from tether.settings.files import ENV_PREFIX as ENV_PREFIX
+from tether.settings.files import LOCAL_ENV_FILE as LOCAL_ENV_FILE
+from tether.settings.files import EnvFiles
+from tether.settings.openai import OpenAISettings
+from tether.settings.webhooks import WebhookSettings
 
 _SECRET = "********"
 _DAY_S = 86_400
@@ -69,8 +69,8 @@ def _invalid_value(reason: str) -> PydanticCustomError:
 
 class Settings(WebhookSettings, OpenAISettings):
     """All of Tether's settings (see docs/configuration.md); the ``TETHER_WEBHOOK_*`` ones are
-    declared in :mod:`tether.settings_webhooks`, the ``TETHER_OPENAI_*`` ones in
-    :mod:`tether.settings_openai`."""
+    declared in :mod:`tether.settings.webhooks`, the ``TETHER_OPENAI_*`` ones in
+    :mod:`tether.settings.openai`."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
 
@@ -272,7 +272,7 @@ class Settings(WebhookSettings, OpenAISettings):
     @pydantic.field_validator("model_limits", "model_prices", "tenant_budgets")
     @classmethod
     def _json_setting(cls, value: str, info: pydantic.ValidationInfo) -> str:
-        from tether.settings_json import check_json_setting
+        from tether.settings.json import check_json_setting
 
         try:
             check_json_setting(info.field_name or "", value)
