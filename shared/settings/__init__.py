@@ -1,7 +1,9 @@
 """Tether's settings (``TETHER_*``): :class:`Settings` and :func:`load_settings`, read and
 validated in one place (:mod:`tether.settings.core`), with their parts: the checks behind them
-(``checks``), the env files (``files``), the JSON settings (``json``, ``budgets``), the model
-endpoint (``openai``) and the webhooks (``webhooks``).
+(``checks``), the env files (``files``), the JSON settings (``json``) and their tables
+(``limits``, ``prices``, ``budgets``), the model endpoint (``openai``) and the webhooks
+(``webhooks``). The parts are plain data and checks: they import no model, runtime or run code
+(those read the settings, never the other way round).
 
 The names below are imported on first use, so a module that needs only a part (a URL check, say)
 does not pay for pydantic-settings.

@@ -38,7 +38,8 @@ from pydantic_settings.exceptions import SettingsError as SourceError
 from tether.errors import ConfigurationError, InvalidId, SettingsError
 
 if TYPE_CHECKING:
-    from tether.models.limits import ModelLimits
+    from tether.settings.json import JsonTable
+    from tether.settings.limits import ModelLimits
 from tether.settings.checks import (
     BROKER_SCHEMES,
     check_azure,
@@ -272,17 +273,16 @@ class Settings(WebhookSettings, OpenAISettings):
     @pydantic.field_validator("model_limits", "model_prices", "tenant_budgets")
     @classmethod
     def _json_setting(cls, value: str, info: pydantic.ValidationInfo) -> str:
-        from tether.settings.json import check_json_setting
-
         try:
-            check_json_setting(info.field_name or "", value)
+            # errors unnamed (where=""): the settings name the variable
+            _json_table(info.field_name or "").parse(value, where="")
         except ConfigurationError as exc:
             raise _invalid_value(str(exc)) from None
         return value
 
     def limits(self) -> ModelLimits:
         """The parsed ``TETHER_MODEL_LIMITS`` (validated when the settings were read)."""
-        from tether.models.limits import ModelLimits
+        from tether.settings.limits import ModelLimits
 
         return ModelLimits.parse(self.model_limits)
 
@@ -377,6 +377,21 @@ class Settings(WebhookSettings, OpenAISettings):
         if self.broker_visibility_timeout_s is not None:
             return self.broker_visibility_timeout_s
         return int(self.max_run_s * 2 + 300)
+
+
+def _json_table(field: str) -> type[JsonTable[Any]]:
+    """The table a JSON setting parses into (imported on use: most processes set none of them,
+    and each costs pydantic a validator to build)."""
+    from tether.settings.budgets import TenantBudgets
+    from tether.settings.limits import ModelLimits
+    from tether.settings.prices import ModelPrices
+
+    tables: dict[str, type[JsonTable[Any]]] = {
+        "model_limits": ModelLimits,
+        "model_prices": ModelPrices,
+        "tenant_budgets": TenantBudgets,
+    }
+    return tables[field]
 
 
 def _is_redis(url: str) -> bool:

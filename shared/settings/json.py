@@ -86,25 +86,6 @@ def _said(where: str, problem: str) -> str:
     return f"{where} {problem}" if where else problem
 
 
-def check_json_setting(field: str, value: str) -> None:
-    """Validate the JSON setting ``field`` of :class:`~tether.settings.Settings` (its errors
-    unnamed: the settings name the variable).
-
-    Raises:
-        ConfigurationError: what is wrong, on one line.
-    """
-    from tether.models.limits import ModelLimits
-    from tether.models.prices import ModelPrices
-    from tether.settings.budgets import TenantBudgets
-
-    parsers = {
-        "model_limits": ModelLimits.parse,
-        "model_prices": ModelPrices.parse,
-        "tenant_budgets": TenantBudgets.parse,
-    }
-    parsers[field](value, where="")
-
-
 _V = TypeVar("_V", bound=BaseModel)
 
 
