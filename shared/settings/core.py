@@ -1,4 +1,5 @@
-"""Configuration, read and validated in one place, before any service is touched.
+"""Configuration, read and validated in one place, before any service is touched: the
+:class:`Settings` and :func:`load_settings` that :mod:`tether.settings` exports.
 
 Every setting is an environment variable with the prefix ``TETHER_`` (``TETHER_BROKER_URL``...).
 Precedence, highest first:

@@ -1,6 +1,8 @@
-"""The JSON settings (``TETHER_MODEL_LIMITS``, ``TETHER_MODEL_PRICES``, ``TETHER_TENANT_BUDGETS``):
-a JSON object, or ``@path`` to a JSON file, validated by a pydantic model into one line naming
-the variable and what is wrong."""
+"""How the JSON settings are read (``TETHER_MODEL_LIMITS``, ``TETHER_MODEL_PRICES``,
+``TETHER_TENANT_BUDGETS``): a JSON object, or ``@path`` to a JSON file, validated by a pydantic
+model into one line naming the variable and what is wrong. :class:`JsonTable` is what each
+table (:mod:`~tether.settings.limits`, :mod:`~tether.settings.prices`,
+:mod:`~tether.settings.budgets`) builds on."""
 
 from __future__ import annotations
 
