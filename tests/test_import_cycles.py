@@ -225,6 +225,40 @@ def test_the_face_check_sees_a_part_importing_its_face(tmp_path: Path) -> None:
     assert found == ["tether.settings.part:1 takes Settings from the face tether.settings"]
 
 
+def lazy_faces() -> dict[str, tuple[dict[str, str], dict[str, str], list[str]]]:
+    """Each package face that imports its names on first use (an ``_EXPORTS`` table): the
+    table, its ``if TYPE_CHECKING:`` imports (name -> module) and its ``__all__``."""
+    out: dict[str, tuple[dict[str, str], dict[str, str], list[str]]] = {}
+    for name, path in modules().items():
+        if path.name != "__init__.py":
+            continue
+        table: dict[str, str] | None = None
+        typed: dict[str, str] = {}
+        public: list[str] = []
+        for node in ast.parse(path.read_text(), filename=str(path)).body:
+            if isinstance(node, ast.AnnAssign | ast.Assign):
+                target = node.target if isinstance(node, ast.AnnAssign) else node.targets[0]
+                if isinstance(target, ast.Name) and target.id == "_EXPORTS" and node.value:
+                    table = ast.literal_eval(node.value)
+                elif isinstance(target, ast.Name) and target.id == "__all__" and node.value:
+                    public = ast.literal_eval(node.value)
+            elif isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+                for stmt in node.body:
+                    if isinstance(stmt, ast.ImportFrom) and stmt.module:
+                        typed.update({a.asname or a.name: stmt.module for a in stmt.names})
+        if table is not None:
+            out[name] = (table, typed, public)
+    return out
+
+
+def test_every_lazy_face_says_what_the_type_checker_sees() -> None:
+    faces = lazy_faces()
+    assert {"tether", "tether.settings"} <= set(faces)
+    for name, (table, typed, public) in faces.items():
+        assert table == typed, f"{name}: _EXPORTS and the TYPE_CHECKING imports differ"
+        assert sorted(table) == sorted(public), f"{name}: _EXPORTS and __all__ differ"
+
+
 #: A module past this many lines wants splitting along its jobs (STYLE.md: small modules).
 MAX_MODULE_LINES = 500
 
