@@ -17,7 +17,7 @@ import redis
 from tether import Agent, ModelResponse, ScriptedModel, tool
 from tether.core.items import ToolOutput
 from tether.models.base import ModelRequest
-from tether.runtime.agent import AgentOptions
+from tether.runtime.options import AgentOptions
 from tether.runtime.tools import ToolContext
 
 STEPS = 3

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from tether.errors import TetherError
 from tether.runs.presence import workers_for_queue
 from tether.runs.queue.base import RunState
-from tether.settings_checks import mask_url
+from tether.settings.checks import mask_url
 
 if TYPE_CHECKING:
     from tether.producer.client import Producer

@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     from tether.models.base import ModelClient, ModelRequest, ModelResponse, ToolSpec
     from tether.models.scripted import ScriptedModel
     from tether.persistence.reader import SessionLogReader, VerifyReport
-    from tether.runtime.agent import Agent, AgentOptions
+    from tether.runtime.agent import Agent
+    from tether.runtime.options import AgentOptions
     from tether.runtime.registry import AgentRegistry
     from tether.runtime.session import AgentSession
     from tether.runtime.tools import Tool, ToolRegistry, Waiting, tool
@@ -71,7 +72,7 @@ _EXPORTS: dict[str, str] = {
     "SessionLogReader": "tether.persistence.reader",
     "VerifyReport": "tether.persistence.reader",
     "Agent": "tether.runtime.agent",
-    "AgentOptions": "tether.runtime.agent",
+    "AgentOptions": "tether.runtime.options",
     "AgentRegistry": "tether.runtime.registry",
     "AgentSession": "tether.runtime.session",
     "Tool": "tether.runtime.tools",

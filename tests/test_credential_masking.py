@@ -8,7 +8,7 @@ from tether.dev.redis_server import free_port
 from tether.errors import StoreUnavailable, TetherError
 from tether.persistence.redis_conn import redact_url
 from tether.persistence.storage_url import open_storage
-from tether.settings_checks import mask_urls_in
+from tether.settings.checks import mask_urls_in
 
 SECRET = "s3cr3t-Pa55"
 

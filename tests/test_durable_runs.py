@@ -28,7 +28,7 @@ from tether.core.events import EventType
 from tether.errors import FencedOut
 from tether.runs.contract import RunRequest
 from tether.runs.queue.base import submit
-from tether.runtime.agent import Durability
+from tether.runtime.options import Durability
 from tether.runtime.registry import AgentRegistry
 from tether.worker.engine.checkpoints.base import Checkpoint
 from tether.worker.engine.cycle import drain

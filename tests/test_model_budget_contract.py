@@ -17,13 +17,13 @@ import pytest
 from tether.errors import ConfigurationError, ModelError
 from tether.keys import RedisKeys
 from tether.models.base import ModelRequest, ModelResponse
-from tether.models.limits import ModelLimit, ModelLimits
 from tether.models.scripted import ScriptedModel
 from tether.persistence.redis_conn import redis_from_url
 from tether.runs.limits.base import ModelBudget
 from tether.runs.limits.gate import BudgetedModel, budget_waits
 from tether.runs.limits.memory import InMemoryModelBudget
 from tether.runs.limits.redis import RedisModelBudget
+from tether.settings.limits import ModelLimit, ModelLimits
 
 Factory = Callable[[], ModelBudget]
 

@@ -13,11 +13,11 @@ import time
 
 from tests.support.crash import TENANT, memory_backends, request_for, worker_runtime
 from tether import Agent, ModelResponse, ScriptedModel
-from tether.models.limits import ModelLimits
 from tether.runs.limits.gate import BudgetedModel
 from tether.runs.limits.memory import InMemoryModelBudget
 from tether.runs.queue.base import submit
 from tether.runtime.registry import AgentRegistry
+from tether.settings.limits import ModelLimits
 from tether.worker.engine.cycle import drain
 
 #: Long enough that a run that waits it out is plainly not stopped, short enough to end.

@@ -25,13 +25,13 @@ from tether.dev.workers import WorkerFleet
 from tether.errors import ModelError
 from tether.keys import RedisKeys
 from tether.models.base import ModelRequest
-from tether.models.limits import ModelLimit, ModelLimits
 from tether.models.openai import OpenAIChatModel, OpenAIResponsesModel
 from tether.models.openai_errors import retry_after_s
 from tether.persistence.redis_conn import redis_from_url
 from tether.producer import Producer
 from tether.runs.limits.gate import BudgetedModel, estimate_tokens
 from tether.runs.limits.redis import RedisModelBudget
+from tether.settings.limits import ModelLimit, ModelLimits
 
 MODEL = "test-model"
 QUEUE = "limit429"

@@ -20,7 +20,7 @@ from tether.persistence.reader import SessionLogReader
 from tether.persistence.stores.memory import InMemorySnapshotStore
 from tether.producer.ops.replay import find_run, load_agent
 from tether.producer.ops.rerun import boundary_before
-from tether.runtime.agent import AgentOptions
+from tether.runtime.options import AgentOptions
 from tether.runtime.replay import replay_run
 from tether.runtime.replay_recording import RecordedRun, recorded_run
 from tether.runtime.session import AgentSession

@@ -21,7 +21,7 @@ from tests.support.openai_fixture import OpenAIServer
 from tether.errors import SettingsError
 from tether.models.openai_check import check_endpoint
 from tether.settings import Settings, load_settings, masked
-from tether.settings_checks import mask_url
+from tether.settings.checks import mask_url
 
 SECRET = "s3cret-pw-7f1c"
 SAFE_BROKER = f"redis://:{SECRET}@127.0.0.1:1/0"

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from tether.budgets import TenantBudget
 from tether.core.events import Usage, now_ms
 from tether.core.results import RunStatus
 from tether.errors import BudgetExceeded
@@ -26,6 +25,7 @@ from tether.runs.usage.base import DAY_TTL_S, TenantUsage, exceeded, spent, utc_
 from tether.runs.usage.policy import admit_submission
 from tether.runs.usage.redis import RedisTenantUsage
 from tether.settings import Settings
+from tether.settings.budgets import TenantBudget
 from tether.worker.engine.spend import spend_check
 
 CALL = Usage(input_tokens=1000, output_tokens=100, total_tokens=1100, cached_tokens=200)

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from tether.budgets import TenantBudget, TenantBudgets
 from tether.core.events import (
     AgentEvent,
     EventType,
@@ -18,8 +17,10 @@ from tether.core.events import (
     Usage,
 )
 from tether.errors import ConfigurationError
-from tether.models.prices import ModelPrice, ModelPrices, spend_of, usage_by_model
+from tether.models.prices import spend_of, usage_by_model
 from tether.settings import load_settings
+from tether.settings.budgets import TenantBudget, TenantBudgets
+from tether.settings.prices import ModelPrice, ModelPrices
 
 A_PRICE = {"input_usd_per_mtok": 2.0, "output_usd_per_mtok": 8.0, "cached_input_usd_per_mtok": 0.5}
 PRICES = json.dumps({"m-a": A_PRICE})

@@ -24,9 +24,9 @@ from tether.models.prices import usage_by_model
 from tether.persistence import codec
 from tether.persistence.codec import dumps_event, loads_event
 from tether.producer.ops.render import event_summary
-from tether.runtime.agent import AgentOptions
 from tether.runtime.compaction import LlmCompactPolicy
 from tether.runtime.llm_summary import UNAVAILABLE_PREFIX
+from tether.runtime.options import AgentOptions
 from tether.worker.engine.spend import run_usage
 
 APIS = {"chat": OpenAIChatModel, "responses": OpenAIResponsesModel}

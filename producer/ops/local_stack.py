@@ -47,7 +47,7 @@ from tether.producer.ops.local_procs import (
     wait_for_workers,
 )
 from tether.settings import LOCAL_ENV_FILE, Settings
-from tether.settings_checks import mask_url
+from tether.settings.checks import mask_url
 
 STATE_VERSION = 1
 WORKER_READY_TIMEOUT_S = 90.0

@@ -25,7 +25,7 @@ from pydantic import SecretStr
 
 from tether.errors import ConfigurationError
 from tether.models.openai_errors import ErrorContext, Scrubber, safe_url
-from tether.settings_checks import check_http_url
+from tether.settings.checks import check_http_url
 
 if TYPE_CHECKING:
     from tether.settings import Settings

@@ -22,7 +22,7 @@ import openai
 from pydantic import SecretStr
 
 from tether.errors import ModelError
-from tether.settings_checks import mask_url
+from tether.settings.checks import mask_url
 
 EXCERPT_CHARS = 200
 REDACTED = "***"

@@ -24,7 +24,7 @@ from redis.connection import parse_url
 from redis.retry import Retry
 
 from tether.errors import ConfigurationError, PermissionDenied, StreamUnavailable, TetherError
-from tether.settings_checks import mask_url
+from tether.settings.checks import mask_url
 
 #: Cluster schemes and the single-node scheme whose URL options they share.
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
@@ -42,7 +42,7 @@ _REDACTED = "***"
 
 def redact_url(url: str) -> str:
     """``url`` with any password replaced by ``***`` (user name, host, path and db kept); see
-    :func:`tether.settings_checks.mask_url`, the one implementation."""
+    :func:`tether.settings.checks.mask_url`, the one implementation."""
     return mask_url(url)
 
 

@@ -177,7 +177,7 @@ def check_webhook_url(url: str) -> None:
     Raises:
         ValueError: naming the URL (masked).
     """
-    from tether.settings_checks import check_http_url, mask_url
+    from tether.settings.checks import check_http_url, mask_url
 
     check_text(url, "webhook")
     problem = check_http_url(url)
@@ -193,7 +193,7 @@ def check_run_webhook_url(url: str) -> None:
     Raises:
         ValueError: naming the URL (masked), the credential and where it belongs.
     """
-    from tether.settings_checks import mask_url, url_credential
+    from tether.settings.checks import mask_url, url_credential
 
     check_webhook_url(url)
     credential = url_credential(url)

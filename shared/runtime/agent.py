@@ -1,4 +1,5 @@
-"""The agent: a model, tools, a system prompt, options, and a factory of sessions.
+"""The agent: a model, tools, a system prompt, options, and a factory of sessions, which it
+wires to the loop and the approvals (:class:`ReactRunner`); the thread pool of ``run_async``.
 
 >>> agent = Agent(ScriptedModel([ModelResponse.final("hi")]))
 >>> agent.run("hello").output
@@ -11,67 +12,27 @@ import queue
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, Future
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from tether.core.events import now_ms
 from tether.core.memory import InMemoryMemory, Memory
-from tether.core.results import AgentResult
+from tether.core.results import AgentResult, Resolution
 from tether.core.snapshot import SessionMetadata, SessionSnapshot
 from tether.errors import SessionNotFound, StoreNotConfigured
 from tether.ids import new_id, validate_id, validate_tenant
 from tether.models.base import ModelClient
+from tether.runtime.approvals import resolve_calls
+from tether.runtime.loop import Checkpoint, run_loop
+from tether.runtime.options import AgentOptions
 from tether.runtime.redaction import DEFAULT_REDACTOR, TextRedactor, chain
 from tether.runtime.session import AgentSession, CancelCheck, Listener
 from tether.runtime.tools import Tool, ToolRegistry
 
 if TYPE_CHECKING:
-    from tether.core.context import ContextBudget
     from tether.persistence.archives.base import EventArchive
     from tether.persistence.stores.base import SnapshotStore
-    from tether.runtime.compaction import CompactPolicy
-    from tether.runtime.projection import ContextProjector
-
-
-Durability = Literal["run", "step"]
-"""When a distributed run records progress: only at its end, or at every step boundary."""
-
-
-@dataclass(frozen=True)
-class AgentOptions:
-    """Limits and behaviour of the agent loop.
-
-    Attributes:
-        max_steps: model calls per run before ``CONTINUATION_REQUIRED`` (0: unlimited).
-        timeout_s: wall-clock limit per run, checked between steps (0: none).
-        token_budget: stop a run once it used this many tokens (None: unlimited).
-        parallel_tool_calls: run a step's tool calls concurrently.
-        max_parallel_tool_calls: at most this many at once.
-        tool_timeout_s: a call running longer becomes a failed result (None: no limit).
-        context_budget: shape each prompt with the projector (None: send all memory).
-        projector: the projector (None: :class:`tether.runtime.projection.DefaultContextProjector`).
-        compact_policy: checked before every step; compacts memory when it says so.
-        require_approval: names of tools that run only once a person approved the call: the
-            run ends ``WAITING`` with the call pending, and goes on when it is approved
-            (the tool runs then) or rejected (the model sees why).
-        durability: on a worker, ``"step"`` records a checkpoint at every step boundary so a
-            run cut short (crash, lost lease) resumes there on another worker instead of being
-            redone; ``"run"`` only commits at the end. A request may override it.
-    """
-
-    max_steps: int = 20
-    timeout_s: float = 300.0
-    token_budget: int | None = None
-    parallel_tool_calls: bool = False
-    max_parallel_tool_calls: int = 4
-    tool_timeout_s: float | None = None
-    context_budget: ContextBudget | None = None
-    projector: ContextProjector | None = None
-    compact_policy: CompactPolicy | None = None
-    # the default: a resumed run never asks the model again for a step it answered nor reruns
-    # a recorded tool call, and it costs nothing for runs that end in their first step
-    durability: Durability = "step"
-    require_approval: frozenset[str] = frozenset()
+    from tether.runtime.progress import RunProgress
+    from tether.runtime.streaming import RunDeltas
 
 
 _P = ParamSpec("_P")
@@ -165,6 +126,53 @@ def _default_executor() -> DaemonThreadExecutor:
         return _shared_pool
 
 
+class ReactRunner:
+    """Runs a session's requests with the ReAct loop (:mod:`tether.runtime.loop`) and settles
+    its pending calls (:mod:`tether.runtime.approvals`): the runner every :class:`Agent` hands
+    its sessions, which sit below both modules."""
+
+    def run(
+        self,
+        session: AgentSession,
+        input: str | None,
+        *,
+        run_id: str,
+        cancel_check: CancelCheck | None,
+        timeout_s: float | None,
+        checkpoint: Checkpoint | None,
+        resume: RunProgress | None,
+        on_delta: RunDeltas | None,
+        request_id: str | None,
+    ) -> AgentResult:
+        """:func:`tether.runtime.loop.run_loop`."""
+        return run_loop(
+            session,
+            input,
+            run_id=run_id,
+            cancel_check=cancel_check,
+            timeout_s=timeout_s,
+            checkpoint=checkpoint,
+            resume=resume,
+            on_delta=on_delta,
+            request_id=request_id,
+        )
+
+    def resolve(
+        self,
+        session: AgentSession,
+        resolutions: Sequence[Resolution],
+        *,
+        run_id: str,
+        request_id: str | None,
+    ) -> None:
+        """:func:`tether.runtime.approvals.resolve_calls`."""
+        resolve_calls(session, resolutions, run_id=run_id, request_id=request_id)
+
+
+#: Stateless: one serves every session.
+REACT_RUNNER = ReactRunner()
+
+
 class Agent:
     """An agent definition. Cheap to build; holds no per-session state.
 
@@ -236,7 +244,9 @@ class Agent:
             created_at_ms=created,
             updated_at_ms=created,
         )
-        return AgentSession(self, self.memory_factory(), metadata, listeners=self.listeners)
+        return AgentSession(
+            self, self.memory_factory(), metadata, runner=REACT_RUNNER, listeners=self.listeners
+        )
 
     def session_from_snapshot(
         self,
@@ -257,6 +267,7 @@ class Agent:
             self,
             self.memory_factory(),
             snapshot.metadata if not copy else snapshot.metadata.model_copy(deep=True),
+            runner=REACT_RUNNER,
             listeners=self.listeners,
         )
         session.restore(snapshot, by_reference=by_reference, copy=copy, announce=announce)

@@ -19,7 +19,8 @@ from collections.abc import Callable
 from tether.core.items import ToolOutput, UserMessage
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.scripted import ScriptedModel
-from tether.runtime.agent import Agent, AgentOptions
+from tether.runtime.agent import Agent
+from tether.runtime.options import AgentOptions
 from tether.runtime.tools import tool
 
 _OPS: dict[type, Callable[..., float]] = {

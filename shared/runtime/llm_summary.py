@@ -19,16 +19,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from tether.core.events import EventType, ModelUsagePayload, Usage
+from tether.core.events import AgentEvent, EventType, ModelUsagePayload, Payload, Usage
 from tether.core.items import ITEMS_ADAPTER, Item, ToolCallsMessage, UserMessage
 from tether.core.text import valid_text
 from tether.errors import ModelError
 from tether.models.base import ModelClient, ModelRequest, billed_usage
-
-if TYPE_CHECKING:
-    from tether.runtime.session import AgentSession
 
 READ_TOOLS = frozenset({"read", "grep", "find", "read_file"})
 """Tool names whose ``path``/``file`` argument is recorded as a file read."""
@@ -82,8 +79,24 @@ def summary_calls() -> Iterator[list[SummaryCall]]:
         _collector.reset(token)
 
 
+class EventSink(Protocol):
+    """Where :func:`record_summary_calls` records (an
+    :class:`~tether.runtime.session.AgentSession`: the session sits above this module, which
+    only needs its ``emit``)."""
+
+    def emit(
+        self,
+        type_: EventType,
+        payload: Payload | None = None,
+        *,
+        run_id: str | None = None,
+        step: int = 0,
+    ) -> AgentEvent:
+        """Append an event that does not write memory."""
+
+
 def record_summary_calls(
-    session: AgentSession, calls: Sequence[SummaryCall], *, run_id: str | None, step: int = 0
+    session: EventSink, calls: Sequence[SummaryCall], *, run_id: str | None, step: int = 0
 ) -> Usage:
     """Record each summary call a compaction made (collected by :func:`summary_calls`) as a
     ``MODEL_USAGE`` event of ``run_id`` (None: a compaction outside a run), counted like a

@@ -39,7 +39,7 @@ from tether.runtime.session_memory import SessionMemoryOps
 
 if TYPE_CHECKING:
     from tether.core.results import AgentResult
-    from tether.runtime.agent import Agent
+    from tether.runtime.base import AgentSpec, SessionRunner
     from tether.runtime.progress import RunProgress
     from tether.runtime.streaming import RunDeltas
 
@@ -63,20 +63,23 @@ class AgentSession(SessionMemoryOps):
     :class:`~tether.runtime.session_memory.SessionMemoryOps`.
 
     Build sessions with :meth:`Agent.new_session` or :meth:`Agent.resume_session`; do not call the
-    constructor directly.
+    constructor directly (the agent hands each session the runner of its runs: the loop and the
+    approvals, which sit above this module).
     """
 
     def __init__(
         self,
-        agent: Agent,
+        agent: AgentSpec,
         memory: Memory,
         metadata: SessionMetadata,
         *,
+        runner: SessionRunner[AgentSession],
         listeners: Sequence[Listener] = (),
     ) -> None:
         validate_id(metadata.session_id)
         validate_tenant(metadata.tenant)
         self._agent = agent
+        self._runner = runner
         self._memory = memory
         self._metadata = metadata
         self._listeners: list[Listener] = list(listeners)
@@ -105,7 +108,7 @@ class AgentSession(SessionMemoryOps):
         return self._metadata.tenant
 
     @property
-    def agent(self) -> Agent:
+    def agent(self) -> AgentSpec:
         """The agent running this session."""
         return self._agent
 
@@ -292,10 +295,8 @@ class AgentSession(SessionMemoryOps):
             AgentError: the model failed, the run timed out or was cancelled (after an ``ERROR``
                 event is logged).
         """
-        from tether.runtime.loop import run_loop
-
         with self._lock:
-            return run_loop(
+            return self._runner.run(
                 self,
                 input,
                 run_id=run_id or new_id("run"),
@@ -321,10 +322,9 @@ class AgentSession(SessionMemoryOps):
             InvalidInput: a call id is not pending (unknown, or already settled); nothing of
                 the later resolutions is applied.
         """
-        from tether.runtime.approvals import resolve_calls
-
         with self._lock:
-            resolve_calls(self, resolutions, run_id=run_id or new_id("run"), request_id=request_id)
+            run_id = run_id or new_id("run")
+            self._runner.resolve(self, resolutions, run_id=run_id, request_id=request_id)
 
     def approve(self, call_id: str) -> None:
         """Run a call that waits for approval, and record its output."""

@@ -68,6 +68,15 @@ class SessionMemoryOps:
             touch: bool = True,
         ) -> AgentEvent: ...
 
+        def emit(
+            self,
+            type_: EventType,
+            payload: Payload | None = None,
+            *,
+            run_id: str | None = None,
+            step: int = 0,
+        ) -> AgentEvent: ...
+
     def get_items(self, limit: int | None = None) -> list[Item]:
         """The last ``limit`` memory items, oldest first (every item with None).
 
@@ -130,7 +139,7 @@ class SessionMemoryOps:
                 try:
                     result = policy.compact(self._memory.snapshot())
                 finally:
-                    record_summary_calls(self, calls, run_id=run_id, step=step)  # type: ignore[arg-type]
+                    record_summary_calls(self, calls, run_id=run_id, step=step)
             self.apply_compact(result, run_id=run_id, step=step)
             return result
 

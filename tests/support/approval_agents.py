@@ -5,7 +5,7 @@ from __future__ import annotations
 from tether import Agent, ModelResponse, ScriptedModel, tool
 from tether.core.items import ToolOutput, UserMessage
 from tether.models.base import ModelRequest
-from tether.runtime.agent import AgentOptions
+from tether.runtime.options import AgentOptions
 from tether.runtime.tools import ToolContext
 
 TRANSFERS: list[str] = []

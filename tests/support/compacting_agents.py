@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from tether import Agent
 from tether.models.openai import model_from_settings
-from tether.runtime.agent import AgentOptions
 from tether.runtime.compaction import LlmCompactPolicy
+from tether.runtime.options import AgentOptions
 from tether.settings import load_settings
 
 SUMMARY_MODEL = "summary-model"

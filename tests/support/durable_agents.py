@@ -22,7 +22,7 @@ import redis
 from tether import Agent, ModelResponse, ScriptedModel, tool
 from tether.core.items import ToolOutput
 from tether.models.base import ModelRequest
-from tether.runtime.agent import AgentOptions, Durability
+from tether.runtime.options import AgentOptions, Durability
 from tether.runtime.tools import ToolContext
 
 STEPS = 10

@@ -18,15 +18,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tether.budgets import TenantBudget
 from tether.core.events import EventType, Usage
-from tether.models.prices import ModelPrices, usage_by_model
+from tether.models.prices import usage_by_model
 from tether.observability import metrics
 from tether.runs.contract import RunResult
 from tether.runs.usage.base import TenantUsage, exceeded, has_tokens, spent
 from tether.runs.usage.policy import budget_of, prices
 from tether.runtime.session import AgentSession
 from tether.settings import Settings
+from tether.settings.budgets import TenantBudget
+from tether.settings.prices import ModelPrices
 
 
 def priced(result: RunResult, model: str, table: ModelPrices) -> RunResult:

@@ -215,7 +215,7 @@ def collect_status(project: Path, settings: Settings) -> Status:
     from tether.producer.ops.local_procs import is_running
     from tether.producer.ops.local_stack import StackPaths, read_state
     from tether.runs.presence import list_workers, queue_depth
-    from tether.settings_checks import mask_url
+    from tether.settings.checks import mask_url
 
     state = read_state(StackPaths(project.resolve()))
     info = Status(str(project), mask_url(settings.effective_redis_url))

@@ -31,7 +31,8 @@ from tether.core.events import Usage
 from tether.errors import ModelError
 from tether.integrations.openai_agents.items import from_memory, to_memory
 from tether.models.base import ModelRequest, ModelResponse, with_billed_usage
-from tether.runtime.agent import Agent, AgentOptions
+from tether.runtime.agent import Agent
+from tether.runtime.options import AgentOptions
 
 if TYPE_CHECKING:
     from agents import Agent as SdkAgent

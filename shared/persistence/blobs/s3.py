@@ -27,7 +27,7 @@ from botocore.exceptions import (
 
 from tether.errors import ConfigurationError, StoreUnavailable, TetherError, VersionConflict
 from tether.persistence.blobs import Blob
-from tether.settings_checks import mask_urls_in
+from tether.settings.checks import mask_urls_in
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

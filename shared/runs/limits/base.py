@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-from tether.models.limits import ModelLimit
+from tether.settings.limits import ModelLimit
 
 WaitReason = Literal["paused", "concurrency", "requests", "tokens"]
 

@@ -32,8 +32,8 @@ from tether.models.base import (
     StreamingModelClient,
     billed_usage,
 )
-from tether.models.limits import ModelLimits
 from tether.runs.limits.base import ModelBudget, WaitReason
+from tether.settings.limits import ModelLimits
 
 #: A 429 without ``Retry-After`` pauses the model this long.
 DEFAULT_PAUSE_S = 1.0

@@ -6,8 +6,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from tether.models.limits import ModelLimit
 from tether.runs.limits.base import Admission
+from tether.settings.limits import ModelLimit
 
 #: How long a caller is told to wait for a concurrency slot (slots free without notice).
 SLOT_POLL_S = 0.02

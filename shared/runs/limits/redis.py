@@ -9,10 +9,10 @@ from typing import Any, cast
 import redis
 
 from tether.keys import RedisKeys
-from tether.models.limits import ModelLimit
 from tether.persistence.lua import load
 from tether.persistence.redis_conn import describe_client, translate_errors
 from tether.runs.limits.base import Admission, WaitReason
+from tether.settings.limits import ModelLimit
 
 ADMIT = load("model_budget")
 SETTLE = load("model_settle")

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal, Protocol, runtime_checkable
 
-from tether.budgets import TenantBudget
 from tether.core.events import Usage, now_ms
 from tether.errors import BudgetExceeded
+from tether.settings.budgets import TenantBudget
 
 BudgetName = Literal["tokens_per_day", "usd_per_day", "runs_per_minute"]
 #: A day's counters outlive their day by this long (yesterday stays readable).

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from tether.budgets import TenantBudget
 from tether.core.events import Usage
 from tether.runs.usage.base import (
     ADMITTED,
@@ -17,6 +16,7 @@ from tether.runs.usage.base import (
     spent,
     utc_day,
 )
+from tether.settings.budgets import TenantBudget
 
 
 class InMemoryTenantUsage:

@@ -8,11 +8,11 @@ import functools
 from collections import Counter
 from collections.abc import Sequence
 
-from tether.budgets import TenantBudget, TenantBudgets
-from tether.models.prices import ModelPrices
 from tether.runs.contract import RunRequest
 from tether.runs.usage.base import TenantUsage, exceeded, utc_day
 from tether.settings import Settings
+from tether.settings.budgets import TenantBudget, TenantBudgets
+from tether.settings.prices import ModelPrices
 
 
 @functools.lru_cache(maxsize=4)

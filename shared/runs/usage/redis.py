@@ -12,7 +12,6 @@ from typing import Any, cast
 import redis
 import redis.asyncio
 
-from tether.budgets import TenantBudget
 from tether.core.events import Usage
 from tether.keys import RedisKeys
 from tether.persistence.lua import load
@@ -30,6 +29,7 @@ from tether.runs.usage.base import (
     nano_usd,
     utc_day,
 )
+from tether.settings.budgets import TenantBudget
 
 ADD = load("usage_add")
 IN_FLIGHT = load("usage_inflight")

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from tether.errors import ConfigurationError, InfrastructureError, InvalidInput
 from tether.runs.options import check_webhook_url
-from tether.settings_checks import mask_url
+from tether.settings.checks import mask_url
 
 if TYPE_CHECKING:
     from tether.settings import Settings

@@ -25,7 +25,7 @@ from tether.runs.contract import RunResult
 from tether.runs.webhooks.addresses import check_destination
 from tether.runs.webhooks.signing import sign_webhook
 from tether.settings import Settings
-from tether.settings_checks import mask_url, url_credential
+from tether.settings.checks import mask_url, url_credential
 
 #: The Celery task that makes one attempt (``tether.worker.webhooks``).
 WEBHOOK_TASK = "tether.webhook"

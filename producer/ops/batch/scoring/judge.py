@@ -29,7 +29,7 @@ from tether.producer.ops.batch.scoring.base import Sample, Score, ScoreUsage
 if TYPE_CHECKING:
     from tether.core.events import Usage
     from tether.models.base import ModelClient
-    from tether.models.prices import ModelPrices
+    from tether.settings.prices import ModelPrices
 
 DEFAULT_RUBRIC = """You are grading an AI assistant's answer.
 

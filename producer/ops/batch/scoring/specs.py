@@ -27,7 +27,7 @@ from tether.producer.ops.batch.scoring.base import Sample, Score, Scorer
 
 if TYPE_CHECKING:
     from tether.models.base import ModelClient
-    from tether.models.prices import ModelPrices
+    from tether.settings.prices import ModelPrices
 
 #: Built-in scorers: name -> (factory taking the options, options it takes besides threshold).
 _BUILTINS: dict[str, tuple[Callable[..., builtin.BuiltinFn], frozenset[str]]] = {

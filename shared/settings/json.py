@@ -1,6 +1,8 @@
-"""The JSON settings (``TETHER_MODEL_LIMITS``, ``TETHER_MODEL_PRICES``, ``TETHER_TENANT_BUDGETS``):
-a JSON object, or ``@path`` to a JSON file, validated by a pydantic model into one line naming
-the variable and what is wrong."""
+"""How the JSON settings are read (``TETHER_MODEL_LIMITS``, ``TETHER_MODEL_PRICES``,
+``TETHER_TENANT_BUDGETS``): a JSON object, or ``@path`` to a JSON file, validated by a pydantic
+model into one line naming the variable and what is wrong. :class:`JsonTable` is what each
+table (:mod:`~tether.settings.limits`, :mod:`~tether.settings.prices`,
+:mod:`~tether.settings.budgets`) builds on."""
 
 from __future__ import annotations
 
@@ -84,25 +86,6 @@ def parse_json_setting(
 
 def _said(where: str, problem: str) -> str:
     return f"{where} {problem}" if where else problem
-
-
-def check_json_setting(field: str, value: str) -> None:
-    """Validate the JSON setting ``field`` of :class:`~tether.settings.Settings` (its errors
-    unnamed: the settings name the variable).
-
-    Raises:
-        ConfigurationError: what is wrong, on one line.
-    """
-    from tether.budgets import TenantBudgets
-    from tether.models.limits import ModelLimits
-    from tether.models.prices import ModelPrices
-
-    parsers = {
-        "model_limits": ModelLimits.parse,
-        "model_prices": ModelPrices.parse,
-        "tenant_budgets": TenantBudgets.parse,
-    }
-    parsers[field](value, where="")
 
 
 _V = TypeVar("_V", bound=BaseModel)

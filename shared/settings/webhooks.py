@@ -14,8 +14,8 @@ from pydantic_settings import BaseSettings
 
 from tether.errors import InvalidId
 from tether.ids import validate_tenant
-from tether.settings_checks import check_http_url
-from tether.settings_json import DuplicateKey, loads_setting
+from tether.settings.checks import check_http_url
+from tether.settings.json import DuplicateKey, loads_setting
 
 #: The key of a per-tenant map that applies to every tenant without its own entry.
 ANY_TENANT = "*"

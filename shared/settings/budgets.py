@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tether.errors import InvalidId
 from tether.ids import validate_tenant
-from tether.settings_json import JsonTable
+from tether.settings.json import JsonTable
 
 #: The variable the budgets come from, for messages.
 VARIABLE = "TETHER_TENANT_BUDGETS"

@@ -1,5 +1,6 @@
 """The model limits setting: ``TETHER_MODEL_LIMITS``, a JSON object (or ``@path`` to a JSON file)
-from model name to its limits, validated once at start-up.
+from model name to its limits, validated once at start-up. Plain data: the gate that enforces
+them is :mod:`tether.runs.limits`.
 
 >>> ModelLimits.parse('{"gpt-4o-mini": {"requests_per_minute": 300, "concurrent_requests": 8}}')
 """
@@ -11,7 +12,7 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from tether.ids import validate_model_name
-from tether.settings_json import JsonTable
+from tether.settings.json import JsonTable
 
 #: The variable the limits come from, for messages.
 VARIABLE = "TETHER_MODEL_LIMITS"

@@ -1,4 +1,5 @@
-"""Configuration, read and validated in one place, before any service is touched.
+"""Configuration, validated in one place before any service is touched: :class:`Settings`,
+every ``TETHER_*`` field with its checks.
 
 Every setting is an environment variable with the prefix ``TETHER_`` (``TETHER_BROKER_URL``...).
 Precedence, highest first:
@@ -10,22 +11,21 @@ Precedence, highest first:
    removed by ``tether down``),
 5. the defaults.
 
-:func:`load_settings` checks everything at once: unknown ``TETHER_*`` variables, numeric ranges,
-and the form of every URL (scheme, host, port, database), so a typo fails at start with one
-:class:`~tether.errors.SettingsError` line naming the variable, its value with secrets masked,
-and the fix, instead of a traceback from deep inside Redis, boto3 or Celery later. Secrets are
-:class:`pydantic.SecretStr` and never printed (see :func:`masked`).
+Every field is checked here (numeric ranges, the form of every URL: scheme, host, port, database;
+names; the JSON settings), so a typo fails at start; reading them, with the check for unknown
+``TETHER_*`` variables and the one-line :class:`~tether.errors.SettingsError`, is
+:mod:`tether.settings.loading`. Secrets are :class:`pydantic.SecretStr` and never printed (see
+:func:`tether.settings.loading.masked`).
 """
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import pydantic
-from pydantic import Field, SecretStr
+from pydantic import Field
 from pydantic_core import PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
@@ -33,13 +33,13 @@ from pydantic_settings import (
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
-from pydantic_settings.exceptions import SettingsError as SourceError
 
-from tether.errors import ConfigurationError, InvalidId, SettingsError
+from tether.errors import ConfigurationError, InvalidId
 
 if TYPE_CHECKING:
-    from tether.models.limits import ModelLimits
-from tether.settings_checks import (
+    from tether.settings.json import JsonTable
+    from tether.settings.limits import ModelLimits
+from tether.settings.checks import (
     BROKER_SCHEMES,
     check_azure,
     check_endpoint_url,
@@ -48,16 +48,11 @@ from tether.settings_checks import (
     check_queue,
     check_redis_url,
     check_store_url,
-    mask_url,
 )
-from tether.settings_files import ENV_FILES as ENV_FILES
-from tether.settings_files import ENV_PREFIX as ENV_PREFIX
-from tether.settings_files import LOCAL_ENV_FILE as LOCAL_ENV_FILE
-from tether.settings_files import EnvFiles
-from tether.settings_openai import OpenAISettings
-from tether.settings_webhooks import WebhookSettings
+from tether.settings.files import ENV_PREFIX, EnvFiles
+from tether.settings.openai import OpenAISettings
+from tether.settings.webhooks import WebhookSettings
 
-_SECRET = "********"
 _DAY_S = 86_400
 _T = TypeVar("_T")
 
@@ -69,8 +64,8 @@ def _invalid_value(reason: str) -> PydanticCustomError:
 
 class Settings(WebhookSettings, OpenAISettings):
     """All of Tether's settings (see docs/configuration.md); the ``TETHER_WEBHOOK_*`` ones are
-    declared in :mod:`tether.settings_webhooks`, the ``TETHER_OPENAI_*`` ones in
-    :mod:`tether.settings_openai`."""
+    declared in :mod:`tether.settings.webhooks`, the ``TETHER_OPENAI_*`` ones in
+    :mod:`tether.settings.openai`."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
 
@@ -272,17 +267,16 @@ class Settings(WebhookSettings, OpenAISettings):
     @pydantic.field_validator("model_limits", "model_prices", "tenant_budgets")
     @classmethod
     def _json_setting(cls, value: str, info: pydantic.ValidationInfo) -> str:
-        from tether.settings_json import check_json_setting
-
         try:
-            check_json_setting(info.field_name or "", value)
+            # errors unnamed (where=""): the settings name the variable
+            _json_table(info.field_name or "").parse(value, where="")
         except ConfigurationError as exc:
             raise _invalid_value(str(exc)) from None
         return value
 
     def limits(self) -> ModelLimits:
         """The parsed ``TETHER_MODEL_LIMITS`` (validated when the settings were read)."""
-        from tether.models.limits import ModelLimits
+        from tether.settings.limits import ModelLimits
 
         return ModelLimits.parse(self.model_limits)
 
@@ -379,6 +373,21 @@ class Settings(WebhookSettings, OpenAISettings):
         return int(self.max_run_s * 2 + 300)
 
 
+def _json_table(field: str) -> type[JsonTable[Any]]:
+    """The table a JSON setting parses into (imported on use: most processes set none of them,
+    and each costs pydantic a validator to build)."""
+    from tether.settings.budgets import TenantBudgets
+    from tether.settings.limits import ModelLimits
+    from tether.settings.prices import ModelPrices
+
+    tables: dict[str, type[JsonTable[Any]]] = {
+        "model_limits": ModelLimits,
+        "model_prices": ModelPrices,
+        "tenant_budgets": TenantBudgets,
+    }
+    return tables[field]
+
+
 def _is_redis(url: str) -> bool:
     return url.startswith(("redis://", "rediss://", "unix://"))
 
@@ -387,95 +396,3 @@ def _checked(value: _T, problem: str | None) -> _T:
     if problem is not None:
         raise _invalid_value(problem)
     return value
-
-
-def variable(field: str) -> str:
-    """The variable of a settings field (``lease_ttl_ms`` -> ``TETHER_LEASE_TTL_MS``)."""
-    return ENV_PREFIX + field.upper()
-
-
-def _unknown_variables() -> list[str]:
-    known = {variable(name) for name in Settings.model_fields}
-    return sorted(k for k in os.environ if k.startswith(ENV_PREFIX) and k not in known)
-
-
-def load_settings(**overrides: Any) -> Settings:
-    """Read and validate every setting (see the module docstring for the precedence).
-
-    Raises:
-        SettingsError: one line naming each bad or unknown variable, its value with secrets
-            masked, and the fix.
-    """
-    unknown = _unknown_variables()
-    if unknown:
-        raise SettingsError(_unknown_message(unknown), variables=tuple(unknown))
-    try:
-        return Settings(**overrides)
-    except pydantic.ValidationError as exc:
-        raise _invalid(exc) from None
-    except (SourceError, ValueError) as exc:
-        raise SettingsError(f"invalid settings: {exc}") from None
-
-
-def _unknown_message(unknown: list[str]) -> str:
-    known = [variable(n) for n in Settings.model_fields]
-    hints = []
-    for name in unknown:
-        close = difflib.get_close_matches(name, known, n=1)
-        hints.append(f"{name} (did you mean {close[0]}?)" if close else name)
-    return (
-        f"unknown setting(s) {', '.join(hints)}: fix the name or unset it; known settings: "
-        + ", ".join(known)
-    )
-
-
-def _invalid(exc: pydantic.ValidationError) -> SettingsError:
-    problems: list[str] = []
-    names: list[str] = []
-    for error in exc.errors():
-        field = "_".join(map(str, error["loc"][:1]))
-        if not field:  # a check across fields names its variables itself
-            problems.append(error["msg"])
-            continue
-        name = variable(field)
-        names.append(name)
-        shown = show_value(field, error.get("input"))
-        if error["type"] == "extra_forbidden":
-            problems.append(f"unknown setting {name} in .env or {LOCAL_ENV_FILE}: remove it")
-        elif error["type"] == "tether_setting":
-            problems.append(f"{name}={shown} is not valid: {error['msg']}")
-        else:
-            problems.append(f"{name}={shown} is not valid: {error['msg']}; {_default_hint(field)}")
-    return SettingsError("; ".join(problems), variables=tuple(names))
-
-
-def _default_hint(field: str) -> str:
-    info = Settings.model_fields.get(field)
-    default = None if info is None else info.get_default(call_default_factory=True)
-    if default in (None, [], ""):
-        return "fix the value or unset it"
-    return f"fix the value or unset it for the default {default}"
-
-
-def show_value(field: str, value: Any) -> str:
-    """``value`` of a settings field as safe to print: secrets and URL passwords masked."""
-    info = Settings.model_fields.get(field)
-    if info is not None and info.annotation in (SecretStr, SecretStr | None):
-        return _SECRET if value else "''"
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    if ":" in text:
-        text = mask_url(text)
-    return repr(text)
-
-
-def masked(settings: Settings) -> dict[str, Any]:
-    """The effective settings with secrets and URL passwords masked (for printing)."""
-    out: dict[str, Any] = {}
-    for name in Settings.model_fields:
-        value = getattr(settings, name)
-        if isinstance(value, SecretStr):
-            value = _SECRET if value.get_secret_value() else ""
-        elif isinstance(value, str) and "://" in value:
-            value = mask_url(value)
-        out[variable(name)] = value
-    return out
