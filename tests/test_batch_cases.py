@@ -42,6 +42,7 @@ from tether.producer.ops.batch.summary import (
     render_summary,
 )
 from tether.producer.ops.cli import batch as batch_cli
+from tether.producer.ops.cli.batch_support import EXIT_INVALID
 from tether.settings import Settings
 
 # --- cases ------------------------------------------------------------------------------------
@@ -428,7 +429,7 @@ def test_no_cases_after_filters_is_refused_before_any_io(
     monkeypatch.setenv("TETHER_BROKER_URL", "redis://127.0.0.1:9/0")
     args = [str(blank), "--agent", "echo", "--fail-on-error"]
     outcome = CliRunner().invoke(batch_cli.batch_app, args)
-    assert outcome.exit_code == batch_cli.EXIT_INVALID, outcome.output
+    assert outcome.exit_code == EXIT_INVALID, outcome.output
     assert "no cases (after filters)" in outcome.output
     assert not (tmp_path / "blank.results.jsonl").exists()
 
@@ -462,7 +463,7 @@ def test_cli_reports_bad_lines_and_exits_2(tmp_path: Path, monkeypatch: pytest.M
         """Make `batch` a sub-command, as in the real CLI."""
 
     outcome = CliRunner().invoke(app, ["batch", str(path), "--agent", "echo"])
-    assert outcome.exit_code == batch_cli.EXIT_INVALID, outcome.output
+    assert outcome.exit_code == EXIT_INVALID, outcome.output
     assert "2 invalid line(s)" in outcome.output
     assert "line 1: not valid JSON" in outcome.output
     assert "line 2: grader" not in outcome.output and "without 'expected'" in outcome.output
@@ -510,7 +511,7 @@ def test_cli_refuses_an_unknown_agent_before_anything_runs(
     path = write_lines(tmp_path / "c.jsonl", cases)
     before = sorted(p.name for p in tmp_path.iterdir())
     outcome = CliRunner().invoke(batch_cli.batch_app, [str(path), *args])
-    assert outcome.exit_code == batch_cli.EXIT_INVALID, outcome.output
+    assert outcome.exit_code == EXIT_INVALID, outcome.output
     (message,) = outcome.output.strip().splitlines()
     assert f"UnknownAgent: unknown agent {unknown!r}" in message
     assert "known agents: " in message and "echo" in message and "calculator" in message

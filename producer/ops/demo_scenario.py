@@ -182,23 +182,25 @@ class Scenario:
         ]
         self.console.print(f"submitted {len(handles)} runs; awaiting their handles with asyncio")
 
-        async def settle(handle: RunHandle) -> RunResult | BaseException:
-            try:
-                return await handle
-            except Exception as exc:
-                return exc
+        results = _await_all(handles)
+        table, completed = self._handles_table(handles, results)
+        self.console.print(table)
+        self.check(
+            "run_async: every handle completed",
+            completed == len(handles),
+            f"{completed}/{len(handles)}",
+        )
+        in_order = all(
+            (self.run(sid, "recall", "notes").output or "").splitlines()
+            == [f"item-{k}" for k in range(BATCH_ITEMS)]
+            for sid in sids
+        )
+        self.check("run_async: each session kept its submission order", in_order)
 
-        async def await_all() -> list[RunResult | BaseException]:
-            # The runs proceed in parallel on the workers; awaiting them in turn costs nothing,
-            # and unlike asyncio.gather leaves no orphan future to log about on Ctrl-C.
-            async with asyncio.timeout(RUN_WAIT_S):
-                return [await settle(handle) for handle in handles]
-
-        waiting = await_all()
-        try:
-            results = asyncio.run(waiting)
-        finally:
-            waiting.close()  # no "never awaited" warning when Ctrl-C lands before it started
+    def _handles_table(
+        self, handles: list[RunHandle], results: list[RunResult | BaseException]
+    ) -> tuple[Table, int]:
+        """One row per handle, and how many of the runs completed."""
         table = Table("session", "run", "status", "worker", "queued ms", "ran ms")
         completed = 0
         for handle, result in zip(handles, results, strict=True):
@@ -216,18 +218,7 @@ class Scenario:
                 table.add_row(
                     handle.session_id, handle.run_id[-12:], f"error: {result}", "", "", ""
                 )
-        self.console.print(table)
-        self.check(
-            "run_async: every handle completed",
-            completed == len(handles),
-            f"{completed}/{len(handles)}",
-        )
-        in_order = all(
-            (self.run(sid, "recall", "notes").output or "").splitlines()
-            == [f"item-{k}" for k in range(BATCH_ITEMS)]
-            for sid in sids
-        )
-        self.check("run_async: each session kept its submission order", in_order)
+        return table, completed
 
     def verify_all(self) -> None:
         """``sessions verify`` on every session of the demo."""
@@ -238,3 +229,25 @@ class Scenario:
             ok &= report.ok
             self.console.print(verify_line(report))
         self.check("sessions verify: every session passes", ok, f"{len(self.sessions)} sessions")
+
+
+def _await_all(handles: list[RunHandle]) -> list[RunResult | BaseException]:
+    """Every handle's result, or the error it raised, within ``RUN_WAIT_S`` in all."""
+
+    async def settle(handle: RunHandle) -> RunResult | BaseException:
+        try:
+            return await handle
+        except Exception as exc:
+            return exc
+
+    async def await_all() -> list[RunResult | BaseException]:
+        # The runs proceed in parallel on the workers; awaiting them in turn costs nothing,
+        # and unlike asyncio.gather leaves no orphan future to log about on Ctrl-C.
+        async with asyncio.timeout(RUN_WAIT_S):
+            return [await settle(handle) for handle in handles]
+
+    waiting = await_all()
+    try:
+        return asyncio.run(waiting)
+    finally:
+        waiting.close()  # no "never awaited" warning when Ctrl-C lands before it started

@@ -1,4 +1,5 @@
-"""``tether up`` / ``tether down`` / ``tether status``: a persistent local stack per project folder.
+"""The persistent local stack of a project folder: what ``tether up`` starts and records, and
+what ``tether down`` stops (the commands and what they print: :mod:`tether.producer.ops.cli.stack`).
 
 ``tether up`` starts, detached from the terminal, in the project folder (the working directory):
 

@@ -11,6 +11,7 @@ tool call of steps 0..K-1 happens again. The source session is not written.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tether.core.events import EventType
 from tether.errors import InvalidInput, UsageError
@@ -21,6 +22,9 @@ from tether.producer.handle import RunHandle
 from tether.producer.ops.replay import find_run
 from tether.runs.rerun import RERUN_ATTRIBUTE, RerunMark
 from tether.runtime.replay_recording import RecordedRun
+
+if TYPE_CHECKING:
+    from tether.runs.contract import RunRequest
 
 
 @dataclass(frozen=True)
@@ -100,14 +104,21 @@ def rerun(
         at_seq=at_seq,
         attributes={RERUN_ATTRIBUTE: mark.model_dump(mode="json")},
     )
-    handle = producer.run_async(
+    return Rerun(target, at_seq, mark, _continue(producer, request, target, scope, mark))
+
+
+def _continue(
+    producer: Producer, request: RunRequest, target: str, tenant: str, mark: RerunMark
+) -> RunHandle:
+    """Submit the recorded run's input again, on the fork, as the run it recorded (agent,
+    metadata, timeout, durability), under the mark's request id."""
+    return producer.run_async(
         target,
         request.input,
         agent=request.agent,
-        tenant=scope,
+        tenant=tenant,
         request_id=mark.request_id,
         metadata=request.metadata,
         timeout_s=request.timeout_s,
         durability=request.durability,
     )
-    return Rerun(target, at_seq, mark, handle)

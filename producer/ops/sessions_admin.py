@@ -1,4 +1,6 @@
-"""Administrative operations on stored sessions that need more than the offline reader."""
+"""Deleting one stored session everywhere it lives (archive segments, head, live stream and its
+hints, run records, request ids), under the session's lease: what ``tether sessions delete`` and
+the tenant purge (:mod:`tether.producer.ops.tenant_purge`) run."""
 
 from __future__ import annotations
 
@@ -70,30 +72,52 @@ def delete_session(
     if lease is None:
         raise busy
     try:
-        names = keys.session(tenant, session_id)
-        with translate_errors(where):
-            if int(client.llen(names.pending)) > 0:
-                raise busy
-        segments = archive.delete_session(tenant, session_id)
-        head = store.delete(tenant, session_id)
-        with translate_errors(where):
-            stream_keys = int(client.delete(names.events, names.meta))
-            # hints about the deleted incarnation must not steer a new session with the same
-            # id: a stale archive hint would make it prune events it never archived
-            client.delete(
-                keys.archived(tenant, session_id),
-                keys.checkpoints(tenant, session_id),
-                keys.head_cache(tenant, session_id),
-            )
-            runs = _delete_runs(client, keys, tenant, session_id)
+        report = _delete_held(store, archive, client, keys, tenant, session_id, busy=busy)
     finally:
         with translate_errors(where):
             leases.release(lease)
-    if not head and not segments and not stream_keys and not runs:
+    if not (
+        report.head_deleted
+        or report.segments_deleted
+        or report.stream_keys_deleted
+        or report.runs_deleted
+    ):
         raise SessionNotFound(
             f"session {tenant}/{session_id} not found; list sessions with "
             f"'tether sessions list --tenant {tenant}'"
         )
+    return report
+
+
+def _delete_held(
+    store: SnapshotStore,
+    archive: EventArchive,
+    client: redis.Redis,
+    keys: RedisKeys,
+    tenant: str,
+    session_id: str,
+    *,
+    busy: SessionBusy,
+) -> DeleteReport:
+    """The delete itself, under the session's lease: the archive first, then the head, the
+    live stream and its hints, and the run records."""
+    where = describe_client(client)
+    names = keys.session(tenant, session_id)
+    with translate_errors(where):
+        if int(client.llen(names.pending)) > 0:
+            raise busy
+    segments = archive.delete_session(tenant, session_id)
+    head = store.delete(tenant, session_id)
+    with translate_errors(where):
+        stream_keys = int(client.delete(names.events, names.meta))
+        # hints about the deleted incarnation must not steer a new session with the same
+        # id: a stale archive hint would make it prune events it never archived
+        client.delete(
+            keys.archived(tenant, session_id),
+            keys.checkpoints(tenant, session_id),
+            keys.head_cache(tenant, session_id),
+        )
+        runs = _delete_runs(client, keys, tenant, session_id)
     return DeleteReport(tenant, session_id, head, segments, stream_keys, runs)
 
 

@@ -136,39 +136,60 @@ def purge_tenant(
     if dry_run:
         return _dry_run(archive, client, keys, tenant, session_ids, with_head, before)
 
-    deleted: list[str] = []
-    skipped: dict[str, str] = {}
-    heads = segments = runs = 0
-    for session_id in session_ids:
-        try:
-            report = delete_session(store, archive, client, keys, tenant, session_id)
-        except SessionBusy:
-            skipped[session_id] = _BUSY
-            continue
-        except SessionNotFound:
-            pass  # only the fence/released keys of an earlier delete: the sweep takes them
-        else:
-            heads += int(report.head_deleted)
-            segments += report.segments_deleted
-            runs += report.runs_deleted
-        deleted.append(session_id)
-
+    done = _delete_sessions(store, archive, client, keys, tenant, session_ids)
     with translate_errors(where):
         after = _scan(client, keys, tenant)
-        redis_keys = _sweep(client, keys, tenant, deleted, skipped, before, after)
+        redis_keys = _sweep(client, keys, tenant, done.deleted, done.skipped, before, after)
         left = len(_scan(client, keys, tenant).all())
     return PurgeReport(
         tenant=tenant,
         dry_run=False,
-        sessions=tuple(s for s in deleted if s not in skipped),
-        skipped=_skipped(skipped),
-        heads=heads,
-        segments=segments,
+        sessions=tuple(s for s in done.deleted if s not in done.skipped),
+        skipped=_skipped(done.skipped),
+        heads=done.heads,
+        segments=done.segments,
         redis_keys=redis_keys,
-        runs=runs,
+        runs=done.runs,
         redis_keys_left=left,
-        next_step=_next_step(tenant, skipped, dry_run=False),
+        next_step=_next_step(tenant, done.skipped, dry_run=False),
     )
+
+
+@dataclass
+class _Deleted:
+    """What the per-session deletes did: the sessions gone, those skipped and why, and the
+    heads, archive segments and run records they removed."""
+
+    deleted: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    heads: int = 0
+    segments: int = 0
+    runs: int = 0
+
+
+def _delete_sessions(
+    store: SnapshotStore,
+    archive: EventArchive,
+    client: redis.Redis,
+    keys: RedisKeys,
+    tenant: str,
+    session_ids: list[str],
+) -> _Deleted:
+    done = _Deleted()
+    for session_id in session_ids:
+        try:
+            report = delete_session(store, archive, client, keys, tenant, session_id)
+        except SessionBusy:
+            done.skipped[session_id] = _BUSY
+            continue
+        except SessionNotFound:
+            pass  # only the fence/released keys of an earlier delete: the sweep takes them
+        else:
+            done.heads += int(report.head_deleted)
+            done.segments += report.segments_deleted
+            done.runs += report.runs_deleted
+        done.deleted.append(session_id)
+    return done
 
 
 def _dry_run(

@@ -31,15 +31,6 @@ class ContextBudget(BaseModel):
     keep_recent_tool_results: int | None = Field(default=None, ge=0)
     trim_old_reasoning: bool = False
 
-    def has_limits(self) -> bool:
-        """True when any limit or tier is set."""
-        return (
-            self.max_items is not None
-            or self.max_approx_chars is not None
-            or self.keep_recent_tool_results is not None
-            or self.trim_old_reasoning
-        )
-
 
 class ContextReport(BaseModel):
     """What a projection did: counts, sizes, which limits applied, and notes."""

@@ -1,4 +1,5 @@
-"""The outcome of one agent run."""
+"""The outcome of one agent run: how it ended (:class:`RunStatus`), its output and tool results,
+and the calls a waiting run waits on with the resolutions that settle them."""
 
 from __future__ import annotations
 

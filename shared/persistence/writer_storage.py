@@ -1,4 +1,6 @@
-"""The head cache as a writer outside a lease sees it: it only ever drops the entry.
+"""Storage for a writer outside a lease (the CLI, ``TetherSession``, an in-process save): the
+store and archive of the settings, with the head cache as such a writer sees it: it only ever
+drops the entry.
 
 Why: the cache holds the newest head a lease holder wrote (see
 :mod:`tether.persistence.headcache.base`). Any other write to the store (a ``TetherSession``, an

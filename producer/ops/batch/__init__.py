@@ -1,11 +1,20 @@
-"""Batch evaluation: run every case of a JSONL file on the workers, at most N at a time.
+"""Batch evaluation: run every case of a dataset on the workers, at most N at a time.
 
 >>> summary = run_batch(producer, "cases.jsonl", agent="echo", concurrency=16)
 >>> summary.by_status, summary.pass_rate
 
-How it works (modules: ``cases`` parsing and validation, ``ids`` derived ids, ``options`` the
-options, ``engine`` the submit/complete loop, ``results`` the results file, ``summary``
-statistics, ``grading`` graders, ``progress`` the progress bar):
+This module owns the entry points (:func:`run_batch`, :func:`run_batch_with`): the dataset read
+and every case validated before anything is submitted, the batch id derived, the cases handed to
+one invocation. The parts, from the bottom: ``cases`` (the case model and the JSONL cases file),
+``sources`` (CSV, Parquet and Hugging Face datasets as cases), ``ids`` (derived ids),
+``options``, ``scoring/`` and ``grading`` (scorers, and a case's own grader), ``records`` (a
+finished case to its results line), ``results`` (the results file), ``line_scores``,
+``metrics``, ``stats`` and ``summary`` (statistics), ``progress`` and ``boards/`` (the progress
+bar, and the progress records the console shows), ``engine`` (the submit/complete loop),
+``execution`` (one invocation), ``retry`` and ``compare`` (a batch run again, two compared),
+``outputs/`` (reports and exports).
+
+How it works:
 
 - The cases file is validated first, streaming, and the batch refuses to start on a bad line
   (unless ``skip_invalid``). It is then streamed again; no case list is ever built.

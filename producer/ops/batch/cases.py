@@ -1,4 +1,4 @@
-"""Batch cases: parsing and validation of a JSONL cases file, and the ids derived from a case.
+"""Batch cases: the case model, and the JSONL cases file validated in one pass, streamed in another.
 
 A cases file is read twice, line by line, and never held in memory: :func:`scan_cases` validates
 every line (so a bad line stops the batch before anything is submitted), counts the cases and

@@ -158,12 +158,7 @@ def compare_results(
     path_a, path_b = Path(a), Path(b)
     records_a, records_b = read_results(path_a), read_results(path_b)
     if scorer is not None:
-        present = _scorer_names(records_a) | _scorer_names(records_b)
-        if scorer not in present:
-            listed = ", ".join(sorted(present)) or "none (the files hold only line scores)"
-            raise InvalidInput(
-                f"no line of {path_a} or {path_b} has scorer {scorer!r}; scorers present: {listed}"
-            )
+        _check_scorer(scorer, (path_a, path_b), (records_a, records_b))
     scores_a, verdicts_a = _by_case(records_a, scorer)
     scores_b, verdicts_b = _by_case(records_b, scorer)
     ids_a = {r.id for r in records_a}
@@ -180,39 +175,72 @@ def compare_results(
             f"no case of {path_a} and {path_b} has {what} in both files (ungraded, or scored "
             "on one side only): 0 cases to compare"
         )
-    diffs = {cid: scores_b[cid] - scores_a[cid] for cid in shared}
-    improved = [cid for cid, d in diffs.items() if d > EPSILON]
-    regressed = [cid for cid, d in diffs.items() if d < -EPSILON]
-    pairs = sorted(set(verdicts_a) & set(verdicts_b))
-    a_only = sum(1 for k in pairs if verdicts_a[k] and not verdicts_b[k])
-    b_only = sum(1 for k in pairs if verdicts_b[k] and not verdicts_a[k])
-    values = list(diffs.values())
-
-    def mean(xs: list[float]) -> float | None:
-        return math.fsum(xs) / len(xs) if xs else None
-
     return Comparison(
         a=_side(path_a, records_a),
         b=_side(path_b, records_b),
         scorer=scorer,
-        cases=len(shared),
-        improved=improved,
-        regressed=regressed,
-        unchanged=len(shared) - len(improved) - len(regressed),
         only_in_a=len(ids_a - ids_b),
         only_in_b=len(ids_b - ids_a),
-        mean_a=mean([scores_a[c] for c in shared]),
-        mean_b=mean([scores_b[c] for c in shared]),
-        mean_difference=mean(values),
-        ci95=bootstrap_mean_ci(values, resamples=resamples, seed=seed),
-        pairs=len(pairs),
-        a_only_passed=a_only,
-        b_only_passed=b_only,
-        mcnemar_p=mcnemar_exact(a_only, b_only),
+        **_score_changes(scores_a, scores_b, shared, resamples=resamples, seed=seed),
+        **_mcnemar(verdicts_a, verdicts_b),
         resamples=resamples,
         seed=seed,
-        per_case=diffs,
     )
+
+
+def _score_changes(
+    scores_a: dict[str, float],
+    scores_b: dict[str, float],
+    shared: list[str],
+    *,
+    resamples: int,
+    seed: int,
+) -> dict[str, Any]:
+    """How the scores of the cases scored on both sides moved: per case, and on the mean."""
+    diffs = {cid: scores_b[cid] - scores_a[cid] for cid in shared}
+    improved = [cid for cid, d in diffs.items() if d > EPSILON]
+    regressed = [cid for cid, d in diffs.items() if d < -EPSILON]
+    values = list(diffs.values())
+    return {
+        "cases": len(shared),
+        "improved": improved,
+        "regressed": regressed,
+        "unchanged": len(shared) - len(improved) - len(regressed),
+        "mean_a": _mean([scores_a[c] for c in shared]),
+        "mean_b": _mean([scores_b[c] for c in shared]),
+        "mean_difference": _mean(values),
+        "ci95": bootstrap_mean_ci(values, resamples=resamples, seed=seed),
+        "per_case": diffs,
+    }
+
+
+def _check_scorer(
+    scorer: str, paths: tuple[Path, Path], records: tuple[list[CaseResult], list[CaseResult]]
+) -> None:
+    """Refuse a ``scorer`` no line of either file names (a typo would compare nothing)."""
+    present = _scorer_names(records[0]) | _scorer_names(records[1])
+    if scorer not in present:
+        listed = ", ".join(sorted(present)) or "none (the files hold only line scores)"
+        raise InvalidInput(
+            f"no line of {paths[0]} or {paths[1]} has scorer {scorer!r}; scorers present: {listed}"
+        )
+
+
+def _mean(xs: list[float]) -> float | None:
+    return math.fsum(xs) / len(xs) if xs else None
+
+
+def _mcnemar(verdicts_a: dict[str, bool], verdicts_b: dict[str, bool]) -> dict[str, Any]:
+    """McNemar's exact test on the cases with a verdict on both sides, one pair per case."""
+    pairs = sorted(set(verdicts_a) & set(verdicts_b))
+    a_only = sum(1 for k in pairs if verdicts_a[k] and not verdicts_b[k])
+    b_only = sum(1 for k in pairs if verdicts_b[k] and not verdicts_a[k])
+    return {
+        "pairs": len(pairs),
+        "a_only_passed": a_only,
+        "b_only_passed": b_only,
+        "mcnemar_p": mcnemar_exact(a_only, b_only),
+    }
 
 
 __all__ = ["Comparison", "Side", "compare_results"]

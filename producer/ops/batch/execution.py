@@ -110,48 +110,15 @@ class BatchRun:
         batch of 3 epochs re-run with ``--epochs 1`` still has 3).
         """
         options = self.options
-        results = ResultsFile(
-            out,
-            self.batch_id,
-            fsync_interval_s=options.fsync_interval_s,
-            scorers=[s.name for s in self.scorers],
-        )
-        stats = SummaryStats()
-
-        def existing(result: CaseResult) -> None:
-            stats.add(result)
-            if seen is not None:
-                seen(result)
-
-        resumed = results.open(existing)
+        results, stats, resumed = self._open(out, seen)
         if total is None:
             total = cases * max(options.epochs, stats.metrics.max_epoch + 1)
         reporter = self._reporter(out, total, stats)
         done = False
+        started = time.monotonic()
         try:
-            started = time.monotonic()
             reporter.start()
-            ui = BatchProgress(
-                batch_id=self.batch_id,
-                total=total,
-                completed=resumed,
-                failed=stats.failed,
-                enabled=options.progress,
-                console=options.console,
-                on_case=reporter.tick,
-            )
-            runner = BatchRunner(
-                self.producer,
-                options,
-                batch_id=self.batch_id,
-                results=results,
-                stats=stats,
-                progress=ui,
-                scorers=self.scorers,
-                events=EventsReader(self.producer, options.tenant or ""),
-            )
-            with ui:
-                runner.run(units)
+            runner = self._run(units, results, stats, total, resumed, reporter)
             done = True
         finally:
             results.close()
@@ -170,6 +137,60 @@ class BatchRun:
             concurrency=options.concurrency,
             max_in_flight=runner.max_in_flight,
         )
+
+    def _open(
+        self, out: Path, seen: Callable[[CaseResult], None] | None
+    ) -> tuple[ResultsFile, SummaryStats, int]:
+        """The results file, opened for appending; the stats of the lines it already holds,
+        and how many those are."""
+        results = ResultsFile(
+            out,
+            self.batch_id,
+            fsync_interval_s=self.options.fsync_interval_s,
+            scorers=[s.name for s in self.scorers],
+        )
+        stats = SummaryStats()
+
+        def existing(result: CaseResult) -> None:
+            stats.add(result)
+            if seen is not None:
+                seen(result)
+
+        return results, stats, results.open(existing)
+
+    def _run(
+        self,
+        units: Iterator[Unit],
+        results: ResultsFile,
+        stats: SummaryStats,
+        total: int,
+        resumed: int,
+        reporter: BatchReporter,
+    ) -> BatchRunner:
+        """Run every unit under the progress bar; the runner, for its counts."""
+        options = self.options
+        ui = BatchProgress(
+            batch_id=self.batch_id,
+            total=total,
+            completed=resumed,
+            failed=stats.failed,
+            enabled=options.progress,
+            console=options.console,
+            on_case=reporter.tick,
+        )
+        runner = BatchRunner(
+            self.producer,
+            options,
+            batch_id=self.batch_id,
+            results=results,
+            stats=stats,
+            progress=ui,
+            scorers=self.scorers,
+            events=EventsReader(self.producer, options.tenant or ""),
+        )
+        with ui:
+            runner.run(units)
+        return runner
 
     def _reporter(self, out: Path, total: int, stats: SummaryStats) -> BatchReporter:
         """Keeps this batch's record on the namespace's board (the console's Batches page)."""

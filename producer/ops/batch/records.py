@@ -94,19 +94,86 @@ def build_record(
     :func:`mask_line` when ``redact`` (the producer's ``redact_inputs``). ``tenant``, the
     tenant the case ran in, is written in the line: the console checks it before serving a
     report."""
+    # scored first: the line's latency (taken in _run_fields) has always included the scoring
+    scored = _score_fields(outcome, result, scorers, events)
+    line = CaseResult(
+        batch_id=batch_id,
+        tenant=tenant,
+        **_case_fields(outcome),
+        **_run_fields(outcome, result),
+        **_error_fields(outcome, error),
+        **scored,
+    )
+    return mask_line(line) if redact else line
+
+
+def _case_fields(outcome: CaseOutcome) -> dict[str, Any]:
+    """What the line repeats of the case as written (masked later, with the rest)."""
     case = outcome.numbered.case
-    status = result.status.value if result is not None else RunStatus.FAILED.value
-    output = result.output if result is not None else None
+    return {
+        "id": case.id,
+        "line": outcome.numbered.line,
+        "metadata": case.metadata or None,
+        "epoch": outcome.epoch,
+        "attempt": outcome.attempt,
+        "tags": case.tags or None,
+        "input": case.input,
+        "expected": case.expected,
+    }
+
+
+def _run_fields(outcome: CaseOutcome, result: RunResult | None) -> dict[str, Any]:
+    """What the case's runs did: status and output of the last, the totals of all."""
+    usage = outcome.usage
+    return {
+        "session_id": outcome.session_id,
+        "agent": outcome.agent,
+        "status": result.status.value if result is not None else RunStatus.FAILED.value,
+        "output": result.output if result is not None else None,
+        "outputs": outcome.outputs if len(outcome.numbered.case.turns) > 1 else None,
+        "latency_ms": int((time.monotonic() - outcome.started) * 1000),
+        "steps": outcome.steps,
+        "tokens": usage.total_tokens,
+        "cost_usd": outcome.cost_usd,
+        "turns": len(outcome.outputs),
+        "run_ids": outcome.run_ids,
+        "usage": RunUsage(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            total_tokens=usage.total_tokens,
+        ),
+    }
+
+
+def _error_fields(outcome: CaseOutcome, error: tuple[str, str] | None) -> dict[str, Any]:
+    """The error that ended the case (``(type, message)``), naming its turn when it had several."""
+    if error is None:
+        return {"error_type": None, "error": None, "error_kind": None}
+    error_type, message = error
+    turns = len(outcome.numbered.case.turns)
+    if turns > 1:
+        message = f"turn {outcome.turn} of {turns}: {message}"
+    return {"error_type": error_type, "error": message, "error_kind": error_kind(error_type)}
+
+
+def _score_fields(
+    outcome: CaseOutcome,
+    result: RunResult | None,
+    scorers: list[Scorer],
+    events: EventsLoader | None,
+) -> dict[str, Any]:
+    """The case's scores and verdict; a case whose run failed is not scored, and did not pass
+    when a scorer would have applied."""
+    case = outcome.numbered.case
     mine, own_grader = case_scorers(outcome, scorers)
-    ran_ok = result is not None and result.ok
     records: list[ScoreRecord] = []
     passed: bool | None
     score: float | None = None
-    if ran_ok:
+    if result is not None and result.ok:
         # scorers get the case as written, unmasked: the agent saw the masked input, but the
         # reference is the author's, and scoring against a masked ``expected`` could pass an
         # output that merely echoes the mask. Only the stored line is masked, after scoring.
-        sample = Sample(case=case, output=output, epoch=outcome.epoch)
+        sample = Sample(case=case, output=result.output, epoch=outcome.epoch)
         if events is not None:
             load = events
             sample.events = LazyEvents(lambda: load(outcome.session_id, list(outcome.run_ids)))
@@ -115,49 +182,13 @@ def build_record(
     else:
         probe = Sample(case=case, output=None)
         passed = False if any(applies(s, probe) for s in mine) else None
-    message = None
-    if error is not None:
-        message = error[1]
-        if len(case.turns) > 1:
-            message = f"turn {outcome.turn} of {len(case.turns)}: {message}"
-    usage = outcome.usage
-    line = CaseResult(
-        batch_id=batch_id,
-        id=case.id,
-        line=outcome.numbered.line,
-        session_id=outcome.session_id,
-        agent=outcome.agent,
-        status=status,
-        output=output,
-        outputs=outcome.outputs if len(case.turns) > 1 else None,
-        passed=passed,
-        grader=case.grader.value if own_grader else None,
-        latency_ms=int((time.monotonic() - outcome.started) * 1000),
-        steps=outcome.steps,
-        tokens=usage.total_tokens,
-        cost_usd=outcome.cost_usd,
-        turns=len(outcome.outputs),
-        error_type=error[0] if error else None,
-        error=message,
-        run_ids=outcome.run_ids,
-        metadata=case.metadata or None,
-        epoch=outcome.epoch,
-        attempt=outcome.attempt,
-        tags=case.tags or None,
-        input=case.input,
-        expected=case.expected,
-        scores={r.scorer: r for r in records} or None,
-        score=score,
-        scorers=[s.name for s in mine] or None,
-        usage=RunUsage(
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            total_tokens=usage.total_tokens,
-        ),
-        error_kind=error_kind(error[0]) if error else None,
-        tenant=tenant,
-    )
-    return mask_line(line) if redact else line
+    return {
+        "passed": passed,
+        "grader": case.grader.value if own_grader else None,
+        "scores": {r.scorer: r for r in records} or None,
+        "score": score,
+        "scorers": [s.name for s in mine] or None,
+    }
 
 
 def _masked_tree(value: Any) -> Any:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import fcntl
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,6 +39,7 @@ from tether.producer.ops.batch.summary import BatchSummary, SummaryStats, build_
 if TYPE_CHECKING:
     from tether.producer.client import Producer
     from tether.producer.ops.batch.options import BatchOptions
+    from tether.producer.ops.batch.scoring.base import Scorer
 
 
 def side_file(path: Path) -> Path:
@@ -94,8 +97,24 @@ def retry_batch(
     if not records:
         raise InvalidInput(f"results file {path} holds no results; nothing to retry")
     batch_id = records[0].batch_id
-    errored = [r for r in records if r.errored]
     options = options.checked(default_tenant=producer.settings.tenant)
+    scorers = _retry_scorers(producer, path, records, options)
+    units = [
+        Unit(NumberedCase(r.line, case_of(r)), r.epoch, r.attempt + 1) for r in records if r.errored
+    ]
+    epochs = max(r.epoch for r in records) + 1
+    with _exclusive(path):
+        side = side_file(path)
+        run = BatchRun(producer, replace(options, epochs=epochs), batch_id, scorers)
+        done = run.execute(side, iter(units), total=len(units), cases=len(units))
+        merged = _merge(path, side, records, units)
+    return _summary(path, records, merged, done, retried=len(units), epochs=epochs)
+
+
+def _retry_scorers(
+    producer: Producer, path: Path, records: list[CaseResult], options: BatchOptions
+) -> list[Scorer]:
+    """The scorers the batch ran with; ``--scorer`` may name them again, never others."""
     specs = list(options.scorers) or _batch_scorers(records)
     scorers = batch_scorers(producer, specs)
     ran_with = set(_batch_scorers(records))
@@ -107,8 +126,12 @@ def retry_batch(
             f"scores with those, not {sorted(s.name for s in scorers)}: leave out --scorer, or "
             "run a new batch (another --out) to score with others"
         )
-    units = [Unit(NumberedCase(r.line, case_of(r)), r.epoch, r.attempt + 1) for r in errored]
-    epochs = max(r.epoch for r in records) + 1
+    return scorers
+
+
+@contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    """Hold the results file's lock: one process writes a batch's results at a time."""
     with path.open("a+b") as lock:
         try:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -116,14 +139,32 @@ def retry_batch(
             raise InvalidInput(
                 f"results file {path} is being written by a batch process; wait for it to end"
             ) from exc
-        side = side_file(path)
-        run = BatchRun(producer, replace(options, epochs=epochs), batch_id, scorers)
-        done = run.execute(side, iter(units), total=len(units), cases=len(units))
-        fresh = {(r.id, r.epoch): r for r in read_results(side)}
-        merged = [fresh.get((r.id, r.epoch), r) for r in records]
-        if all((u.numbered.case.id, u.epoch) in fresh for u in units):
-            _replace_lines(path, merged)
-            side.unlink()
+        yield
+
+
+def _merge(
+    path: Path, side: Path, records: list[CaseResult], units: list[Unit]
+) -> list[CaseResult]:
+    """The file's lines with the retried ones in place; written over ``path`` (and the side
+    file removed) only once every retried case has its new line."""
+    fresh = {(r.id, r.epoch): r for r in read_results(side)}
+    merged = [fresh.get((r.id, r.epoch), r) for r in records]
+    if all((u.numbered.case.id, u.epoch) in fresh for u in units):
+        _replace_lines(path, merged)
+        side.unlink()
+    return merged
+
+
+def _summary(
+    path: Path,
+    records: list[CaseResult],
+    merged: list[CaseResult],
+    done: BatchSummary,
+    *,
+    retried: int,
+    epochs: int,
+) -> BatchSummary:
+    """The whole file's summary after the retry, with this invocation's runs and timings."""
     stats = SummaryStats()
     for record in merged:
         stats.add(record)
@@ -135,13 +176,13 @@ def retry_batch(
     return build_summary(
         stats,
         epochs=epochs,
-        batch_id=batch_id,
+        batch_id=records[0].batch_id,
         out=str(path),
         total=len(records),
         cases=len({r.id for r in records}),
-        resumed=len(records) - len(units),
+        resumed=len(records) - retried,
         invalid_skipped=0,
-        retried=len(units),
+        retried=retried,
         **fields,
     )
 

@@ -41,6 +41,7 @@ from tether.producer.ops.cli import console as console_cli
 from tether.producer.ops.cli.support import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
+    EXIT_OK,
     EXIT_USAGE,
     STATE,
     cli_settings,
@@ -197,7 +198,7 @@ def run_cli(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         typer.echo(error_line(exc), err=True)
         return exit_code_for(exc)
-    return result if isinstance(result, int) else 0
+    return result if isinstance(result, int) else EXIT_OK
 
 
 def main() -> None:

@@ -78,36 +78,46 @@ def worker_env(settings: Settings) -> dict[str, str]:
     return env
 
 
+# The command's surface, one alias per option so the command itself reads as its steps.
+MinOption = Annotated[int, typer.Option("--min", help="Fewest workers.")]
+MaxOption = Annotated[int, typer.Option("--max", help="Most workers.")]
+ConcurrencyOption = Annotated[
+    int, typer.Option("--concurrency", "-c", help="Pool size per worker.")
+]
+QueueOption = Annotated[str | None, typer.Option("--queue", "-Q", help="The queue (TETHER_QUEUE).")]
+IntervalOption = Annotated[
+    float, typer.Option("--interval-s", min=0.1, help="Seconds between readings.")
+]
+IdleOption = Annotated[float, typer.Option("--idle-s", help="Idle this long before scaling in.")]
+MaxWaitOption = Annotated[
+    float, typer.Option("--max-wait-s", help="Scale out when a run waited longer.")
+]
+BacklogOption = Annotated[
+    float, typer.Option("--backlog-per-slot", help="Scale out above this many queued/slot.")
+]
+CooldownOption = Annotated[
+    float, typer.Option("--cooldown-s", help="No change this soon after one.")
+]
+StopTimeoutOption = Annotated[
+    float, typer.Option("--stop-timeout-s", min=1, help="Kill a stopping worker after.")
+]
+LogDirOption = Annotated[
+    Path | None, typer.Option("--log-dir", help="Worker logs (default .tether/logs).")
+]
+
+
 def autoscale(
-    min_workers: Annotated[int, typer.Option("--min", help="Fewest workers.")] = 1,
-    max_workers: Annotated[int, typer.Option("--max", help="Most workers.")] = 4,
-    concurrency: Annotated[
-        int, typer.Option("--concurrency", "-c", help="Pool size per worker.")
-    ] = 1,
-    queue: Annotated[
-        str | None, typer.Option("--queue", "-Q", help="The queue (TETHER_QUEUE).")
-    ] = None,
-    interval_s: Annotated[
-        float, typer.Option("--interval-s", min=0.1, help="Seconds between readings.")
-    ] = 1.0,
-    idle_s: Annotated[
-        float, typer.Option("--idle-s", help="Idle this long before scaling in.")
-    ] = 15.0,
-    max_wait_s: Annotated[
-        float, typer.Option("--max-wait-s", help="Scale out when a run waited longer.")
-    ] = 5.0,
-    backlog_per_slot: Annotated[
-        float, typer.Option("--backlog-per-slot", help="Scale out above this many queued/slot.")
-    ] = 1.0,
-    cooldown_s: Annotated[
-        float, typer.Option("--cooldown-s", help="No change this soon after one.")
-    ] = 3.0,
-    stop_timeout_s: Annotated[
-        float, typer.Option("--stop-timeout-s", min=1, help="Kill a stopping worker after.")
-    ] = 60.0,
-    log_dir: Annotated[
-        Path | None, typer.Option("--log-dir", help="Worker logs (default .tether/logs).")
-    ] = None,
+    min_workers: MinOption = 1,
+    max_workers: MaxOption = 4,
+    concurrency: ConcurrencyOption = 1,
+    queue: QueueOption = None,
+    interval_s: IntervalOption = 1.0,
+    idle_s: IdleOption = 15.0,
+    max_wait_s: MaxWaitOption = 5.0,
+    backlog_per_slot: BacklogOption = 1.0,
+    cooldown_s: CooldownOption = 3.0,
+    stop_timeout_s: StopTimeoutOption = 60.0,
+    log_dir: LogDirOption = None,
 ) -> None:
     """Start and stop worker processes on the queue's load, until Ctrl-C or SIGTERM.
 
@@ -115,10 +125,6 @@ def autoscale(
     --max-wait-s; scales in after --idle-s with nothing queued, by warm shutdown (a running
     run is handed back at its last checkpoint).
     """
-    import signal
-    import threading
-
-    from tether.producer.ops.autoscale.supervisor import FleetProbe, Supervisor
     from tether.producer.ops.cli.support import cli_settings
 
     policy = make_policy(
@@ -130,12 +136,40 @@ def autoscale(
         backlog_per_slot=backlog_per_slot,
         cooldown_s=cooldown_s,
     )
+    _check_interval(interval_s)
+    _supervise(
+        cli_settings(),
+        policy,
+        queue,
+        interval_s=interval_s,
+        stop_timeout_s=stop_timeout_s,
+        log_dir=log_dir or Path(".tether/logs").resolve(),
+    )
+
+
+def _check_interval(interval_s: float) -> None:
     if not interval_s <= MAX_INTERVAL_S:  # inf and nan too: a sleep that long overflowed
         raise UsageError(
             f"tether autoscale --interval-s: must be at most {MAX_INTERVAL_S:g} s, got "
             f"{interval_s:g}; see tether autoscale --help"
         )
-    settings = cli_settings()
+
+
+def _supervise(
+    settings: Settings,
+    policy: ScalePolicy,
+    queue: str | None,
+    *,
+    interval_s: float,
+    stop_timeout_s: float,
+    log_dir: Path,
+) -> None:
+    """Run the supervisor in the foreground until SIGTERM or SIGINT sets its stop."""
+    import signal
+    import threading
+
+    from tether.producer.ops.autoscale.supervisor import FleetProbe, Supervisor
+
     probe = FleetProbe(settings, queue or settings.queue)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -144,13 +178,13 @@ def autoscale(
         probe,
         policy,
         env=worker_env(settings),
-        log_dir=log_dir or Path(".tether/logs").resolve(),
+        log_dir=log_dir,
         say=lambda line: typer.echo(f"autoscale: {line}"),
         stop_timeout_s=stop_timeout_s,
     )
     typer.echo(
-        f"autoscale: queue {probe.queue}, {min_workers}..{max_workers} workers of "
-        f"{concurrency} slot(s); Ctrl-C stops it and its workers"
+        f"autoscale: queue {probe.queue}, {policy.min_workers}..{policy.max_workers} workers of "
+        f"{policy.slots_per_worker} slot(s); Ctrl-C stops it and its workers"
     )
     try:
         supervisor.run(stop, interval_s)

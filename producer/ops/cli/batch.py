@@ -1,8 +1,11 @@
-"""``tether batch``: run a dataset of evaluation cases on the workers; retry and compare.
+"""``tether batch``: the group, and its ``run`` command (a dataset of evaluation cases on the
+workers).
 
-``tether batch CASES ...`` (short for ``tether batch run CASES ...``) runs a batch,
-``tether batch retry RESULTS`` runs its errored cases again, ``tether batch compare A B``
-compares two batches (:mod:`tether.producer.ops.cli.batch_tools`). The CLI package
+``tether batch CASES ...`` (short for ``tether batch run CASES ...``) runs a batch; the group's
+other commands live below it: ``retry`` and ``compare`` in
+:mod:`~tether.producer.ops.cli.batch_tools`, ``export`` and ``report`` in
+:mod:`~tether.producer.ops.cli.batch_outputs`, and what they all share (settings, exit codes, the
+error guard) in :mod:`~tether.producer.ops.cli.batch_support`. The CLI package
 (``producer/ops/cli/``) calls :func:`register` to add the group; the engine is imported lazily so
 ``tether --help`` stays fast. ``python -m tether.producer.ops.cli.batch`` runs the group on its
 own (useful when only the batch commands are needed, e.g. in tests).
@@ -17,18 +20,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from tether.producer.ops.cli import batch_outputs, batch_tools
+from tether.producer.ops.cli.batch_outputs import register as add_outputs
+from tether.producer.ops.cli.batch_support import EXIT_FAILED_CASES, run_guarded
+from tether.producer.ops.cli.batch_tools import register as add_tools
 
 if TYPE_CHECKING:  # the settings (pydantic-settings) too: `tether --help` does not need them
     from tether.producer.ops.batch import BatchOptions, BatchSummary
     from tether.producer.ops.batch.sources import DatasetOptions
     from tether.settings import Settings
-
-#: Exit codes, as for every ``tether`` command: 2 usage (invalid cases, bad option), 1 a
-#: service error, or (with ``--fail-on-error``) a case that failed or did not pass.
-EXIT_INVALID = 2
-EXIT_ERROR = 1
-EXIT_FAILED_CASES = 1
 
 
 class _RunByDefault(TyperGroup):
@@ -47,17 +46,6 @@ batch_app = typer.Typer(
     help="Run a dataset of cases on the workers (tether batch CASES), retry errored cases, "
     "compare two batches.",
 )
-
-
-def settings() -> Settings:
-    """Settings as the rest of the CLI reads them (a relative file:// store made absolute)."""
-    try:
-        from tether.producer.ops.cli.support import cli_settings
-    except ImportError:  # the batch command used without the full CLI
-        from tether.settings import load_settings
-
-        return load_settings()
-    return cli_settings()
 
 
 def _dataset(
@@ -82,6 +70,37 @@ def _dataset(
     )
 
 
+# The run command's surface, one alias per option so the command itself reads as its steps.
+CasesArgument = Annotated[
+    Path, typer.Argument(help="Cases: JSONL, CSV, Parquet, or a saved Hugging Face dataset.")
+]
+AgentOption = Annotated[
+    str | None, typer.Option("--agent", "-a", help="Agent of cases that name none.")
+]
+ConcurrencyOption = Annotated[
+    int, typer.Option("--concurrency", "-c", min=1, max=10_000, help="Max runs in flight.")
+]
+OutOption = Annotated[
+    Path | None,
+    typer.Option("--out", "-o", help="Results JSONL (default: <cases>.results.jsonl)."),
+]
+BatchIdOption = Annotated[
+    str | None,
+    typer.Option("--batch-id", help="Batch id (default: derived from the file's content)."),
+]
+SkipInvalidOption = Annotated[
+    bool, typer.Option("--skip-invalid", help="Skip bad lines instead of refusing to start.")
+]
+TenantOption = Annotated[
+    str | None, typer.Option("--tenant", help="Tenant (default: TETHER_TENANT).")
+]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print the summary as JSON (no progress bar).")
+]
+FailOnErrorOption = Annotated[
+    bool,
+    typer.Option("--fail-on-error", help="Exit 1 when any case failed or did not pass its grader."),
+]
 ScorerOption = Annotated[
     list[str] | None,
     typer.Option(
@@ -91,65 +110,50 @@ ScorerOption = Annotated[
         "json[:field=a.b|schema=FILE], f1, judge[:rubric=FILE,model=M], or module:function.",
     ),
 ]
+EpochsOption = Annotated[
+    int, typer.Option("--epochs", min=1, max=1000, help="Runs of each case (fresh sessions).")
+]
+# the dataset's options: which rows of CASES, and which of their fields, make the cases
+InputFieldOption = Annotated[
+    str | None, typer.Option("--input-field", help="Dataset field of the input.")
+]
+TargetFieldOption = Annotated[
+    str | None, typer.Option("--target-field", help="Dataset field of the expected value.")
+]
+IdFieldOption = Annotated[
+    str | None, typer.Option("--id-field", help="Dataset field of the case id.")
+]
+LimitOption = Annotated[int | None, typer.Option("--limit", min=1, help="First N rows.")]
+SampleOption = Annotated[
+    int | None, typer.Option("--sample", min=1, help="N rows drawn at random (--seed).")
+]
+SeedOption = Annotated[int, typer.Option("--seed", help="Seed of --sample.")]
+FilterOption = Annotated[
+    list[str] | None,
+    typer.Option("--filter", help="Keep rows with key=value (tag=x: tagged x); repeatable."),
+]
 
 
 @batch_app.command("run")
 def batch_command(
-    cases: Annotated[
-        Path,
-        typer.Argument(help="Cases: JSONL, CSV, Parquet, or a saved Hugging Face dataset."),
-    ],
-    agent: Annotated[
-        str | None, typer.Option("--agent", "-a", help="Agent of cases that name none.")
-    ] = None,
-    concurrency: Annotated[
-        int, typer.Option("--concurrency", "-c", min=1, max=10_000, help="Max runs in flight.")
-    ] = 8,
-    out: Annotated[
-        Path | None,
-        typer.Option("--out", "-o", help="Results JSONL (default: <cases>.results.jsonl)."),
-    ] = None,
-    batch_id: Annotated[
-        str | None,
-        typer.Option("--batch-id", help="Batch id (default: derived from the file's content)."),
-    ] = None,
-    skip_invalid: Annotated[
-        bool, typer.Option("--skip-invalid", help="Skip bad lines instead of refusing to start.")
-    ] = False,
-    tenant: Annotated[
-        str | None, typer.Option("--tenant", help="Tenant (default: TETHER_TENANT).")
-    ] = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print the summary as JSON (no progress bar).")
-    ] = False,
-    fail_on_error: Annotated[
-        bool,
-        typer.Option(
-            "--fail-on-error", help="Exit 1 when any case failed or did not pass its grader."
-        ),
-    ] = False,
+    cases: CasesArgument,
+    agent: AgentOption = None,
+    concurrency: ConcurrencyOption = 8,
+    out: OutOption = None,
+    batch_id: BatchIdOption = None,
+    skip_invalid: SkipInvalidOption = False,
+    tenant: TenantOption = None,
+    as_json: JsonOption = False,
+    fail_on_error: FailOnErrorOption = False,
     scorer: ScorerOption = None,
-    epochs: Annotated[
-        int, typer.Option("--epochs", min=1, max=1000, help="Runs of each case (fresh sessions).")
-    ] = 1,
-    input_field: Annotated[
-        str | None, typer.Option("--input-field", help="Dataset field of the input.")
-    ] = None,
-    target_field: Annotated[
-        str | None, typer.Option("--target-field", help="Dataset field of the expected value.")
-    ] = None,
-    id_field: Annotated[
-        str | None, typer.Option("--id-field", help="Dataset field of the case id.")
-    ] = None,
-    limit: Annotated[int | None, typer.Option("--limit", min=1, help="First N rows.")] = None,
-    sample: Annotated[
-        int | None, typer.Option("--sample", min=1, help="N rows drawn at random (--seed).")
-    ] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of --sample.")] = 0,
-    filters: Annotated[
-        list[str] | None,
-        typer.Option("--filter", help="Keep rows with key=value (tag=x: tagged x); repeatable."),
-    ] = None,
+    epochs: EpochsOption = 1,
+    input_field: InputFieldOption = None,
+    target_field: TargetFieldOption = None,
+    id_field: IdFieldOption = None,
+    limit: LimitOption = None,
+    sample: SampleOption = None,
+    seed: SeedOption = 0,
+    filters: FilterOption = None,
 ) -> None:
     """Run every case of CASES on the workers, write one result line per case, print a summary.
 
@@ -157,7 +161,6 @@ def batch_command(
     re-attached, and nothing is applied twice.
     """
     from tether.producer.ops.batch import BatchOptions
-    from tether.producer.ops.batch.summary import render_summary
 
     options = BatchOptions(
         agent=agent,
@@ -172,12 +175,19 @@ def batch_command(
         dataset=_dataset(input_field, target_field, id_field, limit, sample, seed, filters or []),
     )
     summary = run_guarded(lambda producer: _run(producer, cases, options))
+    _report(summary, as_json=as_json)
+    if fail_on_error and (summary.failed or summary.not_passed):
+        raise typer.Exit(EXIT_FAILED_CASES)
+
+
+def _report(summary: BatchSummary, *, as_json: bool) -> None:
+    """Print the summary: JSON for a program, a table for a person."""
+    from tether.producer.ops.batch.summary import render_summary
+
     if as_json:
         typer.echo(json.dumps(summary.to_dict(), indent=2))
     else:
         render_summary(summary)
-    if fail_on_error and (summary.failed or summary.not_passed):
-        raise typer.Exit(EXIT_FAILED_CASES)
 
 
 def _run(producer: Any, cases: Path, options: BatchOptions) -> BatchSummary:
@@ -212,28 +222,8 @@ def known_agents(settings: Settings) -> frozenset[str] | None:
         return None
 
 
-def run_guarded(work: Any, *, producer: bool = True) -> Any:
-    """Run ``work(producer)``, turning a refusal or a service error into its exit code."""
-    from tether.errors import TetherError, UsageError
-    from tether.producer.ops.batch.cases import CasesInvalid
-
-    try:
-        if not producer:
-            return work(None)
-        from tether.producer.client import Producer
-
-        with Producer(settings()) as made:
-            return work(made)
-    except CasesInvalid as exc:  # several lines, one per bad case: printed as they are
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(EXIT_INVALID) from exc
-    except TetherError as exc:
-        typer.echo(" ".join(f"error: {exc.error_type}: {exc}".split()), err=True)
-        raise typer.Exit(EXIT_INVALID if isinstance(exc, UsageError) else EXIT_ERROR) from exc
-
-
-batch_tools.register(batch_app)
-batch_outputs.register(batch_app)
+add_tools(batch_app)
+add_outputs(batch_app)
 
 
 def register(app: typer.Typer) -> None:

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from tether.producer.ops.cli.batch_support import run_guarded, settings
+
 if TYPE_CHECKING:
     from tether.producer.ops.batch.results import CaseResult
 
@@ -29,7 +31,6 @@ NO_TRANSCRIPTS = typer.Option(
 def _transcripts(tenant: str | None, enabled: bool) -> Any:
     """``events_of(result)``: the line's events (none when disabled)."""
     from tether.producer.ops.batch.outputs.transcripts import case_events, reader_from_settings
-    from tether.producer.ops.cli.batch import settings
 
     if not enabled:
         return lambda _result: []
@@ -52,7 +53,6 @@ def export_command(
     from tether.producer.ops.batch.outputs.inspect_log import write_inspect_log
     from tether.producer.ops.batch.outputs.transcripts import to_messages
     from tether.producer.ops.batch.results import read_results
-    from tether.producer.ops.cli.batch import run_guarded
 
     def work(_: object) -> Path:
         lines = read_results(results)
@@ -81,7 +81,6 @@ def report_command(
     """Write RESULTS as one self-contained HTML page: summary, charts, cases, transcripts."""
     from tether.producer.ops.batch.outputs.report_data import build_report_data
     from tether.producer.ops.batch.outputs.report_html import write_report
-    from tether.producer.ops.cli.batch import run_guarded
 
     def work(_: object) -> Path:
         events_of = _transcripts(tenant, not no_transcripts)

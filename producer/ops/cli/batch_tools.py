@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from tether.producer.ops.cli.batch_support import run_guarded
+
 if TYPE_CHECKING:
     from tether.producer.ops.batch.compare import Comparison
 
@@ -38,7 +40,6 @@ def retry_command(
     from tether.producer.ops.batch import BatchOptions
     from tether.producer.ops.batch.retry import retry_batch
     from tether.producer.ops.batch.summary import render_summary
-    from tether.producer.ops.cli.batch import run_guarded
 
     options = BatchOptions(
         concurrency=concurrency, tenant=tenant, progress=not as_json, scorers=tuple(scorer or ())
@@ -73,7 +74,6 @@ def compare_command(
     latency, tokens and cost.
     """
     from tether.producer.ops.batch.compare import compare_results
-    from tether.producer.ops.cli.batch import run_guarded
 
     comparison: Comparison = run_guarded(
         lambda _: compare_results(a, b, scorer=scorer, resamples=resamples, seed=seed),

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
@@ -19,6 +19,9 @@ from tether.producer.ops.cli.support import (
     cli_settings,
     open_reader,
 )
+
+if TYPE_CHECKING:
+    from tether.producer.ops.rerun import Rerun
 
 ReplaySessionOption = Annotated[
     str | None,
@@ -97,20 +100,24 @@ def replay(
         raise typer.Exit(EXIT_FAILED)
 
 
+FromStepOption = Annotated[
+    int,
+    typer.Option(
+        "--from-step",
+        help="Go on from this step (steps count from 0, as in the events): steps before it "
+        "are kept as recorded, none of their model or tool calls happens again.",
+    ),
+]
+ForkSessionOption = Annotated[
+    str | None,
+    typer.Option("--session", help="The fork's session id (default: a new id)."),
+]
+
+
 def rerun(
     run_id: RunIdArg,
-    from_step: Annotated[
-        int,
-        typer.Option(
-            "--from-step",
-            help="Go on from this step (steps count from 0, as in the events): steps before it "
-            "are kept as recorded, none of their model or tool calls happens again.",
-        ),
-    ],
-    new_session_id: Annotated[
-        str | None,
-        typer.Option("--session", help="The fork's session id (default: a new id)."),
-    ] = None,
+    from_step: FromStepOption,
+    new_session_id: ForkSessionOption = None,
     tenant: TenantOption = None,
     wait: Annotated[
         bool, typer.Option("--wait", help="Wait for the run and print its answer.")
@@ -134,26 +141,29 @@ def rerun(
             new_session_id=new_session_id,
             tenant=tenant,
         )
-        handle = started.handle
         line = (
             f"rerun of {run_id} from step {from_step}: session {started.session_id}, "
-            f"run {handle.run_id}"
+            f"run {started.handle.run_id}"
         )
         if wait:
             # on stderr, before the wait: stdout is the answer (or its JSON), and the fork must
             # be known even if the wait is interrupted or times out
             typer.echo(line, err=True)
-            print_outcome(handle, wait_s, as_json, producer=producer)
+            print_outcome(started.handle, wait_s, as_json, producer=producer)
             return
     if as_json:
-        emit_json(
-            {
-                "run_id": handle.run_id,
-                "session_id": started.session_id,
-                "tenant": handle.tenant,
-                "at_seq": started.at_seq,
-                **started.mark.model_dump(mode="json"),
-            }
-        )
+        emit_json(_started_json(started))
     else:
         typer.echo(line)
+
+
+def _started_json(started: Rerun) -> dict[str, Any]:
+    """The fork, where it forked, and the run going on in it."""
+    handle = started.handle
+    return {
+        "run_id": handle.run_id,
+        "session_id": started.session_id,
+        "tenant": handle.tenant,
+        "at_seq": started.at_seq,
+        **started.mark.model_dump(mode="json"),
+    }

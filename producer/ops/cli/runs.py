@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tether.core.events import AgentEvent
+    from tether.keys import RedisKeys
+    from tether.persistence.streams.redis import RedisEventStream
     from tether.producer.client import Producer
     from tether.producer.handle import RunHandle
     from tether.runs.contract import RunResult
@@ -253,34 +256,73 @@ def tail(
     stream = RedisEventStream(client, keys=keys)
     console = make_console()
     target = (tenant or settings.tenant, session_id)
+    follow = _Follow(after_seq=from_seq - 1, idle_timeout_s=idle_timeout_s)
     try:
         # another tenant's session: "not your tenant", as every other verb says
         with ctrl_c_stops(), acting_for(settings, [target[0]]):
             if tokens:
-                from tether.persistence.deltas.live_redis import RedisLiveFeed
-                from tether.persistence.deltas.redis import RedisDeltaChannel
-                from tether.producer.ops.live_tokens import TokenPrinter
-
-                live = RedisLiveFeed(stream, RedisDeltaChannel(client, keys))
-                items = live.follow(
-                    *target, after_seq=from_seq - 1, block_ms=1000, idle_timeout_s=idle_timeout_s
-                )
-                TokenPrinter(console, as_json=as_json).show_all(items)
+                _follow_tokens(stream, (client, keys), target, follow, console, as_json)
             else:
-                events = stream.tail(
-                    *target, after_seq=from_seq - 1, block_ms=1000, idle_timeout_s=idle_timeout_s
-                )
-                shown = _print_events(events, as_json, console)
-                if not shown and from_seq == 1 and idle_timeout_s is not None:
-                    # a mistyped id reads like a quiet session: say so (a session that starts
-                    # later is fine, which is why this is a note, not an error)
-                    warn_line(
-                        f"no event of session {target[0]}/{session_id} came within "
-                        f"{idle_timeout_s:g} s (a new session, or a mistyped id: see "
-                        f"'tether sessions list --tenant {target[0]}')"
-                    )
+                _follow_events(stream, target, follow, console, as_json)
     finally:
         client.close()
+
+
+@dataclass(frozen=True)
+class _Follow:
+    """Where ``tail`` starts in the session's log, and how long it waits for the next event."""
+
+    after_seq: int
+    idle_timeout_s: float | None
+    block_ms: int = 1000
+
+
+def _follow_events(
+    stream: RedisEventStream,
+    target: tuple[str, str],
+    follow: _Follow,
+    console: Console,
+    as_json: bool,
+) -> None:
+    events = stream.tail(
+        *target,
+        after_seq=follow.after_seq,
+        block_ms=follow.block_ms,
+        idle_timeout_s=follow.idle_timeout_s,
+    )
+    shown = _print_events(events, as_json, console)
+    if not shown and follow.after_seq == 0 and follow.idle_timeout_s is not None:
+        # a mistyped id reads like a quiet session: say so (a session that starts later is
+        # fine, which is why this is a note, not an error)
+        tenant, session_id = target
+        warn_line(
+            f"no event of session {tenant}/{session_id} came within "
+            f"{follow.idle_timeout_s:g} s (a new session, or a mistyped id: see "
+            f"'tether sessions list --tenant {tenant}')"
+        )
+
+
+def _follow_tokens(
+    stream: RedisEventStream,
+    redis: tuple[Any, RedisKeys],
+    target: tuple[str, str],
+    follow: _Follow,
+    console: Console,
+    as_json: bool,
+) -> None:
+    """The events with the model's text as it streams, through the session's live feed."""
+    from tether.persistence.deltas.live_redis import RedisLiveFeed
+    from tether.persistence.deltas.redis import RedisDeltaChannel
+    from tether.producer.ops.live_tokens import TokenPrinter
+
+    live = RedisLiveFeed(stream, RedisDeltaChannel(*redis))
+    items = live.follow(
+        *target,
+        after_seq=follow.after_seq,
+        block_ms=follow.block_ms,
+        idle_timeout_s=follow.idle_timeout_s,
+    )
+    TokenPrinter(console, as_json=as_json).show_all(items)
 
 
 def _print_events(events: Iterator[AgentEvent], as_json: bool, console: Console) -> int:

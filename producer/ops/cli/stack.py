@@ -23,7 +23,7 @@ from tether.producer.ops.cli.support import EXIT_FAILED, JsonOption, cli_setting
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from tether.producer.ops.local_stack import StackState
+    from tether.producer.ops.local_stack import StackState, UpResult
     from tether.runs.presence import WorkerPresence
     from tether.settings import Settings
 
@@ -44,35 +44,45 @@ def _rel(path: str | Path, project: Path) -> str:
         return str(path)
 
 
+# `tether up`'s surface, one alias per option so the command itself reads as its steps.
+WorkersOption = Annotated[int, typer.Option("--workers", min=1, max=16, help="Worker processes.")]
+ConcurrencyOption = Annotated[
+    int, typer.Option("--concurrency", "-c", min=1, max=32, help="Pool size per worker.")
+]
+S3Option = Annotated[
+    bool, typer.Option("--s3", help="A moto S3 server as the store (default: .tether/store).")
+]
+NoConsoleOption = Annotated[
+    bool, typer.Option("--no-console", help="Do not start `tether console`.")
+]
+ConsolePortOption = Annotated[
+    int | None, typer.Option("--console-port", min=1, max=65535, help="Console port.")
+]
+ConsoleActionsOption = Annotated[
+    bool,
+    typer.Option(
+        "--console-actions",
+        help="Start the console with its actions on (cancel, approve, reject, answer, fork).",
+    ),
+]
+AutoscaleOption = Annotated[
+    str | None,
+    typer.Option(
+        "--autoscale",
+        metavar="MIN:MAX",
+        help="Run `tether autoscale` with MIN..MAX workers instead of --workers.",
+    ),
+]
+
+
 def up(
-    workers: Annotated[int, typer.Option("--workers", min=1, max=16, help="Worker processes.")] = 1,
-    concurrency: Annotated[
-        int, typer.Option("--concurrency", "-c", min=1, max=32, help="Pool size per worker.")
-    ] = 1,
-    s3: Annotated[
-        bool, typer.Option("--s3", help="A moto S3 server as the store (default: .tether/store).")
-    ] = False,
-    no_console: Annotated[
-        bool, typer.Option("--no-console", help="Do not start `tether console`.")
-    ] = False,
-    console_port: Annotated[
-        int | None, typer.Option("--console-port", min=1, max=65535, help="Console port.")
-    ] = None,
-    console_actions: Annotated[
-        bool,
-        typer.Option(
-            "--console-actions",
-            help="Start the console with its actions on (cancel, approve, reject, answer, fork).",
-        ),
-    ] = False,
-    autoscale: Annotated[
-        str | None,
-        typer.Option(
-            "--autoscale",
-            metavar="MIN:MAX",
-            help="Run `tether autoscale` with MIN..MAX workers instead of --workers.",
-        ),
-    ] = None,
+    workers: WorkersOption = 1,
+    concurrency: ConcurrencyOption = 1,
+    s3: S3Option = False,
+    no_console: NoConsoleOption = False,
+    console_port: ConsolePortOption = None,
+    console_actions: ConsoleActionsOption = False,
+    autoscale: AutoscaleOption = None,
 ) -> None:
     """Start a local stack in this folder (Redis, store, workers, console), detached.
 
@@ -82,14 +92,12 @@ def up(
     from rich.markup import escape
 
     from tether.producer.ops.cli.autoscale import parse_bounds
-    from tether.producer.ops.local_stack import LocalStack, UpOptions, console_available
+    from tether.producer.ops.local_stack import LocalStack, UpOptions
     from tether.producer.ops.render import make_console
 
-    bounds = parse_bounds(autoscale) if autoscale is not None else None
-    settings = cli_settings()
     project = Path.cwd()
     console = make_console()
-    stack = LocalStack(project, settings)
+    stack = LocalStack(project, cli_settings())
     options = UpOptions(
         workers=workers,
         concurrency=concurrency,
@@ -97,32 +105,52 @@ def up(
         console=not no_console,
         console_port=console_port,
         console_actions=console_actions,
-        autoscale=bounds,
+        autoscale=parse_bounds(autoscale) if autoscale is not None else None,
     )
     result = stack.up(options, progress=lambda step: console.print(f"[dim]{escape(step)}...[/]"))
     if result.already_up:
-        console.print(f"the local stack of {escape(str(project))} is already up:")
-        _print_services(console, result.state, project)
-        console.print("stop it with `tether down`")
-        if options != UpOptions():
-            # `tether up --workers 3` on a running stack said "already up" and kept its workers
-            warn_line(
-                "the options given to this `tether up` were not applied to the stack already "
-                "running: `tether down`, then `tether up` with them"
-            )
-        return
+        _print_already_up(console, result.state, project, options_given=options != UpOptions())
+    else:
+        _print_started(
+            console, result, project, stack.paths.env_file, console_wanted=not no_console
+        )
+        _warn_overrides(project)
+
+
+def _print_already_up(
+    console: Console, state: StackState, project: Path, *, options_given: bool
+) -> None:
+    from rich.markup import escape
+
+    console.print(f"the local stack of {escape(str(project))} is already up:")
+    _print_services(console, state, project)
+    console.print("stop it with `tether down`")
+    if options_given:
+        # `tether up --workers 3` on a running stack said "already up" and kept its workers
+        warn_line(
+            "the options given to this `tether up` were not applied to the stack already "
+            "running: `tether down`, then `tether up` with them"
+        )
+
+
+def _print_started(
+    console: Console, result: UpResult, project: Path, env_file: Path, *, console_wanted: bool
+) -> None:
+    """The services started, and how other shells and commands find them."""
+    from rich.markup import escape
+
+    from tether.producer.ops.local_stack import console_available
+
     console.print(f"[bold green]local stack up[/] in {escape(str(project))}")
     _print_services(console, result.state, project)
-    if not no_console and not console_available():
+    if console_wanted and not console_available():
         console.print(r"[dim]console: not installed (pip install 'tether\[console]')[/]")
-    env_file = stack.paths.env_file
     console.print(
         f"settings: {escape(str(env_file))}; every `tether` command run in this folder uses them"
     )
     console.print(f"other shells: [bold]source {escape(str(env_file))}[/] (passwords masked here):")
     for key, value in result.exports:
         console.print(f"  export {key}={escape(value)}", soft_wrap=True)
-    _warn_overrides(project)
 
 
 def _warn_overrides(project: Path) -> None:

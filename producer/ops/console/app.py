@@ -45,7 +45,22 @@ def create_app(backends: Backends, config: ConsoleConfig) -> Starlette:
         finally:
             backends.close()
 
-    routes = [
+    # the guard first: a wrong Host or a cross-site POST is refused before anything else
+    hosts = allowed_hosts(config.host, config.allowed_hosts)
+    middleware = [Middleware(SiteGuard, hosts=hosts)]
+    if config.token:
+        middleware.append(Middleware(TokenAuth, token=config.token))
+    return Starlette(
+        routes=_routes(pages, actions),
+        middleware=middleware,
+        exception_handlers={TetherError: service_error},
+        lifespan=lifespan,
+    )
+
+
+def _routes(pages: Pages, actions: Actions) -> list[Route | Mount]:
+    """The console's URLs: the pages (GET), the actions (POST), the static files."""
+    return [
         Route("/", pages.home),
         Route("/sessions", pages.sessions),
         Route("/sessions/{session_id}", pages.session),
@@ -68,14 +83,3 @@ def create_app(backends: Backends, config: ConsoleConfig) -> Starlette:
         # the editable install links each file: follow the links (names stay confined to STATIC)
         Mount("/static", app=StaticFiles(directory=STATIC, follow_symlink=True), name="static"),
     ]
-    # the guard first: a wrong Host or a cross-site POST is refused before anything else
-    hosts = allowed_hosts(config.host, config.allowed_hosts)
-    middleware = [Middleware(SiteGuard, hosts=hosts)]
-    if config.token:
-        middleware.append(Middleware(TokenAuth, token=config.token))
-    return Starlette(
-        routes=routes,
-        middleware=middleware,
-        exception_handlers={TetherError: service_error},
-        lifespan=lifespan,
-    )

@@ -32,7 +32,6 @@ log = logging.getLogger(__name__)
 #: Open feeds per console process; one more is refused (each holds a thread and a connection).
 MAX_FEEDS = 32
 BLOCK_MS = 500
-IDLE_S = 1.0
 IN_FLIGHT_POLL_S = 1.0
 
 Put = Callable[[dict[str, Any]], None]

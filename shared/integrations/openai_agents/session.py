@@ -409,16 +409,7 @@ class TetherSession:
                     if rewritten is None:
                         return result  # saved; another writer saved on top of it since
                     archived, version = ARCHIVE_BATCH_EVENTS, rewritten
-                saved = write.saved_head(archived)
-                known = _Known(
-                    version, saved.memory.items, tuple(saved.memory_chunks), saved.memory_index
-                )
-                with self._kept_lock:
-                    self._kept, self._live, self._known = (
-                        StoredSnapshot(saved, version),
-                        None,
-                        known,
-                    )
+                self._keep(write, version, archived)
                 return result
             except VersionConflict:
                 # another writer won this round; back off a little so we do not collide again
@@ -428,6 +419,14 @@ class TetherSession:
             "before this one; nothing of this write was saved. Retry it, or give each "
             "conversation its own session"
         )
+
+    def _keep(self, write: ChunkedWrite, version: str, archived: int | None) -> None:
+        """Keep the head ``write`` just saved as ``version``: the next write starts from it,
+        and reads are answered from its memory while the stored version is still that one."""
+        saved = write.saved_head(archived)
+        known = _Known(version, saved.memory.items, tuple(saved.memory_chunks), saved.memory_index)
+        with self._kept_lock:
+            self._kept, self._live, self._known = StoredSnapshot(saved, version), None, known
 
     def _drop_archived_outbox(self, write: ChunkedWrite) -> str | None:
         """Write the head ``write`` just saved again without the large outbox it carried and

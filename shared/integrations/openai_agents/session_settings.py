@@ -1,5 +1,12 @@
-"""The SDK's ``SessionSettings`` of a :class:`~tether.integrations.openai_agents.TetherSession`,
-converted from what a caller gives as the SDK's own sessions convert it."""
+"""The ``session_settings`` argument of a :class:`~tether.integrations.openai_agents.TetherSession`
+as the SDK's ``SessionSettings``: the forms the SDK's own sessions accept (the object, a dict of
+its fields, None for the defaults) and the values they refuse, refused with Tether's messages.
+
+Apart from :mod:`~tether.integrations.openai_agents.session` on purpose: that module owns the
+storage (reads, compare-and-set writes, journaled appends), this one the SDK's argument rules,
+which follow the SDK's ``SessionSettings`` and never the storage; the session calls its one
+function once, in its constructor, and neither module needs the other's internals.
+"""
 
 from __future__ import annotations
 

@@ -131,7 +131,20 @@ def _options(values: list[str], everything: str) -> str:
 def _table(data: ReportData) -> str:
     tags = sorted({t for r in data.rows for t in r["tags"]})
     compare = data.comparison is not None
-    filters = (
+    head = ["case", "epoch", "outcome", "score", "tags", "latency ms", "tokens"]
+    head += ["change"] if compare else []
+    head += ["output", ""]
+    header = "".join(f"<th>{escape(h)}</th>" for h in head)
+    body = "".join(_row(r, compare) for r in data.rows)
+    return (
+        f'<h2>Cases</h2>{_filters(tags, compare)}<table id="cases"><thead><tr>{header}</tr>'
+        f"</thead><tbody>{body}</tbody></table>"
+    )
+
+
+def _filters(tags: list[str], compare: bool) -> str:
+    """The search box and the outcome, tag (and change) selectors above the cases."""
+    return (
         '<div class="filters"><input id="search" type="search" placeholder="search id, input, '
         'output" aria-label="search">'
         f'<select id="outcome" aria-label="outcome">'
@@ -145,39 +158,31 @@ def _table(data: ReportData) -> str:
         )
         + '<span id="shown"></span></div>'
     )
-    head = ["case", "epoch", "outcome", "score", "tags", "latency ms", "tokens"]
-    head += ["change"] if compare else []
-    head += ["output", ""]
-    body = []
-    for r in data.rows:
-        search = " ".join(
-            str(x) for x in (r["id"], r["input"], r["output"] or "", r["error"] or "")
-        ).lower()
-        change = r["change"] or ""
-        cells = [
-            f"<td>{escape(r['id'])}</td>",
-            f'<td class="num">{r["epoch"]}</td>',
-            f'<td><span class="badge {r["outcome"]}">{r["outcome"]}</span></td>',
-            f'<td class="num">{_num(r["score"])}</td>',
-            f"<td>{escape(', '.join(r['tags']))}</td>",
-            f'<td class="num">{r["latency_ms"]:,}</td>',
-            f'<td class="num">{r["tokens"]:,}</td>',
-        ]
-        if compare:
-            cells.append(f'<td class="{change}">{escape(change)}</td>')
-        cells.append(f'<td class="out">{escape(r["output"] or r["error"] or "")}</td>')
-        cells.append('<td><button class="open" type="button">transcript</button></td>')
-        body.append(
-            f'<tr data-index="{r["index"]}" data-id="{escape(r["id"])}" '
-            f'data-outcome="{r["outcome"]}" data-tags="{escape("|".join(r["tags"]))}" '
-            f'data-change="{escape(change)}" data-search="{escape(search)}">'
-            + "".join(cells)
-            + "</tr>"
-        )
-    header = "".join(f"<th>{escape(h)}</th>" for h in head)
+
+
+def _row(r: dict[str, Any], compare: bool) -> str:
+    """One case's row, with the data the filters and the transcript dialog read."""
+    search = " ".join(
+        str(x) for x in (r["id"], r["input"], r["output"] or "", r["error"] or "")
+    ).lower()
+    change = r["change"] or ""
+    cells = [
+        f"<td>{escape(r['id'])}</td>",
+        f'<td class="num">{r["epoch"]}</td>',
+        f'<td><span class="badge {r["outcome"]}">{r["outcome"]}</span></td>',
+        f'<td class="num">{_num(r["score"])}</td>',
+        f"<td>{escape(', '.join(r['tags']))}</td>",
+        f'<td class="num">{r["latency_ms"]:,}</td>',
+        f'<td class="num">{r["tokens"]:,}</td>',
+    ]
+    if compare:
+        cells.append(f'<td class="{change}">{escape(change)}</td>')
+    cells.append(f'<td class="out">{escape(r["output"] or r["error"] or "")}</td>')
+    cells.append('<td><button class="open" type="button">transcript</button></td>')
     return (
-        f'<h2>Cases</h2>{filters}<table id="cases"><thead><tr>{header}</tr></thead>'
-        f"<tbody>{''.join(body)}</tbody></table>"
+        f'<tr data-index="{r["index"]}" data-id="{escape(r["id"])}" '
+        f'data-outcome="{r["outcome"]}" data-tags="{escape("|".join(r["tags"]))}" '
+        f'data-change="{escape(change)}" data-search="{escape(search)}">' + "".join(cells) + "</tr>"
     )
 
 

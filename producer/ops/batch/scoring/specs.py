@@ -22,22 +22,31 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tether.errors import InvalidInput
-from tether.producer.ops.batch.scoring import builtin
 from tether.producer.ops.batch.scoring.base import Sample, Score, Scorer
+from tether.producer.ops.batch.scoring.builtin import (
+    BuiltinFn,
+    contains,
+    exact,
+    f1,
+    includes_any,
+    json_match,
+    numeric,
+    regex,
+)
 
 if TYPE_CHECKING:
     from tether.models.base import ModelClient
     from tether.settings.prices import ModelPrices
 
 #: Built-in scorers: name -> (factory taking the options, options it takes besides threshold).
-_BUILTINS: dict[str, tuple[Callable[..., builtin.BuiltinFn], frozenset[str]]] = {
-    "exact": (lambda: builtin.exact, frozenset()),
-    "contains": (lambda: builtin.contains, frozenset()),
-    "regex": (lambda: builtin.regex, frozenset()),
-    "includes-any": (lambda: builtin.includes_any, frozenset()),
-    "numeric": (builtin.numeric, frozenset({"tol", "rel"})),
-    "json": (builtin.json_match, frozenset({"field", "schema"})),
-    "f1": (lambda: builtin.f1, frozenset()),
+_BUILTINS: dict[str, tuple[Callable[..., BuiltinFn], frozenset[str]]] = {
+    "exact": (lambda: exact, frozenset()),
+    "contains": (lambda: contains, frozenset()),
+    "regex": (lambda: regex, frozenset()),
+    "includes-any": (lambda: includes_any, frozenset()),
+    "numeric": (numeric, frozenset({"tol", "rel"})),
+    "json": (json_match, frozenset({"field", "schema"})),
+    "f1": (lambda: f1, frozenset()),
 }
 _FLOAT_OPTIONS = frozenset({"tol", "rel", "threshold"})
 _TOLERANCES = frozenset({"tol", "rel"})  # finite and >= 0 (threshold: in [0, 1])
@@ -152,7 +161,7 @@ def scores_with_regex(scorers: Sequence[Scorer]) -> bool:
     """Whether the ``regex`` scorer is among ``scorers``: then every case's ``expected`` is a
     pattern, checked when the cases are validated (``regex_expected`` of
     :func:`~tether.producer.ops.batch.cases.scan_cases`)."""
-    return any(s.fn is builtin.regex for s in scorers)
+    return any(s.fn is regex for s in scorers)
 
 
 def as_score(result: Any) -> Score:
