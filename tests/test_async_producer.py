@@ -29,7 +29,7 @@ from tether.producer import AsyncProducer, AsyncRunHandle
 from tether.runs.contract import RunRef, RunRequest, RunResult
 from tether.runs.queue.base import CancelOutcome, SubmitState
 from tether.runs.queue.redis import RedisRunQueue
-from tether.runs.queue.redis.aio import AsyncRunQueue
+from tether.runs.queue.redis_aio import AsyncRedisRunQueue
 
 T = TypeVar("T")
 
@@ -300,7 +300,7 @@ def test_async_run_queue_agrees_with_the_redis_run_queue(
 
     async def main() -> None:
         client = async_redis_from_url(redis_url)
-        aio = AsyncRunQueue(client, keys, result_ttl_s=60, where="test")
+        aio = AsyncRedisRunQueue(client, keys, result_ttl_s=60)
         try:
             first = await aio.submit_many([_request("s1", "q1", "run-a")], queue="qa")
             assert first[0].state is SubmitState.QUEUED
