@@ -21,8 +21,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import tether.producer.ops.batch.scoring.builtin as builtin
 from tether.errors import InvalidInput
-from tether.producer.ops.batch.scoring import builtin
 from tether.producer.ops.batch.scoring.base import Sample, Score, Scorer
 
 if TYPE_CHECKING:
