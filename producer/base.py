@@ -94,11 +94,14 @@ class ProducerBase(ABC, Generic[H, L]):
         feed = self.keys.feed
         return [(li, feed(tenant, self.producer_id)) for tenant, li in self._listeners.items()]
 
+    def _scope(self, tenant: str | None) -> str:
+        """The tenant a call acts for, validated (default: this producer's)."""
+        return validate_tenant(tenant or self.settings.tenant)
+
     def handle(self, run_id: str, *, tenant: str | None = None) -> H:
         """A handle on an existing run of ``tenant`` (default: this producer's) from any
         process; does no I/O. Another tenant's run settles with :class:`RunNotFound`."""
-        scope = validate_tenant(tenant or self.settings.tenant)
-        return self._new_handle(run_id_arg(run_id), tenant=scope)
+        return self._new_handle(run_id_arg(run_id), tenant=self._scope(tenant))
 
     def _handle_for(self, submitted: Submitted, queued_after: float | None) -> H:
         request = submitted.request

@@ -22,7 +22,6 @@ import tether.producer.submission as submission
 from tether.core.events import AgentEvent
 from tether.core.results import Resolution
 from tether.errors import TetherError
-from tether.ids import validate_tenant
 from tether.observability.tracing import traced
 from tether.persistence.deltas.live import LiveItem
 from tether.persistence.deltas.live_redis import RedisLiveFeed
@@ -235,7 +234,7 @@ class Producer(ProducerBase[RunHandle, CompletionListener]):
     def locate(self, run_id: str, *, tenant: str | None = None) -> RunRef | None:
         """Where run ``run_id`` of ``tenant`` (default: this producer's) lives, or None when
         that tenant has no such run (one read of the tenant's run index)."""
-        scope = validate_tenant(tenant or self.settings.tenant)
+        scope = self._scope(tenant)
         with submission.acting_for(self.settings, [scope]):
             return self.runs.locate(scope, submission.run_id_arg(run_id))
 

@@ -86,6 +86,20 @@ def entries_of(resp: Any, key: str) -> list[RedisEntry]:
     return [_parse(entry_id, fields) for entry_id, fields in entries]
 
 
+def check_block_ms(block_ms: int, max_block_ms: int | None, where: str) -> None:
+    """Refuse a blocking read that a client's socket timeout would cut (``max_block_ms``: see
+    :func:`~tether.persistence.redis_conn.max_block_ms`; None: no limit).
+
+    Raises:
+        ConfigurationError: ``block_ms`` is not below the client's socket timeout.
+    """
+    if max_block_ms is not None and block_ms > max_block_ms:
+        raise ConfigurationError(
+            f"block_ms={block_ms} is too close to the Redis socket timeout of {where}; "
+            f"use block_ms <= {max_block_ms} or raise socket_timeout"
+        )
+
+
 def decode(key: str, entry: RedisEntry) -> AgentEvent:
     """The event an entry of stream ``key`` carries."""
     return loads_event(entry.data, where=f"redis stream {key} entry {entry.entry_id!r}")
@@ -233,11 +247,7 @@ class RedisEventStream:
         Raises:
             ConfigurationError: ``block_ms`` is not below the client's socket timeout.
         """
-        if self._max_block_ms is not None and block_ms > self._max_block_ms:
-            raise ConfigurationError(
-                f"block_ms={block_ms} is too close to the Redis socket timeout of {self._where}; "
-                f"use block_ms <= {self._max_block_ms} or raise socket_timeout"
-            )
+        check_block_ms(block_ms, self._max_block_ms, self._where)
 
     def read(
         self, tenant: str, session_id: str, *, after_seq: int = 0, limit: int | None = None

@@ -13,7 +13,6 @@ from typing import cast
 import redis.asyncio
 
 from tether.core.events import AgentEvent
-from tether.errors import ConfigurationError
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import describe_client, max_block_ms, translate_errors
 from tether.persistence.streams._common import (
@@ -26,6 +25,7 @@ from tether.persistence.streams.redis import (
     CaughtUp,
     RedisEntry,
     TailState,
+    check_block_ms,
     entries_of,
 )
 
@@ -66,11 +66,7 @@ class AsyncRedisEventStream:
         Raises:
             ConfigurationError: ``block_ms`` is not below the client's socket timeout.
         """
-        if self._max_block_ms is not None and block_ms > self._max_block_ms:
-            raise ConfigurationError(
-                f"block_ms={block_ms} is too close to the Redis socket timeout of {self._where}; "
-                f"use block_ms <= {self._max_block_ms} or raise socket_timeout"
-            )
+        check_block_ms(block_ms, self._max_block_ms, self._where)
 
     async def catch_up(self, tenant: str, session_id: str, after_seq: int) -> CaughtUp:
         """What a tail of the session yields before waiting (see :func:`tail_catch_up`), for a
