@@ -31,7 +31,7 @@ import redis
 
 from tether.errors import TetherError
 from tether.keys import RedisKeys
-from tether.runs.presence import workers_for_queue
+from tether.runs.presence import WorkerPresence, list_workers
 from tether.runs.queue.base import RunState, RunView
 from tether.settings import Settings
 from tether.settings_checks import mask_url
@@ -88,12 +88,17 @@ def queued_on(view: RunView | None, default_queue: str) -> str | None:
     return view.queue or default_queue
 
 
+def consuming(workers: list[WorkerPresence], queue: str) -> int:
+    """How many of the live ``workers`` consume ``queue``."""
+    return sum(1 for w in workers if queue in w.queues)
+
+
 def live_consumers(producer: WatchedProducer, queue: str | None = None) -> int | None:
     """How many live workers consume ``queue`` (default: the producer's); None when Redis
     could not say."""
     try:
         queue = queue or producer.settings.queue
-        return len(workers_for_queue(producer.redis, producer.keys, queue))
+        return consuming(list_workers(producer.redis, producer.keys), queue)
     except TetherError:
         return None
 
