@@ -27,8 +27,9 @@ from bench.core import (
 from bench.counting import count_in_logs, log_sizes
 from bench.stack import pool_children, rss_kib
 from tether.core.results import RunStatus
-from tether.producer.client import Producer, RunSpec
+from tether.producer.client import Producer
 from tether.producer.handle import RunHandle
+from tether.producer.submission import RunSpec
 
 #: Redis namespace of P5/P6: its own active set, so the fleet's sweepers never touch those runs.
 P6_NAMESPACE = "bench-p6"

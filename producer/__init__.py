@@ -2,7 +2,9 @@
 :class:`AsyncProducer`, :class:`AsyncRunHandle`), with the operator tools (CLI, console, batch
 evaluation, local stack, admin) apart in :mod:`tether.producer.ops`.
 
-Names are imported on first use, so ``tether --help`` does not pay for Celery's import.
+Names are imported on first use, so ``tether --help`` does not pay for Celery's import. This
+module is the package's face for users: the package's own modules import each name from the
+module that defines it, never from here.
 """
 
 from __future__ import annotations
@@ -10,12 +12,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tether.producer.aio import AsyncProducer
-    from tether.producer.aio_handle import AsyncRunHandle
-    from tether.producer.client import Producer, RunSpec
+    from tether.producer.client import Producer
+    from tether.producer.client_aio import AsyncProducer
     from tether.producer.handle import RunHandle
+    from tether.producer.handle_aio import AsyncRunHandle
     from tether.producer.ops.batch import run_batch
     from tether.producer.schedules import Schedules
+    from tether.producer.submission import RunSpec
     from tether.runs.options import RunOptions, RunOptionsKwargs
 
 __all__ = [
@@ -32,20 +35,24 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("Producer", "RunSpec"):
-        from tether.producer import client
+    if name == "Producer":
+        from tether.producer.client import Producer
 
-        return getattr(client, name)
+        return Producer
+    if name == "RunSpec":
+        from tether.producer.submission import RunSpec
+
+        return RunSpec
     if name == "RunHandle":
         from tether.producer.handle import RunHandle
 
         return RunHandle
     if name == "AsyncProducer":
-        from tether.producer.aio import AsyncProducer
+        from tether.producer.client_aio import AsyncProducer
 
         return AsyncProducer
     if name == "AsyncRunHandle":
-        from tether.producer.aio_handle import AsyncRunHandle
+        from tether.producer.handle_aio import AsyncRunHandle
 
         return AsyncRunHandle
     if name in ("RunOptions", "RunOptionsKwargs"):  # the options every submit takes

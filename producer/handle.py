@@ -14,33 +14,66 @@ import concurrent.futures
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Callable, Generator, Iterator
 from concurrent.futures._base import CANCELLED
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tether.core.events import AgentEvent
 from tether.errors import TetherError
 from tether.persistence.deltas.base import LiveDelta
-from tether.producer.submission import (
+from tether.persistence.deltas.live_redis import RedisLiveFeed
+from tether.persistence.streams.redis import RedisEventStream
+from tether.producer.listener import CompletionListener
+from tether.producer.settlement import (
+    STREAM_BLOCK_MS,
+    RunFollow,
     RunIds,
     cancelled_before_start,
     cancelled_error,
     failure_of,
     is_cancelled,
+    never_started,
     not_found,
 )
 from tether.runs.contract import RunRef, RunResult
-from tether.runs.queue.base import CancelOutcome, RunState
-
-if TYPE_CHECKING:
-    from tether.producer.client import Producer
+from tether.runs.queue.base import CancelOutcome, RunState, RunView
 
 log = logging.getLogger(__name__)
 
 _Future = concurrent.futures.Future
-#: How long :meth:`RunHandle.stream` waits for more before it looks at the run again.
-STREAM_BLOCK_MS = 100
+
+
+class Records(Protocol):
+    """The run records a :class:`RunHandle` reads."""
+
+    def get(self, ref: RunRef) -> RunView | None:
+        """The run record, or None when unknown or expired."""
+
+
+class HandleOwner(Protocol):
+    """What a :class:`RunHandle` uses of its producer
+    (:class:`~tether.producer.client.Producer`)."""
+
+    @property
+    def runs(self) -> Records:
+        """The run queue (the handle reads run records)."""
+
+    @property
+    def event_stream(self) -> RedisEventStream:
+        """The sessions' live event streams."""
+
+    @property
+    def live(self) -> RedisLiveFeed:
+        """The sessions' live events and pieces."""
+
+    def locate(self, run_id: str, *, tenant: str | None = None) -> RunRef | None:
+        """Where run ``run_id`` of ``tenant`` (default: the producer's) lives, or None."""
+
+    def listener_for(self, tenant: str) -> CompletionListener:
+        """The completion listener of ``tenant``'s runs."""
+
+    def cancel(self, run_id: str, *, tenant: str | None = None) -> CancelOutcome:
+        """Ask a run to stop."""
 
 
 class _RegisteringWaiters(list[Any]):
@@ -76,7 +109,7 @@ class RunHandle(concurrent.futures.Future[RunResult]):
 
     def __init__(
         self,
-        producer: Producer,
+        producer: HandleOwner,
         run_id: str,
         *,
         request_id: str | None = None,
@@ -220,10 +253,6 @@ class RunHandle(concurrent.futures.Future[RunResult]):
                 _Future.set_running_or_notify_cancel(self)
         return True
 
-    def _never_started(self) -> bool:
-        recorded = self._recorded
-        return recorded is not None and recorded.attempts == 0
-
     # --- the future protocol -----------------------------------------------------------------
 
     def result(self, timeout: float | None = None) -> RunResult:
@@ -277,7 +306,7 @@ class RunHandle(concurrent.futures.Future[RunResult]):
         return self.done() and _Future.cancelled(self)
 
     def cancel(self) -> bool:
-        """Cancel the run if it has not started, like :meth:`concurrent.futures.Future.cancel`.
+        """Cancel the run if it has not started (like :meth:`concurrent.futures.Future.cancel`).
 
         True when the run was still queued: it will never start, and the handle is cancelled at
         once. A running run is asked to stop at its next step boundary, but this answers False,
@@ -285,7 +314,7 @@ class RunHandle(concurrent.futures.Future[RunResult]):
         handle: True only if the run was cancelled before it started.
         """
         if _Future.done(self):
-            return _Future.cancelled(self) and self._never_started()
+            return _Future.cancelled(self) and never_started(self._recorded)
         if self._producer.cancel(self.run_id) is not CancelOutcome.CANCELLED:
             return False
         return self._cancel_locally(cancelled_before_start(self._ids))
@@ -296,7 +325,7 @@ class RunHandle(concurrent.futures.Future[RunResult]):
         self._ensure_quietly()
 
     def __await__(self) -> Generator[Any, None, RunResult]:
-        """``await handle`` waits without blocking the event loop."""
+        """``await handle`` waits for the run without blocking the event loop."""
         loop = asyncio.get_running_loop()
         wakeup: asyncio.Future[None] = loop.create_future()
 
@@ -315,7 +344,7 @@ class RunHandle(concurrent.futures.Future[RunResult]):
     # --- live events ---------------------------------------------------------------------------
 
     def events(self, *, idle_timeout_s: float | None = 60.0) -> Iterator[AgentEvent]:
-        """Iterate this run's events live, until the run has ended and all its events were seen.
+        """This run's events, live, until the run has ended and all its events were seen.
 
         Events come from the session's stream; other runs' events are skipped. Stops after
         ``idle_timeout_s`` without any event while the run is still unfinished (None: never).
@@ -324,30 +353,26 @@ class RunHandle(concurrent.futures.Future[RunResult]):
         if tenant is None or session_id is None:
             return
         self._ensure()
-        last_seq = given = 0
-        idle_since = time.monotonic()
+        follow = RunFollow(self.run_id)
         while True:
             for event in self._producer.event_stream.tail(
-                tenant, session_id, after_seq=last_seq, block_ms=200, idle_timeout_s=0.3
+                tenant, session_id, after_seq=follow.last_seq, block_ms=200, idle_timeout_s=0.3
             ):
-                last_seq = event.seq  # a replacement after a retried attempt may go back
-                idle_since = time.monotonic()
-                if gives(event, self.run_id, given):
-                    given = event.seq
+                if follow.event(event):
                     yield event
-            if _Future.done(self):
-                final = self.run_result()
-                if final.last_seq == 0 or last_seq >= final.last_seq:
-                    return
-            elif idle_timeout_s is not None and time.monotonic() - idle_since > idle_timeout_s:
+            if follow.over(self._final(), idle_timeout_s):
                 return
+
+    def _final(self) -> RunResult | None:
+        """The run's result once the handle is settled, else None (no wait, no I/O)."""
+        return self.run_result() if _Future.done(self) else None
 
     def stream(
         self, *, idle_timeout_s: float | None = 60.0
     ) -> Iterator[AgentEvent | LiveDelta | RunResult]:
-        """This run live: its committed events and the pieces of its model answers in order
-        (see docs/streaming.md), ending with its :class:`RunResult` whatever the status (a
-        failed or cancelled run ends the stream with its result, nothing is raised).
+        """This run live, events and pieces in order, ending with its :class:`RunResult`
+        whatever the status (a failed or cancelled run ends the stream with its result, nothing
+        is raised; see docs/streaming.md).
 
         Pieces come while a worker streams a step, before that step's ``MODEL_RESPONSE``; a
         step redone after a crash starts again with pieces of a higher ``fence``. Stops without
@@ -358,36 +383,16 @@ class RunHandle(concurrent.futures.Future[RunResult]):
         if tenant is None or session_id is None:
             return
         self._ensure()
-        seen = [0]
-
-        def finished() -> bool:  # done, and every event of the run was yielded
-            if not _Future.done(self):
-                return False
-            last_seq = self.run_result().last_seq
-            return last_seq == 0 or seen[0] >= last_seq
-
-        given = 0
+        follow = RunFollow(self.run_id)
         for item in self._producer.live.follow(
             tenant,
             session_id,
             block_ms=STREAM_BLOCK_MS,
             idle_timeout_s=idle_timeout_s,
-            stop=finished,
+            stop=lambda: follow.complete(self._final()),
         ):
-            if isinstance(item, AgentEvent):
-                seen[0] = item.seq  # a redo after a crash may go back
-                if gives(item, self.run_id, given):
-                    given = item.seq
-                    yield item
-            elif item.run_id == self.run_id:
+            if follow.item(item):
                 yield item
-        if _Future.done(self):
-            yield self.run_result()
-
-
-def gives(event: AgentEvent, run_id: str, given: int) -> bool:
-    """Whether a handle of ``run_id`` that gave events up to seq ``given`` gives ``event``: the
-    run's own, and the event that takes the place of one it gave when a redo after a crash
-    goes back (the next attempt's restore of the head, which names no run): without it the
-    client kept the dead attempt's event at that place, and its view held two user inputs."""
-    return event.run_id == run_id or (event.run_id is None and 0 < event.seq <= given)
+        final = self._final()
+        if final is not None:
+            yield final

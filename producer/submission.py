@@ -1,28 +1,27 @@
-"""The sans-IO core of the producers: what :class:`~tether.producer.client.Producer` (blocking)
-and :class:`~tether.producer.aio.AsyncProducer` (asyncio) share.
+"""The sans-IO core of submitting runs: what :class:`~tether.producer.client.Producer`
+(blocking) and :class:`~tether.producer.client_aio.AsyncProducer` (asyncio) share.
 
-Everything here is pure: building and validating run requests, planning what a submission does
-with the run queue's answer, the Celery message of a run, and decoding a recorded
-:class:`RunResult` into what a handle resolves to. The two producers are thin shells that do the
-I/O (redis-py or ``redis.asyncio``, and a Celery publish) around these functions, so they
-behave the same by construction.
+Everything here is pure: building and validating run requests, the budget checks a submission
+needs and what their verdicts mean, planning what a submission does with the run queue's
+answer (preempt, publish, record a refusal), the Celery message of a run, and the message of a
+run published again. The two producers are thin shells that do the I/O (redis-py or
+``redis.asyncio``, and a Celery publish) around these functions, so they behave the same by
+construction; what they hold without I/O is :class:`~tether.producer.base.ProducerBase`.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, Unpack
+from typing import Any, Literal, TypeVar, Unpack
 
 from tether.core.results import Resolution, RunStatus
-from tether.errors import PermissionDenied, RunNotFound, SessionBusy
+from tether.errors import InvalidInput, PermissionDenied, SessionBusy
 from tether.ids import new_id, validate_id, validate_tenant
 from tether.observability.tracing import current_trace_context
 from tether.runs.contract import (
     RUN_TASK,
-    RunRef,
     RunRequest,
     RunResult,
     WireRequest,
@@ -31,8 +30,18 @@ from tether.runs.contract import (
 )
 from tether.runs.options import RunExtras, RunOptionsKwargs, check_options
 from tether.runs.queue.base import RunView, StopMode, SubmitOutcome, SubmitState
+from tether.runs.usage.base import Verdict, exceeded, utc_day
+from tether.runs.usage.policy import budgeted
 from tether.runtime.redaction import mask_input, mask_metadata
 from tether.settings import Settings
+from tether.settings.budgets import TenantBudget
+
+#: The W3C trace context a request carries (``traceparent``, ``tracestate``).
+TraceContext = dict[str, str]
+#: ``trace=`` of :func:`build_request`: the context of the span current where it is called.
+CURRENT_TRACE: Literal["current"] = "current"
+#: The keyword arguments of ``Celery.send_task`` for one run message.
+Message = dict[str, Any]
 
 
 @dataclass(frozen=True, init=False)
@@ -106,9 +115,18 @@ def _redacted_resolution(resolution: Resolution) -> dict[str, object]:
     return {**doc, "text": mask_input(doc["text"])}
 
 
-def build_request(settings: Settings, spec: RunSpec, reply_to: str | None = None) -> RunRequest:
+def build_request(
+    settings: Settings,
+    spec: RunSpec,
+    reply_to: str | None = None,
+    *,
+    trace: TraceContext | Literal["current"] | None = CURRENT_TRACE,
+) -> RunRequest:
     """Validate ``spec`` into a request with a fresh run id (no I/O); its completion is
     announced to producer ``reply_to``. The only validation a request gets in the producer.
+
+    ``trace``: the trace context the worker's spans continue (default: the current span's; the
+    asyncio producer builds requests away from its callers, so it passes each caller's).
 
     Raises:
         InvalidInput: a malformed id, oversized input, or bad option.
@@ -133,7 +151,7 @@ def build_request(settings: Settings, spec: RunSpec, reply_to: str | None = None
             _redacted_resolution(r) if settings.redact_inputs else r.model_dump()
             for r in spec.resolutions
         ],
-        "trace": current_trace_context(),  # the worker's spans continue this trace
+        "trace": current_trace_context() if trace == CURRENT_TRACE else trace,
         "reply_to": reply_to,
     }
     request = parse_request(doc)
@@ -172,7 +190,7 @@ def acting_for_each(settings: Settings, tenant: str, items: Iterator[T]) -> Iter
         yield from items
 
 
-async def acting_for_each_async(
+async def async_acting_for_each(
     settings: Settings, tenant: str, items: AsyncIterator[T]
 ) -> AsyncIterator[T]:
     """:func:`acting_for_each` for an asyncio tail."""
@@ -182,7 +200,11 @@ async def acting_for_each_async(
 
 
 def build_requests(
-    settings: Settings, specs: Iterable[RunSpec], reply_to: str | None = None
+    settings: Settings,
+    specs: Iterable[RunSpec],
+    reply_to: str | None = None,
+    *,
+    trace: TraceContext | Literal["current"] | None = CURRENT_TRACE,
 ) -> list[WireRequest]:
     """:func:`build_request` for each spec, each serialized once: the text both the run record
     and the run message carry (see :class:`~tether.runs.contract.WireRequest`).
@@ -195,13 +217,33 @@ def build_requests(
             refused webhook address.
         ConfigurationError: a webhook without a signing secret for its tenant.
     """
-    built = [WireRequest.of(build_request(settings, spec, reply_to)) for spec in specs]
+    built = [WireRequest.of(build_request(settings, s, reply_to, trace=trace)) for s in specs]
     for wire in built:
         if wire.request.webhook is not None:
             from tether.runs.webhooks.addresses import check_webhook
 
             check_webhook(settings, wire.request.webhook, wire.request.tenant)
     return built
+
+
+def budget_checks(
+    settings: Settings, requests: Sequence[WireRequest]
+) -> list[tuple[str, TenantBudget, int]]:
+    """The budget checks a submission needs before anything is queued: each tenant among
+    ``requests`` that has a budget, with it and its run count (none without budgets, so no
+    Redis command either)."""
+    return budgeted(settings, [w.request for w in requests])
+
+
+def check_verdict(tenant: str, budget: TenantBudget, verdict: Verdict) -> None:
+    """Refuse the submission when ``tenant`` is over ``budget`` (see
+    :meth:`~tether.runs.usage.base.TenantUsage.admit`).
+
+    Raises:
+        BudgetExceeded: naming the tenant, the budget, the use and when it resets.
+    """
+    if not verdict.admitted:
+        raise exceeded(tenant, budget, verdict, utc_day())
 
 
 @dataclass(frozen=True)
@@ -248,6 +290,26 @@ def plan_submission(
     ]
 
 
+def preemptions(submitted: Sequence[Submitted]) -> list[tuple[str, str, str, StopMode]]:
+    """``(tenant, session_id, run_id, mode)`` of each queued run whose session's running run
+    is asked to stop (``on_busy`` interrupt or rollback), for the queue's ``preempt``."""
+    return [
+        (s.request.tenant, s.request.session_id, s.run_id, mode)
+        for s in submitted
+        if (mode := s.stop_mode) is not None
+    ]
+
+
+def run_messages(settings: Settings, submitted: Sequence[Submitted]) -> list[Message]:
+    """The run messages to publish: one per run this submission queued."""
+    return [message_of(settings, s.wire) for s in submitted if s.queued]
+
+
+def rejections(submitted: Sequence[Submitted]) -> list[RunResult]:
+    """The failed results to record (runs refused because their session was busy)."""
+    return [s.rejection for s in submitted if s.rejection is not None]
+
+
 def busy_rejection(request: RunRequest) -> RunResult:
     """The failed result of a run refused because its session was busy."""
     busy = SessionBusy(
@@ -257,7 +319,7 @@ def busy_rejection(request: RunRequest) -> RunResult:
     return RunResult.failure(request, RunStatus.FAILED, busy.error_type, str(busy))
 
 
-def run_message(wire: WireRequest, queue: str, *, wake_only: bool = False) -> dict[str, Any]:
+def run_message(wire: WireRequest, queue: str, *, wake_only: bool = False) -> Message:
     """The keyword arguments of ``Celery.send_task`` for a run message: it carries the
     request's JSON text, the same text the run record holds (no second serialization).
 
@@ -280,6 +342,23 @@ def run_message(wire: WireRequest, queue: str, *, wake_only: bool = False) -> di
         # no result is stored for a run message (a result backend would subscribe per run)
         "ignore_result": True,
     }
+
+
+def message_of(settings: Settings, wire: WireRequest) -> Message:
+    """The run message of ``wire`` on the settings' queue (only its ids with
+    ``TETHER_REGISTERED_RUNS_ONLY``)."""
+    return run_message(wire, settings.queue, wake_only=settings.registered_runs_only)
+
+
+def stored_request(run_id: str, view: RunView | None) -> WireRequest:
+    """The request a run's record stores, to publish it again (``resubmit``).
+
+    Raises:
+        InvalidInput: the run is unknown, expired, or its record holds no readable request.
+    """
+    if view is None or view.request is None:
+        raise InvalidInput(f"run {run_id!r} is unknown or expired; nothing to resubmit")
+    return WireRequest.of(view.request)
 
 
 def wake_up(request: RunRequest) -> WireRequest:
@@ -308,120 +387,6 @@ def tail_target(settings: Settings, session_id: str, tenant: str | None) -> tupl
     return validate_tenant(tenant or settings.tenant), validate_id(session_id)
 
 
-# --- what a handle resolves to ----------------------------------------------------------------
-
-
-@dataclass
-class RunIds:
-    """The ids a handle knows of its run (all but ``run_id`` are unknown for a handle
-    reattached by run id, until its record or result is read)."""
-
-    run_id: str
-    request_id: str | None = None
-    session_id: str | None = None
-    tenant: str | None = None
-
-    @property
-    def known(self) -> bool:
-        """Whether the session is known."""
-        return self.session_id is not None
-
-    def ref(self) -> RunRef | None:
-        """Where the run lives, when the session and tenant are known."""
-        if self.session_id is None or self.tenant is None:
-            return None
-        return RunRef(self.tenant, self.session_id, self.run_id)
-
-    def foreign(self, tenant: str | None) -> bool:
-        """Whether a record of ``tenant`` belongs to another tenant than the caller's: then the
-        run is "not found" for this handle (an id never reveals another tenant's run)."""
-        return bool(self.tenant and tenant and tenant != self.tenant)
-
-    def learn(self, request_id: str, session_id: str, tenant: str) -> None:
-        """Fill in ids read from the run's record or result (known ones are kept; another
-        tenant's record teaches nothing)."""
-        if self.foreign(tenant):
-            return
-        self.request_id = self.request_id or request_id or None
-        self.session_id = self.session_id or session_id or None
-        self.tenant = self.tenant or tenant or None
-
-    def complete(self, result: RunResult) -> RunResult:
-        """``result`` with the ids it lacks filled in (a result made up by the listener for a
-        lost run carries none), and learn the ids it has; another tenant's result becomes
-        :func:`not_found`."""
-        if self.foreign(result.tenant):
-            return not_found(self.run_id, self.tenant or "")
-        known = {
-            "request_id": self.request_id,
-            "session_id": self.session_id,
-            "tenant": self.tenant,
-        }
-        missing = {k: v for k, v in known.items() if v and not getattr(result, k)}
-        if missing:
-            result = result.model_copy(update=missing)
-        self.learn(result.request_id, result.session_id, result.tenant)
-        return result
-
-
-def not_found(run_id: str, tenant: str) -> RunResult:
-    """The result a handle settles with for a run its tenant cannot see (nothing of the real
-    record: no output, no session)."""
-    return RunResult(
-        run_id=run_id,
-        request_id="",
-        session_id="",
-        tenant=tenant,
-        status=RunStatus.FAILED,
-        error_type=RunNotFound.__name__,
-        error_message=(
-            f"run {run_id} not found for tenant {tenant!r}; check the run id and the tenant "
-            "(`--tenant`, or the producer's TETHER_TENANT)"
-        ),
-    )
-
-
 def scoped_view(view: RunView | None, tenant: str) -> RunView | None:
     """``view`` when it belongs to ``tenant``, else None (another tenant's run is not found)."""
     return view if view is not None and view.tenant == tenant else None
-
-
-def is_cancelled(result: RunResult) -> bool:
-    """Whether the run ended cancelled (the handle is then a cancelled future)."""
-    return result.status is RunStatus.CANCELLED
-
-
-def failure_of(result: RunResult) -> BaseException | None:
-    """The exception a handle raises for a failed run (its ``.result`` is the RunResult)."""
-    if result.status is not RunStatus.FAILED:
-        return None
-    return result.error() or RuntimeError(result.error_message)
-
-
-def cancelled_error(run_id: str) -> concurrent.futures.CancelledError:
-    """What waiting on a cancelled run raises."""
-    return concurrent.futures.CancelledError(f"run {run_id} was cancelled")
-
-
-def outcome(result: RunResult) -> RunResult:
-    """What waiting returns for ``result``: the result itself, or the run's error raised."""
-    if is_cancelled(result):
-        raise cancelled_error(result.run_id)
-    error = failure_of(result)
-    if error is not None:
-        raise error
-    return result
-
-
-def cancelled_before_start(ids: RunIds) -> RunResult:
-    """The result a handle gives once its own cancel stopped the run before it started (the
-    worker records the same when it reaches the run)."""
-    return RunResult(
-        run_id=ids.run_id,
-        request_id=ids.request_id or "",
-        session_id=ids.session_id or "",
-        tenant=ids.tenant or "",
-        status=RunStatus.CANCELLED,
-        error_type="RunCancelled",
-        error_message="cancelled before it started",
-    )

@@ -12,6 +12,11 @@ the submission::
 The warning goes to the ``tether.producer`` logger by default (printed on stderr when logging is
 not configured); the CLI passes its own callback. It never fails the wait: the run stays queued
 and starts as soon as a worker comes.
+
+The watch here is a thread (for :class:`~tether.producer.client.Producer`); its asyncio twin,
+:mod:`tether.producer.worker_watch_aio`, is a task of the event loop. What both decide (how a
+wait is split around the grace, when a run still waits in a queue, the warning) is written once
+here, in the functions without I/O.
 """
 
 from __future__ import annotations
@@ -20,15 +25,16 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
+
+import redis
 
 from tether.errors import TetherError
-from tether.runs.presence import workers_for_queue
-from tether.runs.queue.base import RunState
+from tether.keys import RedisKeys
+from tether.runs.presence import WorkerPresence, list_workers
+from tether.runs.queue.base import RunState, RunView
+from tether.settings import Settings
 from tether.settings.checks import mask_url
-
-if TYPE_CHECKING:
-    from tether.producer.client import Producer
 
 log = logging.getLogger("tether.producer")
 
@@ -36,6 +42,25 @@ GRACE_S = 1.0
 POLL_S = 1.0
 
 Warn = Callable[[str], None]
+
+
+class WatchedProducer(Protocol):
+    """What the watch uses of the producer (:class:`~tether.producer.client.Producer`)."""
+
+    @property
+    def settings(self) -> Settings:
+        """The producer's settings (its queue and broker)."""
+
+    @property
+    def redis(self) -> redis.Redis:
+        """The producer's Redis client."""
+
+    @property
+    def keys(self) -> RedisKeys:
+        """The key schema."""
+
+    def record(self, run_id: str, *, tenant: str | None = None) -> RunView | None:
+        """The record of run ``run_id`` of ``tenant``, or None."""
 
 
 def no_worker_message(queue: str, broker_url: str) -> str:
@@ -46,18 +71,40 @@ def no_worker_message(queue: str, broker_url: str) -> str:
     )
 
 
-def live_consumers(producer: Producer, queue: str | None = None) -> int | None:
+def split_wait(wait_s: float | None) -> tuple[float, float | None]:
+    """A wait of ``wait_s`` (None: no limit) as ``(grace_s, rest_s)``: most runs end within
+    the watch's grace, so a caller waits that long first and watches only during the rest
+    (``rest_s`` 0: nothing is left; None: no limit). A run that ends within the grace then
+    costs no watch (no thread or task to start, nor to join between the result and the
+    caller)."""
+    grace_s = GRACE_S if wait_s is None else min(wait_s, GRACE_S)
+    return grace_s, None if wait_s is None else wait_s - grace_s
+
+
+def queued_on(view: RunView | None, default_queue: str) -> str | None:
+    """The queue a run waits in, from its record, or None once it started or ended."""
+    if view is None or view.status != RunState.QUEUED:
+        return None
+    return view.queue or default_queue
+
+
+def consuming(workers: list[WorkerPresence], queue: str) -> int:
+    """How many of the live ``workers`` consume ``queue``."""
+    return sum(1 for w in workers if queue in w.queues)
+
+
+def live_consumers(producer: WatchedProducer, queue: str | None = None) -> int | None:
     """How many live workers consume ``queue`` (default: the producer's); None when Redis
     could not say."""
     try:
         queue = queue or producer.settings.queue
-        return len(workers_for_queue(producer.redis, producer.keys, queue))
+        return consuming(list_workers(producer.redis, producer.keys), queue)
     except TetherError:
         return None
 
 
 def warn_if_unconsumed(
-    producer: Producer, warn: Warn | None = None, *, queue: str | None = None
+    producer: WatchedProducer, warn: Warn | None = None, *, queue: str | None = None
 ) -> bool:
     """Check once; warn and answer True when no live worker consumes ``queue`` (default: the
     producer's)."""
@@ -71,7 +118,7 @@ def warn_if_unconsumed(
 class _Watch:
     def __init__(
         self,
-        producer: Producer,
+        producer: WatchedProducer,
         run_id: str,
         warn: Warn | None,
         tenant: str | None,
@@ -96,9 +143,7 @@ class _Watch:
     def _queued_on(self) -> str | None:
         """The queue the run waits in, or None once it started or ended."""
         view = self._producer.record(self._run_id, tenant=self._tenant)
-        if view is None or view.status != RunState.QUEUED:
-            return None
-        return view.queue or self._producer.settings.queue
+        return queued_on(view, self._producer.settings.queue)
 
     def _loop(self) -> None:
         if self._stop.wait(self._grace_s):
@@ -116,7 +161,7 @@ class _Watch:
 
 @contextlib.contextmanager
 def watch_for_workers(
-    producer: Producer,
+    producer: WatchedProducer,
     run_id: str,
     *,
     warn: Warn | None = None,

@@ -14,11 +14,13 @@ import gc
 import os
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TypeVar
 
 import pytest
 import redis
 
+from tests.support.otel_spans import memory_exporter, span_doc
 from tests.support.stack import Stack, unique
 from tether.core.events import EventType
 from tether.core.results import RunStatus
@@ -27,9 +29,11 @@ from tether.keys import RedisKeys
 from tether.persistence.redis_conn_aio import async_redis_from_url
 from tether.producer import AsyncProducer, AsyncRunHandle
 from tether.runs.contract import RunRef, RunRequest, RunResult
-from tether.runs.queue.base import CancelOutcome, SubmitState
+from tether.runs.presence import queue_depth
+from tether.runs.queue.base import CancelOutcome, RunState, SubmitState
 from tether.runs.queue.redis import RedisRunQueue
-from tether.runs.queue.redis.aio import AsyncRunQueue
+from tether.runs.queue.redis_aio import AsyncRedisRunQueue
+from tether.settings import Settings
 
 T = TypeVar("T")
 
@@ -300,7 +304,7 @@ def test_async_run_queue_agrees_with_the_redis_run_queue(
 
     async def main() -> None:
         client = async_redis_from_url(redis_url)
-        aio = AsyncRunQueue(client, keys, result_ttl_s=60, where="test")
+        aio = AsyncRedisRunQueue(client, keys, result_ttl_s=60)
         try:
             first = await aio.submit_many([_request("s1", "q1", "run-a")], queue="qa")
             assert first[0].state is SubmitState.QUEUED
@@ -333,6 +337,7 @@ def test_async_run_queue_agrees_with_the_redis_run_queue(
                 )
             )
             assert await aio.read_done(last, 100) == [(sync.done_last_id(), a)]
+            assert await aio.read_completions(last, 100) == sync.read_completions(last, 100)
             peeked = await aio.peek_many([a, x])
             assert peeked == sync.peek_many([a, x])
             assert list(peeked) == ["run-a"] and peeked["run-a"] is not None
@@ -391,3 +396,116 @@ def test_async_runs_of_another_tenant_are_read_from_that_tenant_feed(live_stack:
         assert {h.run_id for h in handles} <= announced
 
     run_async_test(live_stack, body)
+
+
+# --- what the blocking producer had and the asyncio one lacked (#46) ---------------------------
+
+
+def test_async_record_and_resubmit_are_applied_once(live_stack: Stack) -> None:
+    """As ``test_republished_message_while_queued_is_applied_once`` for ``Producer``."""
+    sid = unique("aio-dupq")
+
+    async def body(producer: AsyncProducer) -> None:
+        blocker = await producer.run_async(sid, "sleep 1", agent="sleepy")
+        handle = await producer.run_async(sid, "remember queued", agent="notes")
+        view = await producer.record(handle.run_id)
+        assert view is not None and view.request is not None
+        assert view.request.input == "remember queued" and view.status == RunState.QUEUED
+        await producer.resubmit(handle.run_id)  # the identical Celery message, delivered again
+        await producer.resubmit(handle.run_id)
+        await blocker.result(timeout=60)
+        assert (await handle.result(timeout=60)).duplicate is False
+        assert await producer.record("run-unknown") is None
+        with pytest.raises(InvalidInput, match="nothing to resubmit"):
+            await producer.resubmit("run-unknown")
+
+    run_async_test(live_stack, body)
+    assert live_stack.producer.run(sid, "recall", agent="notes", wait_s=60).output == "queued"
+
+
+def _lonely(redis_url: str, tmp_path: Path) -> Settings:
+    """Settings on the private redis-server, which no worker consumes."""
+    return Settings(broker_url=redis_url, store_url=f"file://{tmp_path}")
+
+
+def _queued_messages(redis_url: str) -> int:
+    """Run messages waiting in the broker's ``tether`` queue."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        return queue_depth(client, "tether", ["tether"])["tether"]
+    finally:
+        client.close()
+
+
+def test_async_resubmit_publishes_the_stored_request_again(redis_url: str, tmp_path: Path) -> None:
+    settings = _lonely(redis_url, tmp_path)
+
+    async def main() -> list[int]:
+        async with AsyncProducer(settings) as producer:
+            handle = await producer.run_async(unique("aio-again"), "hi", agent="echo")
+            depths = [_queued_messages(redis_url)]
+            await producer.resubmit(handle.run_id)
+            return [*depths, _queued_messages(redis_url)]
+
+    assert asyncio.run(main()) == [1, 2]
+
+
+def test_async_submit_span_is_each_callers_trace(redis_url: str, tmp_path: Path) -> None:
+    """As for ``Producer`` (``tests/test_tracing.py``): a ``tether.submit`` span around each
+    submission, whose W3C context the request carries; concurrent callers share one round trip
+    and keep their own traces."""
+    from opentelemetry import trace
+
+    exporter = memory_exporter()
+    settings = _lonely(redis_url, tmp_path)
+
+    async def main() -> list[tuple[int, RunRequest]]:
+        tracer = trace.get_tracer("tests")
+
+        async def caller(producer: AsyncProducer, n: int) -> tuple[int, str]:
+            with tracer.start_as_current_span(f"caller-{n}") as parent:
+                handle = await producer.run_async(unique("aio-trace"), "hi", agent="echo")
+                return parent.get_span_context().trace_id, handle.run_id
+
+        async with AsyncProducer(settings) as producer:
+            called = await asyncio.gather(*(caller(producer, n) for n in range(3)))
+            out = []
+            for trace_id, run_id in called:
+                view = await producer.record(run_id)
+                assert view is not None and view.request is not None
+                out.append((trace_id, view.request))
+            return out
+
+    submitted = asyncio.run(main())
+    submits = [span_doc(s) for s in exporter.get_finished_spans() if s.name == "tether.submit"]
+    by_trace = {s["trace_id"]: s for s in submits}
+    assert len({trace_id for trace_id, _ in submitted}) == 3
+    for trace_id, request in submitted:
+        assert request.trace is not None
+        _, in_trace, parent_id, _ = request.trace["traceparent"].split("-")
+        assert in_trace == f"{trace_id:032x}"  # the caller's trace, not another caller's
+        assert parent_id == by_trace[in_trace]["span_id"]  # under that caller's submit span
+
+
+def test_async_handles_carry_when_they_were_queued(redis_url: str, tmp_path: Path) -> None:
+    """As ``Producer``'s handles: a run queued after the listener took its feed position is
+    settled by the feed alone, with no first look at its record
+    (``tests/test_listener_first_look.py``)."""
+    settings = _lonely(redis_url, tmp_path)
+    client = redis.Redis.from_url(redis_url)
+
+    def hmgets() -> int:
+        return int(client.info("commandstats").get("cmdstat_hmget", {}).get("calls", 0))
+
+    async def main() -> None:
+        async with AsyncProducer(settings) as producer:
+            first = await producer.run_async(unique("aio-look"), "hi", agent="echo")
+            with pytest.raises(TimeoutError):  # registers it: the listener takes its position
+                await first.result(timeout=0.05)
+            second = await producer.run_async(unique("aio-look"), "hi", agent="echo")
+            before = hmgets()
+            with pytest.raises(TimeoutError):
+                await second.result(timeout=0.05)
+            assert hmgets() == before  # no look at the record
+
+    asyncio.run(main())

@@ -18,7 +18,7 @@ from tether.core.events import EventType
 from tether.core.results import RunStatus
 from tether.errors import InputTooLarge, InvalidInput, SessionBusy, UnknownAgent
 from tether.persistence.reader import SessionLogReader
-from tether.producer.client import RunSpec
+from tether.producer.submission import RunSpec
 from tether.runs.queue.base import CancelOutcome
 
 

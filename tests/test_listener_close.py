@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.stack import eventually
 from tether.producer import Producer
-from tether.producer.listener import BLOCK_MS
+from tether.producer.settlement import BLOCK_MS
 
 
 def _listeners() -> list[threading.Thread]:

@@ -2,7 +2,8 @@
 feed could already have gone past its completion; a run its producer queued after the feed
 position was taken is settled from the feed alone, whose entry carries the result (no read of
 the record at all). A run registered
-after its completion went by unawaited is still settled at once, not at the next recheck.
+after its completion went by unawaited is still settled at once, not at the next recheck. The
+asyncio listener decides the same (its tests below mirror the blocking listener's).
 
 On a real redis-server; the periodic recheck is set to an hour, so only the paths under test
 can settle a handle.
@@ -10,6 +11,7 @@ can settle a handle.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -21,9 +23,12 @@ import redis
 from tether.core.results import RunStatus
 from tether.ids import new_id
 from tether.keys import RedisKeys
+from tether.persistence.redis_conn_aio import async_redis_from_url
 from tether.producer.listener import CompletionListener
+from tether.producer.listener_aio import AsyncCompletionListener
 from tether.runs.contract import RunRequest, RunResult
 from tether.runs.queue.redis import RedisRunQueue
+from tether.runs.queue.redis_aio import AsyncRedisRunQueue
 
 T, PRODUCER = "acme", "p-first-look"
 FEED = RedisKeys.feed(T, PRODUCER)
@@ -124,3 +129,79 @@ def test_a_run_queued_before_the_position_is_looked_up(
     listener.register(request.ref, settled, queued_after=queued_after)
     assert settled.event.wait(5)
     assert settled.result == result
+
+
+# --- the asyncio listener decides the same (#46) ------------------------------------------------
+
+
+def _async_case(queue: RedisRunQueue, redis_url: str, body: Any) -> None:
+    """Run ``body(listener)`` with an asyncio listener of the same feed, on its own loop."""
+
+    async def main() -> None:
+        client = async_redis_from_url(redis_url)
+        runs = AsyncRedisRunQueue(client, queue.keys, result_ttl_s=600)
+        listener = AsyncCompletionListener(runs, feed=FEED, recheck_interval_s=HOUR_S)
+        try:
+            await body(listener)
+        finally:
+            await listener.aclose()
+            await client.aclose()
+
+    asyncio.run(main())
+
+
+def _settled_on_loop() -> tuple[asyncio.Future[RunResult], Any]:
+    done: asyncio.Future[RunResult] = asyncio.get_running_loop().create_future()
+    return done, lambda result: done.done() or done.set_result(result)
+
+
+def test_async_a_run_queued_after_the_position_is_settled_by_the_feed_without_a_first_look(
+    queue: RedisRunQueue, redis_client: redis.Redis, redis_url: str
+) -> None:
+    async def body(listener: AsyncCompletionListener) -> None:
+        first, _ = _queued(queue)
+        await listener.register(first.ref, _settled_on_loop()[1])  # its position is taken
+        request, queued_after = _queued(queue)
+        before = _hmgets(redis_client)
+        settled, settle = _settled_on_loop()
+        await listener.register(request.ref, settle, queued_after=queued_after)
+        assert _hmgets(redis_client) == before  # no look at the record
+        assert not settled.done()
+        result = await asyncio.to_thread(_finish, queue, request)
+        assert await asyncio.wait_for(settled, 10) == result
+        assert _hmgets(redis_client) == before  # the feed entry carried the result
+
+    _async_case(queue, redis_url, body)
+
+
+def test_async_a_run_registered_after_its_completion_went_by_is_settled_at_once(
+    queue: RedisRunQueue, redis_url: str
+) -> None:
+    async def body(listener: AsyncCompletionListener) -> None:
+        first, _ = _queued(queue)
+        await listener.register(first.ref, _settled_on_loop()[1])
+        request, queued_after = _queued(queue)
+        result = await asyncio.to_thread(_finish, queue, request)  # nobody awaits it yet
+        marker, _ = _queued(queue)
+        seen, settle_marker = _settled_on_loop()
+        await listener.register(marker.ref, settle_marker)
+        await asyncio.to_thread(_finish, queue, marker)
+        await asyncio.wait_for(seen, 10)  # the feed is now past the first completion
+        settled, settle = _settled_on_loop()
+        await listener.register(request.ref, settle, queued_after=queued_after)
+        assert await asyncio.wait_for(settled, 5) == result
+
+    _async_case(queue, redis_url, body)
+
+
+def test_async_a_run_queued_before_the_position_is_looked_up(
+    queue: RedisRunQueue, redis_url: str
+) -> None:
+    async def body(listener: AsyncCompletionListener) -> None:
+        request, queued_after = _queued(queue)
+        result = _finish(queue, request)  # finished before the listener even started
+        settled, settle = _settled_on_loop()
+        await listener.register(request.ref, settle, queued_after=queued_after)
+        assert await asyncio.wait_for(settled, 5) == result
+
+    _async_case(queue, redis_url, body)

@@ -7,6 +7,7 @@ within 5 s of the submission, the command's exit within its deadline + 5 s.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -22,6 +23,7 @@ import pytest
 from tests.support.stack import Stack, unique
 from tether.dev.redis_server import RedisServer
 from tether.producer.client import Producer
+from tether.producer.client_aio import AsyncProducer
 from tether.producer.worker_watch import no_worker_message
 from tether.runs.presence import list_workers
 from tether.settings import Settings
@@ -131,6 +133,37 @@ def test_producer_run_warns_within_5_s(lonely_redis: RedisServer, tmp_path: Path
     warnings = [(t - start, m) for t, m in seen if "no worker is consuming" in m]
     assert len(warnings) == 1, seen
     print(f"\nProducer.run warned after {warnings[0][0]:.2f} s")
+    assert warnings[0][0] < WARN_WITHIN_S
+    assert warnings[0][1] == no_worker_message("tether", lonely_redis.url)
+    assert PASSWORD not in warnings[0][1]
+
+
+def test_async_producer_run_warns_within_5_s(lonely_redis: RedisServer, tmp_path: Path) -> None:
+    """As ``Producer.run``: the asyncio producer's ``run`` warns from a task of the loop."""
+    settings = Settings(broker_url=lonely_redis.url, store_url=f"file://{tmp_path}")
+    seen: list[tuple[float, str]] = []
+
+    class Record(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append((time.monotonic(), record.getMessage()))
+
+    async def main() -> float:
+        async with AsyncProducer(settings) as producer:
+            start = time.monotonic()
+            with pytest.raises(TimeoutError):
+                await producer.run(unique("hang"), "hi", agent="echo", wait_s=3.0)
+            return start
+
+    handler = Record(level=logging.WARNING)
+    logger = logging.getLogger("tether.producer")
+    logger.addHandler(handler)
+    try:
+        start = asyncio.run(main())
+    finally:
+        logger.removeHandler(handler)
+    warnings = [(t - start, m) for t, m in seen if "no worker is consuming" in m]
+    assert len(warnings) == 1, seen
+    print(f"\nAsyncProducer.run warned after {warnings[0][0]:.2f} s")
     assert warnings[0][0] < WARN_WITHIN_S
     assert warnings[0][1] == no_worker_message("tether", lonely_redis.url)
     assert PASSWORD not in warnings[0][1]

@@ -24,8 +24,8 @@ import pytest
 from tests.support.stack import unique
 from tether.errors import InvalidInput
 from tether.persistence.redis_conn import redis_from_url
-from tether.producer.client import Producer, RunSpec
-from tether.producer.submission import run_spec
+from tether.producer.client import Producer
+from tether.producer.submission import RunSpec, run_spec
 from tether.runs.contract import RunRequest, WireRequest, parse_wire
 from tether.runs.options import RUN_OPTIONS, RunExtras, RunOptions, RunOptionsKwargs
 from tether.settings import Settings

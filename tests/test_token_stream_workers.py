@@ -238,7 +238,7 @@ def test_the_channel_is_bounded_and_expires(streaming: Streaming) -> None:
 def test_the_asyncio_readers_give_the_same_stream(streaming: Streaming) -> None:
     import asyncio
 
-    from tether.producer.aio import AsyncProducer
+    from tether.producer.client_aio import AsyncProducer
 
     token, sid = uuid.uuid4().hex[:8], unique("st-aio")
 

@@ -176,7 +176,7 @@ def test_the_console_shows_a_runs_and_a_sessions_tokens_and_cost(
 def test_the_asyncio_producer_refuses_a_submission_over_its_tenants_rate(
     spending: Spending,
 ) -> None:
-    from tether.producer.aio import AsyncProducer
+    from tether.producer.client_aio import AsyncProducer
 
     async def submit_twice() -> str:
         async with AsyncProducer(spending.producer.settings) as producer:

@@ -18,10 +18,10 @@ context is written into requests; configure a ``TracerProvider`` (e.g. run under
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from contextlib import contextmanager
 from functools import wraps
-from typing import ParamSpec, Protocol, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
@@ -67,6 +67,22 @@ def traced(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
             with tracer().start_as_current_span(name):
                 return func(*args, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+def traced_async(
+    name: str,
+) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Coroutine[Any, Any, R]]]:
+    """Decorate a coroutine function to run inside a span called ``name``."""
+
+    def decorate(func: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+        @wraps(func)
+        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            with tracer().start_as_current_span(name):
+                return await func(*args, **kwargs)
 
         return wrapper
 

@@ -18,6 +18,7 @@ from typing import Any, cast
 from urllib.parse import quote, urlsplit
 
 import redis
+import redis.asyncio
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.connection import parse_url
@@ -29,8 +30,8 @@ from tether.settings.checks import mask_url
 #: Cluster schemes and the single-node scheme whose URL options they share.
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 SCHEMES = ("redis", "rediss", "unix", *CLUSTER_SCHEMES)
-#: Either client kind, for the functions below that look inside a client.
-RedisClient = redis.Redis | RedisCluster
+#: Any client kind (the asyncio one included), for the functions below that look inside one.
+RedisClient = redis.Redis | RedisCluster | redis.asyncio.Redis
 #: Read timeout of every socket. It must exceed the longest ``XREAD BLOCK`` we issue.
 DEFAULT_SOCKET_TIMEOUT_S = 10.0
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
@@ -46,13 +47,65 @@ def redact_url(url: str) -> str:
     return mask_url(url)
 
 
+def default_backoff() -> ExponentialWithJitterBackoff:
+    """The backoff between retries of a command that lost its connection (both clients)."""
+    return ExponentialWithJitterBackoff(base=0.05, cap=1.0)
+
+
 def _default_retry() -> Retry:
-    return Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=3)
+    return Retry(default_backoff(), retries=3)
+
+
+def client_options(url: str, kw: dict[str, Any], *, retry: Any, schemes: str) -> dict[str, Any]:
+    """The options of a single-node client for ``url`` (no I/O; both client factories use it):
+    the defaults, ``kw`` over them, and bytes responses.
+
+    Args:
+        url: the Redis URL (its scheme is checked against :data:`SCHEMES`).
+        kw: the caller's options.
+        retry: the retry policy (each client kind has its own ``Retry`` class).
+        schemes: the URLs to suggest when the scheme is not supported.
+
+    Raises:
+        ConfigurationError: the scheme is not supported, or ``decode_responses=True`` was asked
+            for.
+    """
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme not in SCHEMES:
+        raise ConfigurationError(
+            f"Redis URL {redact_url(url)!r} has an unsupported scheme; use {schemes}"
+        )
+    if kw.get("decode_responses"):
+        raise ConfigurationError(
+            "decode_responses=True is not supported: Tether stores bytes; drop the option"
+        )
+    options: dict[str, Any] = {
+        "socket_timeout": DEFAULT_SOCKET_TIMEOUT_S,
+        "socket_connect_timeout": DEFAULT_CONNECT_TIMEOUT_S,
+        "health_check_interval": DEFAULT_HEALTH_CHECK_INTERVAL_S,
+        "socket_keepalive": True,
+        "retry": retry,
+    }
+    if scheme == "unix":
+        # Keepalive is a TCP option; unix sockets refuse it.
+        del options["socket_keepalive"]
+    options.update(kw)
+    options["decode_responses"] = False
+    return options
+
+
+#: What :func:`redis_from_url` suggests for a URL of another scheme.
+SCHEMES_HINT = (
+    "redis://host:port/db, rediss://host:port/db (TLS), unix:///path/to/redis.sock, or for a "
+    "Redis Cluster redis+cluster://host:port[,host:port...] (rediss+cluster:// with TLS)"
+)
 
 
 def redis_from_url(url: str, **kw: Any) -> redis.Redis:
-    """A Redis client for ``url`` (``redis://``, ``rediss://``, ``unix://``, or a cluster:
-    ``redis+cluster://``, ``rediss+cluster://``).
+    """A Redis client for ``url``, with the defaults below.
+
+    ``url``: ``redis://``, ``rediss://``, ``unix://``, or a cluster: ``redis+cluster://``,
+    ``rediss+cluster://``.
 
     Defaults (overridable through ``kw``): ``socket_timeout`` =
     :data:`DEFAULT_SOCKET_TIMEOUT_S`, ``socket_connect_timeout`` =
@@ -74,31 +127,10 @@ def redis_from_url(url: str, **kw: Any) -> redis.Redis:
             ``decode_responses=True`` was asked for, or a cluster refused our credentials.
         StreamUnavailable: no node of a cluster URL could be reached.
     """
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    if scheme not in SCHEMES:
-        raise ConfigurationError(
-            f"Redis URL {redact_url(url)!r} has an unsupported scheme; use redis://host:port/db, "
-            "rediss://host:port/db (TLS), unix:///path/to/redis.sock, or for a Redis Cluster "
-            "redis+cluster://host:port[,host:port...] (rediss+cluster:// with TLS)"
-        )
-    if kw.get("decode_responses"):
-        raise ConfigurationError(
-            "decode_responses=True is not supported: Tether stores bytes; drop the option"
-        )
+    options = client_options(url, kw, retry=_default_retry(), schemes=SCHEMES_HINT)
+    scheme = url.split("://", 1)[0].lower()
     if scheme in CLUSTER_SCHEMES:
         return _cluster_from_url(url, CLUSTER_SCHEMES[scheme], kw)
-    options: dict[str, Any] = {
-        "socket_timeout": DEFAULT_SOCKET_TIMEOUT_S,
-        "socket_connect_timeout": DEFAULT_CONNECT_TIMEOUT_S,
-        "health_check_interval": DEFAULT_HEALTH_CHECK_INTERVAL_S,
-        "socket_keepalive": True,
-        "retry": _default_retry(),
-    }
-    if scheme == "unix":
-        # Keepalive is a TCP option; unix sockets refuse it.
-        del options["socket_keepalive"]
-    options.update(kw)
-    options["decode_responses"] = False
     try:
         return redis.Redis.from_url(url, **options)
     except ValueError as exc:

@@ -1,7 +1,7 @@
 """The options of one run, declared once: :class:`RunOptions`, and :class:`RunOptionsKwargs`.
 
 Every way of submitting a run takes the same options: ``Producer.run``, ``run_async`` and
-``resolve``, their :class:`~tether.producer.aio.AsyncProducer` twins,
+``resolve``, their :class:`~tether.producer.client_aio.AsyncProducer` twins,
 :class:`~tether.producer.submission.RunSpec`, ``tether run`` and ``tether submit``, batch cases,
 and ``tether_run`` in Celery's canvas. They are declared here, once: the fields of
 :class:`RunOptions` give each option its type, default, validation and description, and

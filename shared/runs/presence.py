@@ -181,11 +181,22 @@ def list_workers(client: redis.Redis, keys: RedisKeys) -> list[WorkerPresence]:
         ids = cast("list[bytes]", client.zrange(keys.workers(), 0, -1))
         if not ids:
             return []
-        docs = cast("list[bytes | None]", client.mget([keys.worker(_decode(i)) for i in ids]))
+        docs = cast("list[bytes | None]", client.mget(record_keys(keys, ids)))
+    return presences(docs)
+
+
+def record_keys(keys: RedisKeys, ids: Sequence[bytes | str]) -> list[str]:
+    """The presence records of the worker ids of the index (the ``MGET`` of a listing)."""
+    return [keys.worker(_decode(i)) for i in ids]
+
+
+def presences(docs: Sequence[bytes | None]) -> list[WorkerPresence]:
+    """The live workers among the records of a listing, oldest start first (an expired record
+    is None: that worker stopped beating)."""
     workers = []
     for doc in docs:
         if doc is None:
-            continue  # expired: the worker stopped beating
+            continue
         try:
             workers.append(WorkerPresence.model_validate_json(doc))
         except pydantic.ValidationError:

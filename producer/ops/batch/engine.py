@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from tether.errors import InfrastructureError, RunLost, UsageError
-from tether.producer.client import Producer, RunSpec
+from tether.producer.client import Producer
 from tether.producer.handle import RunHandle
 from tether.producer.ops.batch.cases import BatchCase, NumberedCase
 from tether.producer.ops.batch.ids import case_request_id, case_session_id
@@ -19,6 +19,7 @@ from tether.producer.ops.batch.records import CaseOutcome, EventsLoader, build_r
 from tether.producer.ops.batch.results import CaseResult, ResultsFile
 from tether.producer.ops.batch.scoring.base import Scorer
 from tether.producer.ops.batch.summary import SummaryStats
+from tether.producer.submission import RunSpec
 from tether.runs.contract import RunRef, RunResult
 
 #: Back-off between attempts to submit while Redis or the broker is unreachable.

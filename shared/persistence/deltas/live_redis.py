@@ -4,7 +4,9 @@ in one order (:class:`~tether.persistence.deltas.live.LiveOrder`).
 Both streams are in the session's slot, so each wait is one ``XREAD BLOCK`` on the two keys,
 without ``COUNT``: one reply holds both streams up to one moment, which is what the order
 needs. The catch-up reads the current step's pieces first, then the events (a step that
-finishes in between is then seen whole in the events, its pieces dropped).
+finishes in between is then seen whole in the events, its pieces dropped). What a follower
+yields is decided by :class:`FollowState`, which the asyncio follower
+(:mod:`tether.persistence.deltas.live_redis_aio`) shares.
 """
 
 from __future__ import annotations
@@ -22,16 +24,11 @@ from tether.persistence.redis_conn import translate_errors
 from tether.persistence.streams._common import (
     Entry,
     TailCursor,
-    tail_catch_up,
     tail_wait_ms,
     validate_session,
     validate_tail_args,
 )
-from tether.persistence.streams.redis import RedisEventStream
-
-RedisEntry = Entry[bytes, bytes]
-#: What :func:`tether.persistence.streams._common.tail_catch_up` answers.
-CaughtUp = tuple[list[RedisEntry], RedisEntry | None, int]
+from tether.persistence.streams.redis import CaughtUp, RedisEntry, RedisEventStream
 
 
 def decode(key: str, entry: RedisEntry) -> Fenced:
@@ -50,6 +47,9 @@ class FollowState:
         deltas_key: the session's delta channel.
         current: the current step's pieces (read first) and the channel's newest cursor.
         caught_up: the event stream's catch-up (read second).
+        block_ms: the longest blocking read.
+        idle_timeout_s: stop after this long without an event or a piece (None: never).
+        stop: stop once it answers True (asked before every wait).
     """
 
     def __init__(
@@ -58,7 +58,13 @@ class FollowState:
         deltas_key: str,
         current: tuple[list[LiveDelta], Cursor],
         caught_up: CaughtUp,
+        *,
+        block_ms: int,
+        idle_timeout_s: float | None,
+        stop: Callable[[], bool] | None,
     ) -> None:
+        self._block_ms, self._idle_timeout_s, self._stop = block_ms, idle_timeout_s, stop
+        self._idle_since: float | None = None  # from the first wait, once the catch-up was had
         kept, top, start_seq = caught_up
         self._events_key, self._deltas_key = events_key, deltas_key
         self._cursor = TailCursor(start_seq, top)
@@ -68,6 +74,15 @@ class FollowState:
         first = [decode(events_key, e) for e in kept if self._cursor.accept(e)]
         top_event = None if top is None else decode(events_key, top)
         self.first = self._order.start(first, top_event, current[0])
+
+    def wait_ms(self) -> int | None:
+        """How long the next blocking read may wait; None: the follower ends (``stop`` said
+        so, or nothing came for ``idle_timeout_s``)."""
+        if self._stop is not None and self._stop():
+            return None
+        if self._idle_since is None:
+            self._idle_since = time.monotonic()
+        return tail_wait_ms(self._block_ms, self._idle_timeout_s, self._idle_since)
 
     def positions(self) -> dict[str, bytes | str]:
         """The ``XREAD`` arguments: both keys, from what was read so far."""
@@ -79,6 +94,7 @@ class FollowState:
         pieces = parse_entries(entries_of(resp, self._deltas_key))
         if not raw_events and not pieces:
             return None
+        self._idle_since = time.monotonic()
         events: list[Fenced] = []
         for entry_id, fields in raw_events:
             seq, fence = int(fields[b"seq"]), int(fields[b"fence"])
@@ -139,21 +155,18 @@ class RedisLiveFeed:
     ) -> Iterator[LiveItem]:
         keys = self._channel.keys
         current = self._channel.current_step(tenant, session_id)  # first: see the docstring
-        caught_up = tail_catch_up(self._stream.newest_first(tenant, session_id), after_seq)
+        caught_up = self._stream.catch_up(tenant, session_id, after_seq)
         state = FollowState(
-            keys.events(tenant, session_id), keys.deltas(tenant, session_id), current, caught_up
+            keys.events(tenant, session_id),
+            keys.deltas(tenant, session_id),
+            current,
+            caught_up,
+            block_ms=block_ms,
+            idle_timeout_s=idle_timeout_s,
+            stop=stop,
         )
         yield from state.first
-        idle_since = time.monotonic()
-        while True:
-            if stop is not None and stop():
-                return
-            wait_ms = tail_wait_ms(block_ms, idle_timeout_s, idle_since)
-            if wait_ms is None:
-                return
+        while (wait_ms := state.wait_ms()) is not None:
             with translate_errors(self._where):
                 resp = self._client.xread(state.positions(), block=wait_ms)  # type: ignore[arg-type]
-            items = state.take(resp)
-            if items is not None:
-                idle_since = time.monotonic()
-                yield from items
+            yield from state.take(resp) or ()

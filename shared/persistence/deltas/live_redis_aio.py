@@ -1,10 +1,10 @@
-"""The asyncio twin of :class:`~tether.persistence.deltas.live_redis.RedisLiveFeed`: the same
-catch-up and one ``XREAD`` per wait on both keys, with the same order
-(:class:`~tether.persistence.deltas.live.LiveOrder`)."""
+"""Follow a session live on ``redis.asyncio``: the asyncio twin of
+:class:`~tether.persistence.deltas.live_redis.RedisLiveFeed`, with the same catch-up, one
+``XREAD`` per wait on both keys, and the same decisions
+(:class:`~tether.persistence.deltas.live_redis.FollowState`)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Callable
 from typing import cast
 
@@ -16,33 +16,32 @@ from tether.persistence.deltas.base import START, Cursor, LiveDelta
 from tether.persistence.deltas.live import LiveItem
 from tether.persistence.deltas.live_redis import FollowState
 from tether.persistence.deltas.redis import PAGE, RawEntries, parse_entries
-from tether.persistence.redis_conn import translate_errors
-from tether.persistence.streams._common import tail_wait_ms, validate_session, validate_tail_args
-from tether.persistence.streams.redis_aio import AsyncEventTail, check_block_ms
+from tether.persistence.redis_conn import describe_client, translate_errors
+from tether.persistence.streams._common import validate_session, validate_tail_args
+from tether.persistence.streams.redis_aio import AsyncRedisEventStream
 
 
-class AsyncLiveFeed:
+class AsyncRedisLiveFeed:
     """Follows sessions live on ``redis.asyncio`` (events and pieces).
 
     Args:
         client: a bytes asyncio client.
-        keys: the key schema (namespace).
-        where: a password-free description of the server, for messages.
+        keys: the key schema (namespace); default prefix ``tether``.
     """
 
-    def __init__(self, client: redis.asyncio.Redis, keys: RedisKeys, *, where: str) -> None:
+    def __init__(self, client: redis.asyncio.Redis, *, keys: RedisKeys | None = None) -> None:
         self._client = client
-        self._keys = keys
-        self._where = where
-        self._events = AsyncEventTail(client, keys, where=where)
+        self._keys = keys or RedisKeys()
+        self._where = describe_client(client)
+        self._stream = AsyncRedisEventStream(client, keys=self._keys)
 
-    async def current_step(self, tenant: str, session_id: str) -> tuple[list[LiveDelta], Cursor]:
+    async def _current_step(self, tenant: str, session_id: str) -> tuple[list[LiveDelta], Cursor]:
         """The pieces of the newest step so far and the newest cursor (see
         :meth:`DeltaChannel.current_step <tether.persistence.deltas.base.DeltaChannel>`)."""
         key = self._keys.deltas(tenant, session_id)
         fetched: list[tuple[Cursor, LiveDelta]] = []
         end = "+"
-        while True:
+        while True:  # a page at a time, only as far back as the newest step reaches
             with translate_errors(self._where):
                 page = cast(
                     RawEntries, await self._client.xrevrange(key, max=end, min="-", count=PAGE)
@@ -54,7 +53,7 @@ class AsyncLiveFeed:
                 return group, top or START
             end = "(" + page[-1][0].decode()
 
-    async def follow(
+    def follow(
         self,
         tenant: str,
         session_id: str,
@@ -64,32 +63,43 @@ class AsyncLiveFeed:
         idle_timeout_s: float | None = None,
         stop: Callable[[], bool] | None = None,
     ) -> AsyncIterator[LiveItem]:
-        """Yield the session's events after ``after_seq`` and the live pieces (see
-        ``RedisLiveFeed.follow``)."""
+        """Yield the session's events after ``after_seq`` and the live pieces, as they come;
+        stop after ``idle_timeout_s`` without either (None: never), or once ``stop()`` answers
+        True (asked after every batch and every empty wait of at most ``block_ms``).
+
+        Raises:
+            StreamUnavailable: Redis cannot be reached; follow again from the last seq.
+            ConfigurationError: ``block_ms`` is not below the client's socket timeout.
+        """
         validate_session(tenant, session_id)
         validate_tail_args(after_seq, block_ms, idle_timeout_s)
-        check_block_ms(block_ms)
-        current = await self.current_step(tenant, session_id)  # first, as the sync follower
-        caught_up = await self._events.catch_up(tenant, session_id, after_seq)
+        self._stream.check_block_ms(block_ms)
+        return self._follow(tenant, session_id, after_seq, block_ms, idle_timeout_s, stop)
+
+    async def _follow(
+        self,
+        tenant: str,
+        session_id: str,
+        after_seq: int,
+        block_ms: int,
+        idle_timeout_s: float | None,
+        stop: Callable[[], bool] | None,
+    ) -> AsyncIterator[LiveItem]:
+        current = await self._current_step(tenant, session_id)  # first, as the sync follower
+        caught_up = await self._stream.catch_up(tenant, session_id, after_seq)
         state = FollowState(
             self._keys.events(tenant, session_id),
             self._keys.deltas(tenant, session_id),
             current,
             caught_up,
+            block_ms=block_ms,
+            idle_timeout_s=idle_timeout_s,
+            stop=stop,
         )
         for item in state.first:
             yield item
-        idle_since = time.monotonic()
-        while True:
-            if stop is not None and stop():
-                return
-            wait_ms = tail_wait_ms(block_ms, idle_timeout_s, idle_since)
-            if wait_ms is None:
-                return
+        while (wait_ms := state.wait_ms()) is not None:
             with translate_errors(self._where):
                 resp = await self._client.xread(state.positions(), block=wait_ms)  # type: ignore[arg-type]
-            items = state.take(resp)
-            if items is not None:
-                idle_since = time.monotonic()
-                for item in items:
-                    yield item
+            for item in state.take(resp) or ():
+                yield item

@@ -10,9 +10,9 @@ the hash ``<p>:{t/s}:meta`` holds ``last_seq`` and ``last_fence``; the fence cou
 so the fence check, the sequence rules, every ``XADD`` and the meta update are atomic, and a
 whole batch costs one round trip. Reads walk the stream backwards (``XREVRANGE``) to build the
 view described in :mod:`tether.persistence.streams._common`. ``tail`` catches up the same way and
-then
-``XREAD BLOCK``s from the newest entry ID it has seen, so a consumer that resumes with its last
-seq gets no gaps and no duplicates.
+then ``XREAD BLOCK``s from the newest entry ID it has seen, so a consumer that resumes with its
+last seq gets no gaps and no duplicates; what it yields is decided by :class:`TailState`, which
+the asyncio tail (:mod:`tether.persistence.streams.redis_aio`) shares.
 
 Trims drop a prefix of the log: ``max_len`` with ``XTRIM MAXLEN``; ``min_seq`` with ``XTRIM
 MINID`` at the entry ID of the first visible event whose ``seq >= min_seq`` (entries are appended
@@ -62,15 +62,93 @@ from tether.persistence.streams._common import (
     view_suffix,
 )
 
-_RedisEntry = Entry[bytes, bytes]
+RedisEntry = Entry[bytes, bytes]
+#: What :func:`tether.persistence.streams._common.tail_catch_up` answers.
+CaughtUp = tuple[list[RedisEntry], RedisEntry | None, int]
 APPEND = load("stream_append")
+#: Stream entries fetched per page while reading backwards, and per blocking read.
+PAGE = 512
 
 
-_PAGE = 512
-
-
-def _parse(entry_id: bytes, fields: dict[bytes, bytes]) -> _RedisEntry:
+def _parse(entry_id: bytes, fields: dict[bytes, bytes]) -> RedisEntry:
     return Entry(entry_id, int(fields[b"seq"]), int(fields[b"fence"]), fields[b"event"])
+
+
+def entries_of(resp: Any, key: str) -> list[RedisEntry]:
+    """The entries of ``key`` in an XREAD or XREVRANGE-shaped reply (RESP2 list or RESP3 dict)."""
+    if not resp:
+        return []
+    if isinstance(resp, dict):
+        raw = resp.get(key.encode()) or resp.get(key) or []
+        entries = raw[0] if raw and isinstance(raw[0], list) else raw
+    else:
+        entries = next((e for k, e in resp if k in (key, key.encode())), [])
+    return [_parse(entry_id, fields) for entry_id, fields in entries]
+
+
+def check_block_ms(block_ms: int, max_block_ms: int | None, where: str) -> None:
+    """Refuse a blocking read that a client's socket timeout would cut (``max_block_ms``: see
+    :func:`~tether.persistence.redis_conn.max_block_ms`; None: no limit).
+
+    Raises:
+        ConfigurationError: ``block_ms`` is not below the client's socket timeout.
+    """
+    if max_block_ms is not None and block_ms > max_block_ms:
+        raise ConfigurationError(
+            f"block_ms={block_ms} is too close to the Redis socket timeout of {where}; "
+            f"use block_ms <= {max_block_ms} or raise socket_timeout"
+        )
+
+
+def decode(key: str, entry: RedisEntry) -> AgentEvent:
+    """The event an entry of stream ``key`` carries."""
+    return loads_event(entry.data, where=f"redis stream {key} entry {entry.entry_id!r}")
+
+
+class TailState:
+    """Where a tail of one session's stream is and what it yields (sans-IO: the sync and the
+    asyncio tail do the reads, this decides).
+
+    Args:
+        key: the session's event stream.
+        caught_up: the stream's catch-up (:func:`tail_catch_up`).
+        block_ms: the longest blocking read.
+        idle_timeout_s: stop once nothing arrived for this long (None: never).
+    """
+
+    def __init__(
+        self, key: str, caught_up: CaughtUp, block_ms: int, idle_timeout_s: float | None
+    ) -> None:
+        kept, top, start_seq = caught_up
+        self._key = key
+        self._cursor = TailCursor(start_seq, top)
+        self._after: bytes = b"0-0" if top is None else top.entry_id
+        self._block_ms, self._idle_timeout_s = block_ms, idle_timeout_s
+        self._idle_since: float | None = None  # from the first wait, once the catch-up was had
+        self.first = [decode(key, e) for e in kept if self._cursor.accept(e)]
+
+    def wait_ms(self) -> int | None:
+        """How long the next blocking read may wait; None: the tail ends (idle too long)."""
+        if self._idle_since is None:
+            self._idle_since = time.monotonic()
+        return tail_wait_ms(self._block_ms, self._idle_timeout_s, self._idle_since)
+
+    def positions(self) -> dict[str, bytes]:
+        """The ``XREAD`` argument: the stream, from what was read so far."""
+        return {self._key: self._after}
+
+    def take(self, resp: Any) -> list[AgentEvent]:
+        """What to yield for one ``XREAD`` reply (the idle time counts again from the next
+        wait when it held entries)."""
+        new = entries_of(resp, self._key)
+        out = []
+        for entry in new:
+            self._after = entry.entry_id
+            if self._cursor.accept(entry):
+                out.append(decode(self._key, entry))
+        if new:
+            self._idle_since = None
+        return out
 
 
 def _next_id(entry_id: bytes) -> bytes:
@@ -143,25 +221,26 @@ class RedisEventStream:
             raise sequence_gap(tenant, session_id, events[0].seq, value)
         return value
 
-    def _newest_first(self, key: str) -> Iterator[_RedisEntry]:
+    def _newest_first(self, key: str) -> Iterator[RedisEntry]:
         """Entries of ``key`` from the newest, fetched page by page as the caller iterates."""
         end: bytes = b"+"
         while True:
             with translate_errors(self._where):
                 page = cast(
                     "list[tuple[bytes, dict[bytes, bytes]]] | None",
-                    self._client.xrevrange(key, max=end, min="-", count=_PAGE),
+                    self._client.xrevrange(key, max=end, min="-", count=PAGE),
                 )
             for entry_id, fields in page or []:
                 yield _parse(entry_id, fields)
-            if not page or len(page) < _PAGE:
+            if not page or len(page) < PAGE:
                 return
             end = b"(" + page[-1][0]
 
-    def newest_first(self, tenant: str, session_id: str) -> Iterator[_RedisEntry]:
-        """The session's raw entries from the newest, page by page (for a follower that reads
-        this stream together with another one, :mod:`tether.persistence.deltas.live_redis`)."""
-        return self._newest_first(self._keys.events(tenant, session_id))
+    def catch_up(self, tenant: str, session_id: str, after_seq: int) -> CaughtUp:
+        """What a tail of the session yields before waiting (see :func:`tail_catch_up`), for a
+        follower that reads this stream together with another one
+        (:mod:`tether.persistence.deltas.live_redis`)."""
+        return tail_catch_up(self._newest_first(self._keys.events(tenant, session_id)), after_seq)
 
     def check_block_ms(self, block_ms: int) -> None:
         """Refuse a blocking read that the client's socket timeout would cut.
@@ -169,14 +248,7 @@ class RedisEventStream:
         Raises:
             ConfigurationError: ``block_ms`` is not below the client's socket timeout.
         """
-        if self._max_block_ms is not None and block_ms > self._max_block_ms:
-            raise ConfigurationError(
-                f"block_ms={block_ms} is too close to the Redis socket timeout of {self._where}; "
-                f"use block_ms <= {self._max_block_ms} or raise socket_timeout"
-            )
-
-    def _decode(self, key: str, entry: _RedisEntry) -> AgentEvent:
-        return loads_event(entry.data, where=f"redis stream {key} entry {entry.entry_id!r}")
+        check_block_ms(block_ms, self._max_block_ms, self._where)
 
     def read(
         self, tenant: str, session_id: str, *, after_seq: int = 0, limit: int | None = None
@@ -191,7 +263,7 @@ class RedisEventStream:
         kept, _top = view_suffix(self._newest_first(key), after_seq)
         if limit is not None:
             kept = kept[:limit]
-        return [self._decode(key, e) for e in kept]
+        return [decode(key, e) for e in kept]
 
     def tail(
         self,
@@ -226,39 +298,13 @@ class RedisEventStream:
         idle_timeout_s: float | None,
     ) -> Iterator[AgentEvent]:
         key = self._keys.events(tenant, session_id)
-        kept, top, start_seq = tail_catch_up(self._newest_first(key), after_seq)
-        cursor = TailCursor(start_seq, top)
-        last_id: bytes = b"0-0" if top is None else top.entry_id
-        for entry in kept:
-            if cursor.accept(entry):
-                yield self._decode(key, entry)
-        idle_since = time.monotonic()
-        while True:
-            wait_ms = tail_wait_ms(block_ms, idle_timeout_s, idle_since)
-            if wait_ms is None:
-                return
+        caught_up = self.catch_up(tenant, session_id, after_seq)
+        state = TailState(key, caught_up, block_ms, idle_timeout_s)
+        yield from state.first
+        while (wait_ms := state.wait_ms()) is not None:
             with translate_errors(self._where):
-                resp = self._client.xread({key: last_id}, count=_PAGE, block=wait_ms)
-            new = self._entries_of(resp, key)
-            if not new:
-                continue
-            for entry in new:
-                last_id = entry.entry_id
-                if cursor.accept(entry):
-                    yield self._decode(key, entry)
-            idle_since = time.monotonic()
-
-    @staticmethod
-    def _entries_of(resp: Any, key: str) -> list[_RedisEntry]:
-        """The entries of ``key`` in an XREAD reply (RESP2 list or RESP3 dict)."""
-        if not resp:
-            return []
-        if isinstance(resp, dict):
-            raw = resp.get(key.encode()) or resp.get(key) or []
-            entries = raw[0] if raw and isinstance(raw[0], list) else raw
-        else:
-            entries = next((e for k, e in resp if k in (key, key.encode())), [])
-        return [_parse(entry_id, fields) for entry_id, fields in entries]
+                resp = self._client.xread(state.positions(), count=PAGE, block=wait_ms)  # type: ignore[arg-type]
+            yield from state.take(resp)
 
     def trim(
         self,

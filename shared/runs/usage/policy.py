@@ -1,6 +1,6 @@
 """The price table and the tenant budgets of this process (parsed once from the settings), and
-the budget check of a submission (the asyncio producer's: :func:`budgeted` with
-:class:`~tether.runs.usage.redis.AsyncTenantAdmission`)."""
+the budget check of a submission (the producers' own: :func:`budgeted` with
+:class:`~tether.runs.usage.redis.RedisTenantAdmission` or its asyncio twin)."""
 
 from __future__ import annotations
 

@@ -2,15 +2,15 @@
 finish into the round trip it makes anyway, see :meth:`RedisTenantUsage.queue_add`) and takes
 it out of the day's in-flight record, which ``usage_inflight.lua`` sets at each step boundary of
 a run of a budgeted tenant (one round trip: set, then read the day and the record's sums), and
-``tenant_admit.lua`` admits a submission. Every key of a tenant's usage shares its slot, so a
-Redis Cluster runs each script on one node."""
+``tenant_admit.lua`` admits a submission (:class:`RedisTenantAdmission`, the part a producer
+uses; its asyncio twin is :mod:`tether.runs.usage.redis_aio`). Every key of a tenant's usage
+shares its slot, so a Redis Cluster runs each script on one node."""
 
 from __future__ import annotations
 
 from typing import Any, cast
 
 import redis
-import redis.asyncio
 
 from tether.core.events import Usage
 from tether.keys import RedisKeys
@@ -41,8 +41,9 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-class RedisTenantUsage:
-    """:class:`~tether.runs.usage.base.TenantUsage` for the fleet.
+class RedisTenantAdmission:
+    """The budget check of a submission, ``tenant_admit.lua`` (what a producer needs of
+    :class:`RedisTenantUsage`).
 
     Args:
         client: a bytes Redis client.
@@ -53,9 +54,27 @@ class RedisTenantUsage:
         self._client = client
         self._keys = keys
         self._where = describe_client(client)
+        self._admit = client.register_script(ADMIT.source)
+
+    def admit(self, tenant: str, budget: TenantBudget, *, runs: int = 1) -> Verdict:
+        """See :meth:`~tether.runs.usage.base.TenantUsage.admit`."""
+        keys, argv = admit_call(self._keys, tenant, budget, runs)
+        with translate_errors(self._where):
+            return verdict_of(cast(list[Any], self._admit(keys=keys, args=argv)))
+
+
+class RedisTenantUsage(RedisTenantAdmission):
+    """:class:`~tether.runs.usage.base.TenantUsage` for the fleet.
+
+    Args:
+        client: a bytes Redis client.
+        keys: the key schema (namespace).
+    """
+
+    def __init__(self, client: redis.Redis, keys: RedisKeys) -> None:
+        super().__init__(client, keys)
         self._add = client.register_script(ADD.source)
         self._in_flight = client.register_script(IN_FLIGHT.source)
-        self._admit = client.register_script(ADMIT.source)
 
     @property
     def add_script(self) -> Any:
@@ -126,32 +145,6 @@ class RedisTenantUsage:
         with translate_errors(self._where):
             raw = cast(list[Any], self._in_flight(keys=keys, args=argv))
         return _day_usage(day, raw[:7]).merged(_day_usage(day, raw[7:]))
-
-    def admit(self, tenant: str, budget: TenantBudget, *, runs: int = 1) -> Verdict:
-        keys, argv = admit_call(self._keys, tenant, budget, runs)
-        with translate_errors(self._where):
-            return verdict_of(cast(list[Any], self._admit(keys=keys, args=argv)))
-
-
-class AsyncTenantAdmission:
-    """:meth:`RedisTenantUsage.admit` for asyncio producers (the same script).
-
-    Args:
-        client: the producer's asyncio Redis client.
-        keys: the key schema (namespace).
-        where: a password-free description of the server, for messages.
-    """
-
-    def __init__(self, client: redis.asyncio.Redis, keys: RedisKeys, *, where: str) -> None:
-        self._keys = keys
-        self._where = where
-        self._admit = client.register_script(ADMIT.source)
-
-    async def admit(self, tenant: str, budget: TenantBudget, *, runs: int = 1) -> Verdict:
-        """See :meth:`~tether.runs.usage.base.TenantUsage.admit`."""
-        keys, argv = admit_call(self._keys, tenant, budget, runs)
-        with translate_errors(self._where):
-            return verdict_of(cast(list[Any], await self._admit(keys=keys, args=argv)))
 
 
 def inflight_value(usage: Usage, cost_usd: float | None) -> str:

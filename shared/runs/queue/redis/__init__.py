@@ -1,7 +1,7 @@
 """The run queue on Redis (see :mod:`tether.runs.queue.base` for the seam), one module per role
-Protocol, composed by :class:`RedisRunQueue`; :mod:`~tether.runs.queue.redis.aio` is the
-producer-facing part on ``redis.asyncio``, running the same scripts through the same builders
-(:mod:`~tether.runs.queue.redis._common`).
+Protocol, composed by :class:`RedisRunQueue`; its asyncio twin,
+:mod:`~tether.runs.queue.redis_aio`, is the producer-facing part on ``redis.asyncio``, running
+the same scripts through the same builders (:mod:`~tether.runs.queue.redis._common`).
 
 Submission, begin, finish, cancel and idle release are one Lua script each, so each is atomic;
 the scripts are ``.lua`` files in :mod:`tether.persistence.lua`, and every key they touch is

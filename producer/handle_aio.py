@@ -1,37 +1,73 @@
-"""AsyncRunHandle: an awaitable handle on a distributed run, for asyncio code.
+"""AsyncRunHandle: an awaitable handle on a distributed run, for asyncio code (the twin of
+:class:`~tether.producer.handle.RunHandle`).
 
-Like :class:`~tether.producer.handle.RunHandle`, building one does no I/O; the first wait
-registers it with its producer's single asyncio completion listener, which settles every handle
-of that producer from one ``XREAD`` loop on the event loop (no thread, no polling). What waiting
-returns or raises is decided by the same core functions as for ``RunHandle``.
+Like ``RunHandle``, building one does no I/O; the first wait registers it with its producer's
+asyncio completion listener, which settles every handle of that producer from one ``XREAD``
+loop on the event loop (no thread, no polling). What waiting returns or raises, and what the
+handle gives of its session's live streams, is decided by the same core
+(:mod:`tether.producer.settlement`) as for ``RunHandle``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Generator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tether.core.events import AgentEvent
 from tether.persistence.deltas.base import LiveDelta
-from tether.producer.handle import STREAM_BLOCK_MS, gives
-from tether.producer.submission import (
+from tether.persistence.deltas.live_redis_aio import AsyncRedisLiveFeed
+from tether.persistence.streams.redis_aio import AsyncRedisEventStream
+from tether.producer.listener_aio import AsyncCompletionListener
+from tether.producer.settlement import (
+    STREAM_BLOCK_MS,
+    RunFollow,
     RunIds,
     cancelled_before_start,
     is_cancelled,
+    never_started,
     not_found,
     outcome,
 )
 from tether.runs.contract import RunRef, RunResult
-from tether.runs.queue.base import CancelOutcome
+from tether.runs.queue.base import CancelOutcome, RunState, RunView
 
-if TYPE_CHECKING:
-    from tether.producer.aio import AsyncProducer
+
+class AsyncRecords(Protocol):
+    """The run records an :class:`AsyncRunHandle` reads."""
+
+    async def get(self, ref: RunRef) -> RunView | None:
+        """The run record, or None when unknown or expired."""
+
+
+class AsyncHandleOwner(Protocol):
+    """What an :class:`AsyncRunHandle` uses of its producer
+    (:class:`~tether.producer.client_aio.AsyncProducer`)."""
+
+    @property
+    def runs(self) -> AsyncRecords:
+        """The run queue (the handle reads run records)."""
+
+    @property
+    def event_stream(self) -> AsyncRedisEventStream:
+        """The sessions' live event streams."""
+
+    @property
+    def live(self) -> AsyncRedisLiveFeed:
+        """The sessions' live events and pieces."""
+
+    async def locate(self, run_id: str, *, tenant: str | None = None) -> RunRef | None:
+        """Where run ``run_id`` of ``tenant`` (default: the producer's) lives, or None."""
+
+    def listener_for(self, tenant: str) -> AsyncCompletionListener:
+        """The completion listener of ``tenant``'s runs."""
+
+    async def cancel(self, run_id: str, *, tenant: str | None = None) -> CancelOutcome:
+        """Ask a run to stop."""
 
 
 class AsyncRunHandle:
-    """The handle of one run submitted by an :class:`~tether.producer.aio.AsyncProducer`.
+    """The handle of one run submitted by an :class:`~tether.producer.client_aio.AsyncProducer`.
 
     ``await handle`` (or ``await handle.result()``) returns the :class:`RunResult` of a run that
     completed (also ``WAITING`` or ``CONTINUATION_REQUIRED``), raises the recorded error (a
@@ -42,15 +78,19 @@ class AsyncRunHandle:
 
     def __init__(
         self,
-        producer: AsyncProducer,
+        producer: AsyncHandleOwner,
         run_id: str,
         *,
         request_id: str | None = None,
         session_id: str | None = None,
         tenant: str | None = None,
+        queued_after: float | None = None,
     ) -> None:
         self._producer = producer
         self._ids = RunIds(run_id, request_id, session_id, tenant)
+        #: ``time.monotonic()`` before this producer queued the run (None: not queued by it
+        #: here): the listener needs no first look at a run queued after it took its position.
+        self._queued_after = queued_after
         self._settled: asyncio.Future[RunResult] | None = None
         self._registration: asyncio.Future[None] | None = None
 
@@ -64,17 +104,26 @@ class AsyncRunHandle:
 
     @property
     def request_id(self) -> str | None:
-        """The request id (None for a handle reattached by run id, until :meth:`load`)."""
+        """The request id (idempotency key).
+
+        None for a handle reattached by run id, until :meth:`load`.
+        """
         return self._ids.request_id
 
     @property
     def session_id(self) -> str | None:
-        """The session (None for a handle reattached by run id, until :meth:`load`)."""
+        """The session the run applies to.
+
+        None for a handle reattached by run id, until :meth:`load`.
+        """
         return self._ids.session_id
 
     @property
     def tenant(self) -> str | None:
-        """The tenant (None for a handle reattached by run id, until :meth:`load`)."""
+        """The session's tenant.
+
+        None for a handle reattached by run id, until :meth:`load`.
+        """
         return self._ids.tenant
 
     async def load(self) -> AsyncRunHandle:
@@ -129,7 +178,8 @@ class AsyncRunHandle:
         if ref is None:
             self._settle(not_found(self.run_id, self._ids.tenant or ""))
         else:
-            await self._producer.listener_for(ref.tenant).register(ref, self._settle)
+            listener = self._producer.listener_for(ref.tenant)
+            await listener.register(ref, self._settle, queued_after=self._queued_after)
 
     def _settle(self, result: RunResult) -> None:
         """Resolve from a recorded result (called on the loop by the listener, once)."""
@@ -138,12 +188,26 @@ class AsyncRunHandle:
             self._settled.set_result(result)
 
     def done(self) -> bool:
-        """True once the handle was settled (no I/O: a handle nobody waited on stays False)."""
+        """True when the run finished (any terminal status).
+
+        No I/O: a handle nobody waited on yet answers False.
+        """
         return self._settled is not None and self._settled.done()
 
     def cancelled(self) -> bool:
-        """True when the run ended cancelled (known once settled)."""
+        """True when the run ended cancelled.
+
+        Known once the handle is settled.
+        """
         return self.done() and is_cancelled(self._settled_result())
+
+    async def running(self) -> bool:
+        """True while a worker is executing the run."""
+        if self.done():
+            return False
+        ref = await self._ref()
+        view = await self._producer.runs.get(ref) if ref is not None else None
+        return view is not None and view.status == RunState.RUNNING
 
     def _settled_result(self) -> RunResult:
         assert self._settled is not None
@@ -177,16 +241,21 @@ class AsyncRunHandle:
         return None
 
     def __await__(self) -> Generator[Any, None, RunResult]:
-        """``await handle`` is ``await handle.result()``."""
+        """``await handle`` waits for the run without blocking the event loop.
+
+        It is ``await handle.result()``.
+        """
         return self.result().__await__()
 
     async def cancel(self) -> bool:
-        """Cancel the run if it has not started: True when it was still queued (it will never
-        start, and the handle is cancelled at once); a running run is asked to stop at its next
-        step boundary, and this answers False (see :meth:`AsyncProducer.cancel`)."""
+        """Cancel the run if it has not started (like :meth:`concurrent.futures.Future.cancel`).
+
+        True when it was still queued (it will never start, and the handle is cancelled at
+        once); a running run is asked to stop at its next step boundary, and this answers False
+        (see :meth:`AsyncProducer.cancel`).
+        """
         if self.done():
-            result = self._settled_result()
-            return is_cancelled(result) and result.attempts == 0
+            return never_started(self._settled_result())
         if await self._producer.cancel(self.run_id) is not CancelOutcome.CANCELLED:
             return False
         settled = await self._ensure()
@@ -199,30 +268,22 @@ class AsyncRunHandle:
     async def events(self, *, idle_timeout_s: float | None = 60.0) -> AsyncIterator[AgentEvent]:
         """This run's events, live, until the run has ended and all its events were seen.
 
-        Other runs' events are skipped. Stops after ``idle_timeout_s`` without any event while
-        the run is still unfinished (None: never).
+        Events come from the session's stream; other runs' events are skipped. Stops after
+        ``idle_timeout_s`` without any event while the run is still unfinished (None: never).
         """
         await self.load()
         tenant, session_id = self.tenant, self.session_id
         if tenant is None or session_id is None:
             return
         settled = await self._ensure()
-        last_seq = given = 0
-        idle_since = time.monotonic()
+        follow = RunFollow(self.run_id)
         while True:
             async for event in self._producer.event_stream.tail(
-                tenant, session_id, after_seq=last_seq, block_ms=200, idle_timeout_s=0.3
+                tenant, session_id, after_seq=follow.last_seq, block_ms=200, idle_timeout_s=0.3
             ):
-                last_seq = event.seq  # a replacement after a retried attempt may go back
-                idle_since = time.monotonic()
-                if gives(event, self.run_id, given):
-                    given = event.seq
+                if follow.event(event):
                     yield event
-            if settled.done():
-                final = settled.result()
-                if final.last_seq == 0 or last_seq >= final.last_seq:
-                    return
-            elif idle_timeout_s is not None and time.monotonic() - idle_since > idle_timeout_s:
+            if follow.over(_final(settled), idle_timeout_s):
                 return
 
     async def stream(
@@ -235,31 +296,24 @@ class AsyncRunHandle:
         if tenant is None or session_id is None:
             return
         settled = await self._ensure()
-        seen = [0]
-        given = 0
-
-        def finished() -> bool:  # settled, and every event of the run was yielded
-            if not settled.done():
-                return False
-            last_seq = settled.result().last_seq
-            return last_seq == 0 or seen[0] >= last_seq
-
+        follow = RunFollow(self.run_id)
         async for item in self._producer.live.follow(
             tenant,
             session_id,
             block_ms=STREAM_BLOCK_MS,
             idle_timeout_s=idle_timeout_s,
-            stop=finished,
+            stop=lambda: follow.complete(_final(settled)),
         ):
-            if isinstance(item, AgentEvent):
-                seen[0] = item.seq  # a redo after a crash may go back
-                if gives(item, self.run_id, given):
-                    given = item.seq
-                    yield item
-            elif item.run_id == self.run_id:
+            if follow.item(item):
                 yield item
-        if settled.done():
-            yield self._ids.complete(settled.result())
+        final = _final(settled)
+        if final is not None:
+            yield self._ids.complete(final)
+
+
+def _final(settled: asyncio.Future[RunResult]) -> RunResult | None:
+    """The run's result once the handle is settled, else None (no wait)."""
+    return settled.result() if settled.done() else None
 
 
 def _retrieved(task: asyncio.Future[None]) -> None:

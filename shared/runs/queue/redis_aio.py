@@ -1,10 +1,13 @@
 """The producer-facing part of the run queue on ``redis.asyncio``: submit, records, cancel and
 the completion feed.
 
-:class:`AsyncRunQueue` is the asyncio twin of :class:`~tether.runs.queue.redis.RedisRunQueue`'s
-producer roles: it runs the *same* scripts through the *same* KEYS/ARGV builders
-(:mod:`~tether.runs.queue.redis._common`) on the same keys, so a run submitted by either is the
-same run to workers and to the other. ``tests/test_async_producer.py`` checks that the two agree.
+:class:`AsyncRedisRunQueue` is the asyncio twin of
+:class:`~tether.runs.queue.redis.RedisRunQueue`'s producer roles (``Submissions``,
+``Cancellation``, ``Completions``): it runs the *same* scripts through the *same* KEYS/ARGV
+builders (:mod:`~tether.runs.queue.redis._common`) on the same keys and reads the feed's replies
+with the same functions (:mod:`~tether.runs.queue.redis.completions`), so a run submitted by
+either is the same run to workers and to the other. ``tests/test_async_producer.py`` checks that
+the two agree, ``tests/test_twin_surfaces.py`` that their surfaces do.
 """
 
 from __future__ import annotations
@@ -16,10 +19,17 @@ import redis.asyncio
 
 from tether.core.events import now_ms
 from tether.keys import RedisKeys
-from tether.persistence.redis_conn import translate_errors
+from tether.persistence.redis_conn import describe_client, translate_errors
 from tether.persistence.scripts import pipeline_commands, stray_shared_key
 from tether.runs.contract import RunRef, RunRequest, RunResult, WireRequest
-from tether.runs.queue.base import CancelOutcome, RunState, RunView, StopMode, SubmitOutcome
+from tether.runs.queue.base import (
+    CancelOutcome,
+    Completion,
+    RunState,
+    RunView,
+    StopMode,
+    SubmitOutcome,
+)
 from tether.runs.queue.record import RunField
 from tether.runs.queue.redis._common import (
     CANCEL,
@@ -27,7 +37,6 @@ from tether.runs.queue.redis._common import (
     SUBMIT,
     announce,
     cancel_call,
-    done_entry,
     rejected_argv,
     run_view,
     stray_index_keys,
@@ -36,6 +45,7 @@ from tether.runs.queue.redis._common import (
     submit_outcomes,
     text,
 )
+from tether.runs.queue.redis.completions import COMPLETIONS_PAGE, completions_of, newest_position
 
 T = TypeVar("T")
 #: Commands per pipeline: parsing a pipeline's replies holds the event loop, so a big batch is
@@ -43,30 +53,28 @@ T = TypeVar("T")
 CHUNK = 50
 
 
-def chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
+def _chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
     """``items`` in slices of at most :data:`CHUNK`: the loop regains control between them."""
     for start in range(0, len(items), CHUNK):
         yield items[start : start + CHUNK]
 
 
-class AsyncRunQueue:
-    """Submit runs, read their records, cancel them, follow completions (asyncio).
+class AsyncRedisRunQueue:
+    """The producer's roles of :class:`~tether.runs.queue.redis.RedisRunQueue` on
+    ``redis.asyncio``: submit runs, read their records, cancel them, follow completions.
 
     Args:
         client: a bytes asyncio client
             (:func:`~tether.persistence.redis_conn_aio.async_redis_from_url`).
         keys: the key schema (namespace).
         result_ttl_s: how long run records and request-id indexes live.
-        where: a password-free description of the server, for messages.
     """
 
-    def __init__(
-        self, client: redis.asyncio.Redis, keys: RedisKeys, *, result_ttl_s: int, where: str
-    ) -> None:
+    def __init__(self, client: redis.asyncio.Redis, keys: RedisKeys, *, result_ttl_s: int) -> None:
         self.client = client
         self.keys = keys
         self.result_ttl_s = result_ttl_s
-        self._where = where
+        self._where = describe_client(client)
         self._submit = client.register_script(SUBMIT.source)
         self._record_rejected = client.register_script(RECORD_REJECTED.source)
         self._cancel = client.register_script(CANCEL.source)
@@ -74,13 +82,16 @@ class AsyncRunQueue:
     async def submit_many(
         self, requests: Sequence[RunRequest | WireRequest], *, queue: str | None = None
     ) -> list[SubmitOutcome]:
-        """Register and queue requests, idempotently, in one pipelined round trip (a
-        :class:`WireRequest` registers its own text)."""
+        """Register and queue requests, idempotently, in one pipelined round trip.
+
+        As ``RedisRunQueue.submit_many`` (a :class:`WireRequest` registers its own text); a big
+        batch is sent as several pipelines, so the loop regains control between them.
+        """
         k = self.keys
         stamp = now_ms()
         wires = [WireRequest.of(r) for r in requests]
         replies: list[Any] = []
-        for chunk in chunks(wires):
+        for chunk in _chunks(wires):
             with translate_errors(self._where):
                 pipe = self.client.pipeline(transaction=False)
                 for w in chunk:  # as RedisRunQueue.submit_many: script, run index, active index
@@ -113,7 +124,10 @@ class AsyncRunQueue:
         return replies
 
     async def record_rejected(self, result: RunResult, *, reply_to: str | None = None) -> bool:
-        """Record a run that never entered a session queue (never rewrites a record)."""
+        """Record a run that never entered a session queue (invalid, unknown agent, busy).
+
+        A run id that already has a record is never rewritten: then False is returned.
+        """
         k = self.keys
         t, s = result.tenant, result.session_id
         keys = RECORD_REJECTED.keys(run=k.run(t, s, result.run_id))
@@ -142,7 +156,7 @@ class AsyncRunQueue:
     async def peek_many(self, refs: Sequence[RunRef]) -> dict[str, RunResult | None]:
         """For each run with a record: its result (None while unfinished), in one round trip."""
         out: dict[str, RunResult | None] = {}
-        for chunk in chunks(refs):
+        for chunk in _chunks(refs):
             with translate_errors(self._where):
                 pipe = self.client.pipeline(transaction=False)
                 for ref in chunk:
@@ -183,20 +197,26 @@ class AsyncRunQueue:
     async def done_last_id(self, feed: str | None = None) -> bytes:
         """The id of the newest completion entry of ``feed`` (``0-0`` when none)."""
         with translate_errors(self._where):
-            entries = await self.client.xrevrange(self.keys.feed_stream(feed), count=1)
-        return cast(bytes, entries[0][0]) if entries else b"0-0"
-
-    async def close_feed(self, feed: str) -> None:
-        """Drop a producer's feed (the producer is closing)."""
-        with translate_errors(self._where):
-            await self.client.delete(self.keys.producer_done(feed))
+            newest = await self.client.xrevrange(self.keys.feed_stream(feed), count=1)
+        return newest_position(newest)
 
     async def read_done(
         self, after_id: bytes, block_ms: int, feed: str | None = None
     ) -> list[tuple[bytes, RunRef]]:
         """Completion entries of ``feed`` after ``after_id`` (blocks up to ``block_ms``)."""
+        return [(c.position, c.ref) for c in await self.read_completions(after_id, block_ms, feed)]
+
+    async def read_completions(
+        self, after_id: bytes, block_ms: int, feed: str | None = None
+    ) -> list[Completion]:
+        """:meth:`read_done`, with the result each entry carries (a producer's feed's small
+        results)."""
         with translate_errors(self._where):
-            reply = await self.client.xread(
-                {self.keys.feed_stream(feed): after_id}, block=block_ms, count=1000
-            )
-        return [done_entry(i, f) for _key, entries in cast(Any, reply) or [] for i, f in entries]
+            streams: dict[Any, Any] = {self.keys.feed_stream(feed): after_id}
+            reply = await self.client.xread(streams, block=block_ms, count=COMPLETIONS_PAGE)
+        return completions_of(reply)
+
+    async def close_feed(self, feed: str) -> None:
+        """Drop a producer's feed (the producer is closing)."""
+        with translate_errors(self._where):
+            await self.client.delete(self.keys.producer_done(feed))

@@ -1,6 +1,7 @@
 """Coalescing of concurrent asyncio calls: what many coroutines ask in one event-loop turn goes
 out as one batch (one Redis round trip), so ``asyncio.gather`` over hundreds of runs costs a
-few round trips and a few connections, not hundreds."""
+few round trips and a few connections, not hundreds. Asyncio only: a thread has no loop turns
+(the blocking producer batches what one caller hands it, ``submit_many``)."""
 
 from __future__ import annotations
 
