@@ -1,7 +1,8 @@
 """Tether's session runtime: agents, sessions, memory, events, stores and streams.
 
-No Celery here: everything in this package runs in one process as a plain library. The names
-below are the stable public API; backends live in ``tether.persistence.stores``,
+The runtime, persistence and run protocol below ``tether`` import no Celery (an import-linter
+contract): they run in one process as a plain library, and Celery is wired in only by the
+subpackages ``tether.producer`` and ``tether.worker``. The names below are the stable public API; backends live in ``tether.persistence.stores``,
 ``tether.persistence.archives``,
 ``tether.persistence.streams`` and ``tether.runs.leases``.
 
