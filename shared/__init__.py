@@ -2,8 +2,8 @@
 
 The runtime, persistence and run protocol below ``tether`` import no Celery (an import-linter
 contract): they run in one process as a plain library, and Celery is wired in only by the
-subpackages ``tether.producer`` and ``tether.worker``. The names below are the stable public API; backends live in ``tether.persistence.stores``,
-``tether.persistence.archives``,
+subpackages ``tether.producer`` and ``tether.worker``. The names below are the stable public
+API; backends live in ``tether.persistence.stores``, ``tether.persistence.archives``,
 ``tether.persistence.streams`` and ``tether.runs.leases``.
 
 Names are imported on first use: every ``tether.*`` module import runs this file first, and the
