@@ -26,7 +26,7 @@ from tether.observability.tracing import traced
 from tether.persistence.deltas.live import LiveItem
 from tether.persistence.deltas.live_redis import RedisLiveFeed
 from tether.persistence.deltas.redis import RedisDeltaChannel
-from tether.persistence.redis_conn import redis_from_url
+from tether.persistence.redis_conn import describe_client, redis_from_url, translate_errors
 from tether.persistence.streams.redis import RedisEventStream
 from tether.producer.base import ProducerBase
 from tether.producer.handle import RunHandle
@@ -66,6 +66,9 @@ class Producer(ProducerBase[RunHandle, CompletionListener]):
         #: session's pieces too).
         self.event_stream = RedisEventStream(self.redis, keys=self.keys)
         self.live = RedisLiveFeed(self.event_stream, RedisDeltaChannel(self.redis, self.keys))
+        if not self.settings.registered_runs_only:  # one probe, only when the rule is off
+            with translate_errors(describe_client(self.redis)):
+                submission.refuse_trusting(self.settings, self.runs.restricted())
 
     def _new_handle(
         self,
@@ -174,6 +177,23 @@ class Producer(ProducerBase[RunHandle, CompletionListener]):
                 raise
         with watch_for_workers(self, handle.run_id, grace_s=0):  # warns if no worker consumes
             return handle.result(timeout=rest_s)
+
+    def register_message(self, request: Any) -> RunHandle:
+        """Register the request of a ``tether.run`` message you build and publish yourself (its
+        ``request`` argument: JSON text or an object) in its tenant's keyspace, so workers,
+        which act only on registered runs (``TETHER_REGISTERED_RUNS_ONLY``), run it when the
+        message arrives. Idempotent (by request id), like every submit; masked like every
+        input. Returns the run's handle.
+
+        Raises:
+            InvalidInput: the request is malformed or its input oversized.
+            PermissionDenied: the request names a tenant this credential may not act for.
+        """
+        wire = submission.hand_made(self.settings, request)
+        with submission.acting_for(self.settings, [wire.request.tenant]):
+            outcomes = self.runs.submit_many([wire], queue=self.settings.queue)
+        queued_after = time.monotonic()
+        return self._handle_for(submission.plan_submission([wire], outcomes)[0], queued_after)
 
     def resubmit(self, run_id: str) -> None:
         """Publish the stored request of ``run_id`` again (harmless: it is idempotent).

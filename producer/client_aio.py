@@ -35,6 +35,7 @@ from tether.errors import TetherError
 from tether.observability.tracing import current_trace_context, traced_async
 from tether.persistence.deltas.live import LiveItem
 from tether.persistence.deltas.live_redis_aio import AsyncRedisLiveFeed
+from tether.persistence.redis_conn import describe_client, translate_errors
 from tether.persistence.redis_conn_aio import async_redis_from_url
 from tether.persistence.streams.redis_aio import AsyncRedisEventStream
 from tether.producer.base import ProducerBase
@@ -85,6 +86,7 @@ class AsyncProducer(ProducerBase[AsyncRunHandle, AsyncCompletionListener]):
         self.live = AsyncRedisLiveFeed(self.redis, keys=self.keys)
         self._publisher = BackgroundPublisher(lambda: self.celery)  # builds it on its thread
         self._submits: TurnBatcher[_Call, list[Submitted] | Exception] = TurnBatcher(self._flush)
+        self._trust_checked = False
 
     def _new_handle(
         self,
@@ -141,6 +143,11 @@ class AsyncProducer(ProducerBase[AsyncRunHandle, AsyncCompletionListener]):
         specs = list(specs)
         if not specs:
             return []
+        if not self._trust_checked:  # as Producer's constructor does (it cannot await)
+            if not self.settings.registered_runs_only:
+                with translate_errors(describe_client(self.redis)):
+                    submission.refuse_trusting(self.settings, await self.runs.restricted())
+            self._trust_checked = True
         queued_after = time.monotonic()
         answer = (await self._submits.submit([(specs, current_trace_context())]))[0]
         if isinstance(answer, Exception):
@@ -230,6 +237,15 @@ class AsyncProducer(ProducerBase[AsyncRunHandle, AsyncCompletionListener]):
                 raise
         async with async_watch_for_workers(self, handle.run_id, grace_s=0):
             return await handle.result(timeout=rest_s)
+
+    async def register_message(self, request: Any) -> AsyncRunHandle:
+        """Register the request of a ``tether.run`` message you build and publish yourself (see
+        ``Producer.register_message``). Returns the run's handle."""
+        wire = submission.hand_made(self.settings, request)
+        with submission.acting_for(self.settings, [wire.request.tenant]):
+            outcomes = await self.runs.submit_many([wire], queue=self.settings.queue)
+        queued_after = time.monotonic()
+        return self._handle_for(submission.plan_submission([wire], outcomes)[0], queued_after)
 
     async def resubmit(self, run_id: str) -> None:
         """Publish the stored request of ``run_id`` again (harmless: it is idempotent).

@@ -12,12 +12,13 @@ construction; what they hold without I/O is :class:`~tether.producer.base.Produc
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, Unpack
 
 from tether.core.results import Resolution, RunStatus
-from tether.errors import InvalidInput, PermissionDenied, SessionBusy
+from tether.errors import ConfigurationError, InvalidInput, PermissionDenied, SessionBusy
 from tether.ids import new_id, validate_id, validate_tenant
 from tether.observability.tracing import current_trace_context
 from tether.runs.contract import (
@@ -27,6 +28,7 @@ from tether.runs.contract import (
     WireRequest,
     describe_request,
     parse_request,
+    parse_wire,
 )
 from tether.runs.options import RunExtras, RunOptionsKwargs, check_options
 from tether.runs.queue.base import RunView, StopMode, SubmitOutcome, SubmitState
@@ -327,12 +329,10 @@ def run_message(wire: WireRequest, queue: str, *, wake_only: bool = False) -> Me
     agent and nothing else (no input, metadata, resolutions or webhook). A worker in that mode
     runs the registered copy and reads only the ids, and every tenant that submits can read the
     broker's queues, so the text of a run stays in its tenant's keyspace."""
-    if wake_only:
-        wire = wake_up(wire.request)
     request = wire.request
     return {
         "name": RUN_TASK,
-        "kwargs": {"request": wire.text},
+        "kwargs": {"request": wake_up(request) if wake_only else wire.text},
         "task_id": request.run_id,
         "queue": queue,
         # a short repr: Celery would otherwise render the whole request (input included) into
@@ -361,19 +361,21 @@ def stored_request(run_id: str, view: RunView | None) -> WireRequest:
     return WireRequest.of(view.request)
 
 
-def wake_up(request: RunRequest) -> WireRequest:
+def wake_up(request: RunRequest) -> str:
     """The run message's request in registered-only mode: the ids, the agent and when it was
-    submitted (see :func:`run_message`)."""
-    return WireRequest.of(
-        RunRequest(
-            run_id=request.run_id,
-            request_id=request.request_id,
-            tenant=request.tenant,
-            session_id=request.session_id,
-            agent=request.agent,
-            input=None,
-            submitted_at_ms=request.submitted_at_ms,
-        )
+    submitted (see :func:`run_message`), as JSON text built from the validated request's own
+    values: it reads as a request, and costs no second validation or serialization."""
+    return json.dumps(
+        {
+            "run_id": request.run_id,
+            "request_id": request.request_id,
+            "tenant": request.tenant,
+            "session_id": request.session_id,
+            "agent": request.agent,
+            "input": None,
+            "submitted_at_ms": request.submitted_at_ms,
+        },
+        separators=(",", ":"),
     )
 
 
@@ -390,3 +392,41 @@ def tail_target(settings: Settings, session_id: str, tenant: str | None) -> tupl
 def scoped_view(view: RunView | None, tenant: str) -> RunView | None:
     """``view`` when it belongs to ``tenant``, else None (another tenant's run is not found)."""
     return view if view is not None and view.tenant == tenant else None
+
+
+def refuse_trusting(settings: Settings, restricted: bool) -> None:
+    """Refuse to run a producer with ``TETHER_REGISTERED_RUNS_ONLY=false`` when its Redis
+    credential is ``restricted`` to its tenant (a probe of a namespace key answered NOPERM):
+    that deployment has per-tenant users, and with the rule off its workers act on any
+    tenant's word (docs/trust-model.md).
+
+    Raises:
+        ConfigurationError: naming the setting and what to do.
+    """
+    if restricted and not settings.registered_runs_only:
+        raise ConfigurationError(
+            "TETHER_REGISTERED_RUNS_ONLY is false, but this producer's Redis credential is "
+            "restricted to its tenant (per-tenant ACL users): with the rule off, any tenant "
+            "that can publish to the broker can act for another. Unset it (the default is "
+            "true) on every producer and worker of this deployment"
+        )
+
+
+def hand_made(settings: Settings, body: Any) -> WireRequest:
+    """The request of a hand-made ``tether.run`` message (its ``request`` argument: JSON text or
+    an object), validated and masked as :func:`build_request` masks a producer's own, to be
+    registered before the message is published (workers act only on registered runs).
+
+    Raises:
+        InvalidInput: naming every invalid field, or an oversized input.
+    """
+    request = parse_wire(body).request
+    if settings.redact_inputs:
+        masked = {
+            "input": mask_input(request.input),
+            "metadata": _masked(settings, request.metadata),
+            "resolutions": [_redacted_resolution(r) for r in request.resolutions],
+        }
+        request = parse_request({**request.model_dump(mode="json"), **masked})
+    request.check_input_size(settings.max_input_bytes)
+    return WireRequest.of(request)

@@ -36,6 +36,8 @@ Per-session keys (``T`` = ``{<tenant>/<session>}``):
 - ``<p>:T:kick`` (string): the sweeper's claim, one re-enqueue per lease TTL.
 - ``<p>:T:archived`` (string): archive hint, the highest seq known archived.
 - ``<p>:T:ckpt`` (hash): step checkpoints of the session's running attempts, field = run id.
+- ``<p>:T:grant:<task_id>`` (string, JSON, with a TTL): a chain's later step on this session,
+  as the process that applied the chain granted it (see :mod:`tether.worker.canvas_grants`).
 - ``<p>:T:head`` (string): the head cache, a compressed copy of the session's snapshot head
   left by its last lease holder (see :mod:`tether.persistence.headcache`), with a PX expiry.
 - ``<p>:T:run:<run_id>`` (hash): the run record; ``:cancel:<run_id>`` its cancel flag;
@@ -54,10 +56,17 @@ Per-tenant keys:
   (string): that batch's progress record (JSON, see :mod:`tether.producer.ops.batch.boards`),
   rewritten at most once a second while it runs, expiring one result TTL after the last write.
 
-- ``<p>:{<tenant>/~usage}:<YYYYMMDD>`` (hash: ``input``, ``output``, ``cached``,
+- ``<p>:{<tenant>/~queued:<n>}`` (zset, :data:`QUEUED_SHARDS` shards): the tenant's sessions
+  with a run queued (member the session id, score when it was queued, ms), written by the
+  tenant's producer at submit, read and cleared by workers (the sweeper finds a run whose
+  message the broker lost there).
+
+Per-tenant keys only workers write (the tenant's credential may read them):
+
+- ``<p>:{~usage/<tenant>}:<YYYYMMDD>`` (hash: ``input``, ``output``, ``cached``,
   ``reasoning``, ``cost_nano``, ``runs``, ``unpriced``): what the tenant's runs used that UTC
   day; ``:<YYYYMMDD>:runs`` (set) the run ids counted, so a run is counted once;
-  ``<p>:{<tenant>/~usage}:rate`` (string) its runs-per-minute GCRA state;
+  ``<p>:{~usage/<tenant>}:rate`` (string) its runs-per-minute GCRA state;
   ``:<YYYYMMDD>:inflight`` (hash) what the tenant's unfinished runs used so far that day, field
   a run id (value ``input,output,cached,reasoning,cost_nano,unpriced``, set at each step
   boundary) and, under ``~`` fields, their sums. One slot per tenant (see
@@ -65,11 +74,15 @@ Per-tenant keys:
 
 Namespace-wide keys (each in its own slot, written beside a script, never inside one):
 
+No tenant's credential writes any namespace-wide key (docs/trust-model.md); workers do:
+
 - ``<p>:{~done}`` (stream): every completion, for observers (the console).
 - ``<p>:{~p:<tenant>/<producer_id>}:done`` (stream): the completions of one producer's runs,
   each with its result when small. Both feeds keep about one result TTL of entries.
 - ``<p>:{~active:<n>}`` (zset, :data:`ACTIVE_SHARDS` shards): active sessions, member
-  ``<tenant>/<session>``, score the last progress (ms); the sweeper reads every shard.
+  ``<tenant>/<session>``, score the last progress (ms), written by workers from their first
+  claim of the session until its queue is empty; the sweeper reads every shard.
+- ``<p>:{~tenants}`` (zset): the tenants workers have run for (:meth:`RedisKeys.tenants`).
 - ``<p>:{~workers}:<worker_id>`` (string): a worker's presence record (JSON, see
   :mod:`tether.runs.presence`), rewritten every heartbeat with a PX expiry of a few heartbeats.
 - ``<p>:{~model:<name>}:budget`` (hash: ``tat_req``, ``tat_tok``), ``:inflight`` (zset, member a
@@ -107,6 +120,8 @@ _PREFIX_RE = re.compile(r"[A-Za-z0-9_\-.]{1,64}")
 RUN_INDEX_SHARDS = 16
 #: Shards of the active-sessions index (each its own slot on a cluster).
 ACTIVE_SHARDS = 16
+#: Shards of each tenant's queued-sessions index (see :meth:`RedisKeys.tenant_queued`).
+QUEUED_SHARDS = 8
 
 
 def _glob_escape(text: str) -> str:
@@ -244,16 +259,65 @@ class RedisKeys:
 
     def tenant_usage(self, tenant: str, day: str) -> tuple[str, str, str]:
         """The keys of ``tenant``'s usage: the day's counters (hash), the run ids counted that
-        day (set), and the runs-per-minute rate (string), in one slot."""
-        tag = f"{self.prefix}:{{{validate_tenant(tenant)}/~usage}}"
+        day (set), and the runs-per-minute rate (string), in one slot.
+
+        Outside the tenant's own pattern (``{~usage/<tenant>}``, not ``{<tenant>/...``): a
+        tenant's credential may read them (:meth:`tenant_usage_pattern`) but never write them,
+        so no tenant can reset its own budget; only workers count."""
+        tag = self._usage_tag(tenant)
         if not (len(day) == 8 and day.isdigit()):
             raise ValueError(f"day {day!r} is not YYYYMMDD")
         return f"{tag}:{day}", f"{tag}:{day}:runs", f"{tag}:rate"
+
+    def tenant_rate_taken(self, tenant: str, run_id: str) -> str:
+        """The mark that run ``run_id`` took its place in ``tenant``'s per-minute rate (in the
+        slot of :meth:`tenant_usage`): a retried attempt takes none again."""
+        return f"{self._usage_tag(tenant)}:rated:{validate_id(run_id, kind='run id')}"
 
     def tenant_inflight(self, tenant: str, day: str) -> str:
         """What ``tenant``'s unfinished runs used so far in ``day`` (hash, field a run id): in
         the slot of :meth:`tenant_usage`, so one script moves a run from it into the day."""
         return self.tenant_usage(tenant, day)[0] + ":inflight"
+
+    def _usage_tag(self, tenant: str) -> str:
+        return f"{self.prefix}:{{~usage/{validate_tenant(tenant)}}}"
+
+    def tenant_usage_pattern(self, tenant: str) -> str:
+        """An ACL glob matching every usage key of ``tenant`` (read-only for its credential)."""
+        validate_tenant(tenant)
+        return f"{self.prefix}:{{~usage/{_glob_escape(tenant)}}}*"
+
+    def tenant_queued(self, tenant: str, session_id: str) -> str:
+        """The shard of ``tenant``'s queued-sessions index holding ``session_id``: a zset in
+        the tenant's own keyspace (member the session id, score when a run was queued, ms),
+        where the tenant's producer announces a session it queued a run on. Workers read it
+        (the recovery sweeper, for a run whose message was lost) and keep the namespace's
+        active index themselves: no key a tenant writes is shared with another tenant."""
+        validate_id(session_id)
+        shard = zlib.crc32(session_id.encode()) % QUEUED_SHARDS
+        return self.tenant_queued_shard(tenant, shard)
+
+    def tenant_queued_shard(self, tenant: str, shard: int) -> str:
+        """Shard ``shard`` (0 <= shard < :data:`QUEUED_SHARDS`) of ``tenant``'s queued index."""
+        if not 0 <= shard < QUEUED_SHARDS:
+            raise ValueError(f"queued shard {shard} out of range 0..{QUEUED_SHARDS - 1}")
+        return f"{self.prefix}:{{{validate_tenant(tenant)}/~queued:{shard}}}"
+
+    def tenants(self) -> str:
+        """The tenants workers have run for (zset, member a tenant, score when a worker last
+        noted it, ms): whose queued indexes the recovery sweeper reads. Workers only."""
+        return f"{self.prefix}:{{~tenants}}"
+
+    def tenant_acl_keys(self, tenant: str) -> list[str]:
+        """The key rules of ``tenant``'s producer credential, as Redis ACL selectors
+        (docs/trust-model.md): its own keyspace (sessions, runs, run-id index, queued index,
+        batches), its producers' completion feeds, and its usage read-only. Nothing shared with
+        another tenant, and nothing a budget is counted in, is writable."""
+        return [
+            f"~{self.tenant_pattern(tenant)}",
+            f"~{self.prefix}:{{~p:{_glob_escape(validate_tenant(tenant))}/*",
+            f"%R~{self.tenant_usage_pattern(tenant)}",
+        ]
 
     def tenant_pattern(self, tenant: str) -> str:
         """A SCAN/ACL glob matching every key of ``tenant`` (sessions, runs, run index)."""
@@ -337,6 +401,14 @@ class RedisKeys:
     def checkpoints(self, tenant: str, session_id: str) -> str:
         """The step checkpoints of the session's runs (hash, field = run id)."""
         return self._session_key(tenant, session_id, "ckpt")
+
+    def canvas_grant(self, tenant: str, session_id: str, task_id: str) -> str:
+        """The grant of a chain's later step ``task_id`` on this session, written by the process
+        that applied the chain with its tenant's credential (see
+        :mod:`tether.worker.canvas_grants`)."""
+        return self._session_key(
+            tenant, session_id, f"grant:{validate_id(task_id, kind='task id')}"
+        )
 
     def head_cache(self, tenant: str, session_id: str) -> str:
         """The cached copy of the session's head (see :mod:`tether.persistence.headcache`)."""

@@ -23,7 +23,14 @@ from tether.runs.contract import BusyPolicy, RunRef, RunRequest
 from tether.runs.leases.base import LeaseManager
 from tether.runs.leases.memory import InMemoryLeaseManager
 from tether.runs.leases.redis import RedisLeaseManager
-from tether.runs.queue.base import CancelOutcome, RunQueue, RunState, SubmitOutcome, SubmitState
+from tether.runs.queue.base import (
+    CancelOutcome,
+    RunQueue,
+    RunState,
+    SubmitOutcome,
+    SubmitState,
+    submit,
+)
 from tether.runs.queue.memory import InMemoryRunQueue
 from tether.runs.queue.redis import RedisRunQueue
 from tether.worker.engine.checkpoints.base import Checkpoint, CheckpointStore
@@ -49,7 +56,11 @@ class Case:
         ttl_ms = int(kw.pop("ttl_ms", 60_000))  # type: ignore[call-overload]
         owner = str(kw.pop("owner", "w-1"))
         box = Carried(carried, "q") if carried is not None else None
-        return self.claimer.claim(T, session, owner=owner, ttl_ms=ttl_ms, carried=box)
+        expect = kw.pop("expect", None)
+        assert expect is None or isinstance(expect, str)
+        return self.claimer.claim(
+            T, session, owner=owner, ttl_ms=ttl_ms, carried=box, expect=expect
+        )
 
 
 @pytest.fixture(params=["memory", "redis-sequential", "redis", "cluster"])
@@ -119,6 +130,21 @@ def test_a_carried_request_is_registered_leased_and_begun_at_once(case: Case) ->
     # a fresh registration is findable by bare run id, like any submit
     assert case.runs.locate(T, request.run_id) == request.ref
     assert case.runs.pending_count(T, sid) == 1  # begun, not popped: finish pops it
+
+
+def test_a_claim_expecting_a_run_nobody_registered_takes_nothing(case: Case) -> None:
+    # #47: a registered-only wake-up checks the registration in the claim's own round trip
+    sid = session()
+    request = req(sid)
+    submit(case.runs, request)
+    claim = case.claim(sid, expect="run-never-registered")
+    assert claim.unregistered and claim.lease is None and claim.head is None
+    assert case.leases.holder(T, sid) is None  # no lease taken, no fence counted
+    view = case.runs.get(request.ref)
+    assert view is not None and view.status == RunState.QUEUED.value  # nothing begun
+    claim = case.claim(sid, expect=request.run_id)
+    assert not claim.unregistered and claim.lease is not None and claim.lease.fence == 1
+    assert claim.head == request.run_id and claim.begun
 
 
 def test_a_held_lease_registers_the_request_and_reads_nothing(case: Case) -> None:

@@ -262,10 +262,24 @@ def test_bad_requests_fail_clearly_and_workers_keep_serving(live_stack: Stack) -
             exchange="tether",
             headers={"task": "tether.unknown_type", "id": "unknown-task-1"},
         )
-    recorded = eventually(lambda: live_stack.producer.record("run-malformed-2"), timeout_s=30)
-    assert recorded.result is not None and recorded.result.error_type == "InvalidInput"
-    too_big = eventually(lambda: live_stack.producer.record("run-big-1"), timeout_s=30)
-    assert too_big.result is not None and too_big.result.error_type == "InputTooLarge"
+    # workers act only on registered runs (#47): a hand-made message nobody registered is
+    # refused and logged, and nothing is recorded under the tenant it names
+    eventually(
+        lambda: sum(w.log_text().count("refused") for w in live_stack.workers) >= 3,
+        timeout_s=30,
+    )
+    assert live_stack.producer.record("run-malformed-2") is None
+    assert live_stack.producer.record("run-big-1") is None
+    # registered with the documented helper, a hand-made message runs; a bad one is refused at
+    # the edge, with a clear error, before anything is stored or published
+    with pytest.raises(InputTooLarge, match="over the limit"):
+        live_stack.producer.register_message(big)
+    made = {**big, "run_id": "run-made-1", "request_id": "run-made-1", "input": "by hand"}
+    handle = live_stack.producer.register_message(json.dumps(made))
+    live_stack.producer.celery.send_task(
+        "tether.run", kwargs={"request": json.dumps(made)}, queue="tether", task_id="run-made-1"
+    )
+    assert handle.result(timeout=60).output == "echo: by hand"
     eventually(lambda: any("pickle" in w.log_text() for w in live_stack.workers), timeout_s=30)
     eventually(
         lambda: any("tether.unknown_type" in w.log_text() for w in live_stack.workers),

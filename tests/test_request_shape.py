@@ -105,9 +105,20 @@ def registered_text(producer: Producer, run_id: str) -> str:
 
 @pytest.fixture
 def settings(redis_url: str, tmp_path: Path) -> Settings:
+    """A trusting deployment (TETHER_REGISTERED_RUNS_ONLY=false), whose messages carry the
+    request: the worker registers and compares what they carry."""
     return Settings(
-        broker_url=redis_url, namespace=unique("shape"), store_url=f"file://{tmp_path}/store"
+        broker_url=redis_url,
+        namespace=unique("shape"),
+        store_url=f"file://{tmp_path}/store",
+        registered_runs_only=False,
     )
+
+
+@pytest.fixture
+def default_settings(settings: Settings) -> Settings:
+    """The default: workers act only on registered runs, messages carry their ids."""
+    return settings.model_copy(update={"registered_runs_only": True})
 
 
 def _submit(settings: Settings, count: Count) -> tuple[str, str, Any]:
@@ -140,6 +151,26 @@ def test_a_run_is_validated_once_on_each_side_and_serialized_once(
     assert count.take() == (1, 0)
     assert reply == {"run_id": run_id, "state": "duplicate", "processed": 1}
     assert _result(settings, run_id).output == "echo: hi"
+
+
+def test_by_default_a_message_is_a_wake_up_and_the_record_is_validated_once(
+    default_settings: Settings, count: Count, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#47: the default message carries the run's ids only (none of its text reaches the
+    broker); the worker reads those ids without validating a request, and validates the
+    registered copy once when the claim reads it."""
+    from tether.worker.tasks import run_task
+
+    run_id, text, body = _submit(default_settings, count)
+    assert json.loads(body) == {
+        **{k: json.loads(text)[k] for k in ("run_id", "request_id", "tenant", "session_id")},
+        **{"agent": "echo", "input": None, "submitted_at_ms": json.loads(text)["submitted_at_ms"]},
+    }
+    with worker_on(default_settings, monkeypatch):
+        reply = run_task(request=body)
+    assert count.take() == (1, 0)  # the registered copy, read by the claim; nothing serialized
+    assert reply == {"processed": 1}
+    assert _result(default_settings, run_id).output == "echo: hi"
 
 
 def test_a_message_of_an_earlier_producer_still_runs_once(
@@ -259,7 +290,7 @@ def test_a_wake_up_whose_record_is_gone_is_refused_by_a_trusting_worker(
     from tether.worker.tasks import run_task
 
     run_id, text, _body = _submit(settings, count)
-    woken = wake_up(RunRequest.model_validate_json(text)).text
+    woken = wake_up(RunRequest.model_validate_json(text))
     with worker_on(settings, monkeypatch):
         assert run_task(request=woken)["processed"] == 1  # the registered copy ran
         lost = json.loads(woken) | {"run_id": "run-lost-1", "request_id": "run-lost-1"}

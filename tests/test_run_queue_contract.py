@@ -162,6 +162,14 @@ def queued(runs: RunQueue, *requests: RunRequest) -> None:
     assert outcomes == [SubmitOutcome(r.run_id, SubmitState.QUEUED) for r in requests]
 
 
+def claimed(runs: RunQueue, *requests: RunRequest) -> None:
+    """Queue the requests and begin each, as a worker's claim does: the session is active
+    (workers keep the active index; a producer only marks its tenant's queued index)."""
+    queued(runs, *requests)
+    for request in requests:
+        assert runs.begin(request.ref, "w-1") is not None
+
+
 def feed(runs: RunQueue, after: bytes = b"0-0") -> list[str]:
     """The run ids announced after ``after``."""
     return [run.run_id for _, run in runs.read_done(after, SHORT_BLOCK_MS)]
@@ -470,6 +478,9 @@ def test_read_done_entries_carry_the_run_ref(case: Case) -> None:
         else:
             runs.finish(result)
     refs = [run for _, run in runs.read_done(start, 1000)]
+    # a run its producer refused is announced on that producer's feed alone (#47: no tenant
+    # writes the namespace's feed); every finished run is on the namespace's
+    results = [r for r in results if r.run_id != "run-z"]
     assert refs == [result.ref for result in results]
     assert all(type(run) is RunRef for run in refs)
     # Each entry leads a listener straight to its record, though three share a run id.
@@ -497,7 +508,8 @@ def test_record_rejected_records_and_announces_a_never_queued_run(case: Case) ->
     runs = case.runs
     request = req()
     rejection = failed(request, "UnknownAgent", "no agent 'echo'")
-    assert runs.record_rejected(rejection)
+    mine = RedisKeys.feed(T, "p-refuser")
+    assert runs.record_rejected(rejection, reply_to="p-refuser")
     view = runs.get(request.ref)
     assert view is not None
     assert view.status == RunStatus.FAILED
@@ -506,7 +518,12 @@ def test_record_rejected_records_and_announces_a_never_queued_run(case: Case) ->
     assert (view.tenant, view.session_id, view.request_id) == (T, S, request.request_id)
     assert runs.peek_many([request.ref]) == {request.run_id: rejection}
     assert runs.pending_count(T, S) == 0
-    assert feed(runs) == [request.run_id]
+    # announced to the producer that refused it, not on the namespace's feed, which only
+    # workers write (#47: a tenant's credential writes no key shared with other tenants)
+    assert [run.run_id for _, run in runs.read_done(b"0-0", SHORT_BLOCK_MS, mine)] == [
+        request.run_id
+    ]
+    assert feed(runs) == []
 
 
 def test_record_rejected_cannot_fail_a_queued_run(case: Case) -> None:
@@ -800,9 +817,52 @@ def test_pending_count_counts_the_queued_runs(case: Case) -> None:
     assert runs.pending_count(T, S) == 1
 
 
-def test_stale_sessions_lists_a_session_only_after_it_aged_past_idle_ms(case: Case) -> None:
+def test_a_session_no_worker_claimed_is_not_active_but_unclaimed(case: Case) -> None:
+    # #47: a producer marks only its tenant's own queued index; the active index is workers'
     runs = case.runs
     queued(runs, req())
+    case.age(IDLE_MS)
+    assert runs.stale_sessions(0) == []
+    assert runs.unclaimed_sessions(IDLE_MS) == [(T, S)]
+
+
+def test_unclaimed_sessions_lists_a_session_only_after_it_aged_past_idle_ms(case: Case) -> None:
+    runs = case.runs
+    queued(runs, req())
+    assert runs.unclaimed_sessions(60_000) == []
+    case.age(IDLE_MS)
+    assert runs.unclaimed_sessions(IDLE_MS) == [(T, S)]
+    queued(runs, req())  # a later run keeps the first mark (the oldest queued run counts)
+    assert runs.unclaimed_sessions(IDLE_MS) == [(T, S)]
+    assert runs.unclaimed_sessions(3_600_000) == []
+
+
+def test_unclaimed_sessions_of_several_tenants_oldest_first(case: Case) -> None:
+    runs = case.runs
+    sessions = [("t-1", "s-c"), ("t-2", "s-a"), ("t-1", "s-b")]
+    for tenant, session in sessions:
+        queued(runs, req(tenant=tenant, session=session))
+        case.age(10)
+    assert runs.unclaimed_sessions(0) == sessions
+    assert runs.unclaimed_sessions(0, limit=2) == sessions[:2]
+
+
+def test_a_session_leaves_the_unclaimed_list_when_its_queue_empties(case: Case) -> None:
+    runs, leases = case.runs, case.leases
+    request = req()
+    queued(runs, request, req(session=S2))
+    lease = leases.acquire(T, S, "worker-a", 60_000)
+    assert lease is not None
+    runs.finish(completed(request))
+    assert runs.release_if_idle(lease) is IdleRelease.RELEASED
+    assert runs.unclaimed_sessions(0) == [(T, S2)]
+    runs.forget_if_idle(T, S2)  # still queued: it stays
+    assert runs.unclaimed_sessions(0) == [(T, S2)]
+
+
+def test_stale_sessions_lists_a_session_only_after_it_aged_past_idle_ms(case: Case) -> None:
+    runs = case.runs
+    claimed(runs, req())
     assert runs.stale_sessions(60_000) == []
     assert runs.stale_sessions(IDLE_MS) == []
     case.age(IDLE_MS)
@@ -816,7 +876,7 @@ def test_stale_sessions_lists_the_oldest_first_up_to_limit(case: Case) -> None:
     sessions = [("t-1", "s-c"), ("t-2", "s-a"), ("t-1", "s-b")]
     requests = [req(tenant=tenant, session=session) for tenant, session in sessions]
     for request in requests:
-        queued(runs, request)
+        claimed(runs, request)
         case.age(10)
     assert runs.stale_sessions(0) == sessions
     assert runs.stale_sessions(0, limit=2) == sessions[:2]
@@ -830,13 +890,13 @@ def test_stale_sessions_of_the_same_age_are_ordered_by_member_name(case: Case) -
     # although ("a", "x") < ("a-b", "x"). Submitted in that order, Redis lists them so whether
     # their scores tie or not; the memory queue's clock always ties.
     runs = case.runs
-    queued(runs, req(tenant="a-b", session="x"), req(tenant="a", session="x"))
+    claimed(runs, req(tenant="a-b", session="x"), req(tenant="a", session="x"))
     assert runs.stale_sessions(0) == [("a-b", "x"), ("a", "x")]
 
 
 def test_claim_kick_succeeds_once_per_ttl(case: Case) -> None:
     runs = case.runs
-    queued(runs, req())
+    claimed(runs, req())
     assert runs.claim_kick(T, S, KICK_TTL_MS) is True
     assert runs.claim_kick(T, S, KICK_TTL_MS) is False
     assert runs.claim_kick(T, S2, KICK_TTL_MS) is True  # per session
@@ -847,7 +907,7 @@ def test_claim_kick_succeeds_once_per_ttl(case: Case) -> None:
 
 def test_claim_kick_refreshes_the_session_activity(case: Case) -> None:
     runs = case.runs
-    queued(runs, req())
+    claimed(runs, req())
     case.age(IDLE_MS)
     assert runs.stale_sessions(IDLE_MS) == [(T, S)]
     assert runs.claim_kick(T, S, 60_000) is True
@@ -867,7 +927,7 @@ def test_claim_kick_does_not_make_an_unknown_session_active(case: Case) -> None:
 def test_forget_if_idle_removes_an_empty_unleased_session(case: Case) -> None:
     runs = case.runs
     request = req()
-    queued(runs, request, req(session=S2))
+    claimed(runs, request, req(session=S2))
     runs.finish(completed(request))
     assert sorted(runs.stale_sessions(0)) == [(T, S), (T, S2)]
     runs.forget_if_idle(T, S)
@@ -878,7 +938,7 @@ def test_forget_if_idle_removes_an_empty_unleased_session(case: Case) -> None:
 
 def test_forget_if_idle_keeps_a_session_with_queued_runs(case: Case) -> None:
     runs = case.runs
-    queued(runs, req())
+    claimed(runs, req())
     runs.forget_if_idle(T, S)
     assert runs.stale_sessions(0) == [(T, S)]
     assert runs.pending_count(T, S) == 1
@@ -887,7 +947,7 @@ def test_forget_if_idle_keeps_a_session_with_queued_runs(case: Case) -> None:
 def test_forget_if_idle_keeps_a_session_whose_lease_is_held(case: Case) -> None:
     runs, leases = case.runs, case.leases
     request = req()
-    queued(runs, request)
+    claimed(runs, request)
     lease = leases.acquire(T, S, "worker-a", 60_000)
     assert lease is not None
     runs.finish(completed(request))

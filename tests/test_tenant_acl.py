@@ -43,17 +43,9 @@ NS = "acl"
 
 def tenant_acl(keys: RedisKeys, tenant: str) -> list[str]:
     """The ACL rules of one tenant's producer credential (as docs/trust-model.md shows them)."""
-    p = keys.prefix
-    return [
-        "on",
-        f"~{keys.tenant_pattern(tenant)}",  # its sessions, runs and run-id index
-        f"~{p}:{{~p:{tenant}/*",  # its producers' completion feeds
-        f"%W~{p}:{{~active:*",  # may mark its sessions active, never read the index
-        f"%W~{p}:{{~done}}",  # may announce a run it refused itself, never read the feed
-        "+@all",
-        "-@admin",
-        "-@dangerous",
-    ]
+    # its keyspace, its producers' feeds, its usage read-only: no key shared with another
+    # tenant, no budget counter, is writable (#47)
+    return ["on", *keys.tenant_acl_keys(tenant), "+@all", "-@admin", "-@dangerous"]
 
 
 @dataclass
@@ -209,10 +201,11 @@ def test_a_cross_tenant_refusal_says_the_credential_may_not_act_for_that_tenant(
 
 
 def test_forged_completion_entries_are_pointers_the_console_checks(world: World) -> None:
-    """#29 item 9: any tenant may append to the namespace completion feed (to announce a run it
-    refused itself), so the console treats its entries as untrusted: it shows each run as its
-    own record tells it, never an entry's status, and an entry naming no valid run is skipped
-    (a malformed one used to raise InvalidId out of the runs page)."""
+    """#29 item 9, #47: no tenant's credential may append to the namespace completion feed any
+    more (NOPERM); the console still treats its entries as untrusted (a deployment that keeps
+    the old ACL, which granted tenants write access, docs/upgrading.md): it shows each run as
+    its own record tells it, never an entry's status, and an entry naming no valid run is
+    skipped (a malformed one used to raise InvalidId out of the runs page)."""
     acme, bob = world.producer("acme"), world.producer("bob")
     console = open_backends(
         Settings(
@@ -232,8 +225,10 @@ def test_forged_completion_entries_are_pointers_the_console_checks(world: World)
             {"run_id": "x", "tenant": "acme", "session_id": "bad id!", "status": "COMPLETED"},
             {"status": "COMPLETED"},
         ]
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            bob.redis.xadd(feed, forged[0])  # bob's credential writes no shared key
         for entry in forged:
-            bob.redis.xadd(feed, entry)  # bob's credential may append (write-only)
+            world.admin.xadd(feed, entry)  # as under the old ACL, which let tenants append
         rows = list_runs(console, "acme")
         assert [(r.run_id, r.status) for r in rows] == [(queued.run_id, "QUEUED")]
         positions = console.runs.read_done(b"0-0", block_ms=1)

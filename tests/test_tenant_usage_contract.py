@@ -10,10 +10,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 
 from tether.core.events import Usage, now_ms
 from tether.core.results import RunStatus
-from tether.errors import BudgetExceeded
+from tether.errors import BudgetExceeded, TetherError
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import redis_from_url
 from tether.runs.contract import RunRequest, RunResult
@@ -85,17 +86,40 @@ def test_budgets_refuse_a_spent_day(backend: Backend) -> None:
 
 
 def test_runs_per_minute_admits_a_minute_at_once_then_refuses(backend: Backend) -> None:
+    # the workers take the rate as runs start (take_rate); a submission only reads it (admit)
     usage, _ = backend
     t = tenant()
     budget = TenantBudget(runs_per_minute=6)
-    assert usage.admit(t, budget, runs=4).admitted
-    assert usage.admit(t, budget, runs=2).admitted
-    refused = usage.admit(t, budget, runs=1)
+    assert usage.admit(t, budget, runs=6).admitted
+    assert not usage.admit(t, budget, runs=7).admitted  # more than a minute's at once
+    for n in range(4):
+        assert usage.take_rate(t, budget, f"r-{n}").admitted
+    assert usage.admit(t, budget, runs=2).admitted  # admit took nothing: two places left
+    assert not usage.admit(t, budget, runs=3).admitted
+    for n in range(4, 6):
+        assert usage.take_rate(t, budget, f"r-{n}").admitted
+    refused = usage.take_rate(t, budget, "r-6")
     assert (refused.admitted, refused.budget) == (False, "runs_per_minute")
     assert 0 < refused.retry_after_s <= 10  # one run's interval, 10 s
+    at_submit = usage.admit(t, budget, runs=1)
+    assert (at_submit.admitted, at_submit.budget) == (False, "runs_per_minute")
     assert usage.admit(tenant(), budget, runs=6).admitted  # another tenant has its own rate
     with pytest.raises(BudgetExceeded, match="runs_per_minute=6"):
         raise exceeded(t, budget, refused, utc_day())
+
+
+def test_a_run_takes_its_place_in_the_rate_once(backend: Backend) -> None:
+    # a retried or resumed attempt of a run that took its place takes none again
+    usage, _ = backend
+    t = tenant()
+    budget = TenantBudget(runs_per_minute=2)
+    assert usage.take_rate(t, budget, "r-1").admitted
+    assert usage.take_rate(t, budget, "r-1").admitted
+    assert usage.take_rate(t, budget, "r-1").admitted
+    assert usage.take_rate(t, budget, "r-2").admitted
+    assert not usage.take_rate(t, budget, "r-3").admitted
+    assert usage.take_rate(t, budget, "r-2").admitted  # taken already: admitted again
+    assert usage.take_rate(t, TenantBudget(), "r-9").admitted  # no rate: nothing to take
 
 
 def _result(t: str, run_id: str, usage: Usage, cost: float | None) -> RunResult:
@@ -143,6 +167,46 @@ def test_a_tenant_without_a_budget_costs_no_redis_command_at_submit(redis_url: s
     with pytest.raises(BudgetExceeded, match="runs_per_minute=1"):
         admit_submission(usage, settings, [capped, capped])
     client.close()
+
+
+def test_a_tenant_credential_reads_its_usage_and_cannot_write_it(redis_server: Any) -> None:
+    """#47 B1: usage, in-flight and rate state are outside the tenant's keyspace: its producer
+    reads its day (and admits), and every write a tenant could use to reset its budget is
+    refused by the server (NOPERM)."""
+    admin = redis.Redis.from_url(redis_server.url)
+    ns = f"use-{uuid.uuid4().hex[:8]}"
+    keys = RedisKeys(ns)
+    workers = RedisTenantUsage(admin, keys)
+    run = _result("acme", "r-1", CALL, 0.002)
+    workers.add("acme", "r-1", run.usage, run.cost_usd, at_ms=now_ms())
+    workers.in_flight("acme", "r-2", CALL, 0.001)
+    assert workers.take_rate("acme", TenantBudget(runs_per_minute=6), "r-3").admitted
+    user = f"acme-{uuid.uuid4().hex[:6]}"
+    admin.acl_setuser(
+        user, enabled=True, passwords=["+pw-acme"], keys=keys.tenant_acl_keys("acme"),
+        commands=["+@all", "-@admin", "-@dangerous"],
+    )  # fmt: skip
+    acme = redis.Redis.from_url(redis_server.url, username=user, password="pw-acme")
+    try:
+        as_acme = RedisTenantUsage(acme, keys)
+        assert as_acme.day("acme").tokens == 1100  # it reads its own
+        assert as_acme.admit("acme", TenantBudget(tokens_per_day=5000)).admitted
+        day, counted, rate = keys.tenant_usage("acme", utc_day())
+        inflight = keys.tenant_inflight("acme", utc_day())
+        for key in (day, counted, rate, inflight):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                acme.delete(key)
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            acme.hset(day, "input", 0)
+        with pytest.raises(TetherError):  # the worker's scripts write: refused as the tenant
+            as_acme.take_rate("acme", TenantBudget(runs_per_minute=6), "r-4")
+        assert workers.day("acme").tokens == 1100  # untouched
+        with pytest.raises(redis.exceptions.NoPermissionError):  # and no other tenant's
+            acme.get(keys.tenant_usage("bob", utc_day())[0])
+    finally:
+        acme.close()
+        admin.acl_deluser(user)
+        admin.close()
 
 
 def test_in_flight_runs_count_with_the_day_until_their_finish_moves_them(backend: Backend) -> None:

@@ -72,7 +72,10 @@ PAIRS = [
     Pair("tether.persistence.streams.redis:RedisEventStream", "streams._common, TailState"),
     Pair("tether.persistence.deltas.live_redis:RedisLiveFeed", "FollowState, deltas.live"),
     Pair("tether.persistence.redis_conn:redis_from_url", "redis_conn.client_options"),
-    Pair("tether.runs.usage.redis:RedisTenantAdmission", "usage.redis.admit_call, verdict_of"),
+    Pair(
+        "tether.runs.usage.redis:RedisTenantAdmission",
+        "usage.redis.queue_admit_reads, admit_verdict",
+    ),
 ]
 
 #: Public classes and functions of ``_aio`` modules that have no sync twin, and why.

@@ -45,7 +45,7 @@ from celery import Task, current_task
 from celery.utils import uuid
 
 from tether.core.results import RunStatus
-from tether.errors import ConfigurationError, InvalidInput, RunLost, RunTimeout, SessionBusy
+from tether.errors import InvalidInput, RunLost, RunTimeout, SessionBusy
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import redis_from_url
 from tether.runs.contract import (
@@ -61,6 +61,7 @@ from tether.runs.queue.redis import RedisRunQueue
 from tether.runtime.redaction import mask_input, mask_metadata
 from tether.settings import Settings, load_settings
 from tether.worker.app import app
+from tether.worker.canvas_grants import granted_input, granted_step, grants_for, write_grants
 from tether.worker.engine.admission import registered
 from tether.worker.engine.cycle import drain
 from tether.worker.engine.services import EngineServices
@@ -212,17 +213,17 @@ class CanvasRunTask(Task):  # type: ignore[misc]
     ) -> Any:
         task_id = task_id or uuid()
         settings, runs = _caller_runs()
-        if settings.registered_runs_only and current_task:
-            # a chain's next step, applied by a worker from a message body: registering it
-            # would act for whatever tenant that body names
-            raise ConfigurationError(
-                "tether_run signatures cannot be applied inside a worker task (a chain's later "
-                "steps) with TETHER_REGISTERED_RUNS_ONLY: apply each step from the tenant's "
-                "own process, or use a group"
-            )
         args, kwargs = masked_arguments(tuple(args or ()), dict(kwargs or {}), settings)
         kwargs["tenant"] = tenant = _applying_tenant(kwargs, settings)
         request = canvas_request(args, kwargs, task_id, settings)
+        if settings.registered_runs_only and current_task:
+            # a chain's next step, applied by a worker from a message body: registered from
+            # the grant its tenant wrote when it applied the chain, never from that body
+            request = _granted_request(runs, request, task_id, settings)
+        elif settings.registered_runs_only:
+            write_grants(
+                runs, grants_for(tenant, request.session_id, task_id, options.get("chain") or ())
+            )
         _submit(runs, request, settings.queue)
         # a chain's later steps are applied by a worker, whose own TETHER_TENANT is not the
         # caller's: they carry the caller's tenant in their messages
@@ -230,6 +231,21 @@ class CanvasRunTask(Task):  # type: ignore[misc]
             if isinstance(step, dict) and step.get("task") == CANVAS_RUN_TASK:
                 step.setdefault("kwargs", {}).setdefault("tenant", tenant)
         return super().apply_async(args, kwargs, task_id, *rest, **options)
+
+
+def _granted_request(
+    runs: RedisRunQueue, asked: RunRequest, task_id: str, settings: Settings
+) -> RunRequest:
+    """The request of a chain's later step as its tenant granted it: the grant's options and
+    input (or the previous step's recorded output), for the session the message names.
+
+    Raises:
+        ConfigurationError: the step was not granted (see :mod:`tether.worker.canvas_grants`).
+        RunLost: the previous step left no output.
+    """
+    grant = granted_step(runs, asked.tenant, asked.session_id, task_id)
+    kwargs = {**grant.options, "tenant": grant.tenant}
+    return canvas_request((grant.session_id, granted_input(runs, grant)), kwargs, task_id, settings)
 
 
 def _applying_tenant(kwargs: dict[str, Any], settings: Settings) -> str:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from tether.errors import TetherError
-from tether.worker.engine.recovery import sweep_once
+from tether.worker.engine.recovery import sweep_once, unclaimed_every_s
 from tether.worker.engine.services import EngineServices
 
 log = logging.getLogger(__name__)
@@ -34,9 +35,15 @@ class Sweeper:
 
     def _loop(self) -> None:
         interval_s = self._services.settings.sweep_interval_ms / 1000
+        every_s = unclaimed_every_s(self._services)
+        unclaimed_at_s = -every_s
         while not self._stop.wait(interval_s):
             try:
-                sweep_once(self._services)
+                now_s = time.monotonic()
+                unclaimed = now_s - unclaimed_at_s >= every_s
+                sweep_once(self._services, unclaimed=unclaimed)
+                if unclaimed:
+                    unclaimed_at_s = now_s
             except TetherError as exc:  # Redis away: try again next period
                 log.warning("sweep failed: %s", exc)
             except Exception:

@@ -37,10 +37,11 @@ from tether.runs.contract import (
     RunResult,
     describe_drain,
     parse_wire,
+    wake_ref,
 )
 from tether.runs.queue.base import SubmitOutcome, SubmitState, preempt_for
 from tether.worker.app import app
-from tether.worker.engine.admission import MALFORMED, UNREGISTERED, refuse, registered
+from tether.worker.engine.admission import MALFORMED, UNREGISTERED, refuse, refuse_unregistered
 from tether.worker.engine.claim import Carried
 from tether.worker.engine.cycle import claim_session, drain, drain_claimed
 from tether.worker.engine.services import EngineServices, build_services
@@ -93,17 +94,14 @@ def run_task(self: Any, request: Any = None) -> dict[str, Any]:
     :mod:`tether.runs.contract`).
     """
     services = get_services()
+    if services.settings.registered_runs_only:
+        return _wake(services, request)
     try:
         wire = parse_wire(request)
         wire.request.check_input_size(services.settings.max_input_bytes)
     except InvalidInput as exc:
         return _malformed(services, request, exc)
     req = wire.request
-    if services.settings.registered_runs_only:
-        # the message is a wake-up: the drain runs what the tenant registered, and only that
-        if not registered(services.runs, req.ref):
-            return {"run_id": req.run_id, "state": "refused", "error": UNREGISTERED}
-        return {"processed": drain(services, req.tenant, req.session_id)}
     refused = _orphan_wake_up(services, req) or _unknown_agent(services, req)
     if refused is not None:
         return refused
@@ -113,6 +111,21 @@ def run_task(self: Any, request: Any = None) -> dict[str, Any]:
     # began, and a busy refusal must not wait for the session's other runs
     reply = {} if claim.submitted is None else _registration(services, req, claim.submitted)
     return {**reply, "processed": drain_claimed(services, claim)}
+
+
+def _wake(services: EngineServices, message: Any) -> dict[str, Any]:
+    """A run message as a wake-up (TETHER_REGISTERED_RUNS_ONLY): only its ids are read, and
+    the drain runs what the tenant registered, and only that; the claim checks the
+    registration in its own round trip."""
+    try:
+        ref = wake_ref(message)
+    except InvalidInput as exc:
+        return _malformed(services, message, exc)
+    claim = claim_session(services, ref.tenant, ref.session_id, expect=ref.run_id)
+    if claim.unregistered:
+        refuse_unregistered(ref)
+        return {"run_id": ref.run_id, "state": "refused", "error": UNREGISTERED}
+    return {"processed": drain_claimed(services, claim)}
 
 
 def _malformed(services: EngineServices, message: Any, exc: InvalidInput) -> dict[str, Any]:
@@ -243,6 +256,14 @@ def _webhook_notifier(settings: Any) -> Any:
 
 _sweeper: Any = None
 
+#: What a worker logs at every start with ``TETHER_REGISTERED_RUNS_ONLY=false``.
+TRUSTING_WARNING = (
+    "TETHER_REGISTERED_RUNS_ONLY is false: this worker registers and runs whatever run, "
+    "approval or canvas task a broker message names, so any process that can publish to the "
+    "broker can act for any tenant (write its sessions' memory, approve its pending calls). "
+    "Unset it (the default is true) unless every producer of this deployment is trusted"
+)
+
 
 @after_setup_logger.connect
 @worker_process_init.connect
@@ -318,6 +339,19 @@ def _start_draining(**_: Any) -> None:
 
 def _is_draining() -> bool:
     return _draining is not None and bool(_draining.is_set())
+
+
+@worker_ready.connect
+def _warn_when_trusting(**_: Any) -> None:
+    """Say at every start that this worker acts on any message's word, when it does."""
+    from tether.settings import load_settings
+
+    try:
+        trusting = not load_settings().registered_runs_only
+    except TetherError:
+        return  # the settings' own error is reported where the worker reads them
+    if trusting:
+        log.warning(TRUSTING_WARNING)
 
 
 @worker_ready.connect

@@ -175,3 +175,16 @@ MESSAGES_REFUSED = Counter(
 def message_refused(reason: str) -> None:
     """Count a run message refused before anything was written."""
     MESSAGES_REFUSED.labels(reason=reason).inc()
+
+
+RUNS_DEFERRED = Counter(
+    "tether_runs_deferred",
+    "Runs a worker put back in their queue before starting them, by why (their tenant's "
+    "runs_per_minute: the rate is taken when a run starts, whatever its producer checked).",
+    ["reason"],
+)
+
+
+def run_deferred(reason: str) -> None:
+    """Count a run put back in its queue, unstarted, until it may start."""
+    RUNS_DEFERRED.labels(reason=reason).inc()

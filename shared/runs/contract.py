@@ -28,6 +28,7 @@ One request, validated once on each side and serialized once (:class:`WireReques
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -37,8 +38,8 @@ from pydantic import Field
 
 from tether.core.events import now_ms
 from tether.core.results import Resolution, RunOutcome, RunStatus
-from tether.errors import InputTooLarge, InvalidInput, TetherError, error_from_record
-from tether.ids import validate_id
+from tether.errors import InputTooLarge, InvalidId, InvalidInput, TetherError, error_from_record
+from tether.ids import validate_id, validate_tenant
 from tether.keys import RedisKeys
 from tether.runs.options import (
     MAX_METADATA_BYTES,
@@ -218,6 +219,27 @@ def parse_request(doc: Any) -> RunRequest:
         InvalidInput: naming every invalid field.
     """
     return _validated(RunRequest.model_validate, doc)
+
+
+def wake_ref(body: Any) -> RunRef:
+    """The run a run message names, from its ids alone (JSON text or an object): what a worker
+    that acts only on registered runs reads of a message, which then runs the registered copy
+    (TETHER_REGISTERED_RUNS_ONLY). The ids are validated; nothing else of the message is.
+
+    Raises:
+        InvalidInput: the message names no valid tenant, session and run.
+    """
+    try:
+        doc = json.loads(body) if isinstance(body, str | bytes) else body
+        return RunRef(
+            validate_tenant(doc.get("tenant", "default")),
+            validate_id(doc.get("session_id")),
+            validate_id(doc.get("run_id"), kind="run id"),
+        )
+    except (ValueError, AttributeError, InvalidId) as exc:
+        raise InvalidInput(
+            f"invalid run message: it names no valid tenant, session and run ({exc})"
+        ) from exc
 
 
 def parse_wire(body: Any) -> WireRequest:

@@ -108,10 +108,12 @@ class Settings(WebhookSettings, OpenAISettings):
         "in run inputs before anything is stored or sent.",
     )
     registered_runs_only: bool = Field(
-        default=False,
-        description="Workers run only runs a producer registered in its tenant's keyspace; a "
-        "run message is never registered on delivery, and producers send only its ids (set it "
-        "on workers and producers alike, with per-tenant Redis users).",
+        default=True,
+        description="Workers act only on runs, approvals, answers and canvas tasks registered "
+        "in their tenant's keyspace; a run message is never registered on delivery, and "
+        "producers send only its ids. Off (false) lets any process that can publish to the "
+        "broker act for any tenant: workers log a warning at every start, and a producer "
+        "whose Redis credential is restricted to one tenant refuses to start.",
     )
     queue: str = Field(default="tether", description="Celery queue for run tasks.")
     # 6 s: a dead worker's run is taken over within about one TTL (renewed every TTL/3)

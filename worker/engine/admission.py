@@ -52,14 +52,20 @@ def registered(runs: RunQueue, ref: RunRef, *, request_id: str | None = None) ->
             )
             return False
         return matches(ref, view.request)
+    refuse_unregistered(ref)
+    return False
+
+
+def refuse_unregistered(ref: RunRef) -> None:
+    """Log and count a message for a run nobody registered in its tenant's keyspace."""
     refuse(
         UNREGISTERED,
         f"refused run message {ref.run_id} for tenant {ref.tenant!r}, session "
         f"{ref.session_id!r}: no run of that id is registered in that tenant's keyspace "
         "(TETHER_REGISTERED_RUNS_ONLY: a worker acts only for runs a producer of that tenant "
-        "submitted with its own credential); nothing was written",
+        "submitted with its own credential; hand-made messages register theirs with "
+        "tether.producer.Producer.register_message); nothing was written",
     )
-    return False
 
 
 def matches(ref: RunRef, request: RunRequest) -> bool:

@@ -74,6 +74,9 @@ class Claim:
     the lease was a takeover: the restore need not read the cache again."""
     cached_head: CachedHead | None = None
     """The session's cached head, when :attr:`cache_read` found one."""
+    unregistered: bool = False
+    """The session holds no record of the run the claim expected (``expect``): nothing was
+    taken or read (a wake-up for a run nobody registered, TETHER_REGISTERED_RUNS_ONLY)."""
 
     @property
     def begun(self) -> bool:
@@ -92,8 +95,11 @@ class Claimer(Protocol):
         owner: str,
         ttl_ms: int,
         carried: Carried | None = None,
+        expect: str | None = None,
     ) -> Claim:
-        """Register ``carried``, take the lease for ``owner`` and begin the queue's head run."""
+        """Register ``carried``, take the lease for ``owner`` and begin the queue's head run;
+        with ``expect`` (a run id), only when the session holds a record of that run
+        (:attr:`Claim.unregistered` otherwise)."""
 
 
 def runnable(view: RunView | None, at_ms: int) -> bool:
@@ -130,12 +136,16 @@ class SequentialClaimer:
         owner: str,
         ttl_ms: int,
         carried: Carried | None = None,
+        expect: str | None = None,
     ) -> Claim:
         """Register ``carried``, take the lease for ``owner``, begin the queue's head run and
-        read the session's cached head (after dropping it on a takeover)."""
+        read the session's cached head (after dropping it on a takeover); with ``expect``, only
+        when the session holds a record of that run."""
         submitted = None
         if carried is not None:
             submitted = submit(self._runs, carried.request, on=carried.queue)
+        if expect is not None and self._runs.get(RunRef(tenant, session_id, expect)) is None:
+            return Claim(submitted, None, unregistered=True)
         lease = self._leases.acquire(tenant, session_id, owner, ttl_ms)
         if lease is None:
             return Claim(submitted, None)

@@ -6,23 +6,28 @@ head run's keys are only known inside the script; it builds them from the prefix
 :class:`~tether.keys.RedisKeys` gives it (``run_prefix`` and its siblings), so the script
 restates no key name.
 
-The tenant's run-id index and the active-session index live in other slots, so a carried
-request that the script registers for the first time (its producer never did: a message sent by
-hand, or a Redis that lost it) gets them in one more round trip, through the ordinary submit,
-which then answers "duplicate" and writes only those.
+The session's entry in the active-session index (and, once in a while, its tenant's entry in the
+tenants index) lives in another slot: it rides in the claim's round trip, beside the script. The
+tenant's run-id index lives in other slots too, so a carried request that the script registers
+for the first time (its producer never did: a message sent by hand, or a Redis that lost it)
+gets it in one more round trip, through the ordinary submit, which then answers "duplicate" and
+writes only that.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, cast
 
 import redis
 
 from tether.core.events import now_ms
+from tether.ids import validate_id
 from tether.keys import RedisKeys
 from tether.persistence.headcache.base import unpack
 from tether.persistence.lua import Key
 from tether.persistence.redis_conn import describe_client, translate_errors
+from tether.persistence.scripts import queue_script, run_pipeline
 from tether.runs.contract import WireRequest
 from tether.runs.leases._common import validate_acquire
 from tether.runs.leases.base import Lease
@@ -34,6 +39,8 @@ from tether.worker.engine.checkpoints.base import Checkpoint
 from tether.worker.engine.claim import Carried, Claim
 
 CLAIM = record_script("claim")
+#: How often one worker process notes a tenant it claims for in the tenants index (s).
+TENANT_NOTE_S = 600.0
 
 
 def _text(raw: Any) -> str:
@@ -57,6 +64,7 @@ class RedisClaimer:
         self._head_cache = head_cache
         self._where = describe_client(client)
         self._claim = client.register_script(CLAIM.source)
+        self._noted: dict[str, float] = {}
 
     def claim(
         self,
@@ -66,8 +74,10 @@ class RedisClaimer:
         owner: str,
         ttl_ms: int,
         carried: Carried | None = None,
+        expect: str | None = None,
     ) -> Claim:
-        """Register ``carried``, take the lease for ``owner`` and begin the queue's head run."""
+        """Register ``carried``, take the lease for ``owner`` and begin the queue's head run;
+        with ``expect``, only when the session holds a record of that run."""
         validate_acquire(tenant, session_id, owner, ttl_ms)
         wire: WireRequest | None = None
         queue: str | None = None
@@ -76,17 +86,41 @@ class RedisClaimer:
             wire, queue = carried.wire, carried.queue
             if (wire.request.tenant, wire.request.session_id) != (tenant, session_id):
                 raise ValueError("a carried request must belong to the claimed session")
-        keys, args = self._call(tenant, session_id, owner, ttl_ms, wire, queue)
+        keys, args = self._call(tenant, session_id, owner, ttl_ms, wire, queue, expect)
+        k = self._keys
+        member = k.active_member(tenant, session_id)
+        note_tenant = self._tenant_due(tenant)
+
+        def fill(pipe: Any) -> None:
+            queue_script(pipe, self._claim, keys, args)
+            # workers keep the active index (no tenant's credential writes it): from the first
+            # claim until the session's queue is empty; NX keeps the last progress
+            pipe.zadd(k.active(tenant, session_id), {member: now_ms()}, nx=True)
+            if note_tenant:  # whose queued index the sweeper reads (docs/trust-model.md)
+                pipe.zadd(k.tenants(), {tenant: now_ms()})
+
         with translate_errors(self._where):
-            reply = CLAIM.reply(cast(list[Any], self._claim(keys=keys, args=args)))
+            replies = run_pipeline(self._client, [self._claim], fill)
+            reply = CLAIM.reply(cast(list[Any], replies[0]))
         submitted = None if wire is None else self._registered(reply, wire, queue)
         fence = int(reply["fence"])
+        if fence < 0:
+            return Claim(submitted, None, unregistered=True)
         if not fence:
             return Claim(submitted, None)
         lease = Lease(tenant, session_id, owner, fence, takeover=bool(int(reply["takeover"])))
         if reply["head"] is None:  # the queue is empty
             return Claim(submitted, lease)
         return self._head_claim(submitted, lease, reply, wire)
+
+    def _tenant_due(self, tenant: str) -> bool:
+        """Whether this process notes ``tenant`` in the namespace's tenants now (once per
+        :data:`TENANT_NOTE_S`: the index is written by claims, not by every run)."""
+        now_s = time.monotonic()
+        if now_s - self._noted.get(tenant, -TENANT_NOTE_S) < TENANT_NOTE_S:
+            return False
+        self._noted[tenant] = now_s
+        return True
 
     def _call(
         self,
@@ -96,6 +130,7 @@ class RedisClaimer:
         ttl_ms: int,
         wire: WireRequest | None,
         queue: str | None,
+        expect: str | None,
     ) -> tuple[list[Key], list[Any]]:
         """KEYS and ARGV of ``claim.lua``; a carried request adds its optional groups."""
         k = self._keys
@@ -116,6 +151,7 @@ class RedisClaimer:
             cancel_prefix=k.cancel_prefix(tenant, session_id),
             attempts_prefix=k.attempts_prefix(tenant, session_id),
             caching=int(self._head_cache),
+            expect=validate_id(expect, kind="run id") if expect is not None else "",
         )
         if wire is not None:
             keys |= carried_keys(k, wire.request)

@@ -56,16 +56,23 @@ def drain(
 
 
 def claim_session(
-    services: EngineServices, tenant: str, session_id: str, *, carried: Carried | None = None
+    services: EngineServices,
+    tenant: str,
+    session_id: str,
+    *,
+    carried: Carried | None = None,
+    expect: str | None = None,
 ) -> Claim:
     """The drain's first round trip: register ``carried``, take the session's lease and begin
-    the head run of its queue (:mod:`tether.worker.engine.claim`)."""
+    the head run of its queue (:mod:`tether.worker.engine.claim`); with ``expect``, only when
+    the session holds a record of that run (a registered-only wake-up)."""
     return services.claims().claim(
         tenant,
         session_id,
         owner=services.worker_id,
         ttl_ms=services.settings.lease_ttl_ms,
         carried=carried,
+        expect=expect,
     )
 
 

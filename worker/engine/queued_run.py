@@ -24,6 +24,7 @@ from tether.observability import metrics
 from tether.observability.tracing import run_span
 from tether.runs.contract import RunRef, RunRequest, RunResult
 from tether.runs.queue.base import RunView
+from tether.runs.usage.policy import budget_of
 from tether.runtime.agent import Agent
 from tether.worker.engine.admission import applicable
 from tether.worker.engine.attempt import RunUnreadable, attempt
@@ -76,7 +77,37 @@ def apply_one(d: DrainState, run_id: str) -> Outcome:
         )
         d.commit(run_id, request.reply_to).finish(cancelled)
         return Outcome.DONE
+    if _over_rate(d, request):
+        return Outcome.ABORT
     return _attempted(d, view, request, agent, attempts)
+
+
+def _over_rate(d: DrainState, request: RunRequest) -> bool:
+    """Put the begun run back, unstarted and uncounted, when its tenant's ``runs_per_minute``
+    has no room for it now; the sweeper starts it once its back-off passed. The worker takes
+    the rate (a tenant cannot write it: a producer only checks it), so a producer that skips
+    its check, or many racing ones, cannot start runs faster than the budget allows."""
+    services = d.services
+    budget = budget_of(services.settings, request.tenant)
+    if budget is None or not budget.runs_per_minute:
+        return False
+    verdict = services.runs.tenant_usage.take_rate(request.tenant, budget, request.run_id)
+    if verdict.admitted:
+        return False
+    wait_ms = max(1, int(verdict.retry_after_s * 1000))
+    log.info(
+        "run %s deferred %d ms: tenant %r is at its runs_per_minute=%g",
+        request.run_id, wait_ms, request.tenant, budget.runs_per_minute,
+    )  # fmt: skip
+    services.runs.hand_back(request.ref)
+    services.runs.note_failure(
+        request.ref,
+        f"deferred: tenant {request.tenant!r} is at its budget runs_per_minute="
+        f"{budget.runs_per_minute:g}; it starts in {wait_ms / 1000:.1f} s",
+        retry_after_ms=wait_ms,
+    )
+    metrics.run_deferred("runs_per_minute")
+    return True
 
 
 def _unknown_agent(

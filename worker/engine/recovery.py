@@ -30,8 +30,10 @@ BACKLOG_PATIENCE = 5
 _PASS_ENDING = (StreamUnavailable, ConfigurationError)
 
 
-def sweep_once(services: EngineServices) -> int:
-    """One pass; returns how many sessions were woken.
+def sweep_once(services: EngineServices, *, unclaimed: bool = True) -> int:
+    """One pass; returns how many sessions were woken. ``unclaimed``: also read the tenants'
+    queued indexes for sessions no worker claimed (the sweeper thread does it every
+    :func:`unclaimed_every_s`, not every pass: their cost grows with the tenants).
 
     A session that fails (a record or key that does not read) is logged and skipped, so one
     bad session never stops the recovery of the others; Redis being unreachable or refusing
@@ -39,8 +41,15 @@ def sweep_once(services: EngineServices) -> int:
     """
     settings = services.settings
     woken = 0
-    long_idle = set(services.runs.stale_sessions(idle_ms=BACKLOG_PATIENCE * settings.lease_ttl_ms))
-    for tenant, session_id in services.runs.stale_sessions(idle_ms=settings.lease_ttl_ms):
+    patience_ms = BACKLOG_PATIENCE * settings.lease_ttl_ms
+    long_idle = set(services.runs.stale_sessions(idle_ms=patience_ms))
+    # sessions no worker claimed (a lost message): only ever woken after the patience, so
+    # their tenants' queued indexes are read then, not every pass
+    if unclaimed:
+        long_idle.update(services.runs.unclaimed_sessions(idle_ms=patience_ms))
+    candidates = dict.fromkeys(services.runs.stale_sessions(idle_ms=settings.lease_ttl_ms))
+    candidates.update(dict.fromkeys(long_idle))
+    for tenant, session_id in candidates:
         try:
             woken += _recover(services, tenant, session_id, (tenant, session_id) in long_idle)
         except _PASS_ENDING:
@@ -56,6 +65,12 @@ def sweep_once(services: EngineServices) -> int:
                 exc_info=not isinstance(exc, TetherError),  # an unexpected one: the traceback
             )
     return woken
+
+
+def unclaimed_every_s(services: EngineServices) -> float:
+    """How often the sweeper reads the tenants' queued indexes: twice per backlog patience, the
+    least a never-claimed session waits before it is woken."""
+    return BACKLOG_PATIENCE * services.settings.lease_ttl_ms / 2000
 
 
 def _recover(services: EngineServices, tenant: str, session_id: str, long_idle: bool) -> bool:

@@ -118,7 +118,7 @@ def get_run(b: Backends, tenant: str, run_id: str) -> tuple[RunRow, RunView] | N
 
 def active_sessions(b: Backends, tenant: str) -> list[str]:
     """Session ids of ``tenant`` with queued or running runs."""
-    return sorted(s for t, s in all_active_sessions(b.client, b.keys) if t == tenant)
+    return sorted(s for _, s in all_active_sessions(b.client, b.keys, tenant=tenant))
 
 
 def queued_run_ids(b: Backends, tenant: str, session_ids: list[str]) -> list[RunRef]:

@@ -3,6 +3,8 @@
 -- A carried request comes as the optional groups: its request-id index entry and run record
 -- (KEYS), and lib/submit.lua's arguments (ARGV). The head run's keys are only known here, so
 -- their prefixes (built by tether.keys) are passed in.
+-- With `expect` (a run id; '' for none: a registered-only wake-up), a session holding no record of
+-- that run is left untouched: no lease taken, fence -1 (TETHER_REGISTERED_RUNS_ONLY).
 -- Returns {submit code, submitted run id, fence (0: held), takeover, head, record (flat list),
 -- checkpoint, attempts (0: not begun), cancelled, queued runs, cached head entry}; a reply ends
 -- after takeover when the lease is held or the queue is empty.
@@ -15,11 +17,14 @@
 -- @include cached_entry
 -- @tables F S
 -- @keys pending lease fence released checkpoints head_cache [req_index run]
--- @argv owner ttl_ms now_ms attempts_ttl_s run_prefix cancel_prefix attempts_prefix caching
+-- @argv owner ttl_ms now_ms attempts_ttl_s run_prefix cancel_prefix attempts_prefix caching expect
 -- @argv [run_id request ttl_s reject tenant session_id request_id submitted_at_ms queue]
 -- @reply code run_id fence takeover head record checkpoint attempts cancelled queued cached
 local code, run_id = false, false
 if A.run_id then code, run_id = unpack(submit(K.req_index, K.run, K.pending, A)) end
+if A.expect ~= '' and redis.call('EXISTS', A.run_prefix .. A.expect) == 0 then
+  return {code, run_id, -1, 0}
+end
 local fence, takeover = unpack(acquire(K.lease, K.fence, K.released, A.owner, A.ttl_ms))
 if fence == 0 then return {code, run_id, fence, takeover} end
 local caching = A.caching == '1'

@@ -121,6 +121,10 @@ class Submissions(Protocol):
         and hand-overs send the session's drain task there (None: the worker's own queue).
         """
 
+    def restricted(self) -> bool:
+        """True when this queue's credential may not read the namespace's own keys: a tenant's
+        ACL user (docs/trust-model.md), as a producer of a deployment with per-tenant users."""
+
     def record_rejected(self, result: RunResult, *, reply_to: str | None = None) -> bool:
         """Record a run that never entered a session queue (invalid, unknown agent, busy), and
         announce it (to producer ``reply_to`` too, when given).
@@ -233,7 +237,13 @@ class Recovery(Protocol):
         """How many runs are queued for the session."""
 
     def stale_sessions(self, idle_ms: int, limit: int = 100) -> list[tuple[str, str]]:
-        """Active sessions without progress for ``idle_ms`` (oldest first)."""
+        """Active sessions (a worker claimed or began a run there, and their queue has not been
+        empty since) without progress for ``idle_ms`` (oldest first)."""
+
+    def unclaimed_sessions(self, idle_ms: int, limit: int = 100) -> list[tuple[str, str]]:
+        """Sessions a producer queued a run on ``idle_ms`` ago or more, whose queue has not been
+        empty since (oldest first): where a run whose message was lost waits. Read from the
+        tenants' own queued indexes, which workers read but no other tenant does."""
 
     def claim_kick(self, tenant: str, session_id: str, ttl_ms: int) -> bool:
         """Claim the right to re-enqueue the session for ``ttl_ms`` (one sweeper wins) and

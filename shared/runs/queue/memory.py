@@ -41,6 +41,7 @@ class _State:
     requests: dict[tuple[str, str, str], str] = field(default_factory=dict)
     pending: dict[_Session, list[str]] = field(default_factory=dict)
     active: dict[_Session, int] = field(default_factory=dict)
+    queued: dict[_Session, int] = field(default_factory=dict)
     attempts: dict[RunRef, int] = field(default_factory=dict)
     cancels: dict[RunRef, StopMode] = field(default_factory=dict)
     kicks: dict[_Session, int] = field(default_factory=dict)
@@ -105,8 +106,12 @@ class InMemoryRunQueue:
         )
         pending.append(request.run_id)
         st.index.setdefault((request.tenant, request.run_id), request.session_id)
-        st.active.setdefault(session, self._clock())
+        st.queued.setdefault(session, self._clock())  # the producer's mark; workers keep active
         return SubmitOutcome(request.run_id, SubmitState.QUEUED)
+
+    def restricted(self) -> bool:
+        """Never: one process holds every tenant's state."""
+        return False
 
     def record_rejected(self, result: RunResult, *, reply_to: str | None = None) -> bool:
         """Record a run that never entered a queue; never rewrite an existing record."""
@@ -116,7 +121,7 @@ class InMemoryRunQueue:
                 return False
             self._state.runs[ref] = _finished_record(result)
             self._state.index.setdefault((ref.tenant, ref.run_id), ref.session_id)
-            self._announce(ref, reply_to)
+            self._announce(ref, reply_to, observers=False)  # a producer's own: its feed alone
             return True
 
     def locate(self, tenant: str, run_id: str) -> RunRef | None:
@@ -153,6 +158,7 @@ class InMemoryRunQueue:
         ref = _ref(ref)
         with self._lock:
             st = self._state
+            st.active.setdefault((ref.tenant, ref.session_id), self._clock())
             if ref in st.cancels:
                 return None
             st.attempts[ref] = st.attempts.get(ref, 0) + 1
@@ -263,7 +269,7 @@ class InMemoryRunQueue:
             if self._state.pending.get(session):
                 return IdleRelease.BUSY
             self._leases.release(lease)
-            self._state.active.pop(session, None)
+            self._leave(session)
             return IdleRelease.RELEASED
 
     # --- cancellation ------------------------------------------------------------------------
@@ -347,7 +353,20 @@ class InMemoryRunQueue:
         with self._lock:
             session = _key(tenant, session_id)
             if self._leases.holder(*session) is None and not self._state.pending.get(session):
-                self._state.active.pop(session, None)
+                self._leave(session)
+
+    def unclaimed_sessions(self, idle_ms: int, limit: int = 100) -> list[tuple[str, str]]:
+        """Sessions a producer queued a run on ``idle_ms`` ago or more, whose queue has not
+        been empty since, oldest first."""
+        with self._lock:
+            cutoff = self._clock() - idle_ms
+            found = sorted((t, session) for session, t in self._state.queued.items() if t <= cutoff)
+            return [session for _, session in found[:limit]]
+
+    def _leave(self, session: _Session) -> None:
+        """Drop an idle session from the active and the queued index (the lock is held)."""
+        self._state.active.pop(session, None)
+        self._state.queued.pop(session, None)
 
     # --- completions -------------------------------------------------------------------------
 
@@ -356,10 +375,11 @@ class InMemoryRunQueue:
         with self._lock:
             self._state.done.pop(feed, None)
 
-    def _announce(self, ref: RunRef, reply_to: str | None) -> None:
+    def _announce(self, ref: RunRef, reply_to: str | None, *, observers: bool = True) -> None:
         st = self._state
         mine = None if reply_to is None else RedisKeys.feed(ref.tenant, reply_to)
-        for feed in {None, mine}:
+        feeds = {None, mine} if observers else {mine} - {None}
+        for feed in feeds:
             entries = st.done.setdefault(feed, [])
             entries.append((st.next_done, ref))
             del entries[:-DONE_MAX_LEN]

@@ -12,10 +12,12 @@ the two agree, ``tests/test_twin_surfaces.py`` that their surfaces do.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar, cast
 
 import redis.asyncio
+from redis.exceptions import NoPermissionError
 
 from tether.core.events import now_ms
 from tether.keys import RedisKeys
@@ -78,6 +80,7 @@ class AsyncRedisRunQueue:
         self._submit = client.register_script(SUBMIT.source)
         self._record_rejected = client.register_script(RECORD_REJECTED.source)
         self._cancel = client.register_script(CANCEL.source)
+        self._noted_tenants: set[str] = set()
 
     async def submit_many(
         self, requests: Sequence[RunRequest | WireRequest], *, queue: str | None = None
@@ -94,19 +97,24 @@ class AsyncRedisRunQueue:
         for chunk in _chunks(wires):
             with translate_errors(self._where):
                 pipe = self.client.pipeline(transaction=False)
-                for w in chunk:  # as RedisRunQueue.submit_many: script, run index, active index
+                for w in chunk:  # as RedisRunQueue.submit_many: script, run index, queued index
                     r = w.request
                     t, s = r.tenant, r.session_id
                     argv = submit_argv(w, queue, self.result_ttl_s)
                     await self._submit(keys=submit_keys(k, r), args=argv, client=pipe)
                     pipe.set(k.run_index(t, r.run_id), s, nx=True, ex=self.result_ttl_s)
-                    pipe.zadd(k.active(t, s), {k.active_member(t, s): stamp}, nx=True)
+                    pipe.zadd(k.tenant_queued(t, s), {s: stamp}, nx=True)
                 replies.extend(await self._execute(pipe))
         outcomes = submit_outcomes(replies)
         stray = stray_index_keys(k, [w.request for w in wires], outcomes, replies)
         if stray:  # rare (a duplicate or busy submission): one more round trip
             with translate_errors(self._where):
                 await self.client.delete(*stray)
+        for tenant in {w.request.tenant for w in wires} - self._noted_tenants:
+            # as RedisRunQueue.submit_many: once per tenant, if this credential may
+            with translate_errors(self._where), contextlib.suppress(NoPermissionError):
+                await self.client.zadd(k.tenants(), {tenant: now_ms()}, nx=True)
+            self._noted_tenants.add(tenant)
         return outcomes
 
     async def _execute(self, pipe: Any) -> list[Any]:
@@ -123,6 +131,15 @@ class AsyncRedisRunQueue:
                 replies[n] = await send(*commands[n])
         return replies
 
+    async def restricted(self) -> bool:
+        """True when this queue's credential may not read the namespace's own keys: a tenant's
+        ACL user (docs/trust-model.md), as a producer of a deployment with per-tenant users."""
+        try:
+            await self.client.exists(self.keys.tenants())
+        except NoPermissionError:
+            return True
+        return False
+
     async def record_rejected(self, result: RunResult, *, reply_to: str | None = None) -> bool:
         """Record a run that never entered a session queue (invalid, unknown agent, busy).
 
@@ -137,7 +154,7 @@ class AsyncRedisRunQueue:
             if recorded:
                 pipe = self.client.pipeline(transaction=False)
                 pipe.set(k.run_index(t, result.run_id), s, nx=True, ex=self.result_ttl_s)
-                announce(pipe, k, result, reply_to, self.result_ttl_s)
+                announce(pipe, k, result, reply_to, self.result_ttl_s, observers=False)
                 await self._execute(pipe)
         return recorded
 

@@ -175,8 +175,15 @@ class TenantUsage(Protocol):
         counts it into the day, so a run is never counted twice nor dropped between the two."""
 
     def admit(self, tenant: str, budget: TenantBudget, *, runs: int = 1) -> Verdict:
-        """Admit ``runs`` submissions of ``tenant``: refused when today's tokens or cost reached
-        the budget, or the runs exceed its per-minute rate (then nothing is taken)."""
+        """Whether ``runs`` submissions of ``tenant`` are within its budget now: refused when
+        today's tokens or cost reached it, or the runs exceed its per-minute rate as workers
+        took it so far. Reads only (a producer's check: its credential may not write the
+        tenant's usage); workers take the rate with :meth:`take_rate` when a run starts."""
+
+    def take_rate(self, tenant: str, budget: TenantBudget, run_id: str) -> Verdict:
+        """Take run ``run_id``'s place in ``tenant``'s runs-per-minute rate, as a worker starts
+        it: refused (nothing taken; ``retry_after_s`` says when it fits) when over the rate,
+        admitted again without taking for a run that took its place before (a retry)."""
 
 
 def monotonic_us() -> int:

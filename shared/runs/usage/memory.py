@@ -32,6 +32,7 @@ class InMemoryTenantUsage:
         self._counted: set[tuple[str, str, str]] = set()
         self._in_flight: dict[tuple[str, str], dict[str, DayUsage]] = {}
         self._tat_us: dict[str, int] = {}
+        self._rated: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
 
     def add(
@@ -77,12 +78,28 @@ class InMemoryTenantUsage:
         verdict = spent(budget, today) if budget.spend_limited else ADMITTED
         if not verdict.admitted or not budget.runs_per_minute:
             return verdict
-        now = self._clock_us()
         with self._lock:
-            tat = max(self._tat_us.get(tenant, 0), now)
-            new_tat = tat + budget.us_per_run * runs
-            over_us = new_tat - now - int(BURST_S * 1_000_000)
-            if over_us > 0:
-                return Verdict(False, "runs_per_minute", float(runs), over_us / 1e6)
-            self._tat_us[tenant] = new_tat
+            over_us = self._over_us(tenant, budget.us_per_run * runs)
+        if over_us > 0:
+            return Verdict(False, "runs_per_minute", float(runs), over_us / 1e6)
         return ADMITTED
+
+    def take_rate(self, tenant: str, budget: TenantBudget, run_id: str) -> Verdict:
+        if not budget.runs_per_minute:
+            return ADMITTED
+        with self._lock:
+            if (tenant, run_id) in self._rated:
+                return ADMITTED
+            over_us = self._over_us(tenant, budget.us_per_run)
+            if over_us > 0:
+                return Verdict(False, "runs_per_minute", 1.0, over_us / 1e6)
+            self._tat_us[tenant] = max(self._tat_us.get(tenant, 0), self._clock_us())
+            self._tat_us[tenant] += budget.us_per_run
+            self._rated.add((tenant, run_id))
+        return ADMITTED
+
+    def _over_us(self, tenant: str, cost_us: int) -> int:
+        """How far past the rate's tolerance taking ``cost_us`` more would go (> 0: refused)."""
+        now = self._clock_us()
+        tat = max(self._tat_us.get(tenant, 0), now)
+        return tat + cost_us - now - int(BURST_S * 1_000_000)

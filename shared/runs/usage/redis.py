@@ -2,12 +2,17 @@
 finish into the round trip it makes anyway, see :meth:`RedisTenantUsage.queue_add`) and takes
 it out of the day's in-flight record, which ``usage_inflight.lua`` sets at each step boundary of
 a run of a budgeted tenant (one round trip: set, then read the day and the record's sums), and
-``tenant_admit.lua`` admits a submission (:class:`RedisTenantAdmission`, the part a producer
-uses; its asyncio twin is :mod:`tether.runs.usage.redis_aio`). Every key of a tenant's usage
+``tenant_admit.lua`` checks a submission against the budget without writing
+(:class:`RedisTenantAdmission`, the part a producer uses; its asyncio twin is
+:mod:`tether.runs.usage.redis_aio`), and ``tenant_rate.lua`` takes a run's place in the
+per-minute rate when a worker starts it. Producers only read these keys: they are outside the
+tenant's own keyspace (:meth:`~tether.keys.RedisKeys.tenant_usage`), so no tenant can reset
+its budget. Every key of a tenant's usage
 shares its slot, so a Redis Cluster runs each script on one node."""
 
 from __future__ import annotations
 
+import time
 from typing import Any, cast
 
 import redis
@@ -22,7 +27,6 @@ from tether.runs.usage.base import (
     BURST_S,
     DAY_TTL_S,
     NANO,
-    BudgetName,
     DayUsage,
     Verdict,
     has_tokens,
@@ -33,7 +37,7 @@ from tether.settings.budgets import TenantBudget
 
 ADD = load("usage_add")
 IN_FLIGHT = load("usage_inflight")
-ADMIT = load("tenant_admit")
+RATE = load("tenant_rate")
 _FIELDS = (b"input", b"output", b"cached", b"reasoning", b"runs", b"unpriced", b"cost_nano")
 
 
@@ -42,8 +46,9 @@ def _text(value: Any) -> str:
 
 
 class RedisTenantAdmission:
-    """The budget check of a submission, ``tenant_admit.lua`` (what a producer needs of
-    :class:`RedisTenantUsage`).
+    """The budget check of a submission (what a producer needs of :class:`RedisTenantUsage`):
+    plain reads in one pipelined round trip (:func:`queue_admit_reads`), which a tenant's
+    read-only access to its usage allows (no script: Redis checks a script's keys for writing).
 
     Args:
         client: a bytes Redis client.
@@ -54,13 +59,14 @@ class RedisTenantAdmission:
         self._client = client
         self._keys = keys
         self._where = describe_client(client)
-        self._admit = client.register_script(ADMIT.source)
 
     def admit(self, tenant: str, budget: TenantBudget, *, runs: int = 1) -> Verdict:
         """See :meth:`~tether.runs.usage.base.TenantUsage.admit`."""
-        keys, argv = admit_call(self._keys, tenant, budget, runs)
         with translate_errors(self._where):
-            return verdict_of(cast(list[Any], self._admit(keys=keys, args=argv)))
+            pipe = self._client.pipeline(transaction=False)
+            queue_admit_reads(pipe, self._keys, tenant)
+            replies = pipe.execute()
+        return admit_verdict(replies, budget, runs)
 
 
 class RedisTenantUsage(RedisTenantAdmission):
@@ -75,6 +81,19 @@ class RedisTenantUsage(RedisTenantAdmission):
         super().__init__(client, keys)
         self._add = client.register_script(ADD.source)
         self._in_flight = client.register_script(IN_FLIGHT.source)
+        self._rate = client.register_script(RATE.source)
+
+    def take_rate(self, tenant: str, budget: TenantBudget, run_id: str) -> Verdict:
+        if not budget.runs_per_minute:
+            return ADMITTED
+        _, _, rate = self._keys.tenant_usage(tenant, utc_day())
+        keys = RATE.keys(rate=rate, taken=self._keys.tenant_rate_taken(tenant, run_id))
+        argv = RATE.argv(us_per_run=budget.us_per_run, burst_us=int(BURST_S * 1_000_000))
+        with translate_errors(self._where):
+            reply = RATE.reply(cast(list[Any], self._rate(keys=keys, args=argv)))
+        if int(reply["admitted"]):
+            return ADMITTED
+        return Verdict(False, "runs_per_minute", 1.0, int(reply["wait_us"]) / 1e6)
 
     @property
     def add_script(self) -> Any:
@@ -168,29 +187,41 @@ def _day_usage(day: str, raw: list[Any]) -> DayUsage:
     return DayUsage(day, n[0], n[1], n[2], n[3], n[4], n[5], n[6])
 
 
-def admit_call(
-    keys: RedisKeys, tenant: str, budget: TenantBudget, runs: int
-) -> tuple[list[Any], list[Any]]:
-    """The KEYS and ARGV of ``tenant_admit.lua`` for ``runs`` submissions under ``budget``."""
+def queue_admit_reads(pipe: Any, keys: RedisKeys, tenant: str) -> None:
+    """Queue on ``pipe`` the reads :func:`admit_verdict` decides on: ``tenant``'s day (tokens and
+    cost), its unfinished runs' sums from the in-flight record, and its rate's state."""
     name = utc_day()
     day, _, rate = keys.tenant_usage(tenant, name)
-    argv = ADMIT.argv(
-        tokens_per_day=budget.tokens_per_day,
-        cost_nano_per_day=round(budget.usd_per_day * NANO),
-        us_per_run=budget.us_per_run,
-        runs=max(1, runs),
-        burst_us=int(BURST_S * 1_000_000),
-    )
-    return ADMIT.keys(day=day, rate=rate, inflight=keys.tenant_inflight(tenant, name)), argv
+    pipe.hmget(day, ["input", "output", "cost_nano"])
+    pipe.hmget(keys.tenant_inflight(tenant, name), ["~input", "~output", "~cost_nano"])
+    pipe.get(rate)
 
 
-def verdict_of(raw: list[Any]) -> Verdict:
-    """The script's reply as a :class:`Verdict`."""
-    reply = ADMIT.reply(raw)
-    if int(reply["admitted"]):
-        return ADMITTED
-    name = cast(BudgetName, _text(reply["budget"]))
-    used = float(_text(reply["used"]))
-    if name == "usd_per_day":
-        used /= NANO
-    return Verdict(False, name, used, int(reply["wait_us"]) / 1e6)
+def admit_verdict(replies: list[Any], budget: TenantBudget, runs: int) -> Verdict:
+    """Whether ``runs`` submissions fit ``budget``, from the replies of
+    :func:`queue_admit_reads`: the day (with its unfinished runs) against the tokens and USD
+    limits, then the runs against the per-minute rate as workers took it (a limit of 0 is
+    none). The rate is read on this process's clock: workers take it on the server's
+    (``tenant_rate.lua``), so a skewed clock only moves when a submission is refused here."""
+    day, running, rate = replies
+    tokens = sum(_count(v) for v in (*day[:2], *running[:2]))
+    cost_nano = _count(day[2]) + _count(running[2])
+    if budget.tokens_per_day and tokens >= budget.tokens_per_day:
+        return Verdict(False, "tokens_per_day", float(tokens))
+    if budget.usd_per_day and cost_nano >= round(budget.usd_per_day * NANO):
+        return Verdict(False, "usd_per_day", cost_nano / NANO)
+    if budget.runs_per_minute:
+        now_us = int(time.time() * 1_000_000)
+        tat_us = max(_count(rate), now_us)
+        over_us = tat_us + budget.us_per_run * max(1, runs) - now_us - int(BURST_S * 1_000_000)
+        if over_us > 0:
+            return Verdict(False, "runs_per_minute", float(runs), over_us / 1e6)
+    return ADMITTED
+
+
+def _count(raw: Any) -> int:
+    """A counter's value (None, or anything that is no integer: 0)."""
+    try:
+        return int(raw) if raw is not None else 0
+    except ValueError:
+        return 0

@@ -178,9 +178,12 @@ def announce(
     ttl_s: int,
     *,
     raw: str | None = None,
+    observers: bool = True,
 ) -> None:
-    """Queue on ``pipe`` the announcements of ``result``: the namespace feed, and the producer's
-    own feed (which expires when its producer is gone: nobody reads it then).
+    """Queue on ``pipe`` the announcements of ``result``: the namespace feed (``observers``:
+    only workers write it; a producer announcing a run it refused itself writes its own feed
+    alone), and the producer's own feed (which expires when its producer is gone: nobody reads
+    it then).
 
     Feeds keep at most :data:`DONE_MAX_LEN` entries, and none much older than the run records
     they point to (``ttl_s``): an entry whose record expired announces nothing a reader can
@@ -190,7 +193,7 @@ def announce(
     per run.
     """
     fields = done_fields(result)
-    entries = [(k.done(), fields)]
+    entries = [(k.done(), fields)] if observers else []
     if reply_to is not None:
         # the producer's feed carries a small result, so its listener reads no record
         raw = raw if raw is not None else result.model_dump_json()
@@ -236,10 +239,10 @@ NO_RUN = RunRef("", "", "")
 def done_entry(entry_id: bytes, fields: dict[bytes, bytes]) -> tuple[bytes, RunRef]:
     """One completion-feed entry as ``(position, run)``.
 
-    An entry is a pointer, never a fact: every tenant's credential may append to the
-    namespace feed (docs/trust-model.md), so readers look the run up in its own record (the
-    console, canvas waits) and an entry whose ids are missing or invalid names :data:`NO_RUN`
-    (its position still advances the reader).
+    An entry is a pointer, never a fact: readers look the run up in its own record (the
+    console, canvas waits), and an entry whose ids are missing or invalid (a deployment that
+    still grants tenants the old write access, docs/upgrading.md) names :data:`NO_RUN` (its
+    position still advances the reader).
     """
     try:
         ref = RunRef(

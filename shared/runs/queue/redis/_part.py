@@ -34,6 +34,8 @@ class RedisQueuePart:
         self._scripts: dict[str, Script] = {}
         self._cluster = isinstance(cast(Any, client), RedisCluster)
         self.tenant_usage = RedisTenantUsage(client, keys)
+        #: Tenants this queue noted in the tenants index (see ``submit_many``).
+        self._noted_tenants: set[str] = set()
 
     def _script(self, lua: LuaScript) -> Script:
         """``lua`` registered on this queue's client (once)."""
@@ -43,24 +45,42 @@ class RedisQueuePart:
         return script
 
     def _leave_active(self, tenant: str, session_id: str) -> None:
-        """Drop an idle session from the active index, safely against a concurrent submit.
+        """Drop an idle session from the active index and its tenant's queued index, safely
+        against a concurrent submit.
 
-        The index lives in another slot than the queue, so no script can test and remove at
-        once. A submitter pushes to the queue *then* adds the session; removing *then* looking
-        at the queue means one of us sees the other: if a run arrived, the session goes back.
+        The indexes live in other slots than the queue, so no script can test and remove at
+        once. A submitter pushes to the queue *then* marks the session; removing *then* looking
+        at the queue means one of us sees the other: if a run arrived, the session goes back
+        into the active index (a worker's, which the sweeper reads every pass).
         """
         k = self.keys
         member = k.active_member(tenant, session_id)
         active, pending = k.active(tenant, session_id), k.pending(tenant, session_id)
-        if self._cluster:  # two nodes: two trips keep the order
-            send_shared(self.client, "ZREM", active, member)
+        queued_index = k.tenant_queued(tenant, session_id)
+        if self._cluster:  # several nodes: separate trips keep the order
+
+            def drop(pipe: Any) -> None:
+                pipe.zrem(active, member)
+                pipe.zrem(queued_index, session_id)
+
+            run_pipeline(self.client, [], drop)
             queued = int(self.client.llen(pending))
         else:  # one server runs a pipeline in order
 
             def fill(pipe: Any) -> None:
                 pipe.zrem(active, member)
+                pipe.zrem(queued_index, session_id)
                 pipe.llen(pending)
 
-            queued = int(run_pipeline(self.client, [], fill)[1])
+            queued = int(run_pipeline(self.client, [], fill)[2])
         if queued > 0:
             send_shared(self.client, "ZADD", active, "NX", now_ms(), member)
+
+    def _mark_active(self, pipe: Any, tenant: str, session_id: str) -> None:
+        """Queue on ``pipe`` the session's entry in the active index, unless it has one: a
+        worker claimed or began a run there (a tenant's producer marks only its own queued
+        index, :meth:`~tether.keys.RedisKeys.tenant_queued`)."""
+        k = self.keys
+        pipe.zadd(
+            k.active(tenant, session_id), {k.active_member(tenant, session_id): now_ms()}, nx=True
+        )

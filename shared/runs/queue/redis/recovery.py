@@ -1,29 +1,42 @@
 """What the recovery sweeper reads and claims on Redis (the
-:class:`~tether.runs.queue.base.Recovery` role): the sharded active-session index.
+:class:`~tether.runs.queue.base.Recovery` role): the sharded active-session index, which only
+workers write, and the tenants' own queued indexes, which each tenant's producer writes.
 
-Every tenant's credential may write the index (docs/trust-model.md: it marks its own sessions
-active), so the sweeper reads it as untrusted: a member that names no session of its shard is
-removed, and a shard another command turned into another type is skipped, each with a warning,
-and the sweep goes on with the rest. Nothing a tenant writes there stops recovery for the others.
+The sweeper still reads both as untrusted (a deployment may keep granting tenants the old write
+access to the active index, docs/upgrading.md; and a tenant writes its own queued index as it
+likes): a member that names no session of its shard is removed, and a shard another command
+turned into another type is skipped, each with a warning, and the sweep goes on with the rest.
+Nothing a tenant writes stops recovery for the others.
+
+Which tenants' queued indexes to read: the tenants index workers note when they claim (every
+:data:`~tether.worker.engine.claim_redis.TENANT_NOTE_S`), and, every :data:`TENANT_SCAN_S`, a
+SCAN for queued indexes of tenants no worker claimed for yet (a tenant whose first run's message
+was lost).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import cast
 
 import redis
 
 from tether.core.events import now_ms
 from tether.errors import InvalidId
-from tether.keys import RedisKeys
+from tether.ids import is_valid_id
+from tether.keys import QUEUED_SHARDS, RedisKeys
+from tether.persistence.active_index import known_tenants, note_tenant
 from tether.persistence.redis_conn import translate_errors
+from tether.runs.queue.redis._common import text
 from tether.runs.queue.redis._part import RedisQueuePart
 
 log = logging.getLogger(__name__)
 
 #: A shard's reply: its stale members with their scores (or the error it got instead).
 _Reply = list[tuple[bytes, float]] | redis.exceptions.ResponseError
+#: How often one process looks for tenants' queued indexes with SCAN (s).
+TENANT_SCAN_S = 600.0
 
 
 class RedisRecovery(RedisQueuePart):
@@ -33,6 +46,7 @@ class RedisRecovery(RedisQueuePart):
         super().__init__(client, keys, result_ttl_s=result_ttl_s)
         #: Shards found holding another type: warned about once, until they read again.
         self._unusable_shards: set[str] = set()
+        self._scanned_at_s = -TENANT_SCAN_S
 
     def pending_count(self, tenant: str, session_id: str) -> int:
         """How many runs are queued for the session."""
@@ -65,6 +79,62 @@ class RedisRecovery(RedisQueuePart):
             self._remove_members(invalid)
         return [session for _, _, session in sorted(found)[:limit]]
 
+    def unclaimed_sessions(self, idle_ms: int, limit: int = 100) -> list[tuple[str, str]]:
+        """Sessions of every known tenant's queued index marked ``idle_ms`` ago or more (oldest
+        first), every shard of every tenant in one pipelined round trip."""
+        cutoff = now_ms() - idle_ms
+        tenants = self._known_tenants()
+        shards = [
+            (tenant, self.keys.tenant_queued_shard(tenant, n))
+            for tenant in tenants
+            for n in range(QUEUED_SHARDS)
+        ]
+        with translate_errors(self._where):
+            pipe = self.client.pipeline(transaction=False)
+            for _, shard in shards:
+                pipe.zrangebyscore(shard, "-inf", cutoff, start=0, num=limit, withscores=True)
+            replies = cast(list[_Reply], pipe.execute(raise_on_error=False))
+        found: list[tuple[float, str, str]] = []
+        invalid: list[tuple[str, bytes]] = []
+        for (tenant, shard), reply in zip(shards, replies, strict=True):
+            if not self._readable(shard, reply):
+                continue
+            for member, score in cast(list[tuple[bytes, float]], reply):
+                session = self._queued_session(tenant, shard, member)
+                if session is None:
+                    invalid.append((shard, member))
+                else:
+                    found.append((score, tenant, session))
+        if invalid:
+            self._remove_members(invalid)
+        return [(tenant, session) for _, tenant, session in sorted(found)[:limit]]
+
+    def _queued_session(self, tenant: str, shard: str, member: bytes) -> str | None:
+        """The session ``member`` of ``tenant``'s queued ``shard`` names, or None when it names
+        no valid session of that shard."""
+        try:
+            session_id = member.decode()
+            if self.keys.tenant_queued(tenant, session_id) == shard:  # validates the id
+                return session_id
+        except (UnicodeDecodeError, InvalidId):
+            pass
+        return None
+
+    def _known_tenants(self) -> list[str]:
+        """The tenants index, with the tenants a SCAN for queued indexes found (every
+        :data:`TENANT_SCAN_S` per process), which are noted in the index for other readers."""
+        with translate_errors(self._where):
+            noted = set(known_tenants(self.client, self.keys))
+            if time.monotonic() - self._scanned_at_s >= TENANT_SCAN_S:
+                pattern = f"{self.keys.prefix}:{{*/~queued:*}}"
+                for key in self.client.scan_iter(match=pattern, count=1000):
+                    tenant = text(key).split("{", 1)[1].split("/", 1)[0]
+                    if is_valid_id(tenant) and tenant not in noted:
+                        note_tenant(self.client, self.keys, tenant)
+                        noted.add(tenant)
+                self._scanned_at_s = time.monotonic()
+        return sorted(noted)
+
     def _readable(self, shard: str, reply: _Reply) -> bool:
         """False when ``shard`` holds another type than a zset (warned once); any other error
         is raised as the run queue's errors are."""
@@ -77,9 +147,9 @@ class RedisRecovery(RedisQueuePart):
         if shard not in self._unusable_shards:
             self._unusable_shards.add(shard)
             log.warning(
-                "active-session index shard %s is not a sorted set (%s), so the sweeper skips "
-                "the sessions it should list; something other than Tether wrote it (any "
-                "tenant's credential may): delete the key, and submits rebuild it",
+                "session index shard %s is not a sorted set (%s), so the sweeper skips the "
+                "sessions it should list; something other than Tether wrote it: delete the "
+                "key, and claims and submits rebuild it",
                 shard,
                 reply,
             )
@@ -105,8 +175,8 @@ class RedisRecovery(RedisQueuePart):
             pipe.execute()
         for shard, member in invalid:
             log.warning(
-                "removed %r from the active-session index shard %s: it names no session of "
-                "that shard (something other than Tether wrote it; any tenant's credential may)",
+                "removed %r from the session index shard %s: it names no session of that "
+                "shard (something other than Tether wrote it)",
                 member,
                 shard,
             )

@@ -45,8 +45,14 @@ class RedisSessionQueue(RedisQueuePart):
         k = self.keys
         keys = BEGIN.keys(run=k.run(*ref), attempts=k.attempts(*ref), cancel=k.cancel(*ref))
         argv = BEGIN.argv(worker=worker, now_ms=now_ms(), ttl_s=self.result_ttl_s)
+        script = self._script(BEGIN)
+
+        def fill(pipe: Any) -> None:
+            queue_script(pipe, script, keys, argv)
+            self._mark_active(pipe, ref.tenant, ref.session_id)
+
         with translate_errors(self._where):
-            count = int(cast(Any, self._script(BEGIN)(keys=keys, args=argv)))
+            count = int(run_pipeline(self.client, [script], fill)[0])
         return None if count < 0 else count
 
     def hand_back(self, ref: RunRef) -> None:
@@ -159,6 +165,7 @@ class RedisSessionQueue(RedisQueuePart):
             queue_script(pipe, script, keys, argv)
             if leave_active:
                 pipe.zrem(k.active(t, s), k.active_member(t, s))
+                pipe.zrem(k.tenant_queued(t, s), s)
                 pipe.llen(k.pending(t, s))
             else:
                 pipe.zadd(k.active(t, s), {k.active_member(t, s): now_ms()})
@@ -172,7 +179,7 @@ class RedisSessionQueue(RedisQueuePart):
         scripts = [script, self.tenant_usage.add_script] if counted else [script]
         with translate_errors(self._where):
             replies = run_pipeline(self.client, scripts, fill)
-        return replies[0], int(replies[2]) if leave_active else None
+        return replies[0], int(replies[3]) if leave_active else None
 
     def note_waiting(self, ref: RunRef, what: str | None) -> None:
         """Show what the running run waits for in its record and the namespace's index (only

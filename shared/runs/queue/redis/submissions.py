@@ -6,7 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
+import redis
+
 from tether.core.events import now_ms
+from tether.persistence.active_index import note_tenant
 from tether.persistence.redis_conn import translate_errors
 from tether.persistence.scripts import queue_script, run_pipeline
 from tether.runs.contract import RunRef, RunRequest, RunResult, WireRequest
@@ -36,9 +39,10 @@ class RedisSubmissions(RedisQueuePart):
         """Register and queue requests, idempotently, in one pipelined round trip.
 
         Beside each session's script go the tenant's run-id index entry (NX: the first session
-        to use a run id keeps it) and the session's place in the active index; both after the
-        script, so the index never names a session before its queue holds the run. A
-        :class:`WireRequest` is registered with its own text (a producer serializes once).
+        to use a run id keeps it) and the session's mark in the tenant's queued index (its own
+        keyspace: workers keep the namespace's active index); both after the script, so no
+        index names a session before its queue holds the run. A :class:`WireRequest` is
+        registered with its own text (a producer serializes once).
         """
         k = self.keys
         stamp = now_ms()
@@ -52,7 +56,7 @@ class RedisSubmissions(RedisQueuePart):
                 argv = submit_argv(wire, queue, self.result_ttl_s)
                 queue_script(pipe, submit, submit_keys(k, request), argv)
                 pipe.set(k.run_index(t, request.run_id), s, nx=True, ex=self.result_ttl_s)
-                pipe.zadd(k.active(t, s), {k.active_member(t, s): stamp}, nx=True)
+                pipe.zadd(k.tenant_queued(t, s), {s: stamp}, nx=True)
 
         with translate_errors(self._where):
             replies = run_pipeline(self.client, [submit], fill)
@@ -60,7 +64,21 @@ class RedisSubmissions(RedisQueuePart):
             stray = stray_index_keys(k, [w.request for w in wires], outcomes, replies)
             if stray:  # rare (a duplicate or busy submission): one more round trip
                 self.client.delete(*stray)
+            for tenant in {w.request.tenant for w in wires} - self._noted_tenants:
+                # once per tenant and queue: where workers find its queued index (a tenant's
+                # own credential may not write it; its first claim notes it then)
+                note_tenant(self.client, k, tenant)
+                self._noted_tenants.add(tenant)
         return outcomes
+
+    def restricted(self) -> bool:
+        """True when this queue's credential may not read the namespace's own keys: a tenant's
+        ACL user (docs/trust-model.md), as a producer of a deployment with per-tenant users."""
+        try:
+            self.client.exists(self.keys.tenants())
+        except redis.exceptions.NoPermissionError:
+            return True
+        return False
 
     def record_rejected(self, result: RunResult, *, reply_to: str | None = None) -> bool:
         """Record a run that never entered a session queue (invalid, unknown agent, busy).
@@ -78,7 +96,7 @@ class RedisSubmissions(RedisQueuePart):
             if recorded:
                 pipe = self.client.pipeline(transaction=False)
                 pipe.set(k.run_index(t, result.run_id), s, nx=True, ex=self.result_ttl_s)
-                announce(pipe, k, result, reply_to, self.result_ttl_s)
+                announce(pipe, k, result, reply_to, self.result_ttl_s, observers=False)
                 pipe.execute()
         return recorded
 
