@@ -57,21 +57,23 @@ class World:
     def url_for(self, user: str, password: str) -> str:
         return f"redis://{quote(user)}:{quote(password)}@127.0.0.1:{self.server.port}/0"
 
-    def producer(self, tenant: str) -> Producer:
+    def settings(self, tenant: str, **more: object) -> Settings:
         password = f"pw-{tenant}-secret"
         self.admin.execute_command(
             "ACL", "SETUSER", tenant, "reset", f">{password}", *tenant_acl(RedisKeys(NS), tenant)
         )
-        return Producer(
-            Settings(
-                broker_url=self.server.url,  # the broker keeps its own credential
-                redis_url=self.url_for(tenant, password),
-                namespace=NS,
-                tenant=tenant,
-                store_url=f"s3://{self.bucket.bucket}/{NS}",
-                s3_endpoint_url=self.bucket.endpoint_url,
-            )
+        return Settings(
+            **more,  # type: ignore[arg-type]
+            broker_url=self.server.url,  # the broker keeps its own credential
+            redis_url=self.url_for(tenant, password),
+            namespace=NS,
+            tenant=tenant,
+            store_url=f"s3://{self.bucket.bucket}/{NS}",
+            s3_endpoint_url=self.bucket.endpoint_url,
         )
+
+    def producer(self, tenant: str) -> Producer:
+        return Producer(self.settings(tenant))
 
     def worker_backends(self) -> Backends:
         keys = RedisKeys(NS)
@@ -238,3 +240,25 @@ def test_forged_completion_entries_are_pointers_the_console_checks(world: World)
         console.close()
         acme.close()
         bob.close()
+
+
+def test_a_restricted_producer_refuses_to_run_with_the_rule_off(world: World) -> None:
+    """#47: TETHER_REGISTERED_RUNS_ONLY=false on a producer whose credential is one tenant's (a
+    deployment with per-tenant users) is refused at once, naming the setting: with the rule off,
+    any tenant that can publish to the broker can act for another. The namespace's own
+    credential may turn it off (a trusted deployment)."""
+    trusting = world.settings("acme", registered_runs_only=False)
+    with pytest.raises(ConfigurationError, match="TETHER_REGISTERED_RUNS_ONLY is false"):
+        Producer(trusting)
+
+    async def first_submit() -> None:
+        producer = AsyncProducer(trusting)
+        try:
+            await producer.run_async("s-1", "hi", agent="echo")
+        finally:
+            await producer.aclose()
+
+    with pytest.raises(ConfigurationError, match="restricted to its tenant"):
+        asyncio.run(first_submit())
+    operator = trusting.model_copy(update={"redis_url": world.server.url})
+    Producer(operator).close()  # the namespace's credential: allowed, it is trusted

@@ -6,10 +6,17 @@ run and an approval) whose bodies name ``team-a``'s session, and a canvas task f
 worker runs with ``TETHER_REGISTERED_RUNS_ONLY``: it refuses all three (no run of those ids was
 registered in team-a's keyspace, which team-b's credential cannot write), counts them in
 ``tether_messages_refused``, and team-a's session is byte-identical in S3 and in Redis.
+
+The worker runs with the default settings: ``TETHER_REGISTERED_RUNS_ONLY`` is on unless a
+deployment turns it off (#47), and canvas chains work under it.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +30,6 @@ from tests.support.moto_server import S3TestBucket
 from tests.support.redis_scan import flatten_redis
 from tests.support.stack import eventually, stack_env, unique
 from tests.test_metrics import MeteredWorker, scrape, value
-from tests.test_tenant_acl import tenant_acl
 from tether.core.results import Resolution
 from tether.dev.redis_server import RedisServer, free_port
 from tether.ids import new_id
@@ -56,12 +62,9 @@ class World:
     worker: MeteredWorker
 
     def tenant_url(self, tenant: str) -> str:
-        """A tenant's own credential: its keys (the trust model's rules) and the broker's."""
-        password = f"pw-{tenant}-secret"
-        broker = [f"~{NS}-celery:*", "&*"]  # the broker's keys and fan-out channels
-        rules = [*tenant_acl(RedisKeys(NS), tenant), *broker]
-        self.admin.execute_command("ACL", "SETUSER", tenant, "reset", f">{password}", *rules)
-        return f"redis://{quote(tenant)}:{quote(password)}@127.0.0.1:{self.server.port}/0"
+        """A tenant's own credential, as docs/deployment.md makes it (see :func:`tenant_users`):
+        its keys (the trust model's rules) and the broker's."""
+        return f"redis://{quote(tenant)}:{quote(PASSWORDS[tenant])}@127.0.0.1:{self.server.port}/0"
 
     def producer(self, tenant: str, **more: object) -> Producer:
         url = self.tenant_url(tenant)
@@ -93,17 +96,50 @@ class World:
         return {k: self.admin.dump(k) or b"" for k in self.admin.scan_iter(match=pattern)}
 
 
+#: The tenants' passwords, as an operator would choose them.
+PASSWORDS = {"team-a": "pw-team-a-secret", "team-b": "pw-team-b-secret"}
+#: The marker of the steps in docs/deployment.md that make the tenants' users.
+WALK = "<!-- deployment-walk: tenant users -->"
+
+
+def tenant_users(server: RedisServer, admin_password: str) -> dict[str, str]:
+    """Follow docs/deployment.md's steps for per-tenant users, as written (its bash block, run
+    by bash with the `tether` of this venv on PATH), against ``server``; the environment the
+    steps leave (team-a's producer settings)."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "deployment.md").read_text()
+    block = text.split(WALK, 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    env = {
+        **stack_env(server.url, "http://127.0.0.1:1", "unused"),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "TETHER_NAMESPACE": NS,
+        "ADMIN_PASSWORD": admin_password,
+        "REDIS_HOST": "127.0.0.1",
+        "REDIS_PORT": str(server.port),
+        "TEAM_A_PASSWORD": PASSWORDS["team-a"],
+        "TEAM_B_PASSWORD": PASSWORDS["team-b"],
+    }
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", block + "\nenv -0"],
+        env=env, capture_output=True, check=True, timeout=120,
+    )  # fmt: skip
+    pairs = (item.split("=", 1) for item in done.stdout.decode().split("\0") if "=" in item)
+    return dict(pairs)
+
+
 @pytest.fixture
 def world(s3_bucket: S3TestBucket, tmp_path: Path) -> Iterator[World]:
-    server = RedisServer(unix_socket=False, password="admin-" + "x" * 24).start()
+    password = "admin-" + "x" * 24
+    server = RedisServer(unix_socket=False, password=password).start()
+    left = tenant_users(server, password)
+    assert left["TETHER_REDIS_URL"] == left["TETHER_BROKER_URL"]
+    assert left["TETHER_REDIS_URL"].startswith("redis://team-a:")
     admin = redis_from_url(server.url)
     env = stack_env(server.url, s3_bucket.endpoint_url, s3_bucket.bucket)
     env.update(
         TETHER_NAMESPACE=NS,
         TETHER_QUEUE=QUEUE,
         TETHER_STORE_URL=f"s3://{s3_bucket.bucket}/{NS}",
-        TETHER_REGISTERED_RUNS_ONLY="1",
-    )
+    )  # the default trust rule: nothing about TETHER_REGISTERED_RUNS_ONLY is set
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # `tether worker` makes a fresh one
     worker = MeteredWorker(env, tmp_path, free_port(), queue=QUEUE, pool=1)
     try:
@@ -342,3 +378,77 @@ def test_a_canvas_task_given_another_tenants_run_id_is_refused(world: World) -> 
     assert "registered as request" in world.worker.log_text()
     published = flatten_redis(world.admin, match=f"{NS}-celery-results:*")
     assert not [k for k, v in published.items() if b"merger plan" in v]
+
+
+CHAIN_CLIENT = """
+import json, sys
+from celery import chain
+from tether.worker.canvas import tether_run
+a, b, forged_tenant = sys.argv[1:4]
+if forged_tenant:  # team-b's own first step, then a step naming team-a's session
+    result = chain(tether_run.s(a, "remember b's fact", agent="notes"),
+                   tether_run.s(b, agent="echo", tenant=forged_tenant)).apply_async()
+    print(json.dumps({"last": result.id, "first": result.parent.id}))
+else:
+    result = chain(tether_run.s(a, "remember A's plan", agent="notes"),
+                   tether_run.s(b, agent="echo")).apply_async()
+    print(json.dumps({"last": result.id, "first": result.parent.id}))
+"""
+
+
+def _apply_chain(world: World, tmp_path: Path, tenant: str, *args: str) -> dict[str, str]:
+    """Apply a chain from a process holding ``tenant``'s credential (canvas reads its settings
+    from the environment); what it printed."""
+    url = world.tenant_url(tenant)
+    env = stack_env(url, world.bucket.endpoint_url, world.bucket.bucket)
+    env.update(TETHER_NAMESPACE=NS, TETHER_QUEUE=QUEUE, TETHER_TENANT=tenant)
+    script = tmp_path / "chain_client.py"
+    script.write_text(CHAIN_CLIENT)
+    done = subprocess.run(
+        [sys.executable, str(script), *args], env=env, capture_output=True, text=True,
+        timeout=120, check=True,
+    )  # fmt: skip
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_a_chain_runs_under_the_default_rule_with_a_tenants_own_credential(
+    world: World, tmp_path: Path
+) -> None:
+    """#47: with TETHER_REGISTERED_RUNS_ONLY on (the default), a chain's later steps used to be
+    refused (Celery applies them in the worker, from the message); now the applying process
+    grants them in its tenant's keyspace, and the worker registers each from its grant and the
+    previous step's recorded output. team-a applies the chain with its restricted credential."""
+    a, b = unique("chain-a"), unique("chain-b")
+    ids = _apply_chain(world, tmp_path, "team-a", a, b, "")
+    team_a = world.producer("team-a")
+    try:
+        first = team_a.handle(f"run-{ids['first']}").result(timeout=120)
+        assert first.output == "noted: A's plan" and first.session_id == a
+        # the worker registers the second step once the first finished (not before)
+        eventually(lambda: team_a.record(f"run-{ids['last']}") is not None, timeout_s=60)
+        last = team_a.handle(f"run-{ids['last']}").result(timeout=120)
+        # the first step's recorded output went on as the second step's input
+        assert last.ok and last.output == "echo: noted: A's plan" and last.session_id == b
+    finally:
+        team_a.close()
+
+
+def test_a_chain_step_forged_into_another_tenants_session_is_refused(
+    world: World, tmp_path: Path
+) -> None:
+    """team-b applies its own first step whose chain goes on into team-a's session: team-a
+    granted no such step, so the worker refuses to register it, and team-a's keys are what
+    they were."""
+    session = unique("victim")
+    team_a = world.producer("team-a")
+    try:
+        assert team_a.run(session, "remember A's fact", agent="notes", wait_s=60).ok
+        in_redis = world.session_keys("team-a", session)
+        ids = _apply_chain(world, tmp_path, "team-b", unique("b-own"), session, "team-a")
+        eventually(lambda: "was not granted by its tenant" in world.worker.log_text(), 60)
+        assert team_a.record(f"run-{ids['first']}") is None  # team-b's own step, not A's
+        assert team_a.record(f"run-{ids['last']}") is None  # never registered in A's keyspace
+        assert world.session_keys("team-a", session) == in_redis
+        assert team_a.run(session, "recall", agent="notes", wait_s=60).output == "A's fact"
+    finally:
+        team_a.close()

@@ -5,6 +5,8 @@ redelivered."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Callable
 
 import pytest
@@ -24,13 +26,20 @@ from tether.ids import new_id
 from tether.runs.contract import RunRequest
 from tether.runs.queue.base import submit
 from tether.runtime.registry import AgentRegistry
+from tether.settings.budgets import TenantBudget
 from tether.worker.engine.commit import CommitStep
 from tether.worker.engine.cycle import drain
 
 
-def apply(backends: Backends, worker_id: str, request: RunRequest, **kw: object) -> None:
+def apply(
+    backends: Backends, worker_id: str, request: RunRequest, budgets: str = "", **kw: object
+) -> None:
     registry = AgentRegistry(dict(TETHER_AGENTS))
     rt = worker_runtime(backends, worker_id, registry=registry, **kw)  # type: ignore[arg-type]
+    if budgets:  # a tenant budget the worker enforces when the run starts
+        rt = dataclasses.replace(
+            rt, settings=rt.settings.model_copy(update={"tenant_budgets": budgets})
+        )
     submit(rt.runs, request)
     drain(rt, request.tenant, request.session_id)
 
@@ -55,8 +64,12 @@ def test_the_same_on_redis_and_s3(
 
 
 def counted_once(backends: Backends, step: CommitStep, phase: str) -> None:
-    """Kill a worker at ``phase`` of ``step``, recover twice; check the counts."""
+    """Kill a worker at ``phase`` of ``step``, recover twice; check the counts: the day's
+    usage, the token metrics, and the run's place in its tenant's ``runs_per_minute`` (#47:
+    taken when the run starts; a recovered attempt takes none again, or, under a rate of one,
+    the run would wait a minute for its own place)."""
     tenant = new_id("t").replace("-", "")[:12]
+    budgets = json.dumps({tenant: {"runs_per_minute": 1}})
     run_id = new_id("run")
     request = RunRequest(
         run_id=run_id, request_id=run_id, tenant=tenant, session_id="s-1", agent="spender",
@@ -64,11 +77,11 @@ def counted_once(backends: Backends, step: CommitStep, phase: str) -> None:
     )  # fmt: skip
     switch = PowerSwitch()
     with crash_at(step, phase, "w1", switch) as fired, pytest.raises(SimulatedCrash):
-        apply(backends, "w1", request, switch=switch)
+        apply(backends, "w1", request, budgets, switch=switch)
     assert fired, f"the cycle never reached {phase} {step}"
     backends.expire_lease(tenant, "s-1")
-    apply(backends, "w2", request)
-    apply(backends, "w3", request)  # redelivered once more
+    apply(backends, "w2", request, budgets)
+    apply(backends, "w3", request, budgets)  # redelivered once more
 
     view = backends.runs.get(request.ref)
     assert view is not None and view.result is not None
@@ -79,6 +92,10 @@ def counted_once(backends: Backends, step: CommitStep, phase: str) -> None:
     # that died between its finish and the count (the end of its commit) loses the count
     lost = step in _AFTER_FINISH or (step, phase) == (CommitStep.FINISH, "after")
     assert input_tokens(tenant) == (0 if lost else 2000)
+    # the run took one place of the rate, across every attempt: the next run has none now
+    budget = TenantBudget(runs_per_minute=1)
+    assert backends.runs.tenant_usage.take_rate(tenant, budget, run_id).admitted
+    assert not backends.runs.tenant_usage.take_rate(tenant, budget, "run-next").admitted
 
 
 _AFTER_FINISH = {CommitStep.ARCHIVE_SEGMENT, CommitStep.ARCHIVE_HINT, CommitStep.CHECKPOINT_CLEAR}

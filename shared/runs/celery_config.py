@@ -7,6 +7,17 @@ from typing import Any
 from tether.settings import Settings
 
 
+def broker_prefix(settings: Settings) -> str:
+    """What every key of the Redis broker starts with (kombu's ``global_keyprefix``)."""
+    return f"{settings.namespace}-celery:"
+
+
+def broker_acl_keys(settings: Settings) -> list[str]:
+    """The ACL rules a tenant's user needs on a Redis broker: its keys and its channels
+    (Celery's queues have no tenants; docs/trust-model.md says what that leaves open)."""
+    return [f"~{broker_prefix(settings)}*", "&*"]
+
+
 def celery_config(settings: Settings) -> dict[str, Any]:
     """The Celery settings that make at-least-once delivery safe for long runs.
 
@@ -20,7 +31,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     vt = settings.visibility_timeout_s
     transport = {
         "visibility_timeout": vt,
-        "global_keyprefix": f"{settings.namespace}-celery:",
+        "global_keyprefix": broker_prefix(settings),
         "unacked_restore_interval": min(10, vt),
         "unacked_restore_throttle": 1,
     }

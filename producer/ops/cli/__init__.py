@@ -34,6 +34,7 @@ from tether.producer.ops.cli import (
     schedule,
     sessions,
     stack,
+    tenants,
     webhooks,
 )
 from tether.producer.ops.cli import autoscale as autoscale_cli
@@ -174,6 +175,7 @@ stack.register(app)
 autoscale_cli.register(app)
 schedule.register(app)
 webhooks.register(app)
+tenants.register(app)
 
 
 def run_cli(argv: list[str] | None = None) -> int:

@@ -1,0 +1,71 @@
+"""#47: the trust rule is on by default, and turning it off is loud. On real worker processes
+(a private redis-server and moto): a worker with ``TETHER_REGISTERED_RUNS_ONLY=false`` logs a
+WARNING naming the risk at every start (it registers and runs whatever a message names); a
+worker on the default settings logs none, and refuses a message for a run nobody registered."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.support.moto_server import S3TestBucket
+from tests.support.stack import eventually, stack_env
+from tether.dev.redis_server import RedisServer
+from tether.dev.workers import WorkerProcess
+from tether.producer import Producer
+from tether.settings import Settings
+from tether.worker.tasks import TRUSTING_WARNING
+
+NS = "trust"
+
+
+def test_a_worker_that_trusts_messages_warns_at_every_start(
+    tmp_path: Path, s3_bucket: S3TestBucket
+) -> None:
+    server = RedisServer(unix_socket=False).start()
+    env = stack_env(server.url, s3_bucket.endpoint_url, s3_bucket.bucket)
+    env.update(TETHER_NAMESPACE=NS, TETHER_QUEUE=NS)
+    trusting = WorkerProcess(
+        "trusting", {**env, "TETHER_REGISTERED_RUNS_ONLY": "false"}, tmp_path, queue=NS
+    )
+    default = WorkerProcess("default", env, tmp_path, queue=NS)
+    try:
+        for worker in (trusting, default):
+            worker.start(wait=False)
+        for worker in (trusting, default):
+            worker.wait_ready()
+        eventually(lambda: TRUSTING_WARNING[:60] in trusting.log_text(), timeout_s=30)
+        assert "WARNING" in next(
+            line for line in trusting.log_text().splitlines() if TRUSTING_WARNING[:60] in line
+        )
+        trusting.stop()
+        trusting.start()  # every start, not once per deployment
+        eventually(lambda: TRUSTING_WARNING[:60] in trusting.log_text(), timeout_s=30)  # anew
+        assert trusting.log_path.read_text().count(TRUSTING_WARNING[:60]) == 2
+        trusting.stop()
+        # the default worker: no warning, and a message nobody registered is refused
+        producer = Producer(
+            Settings(
+                broker_url=server.url,
+                redis_url=server.url,
+                namespace=NS,
+                queue=NS,
+                store_url=f"s3://{s3_bucket.bucket}/tether",
+                s3_endpoint_url=s3_bucket.endpoint_url,
+            )
+        )
+        try:
+            made = {"run_id": "run-h1", "request_id": "run-h1", "session_id": "s-1"}
+            message = {**made, "agent": "echo", "input": "by hand"}
+            producer.celery.send_task("tether.run", kwargs={"request": message}, queue=NS)
+            eventually(lambda: "refused run message run-h1" in default.log_text(), 30)
+            assert producer.record("run-h1") is None
+            producer.register_message(message)
+            producer.celery.send_task("tether.run", kwargs={"request": message}, queue=NS)
+            assert producer.handle("run-h1").result(timeout=60).output == "echo: by hand"
+        finally:
+            producer.close()
+        assert TRUSTING_WARNING[:60] not in default.log_text()
+    finally:
+        trusting.stop()
+        default.stop()
+        server.close()
