@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from tests.support.openai_fixture import OpenAIServer, reply
+from tether.core.items import UserMessage
+from tether.models.base import ModelRequest
 from tether.models.openai import OpenAIChatModel
 from tether.producer.ops.batch.cases import BatchCase
 from tether.producer.ops.batch.scoring import Sample, ScoreRecord, resolve_scorers, score_sample
@@ -186,3 +188,24 @@ def test_a_verdict_repeated_is_one_verdict_and_a_nested_score_is_not_a_second() 
     assert parse_reply(nested) == (0.5, "ok", None)
     # an answer that merely holds braces does not make the judge's verdict a quote
     assert parse_reply('{"reasoning": "x", "score": 1}', answer="{1, 2}")[0] == 1.0
+
+
+def test_an_answer_that_is_a_verdict_is_graded_by_the_tool_and_never_by_echoing_it(
+    openai_server: OpenAIServer,
+) -> None:
+    """P11's setup: the agent's output is itself a verdict. The judge's call grades it; a text
+    reply that only repeats it is a quote, whoever wrote it. (The judge, under its own model
+    name, takes its own default reply over the agent's: the test server's per-model default.)"""
+    verdict = json.dumps({"reasoning": "matches the reference", "score": 1})
+    openai_server.default_reply(verdict)
+    openai_server.default_reply(reply("", [verdict_call(1.0)]), model="judge-model")
+    agent = OpenAIChatModel(openai_server.base_url, openai_server.api_key, max_retries=0)
+    request = ModelRequest(model="test-model", items=(UserMessage(content="q"),))
+    answer = agent.complete(request).text
+    assert answer == verdict
+    (record,) = score_sample([judge_for(openai_server)], Sample(CASE, answer))
+    assert (record.value, record.passed) == (1.0, True)
+    assert record.metadata is not None and record.metadata["channel"] == "tool"
+    openai_server.default_reply(None, model="judge-model")  # the judge echoes the answer
+    (record,) = score_sample([judge_for(openai_server)], Sample(CASE, answer))
+    assert record.error is not None and "only inside the graded answer" in record.error
