@@ -3,11 +3,12 @@
 The same dataset (``p11_cases`` one-turn cases), ``p11_epochs`` epochs and a model-graded scorer
 on both sides, trials alternated (which side goes first alternates too):
 
-- **Tether**: ``run_batch(..., epochs=N, scorers=["judge"])`` at concurrency ``p11_concurrency``
-  on ``p11_workers`` single-process workers; the agent (``assistant``, one model call) and the
-  judge both talk HTTP to the test OpenAI-compatible server (its own process), which answers
-  ``{"reasoning": ..., "score": 1}`` (a valid verdict, and the agent's output); Redis and S3
-  (moto) are the bench stack's.
+- **Tether**: ``run_batch(..., epochs=N, scorers=["judge:model=judge-model"])`` at concurrency
+  ``p11_concurrency`` on ``p11_workers`` single-process workers; the agent (``assistant``, one
+  model call) and the judge both talk HTTP to the test OpenAI-compatible server (its own
+  process), which answers the agent ``{"reasoning": ..., "score": 1}`` and the judge (its own
+  model name) a ``submit_verdict`` call with that verdict (a text verdict that the graded answer
+  holds would be a quote of it: a scoring error); Redis and S3 (moto) are the bench stack's.
 - **Inspect AI**: ``eval()`` in its own process (:mod:`bench.inspect_side`) with the ``mockllm``
   provider for the solver (``generate()``) and for ``model_graded_qa``, ``max_samples`` =
   ``max_connections`` = the same concurrency; its import is not timed.
@@ -31,12 +32,15 @@ from bench.core import Bench, BenchFailure, Measure, Stats, Target
 from bench.stack import bench_settings
 from tests.support.openai_fixture import OpenAIServer, start_openai_server
 from tether.dev.workers import WorkerProcess
+from tether.models.base import ModelResponse
 from tether.producer.client import Producer
 from tether.producer.ops.batch import run_batch
 
 QUEUE = "p11"
 MODEL = "test-model"
+JUDGE_MODEL = "judge-model"
 VERDICT = json.dumps({"reasoning": "matches the reference", "score": 1})
+VERDICT_CALL = ModelResponse.call("v1", "submit_verdict", VERDICT)
 INSPECT_TIMEOUT_S = 3600
 
 
@@ -74,7 +78,7 @@ def _tether_trial(bench: Bench, producer: Producer, cases: Path, folder: Path, n
         out=out,
         batch_id=f"p11-{bench.tag}-{n}",
         epochs=sz.p11_epochs,
-        scorers=["judge"],
+        scorers=[f"judge:model={JUDGE_MODEL}"],
     )
     wall_s = time.perf_counter() - started
     samples = sz.p11_cases * sz.p11_epochs
@@ -109,10 +113,15 @@ def _inspect_trial(bench: Bench, folder: Path, n: int) -> float:
     return float(doc["wall_s"])
 
 
+def _answer_by_default(server: OpenAIServer) -> None:
+    server.default_reply(VERDICT)
+    server.default_reply(VERDICT_CALL, model=JUDGE_MODEL)
+
+
 def _trials(bench: Bench) -> tuple[list[float], list[float]]:
     sz = bench.sizes
     server = start_openai_server("sk-p11-" + secrets.token_hex(8))
-    server.default_reply(VERDICT)
+    _answer_by_default(server)
     settings = bench_settings(
         bench.stack.redis_url,
         bench.stack.s3_endpoint,
@@ -146,7 +155,7 @@ def _trials(bench: Bench) -> tuple[list[float], list[float]]:
                     tether.append(_tether_trial(bench, producer, cases, folder, n))
                     inspect.append(_inspect_trial(bench, folder, n))
                 server.reset()
-                server.default_reply(VERDICT)
+                _answer_by_default(server)
     finally:
         producer.close()
         for worker in workers:

@@ -1,17 +1,21 @@
 """``tether batch export --format inspect``: a batch run on real workers, written as an Inspect
 AI eval log by the CLI and read back by ``inspect_ai.log.read_eval_log`` with every sample,
-score and transcript."""
+score and transcript; and case ids that are not safe as paths (issue 47, X1), exported from a
+results file without workers."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import zipfile
+from pathlib import Path, PurePosixPath
 
 import pytest
 from typer.testing import CliRunner
 
 from tests.support.finished_batch import EPOCHS, FinishedBatches, finish_batches
 from tests.support.stack import Stack
-from tether.producer.ops.batch.results import read_results
+from tether.producer.ops.batch.outputs.entry_names import safe_name, safe_names
+from tether.producer.ops.batch.results import CaseResult, dump_line, read_results
+from tether.producer.ops.batch.scoring import ScoreRecord
 from tether.producer.ops.cli.batch import batch_app
 
 # inspect_ai (about 1.5 s to import) is imported by the tests, not when pytest collects this file
@@ -90,3 +94,107 @@ def test_a_missing_results_file_is_refused_naming_it(tmp_path: Path) -> None:
     result = CliRunner().invoke(batch_app, ["export", str(missing), "-o", str(tmp_path / "x")])
     assert result.exit_code == 2
     assert str(missing) in result.output
+
+
+# --- case ids that are not safe as paths (issue 47, X1) ------------------------------------------
+
+#: Case ids an entry name must not be made of as they are; "a/b", "a\\b" and "a-b" slug alike,
+#: and so do the two long ones (their first 40 characters agree).
+HOSTILE_IDS = [
+    "../../../../x",
+    "/abs/x",
+    "C:\\win\\x",
+    "a/b",
+    "a\\b",
+    "a-b",
+    "tab\there\x01\x1b[31m\x7f",
+    "y" * 255 + "1",
+    "y" * 255 + "2",
+    "déjà vu",
+    "..",
+    ".hidden",
+    "1",
+]
+
+
+def hostile_results(path: Path) -> list[CaseResult]:
+    lines = [
+        CaseResult(
+            batch_id="b",
+            id=case_id,
+            line=n,
+            epoch=epoch,
+            session_id=f"b:{n}:e{epoch}",
+            agent="echo",
+            status="COMPLETED",
+            output=f"out {n}.{epoch}",
+            passed=True,
+            score=1.0,
+            scores={"exact": ScoreRecord(scorer="exact", value=1.0, passed=True)},
+        )
+        for n, case_id in enumerate(HOSTILE_IDS, start=1)
+        for epoch in (0, 1)
+    ]
+    path.write_bytes(b"".join(dump_line(line) for line in lines))
+    return lines
+
+
+def safe_entry(name: str) -> bool:
+    parts = PurePosixPath(name).parts
+    return (
+        not name.startswith("/")
+        and "\\" not in name
+        and ":" not in name
+        and ".." not in parts
+        and not any(ord(c) < 32 or ord(c) == 127 for c in name)
+        and len(name) <= 128
+    )
+
+
+@pytest.mark.parametrize("suffix", [".eval", ".json"])
+def test_case_ids_never_make_unsafe_entry_names_and_the_export_reads_back(
+    tmp_path: Path, suffix: str
+) -> None:
+    from inspect_ai.log import read_eval_log, read_eval_log_sample
+
+    lines = hostile_results(tmp_path / "r.results.jsonl")
+    out = tmp_path / f"run{suffix}"
+    result = CliRunner().invoke(
+        batch_app,
+        ["export", str(tmp_path / "r.results.jsonl"), "-o", str(out), "--no-transcripts"],
+    )
+    assert result.exit_code == 0, result.output
+    if suffix == ".eval":
+        names = zipfile.ZipFile(out).namelist()
+        unsafe = [n for n in names if not safe_entry(n)]
+        assert unsafe == []
+        samples = [n for n in names if n.startswith("samples/")]
+        assert len(samples) == len(set(samples)) == len(lines)
+        assert all(n.count("/") == 1 for n in samples)
+    log = read_eval_log(str(out))
+    assert log.samples is not None and len(log.samples) == len(lines)
+    by_case = {(s.metadata["tether_case_id"], s.epoch): s for s in log.samples}
+    for line in lines:  # every line, under its own id as it was
+        assert by_case[(line.id, line.epoch + 1)].output.completion == line.output
+    ids = {s.metadata["tether_case_id"]: str(s.id) for s in log.samples}
+    assert len(set(ids.values())) == len(HOSTILE_IDS)  # distinct ids, distinct names
+    assert ids["a-b"] == "a-b" and ids["1"] == "1"  # safe ids are kept as they are
+    assert ids["déjà vu"].startswith("deja-vu~") and ids["/abs/x"].startswith("abs-x~")
+    assert log.eval.dataset.sample_ids is not None
+    assert sorted(map(str, log.eval.dataset.sample_ids)) == sorted(ids.values())
+    if suffix == ".eval":  # inspect finds a sample by its id, as `inspect view` does
+        one = read_eval_log_sample(str(out), id=ids["../../../../x"], epoch=2)
+        assert one.output.completion == "out 1.1"
+
+
+def test_changed_names_never_collide_even_when_their_hash_prefixes_do() -> None:
+    # 40 ids that slug alike ("case"), over 16 one-digit prefixes: prefixes collide
+    ids = ["case" + "/" * n for n in range(1, 41)]
+    names = safe_names(ids, hash_hex=1)
+    assert len(set(names.values())) == len(ids)
+    assert {name.split("~")[0] for name in names.values()} == {"case"}
+    assert any(len(name.split("~")[1]) == 64 for name in names.values())  # the whole digest
+    # an id spelling another id's changed name is changed itself ("~" is never kept)
+    crafted = safe_name("a/b")
+    assert safe_names(["a/b", crafted]) == {"a/b": crafted, crafted: safe_name(crafted)}
+    assert safe_name(crafted) != crafted

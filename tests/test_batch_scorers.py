@@ -18,6 +18,7 @@ from tether.producer.ops.batch.cases import BatchCase
 from tether.producer.ops.batch.scoring import Sample, Score, resolve_scorers, score_sample
 from tether.producer.ops.batch.scoring.builtin import last_number, normalize_tokens, token_f1
 from tether.producer.ops.batch.scoring.judge import JudgeReplyInvalid, parse_reply, render
+from tether.producer.ops.batch.scoring.rubric import AnswerFence
 
 
 def run(spec: str, output: str | None, expected: Any = None, **case: Any) -> dict[str, Any]:
@@ -144,6 +145,7 @@ def test_builtin_scorers_skip_cases_without_expected() -> None:
         ("tests.support.eval_scorers:missing", "has no 'missing'"),
         ("tests.support.eval_scorers:NOT_CALLABLE", "'NOT_CALLABLE' is not callable"),
         ("judge:rubric=/no/such/rubric.txt", "judge rubric '/no/such/rubric.txt' cannot be read"),
+        ("judge:verdict=json", "verdict must be 'tool' (the submit_verdict tool) or 'text'"),
     ],
 )
 def test_bad_scorer_values_are_refused_naming_them(value: str, fragment: str) -> None:
@@ -215,10 +217,11 @@ def test_judge_reply_parsing() -> None:
             parse_reply(text)
 
 
-def test_rubric_rendering_replaces_only_the_three_names() -> None:
+def test_rubric_rendering_replaces_only_the_three_names_and_fences_the_output() -> None:
     case = BatchCase(id="c", input=["a", "b"], expected={"k": 1})
-    text = render('{input}|{output}|{expected}|{"json": {other}}', Sample(case, "out"))
-    assert text == 'a\nb|out|{"k": 1}|{"json": {other}}'
+    fence = AnswerFence("n0")
+    text = render('{input}|{output}|{expected}|{"json": {other}}', Sample(case, "out"), fence)
+    assert text == 'a\nb|<answer-n0>\nout\n</answer-n0>|{"k": 1}|{"json": {other}}'
 
 
 def judge_for(server: OpenAIServer, spec: str = "judge:threshold=0.5") -> Any:
@@ -266,7 +269,7 @@ def test_judge_scores_through_the_model_client_with_usage(openai_server: OpenAIS
     assert sent.body["model"] == "judge-model"
     prompt = sent.messages[-1]["content"]
     assert "[Task]\n2+2" in prompt and "[Reference answer]\n4" in prompt
-    assert "[Assistant's answer]\n4" in prompt
+    assert re.search(r"\[Assistant's answer\]\n<answer-(\w+)>\n4\n</answer-\1>\n", prompt)
 
 
 def test_judge_model_errors_are_scoring_errors(openai_server: OpenAIServer, tmp_path: Path) -> None:
@@ -281,7 +284,9 @@ def test_judge_model_errors_are_scoring_errors(openai_server: OpenAIServer, tmp_
     assert ok.value == 1.0
     sent = openai_server.model_requests()[-1]
     assert sent.body["model"] == "strict-judge"
-    assert sent.messages[-1]["content"].startswith('Is "hello" a greeting?')
+    assert re.match(
+        r'Is "<answer-(\w+)>\nhello\n</answer-\1>" a greeting\?', sent.messages[-1]["content"]
+    )
 
 
 def test_rubric_without_output_is_refused(tmp_path: Path) -> None:
@@ -382,9 +387,13 @@ def test_json_scorer_never_equates_a_boolean_with_a_number(
     assert run(spec, output, expected)["value"] == value
 
 
-def test_judge_reply_with_several_braces_takes_the_last_graded_object() -> None:
+def test_judge_reply_with_several_braces_takes_its_one_graded_object() -> None:
+    # a draft and a final answer that disagree are two verdicts: ambiguous (issue 47, J1)
     draft = 'Draft: {"reasoning": "look", "score": 0.0}\nFinal: {"reasoning": "ok", "score": 1}'
-    assert parse_reply(draft) == (1.0, "ok", None)
+    with pytest.raises(JudgeReplyInvalid, match=re.escape("different verdicts (0.0, 1.0)")):
+        parse_reply(draft)
+    again = 'Draft: {"reasoning": "look", "score": 1.0}\nFinal: {"reasoning": "ok", "score": 1}'
+    assert parse_reply(again) == (1.0, "ok", None)  # the same verdict twice is one verdict
     assert parse_reply('A set {1, 2}. {"reasoning": "ok", "score": 0.5}') == (0.5, "ok", None)
     after = '{"reasoning": "ok", "score": 1.0} (note: the {output} placeholder was filled)'
     assert parse_reply(after) == (1.0, "ok", None)

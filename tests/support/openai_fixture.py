@@ -125,9 +125,13 @@ class OpenAIServer:
         doc = {"count": count, "status": status, "retry_after_s": retry_after_s, "message": message}
         self._post("/_control/fail_next", doc)
 
-    def default_reply(self, entry: Scripted | None) -> None:
-        """Answer every request the script leaves unanswered with ``entry`` (None: stop)."""
-        self._post("/_control/default", {"reply": None if entry is None else _to_reply(entry)})
+    def default_reply(self, entry: Scripted | None, *, model: str | None = None) -> None:
+        """Answer every request the script leaves unanswered with ``entry`` (None: stop); with
+        ``model``, only the requests for that model (they take it over the default)."""
+        doc: dict[str, Any] = {"reply": None if entry is None else _to_reply(entry)}
+        if model is not None:
+            doc["model"] = model
+        self._post("/_control/default", doc)
 
     def set_models(self, models: Iterable[str]) -> None:
         """What ``GET /v1/models`` lists."""

@@ -22,7 +22,8 @@ wraps it): ``POST /_control/script`` ``{"replies": [...]}`` appends replies (see
 :mod:`tests.support.openai_replies`) that model requests consume in order;
 ``POST /_control/fail_next`` ``{"count", "status", "retry_after_s", "message"}`` fails the next
 requests first; ``POST /_control/default`` ``{"reply": {...} | null}`` answers every request
-the script leaves unanswered (a benchmark's endless traffic); ``POST /_control/models``
+the script leaves unanswered (a benchmark's endless traffic; with ``"model"``, only the requests
+for that model: a judge answering apart from the agent it grades); ``POST /_control/models``
 ``{"models": [...]}`` sets what ``/models`` lists;
 ``GET /_control/requests`` the recorded requests (each with ``received_at``, the wall-clock
 second it arrived: rates are measured on the server's side); ``POST /_control/reset``;
@@ -69,6 +70,7 @@ class ServerState:
             self.models = list(DEFAULT_MODELS)
             self.serial = 0
             self.default: dict[str, Any] | None = None
+            self.model_defaults: dict[str, dict[str, Any]] = {}
 
     def next_serial(self) -> int:
         """A fresh number for ids (request ids, completion ids)."""
@@ -76,13 +78,16 @@ class ServerState:
             self.serial += 1
             return self.serial
 
-    def next_reply(self) -> dict[str, Any]:
-        """The next failure, else the next scripted reply, else the "script exhausted" error."""
+    def next_reply(self, model: str) -> dict[str, Any]:
+        """The next failure, else the next scripted reply, else the model's default, else the
+        default, else the "script exhausted" error."""
         with self.lock:
             if self.failures:
                 return self.failures.popleft()
             if self.script:
                 return self.script.popleft()
+            if model in self.model_defaults:
+                return self.model_defaults[model]
             if self.default is not None:
                 return self.default
         return {"status": 400, "message": "openai_server script exhausted; script more replies"}
@@ -181,7 +186,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(body, dict) or not isinstance(body.get("model"), str):
             error = replies.error_body("body must be a JSON object with a model")
             return 400, lambda: self._json(400, error, request_id)
-        reply = state.next_reply()
+        reply = state.next_reply(body["model"])
         status = int(reply.get("status", 200))
         return status, lambda: self._reply(api_path, body, reply, received or "", request_id)
 
@@ -287,8 +292,14 @@ class _Handler(BaseHTTPRequestHandler):
                 state.failures.extend([failure] * int(doc.get("count", 1)))
         elif path == "/_control/default":
             reply = doc.get("reply")
+            model = doc.get("model")
             with state.lock:
-                state.default = dict(reply) if isinstance(reply, dict) else None
+                if isinstance(model, str):
+                    state.model_defaults.pop(model, None)
+                    if isinstance(reply, dict):
+                        state.model_defaults[model] = dict(reply)
+                else:
+                    state.default = dict(reply) if isinstance(reply, dict) else None
         elif path == "/_control/models":
             with state.lock:
                 state.models = [str(m) for m in doc.get("models", [])]

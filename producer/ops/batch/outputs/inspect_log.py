@@ -5,11 +5,14 @@ Built with inspect_ai's own log classes and written by its ``write_eval_log`` (`
 of ``inspect eval``. The mapping:
 
 - the batch is the task (``eval.task``: the batch id; ``eval.model``: ``tether/<agent>``);
-- a line is a sample: ``id`` the case id, ``epoch`` the line's epoch + 1 (Inspect counts from 1),
-  ``input``/``target`` the case's, ``messages`` the session's transcript (user inputs, model
-  replies with their tool calls, tool results), ``output`` the final output, ``scores`` one
-  Inspect ``Score`` per Tether scorer (a scoring error: value 0 with ``metadata.error``), a failed
-  run as the sample's ``error``, tokens as ``model_usage``, latency as ``total_time``;
+- a line is a sample: ``id`` the case id made safe as a path (:mod:`.entry_names`: inspect_ai
+  names the sample's entry in the ``.eval`` zip after it; an id that had to change becomes
+  ``<slug>~<hash>``), ``metadata.tether_case_id`` the case id as it was, ``epoch`` the line's
+  epoch + 1 (Inspect counts from 1), ``input``/``target`` the case's, ``messages`` the
+  session's transcript (user inputs, model replies with their tool calls, tool results),
+  ``output`` the final output, ``scores`` one Inspect ``Score`` per Tether scorer (a scoring
+  error: value 0 with ``metadata.error``), a failed run as the sample's ``error``, tokens as
+  ``model_usage``, latency as ``total_time``;
 - ``results.scores``: per scorer, the mean and standard error over cases (epochs averaged first,
   as ``tether batch`` reports them).
 """
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tether.errors import ConfigurationError
+from tether.producer.ops.batch.outputs.entry_names import safe_names
 from tether.producer.ops.batch.outputs.transcripts import Message
 from tether.producer.ops.batch.summary import summary_of_results
 
@@ -108,7 +112,7 @@ def _target(expected: Any) -> str | list[str]:
     return json.dumps(expected)
 
 
-def _sample(result: CaseResult, model: str, messages: list[Message]) -> Any:
+def _sample(result: CaseResult, sample_id: str, model: str, messages: list[Message]) -> Any:
     from inspect_ai.log import EvalError, EvalSample
     from inspect_ai.model import ModelOutput, ModelUsage
 
@@ -119,6 +123,7 @@ def _sample(result: CaseResult, model: str, messages: list[Message]) -> Any:
         error = EvalError(message=text, traceback="", traceback_ansi="")
     metadata: dict[str, Any] = dict(result.metadata or {})
     metadata.update(
+        tether_case_id=result.id,
         tether_session_id=result.session_id,
         tether_run_ids=result.run_ids,
         tether_status=result.status,
@@ -127,7 +132,7 @@ def _sample(result: CaseResult, model: str, messages: list[Message]) -> Any:
         tags=result.tags or [],
     )
     return EvalSample(
-        id=result.id,
+        id=sample_id,
         epoch=result.epoch + 1,
         input=_input(result),
         target=_target(result.expected),
@@ -177,15 +182,18 @@ def build_eval_log(results: list[CaseResult], messages_of: MessagesOf) -> Any:
     agents = sorted({r.agent for r in results}) or ["unknown"]
     model = f"tether/{agents[0]}" if len(agents) == 1 else "tether/" + "+".join(agents)
     case_ids = list(dict.fromkeys(r.id for r in results))
+    names = safe_names(case_ids)
     spec = EvalSpec(
         created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         task=batch_id,
-        dataset=EvalDataset(name=batch_id, samples=len(case_ids), sample_ids=case_ids),
+        dataset=EvalDataset(
+            name=batch_id, samples=len(case_ids), sample_ids=[names[i] for i in case_ids]
+        ),
         model=model,
         config=EvalConfig(epochs=summary.epochs),
         metadata={"tether_batch_id": batch_id, "tether_agents": agents},
     )
-    samples = [_sample(r, model, messages_of(r)) for r in results]
+    samples = [_sample(r, names[r.id], model, messages_of(r)) for r in results]
     return EvalLog(
         status="success",
         eval=spec,

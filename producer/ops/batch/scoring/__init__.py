@@ -2,7 +2,8 @@
 
 Modules: ``base`` (the :class:`Score` a scorer returns, the :class:`Sample` it is given),
 ``builtin`` (exact, contains, regex, includes-any, numeric, json, f1), ``judge`` (the
-model-graded scorer), ``specs`` (``--scorer`` values to scorers, checked before a batch starts),
+model-graded scorer and its verdict), ``rubric`` (the judge's prompt, the graded answer fenced),
+``specs`` (``--scorer`` values to scorers, checked before a batch starts),
 ``apply`` (running a case's scorers, a raising scorer being that case's scoring error).
 """
 

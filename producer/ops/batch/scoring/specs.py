@@ -4,7 +4,8 @@ A value is a built-in name with optional ``key=value`` options, or a Python impo
 
 - ``exact``, ``contains``, ``regex``, ``includes-any``, ``numeric:tol=0.01,rel=0.001``,
   ``json``, ``json:field=answer.value``, ``json:schema=schema.json``, ``f1:threshold=0.8``;
-- ``judge``, ``judge:rubric=rubric.txt,model=gpt-4o-mini,threshold=0.5`` (model-graded);
+- ``judge``, ``judge:rubric=rubric.txt,model=gpt-4o-mini,threshold=0.5`` (model-graded;
+  ``verdict=text`` for an endpoint that refuses tools: the verdict is then asked for in text);
 - ``mypkg.scorers:grade`` (any callable ``grade(case, output, events)``), with options after a
   second colon: ``mypkg.scorers:grade:threshold=0.5``.
 
@@ -104,12 +105,18 @@ def judge_scorer(
     and its tokens are priced at ``prices`` (the producer's ``TETHER_MODEL_PRICES``)."""
     from tether.producer.ops.batch.scoring.judge import Judge, load_rubric
 
-    options = _options(value, value.partition(":")[2], frozenset({"rubric", "model"}))
+    options = _options(value, value.partition(":")[2], frozenset({"rubric", "model", "verdict"}))
+    channel = options.get("verdict", "tool")
+    if channel not in ("tool", "text"):
+        raise InvalidInput(
+            f"--scorer {value!r}: verdict must be 'tool' (the submit_verdict tool) or 'text' "
+            f"(for an endpoint that refuses tools), got {channel!r}"
+        )
     rubric = load_rubric(options.get("rubric"))
     if client_factory is None:
         raise InvalidInput(f"--scorer {value!r} needs a model client; none was configured")
     client, default_model = client_factory()
-    judge = Judge(client, options.get("model") or default_model, rubric, prices)
+    judge = Judge(client, options.get("model") or default_model, rubric, prices, channel)
     return Scorer(
         name=value,
         fn=judge,
