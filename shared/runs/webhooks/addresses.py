@@ -120,7 +120,7 @@ def check_destination(
     parts = urlsplit(url)
     host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme == "https" else 80)
-    addresses = tuple(_resolved(url, host, port, resolve, timeout_s))
+    addresses = tuple(dict.fromkeys(_resolved(url, host, port, resolve, timeout_s)))
     for text in addresses:
         address = ipaddress.ip_address(text.split("%", 1)[0])
         if not allow_private and refused_address(address):

@@ -146,7 +146,8 @@ class PinnedBackend(httpcore.NetworkBackend):
 
 @functools.lru_cache(maxsize=4)
 def _tls_context(cafile: str | None, capath: str | None) -> ssl.SSLContext:
-    """httpx's verifying context (certifi, or SSL_CERT_FILE / SSL_CERT_DIR), built once."""
+    """httpx's verifying context (certifi, or SSL_CERT_FILE / SSL_CERT_DIR), built once per
+    value of those two (the arguments only key the cache; httpx reads the environment)."""
     return httpx.create_ssl_context()
 
 
