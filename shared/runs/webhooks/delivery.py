@@ -113,8 +113,8 @@ def attempt_delivery(
 ) -> Attempt:
     """POST ``delivery`` once, signed with its tenant's secret; any 2xx is delivered.
 
-    The whole attempt (resolving the host, connecting, sending, the answer's status line and
-    headers) has ``TETHER_WEBHOOK_TIMEOUT_S``, of one monotonic deadline. The host is resolved
+    The whole attempt (resolving the host, connecting, sending, reading the answer) has
+    ``TETHER_WEBHOOK_TIMEOUT_S``, one monotonic deadline. The host is resolved
     and checked again here (DNS may have changed since the run was submitted) with ``resolve``,
     and the connection goes to the very addresses checked. Redirects are not followed (they
     could lead to a refused address), and at most a few KiB of the answer's body are read.
