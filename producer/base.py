@@ -14,6 +14,7 @@ from celery import Celery
 
 from tether.ids import new_id, validate_tenant
 from tether.keys import RedisKeys
+from tether.observability.url_masking import install_url_masking
 from tether.producer.publish import build_celery_app
 from tether.producer.submission import Message, Submitted, message_of, run_id_arg
 from tether.runs.contract import WireRequest
@@ -35,6 +36,7 @@ class ProducerBase(ABC, Generic[H, L]):
     def __init__(
         self, settings: Settings | None, celery_app: Celery | None, overrides: dict[str, Any]
     ) -> None:
+        install_url_masking(root_handlers=False)  # no URL credential in a log line (#47 W3)
         self.settings = settings or load_settings(**overrides)
         self.keys = RedisKeys(self.settings.namespace)
         self._celery = celery_app

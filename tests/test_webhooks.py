@@ -3,6 +3,7 @@ its checks at submit (nothing written), the settings, the body, the dead letters
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -21,7 +22,7 @@ from tether.keys import RedisKeys
 from tether.producer.client import Producer
 from tether.runs.contract import RunResult
 from tether.runs.webhooks import sign_webhook, verify_webhook
-from tether.runs.webhooks.addresses import check_destination
+from tether.runs.webhooks.addresses import check_destination, embedded_ipv4, refused_address
 from tether.runs.webhooks.dead import WebhookDeadLetters
 from tether.runs.webhooks.delivery import _destination, delivery_for
 from tether.settings import Settings, load_settings, masked
@@ -76,6 +77,40 @@ def test_loopback_private_and_reserved_addresses_are_refused_unless_allowed(url:
     with pytest.raises(InvalidInput, match="TETHER_WEBHOOK_ALLOW_PRIVATE"):
         check_destination(url, allow_private=False)
     check_destination(url, allow_private=True)
+
+
+@pytest.mark.parametrize(
+    ("address", "embedded"),
+    [
+        ("2002:7f00:1::", "127.0.0.1"),  # 6to4: the IPv4 address follows 2002:
+        ("2002:a00:1::1", "10.0.0.1"),
+        ("2002:a9fe:a9fe::", "169.254.169.254"),
+        ("2001:0:4136:e378:8000:63bf:80ff:fffe", "127.0.0.1"),  # Teredo: the client, inverted
+        ("2001:0:4136:e378:8000:63bf:f5ff:fffe", "10.0.0.1"),
+        ("64:ff9b::7f00:1", "127.0.0.1"),  # NAT64: the last 32 bits
+        ("64:ff9b::a9fe:a9fe", "169.254.169.254"),
+        ("::ffff:10.0.0.1", "10.0.0.1"),  # IPv4-mapped
+        ("::ffff:169.254.169.254", "169.254.169.254"),
+        ("::127.0.0.1", "127.0.0.1"),  # IPv4-compatible
+        ("::10.0.0.1", "10.0.0.1"),
+    ],
+)
+def test_ipv6_forms_of_a_refused_ipv4_address_are_refused(address: str, embedded: str) -> None:
+    """6to4 forms of private addresses passed the check (W2): an IPv6 address is now judged by
+    the IPv4 address it carries too, whatever the standard library's tables say of the IPv6
+    prefix."""
+    parsed = ipaddress.IPv6Address(address)
+    assert ipaddress.IPv4Address(embedded) in embedded_ipv4(parsed)
+    assert refused_address(parsed)
+    with pytest.raises(InvalidInput, match="TETHER_WEBHOOK_ALLOW_PRIVATE"):
+        check_destination(f"http://[{address}]:8080/hook", allow_private=False)
+
+
+def test_local_use_nat64_is_refused_and_public_embeddings_are_not() -> None:
+    assert refused_address(ipaddress.IPv6Address("64:ff9b:1::5db8:d822"))  # 64:ff9b:1::/48
+    for address in ("2002:5db8:d822::1", "::ffff:93.184.216.34"):  # 93.184.216.34 is public
+        assert not refused_address(ipaddress.IPv6Address(address)), address
+        check_destination(f"http://[{address}]/hook", allow_private=False)
 
 
 def test_a_public_address_is_allowed_and_other_schemes_are_not() -> None:

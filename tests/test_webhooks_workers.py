@@ -1,6 +1,8 @@
 """Webhooks on a real worker, to a local receiver: a run's webhook fails (500), times out, then
 is accepted, each attempt signed; a tenant's webhook of a run waiting for a person runs out of
-attempts into the dead letters, and ``tether webhooks redeliver`` delivers it."""
+attempts into the dead letters, and ``tether webhooks redeliver`` delivers it, its URL's
+password and token (planted afresh for each run of the tests) in no log line, dead letter or
+Redis value."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,7 @@ from tether.producer.client import Producer
 from tether.producer.ops.webhooks_admin import dead_letters, redeliver
 from tether.runs.webhooks import ID_HEADER, verify_webhook
 from tether.settings import load_settings
+from tether.settings.checks import mask_url
 
 SECRET = "whsec-test-secret"
 MAX_ATTEMPTS = 3
@@ -37,9 +41,9 @@ def receiver() -> Iterator[Receiver]:
 
 
 @pytest.fixture(scope="module")
-def hooks_env(
+def hooks_fleet(
     redis_server: Any, receiver: Receiver, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, str]]:
+) -> Iterator[WorkerFleet]:
     """One worker (two pool processes: a hanging receiver does not hold up runs)."""
     log_dir = tmp_path_factory.mktemp("webhooks")
     env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
@@ -50,7 +54,8 @@ def hooks_env(
             "TETHER_STORE_URL": f"file://{log_dir / 'store'}",
             "TETHER_QUEUE": "webhooks",
             "TETHER_WEBHOOK_SECRETS": json.dumps({"*": SECRET}),
-            # a receiver that wants a password: the settings hold it, storage never does
+            # a receiver that wants a password and a token: the settings hold them, storage and
+            # logs never do
             "TETHER_WEBHOOK_URLS": json.dumps({"hooks": _with_password(receiver.url, "/tenant")}),
             "TETHER_WEBHOOK_ALLOW_PRIVATE": "true",
             "TETHER_WEBHOOK_MAX_ATTEMPTS": str(MAX_ATTEMPTS),
@@ -60,14 +65,20 @@ def hooks_env(
     )
     fleet = WorkerFleet(env, log_dir, count=1, concurrency=2, queue="webhooks")
     with fleet:
-        yield env
+        yield fleet
 
 
-HOOK_PASSWORD = "pw-" + "hook" * 6
+@pytest.fixture(scope="module")
+def hooks_env(hooks_fleet: WorkerFleet) -> dict[str, str]:
+    return hooks_fleet.workers[0].env
+
+
+HOOK_PASSWORD = f"pw-{uuid.uuid4().hex}"
+HOOK_TOKEN = f"tok-{uuid.uuid4().hex}"
 
 
 def _with_password(url: str, path: str) -> str:
-    return url.replace("http://", f"http://hooks:{HOOK_PASSWORD}@") + path
+    return url.replace("http://", f"http://hooks:{HOOK_PASSWORD}@") + f"{path}?token={HOOK_TOKEN}"
 
 
 def _settings(env: dict[str, str]) -> Any:
@@ -102,7 +113,7 @@ def test_a_run_webhook_fails_times_out_then_is_accepted_signed(
 
 
 def test_a_dead_webhook_is_listed_and_redelivered(
-    hooks_env: dict[str, str], receiver: Receiver
+    hooks_fleet: WorkerFleet, hooks_env: dict[str, str], receiver: Receiver
 ) -> None:
     receiver.default["/tenant"] = FAIL
     settings = _settings({**hooks_env, "TETHER_TENANT": "hooks"})
@@ -119,14 +130,14 @@ def test_a_dead_webhook_is_listed_and_redelivered(
         assert letter["attempts"] == MAX_ATTEMPTS and letter["last_error"] == "HTTP 500", letter[
             "last_error"
         ]
-        # the URL's password is in no dead letter, listing or Redis value (it was in all three)
-        assert letter["url"] == _with_password(receiver.url, "/tenant").replace(
-            HOOK_PASSWORD, "***"
-        )
-        assert HOOK_PASSWORD not in listed.stdout
-        assert not [
-            k for k, v in flatten_redis(producer.redis).items() if HOOK_PASSWORD.encode() in v
-        ]
+        # the URL's password and token are in no dead letter, listing or Redis value (the
+        # password was in all three)
+        assert letter["url"] == mask_url(_with_password(receiver.url, "/tenant"))
+        assert "token=***" in letter["url"]
+        for planted in (HOOK_PASSWORD, HOOK_TOKEN):
+            assert planted not in listed.stdout
+            stored = flatten_redis(producer.redis).items()
+            assert not [k for k, v in stored if planted.encode() in v]
         assert len(receiver.on("/tenant")) == MAX_ATTEMPTS
         receiver.default["/tenant"] = ACCEPT
         again = _tether(hooks_env, "webhooks", "redeliver", delivery_id)
@@ -140,7 +151,12 @@ def test_a_dead_webhook_is_listed_and_redelivered(
     # every attempt, the redelivered one too, went with the password from the settings
     expected = "Basic " + base64.b64encode(f"hooks:{HOOK_PASSWORD}".encode()).decode()
     assert {r.headers.get("Authorization") for r in receiver.on("/tenant")} == {expected}
+    assert {r.query for r in receiver.on("/tenant")} == {f"token={HOOK_TOKEN}"}
     assert accepted[0].headers[ID_HEADER] == delivery_id
+    # W3: httpx's INFO line put the URL's token in the worker's log at every attempt
+    worker_log = hooks_fleet.workers[0].log_path.read_bytes()
+    assert f"webhook {delivery_id} delivered".encode() in worker_log
+    assert HOOK_PASSWORD.encode() not in worker_log and HOOK_TOKEN.encode() not in worker_log
 
 
 def test_a_second_task_for_a_delivery_spends_none_of_its_attempts(

@@ -268,10 +268,13 @@ TRUSTING_WARNING = (
 @after_setup_logger.connect
 @worker_process_init.connect
 def _redact_logs(**_: Any) -> None:
-    """Mask the configured secrets in every log line of the worker and its pool children."""
+    """Mask the configured secrets, and URLs' credentials, in every log line of the worker and
+    its pool children."""
+    from tether.observability.url_masking import install_url_masking
     from tether.runtime.redaction import install_log_redaction, settings_redactor
     from tether.settings import load_settings
 
+    install_url_masking(root_handlers=True)
     try:
         install_log_redaction(settings_redactor(load_settings()))
     except TetherError as exc:

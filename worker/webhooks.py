@@ -4,10 +4,13 @@ committed and sends a ``tether.webhook`` task naming it, and that task delivers 
 until ``TETHER_WEBHOOK_MAX_ATTEMPTS``; then the delivery joins the dead letters (``tether
 webhooks dead | redeliver``).
 
-The task carries a delivery's id, never the delivery: what is sent, where, and signed with
-whose secret comes from the stored delivery (:mod:`tether.runs.webhooks.pending`), which a
-tenant cannot write; a message for a delivery nobody stored is refused. The run never waits for
-its webhook: delivering is a task of its own, after the run's finish.
+The task carries a delivery's id and nothing else: what is sent, where, and signed with whose
+secret comes from the stored delivery (:mod:`tether.runs.webhooks.pending`), which a tenant
+cannot write. A message for a delivery nobody stored is refused, and so is one that carries
+anything more (a whole delivery, as workers before the stored deliveries sent it), with or
+without ``TETHER_REGISTERED_RUNS_ONLY``: the broker takes messages from every tenant, so a
+carried delivery would let one tenant choose what another tenant's secret signs. The run never
+waits for its webhook: delivering is a task of its own, after the run's finish.
 """
 
 from __future__ import annotations
@@ -17,8 +20,6 @@ import os
 import re
 import threading
 from typing import Any
-
-import pydantic
 
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import redis_from_url
@@ -45,7 +46,7 @@ _state_lock = threading.Lock()
 #: What a delivery id looks like (``wh-<run id>-<status>``): checked before it names a key.
 _DELIVERY_ID = re.compile(r"wh-[A-Za-z0-9_\-]{1,200}")
 #: The ``reason`` label of ``tether_messages_refused`` for a webhook task naming no stored
-#: delivery (or carrying one in its body, with TETHER_REGISTERED_RUNS_ONLY).
+#: delivery, or carrying one in its body.
 UNSTORED = "unstored_webhook"
 #: The ``reason`` label for a webhook task naming an attempt another task has taken.
 DUPLICATE = "duplicate_webhook"
@@ -93,17 +94,18 @@ def notify_finished(settings: Settings, request: RunRequest, result: RunResult) 
 
 
 @app.task(name=WEBHOOK_TASK, ignore_result=True)
-def webhook_task(delivery_id: Any = None, delivery: Any = None) -> dict[str, Any]:
+def webhook_task(*args: Any, delivery_id: Any = None, **carried: Any) -> dict[str, Any]:
     """One attempt at a stored delivery; on failure, the next (or the dead letters).
 
-    ``delivery`` (a whole delivery in the message, as workers before this one sent it) is
-    honoured only without TETHER_REGISTERED_RUNS_ONLY, where every tenant is trusted anyway."""
+    A message that carries anything but ``delivery_id`` is refused (see the module docstring):
+    ``*args`` and ``**carried`` only catch such messages, so that they are counted rather than
+    failing in Celery's call."""
     settings = load_settings()
     pending, dead = _stores(settings)
-    current = _stored(pending, settings, delivery_id, delivery)
+    current = _stored(pending, delivery_id, args, carried)
     if current is None:
         return {"state": "refused"}
-    if delivery_id is not None and not pending.claim(current, _attempt_s(settings)):
+    if not pending.claim(current, _attempt_s(settings)):
         refuse(
             DUPLICATE,
             f"refused webhook task for delivery {current.id!r}: its attempt "
@@ -140,10 +142,20 @@ def webhook_task(delivery_id: Any = None, delivery: Any = None) -> dict[str, Any
 
 
 def _stored(
-    pending: PendingDeliveries, settings: Settings, delivery_id: Any, legacy: Any
+    pending: PendingDeliveries, delivery_id: Any, args: tuple[Any, ...], carried: dict[str, Any]
 ) -> Delivery | None:
-    """The delivery a task names: the stored one, or (trusting mode only) the one its message
-    carries; None, logged and counted, for anything else."""
+    """The stored delivery a task names; None, logged and counted, for anything else."""
+    if args or carried:
+        legacy = "delivery" in carried
+        what = "a whole delivery" if legacy else "arguments besides delivery_id"
+        refuse(
+            UNSTORED if legacy else MALFORMED,
+            f"refused webhook task: it carries {what}, and a webhook task names a stored "
+            "delivery by id and nothing else (the broker takes messages from every tenant: a "
+            "carried delivery would have a worker sign a body of the sender's choosing with "
+            "another tenant's secret); nothing was sent",
+        )
+        return None
     if isinstance(delivery_id, str) and _DELIVERY_ID.fullmatch(delivery_id):
         found = pending.get(delivery_id)
         if found is not None:
@@ -155,20 +167,5 @@ def _stored(
             "was sent",
         )
         return None
-    if legacy is None or settings.registered_runs_only:
-        refuse(
-            UNSTORED if legacy is not None else MALFORMED,
-            "refused webhook task: it names no stored delivery"
-            + (
-                " (it carries one in its body, which TETHER_REGISTERED_RUNS_ONLY never trusts)"
-                if legacy is not None
-                else ""
-            )
-            + "; nothing was sent",
-        )
-        return None
-    try:
-        return Delivery.model_validate_json(legacy if isinstance(legacy, str) else "")
-    except pydantic.ValidationError as exc:
-        log.error("dropping malformed webhook task: %s", str(exc)[:300])
-        return None
+    refuse(MALFORMED, "refused webhook task: it names no stored delivery; nothing was sent")
+    return None

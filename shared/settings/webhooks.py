@@ -84,7 +84,11 @@ class WebhookSettings(BaseSettings):
         description="Delay before the second webhook attempt; doubles each attempt (max 1 h).",
     )
     webhook_timeout_s: float = Field(
-        default=10.0, gt=0, le=300, description="Timeout of one webhook request."
+        default=10.0,
+        gt=0,
+        le=300,
+        description="The whole of one webhook attempt (resolving, connecting, sending, the "
+        "answer), in seconds.",
     )
 
     @pydantic.field_validator("webhook_urls")

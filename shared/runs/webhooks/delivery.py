@@ -1,5 +1,6 @@
 """One webhook delivery: its body (built once from the run's result, so every attempt and a
-redelivery send the same bytes), one attempt at it, and the delay before the next.
+redelivery send the same bytes), one attempt at it (resolved, checked, and sent to the checked
+addresses, all within ``TETHER_WEBHOOK_TIMEOUT_S``), and the delay before the next.
 
 Persisted (on its way, :mod:`tether.runs.webhooks.pending`, and in the dead letters) as JSON,
 its URL masked (:func:`delivery_for`). Versions:
@@ -16,14 +17,15 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-import httpx
+import httpcore
 from pydantic import BaseModel, ConfigDict
 
 from tether.core.results import RunStatus
 from tether.errors import InfrastructureError, InvalidInput
 from tether.runs.contract import RunResult
-from tether.runs.webhooks.addresses import check_destination
+from tether.runs.webhooks.addresses import Resolver, check_destination, system_resolver
 from tether.runs.webhooks.signing import sign_webhook
+from tether.runs.webhooks.transport import post
 from tether.settings import Settings
 from tether.settings.checks import mask_url, url_credential
 
@@ -106,15 +108,24 @@ class Attempt:
     final: bool = False
 
 
-def attempt_delivery(delivery: Delivery, settings: Settings) -> Attempt:
+def attempt_delivery(
+    delivery: Delivery, settings: Settings, *, resolve: Resolver = system_resolver
+) -> Attempt:
     """POST ``delivery`` once, signed with its tenant's secret; any 2xx is delivered.
 
-    The destination is checked again here (DNS may have changed since the run was submitted),
-    and redirects are not followed (they could lead to a refused address).
+    The whole attempt (resolving the host, connecting, sending, reading the answer) has
+    ``TETHER_WEBHOOK_TIMEOUT_S``, one monotonic deadline. The host is resolved
+    and checked again here (DNS may have changed since the run was submitted) with ``resolve``,
+    and the connection goes to the very addresses checked. Redirects are not followed (they
+    could lead to a refused address), and at most a few KiB of the answer's body are read.
     """
+    timeout_s = settings.webhook_timeout_s
+    deadline = time.monotonic() + timeout_s
     url = _destination(delivery, settings)
     try:
-        check_destination(url, allow_private=settings.webhook_allow_private)
+        destination = check_destination(
+            url, allow_private=settings.webhook_allow_private, resolve=resolve, timeout_s=timeout_s
+        )
     except InvalidInput as exc:
         return Attempt(str(exc), final=True)
     except InfrastructureError as exc:  # DNS may come back: retry
@@ -130,20 +141,16 @@ def attempt_delivery(delivery: Delivery, settings: Settings) -> Attempt:
     headers = {"Content-Type": "application/json", "User-Agent": "tether-webhooks/1"}
     headers.update(sign_webhook(body, secret, delivery.id))
     try:
-        response = httpx.post(
-            url,
-            content=body,
-            headers=headers,
-            timeout=settings.webhook_timeout_s,
-            follow_redirects=False,
+        status = post(url, body, headers, destination.addresses, deadline)
+    except httpcore.TimeoutException:
+        return Attempt(
+            f"timed out after {timeout_s:g} s (TETHER_WEBHOOK_TIMEOUT_S, the whole attempt)"
         )
-    except httpx.TimeoutException:
-        return Attempt(f"timed out after {settings.webhook_timeout_s:g} s")
-    except httpx.HTTPError as exc:
+    except (httpcore.NetworkError, httpcore.ProtocolError) as exc:
         return Attempt(f"{type(exc).__name__}: {exc}"[:500])
-    if 200 <= response.status_code < 300:
+    if 200 <= status < 300:
         return Attempt(None)
-    return Attempt(f"HTTP {response.status_code}")
+    return Attempt(f"HTTP {status}")
 
 
 def _destination(delivery: Delivery, settings: Settings) -> str:
