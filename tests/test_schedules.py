@@ -18,8 +18,10 @@ from tests.support.redis_scan import flatten_redis
 from tether.errors import InvalidInput, ScheduleExists, ScheduleNotFound, UnknownAgent
 from tether.producer.client import Producer
 from tether.producer.schedules import Schedules
+from tether.producer.schedules.beat import build_beat_app
 from tether.producer.schedules.model import Schedule, parse_schedule
-from tether.producer.schedules.scheduler import PAUSED_RECHECK_S, TetherEntry, TetherScheduler
+from tether.producer.schedules.scheduler import TetherScheduler
+from tether.producer.schedules.store import StoredSchedule
 from tether.producer.schedules.ticks import first_last_tick, next_tick, plan_tick
 from tether.settings import Settings
 
@@ -170,6 +172,24 @@ def test_the_cli_refuses_bad_input_with_one_line_and_exit_2(
     assert redis.Redis.from_url(redis_url).keys("*") == []
 
 
+def _rewind(schedules: Schedules, name: str, by: timedelta) -> StoredSchedule:
+    """Move ``name``'s last tick back by ``by`` (as a beat that was away would find it)."""
+    stored = schedules.store.read(schedules.tenant, name)
+    assert isinstance(stored, StoredSchedule) and stored.last_tick is not None
+    schedules.store.record_tick(stored, stored.last_tick - by)
+    again = schedules.store.read(schedules.tenant, name)
+    assert isinstance(again, StoredSchedule)
+    return again
+
+
+def _beat(settings: Settings, producer: Producer) -> TetherScheduler:
+    """A beat's scheduler in this process (no lock, no presence), submitting with ``producer``."""
+    beat = TetherScheduler(app=build_beat_app(settings), lazy=True, settings=settings)
+    beat.lock_key = None  # one loop of the beat, without taking its lock first
+    beat._producer = producer
+    return beat
+
+
 def test_a_tick_fired_by_two_beats_is_one_run(redis_url: str) -> None:
     """Two schedulers without the lock fire the same due tick: the request id dedupes it."""
     settings = Settings(broker_url=redis_url, redis_url=redis_url, store_url="memory://")
@@ -177,15 +197,12 @@ def test_a_tick_fired_by_two_beats_is_one_run(redis_url: str) -> None:
     added = schedules.add("twice", session_id="s-twice", agent="echo", input="tick", every_s=3600)
     tick = added.last_tick  # the hour that began before now: made due by moving the state back
     assert tick is not None
-    entry_key = TetherEntry.generate_key(schedules.app, "twice")
-    TetherEntry.from_key(entry_key, app=schedules.app).reschedule(tick - timedelta(hours=1))
-    beats = [TetherScheduler(app=schedules.app, lazy=True) for _ in range(2)]
-    # both load the entry before either fires it, as two unlocked beats on one tick would
-    entries = [TetherEntry.from_key(entry_key, app=schedules.app) for _ in beats]
-    assert all(entry.is_due()[0] for entry in entries)
+    _rewind(schedules, "twice", timedelta(hours=1))
     with Producer(settings) as producer:
-        for beat in beats:
-            beat._producer = producer
+        beats = [_beat(settings, producer) for _ in range(2)]
+        # both load the entry before either fires it, as two unlocked beats on one tick would
+        entries = [beat.schedule["default/twice"] for beat in beats]
+        assert all(entry.is_due()[0] for entry in entries)
         handles = [beat.apply_async(entry) for beat, entry in zip(beats, entries, strict=True)]
         run_ids = {h.run_id for h in handles if h is not None}
         assert len(run_ids) == 1 and None not in handles
@@ -211,29 +228,27 @@ def test_a_stored_schedule_that_no_longer_validates_stops_neither_the_beat_nor_t
     settings = Settings(broker_url=redis_url, redis_url=redis_url, store_url="memory://")
     schedules = Schedules(settings)
     for name in ("bad", "good"):
-        added = schedules.add(name, session_id=f"s-{name}", agent="echo", input="t", every_s=3600)
-        assert added.last_tick is not None
-        key = TetherEntry.generate_key(schedules.app, name)
-        TetherEntry.from_key(key, app=schedules.app).reschedule(
-            added.last_tick - timedelta(hours=1)
-        )
+        schedules.add(name, session_id=f"s-{name}", agent="echo", input="t", every_s=3600)
+        _rewind(schedules, name, timedelta(hours=1))
     client = redis.Redis.from_url(redis_url, decode_responses=True)
-    bad_key = TetherEntry.generate_key(schedules.app, "bad")
+    bad_key = schedules.keys.schedule("default", "bad")
     definition = json.loads(client.hget(bad_key, "definition") or "{}")
     definition["kwargs"].update(broken)
     client.hset(bad_key, "definition", json.dumps(definition))
 
-    bad = TetherEntry.from_key(bad_key, app=schedules.app)
-    assert bad.is_due() == (False, PAUSED_RECHECK_S)
-    assert bad.due_at is not None
     assert [view.name for view in schedules.list()] == ["good"]
-    assert "schedule bad is not a valid schedule" in caplog.text
-    beat = TetherScheduler(app=schedules.app, lazy=True)
-    beat.lock_key = None  # one loop of the beat, without taking its lock first
+    with pytest.raises(ScheduleNotFound, match="'bad' is not a valid schedule"):
+        schedules.get("bad")
     with Producer(settings) as producer:
-        beat._producer = producer
+        beat = _beat(settings, producer)
         beat.tick()
+        beat.tick()  # looked at again: logged once
+    assert "schedule bad of tenant default is refused and not run (invalid" in caplog.text
+    assert caplog.text.count("schedule bad of tenant default is refused") == 1
+    assert beat.refusals.counts == {"invalid": 1}
     assert client.keys("*{default/s-good}:req:*") and not client.keys("*{default/s-bad}:req:*")
+    schedules.remove("bad")  # a schedule that no longer reads is removed like any other
+    assert client.exists(bad_key) == 0
 
 
 def test_a_schedule_removed_while_the_beat_fires_it_stays_removed(redis_url: str) -> None:
@@ -245,20 +260,20 @@ def test_a_schedule_removed_while_the_beat_fires_it_stays_removed(redis_url: str
     schedules = Schedules(settings)
     added = schedules.add("nightly", session_id="s-n", agent="echo", input="t", every_s=3600)
     assert added.last_tick is not None
-    key = TetherEntry.generate_key(schedules.app, "nightly")
-    TetherEntry.from_key(key, app=schedules.app).reschedule(added.last_tick - timedelta(hours=3))
-    loaded = TetherEntry.from_key(key, app=schedules.app)
-    assert loaded.is_due()[0]
-    schedules.remove("nightly")
-    beat = TetherScheduler(app=schedules.app, lazy=True)
+    _rewind(schedules, "nightly", timedelta(hours=3))
     with Producer(settings) as producer:
-        beat._producer = producer
+        beat = _beat(settings, producer)
+        loaded = beat.schedule["default/nightly"]
+        assert loaded.is_due()[0]
+        schedules.remove("nightly")
         beat.apply_async(loaded)  # its run is submitted: it was due when the beat looked
 
     client = redis.Redis.from_url(redis_url)
+    key = schedules.keys.schedule("default", "nightly")
     assert not client.exists(key)
-    assert client.zscore(schedules.app.redbeat_conf.schedule_key, key) is None
+    assert client.zscore(schedules.keys.schedules("default"), "nightly") is None
     assert schedules.list() == []
     again = schedules.add("nightly", session_id="s-new", agent="echo", input="t", every_s=3600)
     assert again.last_tick is not None and again.last_tick >= added.last_tick
-    assert not TetherEntry.from_key(key, app=schedules.app).is_due()[0]
+    with Producer(settings) as producer:
+        assert "default/nightly" not in _beat(settings, producer).schedule  # not due
