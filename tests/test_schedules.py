@@ -16,10 +16,12 @@ import redis
 
 from tests.support.redis_scan import flatten_redis
 from tether.errors import InvalidInput, ScheduleExists, ScheduleNotFound, UnknownAgent
+from tether.keys import RedisKeys
 from tether.producer.client import Producer
 from tether.producer.schedules import Schedules
 from tether.producer.schedules.beat import build_beat_app
 from tether.producer.schedules.model import Schedule, parse_schedule
+from tether.producer.schedules.presence import BeatHeartbeat, new_presence
 from tether.producer.schedules.scheduler import TetherScheduler
 from tether.producer.schedules.store import StoredSchedule
 from tether.producer.schedules.ticks import first_last_tick, next_tick, plan_tick
@@ -277,3 +279,32 @@ def test_a_schedule_removed_while_the_beat_fires_it_stays_removed(redis_url: str
     assert again.last_tick is not None and again.last_tick >= added.last_tick
     with Producer(settings) as producer:
         assert "default/nightly" not in _beat(settings, producer).schedule  # not due
+
+
+def test_schedule_add_warns_when_no_beat_is_alive(redis_url: str) -> None:
+    """#50: nothing fired schedules unless `tether beat` ran, and `schedule add` said nothing.
+    With no beat's presence record it warns (and still adds); with one, it does not."""
+    script = Path(sys.executable).parent / "tether"
+    argv = ["schedule", "add", "--session", "s-1", "--agent", "echo", "--every-s", "60"]
+
+    def add(name: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [str(script), *argv[:2], name, *argv[2:]],
+            env=_env(redis_url), capture_output=True, text=True, timeout=90,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done
+
+    alone = add("unfired")
+    assert "no beat is running" in alone.stderr and "tether beat" in alone.stderr
+    client = redis.Redis.from_url(redis_url)
+    keys = RedisKeys("tether")
+    heartbeat = BeatHeartbeat(client, keys, new_presence).start()  # what a beat process writes
+    try:
+        assert [b.pid for b in Schedules(Settings(redis_url=redis_url)).beats()] == [os.getpid()]
+        assert "no beat is running" not in add("fired").stderr
+    finally:
+        heartbeat.stop()
+    assert client.zcard(keys.beats()) == 0  # withdrawn when it stops
+    names = [v.name for v in Schedules(Settings(broker_url=redis_url, redis_url=redis_url)).list()]
+    assert names == ["fired", "unfired"]
