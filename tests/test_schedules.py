@@ -308,3 +308,44 @@ def test_schedule_add_warns_when_no_beat_is_alive(redis_url: str) -> None:
     assert client.zcard(keys.beats()) == 0  # withdrawn when it stops
     names = [v.name for v in Schedules(Settings(broker_url=redis_url, redis_url=redis_url)).list()]
     assert names == ["fired", "unfired"]
+
+
+def test_migrate_moves_old_entries_into_their_tenants_keyspaces(redis_url: str) -> None:
+    """Entries of the layout of before tenants owned schedules (``<ns>:{~sched}:<name>``, every
+    tenant's in one place) are not run by the beat; ``tether schedule migrate`` moves each into
+    the keyspace of the tenant it names, with its last tick, and leaves what it cannot move."""
+    fixture = Path(__file__).parent / "fixtures" / "schedule_entry_v1.json"
+    stored = json.loads(fixture.read_text())
+    client = redis.Redis.from_url(redis_url)
+    keys = RedisKeys("tether")
+    legacy = {}
+    for name, tenant in (("digest", "default"), ("theirs", "acme"), ("broken", "no/such")):
+        definition = json.loads(stored["definition"])
+        definition["name"] = definition["kwargs"]["name"] = name
+        definition["kwargs"]["tenant"] = tenant
+        legacy[name] = keys.beat_prefix() + name
+        mapping = {"definition": json.dumps(definition), "meta": stored["meta"]}
+        client.hset(legacy[name], mapping=mapping)
+        client.zadd(keys.legacy_schedules(), {legacy[name]: 0})
+    settings = Settings(broker_url=redis_url, redis_url=redis_url)
+    Schedules(settings, tenant="acme").add("theirs", session_id="s-1", agent="echo", every_s=60)
+
+    script = Path(sys.executable).parent / "tether"
+    done = subprocess.run(
+        [str(script), "schedule", "migrate"], env=_env(redis_url), capture_output=True,
+        text=True, timeout=90,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "moved: digest (tenant default)" in done.stdout
+    assert "exists: theirs (tenant acme)" in done.stdout
+    assert "invalid: broken (tenant -)" in done.stdout
+    assert "1 of 3 schedule(s) moved" in done.stdout
+    view = Schedules(settings).get("digest")
+    assert view.last_tick == datetime(2026, 12, 5, 7, 0, tzinfo=UTC)  # its state came along
+    assert view.schedule.session_id == "s-news"
+    assert not client.exists(legacy["digest"])
+    assert {m.decode() for m in client.zrange(keys.legacy_schedules(), 0, -1)} == {
+        legacy["theirs"],
+        legacy["broken"],
+    }
+    assert Schedules(settings, tenant="acme").get("theirs").schedule.every_s == 60  # untouched
