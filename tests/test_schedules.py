@@ -23,7 +23,11 @@ from tether.producer.schedules.beat import build_beat_app
 from tether.producer.schedules.model import Schedule, parse_schedule
 from tether.producer.schedules.presence import BeatHeartbeat, new_presence
 from tether.producer.schedules.scheduler import TetherScheduler
-from tether.producer.schedules.store import StoredSchedule
+from tether.producer.schedules.store import (
+    StoredSchedule,
+    encode_definition,
+    max_definition_bytes,
+)
 from tether.producer.schedules.ticks import first_last_tick, next_tick, plan_tick
 from tether.settings import Settings
 
@@ -349,3 +353,44 @@ def test_migrate_moves_old_entries_into_their_tenants_keyspaces(redis_url: str) 
         legacy["broken"],
     }
     assert Schedules(settings, tenant="acme").get("theirs").schedule.every_s == 60  # untouched
+
+
+def test_junk_a_tenant_writes_into_its_schedules_stops_neither_the_beat_nor_its_list(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A tenant writes its keyspace as it likes: index members that name no schedule (an id
+    check raised out of the beat's loop, which exited), an entry that is no JSON, one of
+    another task, one naming another tenant and one over the size limit. Each is refused,
+    logged once and counted by reason; the good schedule fires, and ``list`` shows it alone."""
+    settings = Settings(
+        broker_url=redis_url, redis_url=redis_url, store_url="memory://", max_input_bytes=100
+    )
+    schedules = Schedules(settings)
+    schedules.add("good", session_id="s-good", agent="echo", input="t", every_s=3600)
+    _rewind(schedules, "good", timedelta(hours=1))
+    client = redis.Redis.from_url(redis_url)
+    keys, index = schedules.keys, schedules.keys.schedules("default")
+    theirs = parse_schedule(name="theirs", session_id="s-x", agent="echo", tenant="t2", every_s=1)
+    entries = {
+        "nojson": b"\xff{",
+        "othertask": json.dumps({"task": "tether.canvas.run", "args": [], "kwargs": {}}),
+        "theirs": encode_definition(theirs, enabled=True),
+        "huge": "x" * (max_definition_bytes(100) + 1),
+    }
+    for name, definition in entries.items():
+        client.hset(keys.schedule("default", name), "definition", definition)
+    client.zadd(index, {**dict.fromkeys(entries, 0), "../x y": 0, "a:b": 0, "\xff": 0})
+    with Producer(settings) as producer:
+        beat = _beat(settings, producer)
+        beat.tick()
+        beat.tick()
+    assert beat.refusals.counts == {
+        "invalid": 3,  # the three members that name no schedule
+        "not_a_schedule": 2,
+        "other_tenant": 1,
+        "too_large": 1,
+    }
+    assert caplog.text.count("schedule theirs of tenant default is refused") == 1
+    assert client.keys("*{default/s-good}:req:sched:good:*")
+    assert not client.keys("*{t2/*")  # nothing written for the tenant the body names
+    assert [view.name for view in schedules.list()] == ["good"]

@@ -34,6 +34,7 @@ from redbeat.schedulers import RedBeatScheduler
 from tether.errors import BudgetExceeded, InfrastructureError, UsageError
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import redis_from_url
+from tether.producer.schedules.model import is_valid_name
 from tether.producer.schedules.presence import BeatHeartbeat, BeatPresence, new_presence
 from tether.producer.schedules.store import (
     SCHEDULE_TASK,
@@ -226,15 +227,24 @@ class TetherScheduler(RedBeatScheduler):  # type: ignore[misc]
         entries: dict[str, TetherEntry] = {}
         try:
             due = self.store.due(self.discovery.current(), until_s, limit=DUE_PER_TENANT)
-            for tenant, names in due.items():
-                for found in self.store.read_many(tenant, names):
-                    if isinstance(found, Refused):
-                        self.refusals.refuse(found)
-                        continue
-                    entry = TetherEntry(found, now)
+            for tenant, members in due.items():
+                for entry in self._load(tenant, members, now):
                     entries[entry.name] = entry
         except InfrastructureError as exc:  # Redis away: the next loop tries again
             log.warning("schedules not read this loop: %s", exc)
+        return entries
+
+    def _load(self, tenant: str, members: list[str], now: datetime) -> list[TetherEntry]:
+        """The schedules ``members`` of ``tenant``'s index name, refusing what is not one."""
+        names = [m for m in members if is_valid_name(m)]
+        for junk in (m for m in members if m not in names):
+            self.refusals.refuse(Refused(tenant, junk[:80], "invalid", "no schedule name"))
+        entries = []
+        for found in self.store.read_many(tenant, names):
+            if isinstance(found, Refused):
+                self.refusals.refuse(found)
+            else:
+                entries.append(TetherEntry(found, now))
         return entries
 
     def apply_async(
@@ -289,7 +299,8 @@ class TetherScheduler(RedBeatScheduler):  # type: ignore[misc]
         return handle
 
     def close(self) -> None:
-        """Release the lock (redbeat), withdraw the presence, then close the producer."""
+        """Release the lock (redbeat), withdraw the presence, then close the producer and the
+        Redis client."""
         super().close()
         if self._heartbeat is not None:
             self._heartbeat.stop()
@@ -298,6 +309,7 @@ class TetherScheduler(RedBeatScheduler):  # type: ignore[misc]
             if self._producer is not None:
                 self._producer.close()
                 self._producer = None
+        self._client.close()
 
 
 def submit_tick(producer: Producer, stored: StoredSchedule, tick: datetime) -> RunHandle:

@@ -35,7 +35,7 @@ from tether.errors import ConflictError, ScheduleExists, ScheduleNotFound, Tethe
 from tether.keys import RedisKeys
 from tether.persistence.lua import load
 from tether.persistence.redis_conn import describe_client, translate_errors
-from tether.producer.schedules.model import Schedule
+from tether.producer.schedules.model import Schedule, is_valid_name
 from tether.producer.schedules.ticks import next_tick
 
 #: The task name stored with each entry (redbeat's ``task``). The beat never sends a task: it
@@ -333,7 +333,8 @@ class ScheduleStore:
         """The names of ``tenant``'s schedules."""
         with self._errors():
             members = cast("list[bytes]", self.client.zrange(self.keys.schedules(tenant), 0, -1))
-        return sorted(_text(m) for m in members)
+        # what a tenant wrote there by hand and can name no schedule is no schedule of its
+        return sorted(name for m in members if is_valid_name(name := _text(m)))
 
     def read_many(self, tenant: str, names: Sequence[str]) -> list[StoredSchedule | Refused]:
         """``names`` of ``tenant``, those that exist, in order. A definition longer than the
@@ -390,15 +391,20 @@ class ScheduleStore:
             return int(self.client.zcard(self.keys.legacy_schedules()))
 
     def due(self, tenants: Iterable[str], until_s: float, *, limit: int) -> dict[str, list[str]]:
-        """The schedules of each tenant whose next tick is at or before ``until_s``, at most
-        ``limit`` per tenant (earliest first): one tenant's many cannot crowd out the others."""
+        """The members of each tenant's schedule index whose next tick is at or before
+        ``until_s``, at most ``limit`` per tenant (earliest first): one tenant's many cannot
+        crowd out the others. A member is what the tenant wrote: check it names a schedule
+        (:func:`~tether.producer.schedules.model.is_valid_name`) before reading it."""
         ordered = sorted(tenants)
         with self._errors():
             pipe = self.client.pipeline(transaction=False)
             for tenant in ordered:
                 pipe.zrangebyscore(self.keys.schedules(tenant), "-inf", until_s, 0, limit)
             found = pipe.execute()
-        return {t: [_text(m) for m in names] for t, names in zip(ordered, found, strict=True)}
+        return {
+            t: [_text(m, errors="replace") for m in names]
+            for t, names in zip(ordered, found, strict=True)
+        }
 
     def record_tick(self, stored: StoredSchedule, last_tick: datetime) -> bool:
         """Record ``last_tick`` as handled, only while the schedule exists; False when it is
@@ -428,5 +434,5 @@ def _found(tenant: str, name: str, found: StoredSchedule | Refused | None) -> St
     return found
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+def _text(value: bytes | str, errors: str = "strict") -> str:
+    return value.decode(errors=errors) if isinstance(value, bytes) else value
