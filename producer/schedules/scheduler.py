@@ -55,6 +55,8 @@ log = logging.getLogger("tether.schedules")
 PAUSED_RECHECK_S = 5.0
 #: Due schedules loaded per tenant per loop: one tenant's thousands cannot stall the others.
 DUE_PER_TENANT = 100
+#: Refusals remembered so each is logged once; beyond, the memory starts afresh.
+MAX_REMEMBERED_REFUSALS = 10_000
 #: Shortest pause between two scans for the tenants that have schedules (a new tenant's first
 #: schedule is found within about this); a scan that takes long spaces them further.
 DISCOVERY_MIN_INTERVAL_S = 5.0
@@ -114,6 +116,8 @@ class Refusals:
             mark = (refused.tenant, refused.name, digest)
             if mark in self._seen:
                 return
+            if len(self._seen) >= MAX_REMEMBERED_REFUSALS:
+                self._seen.clear()  # a tenant rewriting junk forever: say it again, stay bounded
             self._seen.add(mark)
             self.counts[refused.reason] += 1
         log.error(
@@ -238,7 +242,8 @@ class TetherScheduler(RedBeatScheduler):  # type: ignore[misc]
         """The schedules ``members`` of ``tenant``'s index name, refusing what is not one."""
         names = [m for m in members if is_valid_name(m)]
         for junk in (m for m in members if m not in names):
-            self.refusals.refuse(Refused(tenant, junk[:80], "invalid", "no schedule name"))
+            # what the tenant wrote, shown escaped: it must not forge lines of the beat's log
+            self.refusals.refuse(Refused(tenant, repr(junk[:80]), "invalid", "no schedule name"))
         entries = []
         for found in self.store.read_many(tenant, names):
             if isinstance(found, Refused):
