@@ -1,5 +1,9 @@
-# Tether worker image: `docker compose up --scale worker=N` runs N of these.
+# Tether's image: the worker (`docker compose up --scale worker=N` runs N of these), the beat
+# (`tether beat`, with celery-redbeat: the `schedules` extra) and the `tether` CLI.
 # Settings come from the environment only (TETHER_* and AWS_*); see the README.
+#
+# Your own agents: build an image FROM this one that copies their package and names it in
+# TETHER_AGENT_MODULES, as deploy/agents.Dockerfile does (docs/deployment.md#your-agents-in-the-image).
 FROM python:3.11.13-slim-bookworm AS base
 
 ENV PYTHONUNBUFFERED=1 \
@@ -12,7 +16,7 @@ COPY pyproject.toml README.md ./
 COPY shared ./shared
 COPY producer ./producer
 COPY worker ./worker
-RUN pip install . \
+RUN pip install ".[schedules]" \
     && useradd --create-home --uid 10001 tether
 
 USER tether

@@ -55,6 +55,12 @@ Per-tenant keys:
   batch id, score its record's last update (ms); ``<p>:{<tenant>/~batches}:<batch_id>``
   (string): that batch's progress record (JSON, see :mod:`tether.producer.ops.batch.boards`),
   rewritten at most once a second while it runs, expiring one result TTL after the last write.
+- ``<p>:{<tenant>/~sched}`` (zset): the tenant's run schedules, member a schedule name, score
+  its next tick (Unix s; ``+inf`` while paused); ``<p>:{<tenant>/~sched}:<name>`` (hash,
+  fields ``definition`` and ``meta``, celery-redbeat's entry format, see
+  :mod:`tether.producer.schedules.store`): one schedule. Under the tenant's pattern, so only
+  its own credential (and the operator's) edits them; the beat finds the tenants that have
+  schedules by scanning for :meth:`RedisKeys.schedule_owners`.
 
 - ``<p>:{<tenant>/~queued:<n>}`` (zset, :data:`QUEUED_SHARDS` shards): the tenant's sessions
   with a run queued (member the session id, score when it was queued, ms), written by the
@@ -89,10 +95,14 @@ No tenant's credential writes any namespace-wide key (docs/trust-model.md); work
   call's token, score its expiry in ms) and ``:pause`` (string, PX): one model's fleet-wide rate
   limit (see :mod:`tether.runs.limits`); one slot per model, so one script decides a call.
 - ``<p>:{~waiting}`` (zset): runs waiting for a model's budget now (``tether status``).
-- ``<p>:{~sched}:<name>`` (hash, fields ``definition`` and ``meta``, celery-redbeat's format),
-  ``<p>:{~sched}::schedule`` (zset, entry key scored by its next tick) and
-  ``<p>:{~sched}::lock`` (the active beat's lock): the run schedules (see
-  :mod:`tether.producer.schedules`); :meth:`RedisKeys.schedules` is redbeat's key prefix.
+- ``<p>:{~sched}::lock`` (string): the lock of the beat that fires the schedules now
+  (celery-redbeat's, :meth:`RedisKeys.beat_prefix` is its key prefix). Before the schedules
+  moved into their tenants' keyspaces (see *Per-tenant keys*), ``<p>:{~sched}:<name>`` and
+  ``<p>:{~sched}::schedule`` held every tenant's schedules; ``tether schedule migrate`` moves
+  such entries (:meth:`RedisKeys.legacy_schedules`).
+- ``<p>:{~beats}:<beat_id>`` (string): a beat's presence record (JSON, see
+  :mod:`tether.producer.schedules.presence`), rewritten every few seconds with a PX expiry;
+  ``<p>:{~beats}`` (zset): beat ids scored by their last heartbeat (ms).
 - ``<p>:{~webhooks}:d:<delivery id>`` (string, a delivery's JSON, with a TTL): a webhook
   delivery on its way, named by id in the ``tether.webhook`` task.
 - ``<p>:{~webhooks}:dead`` (hash, field a delivery id, value its JSON) and
@@ -112,7 +122,7 @@ import zlib
 from typing import NamedTuple
 
 from tether.errors import ConfigurationError
-from tether.ids import validate_id, validate_model_name, validate_tenant
+from tether.ids import is_valid_id, validate_id, validate_model_name, validate_tenant
 
 DEFAULT_PREFIX = "tether"
 _PREFIX_RE = re.compile(r"[A-Za-z0-9_\-.]{1,64}")
@@ -418,12 +428,49 @@ class RedisKeys:
         """The sweeper's short-lived claim on re-enqueueing a session (SET NX PX)."""
         return self._session_key(tenant, session_id, "kick")
 
-    def schedules(self) -> str:
-        """The key prefix of the run schedules: celery-redbeat's ``redbeat_key_prefix``, so an
-        entry is ``<p>:{~sched}:<name>``; schedule names are ids without ``:`` (see
-        :mod:`tether.producer.schedules`), so no name meets redbeat's ``::schedule`` and
-        ``::lock``."""
+    def schedules(self, tenant: str) -> str:
+        """The run schedules of ``tenant``: a zset of schedule names scored by their next tick
+        (Unix s). Its own slot per tenant, with every entry (:meth:`schedule`)."""
+        return f"{self.prefix}:{{{validate_tenant(tenant)}/~sched}}"
+
+    def schedule(self, tenant: str, name: str) -> str:
+        """One run schedule of ``tenant`` (hash: ``definition``, ``meta``), in the slot of
+        :meth:`schedules`."""
+        return f"{self.schedules(tenant)}:{validate_id(name, kind='schedule name')}"
+
+    def schedule_owners(self) -> str:
+        """A SCAN glob matching the :meth:`schedules` zset of every tenant (and nothing else a
+        tenant can name: see :meth:`schedule_owner`)."""
+        return f"{self.prefix}:{{*/~sched}}"
+
+    def schedule_owner(self, key: str) -> str | None:
+        """The tenant whose :meth:`schedules` zset ``key`` is, or None when ``key`` is no such
+        zset. A tenant can write only keys starting ``<p>:{<tenant>/``, so a key it made to
+        match :meth:`schedule_owners` names that tenant or no valid one."""
+        head, tail = f"{self.prefix}:{{", "/~sched}"
+        if not (key.startswith(head) and key.endswith(tail)):
+            return None
+        tenant = key[len(head) : -len(tail)]
+        return tenant if is_valid_id(tenant) else None
+
+    def beat_prefix(self) -> str:
+        """The beat's celery-redbeat key prefix: its lock is ``<p>:{~sched}::lock``."""
         return f"{self.prefix}:{{~sched}}:"
+
+    def legacy_schedules(self) -> str:
+        """Where every tenant's schedules were before they moved into the tenants' keyspaces: a
+        zset of entry keys ``<p>:{~sched}:<name>`` (read only by ``tether schedule
+        migrate`` and the beat's warning)."""
+        return f"{self.beat_prefix()}:schedule"
+
+    def beat(self, beat_id: str) -> str:
+        """The presence record of one beat process (see
+        :mod:`tether.producer.schedules.presence`)."""
+        return f"{self.beats()}:{validate_id(beat_id, kind='beat id')}"
+
+    def beats(self) -> str:
+        """The beats' presence index: beat ids scored by their last heartbeat (ms)."""
+        return f"{self.prefix}:{{~beats}}"
 
     def webhook_pending(self, delivery_id: str) -> str:
         """A webhook delivery on its way (its JSON, with its attempts so far), named by id in

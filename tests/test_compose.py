@@ -12,6 +12,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -213,3 +214,67 @@ def test_cluster_profile_joins_its_nodes_and_points_workers_at_them(
             if key.startswith(ENV_PREFIX):
                 patch.setenv(key, value)
         assert load_settings().effective_redis_url == url  # the cluster URL passes validation
+
+
+def test_the_beat_runs_the_real_cli_and_no_host_port_is_6379(
+    compose: dict[str, Any],
+) -> None:
+    """#50: nothing fired schedules under compose (no beat), and Redis took the host's 6379,
+    where a Redis of the user's own often runs."""
+    services = compose["services"]
+    beat = services["beat"]
+    assert environment(beat) == environment(services["worker"])  # the same settings
+    assert "redis" in beat["depends_on"] and "ports" not in beat
+    assert beat.get("profiles") is None  # `docker compose up` starts it
+    command = [interpolate(part) for part in beat["command"]]
+    assert command[:2] == ["tether", "beat"]
+    built = CliRunner().invoke(app, [*command[1:], "--print-command"], env=environment_for(beat))
+    assert built.exit_code == 0, built.output
+    assert "-m celery -A tether.producer.schedules.beat beat" in built.output
+    published = [
+        interpolate(port).split(":")[-2]
+        for service in services.values()
+        for port in service.get("ports", [])
+    ]
+    assert published and "6379" not in published, published
+
+
+def test_the_image_has_celery_redbeat() -> None:
+    """The base stage installs the ``schedules`` extra, and that extra is celery-redbeat."""
+    base = DOCKERFILE.read_text().split(" AS flower", 1)[0]
+    assert re.search(r'pip install "\.\[schedules\]"', base), base
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert re.search(r'^schedules = \["celery-redbeat[^"]*"\]', pyproject, flags=re.MULTILINE)
+
+
+def test_the_agent_image_recipe_loads_your_agents(compose: dict[str, Any], tmp_path: Path) -> None:
+    """deploy/agents.Dockerfile: FROM the image compose builds, COPY a package, name it in
+    TETHER_AGENT_MODULES on PYTHONPATH. Its steps, done here to a folder: the worker's
+    registry finds the agent."""
+    recipe = (ROOT / "deploy" / "agents.Dockerfile").read_text()
+    lines = [line for line in recipe.replace("\\\n", " ").splitlines() if line.strip()]
+    steps = [line.split(None, 1) for line in lines if not line.startswith("#")]
+    (_, base), (_, copy), (_, env) = steps
+    assert base == compose["services"]["worker"]["image"]
+    source, target = copy.split()[-2:]
+    variables = dict(part.split("=", 1) for part in env.split())
+    package = source.strip("/")
+    assert target.rstrip("/") == f"{variables['PYTHONPATH']}/{package}"
+    assert variables["TETHER_AGENT_MODULES"] == package
+
+    root = tmp_path / variables["PYTHONPATH"].lstrip("/")
+    (root / package).mkdir(parents=True)
+    (root / package / "__init__.py").write_text(
+        "from tether.runtime.demo_agents import echo_agent\nTETHER_AGENTS = {'mine': echo_agent}\n"
+    )
+    env_vars = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    env_vars.update(PYTHONPATH=str(root), TETHER_AGENT_MODULES=variables["TETHER_AGENT_MODULES"])
+    code = (
+        "from tether.runtime.registry import AgentRegistry; from tether.settings import "
+        "load_settings; print(AgentRegistry.default(load_settings().agent_modules).names())"
+    )
+    shown = subprocess.run(
+        [sys.executable, "-c", code], env=env_vars, capture_output=True, text=True, timeout=60
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "'mine'" in shown.stdout

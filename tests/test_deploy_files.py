@@ -37,10 +37,10 @@ Doc = dict[str, Any]
 
 def _documents() -> list[tuple[str, Doc]]:
     found = []
-    for path in sorted(K8S.glob("*.yaml")):
+    for path in sorted(K8S.rglob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc is not None:
-                found.append((path.name, doc))
+                found.append((path.relative_to(K8S).as_posix(), doc))
     return found
 
 
@@ -66,6 +66,7 @@ def test_the_expected_objects_are_there() -> None:
     kinds = sorted((d["kind"], d["metadata"]["name"]) for _, d in DOCS)
     assert kinds == [
         ("ConfigMap", "tether-config"),
+        ("Deployment", "tether-beat"),
         ("Deployment", "tether-console"),
         ("Deployment", "tether-worker"),
         ("ScaledObject", "tether-worker"),
@@ -136,7 +137,7 @@ def _labels_match(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
-@pytest.mark.parametrize("name", ["tether-worker", "tether-console"])
+@pytest.mark.parametrize("name", ["tether-worker", "tether-console", "tether-beat"])
 def test_deployments_select_their_pods_and_read_the_settings(name: str) -> None:
     deployment = _one("Deployment", name)
     template = deployment["spec"]["template"]
@@ -185,6 +186,34 @@ def test_the_commands_are_accepted_by_the_real_cli(monkeypatch: pytest.MonkeyPat
     assert "--token" in console["command"]  # a console on a pod address needs one
     token_source = {e["name"]: e for e in console["env"]}["CONSOLE_TOKEN"]
     assert "secretKeyRef" in token_source["valueFrom"]
+
+
+def test_kubectl_apply_of_the_folder_needs_no_keda() -> None:
+    """#50: ``kubectl apply -f deploy/k8s/`` failed on a cluster without KEDA (no ScaledObject
+    kind). The folder's own files hold core Kubernetes kinds only (``kubectl apply -f DIR``
+    does not descend into subfolders); KEDA's is applied on its own from ``keda/``."""
+    core = {"v1", "apps/v1"}
+    for name, doc in DOCS:
+        top_level = "/" not in name
+        assert (doc["apiVersion"] in core) == top_level, (name, doc["apiVersion"])
+    assert [n for n, d in DOCS if d["kind"] == "ScaledObject"] == ["keda/scaledobject.yaml"]
+
+
+def test_one_beat_fires_the_schedules_with_the_real_cli() -> None:
+    """#50: deploy/k8s ran no beat, so no schedule fired. One replica, replaced (not rolled),
+    with the settings every pod reads, and a command the real CLI accepts."""
+    beat = _one("Deployment", "tether-beat")
+    assert beat["spec"]["replicas"] == 1
+    assert beat["spec"]["strategy"] == {"type": "Recreate"}  # never two for the lock's time
+    (container,) = beat["spec"]["template"]["spec"]["containers"]
+    worker = _one("Deployment", "tether-worker")["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == worker["image"] and container["envFrom"] == worker["envFrom"]
+    assert container["command"][:2] == ["tether", "beat"]
+    env: dict[str, str | None] = {k: None for k in os.environ if k.startswith(ENV_PREFIX)}
+    env.update(_config())
+    built = CliRunner().invoke(app, [*container["command"][1:], "--print-command"], env=env)
+    assert built.exit_code == 0, built.output
+    assert "-m celery -A tether.producer.schedules.beat beat" in built.output
 
 
 def test_scale_in_leaves_time_for_the_warm_shutdown() -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tether.producer.ops.local_stack import console_available
+from tether.producer.ops.local_stack import beat_available, console_available
 
 CLI_TIMEOUT_S = 180
 
@@ -62,9 +62,9 @@ def test_up_run_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
     services = {s["name"]: s for s in state["services"]}
     try:
         assert services["redis"]["port"] not in (None, 6379)
-        assert set(services) == (
-            {"redis", "w1", "console"} if console_available() else {"redis", "w1"}
-        )
+        expected = {"redis", "w1"} | ({"console"} if console_available() else set())
+        assert set(services) == expected | ({"beat"} if beat_available() else set())
+        assert beat_available()  # the dev install has the schedules extra
         env_file = tmp_path / ".tether" / "env"
         assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
         assert "export TETHER_BROKER_URL=" in env_file.read_text()
@@ -97,6 +97,7 @@ def test_up_run_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
         assert shown["queue_depth"] == {"tether": 0}
         text = ok(tether(tmp_path, "status")).stdout
         assert "workers: 1" in text and "w1@" in text
+        _the_stacks_beat_fires_a_schedule(tmp_path, services["beat"]["pid"])
         if console_available():
             with urllib.request.urlopen(state["console_url"], timeout=10) as page:
                 assert page.status == 200
@@ -116,6 +117,51 @@ def test_up_run_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
     assert not (tmp_path / ".tether" / "env").exists()
     assert not (tmp_path / ".tether" / "stack.json").exists()
     print(f"\ntether up with 1 worker took {up_s:.1f} s")
+
+
+def _the_stacks_beat_fires_a_schedule(project: Path, beat_pid: int) -> None:
+    """#50: `tether up` starts a beat; status shows it; a schedule added fires, unwarned."""
+    shown = json.loads(ok(tether(project, "status", "--json")).stdout)
+    assert [b["pid"] for b in shown["beats"]] == [beat_pid]
+    added = ok(
+        tether(project, "schedule", "add", "t", "--every-s", "1", "--session", "s2",
+               "--agent", "echo", "--input", "tick")
+    )  # fmt: skip
+    assert "no beat is running" not in added.stderr
+    deadline = time.monotonic() + 60
+    while not json.loads(ok(tether(project, "schedule", "list", "--json")).stdout)[0][
+        "last_run_id"
+    ]:
+        assert time.monotonic() < deadline, "the stack's beat fired no tick in 60 s"
+        time.sleep(0.5)
+    ok(tether(project, "schedule", "remove", "t"))
+    text = ok(tether(project, "status")).stdout
+    assert "beats: 1; firing the schedules: " in text
+
+
+def test_up_s3_keeps_its_store_across_down_and_up(tmp_path: Path) -> None:
+    """#50: moto keeps its objects in memory while Redis keeps the run records on disk: after
+    `down` / `up --s3` the session was gone (`sessions show`: not found) while `tether wait`
+    printed the old answer, and the next run remembered nothing."""
+    ok(tether(tmp_path, "up", "--s3", "--no-beat", "--no-console"))
+    try:
+        state = json.loads((tmp_path / ".tether" / "stack.json").read_text())
+        assert {s["name"] for s in state["services"]} == {"redis", "s3", "w1"}  # --no-beat
+        first = ok(tether(tmp_path, "submit", "s1", "remember the code is 42", "--agent", "notes"))
+        run_id = first.stdout.split()[0]
+        assert ok(tether(tmp_path, "wait", run_id)).stdout.strip() == "noted: the code is 42"
+    finally:
+        ok(tether(tmp_path, "down"))
+    assert list((tmp_path / ".tether" / "s3" / "tether").rglob("head*"))  # saved by `down`
+    up = ok(tether(tmp_path, "up", "--s3", "--no-beat", "--no-console"))
+    try:
+        assert "restored" in up.stdout
+        assert ok(tether(tmp_path, "sessions", "show", "s1")).returncode == 0
+        assert ok(tether(tmp_path, "wait", run_id)).stdout.strip() == "noted: the code is 42"
+        recall = ok(tether(tmp_path, "run", "s1", "recall", "--agent", "notes"))
+        assert "the code is 42" in recall.stdout
+    finally:
+        ok(tether(tmp_path, "down"))
 
 
 def test_down_never_signals_a_process_it_did_not_start(tmp_path: Path) -> None:
@@ -149,7 +195,7 @@ def test_up_autoscale_runs_the_supervisor_and_down_stops_its_workers(tmp_path: P
     bad = tether(tmp_path, "up", "--autoscale", "3:1")
     assert bad.returncode == 2 and "MIN:MAX" in bad.stderr, bad.stderr
     assert not (tmp_path / ".tether" / "stack.json").exists()  # nothing started
-    ok(tether(tmp_path, "up", "--autoscale", "1:2", "--no-console"))
+    ok(tether(tmp_path, "up", "--autoscale", "1:2", "--no-console", "--no-beat"))
     state = json.loads((tmp_path / ".tether" / "stack.json").read_text())
     services = {s["name"]: s for s in state["services"]}
     family: set[tuple[int, float]] = set()

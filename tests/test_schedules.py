@@ -16,10 +16,18 @@ import redis
 
 from tests.support.redis_scan import flatten_redis
 from tether.errors import InvalidInput, ScheduleExists, ScheduleNotFound, UnknownAgent
+from tether.keys import RedisKeys
 from tether.producer.client import Producer
 from tether.producer.schedules import Schedules
+from tether.producer.schedules.beat import build_beat_app
 from tether.producer.schedules.model import Schedule, parse_schedule
-from tether.producer.schedules.scheduler import PAUSED_RECHECK_S, TetherEntry, TetherScheduler
+from tether.producer.schedules.presence import BeatHeartbeat, new_presence
+from tether.producer.schedules.scheduler import TetherScheduler
+from tether.producer.schedules.store import (
+    StoredSchedule,
+    encode_definition,
+    max_definition_bytes,
+)
 from tether.producer.schedules.ticks import first_last_tick, next_tick, plan_tick
 from tether.settings import Settings
 
@@ -170,6 +178,24 @@ def test_the_cli_refuses_bad_input_with_one_line_and_exit_2(
     assert redis.Redis.from_url(redis_url).keys("*") == []
 
 
+def _rewind(schedules: Schedules, name: str, by: timedelta) -> StoredSchedule:
+    """Move ``name``'s last tick back by ``by`` (as a beat that was away would find it)."""
+    stored = schedules.store.read(schedules.tenant, name)
+    assert isinstance(stored, StoredSchedule) and stored.last_tick is not None
+    schedules.store.record_tick(stored, stored.last_tick - by)
+    again = schedules.store.read(schedules.tenant, name)
+    assert isinstance(again, StoredSchedule)
+    return again
+
+
+def _beat(settings: Settings, producer: Producer) -> TetherScheduler:
+    """A beat's scheduler in this process (no lock, no presence), submitting with ``producer``."""
+    beat = TetherScheduler(app=build_beat_app(settings), lazy=True, settings=settings)
+    beat.lock_key = None  # one loop of the beat, without taking its lock first
+    beat._producer = producer
+    return beat
+
+
 def test_a_tick_fired_by_two_beats_is_one_run(redis_url: str) -> None:
     """Two schedulers without the lock fire the same due tick: the request id dedupes it."""
     settings = Settings(broker_url=redis_url, redis_url=redis_url, store_url="memory://")
@@ -177,15 +203,12 @@ def test_a_tick_fired_by_two_beats_is_one_run(redis_url: str) -> None:
     added = schedules.add("twice", session_id="s-twice", agent="echo", input="tick", every_s=3600)
     tick = added.last_tick  # the hour that began before now: made due by moving the state back
     assert tick is not None
-    entry_key = TetherEntry.generate_key(schedules.app, "twice")
-    TetherEntry.from_key(entry_key, app=schedules.app).reschedule(tick - timedelta(hours=1))
-    beats = [TetherScheduler(app=schedules.app, lazy=True) for _ in range(2)]
-    # both load the entry before either fires it, as two unlocked beats on one tick would
-    entries = [TetherEntry.from_key(entry_key, app=schedules.app) for _ in beats]
-    assert all(entry.is_due()[0] for entry in entries)
+    _rewind(schedules, "twice", timedelta(hours=1))
     with Producer(settings) as producer:
-        for beat in beats:
-            beat._producer = producer
+        beats = [_beat(settings, producer) for _ in range(2)]
+        # both load the entry before either fires it, as two unlocked beats on one tick would
+        entries = [beat.schedule["default/twice"] for beat in beats]
+        assert all(entry.is_due()[0] for entry in entries)
         handles = [beat.apply_async(entry) for beat, entry in zip(beats, entries, strict=True)]
         run_ids = {h.run_id for h in handles if h is not None}
         assert len(run_ids) == 1 and None not in handles
@@ -211,29 +234,27 @@ def test_a_stored_schedule_that_no_longer_validates_stops_neither_the_beat_nor_t
     settings = Settings(broker_url=redis_url, redis_url=redis_url, store_url="memory://")
     schedules = Schedules(settings)
     for name in ("bad", "good"):
-        added = schedules.add(name, session_id=f"s-{name}", agent="echo", input="t", every_s=3600)
-        assert added.last_tick is not None
-        key = TetherEntry.generate_key(schedules.app, name)
-        TetherEntry.from_key(key, app=schedules.app).reschedule(
-            added.last_tick - timedelta(hours=1)
-        )
+        schedules.add(name, session_id=f"s-{name}", agent="echo", input="t", every_s=3600)
+        _rewind(schedules, name, timedelta(hours=1))
     client = redis.Redis.from_url(redis_url, decode_responses=True)
-    bad_key = TetherEntry.generate_key(schedules.app, "bad")
+    bad_key = schedules.keys.schedule("default", "bad")
     definition = json.loads(client.hget(bad_key, "definition") or "{}")
     definition["kwargs"].update(broken)
     client.hset(bad_key, "definition", json.dumps(definition))
 
-    bad = TetherEntry.from_key(bad_key, app=schedules.app)
-    assert bad.is_due() == (False, PAUSED_RECHECK_S)
-    assert bad.due_at is not None
     assert [view.name for view in schedules.list()] == ["good"]
-    assert "schedule bad is not a valid schedule" in caplog.text
-    beat = TetherScheduler(app=schedules.app, lazy=True)
-    beat.lock_key = None  # one loop of the beat, without taking its lock first
+    with pytest.raises(ScheduleNotFound, match="'bad' is not a valid schedule"):
+        schedules.get("bad")
     with Producer(settings) as producer:
-        beat._producer = producer
+        beat = _beat(settings, producer)
         beat.tick()
+        beat.tick()  # looked at again: logged once
+    assert "schedule bad of tenant default is refused and not run (invalid" in caplog.text
+    assert caplog.text.count("schedule bad of tenant default is refused") == 1
+    assert beat.refusals.counts == {"invalid": 1}
     assert client.keys("*{default/s-good}:req:*") and not client.keys("*{default/s-bad}:req:*")
+    schedules.remove("bad")  # a schedule that no longer reads is removed like any other
+    assert client.exists(bad_key) == 0
 
 
 def test_a_schedule_removed_while_the_beat_fires_it_stays_removed(redis_url: str) -> None:
@@ -245,20 +266,131 @@ def test_a_schedule_removed_while_the_beat_fires_it_stays_removed(redis_url: str
     schedules = Schedules(settings)
     added = schedules.add("nightly", session_id="s-n", agent="echo", input="t", every_s=3600)
     assert added.last_tick is not None
-    key = TetherEntry.generate_key(schedules.app, "nightly")
-    TetherEntry.from_key(key, app=schedules.app).reschedule(added.last_tick - timedelta(hours=3))
-    loaded = TetherEntry.from_key(key, app=schedules.app)
-    assert loaded.is_due()[0]
-    schedules.remove("nightly")
-    beat = TetherScheduler(app=schedules.app, lazy=True)
+    _rewind(schedules, "nightly", timedelta(hours=3))
     with Producer(settings) as producer:
-        beat._producer = producer
+        beat = _beat(settings, producer)
+        loaded = beat.schedule["default/nightly"]
+        assert loaded.is_due()[0]
+        schedules.remove("nightly")
         beat.apply_async(loaded)  # its run is submitted: it was due when the beat looked
 
     client = redis.Redis.from_url(redis_url)
+    key = schedules.keys.schedule("default", "nightly")
     assert not client.exists(key)
-    assert client.zscore(schedules.app.redbeat_conf.schedule_key, key) is None
+    assert client.zscore(schedules.keys.schedules("default"), "nightly") is None
     assert schedules.list() == []
     again = schedules.add("nightly", session_id="s-new", agent="echo", input="t", every_s=3600)
     assert again.last_tick is not None and again.last_tick >= added.last_tick
-    assert not TetherEntry.from_key(key, app=schedules.app).is_due()[0]
+    with Producer(settings) as producer:
+        assert "default/nightly" not in _beat(settings, producer).schedule  # not due
+
+
+def test_schedule_add_warns_when_no_beat_is_alive(redis_url: str) -> None:
+    """#50: nothing fired schedules unless `tether beat` ran, and `schedule add` said nothing.
+    With no beat's presence record it warns (and still adds); with one, it does not."""
+    script = Path(sys.executable).parent / "tether"
+    argv = ["schedule", "add", "--session", "s-1", "--agent", "echo", "--every-s", "60"]
+
+    def add(name: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [str(script), *argv[:2], name, *argv[2:]],
+            env=_env(redis_url), capture_output=True, text=True, timeout=90,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done
+
+    alone = add("unfired")
+    assert "no beat is running" in alone.stderr and "tether beat" in alone.stderr
+    client = redis.Redis.from_url(redis_url)
+    keys = RedisKeys("tether")
+    heartbeat = BeatHeartbeat(client, keys, new_presence).start()  # what a beat process writes
+    try:
+        assert [b.pid for b in Schedules(Settings(redis_url=redis_url)).beats()] == [os.getpid()]
+        assert "no beat is running" not in add("fired").stderr
+    finally:
+        heartbeat.stop()
+    assert client.zcard(keys.beats()) == 0  # withdrawn when it stops
+    names = [v.name for v in Schedules(Settings(broker_url=redis_url, redis_url=redis_url)).list()]
+    assert names == ["fired", "unfired"]
+
+
+def test_migrate_moves_old_entries_into_their_tenants_keyspaces(redis_url: str) -> None:
+    """Entries of the layout of before tenants owned schedules (``<ns>:{~sched}:<name>``, every
+    tenant's in one place) are not run by the beat; ``tether schedule migrate`` moves each into
+    the keyspace of the tenant it names, with its last tick, and leaves what it cannot move."""
+    fixture = Path(__file__).parent / "fixtures" / "schedule_entry_v1.json"
+    stored = json.loads(fixture.read_text())
+    client = redis.Redis.from_url(redis_url)
+    keys = RedisKeys("tether")
+    legacy = {}
+    for name, tenant in (("digest", "default"), ("theirs", "acme"), ("broken", "no/such")):
+        definition = json.loads(stored["definition"])
+        definition["name"] = definition["kwargs"]["name"] = name
+        definition["kwargs"]["tenant"] = tenant
+        legacy[name] = keys.beat_prefix() + name
+        mapping = {"definition": json.dumps(definition), "meta": stored["meta"]}
+        client.hset(legacy[name], mapping=mapping)
+        client.zadd(keys.legacy_schedules(), {legacy[name]: 0})
+    settings = Settings(broker_url=redis_url, redis_url=redis_url)
+    Schedules(settings, tenant="acme").add("theirs", session_id="s-1", agent="echo", every_s=60)
+
+    script = Path(sys.executable).parent / "tether"
+    done = subprocess.run(
+        [str(script), "schedule", "migrate"], env=_env(redis_url), capture_output=True,
+        text=True, timeout=90,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "moved: digest (tenant default)" in done.stdout
+    assert "exists: theirs (tenant acme)" in done.stdout
+    assert "invalid: broken (tenant -)" in done.stdout
+    assert "1 of 3 schedule(s) moved" in done.stdout
+    view = Schedules(settings).get("digest")
+    assert view.last_tick == datetime(2026, 12, 5, 7, 0, tzinfo=UTC)  # its state came along
+    assert view.schedule.session_id == "s-news"
+    assert not client.exists(legacy["digest"])
+    assert {m.decode() for m in client.zrange(keys.legacy_schedules(), 0, -1)} == {
+        legacy["theirs"],
+        legacy["broken"],
+    }
+    assert Schedules(settings, tenant="acme").get("theirs").schedule.every_s == 60  # untouched
+
+
+def test_junk_a_tenant_writes_into_its_schedules_stops_neither_the_beat_nor_its_list(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A tenant writes its keyspace as it likes: index members that name no schedule (an id
+    check raised out of the beat's loop, which exited), an entry that is no JSON, one of
+    another task, one naming another tenant and one over the size limit. Each is refused,
+    logged once and counted by reason; the good schedule fires, and ``list`` shows it alone."""
+    settings = Settings(
+        broker_url=redis_url, redis_url=redis_url, store_url="memory://", max_input_bytes=100
+    )
+    schedules = Schedules(settings)
+    schedules.add("good", session_id="s-good", agent="echo", input="t", every_s=3600)
+    _rewind(schedules, "good", timedelta(hours=1))
+    client = redis.Redis.from_url(redis_url)
+    keys, index = schedules.keys, schedules.keys.schedules("default")
+    theirs = parse_schedule(name="theirs", session_id="s-x", agent="echo", tenant="t2", every_s=1)
+    entries = {
+        "nojson": b"\xff{",
+        "othertask": json.dumps({"task": "tether.canvas.run", "args": [], "kwargs": {}}),
+        "theirs": encode_definition(theirs, enabled=True),
+        "huge": "x" * (max_definition_bytes(100) + 1),
+    }
+    for name, definition in entries.items():
+        client.hset(keys.schedule("default", name), "definition", definition)
+    client.zadd(index, {**dict.fromkeys(entries, 0), "../x y": 0, "a:b": 0, "\xff": 0})
+    with Producer(settings) as producer:
+        beat = _beat(settings, producer)
+        beat.tick()
+        beat.tick()
+    assert beat.refusals.counts == {
+        "invalid": 3,  # the three members that name no schedule
+        "not_a_schedule": 2,
+        "other_tenant": 1,
+        "too_large": 1,
+    }
+    assert caplog.text.count("schedule theirs of tenant default is refused") == 1
+    assert client.keys("*{default/s-good}:req:sched:good:*")
+    assert not client.keys("*{t2/*")  # nothing written for the tenant the body names
+    assert [view.name for view in schedules.list()] == ["good"]

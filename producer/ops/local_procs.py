@@ -23,7 +23,7 @@ import redis
 from pydantic import BaseModel, ConfigDict
 
 from tether.dev.redis_server import find_redis_server_binary, free_port
-from tether.errors import ConfigurationError
+from tether.errors import ConfigurationError, TetherError
 from tether.persistence.redis_conn import redis_from_url
 from tether.settings import Settings
 
@@ -210,6 +210,32 @@ def wait_for_workers(
             time.sleep(0.1)
     finally:
         client.close()
+
+
+def wait_for_beat(record: ProcessRecord, url: str, settings: Settings, timeout_s: float) -> None:
+    """Block until the beat's presence record is in Redis (it fires schedules from then on).
+
+    Raises:
+        ConfigurationError: it exited, or wrote no record in time (with its log's end).
+    """
+    from tether.keys import RedisKeys
+    from tether.persistence.redis_conn import redis_from_url
+    from tether.producer.schedules.presence import list_beats
+
+    client = redis_from_url(url, retry=None)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while is_running(record) and time.monotonic() < deadline:
+            with contextlib.suppress(TetherError):
+                if list_beats(client, RedisKeys(settings.namespace)):
+                    return
+            time.sleep(0.1)
+    finally:
+        client.close()
+    raise ConfigurationError(
+        f"the beat did not start within {timeout_s:.0f} s; its log {record.log} ends with:\n"
+        + log_tail(record.log)
+    )
 
 
 # --- the stack's redis-server --------------------------------------------------------------------

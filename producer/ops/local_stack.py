@@ -6,10 +6,13 @@ what ``tether down`` stops (the commands and what they print: :mod:`tether.produ
 - a private, password-protected ``redis-server`` on a free loopback port (never 6379), with its
   append-only file under ``.tether/redis`` (queued runs survive ``down`` / ``up``);
 - the local-directory store ``.tether/store`` (or, with ``--s3``, a moto S3 server and a
-  ``tether`` bucket);
+  ``tether`` bucket, saved to ``.tether/s3`` by ``down`` and put back by the next ``up --s3``:
+  :mod:`tether.producer.ops.local_s3`);
 - ``--workers N`` Celery worker processes, or with ``--autoscale MIN:MAX`` the autoscaling
   supervisor (``tether autoscale``, :mod:`tether.producer.ops.autoscale`), which starts and
   stops them on the queue's load;
+- ``tether beat``, which fires the run schedules, when celery-redbeat is installed (the
+  ``schedules`` extra; ``--no-beat`` to skip it);
 - ``tether console`` when the console is installed (``--no-console`` to skip it).
 
 It records each process (pid and start time) in ``.tether/stack.json``, writes the settings to
@@ -23,6 +26,7 @@ Redis' data and the logs stay).
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import secrets
@@ -44,8 +48,16 @@ from tether.producer.ops.local_procs import (
     spawn,
     start_redis,
     stop_all,
+    wait_for_beat,
     wait_for_port,
     wait_for_workers,
+)
+from tether.producer.ops.local_s3 import (
+    MOTO_ENV,
+    S3_BUCKET,
+    create_bucket,
+    restore_bucket,
+    save_bucket,
 )
 from tether.settings import LOCAL_ENV_FILE, Settings
 from tether.settings.checks import mask_url
@@ -53,13 +65,13 @@ from tether.settings.checks import mask_url
 STATE_VERSION = 1
 WORKER_READY_TIMEOUT_S = 90.0
 CONSOLE_READY_TIMEOUT_S = 30.0
+BEAT_READY_TIMEOUT_S = 30.0
 #: ``tether console``'s own default port, used when free.
 CONSOLE_DEFAULT_PORT = 8765
 #: How long a worker may finish its run before ``down`` kills it (warm shutdown).
 WORKER_STOP_TIMEOUT_S = 15.0
 #: The autoscaler's own limit for its workers' warm shutdown, within ``WORKER_STOP_TIMEOUT_S``.
 AUTOSCALER_STOP_TIMEOUT_S = 10.0
-S3_BUCKET = "tether"
 #: What the stack sets; the rest of the caller's environment reaches its services unchanged.
 _STACK_KEYS = (
     "TETHER_BROKER_URL",
@@ -67,11 +79,6 @@ _STACK_KEYS = (
     "TETHER_STORE_URL",
     "TETHER_S3_ENDPOINT_URL",
 )
-_MOTO_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,11 @@ class StackPaths:
         """One log file per service."""
         return self.root / "logs"
 
+    @property
+    def s3(self) -> Path:
+        """Where ``down`` saves the moto store of ``up --s3`` (its objects, one file each)."""
+        return self.root / "s3"
+
 
 class StackState(BaseModel):
     """What ``tether up`` started (``.tether/stack.json``; no secrets)."""
@@ -122,6 +134,8 @@ class UpOptions:
     concurrency: int = 1
     s3: bool = False
     console: bool = True
+    beat: bool = True
+    """Start ``tether beat`` (when celery-redbeat is installed)."""
     console_port: int | None = None
     console_actions: bool = False
     """Start the console with ``--actions`` (cancel, approve, reject, answer, fork)."""
@@ -137,6 +151,11 @@ class UpResult:
     already_up: bool
     exports: list[tuple[str, str]] = field(default_factory=list)
     """``(variable, value)`` written to ``.tether/env``, secrets masked, for display."""
+
+
+def beat_available() -> bool:
+    """Whether ``tether beat`` can run here (celery-redbeat, the ``schedules`` extra)."""
+    return importlib.util.find_spec("redbeat") is not None
 
 
 def console_available() -> bool:
@@ -181,6 +200,8 @@ class LocalStack:
     def __init__(self, project: Path, settings: Settings) -> None:
         self.paths = StackPaths(project.resolve())
         self.settings = settings
+        self.notes: list[str] = []
+        """What ``down`` could not do (e.g. save a store whose server had died), to show."""
 
     def up(self, options: UpOptions, progress: Callable[[str], None] = lambda _: None) -> UpResult:
         """Start the stack, or report the one that is up (``already_up``).
@@ -227,6 +248,8 @@ class LocalStack:
             self._start_autoscaler(state, options, env, progress, url)
         else:
             self._start_workers(state, options, env, progress)
+        if options.beat and beat_available():
+            self._start_beat(state, env, progress, url)
         if options.console and console_available():
             self._start_console(state, options, env, progress)
         return exports
@@ -249,11 +272,14 @@ class LocalStack:
         assert moto.proc is not None
         port = int(moto.endpoint.rsplit(":", 1)[1])
         self._add(state, record_of("s3", "moto", moto.proc.pid, moto.log_path, port=port))
-        _create_bucket(moto.endpoint)
+        create_bucket(moto.endpoint)
+        restored = restore_bucket(moto.endpoint, self.paths.s3)
+        if restored:
+            progress(f"restored {restored} object(s) of the S3 store from {self.paths.s3}")
         return [
             ("TETHER_STORE_URL", f"s3://{S3_BUCKET}/sessions"),
             ("TETHER_S3_ENDPOINT_URL", moto.endpoint),
-            *_MOTO_ENV.items(),
+            *MOTO_ENV.items(),
         ]
 
     def _start_workers(
@@ -306,6 +332,18 @@ class LocalStack:
         self._add(state, record)
         wait_for_workers(record, redis_url, self.settings, low, WORKER_READY_TIMEOUT_S)
 
+    def _start_beat(
+        self, state: StackState, env: dict[str, str], progress: Callable[[str], None], url: str
+    ) -> None:
+        progress("starting the beat (it fires the schedules)")
+        argv = [sys.executable, "-m", "tether.producer.ops.cli", "beat"]
+        record = spawn(
+            "beat", "beat", argv, env=env, log_path=self.paths.logs / "beat.log",
+            cwd=self.paths.project,
+        )  # fmt: skip
+        self._add(state, record)
+        wait_for_beat(record, url, self.settings, BEAT_READY_TIMEOUT_S)
+
     def _start_console(
         self,
         state: StackState,
@@ -344,21 +382,40 @@ class LocalStack:
     # --- down ---------------------------------------------------------------------------------
 
     def down(self) -> list[ProcessRecord]:
-        """Stop what the recorded stack started (console, workers, S3, Redis: in that order)
-        and forget it; returns the processes that were stopped."""
+        """Stop what the recorded stack started (console and beat, workers, S3, Redis: in that
+        order; a moto store is saved first) and forget it; returns the processes that were
+        stopped."""
         state = read_state(self.paths)
         stopped: list[ProcessRecord] = []
         if state is not None:
-            # consumers first, so no worker loses its Redis in the middle of a run
+            # consumers first, so no worker loses its Redis in the middle of a run, and the
+            # beat before the workers, so no tick is submitted to a stack going down
             for kinds, timeout_s in (
-                (("console",), 10.0),
+                (("console", "beat"), 10.0),
                 (("worker", "autoscaler"), WORKER_STOP_TIMEOUT_S),
                 (("moto", "redis"), 10.0),
             ):
                 group = [r for r in state.services if r.kind in kinds]
+                if "moto" in kinds:
+                    self._save_s3(state)
                 stopped += stop_all(group, timeout_s=timeout_s)
         self._forget()
         return stopped
+
+    def _save_s3(self, state: StackState) -> None:
+        moto = next((r for r in state.services if r.kind == "moto"), None)
+        if moto is None:
+            return
+        if not is_running(moto) or moto.port is None:
+            self.notes.append(
+                f"the S3 server had stopped: its objects since the last `tether down` are lost "
+                f"({self.paths.s3} keeps the earlier ones); see {moto.log}"
+            )
+            return
+        try:
+            save_bucket(f"http://127.0.0.1:{moto.port}", self.paths.s3)
+        except Exception as exc:  # boto3's and the filesystem's: say it, stop the stack anyway
+            self.notes.append(f"the S3 store was not saved to {self.paths.s3}: {exc}")
 
     def _forget(self) -> None:
         for path in (self.paths.env_file, self.paths.state_file):
@@ -374,17 +431,3 @@ def _console_port() -> int:
         except OSError:
             return free_port()
     return CONSOLE_DEFAULT_PORT
-
-
-def _create_bucket(endpoint: str) -> None:
-    import boto3
-
-    client = boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        region_name=_MOTO_ENV["AWS_DEFAULT_REGION"],
-        aws_access_key_id=_MOTO_ENV["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=_MOTO_ENV["AWS_SECRET_ACCESS_KEY"],
-    )
-    with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
-        client.create_bucket(Bucket=S3_BUCKET)

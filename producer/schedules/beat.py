@@ -3,7 +3,8 @@
 
 Its configuration is read from the TETHER_* settings the first time Celery needs it (importing
 this module reads nothing): the broker and Celery options every Tether process shares, and
-celery-redbeat's, with the schedules under ``<namespace>:{~sched}:`` in TETHER_REDIS_URL.
+celery-redbeat's (its lock is ``<namespace>:{~sched}::lock`` in TETHER_REDIS_URL; the schedules
+are in their tenants' keyspaces, see :mod:`tether.producer.schedules.store`).
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from typing import Any
 
 from celery import Celery
 
-from tether.errors import ConfigurationError
 from tether.keys import RedisKeys
+from tether.producer.schedules.book import check_single_node
 from tether.runs.celery_config import celery_config
 from tether.settings import Settings, load_settings
 
@@ -28,16 +29,12 @@ def beat_config(settings: Settings) -> dict[str, Any]:
     Raises:
         ConfigurationError: the state Redis is a Redis Cluster (celery-redbeat needs one node).
     """
-    redis_url = settings.effective_redis_url
-    if redis_url.startswith("redis+cluster"):
-        raise ConfigurationError(
-            f"scheduled runs need a single Redis node, and TETHER_REDIS_URL is a cluster "
-            f"({redis_url.split('://', 1)[0]}://); run beat against a plain redis:// URL"
-        )
+    redis_url = check_single_node(settings)
     return {
         **celery_config(settings),
         "redbeat_redis_url": redis_url,
-        "redbeat_key_prefix": RedisKeys(settings.namespace).schedules(),
+        # the beat's lock (<ns>:{~sched}::lock); the schedules are in their tenants' keyspaces
+        "redbeat_key_prefix": RedisKeys(settings.namespace).beat_prefix(),
         # explicit, or redbeat hands the broker's transport options to redis-py
         "redbeat_redis_options": {},
         "beat_scheduler": "tether.producer.schedules.scheduler:TetherScheduler",
@@ -48,7 +45,7 @@ def beat_config(settings: Settings) -> dict[str, Any]:
 
 
 def build_beat_app(settings: Settings) -> Celery:
-    """A Celery app configured for ``settings`` (what :class:`Schedules` edits entries with)."""
+    """A Celery app configured for ``settings`` (a beat's, for tests and tools)."""
     beat = Celery("tether-beat", set_as_current=False)
     beat.conf.update(beat_config(settings))
     return beat

@@ -45,6 +45,16 @@ def validate_name(name: object) -> str:
     return validate_id(name, kind="schedule name")
 
 
+def is_valid_name(name: object) -> bool:
+    """Whether ``name`` passes :func:`validate_name` (for names read back from Redis, where one
+    that does not is skipped, not an error)."""
+    try:
+        validate_name(name)
+    except InvalidInput:
+        return False
+    return True
+
+
 def parse_cron(expression: str) -> crontab:
     """The Celery crontab of a five-field cron expression (``minute hour day month weekday``).
 

@@ -1,5 +1,7 @@
-"""``tether schedule add | list | pause | resume | remove`` and ``tether beat``: scheduled runs
-(see :mod:`tether.producer.schedules`)."""
+"""``tether schedule add | list | pause | resume | remove | migrate`` and ``tether beat``:
+scheduled runs (see :mod:`tether.producer.schedules`). A schedule is its tenant's
+(``--tenant``, default ``TETHER_TENANT``); ``tether beat`` needs celery-redbeat (the
+``schedules`` extra), editing schedules does not."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tether.producer.ops.cli.support import JsonOption, TenantOption, cli_settings
+from tether.producer.ops.cli.support import JsonOption, TenantOption, cli_settings, warn_line
 
 if TYPE_CHECKING:
     from tether.producer.schedules import Schedules, ScheduleView
@@ -41,10 +43,25 @@ def _require_redbeat() -> None:
 
 
 def _schedules() -> Schedules:
-    _require_redbeat()
     from tether.producer.schedules import Schedules
 
     return Schedules(cli_settings())
+
+
+def _warn_without_beat(schedules: Schedules) -> None:
+    """Say so when no beat is alive to fire the schedule (a tenant's credential cannot read
+    the beats' presence: then nothing is said)."""
+    from tether.errors import PermissionDenied
+
+    try:
+        alive = schedules.beats()
+    except PermissionDenied:
+        return
+    if not alive:
+        warn_line(
+            "no beat is running, so this schedule does not fire yet: start one with "
+            "`tether beat` (`tether up` starts one with the local stack)"
+        )
 
 
 def _show(view: ScheduleView, as_json: bool) -> None:
@@ -83,8 +100,12 @@ def add(
     ] = "catch_up",
     as_json: JsonOption = False,
 ) -> None:
-    """Add a schedule (checked first: a bad cron, unknown agent or taken name writes nothing)."""
-    view = _schedules().add(
+    """Add a schedule (checked first: a bad cron, unknown agent or taken name writes nothing).
+
+    Warns when no beat is running to fire it.
+    """
+    schedules = _schedules()
+    view = schedules.add(
         name,
         session_id=session_id,
         agent=agent,
@@ -95,16 +116,17 @@ def add(
         missed=missed,  # type: ignore[arg-type]  # checked by the Schedule model
     )
     _show(view, as_json)
+    _warn_without_beat(schedules)
 
 
 @schedule_app.command("list")
-def list_schedules(as_json: JsonOption = False) -> None:
-    """List the schedules with their last and next ticks and the last tick's run."""
+def list_schedules(tenant: TenantOption = None, as_json: JsonOption = False) -> None:
+    """List the tenant's schedules with their last and next ticks and the last tick's run."""
     from rich.table import Table
 
     from tether.producer.ops.render import emit_json, make_console
 
-    views = _schedules().list()
+    views = _schedules().list(tenant=tenant)
     if as_json:
         emit_json([view.as_dict() for view in views])
         return
@@ -128,28 +150,41 @@ def list_schedules(as_json: JsonOption = False) -> None:
 
 
 @schedule_app.command()
-def pause(name: NameArg, as_json: JsonOption = False) -> None:
+def pause(name: NameArg, tenant: TenantOption = None, as_json: JsonOption = False) -> None:
     """Stop firing a schedule until it is resumed."""
-    _show(_schedules().pause(name), as_json)
+    _show(_schedules().pause(name, tenant=tenant), as_json)
 
 
 @schedule_app.command()
-def resume(name: NameArg, as_json: JsonOption = False) -> None:
+def resume(name: NameArg, tenant: TenantOption = None, as_json: JsonOption = False) -> None:
     """Fire a paused schedule again (ticks missed meanwhile follow its --missed policy)."""
-    _show(_schedules().resume(name), as_json)
+    _show(_schedules().resume(name, tenant=tenant), as_json)
 
 
 @schedule_app.command()
-def remove(name: NameArg) -> None:
+def remove(name: NameArg, tenant: TenantOption = None) -> None:
     """Remove a schedule (runs it submitted go on)."""
-    _schedules().remove(name)
+    _schedules().remove(name, tenant=tenant)
     typer.echo(f"schedule {name} removed")
 
 
 @schedule_app.command(hidden=True)
-def show(name: NameArg, as_json: JsonOption = False) -> None:
+def show(name: NameArg, tenant: TenantOption = None, as_json: JsonOption = False) -> None:
     """Show one schedule."""
-    _show(_schedules().get(name), as_json)
+    _show(_schedules().get(name, tenant=tenant), as_json)
+
+
+@schedule_app.command()
+def migrate() -> None:
+    """Move schedules stored before tenants owned them into their tenants' keyspaces (once,
+    after upgrading, with the operator's credential); prints each move to check."""
+    from tether.producer.schedules.migrate import migrate_legacy
+
+    moves = migrate_legacy(_schedules().store)
+    for move in moves:
+        typer.echo(f"{move.outcome}: {move.name} (tenant {move.tenant or '-'}) {move.detail}")
+    moved = sum(1 for m in moves if m.outcome == "moved")
+    typer.echo(f"{moved} of {len(moves)} schedule(s) moved into their tenants' keyspaces")
 
 
 def beat(

@@ -23,7 +23,8 @@ from tether.producer.ops.cli.support import EXIT_FAILED, JsonOption, cli_setting
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from tether.producer.ops.local_stack import StackState, UpResult
+    from tether.producer.ops.local_stack import StackState, UpOptions, UpResult
+    from tether.producer.schedules.presence import BeatPresence
     from tether.runs.presence import WorkerPresence
     from tether.settings import Settings
 
@@ -55,6 +56,9 @@ S3Option = Annotated[
 NoConsoleOption = Annotated[
     bool, typer.Option("--no-console", help="Do not start `tether console`.")
 ]
+NoBeatOption = Annotated[
+    bool, typer.Option("--no-beat", help="Do not start `tether beat` (schedules do not fire).")
+]
 ConsolePortOption = Annotated[
     int | None, typer.Option("--console-port", min=1, max=65535, help="Console port.")
 ]
@@ -80,11 +84,12 @@ def up(
     concurrency: ConcurrencyOption = 1,
     s3: S3Option = False,
     no_console: NoConsoleOption = False,
+    no_beat: NoBeatOption = False,
     console_port: ConsolePortOption = None,
     console_actions: ConsoleActionsOption = False,
     autoscale: AutoscaleOption = None,
 ) -> None:
-    """Start a local stack in this folder (Redis, store, workers, console), detached.
+    """Start a local stack in this folder (Redis, store, workers, beat, console), detached.
 
     Every later `tether` command in this folder uses it (settings in .tether/env); `tether down`
     stops it. When it is already up, says so and exits 0.
@@ -103,6 +108,7 @@ def up(
         concurrency=concurrency,
         s3=s3,
         console=not no_console,
+        beat=not no_beat,
         console_port=console_port,
         console_actions=console_actions,
         autoscale=parse_bounds(autoscale) if autoscale is not None else None,
@@ -111,9 +117,7 @@ def up(
     if result.already_up:
         _print_already_up(console, result.state, project, options_given=options != UpOptions())
     else:
-        _print_started(
-            console, result, project, stack.paths.env_file, console_wanted=not no_console
-        )
+        _print_started(console, result, project, stack.paths.env_file, options)
         _warn_overrides(project)
 
 
@@ -134,17 +138,21 @@ def _print_already_up(
 
 
 def _print_started(
-    console: Console, result: UpResult, project: Path, env_file: Path, *, console_wanted: bool
+    console: Console, result: UpResult, project: Path, env_file: Path, options: UpOptions
 ) -> None:
     """The services started, and how other shells and commands find them."""
     from rich.markup import escape
 
-    from tether.producer.ops.local_stack import console_available
+    from tether.producer.ops.local_stack import beat_available, console_available
 
     console.print(f"[bold green]local stack up[/] in {escape(str(project))}")
     _print_services(console, result.state, project)
-    if console_wanted and not console_available():
+    if options.console and not console_available():
         console.print(r"[dim]console: not installed (pip install 'tether\[console]')[/]")
+    if options.beat and not beat_available():
+        console.print(
+            r"[dim]beat: not installed, schedules do not fire (pip install 'tether\[schedules]')[/]"
+        )
     console.print(
         f"settings: {escape(str(env_file))}; every `tether` command run in this folder uses them"
     )
@@ -182,6 +190,8 @@ def down() -> None:
     stopped = stack.down()
     names = ", ".join(f"{r.name} (pid {r.pid})" for r in stopped) or "nothing was running"
     typer.echo(f"local stack down in {project}: stopped {names}")
+    for note in stack.notes:
+        warn_line(note)
 
 
 def _settings_or_defaults() -> Settings:
@@ -203,6 +213,8 @@ class Status:
     services: list[dict[str, Any]] = field(default_factory=list)
     console_url: str | None = None
     workers: list[WorkerPresence] = field(default_factory=list)
+    beats: list[BeatPresence] = field(default_factory=list)
+    """The live beats, the one firing the schedules first (none: schedules do not fire)."""
     queue_depth: dict[str, int] = field(default_factory=dict)
     running: list[str] = field(default_factory=list)
     waiting: list[dict[str, str]] = field(default_factory=list)
@@ -225,6 +237,7 @@ class Status:
             "services": self.services,
             "console_url": self.console_url,
             "workers": [w.model_dump(mode="json") for w in self.workers],
+            "beats": [b.model_dump(mode="json") for b in self.beats],
             "queue_depth": self.queue_depth,
             "running": self.running,
             "waiting": self.waiting,
@@ -261,6 +274,7 @@ def collect_status(project: Path, settings: Settings) -> Status:
     keys = RedisKeys(settings.namespace)
     try:
         info.workers = list_workers(client, keys)
+        info.beats = _beats(client, keys)
         queues = sorted({settings.queue, *(q for w in info.workers for q in w.queues)})
         if settings.broker_url == settings.effective_redis_url:
             info.queue_depth = queue_depth(client, settings.namespace, queues)
@@ -282,6 +296,16 @@ def collect_status(project: Path, settings: Settings) -> Status:
     return info
 
 
+def _beats(client: Any, keys: Any) -> list[BeatPresence]:
+    from tether.errors import PermissionDenied
+    from tether.producer.schedules.presence import list_beats
+
+    try:
+        return list_beats(client, keys)
+    except PermissionDenied:  # a tenant's credential: the beats are the operator's to see
+        return []
+
+
 def _fleet(client: Any, keys: Any, queues: list[str], settings: Settings) -> dict[str, Any]:
     from tether.runs.fleet import read_fleet_signals
 
@@ -293,7 +317,8 @@ def _fleet(client: Any, keys: Any, queues: list[str], settings: Settings) -> dic
 
 
 def status(as_json: JsonOption = False) -> None:
-    """Show the local stack's services, the live workers, queue depth and runs in flight.
+    """Show the local stack's services, the live workers and beats, queue depth and runs in
+    flight.
 
     Exits 1 when a service of the local stack is down or Redis does not answer.
     """
@@ -338,6 +363,7 @@ def _print_status(console: Console, info: Status, project: Path) -> None:
     console.print(f"workers: {len(info.workers)}")
     if info.workers:
         console.print(table)
+    _print_beats(console, info.beats)
     depth = ", ".join(f"{q}: {n} waiting" for q, n in info.queue_depth.items()) or "n/a"
     console.print(f"queues: {depth}")
     console.print(
@@ -355,6 +381,20 @@ def _print_status(console: Console, info: Status, project: Path) -> None:
             f"  {escape(run['run_id'])} ({escape(run['tenant'])}/{escape(run['session_id'])}): "
             f"waiting for {escape(run['for'])}"
         )
+
+
+def _print_beats(console: Console, beats: list[BeatPresence]) -> None:
+    from rich.markup import escape
+
+    if not beats:
+        console.print("beats: 0 (schedules do not fire; `tether beat` starts one)")
+        return
+    firing = next((b.beat_id for b in beats if b.ticking), None)
+    refused = sum(sum(b.refused.values()) for b in beats)
+    console.print(
+        f"beats: {len(beats)}; firing the schedules: {escape(firing or 'none yet')}; "
+        f"ticks submitted: {sum(b.fired for b in beats)}; entries refused: {refused}"
+    )
 
 
 def _print_services(console: Console, state: StackState, project: Path) -> None:

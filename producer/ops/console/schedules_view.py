@@ -29,4 +29,4 @@ class ScheduleSource:
         with self._lock:
             if self._schedules is None:
                 self._schedules = Schedules(self._b.settings)
-        return [v.as_dict() for v in self._schedules.list() if v.schedule.tenant == tenant]
+        return [v.as_dict() for v in self._schedules.list(tenant=tenant)]
