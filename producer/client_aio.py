@@ -239,8 +239,9 @@ class AsyncProducer(ProducerBase[AsyncRunHandle, AsyncCompletionListener]):
             return await handle.result(timeout=rest_s)
 
     async def register_message(self, request: Any) -> AsyncRunHandle:
-        """Register the request of a ``tether.run`` message you build and publish yourself (see
-        ``Producer.register_message``). Returns the run's handle."""
+        """Register the request of a ``tether.run`` message you build and publish yourself (its
+        ``request`` argument: JSON text or an object), as ``Producer.register_message`` does.
+        Returns the run's handle."""
         wire = submission.hand_made(self.settings, request)
         with submission.acting_for(self.settings, [wire.request.tenant]):
             outcomes = await self.runs.submit_many([wire], queue=self.settings.queue)

@@ -10,7 +10,7 @@ import redis
 from redis.crc import key_slot
 
 from tether.errors import ConfigurationError, InvalidId
-from tether.keys import ACTIVE_SHARDS, DEFAULT_PREFIX, RUN_INDEX_SHARDS, RedisKeys
+from tether.keys import ACTIVE_SHARDS, DEFAULT_PREFIX, QUEUED_SHARDS, RUN_INDEX_SHARDS, RedisKeys
 
 #: Enough run ids that every run-index shard is used (crc32 spreads them evenly).
 MANY_RUNS = 500
@@ -52,8 +52,13 @@ def tenant_keys(keys: RedisKeys, tenant: str) -> list[str]:
     for session in ("s-1", "s:2", "a.b_c-d"):
         out += session_and_run_keys(keys, tenant, session, "run-1")
     out += [keys.run_index(tenant, f"run-{n}") for n in range(MANY_RUNS)]
-    out += [*keys.tenant_usage(tenant, "20261130"), keys.tenant_inflight(tenant, "20261130")]
+    out += [keys.tenant_queued_shard(tenant, n) for n in range(QUEUED_SHARDS)]
     return out
+
+
+def usage_keys(keys: RedisKeys, tenant: str) -> list[str]:
+    """The keys of a tenant's usage: outside its own pattern, read-only for it (#47)."""
+    return [*keys.tenant_usage(tenant, "20261130"), keys.tenant_inflight(tenant, "20261130")]
 
 
 def test_schema_shape() -> None:
@@ -76,11 +81,11 @@ def test_schema_shape() -> None:
     assert keys.run_index("acme", "run-1") == "tether:{acme/~runs:3}:run-1"  # crc32 % 16 == 3
     assert keys.tenant_pattern("acme") == "tether:{acme/*"
     assert keys.tenant_usage("acme", "20261130") == (
-        "tether:{acme/~usage}:20261130",
-        "tether:{acme/~usage}:20261130:runs",
-        "tether:{acme/~usage}:rate",
+        "tether:{~usage/acme}:20261130",
+        "tether:{~usage/acme}:20261130:runs",
+        "tether:{~usage/acme}:rate",
     )
-    assert keys.tenant_inflight("acme", "20261130") == "tether:{acme/~usage}:20261130:inflight"
+    assert keys.tenant_inflight("acme", "20261130") == "tether:{~usage/acme}:20261130:inflight"
     assert keys.done() == "tether:{~done}"
     assert keys.active("acme", "s-1") == "tether:{~active:9}"  # crc32("acme/s-1") % 16 == 9
     assert keys.active_shard(0) == "tether:{~active:0}"
@@ -105,12 +110,15 @@ def test_every_key_of_a_session_and_its_runs_shares_one_cluster_slot(
 def test_a_tenants_usage_keys_and_its_in_flight_record_share_one_slot(tenant: str) -> None:
     # usage_add.lua moves a finished run from the in-flight record into the day atomically:
     # one script, so one slot (the tenant's, under its ACL pattern: no other tenant writes it)
+    # (#47: outside the tenant's pattern, so its credential cannot write them; its read-only
+    # usage pattern matches them, and no other tenant's does)
     keys = RedisKeys("ns")
-    names = [*keys.tenant_usage(tenant, "20261130"), keys.tenant_inflight(tenant, "20261130")]
+    names = [*usage_keys(keys, tenant), keys.tenant_rate_taken(tenant, "run-1")]
     assert len(set(names)) == len(names)
     assert len({slot(k) for k in names}) == 1
-    assert all(fnmatchcase(k, keys.tenant_pattern(tenant)) for k in names)
-    assert not any(fnmatchcase(k, keys.tenant_pattern("other")) for k in names)
+    assert not any(fnmatchcase(k, keys.tenant_pattern(tenant)) for k in names)
+    assert all(fnmatchcase(k, keys.tenant_usage_pattern(tenant)) for k in names)
+    assert not any(fnmatchcase(k, keys.tenant_usage_pattern("other")) for k in names)
 
 
 def test_runs_of_one_session_share_its_slot_and_differ_by_id() -> None:
@@ -161,6 +169,7 @@ def test_tenant_pattern_matches_no_shared_key_and_no_other_namespace() -> None:
     keys = RedisKeys()
     pattern = keys.tenant_pattern("acme")
     shared = [keys.done(), *keys.active_shards(), keys.worker("acme"), keys.workers()]
+    shared += [keys.tenants(), *usage_keys(keys, "acme")]
     assert not any(fnmatchcase(k, pattern) for k in shared)
     assert not any(fnmatchcase(k, pattern) for k in tenant_keys(RedisKeys("tether2"), "acme"))
     assert not any(fnmatchcase(k, pattern) for k in tenant_keys(RedisKeys("tethe"), "acme"))

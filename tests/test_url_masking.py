@@ -143,3 +143,11 @@ def test_a_producer_masks_its_own_and_httpx_records_and_leaves_the_apps_handlers
         assert URL_MASKING not in handler.filters  # the application's logging is its own
     finally:
         logging.getLogger().removeHandler(handler)
+
+
+def test_a_url_tether_masked_already_keeps_its_form() -> None:
+    # mask_url's `user:***` (what producers and workers print) is not masked a second time
+    assert mask_url_for_log("redis://:***@127.0.0.1:1/0") == "redis://:***@127.0.0.1:1/0"
+    assert mask_url_for_log("redis://bob:***@h:1/0") == "redis://bob:***@h:1/0"
+    assert mask_url_for_log("redis://bob:pw@h:1/0") == "redis://***@h:1/0"
+    assert mask_url_for_log("https://tok@h/x") == "https://***@h/x"

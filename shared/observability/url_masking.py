@@ -51,7 +51,10 @@ def mask_url_for_log(url: str) -> str:
             end = min(end, found)
     authority, tail = rest[:end], rest[end:]
     if "@" in authority:
-        authority = MASK + authority[authority.rindex("@") :]
+        userinfo, _, hostport = authority.rpartition("@")
+        # a URL Tether already masked (`user:***`, mask_url's form) stays as it reads
+        if not userinfo.endswith(":" + MASK):
+            authority = f"{MASK}@{hostport}"
     path, hash_mark, fragment = tail.partition("#")
     path, question, query = path.partition("?")
     masked = f"{scheme}://{authority}{path}"
