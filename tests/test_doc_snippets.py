@@ -152,6 +152,20 @@ def test_a_block_that_never_ends_is_stopped_and_said_so(tmp_path: Path) -> None:
     assert left.returncode == 1, left.stdout
 
 
+def test_an_async_main_that_is_never_run_fails_the_page(tmp_path: Path) -> None:
+    text = "```python\nimport asyncio\n\nasync def main() -> None:\n    print('ran')\n```\n"
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / ".tether").mkdir()
+    (folder / LOCAL_ENV).write_text("")
+    with pytest.raises(SnippetFailed, match=r"page.md:1: .* async def main\(\) and never runs it"):
+        run_page(_page(tmp_path, text), folder, tmp_path)
+    ran = run_page(
+        _page(tmp_path, text.replace("```\n", "asyncio.run(main())\n```\n")), folder, tmp_path
+    )
+    assert ran[0].output.strip() == "ran"
+
+
 def test_blocks_of_a_page_share_its_folder_in_order(tmp_path: Path) -> None:
     blocks = _page(
         tmp_path,

@@ -29,6 +29,7 @@ whatever it leaves running is stopped (``tether down``) when the page ends.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import os
 import re
@@ -385,11 +386,28 @@ def run_page(
                 "block of the page ran `tether down` (move the block before it, or start the "
                 "stack again)"
             )
+        idle = never_awaited(block)
+        if idle:
+            raise SnippetFailed(
+                f"{block.where}: the python block defines async def {', '.join(idle)}() and never "
+                f"runs it: nothing of it would run; add asyncio.run({idle[0]}())"
+            )
         outcome = run_block(block, folder, scripts)
         outcomes.append(outcome)
         if not outcome.ok:
             raise SnippetFailed(failure_message(outcome))
     return outcomes
+
+
+def never_awaited(block: Block) -> list[str]:
+    """The top-level ``async def`` functions of a Python block that nothing in it names: a
+    snippet that defines ``main()`` and never runs it "passes" having run nothing."""
+    if block.kind != "python":
+        return []
+    tree = ast.parse(block.code)
+    defined = [n.name for n in tree.body if isinstance(n, ast.AsyncFunctionDef)]
+    named = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    return [name for name in defined if name not in named]
 
 
 # --- the list in tests/README.md ---------------------------------------------------------------
