@@ -176,3 +176,27 @@ def test_a_signature_runs_for_the_tenant_of_the_process_that_applies_it(live_sta
     default = live_stack.producer.settings.tenant
     assert default != "acme-canvas"
     assert not any("tenant-only" in line for line in recall(live_stack, sid))  # not default's
+
+
+def test_a_chain_step_after_a_failed_run_names_that_run_and_its_error() -> None:
+    import pytest
+
+    from tether.errors import InvalidInput
+    from tether.settings import Settings
+    from tether.worker.canvas import canvas_request
+
+    failed = {
+        "run_id": "run-1",
+        "session_id": "s-1",
+        "status": "FAILED",
+        "output": None,
+        "error_type": "UnknownAgent",
+        "error_message": "agent 'writer' is not registered",
+    }
+    with pytest.raises(InvalidInput) as refused:
+        canvas_request((failed, "s-2"), {"agent": "echo"}, "task-1", Settings())
+    message = str(refused.value)
+    assert "the previous run run-1 (session s-1) ended FAILED" in message
+    assert "UnknownAgent: agent 'writer' is not registered" in message
+    with pytest.raises(InvalidInput, match=r"needs an input: tether_run.s\(session_id, input"):
+        canvas_request(("s-2",), {"agent": "echo"}, "task-2", Settings())

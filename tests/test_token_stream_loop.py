@@ -77,6 +77,17 @@ def test_pieces_come_between_the_request_and_the_response_and_join_to_it() -> No
             assert (args[0].call_id, args[0].tool_name) == (call.id, call.name)
 
 
+def test_a_cancel_while_the_last_step_streams_comes_too_late_and_the_run_completes() -> None:
+    # a run stops at a step boundary: one that the streaming step ends has none left to reach
+    session = Agent(ScriptedModel(script()), tools=[lookup]).new_session()
+    rec = Recorder()
+    last = len(script()) - 1
+    cancelled = lambda: any(k == "piece" and v[0] == last for k, v in rec.log)  # noqa: E731
+    result = session.run("what is a?", on_delta=rec, cancel_check=cancelled)
+    assert cancelled() and result.status.value == "COMPLETED"
+    assert result.output == script()[-1].text
+
+
 class CountingModel(ScriptedModel):
     def __init__(self, responses: Sequence[ModelResponse]) -> None:
         super().__init__(responses)

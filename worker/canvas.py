@@ -142,7 +142,7 @@ def canvas_request(
     if text is None and previous is not None:
         text = previous.get("output")
     if text is None:
-        raise InvalidInput("tether_run needs an input (or, in a chain, a previous run's output)")
+        raise InvalidInput(_no_input_message(previous))
     doc = {
         **{k: v for k, v in named.items() if k in RUN_OPTIONS},  # validated by RunRequest
         "run_id": canvas_run_id(task_id),
@@ -154,6 +154,22 @@ def canvas_request(
     request = parse_request(doc)
     request.check_input_size(settings.max_input_bytes)
     return request
+
+
+def _no_input_message(previous: dict[str, Any] | None) -> str:
+    """Why a step has no input: none given, or the previous run of its chain ended without an
+    output (it failed: "needs an input" alone sent people looking at the wrong step)."""
+    if previous is None:
+        return "tether_run needs an input: tether_run.s(session_id, input, agent=...)"
+    status = previous.get("status")
+    cause = f"{previous.get('error_type')}: {previous.get('error_message')}"
+    why = cause if previous.get("error_type") else f"status {status}, no output"
+    return (
+        f"tether_run in a chain has no input: the previous run {previous.get('run_id')} "
+        f"(session {previous.get('session_id')}) ended {status} without an output ({why[:300]}); "
+        "fix that step, or give this one its own input: tether_run.s(session_id, input, "
+        "agent=...)"
+    )
 
 
 _caller_queue: tuple[Settings, RedisRunQueue] | None = None
