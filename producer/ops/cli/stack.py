@@ -262,7 +262,7 @@ def collect_status(project: Path, settings: Settings) -> Status:
     try:
         info.workers = list_workers(client, keys)
         queues = sorted({settings.queue, *(q for w in info.workers for q in w.queues)})
-        if settings.broker_url == settings.effective_redis_url:
+        if settings.effective_broker_url == settings.effective_redis_url:
             info.queue_depth = queue_depth(client, settings.namespace, queues)
         info.fleet = _fleet(client, keys, queues, settings)
         info.running = sorted({r for w in info.workers for r in w.current_runs})
@@ -295,7 +295,7 @@ def _fleet(client: Any, keys: Any, queues: list[str], settings: Settings) -> dic
 def status(as_json: JsonOption = False) -> None:
     """Show the local stack's services, the live workers, queue depth and runs in flight.
 
-    Exits 1 when a service of the local stack is down or Redis does not answer.
+    Exits 4 when a service of the local stack is down, or Redis or the broker does not answer.
     """
     from tether.producer.ops.render import emit_json, make_console
 

@@ -104,75 +104,22 @@ def warn_line(message: str) -> None:
 
 
 def cli_settings() -> Settings:
-    """Settings (environment, ``.env``, ``.tether/env``) with a relative ``file://`` store made
-    absolute; validated before any service is touched.
+    """Settings (environment, ``.env``, the project's ``.tether/env``: see
+    :mod:`tether.settings.files`) with a relative ``file://`` store made absolute; validated
+    before any service is touched.
 
     Raises:
         SettingsError: one line naming the variable, its value (secrets masked) and the fix.
     """
     from tether.settings import load_settings
+    from tether.settings.files import export_stack_aws_env
 
-    project_env = _project_env()
-    settings = load_settings(**_inherited(project_env))
-    _local_aws_env(project_env)
+    settings = load_settings()
+    export_stack_aws_env()
     absolute = resolve_store_url(settings.store_url)
     if absolute != settings.store_url:
         settings = settings.model_copy(update={"store_url": absolute})
     return settings
-
-
-def _project_env() -> Path | None:
-    """The local stack's ``.tether/env`` of the project this folder is in, when this folder has
-    none: the one of the nearest parent folder that is a project's root (it holds
-    ``pyproject.toml`` or ``.git``), as ``git`` finds its repository. A command run from a
-    subfolder (``examples/``) used the default ``redis://127.0.0.1:6379/0`` instead of the
-    project's ``tether up`` stack, silently. None: this folder has its own (read as usual), or
-    no project root above it has one."""
-    from tether.settings import LOCAL_ENV_FILE
-
-    here = Path.cwd()
-    if (here / LOCAL_ENV_FILE).is_file():
-        return None
-    for folder in (here, *here.parents):
-        if (folder / "pyproject.toml").exists() or (folder / ".git").exists():
-            found = folder / LOCAL_ENV_FILE
-            return found if found.is_file() else None
-    return None
-
-
-def _inherited(project_env: Path | None) -> dict[str, str]:
-    """The settings ``project_env`` gives, below everything this folder sets: the environment
-    and this folder's ``.env`` win, as they win over a ``.tether/env`` here."""
-    if project_env is None:
-        return {}
-    from dotenv import dotenv_values
-
-    from tether.settings import ENV_PREFIX
-
-    mine = set(os.environ)
-    if Path(".env").is_file():
-        mine |= set(dotenv_values(".env"))
-    return {
-        key[len(ENV_PREFIX) :].lower(): value
-        for key, value in dotenv_values(project_env).items()
-        if value is not None and key.upper().startswith(ENV_PREFIX) and key not in mine
-    }
-
-
-def _local_aws_env(project_env: Path | None = None) -> None:
-    """Export the AWS variables of a ``tether up --s3`` stack's ``.tether/env`` (this folder's,
-    or the project's above it) that the environment lacks: boto3 reads only the environment,
-    and its moto S3 needs some."""
-    from tether.settings import LOCAL_ENV_FILE
-
-    path = project_env or LOCAL_ENV_FILE
-    if not path.is_file():
-        return
-    from dotenv import dotenv_values
-
-    for key, value in dotenv_values(path).items():
-        if key.startswith("AWS_") and value is not None and key not in os.environ:
-            os.environ[key] = value
 
 
 def resolve_store_url(url: str, base: Path | None = None) -> str:
