@@ -33,6 +33,10 @@ from tether.errors import InvalidId, InvalidInput
 from tether.ids import validate_id
 from tether.runs.contract import MAX_METADATA_BYTES
 
+#: The one key of a spooled line that stands for a source row that could not be read (a
+#: malformed CSV row, :mod:`tether.producer.ops.batch.sources`): its value is the row's problem.
+INVALID_ROW_KEY = "\u0000invalid row"
+
 #: How many bad lines an error message lists (all are counted).
 MAX_REPORTED_PROBLEMS = 20
 MAX_CASE_ID_CHARS = 256
@@ -221,6 +225,8 @@ def parse_case_line(
         raise ValueError("nested too deeply to be a case (pass the input as text)") from None
     if not isinstance(doc, dict):
         raise ValueError(f"a case must be a JSON object, got {type(doc).__name__}")
+    if INVALID_ROW_KEY in doc:  # a source row that could not be read (a malformed CSV row)
+        raise ValueError(str(doc[INVALID_ROW_KEY]))
     try:
         case = BatchCase.model_validate(doc)
     except pydantic.ValidationError as exc:
