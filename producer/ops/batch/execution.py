@@ -110,6 +110,9 @@ class BatchRun:
         batch of 3 epochs re-run with ``--epochs 1`` still has 3).
         """
         options = self.options
+        from tether.producer.ops.reachability import check_services
+
+        check_services(self.producer.settings)  # fast, naming the service, before any file
         results, stats, resumed = self._open(out, seen)
         if total is None:
             total = cases * max(options.epochs, stats.metrics.max_epoch + 1)

@@ -215,6 +215,8 @@ class ResultsFile:
         self._done = array("Q")
         self._last_sync = time.monotonic()
         self.dropped_partial_line = False
+        self._created = False
+        self._appended = 0
 
     def open(self, on_existing: Callable[[CaseResult], None]) -> int:
         """Lock the file, read back its results (calling ``on_existing`` for each) and drop a
@@ -225,6 +227,7 @@ class ResultsFile:
                 belongs to another batch or was scored by other scorers.
         """
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._created = not self.path.exists()
         fh = self.path.open("a+b")
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -307,16 +310,22 @@ class ResultsFile:
         # optional fields are left out when empty; passed/output/error stay (null) for clarity
         self._fh.write(dump_line(result))
         self._fh.flush()
+        self._appended += 1
         now = time.monotonic()
         if now - self._last_sync >= self.fsync_interval_s:
             os.fsync(self._fh.fileno())
             self._last_sync = now
 
     def close(self) -> None:
-        """Flush, fsync and unlock."""
+        """Flush, fsync and unlock; a file this batch created and never wrote a line to is
+        removed (a batch that could not start, or was stopped before its first case ended,
+        leaves no empty results file behind)."""
         if self._fh is not None:
             self._fh.flush()
-            os.fsync(self._fh.fileno())
+            if self._created and not self._appended and self._fh.tell() == 0:
+                self.path.unlink(missing_ok=True)  # still locked: no other batch opened it
+            else:
+                os.fsync(self._fh.fileno())
             self._fh.close()  # closing releases the flock
             self._fh = None
 

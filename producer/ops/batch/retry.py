@@ -147,11 +147,12 @@ def _merge(
 ) -> list[CaseResult]:
     """The file's lines with the retried ones in place; written over ``path`` (and the side
     file removed) only once every retried case has its new line."""
-    fresh = {(r.id, r.epoch): r for r in read_results(side)}
+    # no side file: no retried case ended (it is removed when it got no line)
+    fresh = {(r.id, r.epoch): r for r in read_results(side)} if side.exists() else {}
     merged = [fresh.get((r.id, r.epoch), r) for r in records]
     if all((u.numbered.case.id, u.epoch) in fresh for u in units):
         _replace_lines(path, merged)
-        side.unlink()
+        side.unlink(missing_ok=True)
     return merged
 
 

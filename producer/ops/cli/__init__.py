@@ -68,9 +68,23 @@ app = typer.Typer(
 )
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import version
+
+        typer.echo(f"tether {version('tether')}")
+        raise typer.Exit(EXIT_OK)
+
+
 @app.callback()
 def _root(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version; exit."
+        ),
+    ] = False,
 ) -> None:
     """Tether: long-lived AI-agent sessions on Celery."""
     STATE.debug = debug
@@ -179,6 +193,7 @@ webhooks.register(app)
 def run_cli(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code, turning errors into one line on stderr."""
     command = typer.main.get_command(app)
+    STATE.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         result = command.main(args=argv, prog_name="tether", standalone_mode=False)
     except click.exceptions.Abort as exc:

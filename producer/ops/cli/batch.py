@@ -21,7 +21,7 @@ import typer
 from typer.core import TyperGroup
 
 from tether.producer.ops.cli.batch_outputs import register as add_outputs
-from tether.producer.ops.cli.batch_support import EXIT_FAILED_CASES, run_guarded
+from tether.producer.ops.cli.batch_support import EXIT_FAILED_CASES, resume_hint, run_guarded
 from tether.producer.ops.cli.batch_tools import register as add_tools
 
 if TYPE_CHECKING:  # the settings (pydantic-settings) too: `tether --help` does not need them
@@ -174,7 +174,8 @@ def batch_command(
         scorers=tuple(scorer or ()),
         dataset=_dataset(input_field, target_field, id_field, limit, sample, seed, filters or []),
     )
-    summary = run_guarded(lambda producer: _run(producer, cases, options))
+    with resume_hint():
+        summary = run_guarded(lambda producer: _run(producer, cases, options))
     _report(summary, as_json=as_json)
     if fail_on_error and (summary.failed or summary.not_passed):
         raise typer.Exit(EXIT_FAILED_CASES)
@@ -233,6 +234,11 @@ def register(app: typer.Typer) -> None:
 
 def main() -> None:
     """Run ``batch`` as a stand-alone command (``python -m tether.producer.ops.cli.batch``)."""
+    import sys
+
+    from tether.producer.ops.cli.support import STATE
+
+    STATE.argv = ["batch", *sys.argv[1:]]
     batch_app()
 
 

@@ -8,6 +8,8 @@ all import this module and none imports another, so the batch CLI reads bottom-u
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -15,27 +17,42 @@ import typer
 if TYPE_CHECKING:  # the settings (pydantic-settings) too: `tether --help` does not need them
     from tether.settings import Settings
 
-#: Exit codes, as for every ``tether`` command: 2 usage (invalid cases, bad option), 1 a
-#: service error, or (with ``--fail-on-error``) a case that failed or did not pass.
-EXIT_INVALID = 2
-EXIT_ERROR = 1
-EXIT_FAILED_CASES = 1
+from tether.producer.ops.cli.support import EXIT_FAILED, EXIT_USAGE, exit_code_for
+
+#: The exit codes of every ``tether`` command (:mod:`tether.producer.ops.cli.support`): 2 usage
+#: (invalid cases, bad option), 4 a service that did not answer, 1 (with ``--fail-on-error``) a
+#: case that failed or did not pass.
+EXIT_INVALID = EXIT_USAGE
+EXIT_FAILED_CASES = EXIT_FAILED
 
 
 def settings() -> Settings:
     """Settings as the rest of the CLI reads them (a relative file:// store made absolute)."""
-    try:
-        from tether.producer.ops.cli.support import cli_settings
-    except ImportError:  # the batch command used without the full CLI
-        from tether.settings import load_settings
+    from tether.producer.ops.cli.support import cli_settings
 
-        return load_settings()
     return cli_settings()
+
+
+@contextmanager
+def resume_hint() -> Iterator[None]:
+    """On Ctrl-C, say how to go on: the same command resumes exactly (finished cases are kept
+    in the results file, cases in flight are re-attached to their runs, nothing runs twice)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        from tether.producer.ops.cli.support import STATE
+
+        typer.echo(
+            "interrupted: finished cases are kept in the results file; to resume (nothing "
+            f"finished runs again), run the same command: {STATE.command_line()}",
+            err=True,
+        )
+        raise
 
 
 def run_guarded(work: Any, *, producer: bool = True) -> Any:
     """Run ``work(producer)``, turning a refusal or a service error into its exit code."""
-    from tether.errors import TetherError, UsageError
+    from tether.errors import TetherError
     from tether.producer.ops.batch.cases import CasesInvalid
 
     try:
@@ -50,7 +67,7 @@ def run_guarded(work: Any, *, producer: bool = True) -> Any:
         raise typer.Exit(EXIT_INVALID) from exc
     except TetherError as exc:
         typer.echo(" ".join(f"error: {exc.error_type}: {exc}".split()), err=True)
-        raise typer.Exit(EXIT_INVALID if isinstance(exc, UsageError) else EXIT_ERROR) from exc
+        raise typer.Exit(exit_code_for(exc)) from exc
 
 
-__all__ = ["EXIT_ERROR", "EXIT_FAILED_CASES", "EXIT_INVALID", "run_guarded", "settings"]
+__all__ = ["EXIT_FAILED_CASES", "EXIT_INVALID", "resume_hint", "run_guarded", "settings"]

@@ -8,13 +8,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tether.producer.ops.cli.batch_support import run_guarded
+from tether.producer.ops.cli.batch_support import resume_hint, run_guarded
+from tether.producer.ops.cli.support import EXIT_FAILED
 
 if TYPE_CHECKING:
     from tether.producer.ops.batch.compare import Comparison
 
-#: ``compare --fail-if-regressed`` exits with this when a case regressed.
-EXIT_REGRESSED = 1
+#: ``compare --fail-if-regressed`` exits with this on a significant regression (a check failed).
+EXIT_REGRESSED = EXIT_FAILED
 
 
 def retry_command(
@@ -44,7 +45,8 @@ def retry_command(
     options = BatchOptions(
         concurrency=concurrency, tenant=tenant, progress=not as_json, scorers=tuple(scorer or ())
     )
-    summary = run_guarded(lambda producer: retry_batch(producer, results, options))
+    with resume_hint():
+        summary = run_guarded(lambda producer: retry_batch(producer, results, options))
     if as_json:
         typer.echo(json.dumps(summary.to_dict(), indent=2))
     else:

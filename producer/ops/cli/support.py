@@ -1,15 +1,20 @@
 """Plumbing shared by the CLI commands: settings, storage, error lines and exit codes.
 
-Exit codes of ``tether`` (documented in docs/cli.md):
+Exit codes of ``tether``, one meaning each (the ``EXIT_*`` constants below; docs/cli.md lists
+them, and ``tests/test_exit_codes.py`` holds the two equal):
 
 - 0: success.
-- 1: a run failed or was cancelled, a check or verification failed, or a service error.
+- 1: what was asked for failed: a run failed or was cancelled, a check or verification failed,
+  a replay diverged, a comparison found a significant regression.
 - 2: a usage or configuration error (:class:`~tether.errors.UsageError`: bad setting, invalid
   id, unknown agent, unknown or existing session, bad command-line option).
 - 3: a tenant's budget refused the submission, or ended the run
   (:class:`~tether.errors.BudgetExceeded`, ``TETHER_TENANT_BUDGETS``).
+- 4: a service did not answer: Redis, the broker or the store
+  (:class:`~tether.errors.InfrastructureError`), or ``tether status`` found one down.
+- 5: ``tether console`` could not listen: its address is in use.
 - 124: gave up waiting for a run (``--wait-s``); the run itself goes on.
-- 130 (or 128 + signal number): interrupted by Ctrl-C / SIGTERM.
+- 130 / 143 (128 + signal number): interrupted by Ctrl-C / SIGTERM.
 """
 
 from __future__ import annotations
@@ -26,7 +31,14 @@ from urllib.parse import unquote, urlsplit
 
 import typer
 
-from tether.errors import BudgetExceeded, ConfigurationError, TetherError, UsageError
+from tether.errors import (
+    AddressInUse,
+    BudgetExceeded,
+    ConfigurationError,
+    InfrastructureError,
+    TetherError,
+    UsageError,
+)
 
 # Every command module imports this one while `tether --help` builds the command tree: what it
 # imports at the top, every command pays. Settings (pydantic-settings, ~0.15 s) and the storage
@@ -41,15 +53,28 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_BUDGET = 3
+EXIT_UNAVAILABLE = 4
+EXIT_ADDRESS_IN_USE = 5
 EXIT_WAIT_TIMEOUT = 124
 EXIT_INTERRUPTED = 128 + signal.SIGINT
+EXIT_TERMINATED = 128 + signal.SIGTERM
 
 
 @dataclass
 class CliState:
-    """Options of the top-level ``tether`` command."""
+    """Options of the top-level ``tether`` command, and the arguments it was given."""
 
     debug: bool = False
+    argv: list[str] | None = None
+    """The arguments after ``tether`` (what "run the same command again" repeats)."""
+
+    def command_line(self) -> str:
+        """The command as typed (``tether batch cases.jsonl --agent echo``), quoted for a
+        shell."""
+        import shlex
+        import sys
+
+        return shlex.join(["tether", *(sys.argv[1:] if self.argv is None else self.argv)])
 
 
 STATE = CliState()
@@ -83,10 +108,14 @@ def one_line(text: str) -> str:
 
 def exit_code_for(exc: BaseException) -> int:
     """The process exit code for an error (see the module docstring)."""
+    if isinstance(exc, AddressInUse):
+        return EXIT_ADDRESS_IN_USE
     if isinstance(exc, UsageError):
         return EXIT_USAGE
     if isinstance(exc, BudgetExceeded):
         return EXIT_BUDGET
+    if isinstance(exc, InfrastructureError):
+        return EXIT_UNAVAILABLE
     if isinstance(exc, TimeoutError):
         return EXIT_WAIT_TIMEOUT
     return EXIT_FAILED

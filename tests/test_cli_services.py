@@ -1,0 +1,80 @@
+"""A service that does not answer is named, with its setting, and never passes for success:
+with only the broker down, ``tether status`` exited 0 and a submission failed with kombu's
+``OperationalError: Error 111 ...`` naming no setting; ``tether batch`` with Redis down took 11 s
+and left an empty results file. Each command runs as a real process against a private
+redis-server; the service that is "down" is a closed port of 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tether.dev.redis_server import free_port
+from tether.errors import BrokerUnavailable
+from tether.producer import Producer
+from tether.settings import Settings
+
+
+def _down() -> str:
+    return f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+
+
+def tether(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    return subprocess.run(
+        [sys.executable, "-m", "tether.producer.ops.cli", *args],
+        env={**base, **env},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_status_exits_4_when_only_the_broker_is_down(redis_url: str, tmp_path: Path) -> None:
+    broker = _down()
+    env = {"TETHER_REDIS_URL": redis_url, "TETHER_BROKER_URL": broker}
+    shown = tether(tmp_path, env, "status", "--json")
+    assert shown.returncode == 4, shown.stdout + shown.stderr
+    status = json.loads(shown.stdout)
+    assert status["error"] is None and not status["healthy"]  # Redis answered
+    assert f"the broker at TETHER_BROKER_URL={broker} did not answer" in status["broker_error"]
+    text = tether(tmp_path, env, "status")
+    assert text.returncode == 4 and "broker unreachable" in text.stdout
+
+
+def test_a_submission_to_a_broker_that_is_down_names_the_broker_setting(
+    redis_url: str, tmp_path: Path
+) -> None:
+    broker = _down()
+    producer = Producer(Settings(redis_url=redis_url, broker_url=broker))
+    try:
+        with pytest.raises(BrokerUnavailable, match=f"TETHER_BROKER_URL={broker}"):
+            producer.run_async("s-1", "hi", agent="echo")
+    finally:
+        producer.close()
+    env = {"TETHER_REDIS_URL": redis_url, "TETHER_BROKER_URL": broker}
+    done = tether(tmp_path, env, "submit", "s-2", "hi", "--agent", "echo")
+    assert done.returncode == 4, done.stderr
+    assert done.stderr.startswith("error: BrokerUnavailable: the broker at TETHER_BROKER_URL=")
+
+
+def test_a_batch_with_redis_down_fails_at_once_naming_it_and_writes_no_results(
+    tmp_path: Path,
+) -> None:
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text('{"id": "a", "input": "x"}\n{"id": "b", "input": "y"}\n')
+    redis = _down()
+    started = time.monotonic()
+    done = tether(tmp_path, {"TETHER_REDIS_URL": redis}, "batch", str(cases), "--agent", "echo")
+    took_s = time.monotonic() - started
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert f"Redis at TETHER_REDIS_URL={redis} did not answer" in done.stderr
+    assert not (tmp_path / "cases.results.jsonl").exists()
+    print(f"\na batch with Redis down ended in {took_s:.1f} s")  # 11 s before, one attempt now
