@@ -147,7 +147,8 @@ def worker(
     ] = None,
     loglevel: Annotated[str, typer.Option("--loglevel", "-l", help="Log level.")] = "INFO",
     hostname: Annotated[
-        str | None, typer.Option("--hostname", "-n", help="Node name, e.g. w1@%h.")
+        str | None,
+        typer.Option("--hostname", "-n", help="Node name, e.g. w1@%h (default: tether-<pid>@%h)."),
     ] = None,
     print_command: Annotated[
         bool, typer.Option("--print-command", help="Print the celery command; do not run it.")
@@ -164,8 +165,9 @@ def worker(
     argv += ["--queues", queues or settings.queue, "--loglevel", loglevel]
     if concurrency is not None:
         argv += ["--concurrency", str(concurrency)]
-    if hostname:
-        argv += ["--hostname", hostname]
+    # Celery's default, celery@<host>, is the same for every worker of a machine: two
+    # `tether worker` in one folder were two nodes of one name (the pid stays: exec below)
+    argv += ["--hostname", hostname or f"tether-{os.getpid()}@%h"]
     argv += ["--without-mingle", "--without-gossip", *ctx.args]
     if print_command:
         typer.echo(" ".join(argv))

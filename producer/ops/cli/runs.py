@@ -16,12 +16,14 @@ import typer
 from tether.errors import RunNotFound
 from tether.producer.ops.cli.support import (
     EXIT_FAILED,
+    InputFileOption,
     JsonOption,
     TenantOption,
     cli_settings,
     ctrl_c_stops,
     exit_code_for,
     one_line,
+    run_input,
     warn_line,
 )
 from tether.runs.option_docs import OPTION_HELP, RUN_OPTIONS
@@ -48,7 +50,12 @@ def option_help(name: str, more: str = "") -> str:
 
 
 SessionArg = Annotated[str, typer.Argument(metavar="SESSION", help="Session id.")]
-InputArg = Annotated[str, typer.Argument(metavar="INPUT", help="The run's input text.")]
+InputArg = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="INPUT", help="The run's input text (or --input-file).", show_default=False
+    ),
+]
 AgentOption = Annotated[str, typer.Option("--agent", "-a", help=option_help("agent"))]
 RunIdArg = Annotated[str, typer.Argument(metavar="RUN_ID", help="The run id.")]
 WaitOption = Annotated[
@@ -99,8 +106,9 @@ def run_options(params: dict[str, Any]) -> RunOptionsKwargs:
 
 def run_command(
     session_id: SessionArg,
-    text: InputArg,
     agent: AgentOption,
+    text: InputArg = None,
+    input_file: InputFileOption = None,
     tenant: TenantOption = None,
     request_id: RequestIdOption = None,
     timeout_s: RunTimeoutOption = None,
@@ -118,7 +126,9 @@ def run_command(
     from tether.producer.client import Producer
     from tether.producer.worker_watch import watch_for_workers
 
-    with Producer(cli_settings()) as producer:
+    settings = cli_settings()
+    text = run_input(text, input_file, settings.max_input_bytes)
+    with Producer(settings) as producer:
         handle = producer.run_async(session_id, text, **options)
         try:
             with watch_for_workers(producer, handle.run_id, warn=warn_line):
@@ -136,8 +146,9 @@ def run_command(
 
 def submit(
     session_id: SessionArg,
-    text: InputArg,
     agent: AgentOption,
+    text: InputArg = None,
+    input_file: InputFileOption = None,
     tenant: TenantOption = None,
     request_id: RequestIdOption = None,
     timeout_s: RunTimeoutOption = None,
@@ -152,7 +163,9 @@ def submit(
     from tether.producer.ops.render import emit_json
     from tether.producer.worker_watch import warn_if_unconsumed
 
-    with Producer(cli_settings()) as producer:
+    settings = cli_settings()
+    text = run_input(text, input_file, settings.max_input_bytes)
+    with Producer(settings) as producer:
         handle = producer.run_async(session_id, text, **options)
         warn_if_unconsumed(producer, warn_line)
         if as_json:

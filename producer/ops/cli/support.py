@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -72,7 +73,6 @@ class CliState:
         """The command as typed (``tether batch cases.jsonl --agent echo``), quoted for a
         shell."""
         import shlex
-        import sys
 
         return shlex.join(["tether", *(sys.argv[1:] if self.argv is None else self.argv)])
 
@@ -187,9 +187,58 @@ def require_shared_storage(store_url: str) -> None:
         )
 
 
+def run_input(text: str | None, input_file: str | None, max_input_bytes: int) -> str:
+    """A run's input: the ``INPUT`` argument, or ``--input-file F`` (``-``: standard input), for
+    inputs a command line cannot carry (Linux refuses one argument over 128 KiB: "Argument list
+    too long").
+
+    Raises:
+        InvalidInput: both or neither given, a file that does not read as UTF-8 text.
+        InputTooLarge: more than ``max_input_bytes`` (``TETHER_MAX_INPUT_BYTES``), before the
+            whole file is read.
+    """
+    from tether.errors import InputTooLarge, InvalidInput
+
+    if text is not None and input_file is not None:
+        raise InvalidInput("give the run's input as INPUT or with --input-file, not both")
+    if input_file is None:
+        if text is None:
+            raise InvalidInput("no input: give INPUT, or --input-file FILE (- reads stdin)")
+        return text
+    where = "standard input" if input_file == "-" else f"--input-file {input_file}"
+    try:
+        if input_file == "-":
+            data = sys.stdin.buffer.read(max_input_bytes + 1)
+        else:
+            with open(input_file, "rb") as fh:
+                data = fh.read(max_input_bytes + 1)
+    except OSError as exc:
+        raise InvalidInput(f"{where} cannot be read ({exc.strerror})") from None
+    if len(data) > max_input_bytes:
+        raise InputTooLarge(
+            f"{where} holds more than {max_input_bytes} bytes, over the limit of "
+            f"{max_input_bytes}; send large material by reference or raise TETHER_MAX_INPUT_BYTES"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(
+            f"{where} is not UTF-8 text (byte 0x{data[exc.start]:02x} at byte {exc.start + 1}); "
+            "save it as UTF-8"
+        ) from None
+
+
 # --- options shared by several commands -------------------------------------------------------
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 TenantOption = Annotated[
     str | None, typer.Option("--tenant", help="Tenant (default: TETHER_TENANT).")
+]
+InputFileOption = Annotated[
+    str | None,
+    typer.Option(
+        "--input-file",
+        metavar="FILE",
+        help="Read the input from FILE (- for standard input) instead of INPUT.",
+    ),
 ]
