@@ -29,7 +29,7 @@ from typing import Any
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from tether.errors import InvalidId, InvalidInput
+from tether.errors import InvalidId, InvalidInput, UnknownAgent
 from tether.ids import validate_id
 from tether.runs.contract import MAX_METADATA_BYTES
 
@@ -251,6 +251,25 @@ def parse_case_line(
     return case
 
 
+def check_agents(wanted: set[str], known: frozenset[str]) -> None:
+    """Refuse a batch naming an agent the workers do not know: every case of it would fail,
+    and it is a typo to fix, not a batch to keep (nothing is submitted or written).
+
+    Raises:
+        UnknownAgent: naming the first unknown agent and the known ones.
+    """
+    unknown = sorted(wanted - known)
+    if not unknown:
+        return
+    name = unknown[0] if len(unknown[0]) <= 60 else unknown[0][:60] + "..."
+    more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+    raise UnknownAgent(
+        f"unknown agent {name!r}{more}; known agents: {', '.join(sorted(known))}. Fix --agent "
+        "or the cases' 'agent', or register it with TETHER_AGENT_MODULES (here and on the "
+        "workers) or the 'tether.agents' entry point; nothing was submitted"
+    )
+
+
 def _id_hash(case_id: str) -> int:
     return int.from_bytes(hashlib.blake2b(case_id.encode(), digest_size=8).digest(), "big")
 
@@ -408,6 +427,7 @@ __all__ = [
     "CasesScan",
     "Grader",
     "NumberedCase",
+    "check_agents",
     "iter_cases",
     "parse_case_line",
     "scan_cases",

@@ -1,5 +1,6 @@
-"""Plumbing shared by the ``tether batch`` commands: their settings, their exit codes, and the
-guard that turns a refused batch or a service error into one line and its exit code.
+"""Plumbing shared by the ``tether batch`` commands: their settings, their exit codes, the
+agents they accept, the hint Ctrl-C prints (the same command resumes), and the guard that turns
+a refused batch or a service error into one line and its exit code.
 
 The group (:mod:`tether.producer.ops.cli.batch`) and its tools
 (:mod:`~tether.producer.ops.cli.batch_tools`, :mod:`~tether.producer.ops.cli.batch_outputs`)
@@ -14,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from tether.producer.ops.cli.support import EXIT_FAILED, EXIT_USAGE, exit_code_for
+
 if TYPE_CHECKING:  # the settings (pydantic-settings) too: `tether --help` does not need them
     from tether.settings import Settings
-
-from tether.producer.ops.cli.support import EXIT_FAILED, EXIT_USAGE, exit_code_for
 
 #: The exit codes of every ``tether`` command (:mod:`tether.producer.ops.cli.support`): 2 usage
 #: (invalid cases, bad option), 4 a service that did not answer, 1 (with ``--fail-on-error``) a
@@ -31,6 +32,26 @@ def settings() -> Settings:
     from tether.producer.ops.cli.support import cli_settings
 
     return cli_settings()
+
+
+def known_agents(settings: Settings) -> frozenset[str] | None:
+    """The agents a worker with these settings knows: the built-ins, the ``tether.agents``
+    entry points and ``TETHER_AGENT_MODULES``, read here, as ``tether schedule add`` reads
+    them. None when this process cannot tell: modules that do not import here (code only the
+    workers have), said in a warning; the workers then judge each case's agent.
+
+    Without ``TETHER_AGENT_MODULES`` the workers of ``tether up`` know the built-ins only: a
+    typo used to run every case to failure and exit 0.
+    """
+    from tether.errors import ConfigurationError
+    from tether.producer.ops.cli.support import warn_line
+    from tether.runtime.registry import AgentRegistry
+
+    try:
+        return frozenset(AgentRegistry.default(settings.agent_modules).names())
+    except (ConfigurationError, ImportError) as exc:
+        warn_line(f"cannot check the batch's agents here ({exc}); the workers judge each case")
+        return None
 
 
 @contextmanager
@@ -70,4 +91,11 @@ def run_guarded(work: Any, *, producer: bool = True) -> Any:
         raise typer.Exit(exit_code_for(exc)) from exc
 
 
-__all__ = ["EXIT_FAILED_CASES", "EXIT_INVALID", "resume_hint", "run_guarded", "settings"]
+__all__ = [
+    "EXIT_FAILED_CASES",
+    "EXIT_INVALID",
+    "known_agents",
+    "resume_hint",
+    "run_guarded",
+    "settings",
+]

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tether.producer.ops.cli.batch_support import resume_hint, run_guarded
+from tether.producer.ops.cli.batch_support import known_agents, resume_hint, run_guarded
 from tether.producer.ops.cli.support import EXIT_FAILED
 
 if TYPE_CHECKING:
@@ -30,23 +31,37 @@ def retry_command(
         list[str] | None,
         typer.Option("--scorer", "-s", help="Scorers (default: those the batch ran with)."),
     ] = None,
+    agent: Annotated[
+        str | None,
+        typer.Option("--agent", "-a", help="Run the retried cases with this agent instead."),
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the summary as JSON (no progress bar).")
     ] = False,
 ) -> None:
     """Run the errored cases of RESULTS again (not failed grading); keep the rest.
 
-    An interrupted retry resumes when run again.
+    An interrupted retry resumes when run again. --agent corrects the agent of a batch run
+    with the wrong one.
     """
     from tether.producer.ops.batch import BatchOptions
     from tether.producer.ops.batch.retry import retry_batch
     from tether.producer.ops.batch.summary import render_summary
 
     options = BatchOptions(
-        concurrency=concurrency, tenant=tenant, progress=not as_json, scorers=tuple(scorer or ())
+        agent=agent,
+        concurrency=concurrency,
+        tenant=tenant,
+        progress=not as_json,
+        scorers=tuple(scorer or ()),
     )
+
+    def retry(producer: Any) -> Any:
+        checked = replace(options, known_agents=known_agents(producer.settings))
+        return retry_batch(producer, results, checked)
+
     with resume_hint():
-        summary = run_guarded(lambda producer: retry_batch(producer, results, options))
+        summary = run_guarded(retry)
     if as_json:
         typer.echo(json.dumps(summary.to_dict(), indent=2))
     else:
