@@ -81,7 +81,24 @@ def compare_command(
         int, typer.Option("--resamples", min=100, help="Bootstrap resamples.")
     ] = 10_000,
     fail_if_regressed: Annotated[
-        bool, typer.Option("--fail-if-regressed", help="Exit 1 when any case regressed.")
+        bool,
+        typer.Option(
+            "--fail-if-regressed",
+            help="Exit 1 when B is significantly worse (McNemar's exact test at --alpha; the "
+            "bootstrap interval when there are only scores).",
+        ),
+    ] = False,
+    alpha: Annotated[
+        float,
+        typer.Option(
+            "--alpha", min=0.0001, max=0.5, help="Significance level of --fail-if-regressed."
+        ),
+    ] = 0.05,
+    fail_if_any_regressed: Annotated[
+        bool,
+        typer.Option(
+            "--fail-if-any-regressed", help="Exit 1 when any single case scored lower (noisy)."
+        ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
@@ -90,17 +107,26 @@ def compare_command(
     Per-case changes, the bootstrap interval of the mean score difference, McNemar's exact test,
     latency, tokens and cost.
     """
-    from tether.producer.ops.batch.compare import compare_results
+    from tether.producer.ops.batch.compare import compare_results, significant_regression
 
     comparison: Comparison = run_guarded(
         lambda _: compare_results(a, b, scorer=scorer, resamples=resamples, seed=seed),
         producer=False,
     )
+    verdict = significant_regression(comparison, alpha) if fail_if_regressed else None
     if as_json:
-        typer.echo(json.dumps(comparison.to_dict(), indent=2))
+        doc = comparison.to_dict()
+        if verdict is not None:
+            doc["gate"] = verdict.to_dict()
+        typer.echo(json.dumps(doc, indent=2))
     else:
         render_comparison(comparison)
-    if fail_if_regressed and comparison.regressed:
+        if verdict is not None:
+            what = "significant regression" if verdict.regressed else "no significant regression"
+            typer.echo(f"--fail-if-regressed: {what}: {verdict.reason}")
+    if verdict is not None and verdict.regressed:
+        raise typer.Exit(EXIT_REGRESSED)
+    if fail_if_any_regressed and comparison.regressed:
         raise typer.Exit(EXIT_REGRESSED)
 
 
