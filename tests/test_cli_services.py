@@ -78,3 +78,20 @@ def test_a_batch_with_redis_down_fails_at_once_naming_it_and_writes_no_results(
     assert f"Redis at TETHER_REDIS_URL={redis} did not answer" in done.stderr
     assert not (tmp_path / "cases.results.jsonl").exists()
     print(f"\na batch with Redis down ended in {took_s:.1f} s")  # 11 s before, one attempt now
+
+
+def test_a_file_store_that_does_not_exist_is_named_not_shown_empty(tmp_path: Path) -> None:
+    """`tether sessions list` on a typo'd file:// store showed "0 sessions"; workers still
+    create the directory on their first write."""
+    missing = tmp_path / "no-such-store"
+    env = {"TETHER_REDIS_URL": _down(), "TETHER_STORE_URL": f"file://{missing}"}
+    for args in (["sessions", "list"], ["sessions", "show", "s-1"], ["sessions", "verify"]):
+        done = tether(tmp_path, env, *args)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        assert done.stderr.startswith(
+            f"error: StoreNotConfigured: TETHER_STORE_URL=file://{missing}: no such directory"
+        ), done.stderr
+        assert not missing.exists()
+    missing.mkdir()  # an existing, empty store is simply empty
+    listed = tether(tmp_path, env, "sessions", "list", "--json")
+    assert listed.returncode == 0 and json.loads(listed.stdout)["sessions"] == [], listed.stderr

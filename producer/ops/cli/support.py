@@ -163,11 +163,40 @@ def resolve_store_url(url: str, base: Path | None = None) -> str:
 
 
 def open_store(settings: Settings) -> tuple[SnapshotStore, EventArchive]:
-    """The snapshot store and event archive named by the settings."""
+    """The snapshot store and event archive named by the settings.
+
+    Raises:
+        StoreNotConfigured: a ``file://`` store whose directory does not exist.
+    """
     from tether.persistence.writer_storage import open_writer_storage
 
+    url = resolve_store_url(settings.store_url)
+    require_existing_store(url)
     # every write of a command (fork, delete, purge...) drops the session's cached head
-    return open_writer_storage(settings, url=resolve_store_url(settings.store_url))
+    return open_writer_storage(settings, url=url)
+
+
+def require_existing_store(url: str) -> None:
+    """Refuse a ``file://`` store whose directory does not exist: a command reading it showed
+    "0 sessions" for a typo'd path. Workers create it on their first write (a new deployment's
+    first run); a command reads or edits sessions, so it names the URL instead.
+
+    Raises:
+        StoreNotConfigured: naming ``TETHER_STORE_URL`` and where a store usually is.
+    """
+    from tether.errors import StoreNotConfigured
+
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "file":
+        return
+    root = Path(unquote(parts.path))
+    if not root.is_dir():
+        raise StoreNotConfigured(
+            f"TETHER_STORE_URL={url}: no such directory ({root} does not exist), so no session "
+            "was ever stored there. Fix the URL (`tether config` shows it; `tether up` uses "
+            ".tether/store of its project), or run a session first: workers create the "
+            "directory on their first write"
+        )
 
 
 def open_reader(settings: Settings) -> SessionLogReader:
