@@ -95,3 +95,24 @@ def test_a_file_store_that_does_not_exist_is_named_not_shown_empty(tmp_path: Pat
     missing.mkdir()  # an existing, empty store is simply empty
     listed = tether(tmp_path, env, "sessions", "list", "--json")
     assert listed.returncode == 0 and json.loads(listed.stdout)["sessions"] == [], listed.stderr
+
+
+def test_a_service_that_never_answers_is_named_while_the_command_waits(tmp_path: Path) -> None:
+    """A Redis that takes connections and never answers (a hung server, an address that drops
+    packets): `tether wait` sat silent through the client's retries (4 x 10 s); it says what it
+    waits for within seconds, then fails naming the setting (exit 4)."""
+    import socket
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # the kernel completes connections; nobody reads or answers
+        url = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
+        started = time.monotonic()
+        done = tether(tmp_path, {"TETHER_REDIS_URL": url}, "wait", "r-1")
+        took_s = time.monotonic() - started
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 4, done.stderr
+    assert lines[0].startswith(f"warning: waiting for Redis at TETHER_REDIS_URL={url} to answer")
+    assert lines[-1].startswith(f"error: StreamUnavailable: Redis at TETHER_REDIS_URL={url} did ")
+    assert "TimeoutError" in lines[-1]
+    print(f"\na silent Redis was named and given up on in {took_s:.1f} s")

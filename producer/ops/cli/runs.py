@@ -19,6 +19,7 @@ from tether.producer.ops.cli.support import (
     InputFileOption,
     JsonOption,
     TenantOption,
+    cli_producer,
     cli_settings,
     ctrl_c_stops,
     exit_code_for,
@@ -123,12 +124,11 @@ def run_command(
     Warns on stderr within seconds when no live worker consumes the queue.
     """
     options = run_options(locals())
-    from tether.producer.client import Producer
     from tether.producer.worker_watch import watch_for_workers
 
     settings = cli_settings()
     text = run_input(text, input_file, settings.max_input_bytes)
-    with Producer(settings) as producer:
+    with cli_producer(settings, broker=True) as producer:
         handle = producer.run_async(session_id, text, **options)
         try:
             with watch_for_workers(producer, handle.run_id, warn=warn_line):
@@ -159,13 +159,12 @@ def submit(
 ) -> None:
     """Enqueue a run and print its run id (follow it with `tether wait RUN_ID`)."""
     options = run_options(locals())
-    from tether.producer.client import Producer
     from tether.producer.ops.render import emit_json
     from tether.producer.worker_watch import warn_if_unconsumed
 
     settings = cli_settings()
     text = run_input(text, input_file, settings.max_input_bytes)
-    with Producer(settings) as producer:
+    with cli_producer(settings, broker=True) as producer:
         handle = producer.run_async(session_id, text, **options)
         warn_if_unconsumed(producer, warn_line)
         if as_json:
@@ -188,10 +187,9 @@ def wait(
     as_json: JsonOption = False,
 ) -> None:
     """Wait for a run of the tenant and print its answer."""
-    from tether.producer.client import Producer
     from tether.producer.worker_watch import watch_for_workers
 
-    with Producer(cli_settings()) as producer:
+    with cli_producer() as producer:
         scope = tenant or producer.settings.tenant
         _known(producer, run_id, scope)
         with watch_for_workers(producer, run_id, warn=warn_line):
@@ -204,11 +202,10 @@ def cancel(run_id: RunIdArg, tenant: TenantOption = None, as_json: JsonOption = 
 
     A running run stops at its next step boundary. Exits 1 when the run had already finished.
     """
-    from tether.producer.client import Producer
     from tether.producer.ops.render import emit_json
     from tether.runs.queue.base import CancelOutcome
 
-    with Producer(cli_settings()) as producer:
+    with cli_producer() as producer:
         scope = tenant or producer.settings.tenant
         status = _known(producer, run_id, scope)
         outcome = producer.cancel(run_id, tenant=scope)
@@ -264,6 +261,9 @@ def tail(
     from tether.producer.submission import acting_for
 
     settings = cli_settings()
+    from tether.producer.ops.reachability import check_redis
+
+    check_redis(settings, notice=warn_line)  # within seconds, naming it, when it is down
     client = redis_from_url(settings.effective_redis_url)
     keys = RedisKeys(settings.namespace)
     stream = RedisEventStream(client, keys=keys)

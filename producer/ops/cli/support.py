@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from tether.persistence.archives.base import EventArchive
     from tether.persistence.reader import SessionLogReader
     from tether.persistence.stores.base import SnapshotStore
+    from tether.producer.client import Producer
     from tether.settings import Settings
 
 EXIT_OK = 0
@@ -149,6 +150,24 @@ def cli_settings() -> Settings:
     if absolute != settings.store_url:
         settings = settings.model_copy(update={"store_url": absolute})
     return settings
+
+
+def cli_producer(settings: Settings | None = None, *, broker: bool = False) -> Producer:
+    """A producer on ``settings`` (default: :func:`cli_settings`), once Redis and, for a command
+    that publishes runs (``broker``), the broker answered one short check
+    (:mod:`tether.producer.ops.reachability`): a service that does not answer fails the command
+    within seconds, naming it and its setting (exit 4), and one slow to answer is named while
+    the command waits, instead of the clients' silent retries.
+
+    Raises:
+        StreamUnavailable, BrokerUnavailable: the service did not answer.
+    """
+    from tether.producer.client import Producer
+    from tether.producer.ops.reachability import check_services
+
+    settings = settings or cli_settings()
+    check_services(settings, broker=broker, notice=warn_line)
+    return Producer(settings)
 
 
 def resolve_store_url(url: str, base: Path | None = None) -> str:
