@@ -18,7 +18,6 @@ from tether.errors import InputTooLarge, InvalidInput
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import redis_from_url
 from tether.producer import Producer
-from tether.producer.ops.cli.support import run_input
 from tether.runs.presence import list_workers
 from tether.settings import Settings
 
@@ -74,6 +73,8 @@ def test_run_reads_its_input_file_on_real_workers(live_stack: Stack, tmp_path: P
 
 
 def test_the_input_is_given_once_and_read_within_the_limit(tmp_path: Path) -> None:
+    from tether.producer.ops.cli.support import run_input
+
     with pytest.raises(InvalidInput, match="not both"):
         run_input("hi", "f.txt", 100)
     with pytest.raises(InvalidInput, match="no input: give INPUT, or --input-file"):

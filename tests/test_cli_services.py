@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from tether.dev.redis_server import free_port
-from tether.errors import BrokerUnavailable
 from tether.producer import Producer
 from tether.settings import Settings
 
@@ -52,6 +51,8 @@ def test_status_exits_4_when_only_the_broker_is_down(redis_url: str, tmp_path: P
 def test_a_submission_to_a_broker_that_is_down_names_the_broker_setting(
     redis_url: str, tmp_path: Path
 ) -> None:
+    from tether.errors import BrokerUnavailable
+
     broker = _down()
     producer = Producer(Settings(redis_url=redis_url, broker_url=broker))
     try:
