@@ -368,7 +368,8 @@ class Settings(WebhookSettings, OpenAISettings):
 
         Raises:
             SettingsError: neither ``TETHER_REDIS_URL`` nor ``TETHER_BROKER_URL`` is set (and no
-                local stack's ``.tether/env`` was found), or the broker is no Redis.
+                local stack's ``.tether/env`` was found).
+            ConfigurationError: only ``TETHER_BROKER_URL`` is, and it is no Redis.
         """
         if self.redis_url:
             return self.redis_url
