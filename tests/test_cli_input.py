@@ -13,12 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.stack import Stack, eventually, unique
+from tests.support.stack import Stack, unique
 from tether.errors import InputTooLarge, InvalidInput
-from tether.keys import RedisKeys
-from tether.persistence.redis_conn import redis_from_url
 from tether.producer import Producer
-from tether.runs.presence import list_workers
 from tether.settings import Settings
 
 BIG = 300_000  # over MAX_ARG_STRLEN (131,072 bytes): no command line can carry it
@@ -90,27 +87,10 @@ def test_the_input_is_given_once_and_read_within_the_limit(tmp_path: Path) -> No
     assert run_input("as given", None, 100) == "as given"
 
 
-def test_two_workers_started_alike_in_one_folder_get_two_node_names(
-    redis_url: str, tmp_path: Path
-) -> None:
-    namespace = unique("nodes")
-    env = _env(redis_url, TETHER_NAMESPACE=namespace, TETHER_STORE_URL=f"file://{tmp_path}")
-    command = [sys.executable, "-m", "tether.producer.ops.cli", "worker", "-P", "solo"]
-    logs = [(tmp_path / f"w{i}.log").open("wb") for i in range(2)]
-    workers = [
-        subprocess.Popen(command, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
-        for log in logs
-    ]
-    client = redis_from_url(redis_url)
-    try:
-        keys = RedisKeys(namespace)
-        eventually(lambda: len(list_workers(client, keys)) == 2, timeout_s=60)
-        nodes = {w.node for w in list_workers(client, keys)}
-        assert len(nodes) == 2 and all(n.startswith("tether-") for n in nodes), nodes
-    finally:
-        client.close()
-        for worker in workers:
-            worker.terminate()
-        for worker, log in zip(workers, logs, strict=True):
-            worker.wait(timeout=30)
-            log.close()
+def test_each_worker_command_names_its_node_after_its_own_process(tmp_path: Path) -> None:
+    env = _env("redis://127.0.0.1:1/0")
+    printed = [tether(env, "worker", "--print-command", cwd=tmp_path) for _ in range(2)]
+    names = [p.stdout.split("--hostname ", 1)[1].split()[0] for p in printed]
+    assert names[0] != names[1] and all(n.startswith("tether-") for n in names), names
+    given = tether(env, "worker", "-n", "w1@%h", "--print-command", cwd=tmp_path)
+    assert "--hostname w1@%h" in given.stdout and given.stdout.count("--hostname") == 1

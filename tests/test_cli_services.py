@@ -1,22 +1,24 @@
 """A service that does not answer is named, with its setting, and never passes for success:
 with only the broker down, ``tether status`` exited 0 and a submission failed with kombu's
 ``OperationalError: Error 111 ...`` naming no setting; ``tether batch`` with Redis down took 11 s
-and left an empty results file. Each command runs as a real process against a private
-redis-server; the service that is "down" is a closed port of 127.0.0.1."""
+and left an empty results file. Each command runs in this process (``run_cli``, as the console
+script runs it) against a private redis-server; a service that is "down" is a closed port of
+127.0.0.1."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tether.dev.redis_server import free_port
 from tether.producer import Producer
+from tether.producer.ops.cli import run_cli
 from tether.settings import Settings
 
 
@@ -24,19 +26,38 @@ def _down() -> str:
     return f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
 
 
-def tether(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
-    return subprocess.run(
-        [sys.executable, "-m", "tether.producer.ops.cli", *args],
-        env={**base, **env},
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+@dataclass
+class Done:
+    returncode: int
+    stdout: str
+    stderr: str
 
 
-def test_status_exits_4_when_only_the_broker_is_down(redis_url: str, tmp_path: Path) -> None:
+Tether = Callable[..., Done]
+
+
+@pytest.fixture
+def tether(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Tether:
+    """``tether(cwd, env, *args)``: the command in ``cwd`` with only ``env`` of TETHER_*."""
+
+    def run(cwd: Path, env: dict[str, str], *args: str) -> Done:
+        for name in list(os.environ):
+            if name.startswith("TETHER_"):
+                monkeypatch.delenv(name)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.chdir(cwd)
+        capsys.readouterr()
+        code = run_cli(list(args))
+        out = capsys.readouterr()
+        return Done(code, out.out, out.err)
+
+    return run
+
+
+def test_status_exits_4_when_only_the_broker_is_down(
+    tether: Tether, redis_url: str, tmp_path: Path
+) -> None:
     broker = _down()
     env = {"TETHER_REDIS_URL": redis_url, "TETHER_BROKER_URL": broker}
     shown = tether(tmp_path, env, "status", "--json")
@@ -49,7 +70,7 @@ def test_status_exits_4_when_only_the_broker_is_down(redis_url: str, tmp_path: P
 
 
 def test_a_submission_to_a_broker_that_is_down_names_the_broker_setting(
-    redis_url: str, tmp_path: Path
+    tether: Tether, redis_url: str, tmp_path: Path
 ) -> None:
     from tether.errors import BrokerUnavailable
 
@@ -67,7 +88,7 @@ def test_a_submission_to_a_broker_that_is_down_names_the_broker_setting(
 
 
 def test_a_batch_with_redis_down_fails_at_once_naming_it_and_writes_no_results(
-    tmp_path: Path,
+    tether: Tether, tmp_path: Path
 ) -> None:
     cases = tmp_path / "cases.jsonl"
     cases.write_text('{"id": "a", "input": "x"}\n{"id": "b", "input": "y"}\n')
@@ -81,7 +102,9 @@ def test_a_batch_with_redis_down_fails_at_once_naming_it_and_writes_no_results(
     print(f"\na batch with Redis down ended in {took_s:.1f} s")  # 11 s before, one attempt now
 
 
-def test_a_file_store_that_does_not_exist_is_named_not_shown_empty(tmp_path: Path) -> None:
+def test_a_file_store_that_does_not_exist_is_named_not_shown_empty(
+    tether: Tether, tmp_path: Path
+) -> None:
     """`tether sessions list` on a typo'd file:// store showed "0 sessions"; workers still
     create the directory on their first write."""
     missing = tmp_path / "no-such-store"
@@ -98,7 +121,9 @@ def test_a_file_store_that_does_not_exist_is_named_not_shown_empty(tmp_path: Pat
     assert listed.returncode == 0 and json.loads(listed.stdout)["sessions"] == [], listed.stderr
 
 
-def test_a_service_that_never_answers_is_named_while_the_command_waits(tmp_path: Path) -> None:
+def test_a_service_that_never_answers_is_named_while_the_command_waits(
+    tether: Tether, tmp_path: Path
+) -> None:
     """A Redis that takes connections and never answers (a hung server, an address that drops
     packets): `tether wait` sat silent through the client's retries (4 x 10 s); it says what it
     waits for within seconds, then fails naming the setting (exit 4)."""
