@@ -8,10 +8,13 @@ import contextlib
 import time
 
 from celery import Celery
+from kombu.exceptions import OperationalError
 
+from tether.errors import BrokerUnavailable
 from tether.producer.submission import Message
 from tether.runs.celery_config import celery_config
 from tether.settings import Settings
+from tether.settings.checks import mask_url
 
 
 def build_celery_app(settings: Settings) -> Celery:
@@ -27,9 +30,23 @@ def publish_runs(
     """Publish run messages (:func:`~tether.producer.submission.run_message`) on one connection.
 
     ``chunk`` messages at a time (None: all at once), pausing ``pause_s`` between chunks.
+
+    Raises:
+        BrokerUnavailable: the broker did not take them, naming ``TETHER_BROKER_URL``.
     """
     if not messages:
         return
+    try:
+        _publish(app, messages, chunk=chunk, pause_s=pause_s)
+    except OperationalError as exc:  # kombu's, after Celery's own publish retries
+        raise BrokerUnavailable(
+            f"the broker at TETHER_BROKER_URL={mask_url(str(app.conf.broker_url))} did not take "
+            f"the run message(s) ({exc}); start it or fix TETHER_BROKER_URL (`tether status` "
+            "shows what is up)"
+        ) from exc
+
+
+def _publish(app: Celery, messages: list[Message], *, chunk: int | None, pause_s: float) -> None:
     size = chunk or len(messages)
     with app.producer_or_acquire() as publisher:
         batch = getattr(publisher, "batch", None)

@@ -111,7 +111,7 @@ def warn_if_unconsumed(
     queue = queue or producer.settings.queue
     if live_consumers(producer, queue) != 0:
         return False
-    (warn or log.warning)(no_worker_message(queue, producer.settings.broker_url))
+    (warn or log.warning)(no_worker_message(queue, producer.settings.effective_broker_url))
     return True
 
 

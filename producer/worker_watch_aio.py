@@ -86,7 +86,7 @@ async def async_warn_if_unconsumed(
     queue = queue or producer.settings.queue
     if await async_live_consumers(producer, queue) != 0:
         return False
-    (warn or log.warning)(no_worker_message(queue, producer.settings.broker_url))
+    (warn or log.warning)(no_worker_message(queue, producer.settings.effective_broker_url))
     return True
 
 
@@ -139,7 +139,9 @@ async def _watch(
                     return
                 consumers = await shared.consumers(producer, queue)
             if consumers == 0:
-                (warn or log.warning)(no_worker_message(queue, producer.settings.broker_url))
+                (warn or log.warning)(
+                    no_worker_message(queue, producer.settings.effective_broker_url)
+                )
                 return
             await asyncio.sleep(POLL_S)
     except TetherError as exc:  # the wait itself reports Redis trouble

@@ -94,6 +94,10 @@ class ScheduleExists(UsageError):
     """A run schedule with that name already exists (``add`` refused; remove it first)."""
 
 
+class AddressInUse(UsageError):
+    """An address a command would listen on (``tether console --port``) is taken: pick another."""
+
+
 class InvalidSignature(InvalidInput):
     """A webhook's signature or timestamp does not verify (receivers: refuse the delivery)."""
 
@@ -165,6 +169,10 @@ class StoreUnavailable(InfrastructureError):
 
 class StreamUnavailable(InfrastructureError):
     """The event stream (Redis) could not be reached."""
+
+
+class BrokerUnavailable(InfrastructureError):
+    """The Celery broker (``TETHER_BROKER_URL``) could not be reached."""
 
 
 class RunLost(InfrastructureError):

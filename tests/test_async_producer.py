@@ -364,7 +364,8 @@ def test_the_shared_core_builds_and_validates_requests_before_any_io() -> None:
     from tether.producer import submission
     from tether.settings import Settings
 
-    settings = Settings(tenant="team-a", max_input_bytes=10)
+    # a Redis URL is needed to build a producer; nothing here connects to it
+    settings = Settings(tenant="team-a", max_input_bytes=10, redis_url="redis://127.0.0.1:1/0")
     spec = submission.run_spec("s-1", "hi", agent="echo", request_id="r-1", on_busy="reject")
     request = submission.build_request(settings, spec)
     assert (request.tenant, request.request_id, request.on_busy.value) == (

@@ -138,3 +138,37 @@ def test_a_baseline_of_other_cases_is_refused_naming_both(tmp_path: Path) -> Non
     )
     assert result.exit_code == 2
     assert "no case id in common" in result.output
+
+
+def test_score_by_scorer_labels_never_cut_a_number(tmp_path: Path) -> None:
+    """The chart cut every label to 18 characters: ``judge:threshold=0.5`` showed as
+    ``judge:threshold=0.``, another threshold than the scorer's."""
+    from tether.producer.ops.batch.outputs.report_svg import MAX_LABEL_CHARS, chart_label
+
+    rename = {"judge": "judge:threshold=0.5", "contains": "mypkg.scorers:grade_with_rubric_v2"}
+    lines = []
+    for raw in FIXTURE.read_text().splitlines():
+        line = json.loads(raw)
+        line["scores"] = {rename[k]: v for k, v in (line.get("scores") or {}).items()}
+        line["scorers"] = [rename[k] for k in line.get("scorers") or []]
+        lines.append(json.dumps(line) + "\n")
+    results = tmp_path / "named.results.jsonl"
+    results.write_text("".join(lines))
+    out = tmp_path / "r.html"
+    done = CliRunner().invoke(
+        batch_app, ["report", str(results), "-o", str(out), "--no-transcripts"]
+    )
+    assert done.exit_code == 0, done.output
+    panel = out.read_text().split('id="by-scorer"', 1)[1].split("</svg>", 1)[0]
+    labels = re.findall(r'text-anchor="end">([^<]*)</text>', panel)
+    assert sorted(labels) == sorted(rename.values())  # whole: they fit
+    # past the limit a label loses its middle, never part of a number
+    long = "a.very.long.module.path.of.scorers:grade_answers:threshold=0.125,weight=12"
+    short = chart_label(long)
+    assert len(short) <= MAX_LABEL_CHARS and short.endswith("=0.125,weight=12")
+    assert short.startswith("a.very.long.module") and "…" in short
+    for number in ("1234567890", "3.14159"):  # at every place in a name, whole or left out
+        for at in range(0, 60, 3):
+            name = "s" * at + number + "t" * (60 - at)
+            digits = re.sub(r"[^0-9.]", "", chart_label(name, 20))
+            assert digits in ("", number), (name, chart_label(name, 20))

@@ -254,6 +254,35 @@ def test_a_csv_with_a_utf8_bom_keeps_its_id_column(tmp_path: Path) -> None:
     ]
 
 
+def test_a_malformed_csv_row_is_an_invalid_row_like_a_malformed_jsonl_line(
+    tmp_path: Path,
+) -> None:
+    """An unterminated quote made the rest of the file one case's input, silently; a stray
+    quote after a quoted field went through as text."""
+    source = tmp_path / "quotes.csv"
+    source.write_text(
+        "id,input,expected\n"
+        "q1,fine,1\n"
+        'q2,"a stray"quote,2\n'
+        "q3,also fine,3\n"
+        'q4,"never closed,4\n'
+        "q5,swallowed,5\n"
+    )
+    producer = Producer(Settings(redis_url="redis://127.0.0.1:1", broker_url="redis://127.0.0.1:1"))
+    out = tmp_path / "r.jsonl"
+    with pytest.raises(CasesInvalid) as caught:
+        run_batch(producer, source, agent="echo", out=out)
+    message = str(caught.value)
+    assert "quotes.csv: 2 invalid row(s); the batch was not started" in message, message
+    assert "  row 2: malformed CSV (',' expected after '\"')" in message, message
+    assert "  row 4: malformed CSV (unexpected end of data): a quote opened in this row is " in (
+        message
+    )
+    assert not out.exists()
+    cases = cases_of(source, DatasetOptions(), tmp_path)  # --skip-invalid's view: the rest
+    assert [(n, c.id, c.input) for n, c in cases] == [(1, "q1", "fine"), (3, "q3", "also fine")]
+
+
 def test_a_jsonl_file_with_a_utf8_bom_reads_its_first_line(tmp_path: Path) -> None:
     source = tmp_path / "bom.jsonl"
     source.write_bytes('\ufeff{"id": "a", "input": "x"}\n{"id": "b", "input": "y"}\n'.encode())

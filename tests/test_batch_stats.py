@@ -360,13 +360,21 @@ def test_compare_cli_and_fail_if_regressed(pair: tuple[Path, Path]) -> None:
     assert done.exit_code == 0, done.output
     doc = json.loads(done.output)
     assert doc["regressed"] == ["c3"] and doc["mcnemar_p"] == pytest.approx(1.0)
-    failing = runner.invoke(batch_app, ["compare", str(a), str(b), "--fail-if-regressed"])
+    # one case regressed: the per-case rule fails on it, the gate on evidence does not
+    failing = runner.invoke(batch_app, ["compare", str(a), str(b), "--fail-if-any-regressed"])
     assert failing.exit_code == 1
     assert "regressed" in failing.output and "McNemar exact p" in failing.output
+    gated = runner.invoke(batch_app, ["compare", str(a), str(b), "--fail-if-regressed"])
+    assert gated.exit_code == 0, gated.output
+    assert "--fail-if-regressed: no significant regression: McNemar exact p = 1 >= alpha" in (
+        " ".join(gated.output.split())
+    )
     # the other way round nothing regressed... except c2 and c5: B -> A regresses those
-    back = runner.invoke(batch_app, ["compare", str(b), str(a), "--fail-if-regressed", "--json"])
+    back = runner.invoke(
+        batch_app, ["compare", str(b), str(a), "--fail-if-any-regressed", "--json"]
+    )
     assert back.exit_code == 1 and json.loads(back.output)["regressed"] == ["c2", "c5"]
-    same = runner.invoke(batch_app, ["compare", str(a), str(a), "--fail-if-regressed"])
+    same = runner.invoke(batch_app, ["compare", str(a), str(a), "--fail-if-any-regressed"])
     assert same.exit_code == 0, same.output
     missing = runner.invoke(batch_app, ["compare", str(a), str(a) + ".nope"])
     assert missing.exit_code == 2 and "does not exist" in missing.output
@@ -487,3 +495,101 @@ def test_retry_refuses_other_scorers_than_the_batchs(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput, match=r"scored by \['contains', 'judge'\].*not \['exact'\]"):
         retry_batch(producer, path, BatchOptions(scorers=("exact",)))
     assert path.read_bytes() == (FIXTURES / "batch_results_v2.jsonl").read_bytes()
+
+
+# --- the gate: --fail-if-regressed on evidence ---------------------------------------------------
+
+
+def verdicts(tmp_path: Path, name: str, passes: list[bool]) -> Path:
+    """A results file of one epoch per case, passed or not (score 1 or 0)."""
+    records = [line(f"c{i}", float(p), p) for i, p in enumerate(passes)]
+    return write(tmp_path / f"{name}.jsonl", records)
+
+
+def gate(a: Path, b: Path, *more: str) -> tuple[int, dict[str, Any]]:
+    args = ["compare", str(a), str(b), "--json", "--resamples", "2000", *more]
+    done = CliRunner().invoke(batch_app, args)
+    return done.exit_code, json.loads(done.output)
+
+
+def test_a_significantly_better_candidate_passes_the_gate(tmp_path: Path) -> None:
+    """30 cases improved, 10 regressed, 20 unchanged: McNemar's p = 0.002, in B's favour. The
+    per-case rule failed this (and CI with it); the gate passes it."""
+    base = [False] * 30 + [True] * 10 + [True] * 10 + [False] * 10
+    cand = [True] * 30 + [False] * 10 + [True] * 10 + [False] * 10
+    a, b = verdicts(tmp_path, "a", base), verdicts(tmp_path, "b", cand)
+    code, doc = gate(a, b, "--fail-if-regressed")
+    assert code == 0, doc
+    assert (doc["b_only_passed"], doc["a_only_passed"], len(doc["regressed"])) == (30, 10, 10)
+    reference = scipy_stats().binomtest(10, 40, 0.5).pvalue
+    assert doc["mcnemar_p"] == pytest.approx(reference, rel=1e-12) and reference < 0.0025
+    assert doc["gate"]["rule"] == "mcnemar" and doc["gate"]["regressed"] is False
+    assert gate(a, b, "--fail-if-any-regressed")[0] == 1  # the old rule, on request
+    # the same evidence the other way round is a significant regression
+    code, doc = gate(b, a, "--fail-if-regressed")
+    assert (code, doc["gate"]["regressed"]) == (1, True), doc
+    assert (
+        "McNemar exact p = 0.002" in doc["gate"]["reason"]
+        and "< alpha 0.05" in (doc["gate"]["reason"])
+    )
+
+
+def test_two_runs_of_the_same_random_agent_pass_the_gate(tmp_path: Path) -> None:
+    """A random agent passing each of 100 cases with probability 0.6, run twice: some cases
+    "regress" by chance (the per-case rule failed such pairs nearly always); the gate fails at
+    about its alpha. Checked on 200 seeded pairs in-process, and on one through the CLI."""
+    from tether.producer.ops.batch.compare import compare_results, significant_regression
+
+    def run(rng: random.Random) -> list[bool]:
+        return [rng.random() < 0.6 for _ in range(100)]
+
+    rng = random.Random(50)
+    false_alarms = per_case_alarms = 0
+    for trial in range(200):
+        a = verdicts(tmp_path, f"a{trial}", run(rng))
+        b = verdicts(tmp_path, f"b{trial}", run(rng))
+        comparison = compare_results(a, b, resamples=200, seed=trial)
+        false_alarms += significant_regression(comparison).regressed
+        per_case_alarms += bool(comparison.regressed)
+    assert per_case_alarms == 200  # the old rule: every pair "regressed"
+    assert false_alarms <= 10  # one-sided at alpha 0.05: about 2.5% of pairs (5 of 200)
+    a = verdicts(tmp_path, "one-a", run(random.Random(1)))
+    b = verdicts(tmp_path, "one-b", run(random.Random(2)))
+    code, doc = gate(a, b, "--fail-if-regressed")
+    assert code == 0 and doc["regressed"], doc  # cases regressed, no significant regression
+
+
+def test_a_real_regression_fails_the_gate_and_alpha_sets_its_level(tmp_path: Path) -> None:
+    base = [True] * 40 + [False] * 10
+    cand = [False] * 12 + [True] * 28 + [True] * 2 + [False] * 8  # 12 lost, 2 gained
+    a, b = verdicts(tmp_path, "a", base), verdicts(tmp_path, "b", cand)
+    code, doc = gate(a, b, "--fail-if-regressed")
+    assert code == 1 and doc["gate"]["regressed"], doc
+    assert doc["mcnemar_p"] == pytest.approx(scipy_stats().binomtest(2, 14, 0.5).pvalue)
+    assert doc["mcnemar_p"] > 0.005  # p = 0.013: not significant at a stricter level
+    code, doc = gate(a, b, "--fail-if-regressed", "--alpha", "0.005")
+    assert code == 0 and not doc["gate"]["regressed"], doc
+
+
+def test_with_scores_only_the_gate_reads_the_bootstrap_interval(tmp_path: Path) -> None:
+    """No pass/fail verdicts (scores only): B regressed when the whole 1 - alpha bootstrap
+    interval of the mean score difference is below 0."""
+    rng = random.Random(7)
+    base = [rng.uniform(0.4, 0.9) for _ in range(60)]
+
+    def scored(name: str, scores: list[float]) -> Path:
+        records = [line(f"c{i}", s, None) for i, s in enumerate(scores)]
+        return write(tmp_path / f"{name}.jsonl", records)
+
+    a = scored("a", base)
+    worse = scored("worse", [s - 0.1 + rng.uniform(-0.05, 0.05) for s in base])
+    # noise of mean 0 exactly (each draw once up, once down): half the cases score lower
+    jitter = [rng.uniform(0.0, 0.05) for _ in range(30)]
+    noisy = scored(
+        "noisy", [s + d for s, d in zip(base, [*jitter, *(-j for j in jitter)], strict=True)]
+    )
+    code, doc = gate(a, worse, "--fail-if-regressed")
+    assert (code, doc["gate"]["rule"], doc["gate"]["regressed"]) == (1, "bootstrap", True), doc
+    code, doc = gate(a, noisy, "--fail-if-regressed")
+    assert (code, doc["gate"]["rule"], doc["gate"]["regressed"]) == (0, "bootstrap", False), doc
+    assert doc["regressed"]  # cases did score lower, by noise

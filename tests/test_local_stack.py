@@ -116,6 +116,10 @@ def test_up_run_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
     assert remaining == []
     assert not (tmp_path / ".tether" / "env").exists()
     assert not (tmp_path / ".tether" / "stack.json").exists()
+    # no stack left and no setting: no silent fall-back to a Redis on 127.0.0.1:6379
+    after = tether(tmp_path, "status")
+    assert after.returncode == 2, after.stdout + after.stderr
+    assert "no Redis configured" in after.stderr and "tether up" in after.stderr
     print(f"\ntether up with 1 worker took {up_s:.1f} s")
 
 

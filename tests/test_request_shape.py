@@ -76,6 +76,9 @@ def worker_on(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[N
     from tether.worker.engine.services import build_services
 
     services = build_services(lambda tenant, session_id: None, settings)
+    # calling the task reads the Celery app's configuration once, from the environment (a
+    # worker's); it connects to nothing here, but there is no default Redis to read
+    monkeypatch.setenv("TETHER_BROKER_URL", settings.effective_broker_url)
     monkeypatch.setattr(tasks, "_services", services)
     monkeypatch.setattr(tasks, "_services_pid", os.getpid())
     yield
@@ -84,7 +87,7 @@ def worker_on(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[N
 def published_request(settings: Settings) -> Any:
     """The ``request`` argument of the one run message on the broker (kombu's Redis transport
     keeps the message as JSON with a base64 body: ``[args, kwargs, embed]``)."""
-    client = redis_from_url(settings.broker_url)
+    client = redis_from_url(settings.effective_broker_url)
     try:
         (raw,) = client.lrange(f"{settings.namespace}-celery:{settings.queue}", 0, -1)
     finally:

@@ -10,6 +10,7 @@ from tether.settings import load_settings, masked
 
 def test_defaults_and_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TETHER_LEASE_TTL_MS", "2500")
+    monkeypatch.setenv("TETHER_BROKER_URL", "redis://127.0.0.1:1/0")
     settings = load_settings(max_attempts=5)
     assert settings.lease_ttl_ms == 2500
     assert settings.max_attempts == 5

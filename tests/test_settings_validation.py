@@ -89,6 +89,32 @@ def test_every_entry_point_refuses_each_bad_setting_with_one_line(tmp_path: Path
         assert "ready." not in proc.stdout + proc.stderr, where  # no worker ever started
 
 
+def test_a_worker_whose_agent_modules_do_not_import_exits_2_naming_the_module(
+    tmp_path: Path,
+) -> None:
+    """It used to log "ready" and fail every run ``UnknownAgent``; the docs promise exit 2 on a
+    bad setting. A module that raises on import fails the same way."""
+    (tmp_path / "broken_agents.py").write_text("raise RuntimeError('half-written module')\n")
+    cases = {"no_such_agents_mod": "cannot be imported", "broken_agents": "half-written module"}
+    jobs = {
+        (module, command): (COMMANDS[command], _env({"TETHER_AGENT_MODULES": module}))
+        for module in cases
+        for command in ("tether worker", "celery worker")
+    }
+    for env in (env for _, env in jobs.values()):
+        env["PYTHONPATH"] = str(tmp_path)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {key: pool.submit(_run, args, env, tmp_path) for key, (args, env) in jobs.items()}
+        done = {key: future.result() for key, future in futures.items()}
+    for (module, command), proc in done.items():
+        where = f"{command} with {module}: rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert proc.returncode == 2, where
+        assert len(lines) == 1 and lines[0].startswith("error: ConfigurationError: "), where
+        assert f"agent module {module!r}" in lines[0] and cases[module] in lines[0], where
+        assert "ready." not in proc.stdout + proc.stderr, where
+
+
 def test_the_message_names_the_value_masked_and_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TETHER_BROKER_URL", f"redis://:{SECRET}@cache.example:notaport/0")
     with pytest.raises(SettingsError) as caught:

@@ -6,7 +6,8 @@ That first read validates every setting (:func:`tether.settings.load_settings`):
 the process there, before anything is consumed, with one line on stderr naming the variable
 (exit code 2, as ``tether`` uses for configuration errors), never a traceback. A worker then
 checks the model endpoint when ``TETHER_OPENAI_CHECK_MODELS`` asks for it, with the same
-outcome when it is unreachable, refuses the key or lacks a model.
+outcome when it is unreachable, refuses the key or lacks a model, and imports its
+``TETHER_AGENT_MODULES``, with the same outcome when one does not import.
 """
 
 from __future__ import annotations
@@ -66,6 +67,35 @@ def _check_model_endpoint(**_: Any) -> None:
             check_endpoint(settings)
     except ConfigurationError as exc:
         raise _refuse(exc) from None
+
+
+@celeryd_init.connect
+def _check_agent_modules(**_: Any) -> None:
+    """A worker imports ``TETHER_AGENT_MODULES`` before it consumes (as Celery imports its task
+    modules), so a module that does not import, or has no ``TETHER_AGENTS``, ends it with exit 2
+    naming the module; it used to log "ready" and fail every run ``UnknownAgent``."""
+    try:
+        settings = load_settings()
+        if settings.agent_modules:
+            from tether.runtime.registry import AgentRegistry
+
+            registry = AgentRegistry.default()
+            for module in settings.agent_modules:
+                _load_agents(registry, module)
+    except ConfigurationError as exc:
+        raise _refuse(exc) from None
+
+
+def _load_agents(registry: Any, module: str) -> None:
+    try:
+        registry.load_module(module)
+    except ConfigurationError:
+        raise
+    except Exception as exc:  # a module that raises on import fails the same way
+        raise ConfigurationError(
+            f"agent module {module!r} failed on import ({type(exc).__name__}: {exc}); fix it "
+            "or TETHER_AGENT_MODULES"
+        ) from exc
 
 
 celery = app

@@ -90,8 +90,8 @@ def _results_url(settings: Settings) -> str:
     (replies over the AMQP broker)."""
     if "+cluster://" not in settings.effective_redis_url:
         return _backend_url(settings.effective_redis_url)
-    if settings.broker_url.startswith(("redis://", "rediss://", "unix://")):
-        return _backend_url(settings.broker_url)
+    if settings.effective_broker_url.startswith(("redis://", "rediss://", "unix://")):
+        return _backend_url(settings.effective_broker_url)
     return "rpc://"
 
 

@@ -196,7 +196,7 @@ class EmbeddedStack:
         env = dict(os.environ)
         env.update(
             {
-                "TETHER_BROKER_URL": self.settings.broker_url,
+                "TETHER_BROKER_URL": self.settings.effective_broker_url,
                 "TETHER_REDIS_URL": self.settings.effective_redis_url,
                 "TETHER_STORE_URL": self.settings.store_url,
                 "PYTHONUNBUFFERED": "1",

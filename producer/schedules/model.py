@@ -10,11 +10,13 @@ Persisted as the ``kwargs`` of its celery-redbeat entry (JSON). Versions:
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import datetime
 from typing import Any, Literal
 
 import pydantic
+from celery import Celery
 from celery.schedules import crontab
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -62,12 +64,21 @@ def parse_cron(expression: str) -> crontab:
         InvalidInput: naming the expression and what is wrong with it.
     """
     try:
-        return crontab.from_string(expression)
+        cron = crontab.from_string(expression)
     except (ValueError, TypeError, IndexError) as exc:
         raise InvalidInput(
             f"cron expression {expression!r} is not valid ({exc}); use five fields "
             "'minute hour day-of-month month day-of-week', e.g. '*/5 * * * *'"
         ) from None
+    # UTC from an app of its own: the current app's timezone would read that app's whole
+    # configuration, and a producer (schedule add) may have no settings of the beat's app
+    cron.app = _utc_app()
+    return cron
+
+
+@functools.cache
+def _utc_app() -> Celery:
+    return Celery("tether-cron", set_as_current=False, config_source={"timezone": "UTC"})
 
 
 class Schedule(BaseModel):

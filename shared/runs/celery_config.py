@@ -35,9 +35,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "unacked_restore_interval": min(10, vt),
         "unacked_restore_throttle": 1,
     }
-    is_redis = settings.broker_url.startswith(("redis://", "rediss://", "unix://"))
+    is_redis = settings.effective_broker_url.startswith(("redis://", "rediss://", "unix://"))
     return {
-        "broker_url": settings.broker_url,
+        "broker_url": settings.effective_broker_url,
         "broker_transport_options": transport if is_redis else {},
         "broker_connection_retry_on_startup": True,
         "visibility_timeout": vt,

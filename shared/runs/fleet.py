@@ -185,10 +185,10 @@ class FleetCollector(Collector):
 def broker_client(settings: Settings, state: redis.Redis) -> redis.Redis | None:
     """The client of the Redis broker: ``state`` when broker and state share one Redis, a new
     client for another Redis broker, None for a broker that is no Redis (RabbitMQ)."""
-    if settings.broker_url == settings.effective_redis_url:
+    if settings.effective_broker_url == settings.effective_redis_url:
         return state
-    if settings.broker_url.startswith(_REDIS_SCHEMES):
-        return redis_from_url(settings.broker_url, retry=None)
+    if settings.effective_broker_url.startswith(_REDIS_SCHEMES):
+        return redis_from_url(settings.effective_broker_url, retry=None)
     return None
 
 

@@ -7,9 +7,12 @@ Precedence, highest first:
 1. keyword arguments to :func:`load_settings` (or to :class:`Settings`),
 2. environment variables,
 3. a ``.env`` file in the working directory (written by you),
-4. ``.tether/env`` in the working directory (written by ``tether up`` for its local stack,
-   removed by ``tether down``),
-5. the defaults.
+4. ``.tether/env`` (written by ``tether up`` for its local stack, removed by ``tether down``):
+   the working directory's, else the project's, found as ``git`` finds its repository
+   (:func:`tether.settings.files.project_env_file`),
+5. the defaults. No Redis has one: with neither ``TETHER_REDIS_URL`` nor ``TETHER_BROKER_URL``
+   set (nor a local stack found), the first use of Redis or the broker fails with
+   :func:`no_redis_configured`, naming both and ``tether up``.
 
 Every field is checked here (numeric ranges, the form of every URL: scheme, host, port, database;
 names; the JSON settings), so a typo fails at start; reading them, with the check for unknown
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import pydantic
@@ -34,7 +38,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from tether.errors import ConfigurationError, InvalidId
+from tether.errors import ConfigurationError, InvalidId, SettingsError
 
 if TYPE_CHECKING:
     from tether.settings.json import JsonTable
@@ -49,7 +53,7 @@ from tether.settings.checks import (
     check_redis_url,
     check_store_url,
 )
-from tether.settings.files import ENV_PREFIX, EnvFiles
+from tether.settings.files import ENV_PREFIX, LOCAL_ENV_FILE, EnvFiles
 from tether.settings.openai import OpenAISettings
 from tether.settings.webhooks import WebhookSettings
 
@@ -81,9 +85,12 @@ class Settings(WebhookSettings, OpenAISettings):
         """Keyword arguments, then the environment, then the env files (see the module)."""
         return init_settings, env_settings, EnvFiles(settings_cls), file_secret_settings
 
-    broker_url: str = Field(
-        default="redis://127.0.0.1:6379/0",
-        description="Celery broker (redis://, rediss://, unix://, or amqp:// for RabbitMQ).",
+    # no default Redis: a process that finds neither these nor a local stack (`tether up`)
+    # fails naming them, instead of writing into whatever Redis listens on 127.0.0.1:6379
+    broker_url: str | None = Field(
+        default=None,
+        description="Celery broker (redis://, rediss://, unix://, or amqp:// for RabbitMQ; "
+        "default: TETHER_REDIS_URL).",
     )
     redis_url: str | None = Field(
         default=None,
@@ -253,8 +260,12 @@ class Settings(WebhookSettings, OpenAISettings):
 
     @pydantic.field_validator("broker_url")
     @classmethod
-    def _broker(cls, value: str) -> str:
-        return _checked(value, check_redis_url(value, schemes=BROKER_SCHEMES))
+    def _broker(cls, value: str | None) -> str | None:
+        return (
+            value
+            if value is None
+            else _checked(value, check_redis_url(value, schemes=BROKER_SCHEMES))
+        )
 
     @pydantic.field_validator("redis_url")
     @classmethod
@@ -320,7 +331,7 @@ class Settings(WebhookSettings, OpenAISettings):
 
     @pydantic.model_validator(mode="after")
     def _redis_for_streams(self) -> Settings:
-        if self.redis_url is None and not _is_redis(self.broker_url):
+        if self.redis_url is None and self.broker_url and not _is_redis(self.broker_url):
             scheme = self.broker_url.split("://", 1)[0]
             raise _invalid_value(
                 f"TETHER_REDIS_URL is required when TETHER_BROKER_URL is not a Redis URL "
@@ -355,15 +366,43 @@ class Settings(WebhookSettings, OpenAISettings):
 
     @property
     def effective_redis_url(self) -> str:
-        """Where streams, leases and run records live."""
+        """Where streams, leases and run records live.
+
+        Raises:
+            SettingsError: neither ``TETHER_REDIS_URL`` nor ``TETHER_BROKER_URL`` is set (and no
+                local stack's ``.tether/env`` was found).
+            ConfigurationError: only ``TETHER_BROKER_URL`` is, and it is no Redis.
+        """
         if self.redis_url:
             return self.redis_url
+        if self.broker_url is None:
+            raise no_redis_configured()
         if _is_redis(self.broker_url):
             return self.broker_url
         raise ConfigurationError(
             "TETHER_REDIS_URL is required when TETHER_BROKER_URL is not a Redis URL "
             f"(broker is {self.broker_url.split('://', 1)[0]}://)"
         )
+
+    @property
+    def effective_broker_url(self) -> str:
+        """The Celery broker: ``TETHER_BROKER_URL``, else the Redis of ``TETHER_REDIS_URL``.
+
+        Raises:
+            SettingsError: neither is set (see :attr:`effective_redis_url`), or only a Redis
+                Cluster is, which Celery cannot use as its broker.
+        """
+        if self.broker_url:
+            return self.broker_url
+        url = self.effective_redis_url
+        if not _is_redis(url):
+            raise SettingsError(
+                "TETHER_BROKER_URL is required when TETHER_REDIS_URL is a Redis Cluster "
+                "(Celery cannot use one as its broker): set TETHER_BROKER_URL=redis://host:port/db "
+                "or amqp://host:port//",
+                variables=("TETHER_BROKER_URL",),
+            )
+        return url
 
     @property
     def visibility_timeout_s(self) -> int:
@@ -388,6 +427,18 @@ def _json_table(field: str) -> type[JsonTable[Any]]:
         "tenant_budgets": TenantBudgets,
     }
     return tables[field]
+
+
+def no_redis_configured() -> SettingsError:
+    """The error of a process that finds no Redis to use: no setting names one and no local
+    stack (``tether up``) was found from the working folder (:mod:`tether.settings.files`)."""
+    return SettingsError(
+        "no Redis configured: TETHER_REDIS_URL and TETHER_BROKER_URL are unset and no local "
+        f"stack was found ({LOCAL_ENV_FILE} in {Path.cwd()} or its project's root). Run "
+        "'tether up' in your project's folder to start a local stack, or set "
+        "TETHER_REDIS_URL=redis://host:port/db (and TETHER_BROKER_URL for another broker)",
+        variables=("TETHER_REDIS_URL", "TETHER_BROKER_URL"),
+    )
 
 
 def _is_redis(url: str) -> bool:

@@ -62,7 +62,7 @@ class FleetProbe:
         self.broker = broker_client(s, self.state)
         if self.broker is None:
             self.state.close()
-            scheme = s.broker_url.split("://", 1)[0]
+            scheme = s.effective_broker_url.split("://", 1)[0]
             raise ConfigurationError(
                 f"tether autoscale reads the queue from a Redis broker, and TETHER_BROKER_URL is "
                 f"{scheme}://; use a Redis broker, or scale on the broker's own queue length "

@@ -46,11 +46,12 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tether.errors import InvalidInput, UnknownAgent
+from tether.errors import InvalidInput
 from tether.producer.ops.batch.cases import (
     BatchCase,
     CasesInvalid,
     CasesScan,
+    check_agents,
     iter_cases,
     scan_cases,
     spool_cases,
@@ -246,27 +247,8 @@ def _scan(
         raise CasesInvalid(source or Path("<cases>"), scan.problems, scan.invalid, unit)
     if options.known_agents is not None:
         wanted = scan.agents | ({options.agent} if options.agent else set())
-        _check_agents(wanted, options.known_agents)
+        check_agents(wanted, options.known_agents)
     return scan
-
-
-def _check_agents(wanted: set[str], known: frozenset[str]) -> None:
-    """Refuse a batch naming an agent the workers do not know: every case of it would fail,
-    and it is a typo to fix, not a batch to keep (nothing is submitted or written).
-
-    Raises:
-        UnknownAgent: naming the first unknown agent and the known ones.
-    """
-    unknown = sorted(wanted - known)
-    if not unknown:
-        return
-    name = unknown[0] if len(unknown[0]) <= 60 else unknown[0][:60] + "..."
-    more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
-    raise UnknownAgent(
-        f"unknown agent {name!r}{more}; known agents: {', '.join(sorted(known))}. Fix --agent "
-        "or the cases' 'agent', or register it with TETHER_AGENT_MODULES (here and on the "
-        "workers) or the 'tether.agents' entry point; nothing was submitted"
-    )
 
 
 def _default_out(source: Path | None, batch_id: str) -> Path:

@@ -29,9 +29,13 @@ from typing import Any
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from tether.errors import InvalidId, InvalidInput
+from tether.errors import InvalidId, InvalidInput, UnknownAgent
 from tether.ids import validate_id
 from tether.runs.contract import MAX_METADATA_BYTES
+
+#: The one key of a spooled line that stands for a source row that could not be read (a
+#: malformed CSV row, :mod:`tether.producer.ops.batch.sources`): its value is the row's problem.
+INVALID_ROW_KEY = "\u0000invalid row"
 
 #: How many bad lines an error message lists (all are counted).
 MAX_REPORTED_PROBLEMS = 20
@@ -221,6 +225,8 @@ def parse_case_line(
         raise ValueError("nested too deeply to be a case (pass the input as text)") from None
     if not isinstance(doc, dict):
         raise ValueError(f"a case must be a JSON object, got {type(doc).__name__}")
+    if INVALID_ROW_KEY in doc:  # a source row that could not be read (a malformed CSV row)
+        raise ValueError(str(doc[INVALID_ROW_KEY]))
     try:
         case = BatchCase.model_validate(doc)
     except pydantic.ValidationError as exc:
@@ -243,6 +249,25 @@ def parse_case_line(
         except re.error as exc:
             raise ValueError(f"'expected' is not a valid regex (--scorer regex): {exc}") from None
     return case
+
+
+def check_agents(wanted: set[str], known: frozenset[str]) -> None:
+    """Refuse a batch naming an agent the workers do not know: every case of it would fail,
+    and it is a typo to fix, not a batch to keep (nothing is submitted or written).
+
+    Raises:
+        UnknownAgent: naming the first unknown agent and the known ones.
+    """
+    unknown = sorted(wanted - known)
+    if not unknown:
+        return
+    name = unknown[0] if len(unknown[0]) <= 60 else unknown[0][:60] + "..."
+    more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+    raise UnknownAgent(
+        f"unknown agent {name!r}{more}; known agents: {', '.join(sorted(known))}. Fix --agent "
+        "or the cases' 'agent', or register it with TETHER_AGENT_MODULES (here and on the "
+        "workers) or the 'tether.agents' entry point; nothing was submitted"
+    )
 
 
 def _id_hash(case_id: str) -> int:
@@ -402,6 +427,7 @@ __all__ = [
     "CasesScan",
     "Grader",
     "NumberedCase",
+    "check_agents",
     "iter_cases",
     "parse_case_line",
     "scan_cases",

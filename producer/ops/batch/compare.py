@@ -14,6 +14,9 @@ Reported:
   case are not independent pairs: counting each would report significance that is not there
   (3 cases fixed in 10 epochs each gives p = 2e-9 over 30 "pairs", 0.25 over the 3 cases);
 - the mean latency, tokens and (when the lines carry ``cost_usd``) cost of each side.
+
+:func:`significant_regression` is the gate of ``--fail-if-regressed``: McNemar's test at
+``alpha`` (default 0.05), or the bootstrap interval when no case has verdicts on both sides.
 """
 
 from __future__ import annotations
@@ -243,4 +246,69 @@ def _mcnemar(verdicts_a: dict[str, bool], verdicts_b: dict[str, bool]) -> dict[s
     }
 
 
-__all__ = ["Comparison", "Side", "compare_results"]
+#: The significance level of ``--fail-if-regressed`` (``--alpha``).
+DEFAULT_ALPHA = 0.05
+
+
+@dataclass(frozen=True)
+class RegressionVerdict:
+    """Whether B is significantly worse than A (what ``--fail-if-regressed`` gates on)."""
+
+    regressed: bool
+    rule: str
+    """``mcnemar`` (pass/fail verdicts on both sides) or ``bootstrap`` (scores only)."""
+    alpha: float
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return asdict(self)
+
+
+def significant_regression(c: Comparison, alpha: float = DEFAULT_ALPHA) -> RegressionVerdict:
+    """The gate on evidence, not on single cases (a per-case rule fails on noise: two runs of
+    one random agent "regress" some cases nearly always).
+
+    With cases that have a pass/fail verdict on both sides: McNemar's exact test on them, one
+    pair per case; B regressed when p < ``alpha`` and more cases passed only in A than only in
+    B (30 improved and 10 regressed is significant, p = 0.002, and passes). With no such case
+    (scores only): the paired bootstrap interval of the mean score difference B - A at
+    confidence 1 - ``alpha``; B regressed when the whole interval is below 0.
+    """
+    if c.pairs:
+        worse = c.a_only_passed > c.b_only_passed
+        regressed = worse and c.mcnemar_p < alpha
+        direction = "A" if worse else "B"
+        return RegressionVerdict(
+            regressed=regressed,
+            rule="mcnemar",
+            alpha=alpha,
+            reason=(
+                f"McNemar exact p = {c.mcnemar_p:.4g} {'<' if c.mcnemar_p < alpha else '>='} "
+                f"alpha {alpha:g} over {c.pairs} cases: {c.a_only_passed} passed only in A, "
+                f"{c.b_only_passed} only in B (more in {direction})"
+            ),
+        )
+    diffs = list(c.per_case.values())
+    interval = bootstrap_mean_ci(diffs, confidence=1 - alpha, resamples=c.resamples, seed=c.seed)
+    low, high = interval if interval is not None else (0.0, 0.0)
+    return RegressionVerdict(
+        regressed=high < 0,
+        rule="bootstrap",
+        alpha=alpha,
+        reason=(
+            f"no pass/fail verdicts on both sides: the {1 - alpha:.0%} bootstrap interval of the "
+            f"mean score difference B - A is [{low:+.3f}, {high:+.3f}]"
+            + (" (below 0)" if high < 0 else "")
+        ),
+    )
+
+
+__all__ = [
+    "DEFAULT_ALPHA",
+    "Comparison",
+    "RegressionVerdict",
+    "Side",
+    "compare_results",
+    "significant_regression",
+]

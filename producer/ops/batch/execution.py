@@ -20,6 +20,7 @@ from tether.producer.ops.batch.engine import BatchRunner, Unit
 from tether.producer.ops.batch.progress import BatchProgress
 from tether.producer.ops.batch.results import CaseResult, ResultsFile
 from tether.producer.ops.batch.summary import BatchSummary, SummaryStats, build_summary
+from tether.producer.ops.reachability import check_services
 
 if TYPE_CHECKING:
     from tether.core.events import AgentEvent
@@ -113,6 +114,12 @@ class BatchRun:
         results, stats, resumed = self._open(out, seen)
         if total is None:
             total = cases * max(options.epochs, stats.metrics.max_epoch + 1)
+        if resumed < total:  # work to do: fail at once, naming the service that is down
+            try:
+                check_services(self.producer.settings)
+            except BaseException:
+                results.close()  # and gone, when this batch created it
+                raise
         reporter = self._reporter(out, total, stats)
         done = False
         started = time.monotonic()

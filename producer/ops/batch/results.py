@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import fcntl
 import hashlib
+import logging
 import os
 import time
 from array import array
@@ -35,6 +36,8 @@ from tether.producer.ops.batch.scoring.base import ScoreRecord
 #: optional field, so builds that predate it keep reading them: unknown fields are kept); lines
 #: written before it read with ``tenant`` None.
 RESULT_SCHEMA_VERSION: Literal[2] = 2
+
+log = logging.getLogger(__name__)
 
 #: What a run's ``error_type`` says about who must act (the ``tether.errors`` tree).
 ERROR_KINDS = ("usage", "data", "conflict", "infrastructure", "agent", "model")
@@ -155,6 +158,12 @@ _OPTIONAL = (
 )
 
 
+def never_ran(result: CaseResult) -> bool:
+    """The line's run was refused before its agent ran (a usage error: an unknown agent, an
+    invalid input), so it holds no outcome of the case."""
+    return result.errored and (result.error_kind or error_kind(result.error_type)) == "usage"
+
+
 def dump_line(result: CaseResult) -> bytes:
     """One results line: empty optional fields left out, a newline at the end."""
     empty = {n for n in _OPTIONAL if getattr(result, n) is None}
@@ -215,6 +224,10 @@ class ResultsFile:
         self._done = array("Q")
         self._last_sync = time.monotonic()
         self.dropped_partial_line = False
+        self._created = False
+        self._appended = 0
+        #: The batch whose lines :meth:`open` dropped: every one a run that never ran.
+        self.replaced: str | None = None
 
     def open(self, on_existing: Callable[[CaseResult], None]) -> int:
         """Lock the file, read back its results (calling ``on_existing`` for each) and drop a
@@ -225,6 +238,7 @@ class ResultsFile:
                 belongs to another batch or was scored by other scorers.
         """
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._created = not self.path.exists()
         fh = self.path.open("a+b")
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -261,6 +275,8 @@ class ResultsFile:
                     "choose another --out for this batch"
                 ) from exc
             if result.batch_id != self.batch_id:
+                if self._replace_refused(fh, result.batch_id):
+                    return
                 raise InvalidInput(
                     f"{self.path} holds results of batch {result.batch_id!r}, not "
                     f"{self.batch_id!r}; pass --batch-id {result.batch_id} to resume that batch, "
@@ -272,6 +288,34 @@ class ResultsFile:
         if self.dropped_partial_line:
             fh.truncate(good_end)
         self._done = array("Q", sorted(keys))
+
+    def _replace_refused(self, fh: IO[bytes], other: str) -> bool:
+        """Empty the file when it holds only runs of batch ``other`` that never ran (each was
+        refused: an unknown agent, an invalid input), and say so: nothing in it is worth
+        resuming, and it locked the corrected command out ("holds results of batch ...")."""
+        fh.seek(0)
+        refused: set[str] = set()
+        for raw in fh:
+            if not raw.strip() or not raw.endswith(b"\n"):
+                continue
+            try:
+                line = CaseResult.model_validate_json(raw)
+            except pydantic.ValidationError:
+                return False
+            if line.batch_id != other or not never_ran(line):
+                return False
+            refused.add(line.error_type or line.status)
+        fh.seek(0)
+        fh.truncate(0)
+        self.replaced = other
+        log.warning(
+            "%s held only runs of batch %s that never ran (%s): replaced by batch %s",
+            self.path,
+            other,
+            ", ".join(sorted(refused)),
+            self.batch_id,
+        )
+        return True
 
     def _check_scorers(self, result: CaseResult, number: int) -> None:
         """Refuse a line scored by other scorers than this run's: resuming (or adding epochs)
@@ -307,16 +351,22 @@ class ResultsFile:
         # optional fields are left out when empty; passed/output/error stay (null) for clarity
         self._fh.write(dump_line(result))
         self._fh.flush()
+        self._appended += 1
         now = time.monotonic()
         if now - self._last_sync >= self.fsync_interval_s:
             os.fsync(self._fh.fileno())
             self._last_sync = now
 
     def close(self) -> None:
-        """Flush, fsync and unlock."""
+        """Flush, fsync and unlock; a file this batch created and never wrote a line to is
+        removed (a batch that could not start, or was stopped before its first case ended,
+        leaves no empty results file behind)."""
         if self._fh is not None:
             self._fh.flush()
-            os.fsync(self._fh.fileno())
+            if self._created and not self._appended and self._fh.tell() == 0:
+                self.path.unlink(missing_ok=True)  # still locked: no other batch opened it
+            else:
+                os.fsync(self._fh.fileno())
             self._fh.close()  # closing releases the flock
             self._fh = None
 
@@ -330,5 +380,6 @@ __all__ = [
     "case_key",
     "dump_line",
     "error_kind",
+    "never_ran",
     "read_results",
 ]

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tether.errors import InvalidInput
-from tether.producer.ops.batch.cases import BatchCase, Grader, NumberedCase
+from tether.producer.ops.batch.cases import BatchCase, Grader, NumberedCase, check_agents
 from tether.producer.ops.batch.engine import Unit
 from tether.producer.ops.batch.execution import BatchRun, batch_scorers
 from tether.producer.ops.batch.ids import case_session_id
@@ -47,8 +47,9 @@ def side_file(path: Path) -> Path:
     return path.with_name(path.name + ".retry")
 
 
-def case_of(record: CaseResult) -> BatchCase:
-    """The case a results line ran (from the line's input, expected, tags and metadata)."""
+def case_of(record: CaseResult, *, agent: str | None = None) -> BatchCase:
+    """The case a results line ran (from the line's input, expected, tags and metadata), with
+    ``agent`` instead of the line's when given."""
     if record.input is None:
         raise InvalidInput(
             f"case {record.id!r} has no input in its results line (a version-1 results file); "
@@ -57,7 +58,7 @@ def case_of(record: CaseResult) -> BatchCase:
     fields: dict[str, object] = {
         "id": record.id,
         "input": record.input,
-        "agent": record.agent,
+        "agent": agent or record.agent,
         "expected": record.expected,
         "tags": record.tags or [],
         "metadata": record.metadata or {},
@@ -86,11 +87,14 @@ def retry_batch(
 ) -> BatchSummary:
     """Run the errored cases of a results file again; see the module docstring.
 
-    ``options`` gives the concurrency, tenant and progress bar (and ``scorers``, which default to
-    those the batch ran with); its other fields are ignored.
+    ``options`` gives the concurrency, tenant and progress bar, ``scorers`` (default: those the
+    batch ran with), ``agent`` (default: each case's own: given, it replaces the agent of every
+    retried case, to correct a batch run with the wrong one) and ``known_agents`` (checked
+    before anything runs); its other fields are ignored.
 
     Raises:
         InvalidInput: no such results file, a version-1 file, or another process writes it.
+        UnknownAgent: a retried case's agent is not in ``options.known_agents``.
     """
     path = Path(results)
     records = read_results(path)
@@ -100,8 +104,12 @@ def retry_batch(
     options = options.checked(default_tenant=producer.settings.tenant)
     scorers = _retry_scorers(producer, path, records, options)
     units = [
-        Unit(NumberedCase(r.line, case_of(r)), r.epoch, r.attempt + 1) for r in records if r.errored
+        Unit(NumberedCase(r.line, case_of(r, agent=options.agent)), r.epoch, r.attempt + 1)
+        for r in records
+        if r.errored
     ]
+    if options.known_agents is not None:
+        check_agents({u.numbered.case.agent or "" for u in units}, options.known_agents)
     epochs = max(r.epoch for r in records) + 1
     with _exclusive(path):
         side = side_file(path)
@@ -147,11 +155,12 @@ def _merge(
 ) -> list[CaseResult]:
     """The file's lines with the retried ones in place; written over ``path`` (and the side
     file removed) only once every retried case has its new line."""
-    fresh = {(r.id, r.epoch): r for r in read_results(side)}
+    # no side file: no retried case ended (it is removed when it got no line)
+    fresh = {(r.id, r.epoch): r for r in read_results(side)} if side.exists() else {}
     merged = [fresh.get((r.id, r.epoch), r) for r in records]
     if all((u.numbered.case.id, u.epoch) in fresh for u in units):
         _replace_lines(path, merged)
-        side.unlink()
+        side.unlink(missing_ok=True)
     return merged
 
 

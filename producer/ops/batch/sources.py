@@ -32,8 +32,18 @@ from pathlib import Path
 from typing import Any
 
 from tether.errors import InvalidInput
+from tether.producer.ops.batch.cases import INVALID_ROW_KEY
 
 CASE_COLUMNS = ("tags", "agent", "grader", "session_id")
+
+
+@dataclass(frozen=True)
+class SourceProblem:
+    """A row of a source that could not be read (a malformed CSV row), and why."""
+
+    message: str
+
+
 #: Rows read from Parquet at a time (bounded memory on large files).
 PARQUET_BATCH_ROWS = 1024
 
@@ -134,14 +144,41 @@ def _csv_rows(path: Path) -> tuple[list[str] | None, Iterator[tuple[int, Any]]]:
     def rows() -> Iterator[tuple[int, Any]]:
         with path.open(newline="", encoding="utf-8-sig") as fh:
             try:
-                for number, row in enumerate(csv.DictReader(fh), start=1):
-                    if isinstance(row.get("tags"), str):
-                        row["tags"] = [t.strip() for t in row["tags"].split(",") if t.strip()]
-                    yield number, {k: v for k, v in row.items() if k is not None and v != ""}
+                yield from _csv_records(csv.DictReader(fh, strict=True))
             except UnicodeDecodeError as exc:
                 raise _not_utf8(path, exc) from None
 
     return columns, rows()
+
+
+def _csv_records(reader: csv.DictReader[str]) -> Iterator[tuple[int, Any]]:
+    """The rows of ``reader``, numbered; a malformed row is an invalid row (reported like a
+    malformed JSONL line). Strict: a quote never closed made the rest of the file one field of
+    one case, silently."""
+    number = 0
+    while True:
+        number += 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            yield number, SourceProblem(_csv_problem(str(exc)))
+            if "field larger than field limit" in str(exc):
+                return  # inside a runaway quoted field: the rows after it are not rows
+            continue
+        if isinstance(row.get("tags"), str):
+            row["tags"] = [t.strip() for t in row["tags"].split(",") if t.strip()]
+        yield number, {k: v for k, v in row.items() if k is not None and v != ""}
+
+
+def _csv_problem(error: str) -> str:
+    if "unexpected end of data" in error or "field larger than field limit" in error:
+        return (
+            f"malformed CSV ({error}): a quote opened in this row is never closed; close it, "
+            'or double a quote inside a quoted field ("")'
+        )
+    return f'malformed CSV ({error}); quote a field holding commas or quotes ("a ""b"", c")'
 
 
 def _parquet_rows(path: Path) -> tuple[list[str] | None, Iterator[tuple[int, Any]]]:
@@ -240,6 +277,8 @@ def to_case(row: Any, number: int, options: DatasetOptions) -> Any:
 
 
 def _matches(row: Any, filters: tuple[tuple[str, str], ...]) -> bool:
+    if isinstance(row, SourceProblem):
+        return False
     if not filters:
         return True
     if not isinstance(row, dict):
@@ -289,6 +328,9 @@ def spool_dataset(path: Path, options: DatasetOptions, target: Path) -> str:
     # surrogateescape: a JSONL line that is not UTF-8 keeps its bytes, for validation to report
     with target.open("w", encoding="utf-8", errors="surrogateescape") as out:
         for number, row in _READERS[fmt](path)[1]:
+            if isinstance(row, SourceProblem):  # selected or not: the source is broken there
+                out.write(json.dumps({INVALID_ROW_KEY: row.message}) + "\n")
+                continue
             if row is None or (keep is not None and number not in keep):
                 out.write("\n")
                 continue
@@ -300,6 +342,7 @@ def spool_dataset(path: Path, options: DatasetOptions, target: Path) -> str:
 
 __all__ = [
     "DatasetOptions",
+    "SourceProblem",
     "needs_spool",
     "parse_filter",
     "source_format",

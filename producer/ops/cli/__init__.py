@@ -69,9 +69,23 @@ app = typer.Typer(
 )
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import version
+
+        typer.echo(f"tether {version('tether')}")
+        raise typer.Exit(EXIT_OK)
+
+
 @app.callback()
 def _root(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version; exit."
+        ),
+    ] = False,
 ) -> None:
     """Tether: long-lived AI-agent sessions on Celery."""
     STATE.debug = debug
@@ -134,7 +148,8 @@ def worker(
     ] = None,
     loglevel: Annotated[str, typer.Option("--loglevel", "-l", help="Log level.")] = "INFO",
     hostname: Annotated[
-        str | None, typer.Option("--hostname", "-n", help="Node name, e.g. w1@%h.")
+        str | None,
+        typer.Option("--hostname", "-n", help="Node name, e.g. w1@%h (default: tether-<pid>@%h)."),
     ] = None,
     print_command: Annotated[
         bool, typer.Option("--print-command", help="Print the celery command; do not run it.")
@@ -151,8 +166,9 @@ def worker(
     argv += ["--queues", queues or settings.queue, "--loglevel", loglevel]
     if concurrency is not None:
         argv += ["--concurrency", str(concurrency)]
-    if hostname:
-        argv += ["--hostname", hostname]
+    # Celery's default, celery@<host>, is the same for every worker of a machine: two
+    # `tether worker` in one folder were two nodes of one name (the pid stays: exec below)
+    argv += ["--hostname", hostname or f"tether-{os.getpid()}@%h"]
     argv += ["--without-mingle", "--without-gossip", *ctx.args]
     if print_command:
         typer.echo(" ".join(argv))
@@ -181,6 +197,7 @@ tenants.register(app)
 def run_cli(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code, turning errors into one line on stderr."""
     command = typer.main.get_command(app)
+    STATE.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         result = command.main(args=argv, prog_name="tether", standalone_mode=False)
     except click.exceptions.Abort as exc:

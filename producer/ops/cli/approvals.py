@@ -12,7 +12,7 @@ from tether.producer.ops.cli.runs import (
     WaitOption,
     print_outcome,
 )
-from tether.producer.ops.cli.support import JsonOption, TenantOption, cli_settings
+from tether.producer.ops.cli.support import JsonOption, TenantOption, cli_producer
 
 CallIdArg = Annotated[
     str, typer.Argument(metavar="CALL_ID", help="The pending call (see the WAITING run's result).")
@@ -35,9 +35,8 @@ def approve(
     as_json: JsonOption = False,
 ) -> None:
     """Approve a pending call: the tool runs, the run goes on; prints the answer."""
-    from tether.producer.client import Producer  # Celery: only when a command runs
 
-    with Producer(cli_settings()) as producer:
+    with cli_producer(broker=True) as producer:
         handle = producer.approve(session_id, call_id, agent=agent, tenant=tenant)
         print_outcome(handle, wait_s, as_json)
 
@@ -54,9 +53,8 @@ def reject(
     as_json: JsonOption = False,
 ) -> None:
     """Reject a pending call: the model sees the reason, the run goes on; prints the answer."""
-    from tether.producer.client import Producer  # Celery: only when a command runs
 
-    with Producer(cli_settings()) as producer:
+    with cli_producer(broker=True) as producer:
         handle = producer.reject(session_id, call_id, reason, agent=agent, tenant=tenant)
         print_outcome(handle, wait_s, as_json)
 
@@ -71,9 +69,8 @@ def answer(
     as_json: JsonOption = False,
 ) -> None:
     """Give the output of a call that waits for one; the run goes on; prints the answer."""
-    from tether.producer.client import Producer  # Celery: only when a command runs
 
-    with Producer(cli_settings()) as producer:
+    with cli_producer(broker=True) as producer:
         handle = producer.submit_tool_output(
             session_id, call_id, output, agent=agent, tenant=tenant
         )

@@ -71,7 +71,7 @@ def worker_env(settings: Settings) -> dict[str, str]:
     import os
 
     env = dict(os.environ)
-    env["TETHER_BROKER_URL"] = settings.broker_url
+    env["TETHER_BROKER_URL"] = settings.effective_broker_url
     env["TETHER_STORE_URL"] = settings.store_url
     if settings.redis_url is not None:
         env["TETHER_REDIS_URL"] = settings.redis_url

@@ -21,13 +21,17 @@ import typer
 from typer.core import TyperGroup
 
 from tether.producer.ops.cli.batch_outputs import register as add_outputs
-from tether.producer.ops.cli.batch_support import EXIT_FAILED_CASES, run_guarded
+from tether.producer.ops.cli.batch_support import (
+    EXIT_FAILED_CASES,
+    known_agents,
+    resume_hint,
+    run_guarded,
+)
 from tether.producer.ops.cli.batch_tools import register as add_tools
 
 if TYPE_CHECKING:  # the settings (pydantic-settings) too: `tether --help` does not need them
     from tether.producer.ops.batch import BatchOptions, BatchSummary
     from tether.producer.ops.batch.sources import DatasetOptions
-    from tether.settings import Settings
 
 
 class _RunByDefault(TyperGroup):
@@ -174,7 +178,8 @@ def batch_command(
         scorers=tuple(scorer or ()),
         dataset=_dataset(input_field, target_field, id_field, limit, sample, seed, filters or []),
     )
-    summary = run_guarded(lambda producer: _run(producer, cases, options))
+    with resume_hint():
+        summary = run_guarded(lambda producer: _run(producer, cases, options))
     _report(summary, as_json=as_json)
     if fail_on_error and (summary.failed or summary.not_passed):
         raise typer.Exit(EXIT_FAILED_CASES)
@@ -204,24 +209,6 @@ def _run(producer: Any, cases: Path, options: BatchOptions) -> BatchSummary:
     return run_batch_with(producer, cases, replace(options, known_agents=known))
 
 
-def known_agents(settings: Settings) -> frozenset[str] | None:
-    """The agents a worker with these settings knows (built-ins, entry points,
-    ``TETHER_AGENT_MODULES``); None when this process cannot tell what the workers know, and
-    the workers then judge each case: no ``TETHER_AGENT_MODULES`` here (a producer's machine
-    often has no agent code: the workers' modules would be refused as unknown), or modules
-    that do not import here."""
-    from tether.errors import ConfigurationError
-    from tether.runtime.registry import AgentRegistry
-
-    if not settings.agent_modules:
-        return None
-
-    try:
-        return frozenset(AgentRegistry.default(settings.agent_modules).names())
-    except (ConfigurationError, ImportError):  # a module or entry point only workers have
-        return None
-
-
 add_tools(batch_app)
 add_outputs(batch_app)
 
@@ -233,6 +220,11 @@ def register(app: typer.Typer) -> None:
 
 def main() -> None:
     """Run ``batch`` as a stand-alone command (``python -m tether.producer.ops.cli.batch``)."""
+    import sys
+
+    from tether.producer.ops.cli.support import STATE
+
+    STATE.argv = ["batch", *sys.argv[1:]]
     batch_app()
 
 

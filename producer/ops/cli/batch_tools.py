@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tether.producer.ops.cli.batch_support import run_guarded
+from tether.producer.ops.cli.batch_support import known_agents, resume_hint, run_guarded
+from tether.producer.ops.cli.support import EXIT_FAILED
 
 if TYPE_CHECKING:
     from tether.producer.ops.batch.compare import Comparison
 
-#: ``compare --fail-if-regressed`` exits with this when a case regressed.
-EXIT_REGRESSED = 1
+#: ``compare --fail-if-regressed`` exits with this on a significant regression (a check failed).
+EXIT_REGRESSED = EXIT_FAILED
 
 
 def retry_command(
@@ -29,22 +31,37 @@ def retry_command(
         list[str] | None,
         typer.Option("--scorer", "-s", help="Scorers (default: those the batch ran with)."),
     ] = None,
+    agent: Annotated[
+        str | None,
+        typer.Option("--agent", "-a", help="Run the retried cases with this agent instead."),
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the summary as JSON (no progress bar).")
     ] = False,
 ) -> None:
     """Run the errored cases of RESULTS again (not failed grading); keep the rest.
 
-    An interrupted retry resumes when run again.
+    An interrupted retry resumes when run again. --agent corrects the agent of a batch run
+    with the wrong one.
     """
     from tether.producer.ops.batch import BatchOptions
     from tether.producer.ops.batch.retry import retry_batch
     from tether.producer.ops.batch.summary import render_summary
 
     options = BatchOptions(
-        concurrency=concurrency, tenant=tenant, progress=not as_json, scorers=tuple(scorer or ())
+        agent=agent,
+        concurrency=concurrency,
+        tenant=tenant,
+        progress=not as_json,
+        scorers=tuple(scorer or ()),
     )
-    summary = run_guarded(lambda producer: retry_batch(producer, results, options))
+
+    def retry(producer: Any) -> Any:
+        checked = replace(options, known_agents=known_agents(producer.settings))
+        return retry_batch(producer, results, checked)
+
+    with resume_hint():
+        summary = run_guarded(retry)
     if as_json:
         typer.echo(json.dumps(summary.to_dict(), indent=2))
     else:
@@ -64,7 +81,24 @@ def compare_command(
         int, typer.Option("--resamples", min=100, help="Bootstrap resamples.")
     ] = 10_000,
     fail_if_regressed: Annotated[
-        bool, typer.Option("--fail-if-regressed", help="Exit 1 when any case regressed.")
+        bool,
+        typer.Option(
+            "--fail-if-regressed",
+            help="Exit 1 when B is significantly worse (McNemar's exact test at --alpha; the "
+            "bootstrap interval when there are only scores).",
+        ),
+    ] = False,
+    alpha: Annotated[
+        float,
+        typer.Option(
+            "--alpha", min=0.0001, max=0.5, help="Significance level of --fail-if-regressed."
+        ),
+    ] = 0.05,
+    fail_if_any_regressed: Annotated[
+        bool,
+        typer.Option(
+            "--fail-if-any-regressed", help="Exit 1 when any single case scored lower (noisy)."
+        ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
@@ -73,17 +107,26 @@ def compare_command(
     Per-case changes, the bootstrap interval of the mean score difference, McNemar's exact test,
     latency, tokens and cost.
     """
-    from tether.producer.ops.batch.compare import compare_results
+    from tether.producer.ops.batch.compare import compare_results, significant_regression
 
     comparison: Comparison = run_guarded(
         lambda _: compare_results(a, b, scorer=scorer, resamples=resamples, seed=seed),
         producer=False,
     )
+    verdict = significant_regression(comparison, alpha) if fail_if_regressed else None
     if as_json:
-        typer.echo(json.dumps(comparison.to_dict(), indent=2))
+        doc = comparison.to_dict()
+        if verdict is not None:
+            doc["gate"] = verdict.to_dict()
+        typer.echo(json.dumps(doc, indent=2))
     else:
         render_comparison(comparison)
-    if fail_if_regressed and comparison.regressed:
+        if verdict is not None:
+            what = "significant regression" if verdict.regressed else "no significant regression"
+            typer.echo(f"--fail-if-regressed: {what}: {verdict.reason}")
+    if verdict is not None and verdict.regressed:
+        raise typer.Exit(EXIT_REGRESSED)
+    if fail_if_any_regressed and comparison.regressed:
         raise typer.Exit(EXIT_REGRESSED)
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import socket
 from typing import Annotated
 
 import typer
 
-from tether.errors import ConfigurationError
+from tether.errors import AddressInUse, ConfigurationError
 from tether.producer.ops.console import REQUIRED_MODULES, available
 from tether.producer.ops.console.config import DEFAULT_PORT
 
@@ -46,7 +47,8 @@ def console(
     from tether.producer.ops.console.server import serve
 
     settings = cli_settings()
-    port = port or _free_port(host)
+    sock = listen(host, port)  # before it says it serves: a taken port is exit 5, not uvicorn's 3
+    port = int(sock.getsockname()[1])
     config = ConsoleConfig(
         host=host,
         port=port,
@@ -58,13 +60,29 @@ def console(
     typer.echo(
         f"console on http://{host}:{port}/ (tenant {config.tenant}); Ctrl-C stops it", err=True
     )
-    serve(settings, config)
+    serve(settings, config, sock)
 
 
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (0: any free port), as uvicorn binds its own.
+
+    Raises:
+        AddressInUse: the port is taken (exit 5), naming it and the fix.
+    """
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        raise AddressInUse(
+            f"{host}:{port} is in use by another process (another console?); pass --port N, "
+            "or --port 0 for any free port"
+        ) from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def register(app: typer.Typer) -> None:

@@ -16,6 +16,7 @@ from tether.producer.ops.cli.support import (
     EXIT_FAILED,
     JsonOption,
     TenantOption,
+    cli_producer,
     cli_settings,
     open_reader,
 )
@@ -69,7 +70,6 @@ def replay(
     from dataclasses import asdict
 
     from tether.errors import InvalidInput
-    from tether.producer.client import Producer
     from tether.producer.ops.render import emit_json
     from tether.producer.ops.replay import replay_recorded
 
@@ -81,7 +81,7 @@ def replay(
     reader = open_reader(settings)
     with contextlib.ExitStack() as stack:
         # the run's record names its session and agent: with both given, no Redis is needed
-        producer = None if session_id and agent else stack.enter_context(Producer(settings))
+        producer = None if session_id and agent else stack.enter_context(cli_producer(settings))
         report = replay_recorded(
             reader,
             run_id,
@@ -127,12 +127,11 @@ def rerun(
 ) -> None:
     """Fork a run's session before a step and continue the run there on a worker; the
     original session is not touched. Prints the fork and the new run id."""
-    from tether.producer.client import Producer
     from tether.producer.ops.render import emit_json
     from tether.producer.ops.rerun import rerun as start_rerun
 
     settings = cli_settings()
-    with Producer(settings) as producer:
+    with cli_producer(settings, broker=True) as producer:
         started = start_rerun(
             producer,
             open_reader(settings),

@@ -16,12 +16,15 @@ import typer
 from tether.errors import RunNotFound
 from tether.producer.ops.cli.support import (
     EXIT_FAILED,
+    InputFileOption,
     JsonOption,
     TenantOption,
+    cli_producer,
     cli_settings,
     ctrl_c_stops,
     exit_code_for,
     one_line,
+    run_input,
     warn_line,
 )
 from tether.runs.option_docs import OPTION_HELP, RUN_OPTIONS
@@ -48,7 +51,12 @@ def option_help(name: str, more: str = "") -> str:
 
 
 SessionArg = Annotated[str, typer.Argument(metavar="SESSION", help="Session id.")]
-InputArg = Annotated[str, typer.Argument(metavar="INPUT", help="The run's input text.")]
+InputArg = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="INPUT", help="The run's input text (or --input-file).", show_default=False
+    ),
+]
 AgentOption = Annotated[str, typer.Option("--agent", "-a", help=option_help("agent"))]
 RunIdArg = Annotated[str, typer.Argument(metavar="RUN_ID", help="The run id.")]
 WaitOption = Annotated[
@@ -99,8 +107,9 @@ def run_options(params: dict[str, Any]) -> RunOptionsKwargs:
 
 def run_command(
     session_id: SessionArg,
-    text: InputArg,
     agent: AgentOption,
+    text: InputArg = None,
+    input_file: InputFileOption = None,
     tenant: TenantOption = None,
     request_id: RequestIdOption = None,
     timeout_s: RunTimeoutOption = None,
@@ -115,10 +124,11 @@ def run_command(
     Warns on stderr within seconds when no live worker consumes the queue.
     """
     options = run_options(locals())
-    from tether.producer.client import Producer
     from tether.producer.worker_watch import watch_for_workers
 
-    with Producer(cli_settings()) as producer:
+    settings = cli_settings()
+    text = run_input(text, input_file, settings.max_input_bytes)
+    with cli_producer(settings, broker=True) as producer:
         handle = producer.run_async(session_id, text, **options)
         try:
             with watch_for_workers(producer, handle.run_id, warn=warn_line):
@@ -136,8 +146,9 @@ def run_command(
 
 def submit(
     session_id: SessionArg,
-    text: InputArg,
     agent: AgentOption,
+    text: InputArg = None,
+    input_file: InputFileOption = None,
     tenant: TenantOption = None,
     request_id: RequestIdOption = None,
     timeout_s: RunTimeoutOption = None,
@@ -148,11 +159,12 @@ def submit(
 ) -> None:
     """Enqueue a run and print its run id (follow it with `tether wait RUN_ID`)."""
     options = run_options(locals())
-    from tether.producer.client import Producer
     from tether.producer.ops.render import emit_json
     from tether.producer.worker_watch import warn_if_unconsumed
 
-    with Producer(cli_settings()) as producer:
+    settings = cli_settings()
+    text = run_input(text, input_file, settings.max_input_bytes)
+    with cli_producer(settings, broker=True) as producer:
         handle = producer.run_async(session_id, text, **options)
         warn_if_unconsumed(producer, warn_line)
         if as_json:
@@ -175,10 +187,9 @@ def wait(
     as_json: JsonOption = False,
 ) -> None:
     """Wait for a run of the tenant and print its answer."""
-    from tether.producer.client import Producer
     from tether.producer.worker_watch import watch_for_workers
 
-    with Producer(cli_settings()) as producer:
+    with cli_producer() as producer:
         scope = tenant or producer.settings.tenant
         _known(producer, run_id, scope)
         with watch_for_workers(producer, run_id, warn=warn_line):
@@ -191,11 +202,10 @@ def cancel(run_id: RunIdArg, tenant: TenantOption = None, as_json: JsonOption = 
 
     A running run stops at its next step boundary. Exits 1 when the run had already finished.
     """
-    from tether.producer.client import Producer
     from tether.producer.ops.render import emit_json
     from tether.runs.queue.base import CancelOutcome
 
-    with Producer(cli_settings()) as producer:
+    with cli_producer() as producer:
         scope = tenant or producer.settings.tenant
         status = _known(producer, run_id, scope)
         outcome = producer.cancel(run_id, tenant=scope)
@@ -251,6 +261,9 @@ def tail(
     from tether.producer.submission import acting_for
 
     settings = cli_settings()
+    from tether.producer.ops.reachability import check_redis
+
+    check_redis(settings, notice=warn_line)  # within seconds, naming it, when it is down
     client = redis_from_url(settings.effective_redis_url)
     keys = RedisKeys(settings.namespace)
     stream = RedisEventStream(client, keys=keys)

@@ -15,7 +15,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from tether.errors import TetherError
-from tether.producer.ops.cli.support import EXIT_FAILED, JsonOption, cli_settings, warn_line
+from tether.producer.ops.cli.support import (
+    EXIT_UNAVAILABLE,
+    JsonOption,
+    cli_settings,
+    warn_line,
+)
 
 # `tether --help` imports this module to read the commands' options: the local stack (psutil,
 # the settings), redis-py, the worker presence models and rich are imported by the functions
@@ -223,11 +228,14 @@ class Status:
     fleet: dict[str, Any] = field(default_factory=dict)
     """The autoscaling signals (:class:`tether.runs.fleet.FleetSignals`)."""
     error: str | None = None
+    broker_error: str | None = None
+    """Why a broker other than the state Redis did not answer (None: it did, or is that Redis)."""
 
     @property
     def healthy(self) -> bool:
-        """No recorded service is down and Redis answered."""
-        return self.error is None and all(s["up"] for s in self.services)
+        """No recorded service is down, and Redis and the broker answered."""
+        up = all(s["up"] for s in self.services)
+        return self.error is None and self.broker_error is None and up
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -244,6 +252,7 @@ class Status:
             "active_sessions": self.active_sessions,
             "fleet": self.fleet,
             "error": self.error,
+            "broker_error": self.broker_error,
             "healthy": self.healthy,
         }
 
@@ -276,7 +285,7 @@ def collect_status(project: Path, settings: Settings) -> Status:
         info.workers = list_workers(client, keys)
         info.beats = _beats(client, keys)
         queues = sorted({settings.queue, *(q for w in info.workers for q in w.queues)})
-        if settings.broker_url == settings.effective_redis_url:
+        if settings.effective_broker_url == settings.effective_redis_url:
             info.queue_depth = queue_depth(client, settings.namespace, queues)
         info.fleet = _fleet(client, keys, queues, settings)
         info.running = sorted({r for w in info.workers for r in w.current_runs})
@@ -293,6 +302,12 @@ def collect_status(project: Path, settings: Settings) -> Status:
         info.error = str(exc)
     finally:
         client.close()
+    from tether.producer.ops.reachability import check_broker
+
+    try:
+        check_broker(settings)
+    except TetherError as exc:  # only the broker down used to exit 0
+        info.broker_error = str(exc)
     return info
 
 
@@ -309,7 +324,7 @@ def _beats(client: Any, keys: Any) -> list[BeatPresence]:
 def _fleet(client: Any, keys: Any, queues: list[str], settings: Settings) -> dict[str, Any]:
     from tether.runs.fleet import read_fleet_signals
 
-    broker = client if settings.broker_url == settings.effective_redis_url else None
+    broker = client if settings.effective_broker_url == settings.effective_redis_url else None
     signals = read_fleet_signals(
         client, keys, queues, broker=broker, broker_namespace=settings.namespace
     )
@@ -320,7 +335,7 @@ def status(as_json: JsonOption = False) -> None:
     """Show the local stack's services, the live workers and beats, queue depth and runs in
     flight.
 
-    Exits 1 when a service of the local stack is down or Redis does not answer.
+    Exits 4 when a service of the local stack is down, or Redis or the broker does not answer.
     """
     from tether.producer.ops.render import emit_json, make_console
 
@@ -331,7 +346,7 @@ def status(as_json: JsonOption = False) -> None:
     else:
         _print_status(make_console(), info, project)
     if not info.healthy:
-        raise typer.Exit(EXIT_FAILED)
+        raise typer.Exit(EXIT_UNAVAILABLE)
 
 
 def _print_status(console: Console, info: Status, project: Path) -> None:
@@ -346,6 +361,8 @@ def _print_status(console: Console, info: Status, project: Path) -> None:
     else:
         _print_services(console, state, project)
     console.print(f"redis: {escape(info.redis)}")
+    if info.broker_error is not None:
+        console.print(f"[bold red]broker unreachable[/]: {escape(info.broker_error)}")
     if info.error is not None:
         console.print(f"[bold red]redis unreachable[/]: {escape(info.error)}")
         return

@@ -1,21 +1,27 @@
 """Plumbing shared by the CLI commands: settings, storage, error lines and exit codes.
 
-Exit codes of ``tether`` (documented in docs/cli.md):
+Exit codes of ``tether``, one meaning each (the ``EXIT_*`` constants below; docs/cli.md lists
+them, and ``tests/test_exit_codes.py`` holds the two equal):
 
 - 0: success.
-- 1: a run failed or was cancelled, a check or verification failed, or a service error.
+- 1: what was asked for failed: a run failed or was cancelled, a check or verification failed,
+  a replay diverged, a comparison found a significant regression.
 - 2: a usage or configuration error (:class:`~tether.errors.UsageError`: bad setting, invalid
   id, unknown agent, unknown or existing session, bad command-line option).
 - 3: a tenant's budget refused the submission, or ended the run
   (:class:`~tether.errors.BudgetExceeded`, ``TETHER_TENANT_BUDGETS``).
+- 4: a service did not answer: Redis, the broker or the store
+  (:class:`~tether.errors.InfrastructureError`), or ``tether status`` found one down.
+- 5: ``tether console`` could not listen: its address is in use.
 - 124: gave up waiting for a run (``--wait-s``); the run itself goes on.
-- 130 (or 128 + signal number): interrupted by Ctrl-C / SIGTERM.
+- 130 / 143 (128 + signal number): interrupted by Ctrl-C / SIGTERM.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,7 +32,14 @@ from urllib.parse import unquote, urlsplit
 
 import typer
 
-from tether.errors import BudgetExceeded, ConfigurationError, TetherError, UsageError
+from tether.errors import (
+    AddressInUse,
+    BudgetExceeded,
+    ConfigurationError,
+    InfrastructureError,
+    TetherError,
+    UsageError,
+)
 
 # Every command module imports this one while `tether --help` builds the command tree: what it
 # imports at the top, every command pays. Settings (pydantic-settings, ~0.15 s) and the storage
@@ -35,21 +48,34 @@ if TYPE_CHECKING:
     from tether.persistence.archives.base import EventArchive
     from tether.persistence.reader import SessionLogReader
     from tether.persistence.stores.base import SnapshotStore
+    from tether.producer.client import Producer
     from tether.settings import Settings
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_BUDGET = 3
+EXIT_UNAVAILABLE = 4
+EXIT_ADDRESS_IN_USE = 5
 EXIT_WAIT_TIMEOUT = 124
 EXIT_INTERRUPTED = 128 + signal.SIGINT
+EXIT_TERMINATED = 128 + signal.SIGTERM
 
 
 @dataclass
 class CliState:
-    """Options of the top-level ``tether`` command."""
+    """Options of the top-level ``tether`` command, and the arguments it was given."""
 
     debug: bool = False
+    argv: list[str] | None = None
+    """The arguments after ``tether`` (what "run the same command again" repeats)."""
+
+    def command_line(self) -> str:
+        """The command as typed (``tether batch cases.jsonl --agent echo``), quoted for a
+        shell."""
+        import shlex
+
+        return shlex.join(["tether", *(sys.argv[1:] if self.argv is None else self.argv)])
 
 
 STATE = CliState()
@@ -83,10 +109,14 @@ def one_line(text: str) -> str:
 
 def exit_code_for(exc: BaseException) -> int:
     """The process exit code for an error (see the module docstring)."""
+    if isinstance(exc, AddressInUse):
+        return EXIT_ADDRESS_IN_USE
     if isinstance(exc, UsageError):
         return EXIT_USAGE
     if isinstance(exc, BudgetExceeded):
         return EXIT_BUDGET
+    if isinstance(exc, InfrastructureError):
+        return EXIT_UNAVAILABLE
     if isinstance(exc, TimeoutError):
         return EXIT_WAIT_TIMEOUT
     return EXIT_FAILED
@@ -104,75 +134,40 @@ def warn_line(message: str) -> None:
 
 
 def cli_settings() -> Settings:
-    """Settings (environment, ``.env``, ``.tether/env``) with a relative ``file://`` store made
-    absolute; validated before any service is touched.
+    """Settings (environment, ``.env``, the project's ``.tether/env``: see
+    :mod:`tether.settings.files`) with a relative ``file://`` store made absolute; validated
+    before any service is touched.
 
     Raises:
         SettingsError: one line naming the variable, its value (secrets masked) and the fix.
     """
     from tether.settings import load_settings
+    from tether.settings.files import export_stack_aws_env
 
-    project_env = _project_env()
-    settings = load_settings(**_inherited(project_env))
-    _local_aws_env(project_env)
+    settings = load_settings()
+    export_stack_aws_env()
     absolute = resolve_store_url(settings.store_url)
     if absolute != settings.store_url:
         settings = settings.model_copy(update={"store_url": absolute})
     return settings
 
 
-def _project_env() -> Path | None:
-    """The local stack's ``.tether/env`` of the project this folder is in, when this folder has
-    none: the one of the nearest parent folder that is a project's root (it holds
-    ``pyproject.toml`` or ``.git``), as ``git`` finds its repository. A command run from a
-    subfolder (``examples/``) used the default ``redis://127.0.0.1:6379/0`` instead of the
-    project's ``tether up`` stack, silently. None: this folder has its own (read as usual), or
-    no project root above it has one."""
-    from tether.settings import LOCAL_ENV_FILE
+def cli_producer(settings: Settings | None = None, *, broker: bool = False) -> Producer:
+    """A producer on ``settings`` (default: :func:`cli_settings`), once Redis and, for a command
+    that publishes runs (``broker``), the broker answered one short check
+    (:mod:`tether.producer.ops.reachability`): a service that does not answer fails the command
+    within seconds, naming it and its setting (exit 4), and one slow to answer is named while
+    the command waits, instead of the clients' silent retries.
 
-    here = Path.cwd()
-    if (here / LOCAL_ENV_FILE).is_file():
-        return None
-    for folder in (here, *here.parents):
-        if (folder / "pyproject.toml").exists() or (folder / ".git").exists():
-            found = folder / LOCAL_ENV_FILE
-            return found if found.is_file() else None
-    return None
+    Raises:
+        StreamUnavailable, BrokerUnavailable: the service did not answer.
+    """
+    from tether.producer.client import Producer
+    from tether.producer.ops.reachability import check_services
 
-
-def _inherited(project_env: Path | None) -> dict[str, str]:
-    """The settings ``project_env`` gives, below everything this folder sets: the environment
-    and this folder's ``.env`` win, as they win over a ``.tether/env`` here."""
-    if project_env is None:
-        return {}
-    from dotenv import dotenv_values
-
-    from tether.settings import ENV_PREFIX
-
-    mine = set(os.environ)
-    if Path(".env").is_file():
-        mine |= set(dotenv_values(".env"))
-    return {
-        key[len(ENV_PREFIX) :].lower(): value
-        for key, value in dotenv_values(project_env).items()
-        if value is not None and key.upper().startswith(ENV_PREFIX) and key not in mine
-    }
-
-
-def _local_aws_env(project_env: Path | None = None) -> None:
-    """Export the AWS variables of a ``tether up --s3`` stack's ``.tether/env`` (this folder's,
-    or the project's above it) that the environment lacks: boto3 reads only the environment,
-    and its moto S3 needs some."""
-    from tether.settings import LOCAL_ENV_FILE
-
-    path = project_env or LOCAL_ENV_FILE
-    if not path.is_file():
-        return
-    from dotenv import dotenv_values
-
-    for key, value in dotenv_values(path).items():
-        if key.startswith("AWS_") and value is not None and key not in os.environ:
-            os.environ[key] = value
+    settings = settings or cli_settings()
+    check_services(settings, broker=broker, notice=warn_line)
+    return Producer(settings)
 
 
 def resolve_store_url(url: str, base: Path | None = None) -> str:
@@ -187,11 +182,40 @@ def resolve_store_url(url: str, base: Path | None = None) -> str:
 
 
 def open_store(settings: Settings) -> tuple[SnapshotStore, EventArchive]:
-    """The snapshot store and event archive named by the settings."""
+    """The snapshot store and event archive named by the settings.
+
+    Raises:
+        StoreNotConfigured: a ``file://`` store whose directory does not exist.
+    """
     from tether.persistence.writer_storage import open_writer_storage
 
+    url = resolve_store_url(settings.store_url)
+    require_existing_store(url)
     # every write of a command (fork, delete, purge...) drops the session's cached head
-    return open_writer_storage(settings, url=resolve_store_url(settings.store_url))
+    return open_writer_storage(settings, url=url)
+
+
+def require_existing_store(url: str) -> None:
+    """Refuse a ``file://`` store whose directory does not exist: a command reading it showed
+    "0 sessions" for a typo'd path. Workers create it on their first write (a new deployment's
+    first run); a command reads or edits sessions, so it names the URL instead.
+
+    Raises:
+        StoreNotConfigured: naming ``TETHER_STORE_URL`` and where a store usually is.
+    """
+    from tether.errors import StoreNotConfigured
+
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "file":
+        return
+    root = Path(unquote(parts.path))
+    if not root.is_dir():
+        raise StoreNotConfigured(
+            f"TETHER_STORE_URL={url}: no such directory ({root} does not exist), so no session "
+            "was ever stored there. Fix the URL (`tether config` shows it; `tether up` uses "
+            ".tether/store of its project), or run a session first: workers create the "
+            "directory on their first write"
+        )
 
 
 def open_reader(settings: Settings) -> SessionLogReader:
@@ -211,9 +235,58 @@ def require_shared_storage(store_url: str) -> None:
         )
 
 
+def run_input(text: str | None, input_file: str | None, max_input_bytes: int) -> str:
+    """A run's input: the ``INPUT`` argument, or ``--input-file F`` (``-``: standard input), for
+    inputs a command line cannot carry (Linux refuses one argument over 128 KiB: "Argument list
+    too long").
+
+    Raises:
+        InvalidInput: both or neither given, a file that does not read as UTF-8 text.
+        InputTooLarge: more than ``max_input_bytes`` (``TETHER_MAX_INPUT_BYTES``), before the
+            whole file is read.
+    """
+    from tether.errors import InputTooLarge, InvalidInput
+
+    if text is not None and input_file is not None:
+        raise InvalidInput("give the run's input as INPUT or with --input-file, not both")
+    if input_file is None:
+        if text is None:
+            raise InvalidInput("no input: give INPUT, or --input-file FILE (- reads stdin)")
+        return text
+    where = "standard input" if input_file == "-" else f"--input-file {input_file}"
+    try:
+        if input_file == "-":
+            data = sys.stdin.buffer.read(max_input_bytes + 1)
+        else:
+            with open(input_file, "rb") as fh:
+                data = fh.read(max_input_bytes + 1)
+    except OSError as exc:
+        raise InvalidInput(f"{where} cannot be read ({exc.strerror})") from None
+    if len(data) > max_input_bytes:
+        raise InputTooLarge(
+            f"{where} holds more than {max_input_bytes} bytes, over the limit of "
+            f"{max_input_bytes}; send large material by reference or raise TETHER_MAX_INPUT_BYTES"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(
+            f"{where} is not UTF-8 text (byte 0x{data[exc.start]:02x} at byte {exc.start + 1}); "
+            "save it as UTF-8"
+        ) from None
+
+
 # --- options shared by several commands -------------------------------------------------------
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 TenantOption = Annotated[
     str | None, typer.Option("--tenant", help="Tenant (default: TETHER_TENANT).")
+]
+InputFileOption = Annotated[
+    str | None,
+    typer.Option(
+        "--input-file",
+        metavar="FILE",
+        help="Read the input from FILE (- for standard input) instead of INPUT.",
+    ),
 ]

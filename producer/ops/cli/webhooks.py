@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from tether.producer.ops.cli.support import JsonOption, TenantOption, cli_settings
+from tether.producer.ops.cli.support import JsonOption, TenantOption, cli_producer
 
 webhooks_app = typer.Typer(
     help="Webhook deliveries that ran out of attempts: list and redeliver.", no_args_is_help=True
@@ -25,11 +25,10 @@ def dead(
     as_json: JsonOption = False,
 ) -> None:
     """List the dead webhook deliveries, newest first (all tenants unless --tenant)."""
-    from tether.producer.client import Producer
     from tether.producer.ops.render import emit_json
     from tether.producer.ops.webhooks_admin import dead_letters
 
-    with Producer(cli_settings()) as producer:
+    with cli_producer() as producer:
         letters = dead_letters(producer).list(tenant=tenant, limit=limit)
     if as_json:
         emit_json([d.model_dump(mode="json", exclude={"body"}) for d in letters])
@@ -49,9 +48,8 @@ def redeliver(
     tenant: TenantOption = None,
 ) -> None:
     """Queue a dead delivery again (same id and body, fresh attempts)."""
-    from tether.producer.client import Producer
     from tether.producer.ops.webhooks_admin import redeliver as requeue
 
-    with Producer(cli_settings()) as producer:
+    with cli_producer(broker=True) as producer:
         again = requeue(producer, delivery_id, tenant=tenant)
     typer.echo(f"webhook {again.id} queued for delivery to {again.url}")

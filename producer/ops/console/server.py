@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import uvicorn
 
 from tether.producer.ops.console.app import create_app
@@ -13,10 +15,11 @@ from tether.settings import Settings
 SHUTDOWN_GRACE_S = 3
 
 
-def serve(settings: Settings, config: ConsoleConfig) -> None:
-    """Serve the console until interrupted (uvicorn handles SIGINT and SIGTERM)."""
+def serve(settings: Settings, config: ConsoleConfig, sock: socket.socket | None = None) -> None:
+    """Serve the console until interrupted (uvicorn handles SIGINT and SIGTERM), on ``sock``
+    when given (a socket the caller bound, so a taken port fails before it says it serves)."""
     app = create_app(open_backends(settings), config)
-    uvicorn.run(
+    options = uvicorn.Config(
         app,
         host=config.host,
         port=config.port,
@@ -24,3 +27,4 @@ def serve(settings: Settings, config: ConsoleConfig) -> None:
         access_log=False,
         timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
     )
+    uvicorn.Server(options).run(sockets=None if sock is None else [sock])

@@ -90,8 +90,8 @@ def _is_tenants(b: Backends, tenant: str, run_id: str) -> bool:
 def broker_depth(b: Backends) -> dict[str, int] | None:
     """Messages waiting in the broker queue of the settings (Redis brokers only)."""
     settings = b.settings
-    if not settings.broker_url.startswith(("redis://", "rediss://", "unix://")):
+    if not settings.effective_broker_url.startswith(("redis://", "rediss://", "unix://")):
         return None
-    if settings.broker_url != settings.effective_redis_url:
+    if settings.effective_broker_url != settings.effective_redis_url:
         return None  # another Redis: not worth a second connection for one number
     return queue_depth(b.client, settings.namespace, [settings.queue])

@@ -1,6 +1,7 @@
 """The ``session_settings`` argument of a :class:`~tether.integrations.openai_agents.TetherSession`
 as the SDK's ``SessionSettings``: the forms the SDK's own sessions accept (the object, a dict of
-its fields, None for the defaults) and the values they refuse, refused with Tether's messages.
+its fields, None for the defaults) and the values they refuse, refused with the exception types
+they raise (code written for ``SQLiteSession`` catches the same ones), with Tether's messages.
 
 Apart from :mod:`~tether.integrations.openai_agents.session` on purpose: that module owns the
 storage (reads, compare-and-set writes, journaled appends), this one the SDK's argument rules,
@@ -14,16 +15,16 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from tether.errors import InvalidInput
-
 
 def as_session_settings(value: Any) -> Any:
     """``value`` as the SDK's ``SessionSettings`` (a dict converted, None the defaults), as
     ``SQLiteSession`` does; ``Runner.run`` reads its fields as attributes.
 
     Raises:
-        InvalidInput: not ``SessionSettings`` nor a dict of its fields (an unknown field, a
-            value of the wrong type), refused as the SDK refuses it.
+        TypeError: neither ``SessionSettings`` nor a dict of its fields, or a dict with an
+            unknown field (the SDK's sessions raise ``TypeError`` for both).
+        pydantic.ValidationError: a field of the wrong type, raised by ``SessionSettings``
+            itself, as for the SDK's sessions.
     """
     # imported here: the SDK is an optional extra, and importing this package must not need it
     from agents.memory import SessionSettings
@@ -32,19 +33,17 @@ def as_session_settings(value: Any) -> Any:
         return SessionSettings()
     if isinstance(value, SessionSettings):
         return value
+    known = {f.name for f in dataclasses.fields(SessionSettings) if f.init}
     if not isinstance(value, Mapping):
-        raise InvalidInput(
-            f"session_settings must be the SDK's SessionSettings or a dict of its fields, got "
-            f"{type(value).__name__}; pass SessionSettings(limit=...)"
+        raise TypeError(
+            f"session_settings must be the SDK's SessionSettings or a dict of its fields "
+            f"({', '.join(sorted(known))}), got {type(value).__name__}; pass "
+            "SessionSettings(limit=...)"
         )
-    known = {f.name for f in dataclasses.fields(SessionSettings)}
     unknown = sorted(str(k) for k in value if k not in known)
-    try:
-        if unknown:  # the SDK's own conversion refuses these too
-            raise TypeError(f"unknown field(s) {', '.join(unknown)}")
-        return SessionSettings(**value)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(
-            f"session_settings {dict(value)!r} are not the SDK's SessionSettings ({exc}); "
-            f"pass SessionSettings(limit=...) or a dict of its fields ({', '.join(sorted(known))})"
-        ) from exc
+    if unknown:
+        raise TypeError(
+            f"session_settings {dict(value)!r} have unknown field(s) {', '.join(unknown)}; the "
+            f"SDK's SessionSettings has {', '.join(sorted(known))}"
+        )
+    return SessionSettings(**value)  # a bad value: the SDK's own validation error

@@ -21,6 +21,7 @@ h1 { font-size:20px; margin:0 0 4px; } h2 { font-size:16px; margin:24px 0 8px; }
 .card b { display:block; font-size:20px; } .card span { color:var(--muted); font-size:12px; }
 .grid { display:grid; grid-template-columns:repeat(auto-fit,minmax(440px,1fr)); gap:16px; }
 .panel { background:#fff; border:1px solid var(--line); border-radius:8px; padding:12px 16px; }
+.chart { max-width:100%; height:auto; }
 .chart rect { fill:var(--accent); } .chart rect.track { fill:#eef1f6; }
 .chart text { font-size:11px; fill:var(--muted); }
 table { border-collapse:collapse; width:100%; background:#fff; }
