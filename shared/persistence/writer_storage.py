@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
-from tether.errors import InfrastructureError
+from tether.errors import InfrastructureError, SettingsError
 from tether.keys import RedisKeys
 from tether.persistence.archives.base import EventArchive
 from tether.persistence.blobs.s3 import SseMode
@@ -88,9 +88,14 @@ class DroppingHeadCache:
 
 def attach_writer_cache(store: SnapshotStore, settings: WriterSettings) -> SnapshotStore:
     """``store``, dropping the deployment's cached head on every write (when the settings have
-    a head cache and the store can hold one); returns it for chaining. No I/O."""
+    a head cache and the store can hold one, and name a Redis: without one there are no workers
+    whose cache a write could leave stale); returns it for chaining. No I/O."""
     if settings.head_cache_ttl_s > 0 and isinstance(store, BlobSnapshotStore):
-        client = redis_from_url(settings.effective_redis_url)
+        try:
+            url = settings.effective_redis_url
+        except SettingsError:
+            return store
+        client = redis_from_url(url)
         inner = RedisHeadCache(
             client,
             RedisKeys(settings.namespace),

@@ -36,7 +36,7 @@ def approve(
 ) -> None:
     """Approve a pending call: the tool runs, the run goes on; prints the answer."""
 
-    with cli_producer(broker=True) as producer:
+    with cli_producer(broker=True, ids={"session id": session_id, "tenant": tenant}) as producer:
         handle = producer.approve(session_id, call_id, agent=agent, tenant=tenant)
         print_outcome(handle, wait_s, as_json)
 
@@ -54,7 +54,7 @@ def reject(
 ) -> None:
     """Reject a pending call: the model sees the reason, the run goes on; prints the answer."""
 
-    with cli_producer(broker=True) as producer:
+    with cli_producer(broker=True, ids={"session id": session_id, "tenant": tenant}) as producer:
         handle = producer.reject(session_id, call_id, reason, agent=agent, tenant=tenant)
         print_outcome(handle, wait_s, as_json)
 
@@ -70,7 +70,7 @@ def answer(
 ) -> None:
     """Give the output of a call that waits for one; the run goes on; prints the answer."""
 
-    with cli_producer(broker=True) as producer:
+    with cli_producer(broker=True, ids={"session id": session_id, "tenant": tenant}) as producer:
         handle = producer.submit_tool_output(
             session_id, call_id, output, agent=agent, tenant=tenant
         )

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from tether.producer.handle import RunHandle
     from tether.runs.contract import RunResult
     from tether.runs.options import RunOptionsKwargs
+    from tether.settings import Settings
 
 
 def option_help(name: str, more: str = "") -> str:
@@ -105,6 +106,20 @@ def run_options(params: dict[str, Any]) -> RunOptionsKwargs:
     return cast("RunOptionsKwargs", options)
 
 
+def _check_request(
+    settings: Settings, session_id: str, text: str | None, options: RunOptionsKwargs
+) -> None:
+    """Validate the run as the producer will (ids, input, options; no I/O), so bad input is
+    refused (exit 2) before any service is looked at, never reported as an unreachable Redis.
+
+    Raises:
+        InvalidInput: as the producer's own validation.
+    """
+    from tether.producer.submission import build_request, run_spec
+
+    build_request(settings, run_spec(session_id, text, **options), trace=None)
+
+
 def run_command(
     session_id: SessionArg,
     agent: AgentOption,
@@ -128,6 +143,7 @@ def run_command(
 
     settings = cli_settings()
     text = run_input(text, input_file, settings.max_input_bytes)
+    _check_request(settings, session_id, text, options)
     with cli_producer(settings, broker=True) as producer:
         handle = producer.run_async(session_id, text, **options)
         try:
@@ -164,6 +180,7 @@ def submit(
 
     settings = cli_settings()
     text = run_input(text, input_file, settings.max_input_bytes)
+    _check_request(settings, session_id, text, options)
     with cli_producer(settings, broker=True) as producer:
         handle = producer.run_async(session_id, text, **options)
         warn_if_unconsumed(producer, warn_line)
@@ -189,7 +206,7 @@ def wait(
     """Wait for a run of the tenant and print its answer."""
     from tether.producer.worker_watch import watch_for_workers
 
-    with cli_producer() as producer:
+    with cli_producer(ids={"run id": run_id, "tenant": tenant}) as producer:
         scope = tenant or producer.settings.tenant
         _known(producer, run_id, scope)
         with watch_for_workers(producer, run_id, warn=warn_line):
@@ -205,7 +222,7 @@ def cancel(run_id: RunIdArg, tenant: TenantOption = None, as_json: JsonOption = 
     from tether.producer.ops.render import emit_json
     from tether.runs.queue.base import CancelOutcome
 
-    with cli_producer() as producer:
+    with cli_producer(ids={"run id": run_id, "tenant": tenant}) as producer:
         scope = tenant or producer.settings.tenant
         status = _known(producer, run_id, scope)
         outcome = producer.cancel(run_id, tenant=scope)
@@ -254,15 +271,18 @@ def tail(
     ] = False,
 ) -> None:
     """Follow a session's events live, coloured by type (Ctrl-C to stop)."""
+    from tether.ids import validate_id
     from tether.keys import RedisKeys
     from tether.persistence.redis_conn import redis_from_url
     from tether.persistence.streams.redis import RedisEventStream
+    from tether.producer.ops.reachability import check_redis
     from tether.producer.ops.render import make_console
     from tether.producer.submission import acting_for
 
+    validate_id(session_id)  # bad input is refused before any service is looked at
+    if tenant is not None:
+        validate_id(tenant, kind="tenant")
     settings = cli_settings()
-    from tether.producer.ops.reachability import check_redis
-
     check_redis(settings, notice=warn_line)  # within seconds, naming it, when it is down
     client = redis_from_url(settings.effective_redis_url)
     keys = RedisKeys(settings.namespace)

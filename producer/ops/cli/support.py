@@ -152,19 +152,31 @@ def cli_settings() -> Settings:
     return settings
 
 
-def cli_producer(settings: Settings | None = None, *, broker: bool = False) -> Producer:
-    """A producer on ``settings`` (default: :func:`cli_settings`), once Redis and, for a command
-    that publishes runs (``broker``), the broker answered one short check
-    (:mod:`tether.producer.ops.reachability`): a service that does not answer fails the command
-    within seconds, naming it and its setting (exit 4), and one slow to answer is named while
-    the command waits, instead of the clients' silent retries.
+def cli_producer(
+    settings: Settings | None = None,
+    *,
+    broker: bool = False,
+    ids: dict[str, str | None] | None = None,
+) -> Producer:
+    """A producer on ``settings`` (default: :func:`cli_settings`), once the command's ``ids``
+    (kind to value, e.g. ``{"session id": ...}``; None values skipped) are valid and Redis and,
+    for a command that publishes runs (``broker``), the broker answered one short check
+    (:mod:`tether.producer.ops.reachability`): bad input is refused before any service is
+    looked at (exit 2, never an unreachable Redis), a service that does not answer fails the
+    command within seconds, naming it and its setting (exit 4), and one slow to answer is named
+    while the command waits, instead of the clients' silent retries.
 
     Raises:
+        InvalidId: an id of ``ids`` is malformed.
         StreamUnavailable, BrokerUnavailable: the service did not answer.
     """
+    from tether.ids import validate_id
     from tether.producer.client import Producer
     from tether.producer.ops.reachability import check_services
 
+    for kind, value in (ids or {}).items():
+        if value is not None:
+            validate_id(value, kind=kind)
     settings = settings or cli_settings()
     check_services(settings, broker=broker, notice=warn_line)
     return Producer(settings)
