@@ -44,6 +44,11 @@ _SECRET_MARKS = (
 )  # fmt: skip
 
 
+def _invalid(reason: str) -> PydanticCustomError:
+    # a custom error keeps the message exactly ours (no "Value error, " prefix); a ValueError
+    return PydanticCustomError("tether_setting", "{reason}", {"reason": reason})
+
+
 def secret_name(name: str) -> bool:
     """Whether a header or environment variable called ``name`` carries a credential."""
     folded = name.lower().replace("-", "_")
@@ -70,10 +75,10 @@ class McpServerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     command: tuple[str, ...] | None = Field(default=None, min_length=1, max_length=256)
-    env: dict[str, str] = Field(default_factory=dict, max_length=256)
+    env: dict[str, str] = Field(default_factory=dict, max_length=256, repr=False)
     cwd: str | None = Field(default=None, min_length=1, max_length=4096)
     url: str | None = Field(default=None, max_length=4096)
-    headers: dict[str, str] = Field(default_factory=dict, max_length=64)
+    headers: dict[str, str] = Field(default_factory=dict, max_length=64, repr=False)
     timeout_s: float = Field(default=60.0, gt=0, le=3_600)
     tool_timeouts_s: dict[str, float] = Field(default_factory=dict, max_length=1024)
     connect_timeout_s: float = Field(default=30.0, gt=0, le=600)
@@ -84,7 +89,7 @@ class McpServerConfig(BaseModel):
     @classmethod
     def _command(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
         if value is not None and (not value[0].strip() or any("\x00" in a for a in value)):
-            raise ValueError("command must start with a program and hold no NUL character")
+            raise _invalid("command must start with a program and hold no NUL character")
         return value
 
     @field_validator("env")
@@ -92,7 +97,7 @@ class McpServerConfig(BaseModel):
     def _env(cls, value: dict[str, str]) -> dict[str, str]:
         for name, text in value.items():
             if not _ENV_NAME.fullmatch(name) or "\x00" in text:
-                raise ValueError(f"env variable {name!r} is not a valid name (or holds a NUL)")
+                raise _invalid(f"env variable {name!r} is not a valid name (or holds a NUL)")
         return value
 
     @field_validator("headers")
@@ -100,7 +105,7 @@ class McpServerConfig(BaseModel):
     def _headers(cls, value: dict[str, str]) -> dict[str, str]:
         for name, text in value.items():
             if not _HEADER_NAME.fullmatch(name) or any(c in text for c in "\r\n\x00"):
-                raise ValueError(f"header {name!r} is not a valid header (name or value)")
+                raise _invalid(f"header {name!r} is not a valid header (name or value)")
         return value
 
     @field_validator("tool_timeouts_s")
@@ -108,21 +113,21 @@ class McpServerConfig(BaseModel):
     def _tool_timeouts(cls, value: dict[str, float]) -> dict[str, float]:
         for name, limit in value.items():
             if not 0 < limit <= 3_600:
-                raise ValueError(f"tool_timeouts_s of {name!r} must be > 0 and <= 3600")
+                raise _invalid(f"tool_timeouts_s of {name!r} must be > 0 and <= 3600")
         return value
 
     @pydantic.model_validator(mode="after")
     def _one_transport(self) -> McpServerConfig:
         if (self.command is None) == (self.url is None):
-            raise ValueError('give either "command" (a stdio server) or "url" (streamable HTTP)')
+            raise _invalid('give either "command" (a stdio server) or "url" (streamable HTTP)')
         if self.url is not None:
             problem = check_http_url(self.url)
             if problem is not None:
-                raise ValueError(f"url: {problem}")
+                raise _invalid(f"url: {problem}")
             if self.env or self.cwd:
-                raise ValueError('"env" and "cwd" are for stdio servers (a "command")')
+                raise _invalid('"env" and "cwd" are for stdio servers (a "command")')
         elif self.headers:
-            raise ValueError('"headers" are for HTTP servers (a "url")')
+            raise _invalid('"headers" are for HTTP servers (a "url")')
         return self
 
     @property
@@ -165,7 +170,7 @@ def check_server_name(name: str) -> str:
         ValueError: naming the rule.
     """
     if not SERVER_NAME.fullmatch(name):
-        raise ValueError(
+        raise _invalid(
             f"server name {name[:80]!r} is not valid: use 1-64 letters, digits, '_', '-' or '.', "
             "starting with a letter or digit"
         )
@@ -185,7 +190,7 @@ class McpTenants(RootModel[dict[str, tuple[str, ...]]]):
                 try:
                     validate_tenant(tenant)
                 except InvalidId as exc:
-                    raise ValueError(str(exc)) from None
+                    raise _invalid(str(exc)) from None
             for server in servers:
                 check_server_name(server)
         return value
@@ -206,10 +211,6 @@ class McpTenants(RootModel[dict[str, tuple[str, ...]]]):
         """Whether ``tenant``'s runs may use ``server``."""
         servers = self.root.get(tenant, self.root.get(ANY_TENANT, ()))
         return server in servers
-
-
-def _invalid(reason: str) -> PydanticCustomError:
-    return PydanticCustomError("tether_setting", "{reason}", {"reason": reason})
 
 
 class McpSettings(BaseSettings):

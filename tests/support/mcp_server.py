@@ -146,7 +146,7 @@ def later() -> mcp_types.CallToolResult:
 def main(argv: list[str]) -> None:
     _record("starts.log", str(os.getpid()))
     if argv[:1] == ["http"]:
-        server.run("streamable-http", host="127.0.0.1", port=int(argv[1]), log_level="WARNING")
+        server.run("streamable-http", host="127.0.0.1", port=int(argv[1]))
     else:
         server.run()
 

@@ -94,5 +94,5 @@ def _config(name: str, fields: dict[str, Any]) -> McpServerConfig:
         return McpServerConfig.model_validate({k: v for k, v in fields.items() if v is not None})
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
-        at = ".".join(str(p) for p in first["loc"]) or "server"
-        raise ConfigurationError(f"MCP server {name!r}: {at}: {first['msg']}") from None
+        at = "".join(f"{p}: " for p in first["loc"])
+        raise ConfigurationError(f"MCP server {name!r}: {at}{first['msg']}") from None
