@@ -70,4 +70,12 @@ def _approving_agent() -> Agent:
     return mcp_agent(McpToolset(McpServer.named("test")), name="mcp-approval", options=options)
 
 
-TETHER_AGENTS = {"mcp": _worker_agent, "mcp-approval": _approving_agent}
+def _remote_agent() -> Agent:
+    return mcp_agent(McpToolset(McpServer.named("remote")), name="mcp-remote")
+
+
+TETHER_AGENTS = {
+    "mcp": _worker_agent,
+    "mcp-approval": _approving_agent,
+    "mcp-remote": _remote_agent,
+}
