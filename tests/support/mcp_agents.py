@@ -4,7 +4,8 @@ and on workers (``TETHER_AGENT_MODULES=tests.support.mcp_agents``, the server ``
 
 The scripted model reads the input ``TOOL {json arguments}``: it calls that tool once, then ends
 with the tool's output (or its error) as the run's output. ``add+add`` calls ``add`` twice in one
-step (parallel calls), then ends with both outputs.
+step (parallel calls), then ends with both outputs. ``py-add`` is the same agent with ``add`` as a
+Python tool (the P19 benchmark's baseline).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from tether import Agent, ModelResponse, ScriptedModel
+from tether import Agent, ModelResponse, ScriptedModel, tool
 from tether.core.items import ToolOutput, UserMessage
 from tether.integrations.mcp import McpServer, McpToolset
 from tether.models.base import ModelRequest
@@ -70,6 +71,18 @@ def _approving_agent() -> Agent:
     return mcp_agent(McpToolset(McpServer.named("test")), name="mcp-approval", options=options)
 
 
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def python_twin(*, name: str = "py-add") -> Agent:
+    """The same scripted model with the server's ``add`` as a Python tool (P19's baseline)."""
+    model = ScriptedModel(responder=respond, keep_requests=0)
+    return Agent(model, "scripted-mcp", tools=[add], name=name)
+
+
 def _remote_agent() -> Agent:
     return mcp_agent(McpToolset(McpServer.named("remote")), name="mcp-remote")
 
@@ -78,4 +91,5 @@ TETHER_AGENTS = {
     "mcp": _worker_agent,
     "mcp-approval": _approving_agent,
     "mcp-remote": _remote_agent,
+    "py-add": python_twin,
 }

@@ -61,7 +61,7 @@ def _seen(key: str) -> int:
 
 
 @server.tool()
-def add(a: int, b: int) -> int:
+async def add(a: int, b: int) -> int:  # async: the SDK runs a sync tool in a worker thread
     """Add two integers."""
     return a + b
 

@@ -54,6 +54,8 @@ class McpPool:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._connections: dict[tuple[str, str], McpConnection] = {}
+        # by the declaration object (kept, so its id is never reused while listed here)
+        self._by_declaration: dict[int, tuple[McpServer, McpConnection]] = {}
         self._closed = False
 
     # --- configuration -------------------------------------------------------------------------
@@ -86,6 +88,9 @@ class McpPool:
 
     def connection(self, server: McpServer) -> McpConnection:
         """``server``'s connection (made on first use; it starts at its first call)."""
+        known = self._by_declaration.get(id(server))
+        if known is not None and known[0] is server and not self._closed:
+            return known[1]  # the hot path: no settings lookup, no key to build
         config = self.config(server)
         key = (server.name, config.model_dump_json())
         with self._lock:
@@ -98,6 +103,7 @@ class McpPool:
             if found is None:
                 found = McpConnection(server.name, config, on_open=_count_open)
                 self._connections[key] = found
+            self._by_declaration[id(server)] = (server, found)
             return found
 
     # --- calls from other threads --------------------------------------------------------------

@@ -36,6 +36,7 @@ from tether.integrations.mcp.errors import McpCallError
 from tether.integrations.mcp.pool import McpPool, process_pool
 from tether.integrations.mcp.results import as_text, masker, too_large
 from tether.integrations.mcp.servers import McpServer
+from tether.models.base import ToolSpec
 from tether.observability.metrics import mcp_call
 from tether.observability.tracing import span
 from tether.runtime.tools import WAITING_OUTPUT, Tool, ToolContext, ToolOutcome, failed
@@ -167,6 +168,16 @@ class McpTool(Tool):
         self.max_result_bytes = max_result_bytes
         self._mask = mask
         self._validator: Any = None
+        self._spec: ToolSpec | None = None
+
+    @property
+    def spec(self) -> ToolSpec:
+        """What the model is told about this tool (built once: asked at every step)."""
+        if self._spec is None:
+            self._spec = ToolSpec(
+                name=self.name, description=self.description, parameters=self.parameters
+            )
+        return self._spec
 
     def _call_remote(self, **_: Any) -> str:  # pragma: no cover - execute() calls the server
         raise NotImplementedError("an MCP tool runs through execute()")
