@@ -1,17 +1,16 @@
 """#49: tools from real MCP server processes (the ``mcp`` SDK's, :mod:`tests.support.mcp_server`)
 run by in-process agents: they reach the model with their schemas, each call carries its
-idempotency key in ``_meta``, and every way a server fails (an error, a hang, a crash, a freeze,
-10 MB, a start that fails) is a tool error the model sees, never a failed run.
+idempotency key in ``_meta``, and every way a server fails (an error, a hang, 10 MB) is a tool
+error the model sees, never a failed run.
 
-The workers' variants (a SIGKILL during a call, pool reuse across runs, warm shutdown) are in
-``tests/test_mcp_workers.py``.
+Crashes, exits, freezes and failed starts (the pool restarting a server) are in
+``tests/test_mcp_restarts.py``; the workers' variants (a SIGKILL during a call, pool reuse
+across runs, warm shutdown) in ``tests/test_mcp_workers.py``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -127,71 +126,6 @@ def test_ten_megabytes_are_refused_over_the_servers_limit(toolset: McpToolset) -
     assert "10000000 bytes, over its max_result_bytes of 1000000" in error["error"]
     stored = sum(len(e.model_dump_json()) for e in session.events)  # type: ignore[attr-defined]
     assert stored < 100_000  # the 10 MB went nowhere
-
-
-def test_a_server_crashing_mid_call_is_a_tool_error_and_the_next_call_restarts_it(
-    tmp_path: Path,
-) -> None:
-    pool = own_pool(tmp_path)
-    toolset = McpToolset("test", pool=pool)
-    try:
-        output, status, _ = run(toolset, "crash")
-        assert status is RunStatus.COMPLETED and "McpConnectionLost" in output
-        assert run(toolset, 'add {"a": 2, "b": 2}')[0] == "4"
-        assert pool.opened() == {"test": 2}
-        assert len(lines(tmp_path / "starts.log")) == 2  # counted by the servers themselves
-    finally:
-        pool.close()
-
-
-def test_a_frozen_server_fails_its_health_check_and_is_restarted(tmp_path: Path) -> None:
-    pool = own_pool(tmp_path, tool_timeouts_s={"freeze": 0.5}, connect_timeout_s=2.0)
-    toolset = McpToolset("test", pool=pool)
-    try:
-        output, _, _ = run(toolset, "freeze")
-        assert "McpTimeout" in output
-        frozen = int(lines(tmp_path / "starts.log")[0])
-        assert run(toolset, 'add {"a": 3, "b": 3}')[0] == "6"  # on a new server process
-        assert pool.opened() == {"test": 2}
-        eventually(lambda: not _alive(frozen), timeout_s=30)  # the frozen one was ended
-    finally:
-        pool.close()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def test_a_server_that_cannot_start_is_retried_after_a_backoff(tmp_path: Path) -> None:
-    starts = tmp_path / "starts"
-    script = f"open({str(starts)!r}, 'a').write('x\\n')"  # starts, then exits at once
-    server = McpServer.stdio("broken", [sys.executable, "-c", script], connect_timeout_s=10)
-    pool = McpPool(Settings())
-    try:
-        from tether.integrations.mcp.errors import McpUnavailable
-
-        with pytest.raises(McpUnavailable, match="could not be started"):
-            pool.call(server, "add", {}, key="k", timeout_s=10)
-        with pytest.raises(McpUnavailable, match="next attempt is in"):
-            pool.call(server, "add", {}, key="k", timeout_s=10)
-        assert lines(starts) == ["x"]  # the second call started nothing
-        toolset = McpToolset(server, pool=pool)
-        assert toolset.tools_for("acme") == ()  # no tools this step; the run goes on
-        eventually(lambda: _started_again(pool, server, starts), timeout_s=10)
-    finally:
-        pool.close()
-
-
-def _started_again(pool: McpPool, server: McpServer, starts: Path) -> bool:
-    from tether.integrations.mcp.errors import McpUnavailable
-
-    with contextlib.suppress(McpUnavailable):  # still backing off: not yet
-        pool.call(server, "add", {}, key="k", timeout_s=10)
-    return len(lines(starts)) == 2
 
 
 def test_a_list_change_brings_the_new_tool_at_the_next_step(toolset: McpToolset) -> None:

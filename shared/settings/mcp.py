@@ -67,6 +67,8 @@ class McpServerConfig(BaseModel):
         timeout_s: the limit of one call of its tools, unless ``tool_timeouts_s`` names it.
         tool_timeouts_s: limits of single tools, by the server's name for the tool.
         connect_timeout_s: the limit of starting the server (stdio) and the handshake.
+        health_timeout_s: after a call that hung, the server must list its tools within this,
+            or it is restarted.
         max_result_bytes: a result larger than this (its text, UTF-8) is an error the model sees.
         tools_ttl_s: how long a worker trusts the server's tool list before it asks again (a
             ``listChanged`` notification drops it at once).
@@ -82,6 +84,7 @@ class McpServerConfig(BaseModel):
     timeout_s: float = Field(default=60.0, gt=0, le=3_600)
     tool_timeouts_s: dict[str, float] = Field(default_factory=dict, max_length=1024)
     connect_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    health_timeout_s: float = Field(default=5.0, gt=0, le=600)
     max_result_bytes: int = Field(default=1_000_000, ge=1, le=64_000_000)
     tools_ttl_s: float = Field(default=300.0, ge=0, le=86_400)
 

@@ -7,7 +7,8 @@ Its tools misbehave on request, each the way a real server can:
 - ``count NAME``: records the call's idempotency key (the request's ``_meta``) and answers how
   many calls carried it; ``block_once NAME`` records it too, then on a key's first call waits
   (up to an hour) until the file ``release`` exists, and answers at once on a later call;
-- ``crash``: the process exits in the middle of the call; ``freeze``: the process stops
+- ``crash``: the process exits in the middle of the call; ``exit_soon``: it answers, then exits
+  (between two calls); ``freeze``: the process stops
   (SIGSTOP) in the middle of the call, so nothing of it answers any more;
 - ``hang SECONDS``: the call waits (the server stays responsive);
 - ``huge MEGABYTES``: answers that many megabytes of text;
@@ -24,6 +25,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -98,6 +100,13 @@ async def block_once(name: str, ctx: Context) -> str:
 def crash() -> str:
     """Exit the process in the middle of the call."""
     os._exit(3)
+
+
+@server.tool()
+def exit_soon() -> str:
+    """Answer, then exit (between two calls: no call of the client is cut off)."""
+    threading.Timer(0.2, os._exit, args=(4,)).start()
+    return "bye"
 
 
 @server.tool()

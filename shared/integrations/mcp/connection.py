@@ -45,8 +45,6 @@ IDEMPOTENCY_META_KEY = "tether/idempotency-key"
 #: Restart backoff: the n-th failed start in a row waits ``min(BASE * 2**(n-1), MAX)`` seconds.
 BACKOFF_BASE_S = 0.5
 BACKOFF_MAX_S = 30.0
-#: A health check (after a call that hung) must answer a tool listing within this.
-HEALTH_TIMEOUT_S = 5.0
 #: How long closing waits for a server to exit before the SDK's own kill escalation ends it.
 CLOSE_TIMEOUT_S = 8.0
 
@@ -124,6 +122,11 @@ class McpConnection:
 
     def _usable(self) -> bool:
         return self._client is not None and not self._lost
+
+    @property
+    def live(self) -> bool:
+        """Whether a connection is open and not known to have ended."""
+        return self._usable()
 
     async def _start(self) -> Client:
         loop = asyncio.get_running_loop()
@@ -206,22 +209,23 @@ class McpConnection:
 
     def suspect(self) -> None:
         """A call on it hung: check, in the background, that the server still answers (a tool
-        listing within :data:`HEALTH_TIMEOUT_S`); the next call waits for the verdict, and a
+        listing within its ``health_timeout_s``); the next call waits for the verdict, and a
         server that fails it is restarted. Called in the loop."""
         if self._client is None or (self._checking is not None and not self._checking.done()):
             return
         self._checking = asyncio.get_running_loop().create_task(self._check_health(self._client))
 
     async def _check_health(self, client: Client) -> None:
+        limit_s = self.config.health_timeout_s
         try:
-            async with asyncio.timeout(min(HEALTH_TIMEOUT_S, self.config.connect_timeout_s)):
+            async with asyncio.timeout(limit_s):
                 await client.list_tools()
         except Exception as exc:
             if client is self._client:
                 log.warning(
                     "MCP server %r failed its health check (%s); restarting it",
                     self.name,
-                    _describe(exc, min(HEALTH_TIMEOUT_S, self.config.connect_timeout_s)),
+                    _describe(exc, limit_s),
                 )
                 self._lost = True
 

@@ -189,6 +189,10 @@ class McpPool:
 
     # --- the end -------------------------------------------------------------------------------
 
+    def connected(self, server: McpServer) -> bool:
+        """Whether ``server`` has a live connection (one whose end was seen is not)."""
+        return self.connection(server).live
+
     def opened(self) -> dict[str, int]:
         """Connections started so far, by server name (restarts included)."""
         with self._lock:

@@ -50,7 +50,8 @@ class McpServer:
         """A server started as ``command`` (no shell), spoken to over its stdin and stdout.
 
         ``limits``: ``timeout_s``, ``tool_timeouts_s``, ``connect_timeout_s``,
-        ``max_result_bytes``, ``tools_ttl_s`` (see :class:`~tether.settings.mcp.McpServerConfig`).
+        ``health_timeout_s``, ``max_result_bytes``, ``tools_ttl_s`` (see
+        :class:`~tether.settings.mcp.McpServerConfig`).
         """
         fields = {"command": tuple(command), "env": dict(env or {}), "cwd": cwd, **limits}
         return cls(name, _config(name, fields))
