@@ -11,6 +11,7 @@ across runs, warm shutdown) in ``tests/test_mcp_workers.py``.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -133,6 +134,32 @@ def test_a_list_change_brings_the_new_tool_at_the_next_step(toolset: McpToolset)
     assert run(toolset, "grow")[0] == "grown"
     eventually(lambda: "grown" in [t.name for t in toolset.tools_for("acme")], timeout_s=10)
     assert run(toolset, "grown")[0] == "I am new"
+
+
+@pytest.fixture
+def legacy(tmp_path: Path) -> Iterator[McpToolset]:
+    """The hand-written 2025-11-25 server (:mod:`tests.support.mcp_legacy_server`)."""
+    script = Path(__file__).parent / "support" / "mcp_legacy_server.py"
+    pool = McpPool(Settings())
+    yield McpToolset(McpServer.stdio("legacy", [sys.executable, str(script)]), pool=pool)
+    pool.close()
+
+
+def test_a_malformed_result_is_a_tool_error(legacy: McpToolset) -> None:
+    output, status, _ = run(legacy, "broken")
+    assert status is RunStatus.COMPLETED
+    error = json.loads(output.removeprefix("TOOL_ERROR: "))
+    assert error["errorType"] == "McpMalformedResult"
+    assert "malformed result" in error["error"] and "valid list" in error["error"]
+
+
+def test_a_list_change_notified_by_an_earlier_protocol_brings_the_new_tool(
+    legacy: McpToolset,
+) -> None:
+    assert "grown" not in [t.name for t in legacy.tools_for("acme")]
+    assert run(legacy, "grow")[0] == "grown"
+    eventually(lambda: "grown" in [t.name for t in legacy.tools_for("acme")], timeout_s=10)
+    assert run(legacy, "grown")[0] == "I am new"
 
 
 def test_a_tenant_outside_the_allow_list_sees_no_tools_and_sends_nothing(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ import time
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tether.errors import ConfigurationError
 from tether.integrations.mcp.errors import McpCallError
 from tether.integrations.mcp.pool import McpPool, process_pool
 from tether.integrations.mcp.results import as_text, masker, too_large
@@ -103,7 +104,9 @@ class McpToolset:
             return ()
         try:
             listing = pool.tools(self.server)
-        except McpCallError as exc:  # this step goes on without them; the next asks again
+        except ConfigurationError:
+            raise  # a server the settings do not name: the operator's to fix, loudly
+        except Exception as exc:  # this step goes on without them; the next asks again
             self._warn(exc)
             built = self._built
             return built[1] if built is not None else ()
@@ -251,6 +254,11 @@ class McpTool(Tool):
         except McpCallError as exc:
             name = type(exc).__name__
             return failed(call, name, self._mask(str(exc))), _STATUS.get(name, "unavailable")
+        except ConfigurationError:
+            raise
+        except Exception as exc:  # whatever else the SDK raises is the model's news, not the run's
+            message = self._mask(f"MCP server {server!r}: {type(exc).__name__}: {exc}")
+            return failed(call, "McpError", message), "unavailable"
         text = self._mask(as_text(result))
         size = too_large(text, self.max_result_bytes)
         if size is not None:
