@@ -175,7 +175,7 @@ def on_workers(runs: int, warmup: int, records: Path, log_dir: Path) -> dict[str
 
                 return one
 
-            run_mcp, run_py = alternate(run_on("mcp"), run_on("py-add"), runs, warmup)
+            run_mcp, run_py = alternate(run_on("mcp-add"), run_on("py-add"), runs, warmup)
     starts = (records / "starts.log").read_text().splitlines()
     return {
         "run_python": stats_ms(run_py),

@@ -66,6 +66,11 @@ def _worker_agent() -> Agent:
     return mcp_agent(McpToolset(McpServer.named("test")))
 
 
+def _add_agent() -> Agent:
+    """Only the server's ``add``: P19's MCP side, offering the model what ``py-add`` does."""
+    return mcp_agent(McpToolset(McpServer.named("test"), include={"add"}), name="mcp-add")
+
+
 def _approving_agent() -> Agent:
     options = AgentOptions(require_approval=frozenset({"count"}))
     return mcp_agent(McpToolset(McpServer.named("test")), name="mcp-approval", options=options)
@@ -89,6 +94,7 @@ def _remote_agent() -> Agent:
 
 TETHER_AGENTS = {
     "mcp": _worker_agent,
+    "mcp-add": _add_agent,
     "mcp-approval": _approving_agent,
     "mcp-remote": _remote_agent,
     "py-add": python_twin,
