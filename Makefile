@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml $(MODULES)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	rm -rf build/__editable__.*
-	$(BIN)/python -m pip install --quiet -e '.[dev,embedded,bench,agents,docs]' --config-settings editable_mode=strict
+	$(BIN)/python -m pip install --quiet -e '.[dev,embedded,bench,agents,docs,mcp]' --config-settings editable_mode=strict
 	@touch $(STAMP)
 
 demo: $(STAMP)

@@ -21,6 +21,7 @@ from celery.signals import (
     task_postrun,
     worker_init,
     worker_process_init,
+    worker_process_shutdown,
     worker_ready,
     worker_shutdown,
     worker_shutting_down,
@@ -371,6 +372,18 @@ def _start_sweeper(**_: Any) -> None:
         _sweeper = Sweeper(get_services()).start()
     except TetherError as exc:
         log.error("sweeper not started: %s", exc)
+
+
+@worker_process_shutdown.connect
+@worker_shutdown.connect
+def _close_mcp(**_: Any) -> None:
+    """Close this process's MCP connections (their stdio servers exit) on warm shutdown."""
+    import sys
+
+    if "tether.integrations.mcp.pool" in sys.modules:  # else none was opened: import nothing
+        from tether.integrations.mcp.pool import close_process_pool
+
+        close_process_pool()
 
 
 @worker_shutdown.connect

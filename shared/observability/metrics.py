@@ -188,3 +188,48 @@ RUNS_DEFERRED = Counter(
 def run_deferred(reason: str) -> None:
     """Count a run put back in its queue, unstarted, until it may start."""
     RUNS_DEFERRED.labels(reason=reason).inc()
+
+
+#: An MCP call takes from a millisecond (a warm stdio server) to minutes (a slow tool).
+MCP_CALL_SECONDS_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+    300,
+)
+MCP_CALLS = Histogram(
+    "tether_mcp_call_seconds",
+    "MCP tool calls by server, tool and status (ok, error: the tool's own error, refused: not "
+    "allowed for the tenant, timeout, lost: the connection ended, unavailable, too_large, "
+    "malformed, protocol), with their latency.",
+    ["server", "tool", "status"],
+    buckets=MCP_CALL_SECONDS_BUCKETS,
+)
+MCP_CONNECTIONS = Counter(
+    "tether_mcp_connections_opened",
+    "Connections to MCP servers opened by this process's pool, by server (more than one per "
+    "process: restarts after a crash or a failed health check).",
+    ["server"],
+)
+
+
+def mcp_call(server: str, tool: str, status: str, seconds: float) -> None:
+    """Count and time one MCP tool call."""
+    MCP_CALLS.labels(server=server, tool=tool, status=status).observe(seconds)
+
+
+def mcp_connection_opened(server: str) -> None:
+    """Count a connection opened to ``server``."""
+    MCP_CONNECTIONS.labels(server=server).inc()

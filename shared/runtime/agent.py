@@ -26,7 +26,7 @@ from tether.runtime.loop import Checkpoint, run_loop
 from tether.runtime.options import AgentOptions
 from tether.runtime.redaction import DEFAULT_REDACTOR, TextRedactor, chain
 from tether.runtime.session import AgentSession, CancelCheck, Listener
-from tether.runtime.tools import Tool, ToolRegistry
+from tether.runtime.tools import Tool, ToolRegistry, ToolSource
 
 if TYPE_CHECKING:
     from tether.persistence.archives.base import EventArchive
@@ -179,7 +179,8 @@ class Agent:
     Args:
         model: the model client.
         model_name: the model name sent with each request.
-        tools: tools (``@tool`` functions or :class:`Tool`).
+        tools: tools (``@tool`` functions or :class:`Tool`), and sources of tools that come and
+            go (:class:`~tether.runtime.tools.ToolSource`: an MCP server's).
         system_prompt: instructions for the model.
         memory_factory: builds a fresh memory per session.
         options: loop limits and behaviour.
@@ -199,7 +200,7 @@ class Agent:
         model: ModelClient,
         model_name: str = "scripted",
         *,
-        tools: Iterable[Tool | Callable[..., Any]] = (),
+        tools: Iterable[Tool | ToolSource | Callable[..., Any]] = (),
         system_prompt: str | None = None,
         memory_factory: Callable[[], Memory] = InMemoryMemory,
         options: AgentOptions | None = None,

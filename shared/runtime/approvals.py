@@ -146,7 +146,7 @@ def _latest_output(session: AgentSession, call_id: str) -> tuple[ToolCall, str]:
 def _run_approved(
     session: AgentSession, call: ToolCall, run_id: str, request_id: str | None
 ) -> str:
-    tool = session.agent.tools.get(call.name)
+    tool = session.agent.tools.get(call.name, session.tenant)
     if tool is None:
         return failed(call, "UnknownTool", f"no tool named {call.name!r}").output
     context = ToolContext(

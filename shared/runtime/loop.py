@@ -255,7 +255,7 @@ def _call_model(session: AgentSession, state: _RunState, step: int) -> ModelResp
         items=_prompt_items(session, state, step),
         system_prompt=agent.system_prompt,
         summary=summary or None,
-        tools=agent.tools.specs(),
+        tools=agent.tools.specs(session.tenant),
         parallel_tool_calls=agent.options.parallel_tool_calls,
     )
     session.emit(
@@ -263,7 +263,7 @@ def _call_model(session: AgentSession, state: _RunState, step: int) -> ModelResp
         ModelRequestPayload(
             model=request.model,
             item_count=len(request.items),
-            tool_names=agent.tools.names(),
+            tool_names=agent.tools.names(session.tenant),
             has_summary=bool(summary),
         ),
         run_id=state.run_id,
@@ -376,10 +376,10 @@ def _validated(
             _write_result(session, state, placeholder, step)
             parked = True
             continue
-        tool = agent.tools.get(call.name)
+        tool = agent.tools.get(call.name, session.tenant)
         problem: ToolOutcome | None = None
         if tool is None:
-            known = ", ".join(agent.tools.names()) or "none"
+            known = ", ".join(agent.tools.names(session.tenant)) or "none"
             problem = failed(
                 call, "UnknownTool", f"no tool named {call.name!r}; known tools: {known}"
             )

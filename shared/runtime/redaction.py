@@ -166,8 +166,8 @@ def url_password(url: str | None) -> str | None:
 
 
 def settings_redactor(settings: Any, extra: Iterable[str | None] = ()) -> TextRedactor:
-    """A redactor for the secrets a :class:`~tether.settings.Settings` holds (the OpenAI key and
-    the broker and Redis passwords), plus ``extra`` values.
+    """A redactor for the secrets a :class:`~tether.settings.Settings` holds (the OpenAI key,
+    the broker and Redis passwords, the MCP servers' credentials), plus ``extra`` values.
 
     Secrets shorter than :data:`MIN_SECRET_CHARS` cannot be redacted safely; they are skipped
     with a warning (use longer ones).
@@ -177,6 +177,7 @@ def settings_redactor(settings: Any, extra: Iterable[str | None] = ()) -> TextRe
         settings.openai_api_key,
         url_password(settings.broker_url),
         url_password(settings.redis_url),
+        *settings.mcp_secret_values(),
         *extra,
     ):
         text = secret.get_secret_value() if isinstance(secret, SecretStr) else secret

@@ -22,9 +22,9 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, get_type_hints, overload
+from typing import Any, Literal, Protocol, get_type_hints, overload, runtime_checkable
 
 import pydantic
 
@@ -281,13 +281,30 @@ def tool(
     return wrap
 
 
-class ToolRegistry:
-    """Tools by name."""
+@runtime_checkable
+class ToolSource(Protocol):
+    """Tools that come and go (an MCP server's, :mod:`tether.integrations.mcp`): an agent's
+    registry asks a source for its tools at every step, for the run's tenant."""
 
-    def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
+    def tools_for(self, tenant: str) -> Sequence[Tool]:
+        """The tools ``tenant``'s runs may call now (cheap: asked at every step)."""
+        ...
+
+
+class ToolRegistry:
+    """Tools by name: the agent's own, then those of its sources (a name already taken is
+    skipped)."""
+
+    def __init__(self, tools: Iterable[Tool | ToolSource | Callable[..., Any]] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        self._sources: list[ToolSource] = []
         for t in tools:
-            self.add(t if isinstance(t, Tool) else Tool(t))
+            if isinstance(t, Tool):
+                self.add(t)
+            elif isinstance(t, ToolSource):
+                self._sources.append(t)
+            else:
+                self.add(Tool(t))
 
     def add(self, t: Tool) -> None:
         """Register a tool; a duplicate name is an error."""
@@ -295,18 +312,30 @@ class ToolRegistry:
             raise ToolError(f"tool name {t.name!r} registered twice; give one of them another name")
         self._tools[t.name] = t
 
-    def get(self, name: str) -> Tool | None:
-        """The tool called ``name``, or None."""
-        return self._tools.get(name)
+    def _current(self, tenant: str | None) -> Mapping[str, Tool]:
+        if not self._sources or tenant is None:
+            return self._tools
+        found = dict(self._tools)
+        for source in self._sources:
+            for t in source.tools_for(tenant):
+                found.setdefault(t.name, t)
+        return found
 
-    def specs(self) -> tuple[ToolSpec, ...]:
-        """Specs of every tool, in registration order."""
-        return tuple(t.spec for t in self._tools.values())
+    def get(self, name: str, tenant: str | None = None) -> Tool | None:
+        """The tool called ``name`` (for ``tenant``'s runs: its sources' too), or None."""
+        found = self._tools.get(name)
+        if found is None and self._sources and tenant is not None:
+            found = self._current(tenant).get(name)
+        return found
 
-    def names(self) -> tuple[str, ...]:
-        """Registered names, in order."""
-        return tuple(self._tools)
+    def specs(self, tenant: str | None = None) -> tuple[ToolSpec, ...]:
+        """Specs of every tool, in registration order (then the sources')."""
+        return tuple(t.spec for t in self._current(tenant).values())
+
+    def names(self, tenant: str | None = None) -> tuple[str, ...]:
+        """Registered names, in order (then the sources')."""
+        return tuple(self._current(tenant))
 
     def as_mapping(self) -> Mapping[str, Tool]:
-        """A read-only view."""
+        """A read-only view of the agent's own tools."""
         return dict(self._tools)

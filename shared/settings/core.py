@@ -54,6 +54,7 @@ from tether.settings.checks import (
     check_store_url,
 )
 from tether.settings.files import ENV_PREFIX, LOCAL_ENV_FILE, EnvFiles
+from tether.settings.mcp import McpSettings
 from tether.settings.openai import OpenAISettings
 from tether.settings.webhooks import WebhookSettings
 
@@ -66,10 +67,10 @@ def _invalid_value(reason: str) -> PydanticCustomError:
     return PydanticCustomError("tether_setting", "{reason}", {"reason": reason})
 
 
-class Settings(WebhookSettings, OpenAISettings):
+class Settings(McpSettings, WebhookSettings, OpenAISettings):
     """All of Tether's settings (see docs/configuration.md); the ``TETHER_WEBHOOK_*`` ones are
     declared in :mod:`tether.settings.webhooks`, the ``TETHER_OPENAI_*`` ones in
-    :mod:`tether.settings.openai`."""
+    :mod:`tether.settings.openai`, the ``TETHER_MCP_*`` ones in :mod:`tether.settings.mcp`."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
 

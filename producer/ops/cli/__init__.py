@@ -39,6 +39,7 @@ from tether.producer.ops.cli import (
 )
 from tether.producer.ops.cli import autoscale as autoscale_cli
 from tether.producer.ops.cli import console as console_cli
+from tether.producer.ops.cli import mcp as mcp_cli
 from tether.producer.ops.cli.support import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -192,6 +193,7 @@ autoscale_cli.register(app)
 schedule.register(app)
 webhooks.register(app)
 tenants.register(app)
+mcp_cli.register(app)
 
 
 def run_cli(argv: list[str] | None = None) -> int:
