@@ -21,6 +21,7 @@ from mcp_types import ToolAnnotations
 
 from tether.core.results import Resolution, RunStatus
 from tether.errors import TetherError
+from tether.runs.queue.record import RunState
 
 if TYPE_CHECKING:
     from tether.producer.client import Producer
@@ -71,7 +72,7 @@ class TetherTools:
                 timeout_s=timeout_s,
             )
         )
-        return {"run_id": handle.run_id, "session_id": session_id, "status": "QUEUED"}
+        return {"run_id": handle.run_id, "session_id": session_id, "status": RunState.QUEUED.value}
 
     def get_run(self, run_id: str, wait_s: float = 0.0) -> dict[str, Any]:
         """A run's status, and its result once it finished (waiting up to ``wait_s`` seconds,
@@ -145,7 +146,7 @@ class TetherTools:
         handle = self._act(
             lambda: self.producer.resolve(session_id, [resolution], agent=agent, tenant=self.tenant)
         )
-        return {"run_id": handle.run_id, "session_id": session_id, "status": "QUEUED"}
+        return {"run_id": handle.run_id, "session_id": session_id, "status": RunState.QUEUED.value}
 
     def _record(self, run_id: str) -> RunView:
         view = self._act(lambda: self.producer.record(run_id, tenant=self.tenant))
