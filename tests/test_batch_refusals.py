@@ -119,6 +119,8 @@ def test_ctrl_c_in_a_batch_prints_the_command_that_resumes_it(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # as a CI runner or a harness may start it (SIGINT ignored): Ctrl-C must still stop it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     try:
         eventually(lambda: len(lines(out)) >= 1 or first.poll() is not None, timeout_s=120)

@@ -76,8 +76,14 @@ def _cli(args: list[str], env: dict[str, str], cwd: Path) -> tuple[subprocess.Po
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # as a CI runner or a harness may start it: Ctrl-C must still stop it
+        preexec_fn=_ignore_sigint,
     )
     return proc, start
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @pytest.mark.slow  # waits out a 10 s deadline; test_producer_run_warns_within_5_s stays fast

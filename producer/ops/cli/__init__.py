@@ -47,6 +47,7 @@ from tether.producer.ops.cli.support import (
     EXIT_USAGE,
     STATE,
     cli_settings,
+    ctrl_c_stops,
     error_line,
     exit_code_for,
 )
@@ -201,7 +202,10 @@ def run_cli(argv: list[str] | None = None) -> int:
     command = typer.main.get_command(app)
     STATE.argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        result = command.main(args=argv, prog_name="tether", standalone_mode=False)
+        # every command: Ctrl-C must stop a `tether run` or `tether batch` that a CI runner or a
+        # test harness started with SIGINT ignored (inherited SIG_IGN), or it runs on silently
+        with ctrl_c_stops():
+            result = command.main(args=argv, prog_name="tether", standalone_mode=False)
     except click.exceptions.Abort as exc:
         cause = exc.__cause__ or exc.__context__
         if isinstance(cause, KeyboardInterrupt):
