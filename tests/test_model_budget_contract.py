@@ -357,3 +357,28 @@ def test_the_gate_takes_its_calls_from_the_run_tenants_share() -> None:
         budget_tenant.reset(sharing)
         budget_waits.reset(listening)
     assert heard[0] == "share" and heard[-1] is None, heard
+
+
+def test_a_tenant_behind_with_a_call_waiting_leaves_free_workers_to_the_others(
+    budgets: Factory,
+) -> None:
+    """What a worker asks before it starts one more run of a tenant on a limited model: leave
+    the worker to another tenant's run while that tenant is owed the next turn and this one
+    already has a call waiting to take its own."""
+    budget, m = budgets(), model()
+    limit = ModelLimit(concurrent_requests=1, idle_credit_s=0)
+    _hold(budget, m, limit, "team-a", 3)
+    assert not budget.leaves_to_others(m, limit, "team-a")  # alone: every worker is A's to use
+    assert not budget.admit(m, limit, "a-waits", 0, tenant="team-a").admitted
+    assert not budget.leaves_to_others(m, limit, "team-a")  # still nobody else
+    assert not budget.admit(m, limit, "b-waits", 0, tenant="team-b").admitted
+    assert budget.leaves_to_others(m, limit, "team-a")  # B goes first, A has a call in line
+    assert not budget.leaves_to_others(m, limit, "team-b")  # B is owed: it never leaves
+    budget.settle(m, limit, "holder", 0)
+    assert budget.admit(m, limit, "b-waits", 0, tenant="team-b").admitted
+    assert not budget.leaves_to_others(m, limit, "team-a")  # B has nothing waiting now
+    # a tenant owed a turn but with no call waiting of its own starts its run
+    fresh = model()
+    _hold(budget, fresh, limit, "team-a", 3)
+    assert not budget.admit(fresh, limit, "b2-waits", 0, tenant="team-b").admitted
+    assert not budget.leaves_to_others(fresh, limit, "team-a")

@@ -47,6 +47,12 @@ class ModelBudget(Protocol):
         long to wait. A refused call counts as waiting for its tenant's fair share until it
         is admitted (or stops asking)."""
 
+    def leaves_to_others(self, model: str, limit: ModelLimit, tenant: str) -> bool:
+        """True when ``tenant`` should leave a free worker to another tenant rather than start
+        one more run calling ``model``: another tenant has a call waiting that goes before
+        ``tenant``'s next, and ``tenant`` already has a call waiting to take that turn
+        (:mod:`~tether.runs.limits.shares`). Changes nothing."""
+
     def settle(self, model: str, limit: ModelLimit, token: str, token_delta: int) -> None:
         """The call ``token`` ended: free its slot, and charge (or credit) the tokens it used
         beyond (or under) its estimate."""

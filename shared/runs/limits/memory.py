@@ -101,6 +101,11 @@ class InMemoryModelBudget:
             return SHARE_POLL_S, "share"
         return None
 
+    def leaves_to_others(self, model: str, limit: ModelLimit, tenant: str) -> bool:
+        with self._lock:
+            st = self._models.setdefault(model, _State())
+            return st.shares.leaves_to_others(tenant, self._clock(), limit.idle_credit_s * 1e6)
+
     def settle(self, model: str, limit: ModelLimit, token: str, token_delta: int) -> None:
         now = self._clock()
         with self._lock:

@@ -19,6 +19,7 @@ from tether.settings.limits import ModelLimit
 
 ADMIT = load("model_budget")
 SETTLE = load("model_settle")
+TURN = load("model_share_turn")
 
 
 class RedisModelBudget:
@@ -47,6 +48,7 @@ class RedisModelBudget:
         self._where = describe_client(client)
         self._admit = client.register_script(ADMIT.source)
         self._settle = client.register_script(SETTLE.source)
+        self._turn = client.register_script(TURN.source)
 
     def admit(
         self,
@@ -82,6 +84,15 @@ class RedisModelBudget:
         reason = reply["reason"]
         why = reason.decode() if isinstance(reason, bytes) else str(reason)
         return Admission(False, int(reply["wait_us"]) / 1e6, cast(WaitReason, why))
+
+    def leaves_to_others(self, model: str, limit: ModelLimit, tenant: str) -> bool:
+        shares, waiting = self._keys.model_shares(model)
+        argv = TURN.argv(
+            tenant=validate_tenant(tenant), credit_us=int(limit.idle_credit_s * 1_000_000)
+        )
+        with translate_errors(self._where):
+            found = self._turn(keys=TURN.keys(shares=shares, waiting=waiting), args=argv)
+        return bool(int(cast(Any, found)))
 
     def settle(self, model: str, limit: ModelLimit, token: str, token_delta: int) -> None:
         budget, inflight, _ = self._keys.model_budget(model)

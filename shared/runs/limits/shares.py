@@ -73,6 +73,13 @@ class ShareBook:
         others = {who for who, _ in self.waiting.values() if who != tenant}
         return any(self.start_us(who, credit_us) < mine for who in others)
 
+    def leaves_to_others(self, tenant: str, now_s: float, credit_us: float) -> bool:
+        """True when ``tenant`` should leave a free worker to another tenant's run: another
+        tenant has a call waiting that starts earlier, and ``tenant`` already has a call
+        waiting (which takes its next turn)."""
+        behind = self.others_turn(tenant, now_s, credit_us)  # drops the calls gone
+        return behind and any(who == tenant for who, _ in self.waiting.values())
+
     def admit(
         self, tenant: str, token: str, cost_us: float, weight: float, credit_us: float
     ) -> None:
