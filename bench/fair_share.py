@@ -81,8 +81,7 @@ def _fleet(
         "TETHER_OPENAI_API": "chat",
         "TETHER_MODEL_LIMITS": json.dumps({MODEL: {"requests_per_minute": RPM}}),
     }
-    fleet = WorkerFleet(env, log_dir, count=WORKERS, queue=",".join(queues), prefix="p20w")
-    return fleet.start(timeout_s=180)
+    return WorkerFleet(env, log_dir, count=WORKERS, queue=",".join(queues), prefix="p20w")
 
 
 def _warm_up(redis_url: str, s3: str, variant: Variant, ns: str) -> None:
@@ -127,15 +126,17 @@ def run_variant(redis_url: str, s3: str, server: OpenAIServer, variant: Variant)
     server.default_reply("shared fairly")
     log_dir = Path(tempfile.mkdtemp(prefix="p20-"))
     fleet = _fleet(redis_url, s3, server, variant, log_dir, ns)
-    _warm_up(redis_url, s3, variant, ns)
-    server.reset()
-    server.default_reply("shared fairly")
-    producers = {
-        tenant: Producer(bench_settings(redis_url, s3, queue=queue, tenant=f"team-{tenant}",
-                                        namespace=ns))
-        for tenant, queue in (("a", variant.queue_a), ("b", variant.queue_b))
-    }  # fmt: skip
+    producers: dict[str, Producer] = {}
     try:
+        fleet.start(timeout_s=180)
+        _warm_up(redis_url, s3, variant, ns)
+        server.reset()
+        server.default_reply("shared fairly")
+        for tenant, queue in (("a", variant.queue_a), ("b", variant.queue_b)):
+            settings = bench_settings(
+                redis_url, s3, queue=queue, tenant=f"team-{tenant}", namespace=ns
+            )
+            producers[tenant] = Producer(settings)
         load_before = os.getloadavg()
         submitted: dict[str, tuple[float, list[Any]]] = {}
         if variant.a_runs:
@@ -161,6 +162,10 @@ def run_variant(redis_url: str, s3: str, server: OpenAIServer, variant: Variant)
         "runs": len(results),
         "b_wait_s": _stats(waits_b),
         "load_avg_1m_before_after": [round(load_before[0], 2), round(load_after[0], 2)],
+        "runs_put_back": sum(
+            path.read_text(errors="replace").count("put back in its queue")
+            for path in log_dir.glob("*.log")
+        ),
     }
     if variant.a_runs:
         out["a_wait_s"] = _stats([t - submitted["a"][0] for t in arrivals["a"]])
@@ -190,8 +195,8 @@ def table(result: dict[str, Any]) -> str:
     alone = result["variants"][0]["b_wait_s"]["median"]
     rows = [
         "| variant | B's queue wait, median / p95 | B's median vs alone | A's queue wait, "
-        "median / p95 | A's allowance used while B is idle | runs completed |",
-        "|---|---|---|---|---|---|",
+        "median / p95 | A's allowance used while B is idle | runs completed | runs put back |",
+        "|---|---|---|---|---|---|---|",
     ]
     for v in result["variants"]:
         b, a = v["b_wait_s"], v.get("a_wait_s")
@@ -201,7 +206,7 @@ def table(result: dict[str, Any]) -> str:
         rows.append(
             f"| {v['variant']} | {b['median']:.2f} / {b['p95']:.2f} s "
             f"| {b['median'] / alone:.2f}x | {a_wait} | {a_used} "
-            f"| {v['runs_completed']} / {v['runs']} |"
+            f"| {v['runs_completed']} / {v['runs']} | {v['runs_put_back']} |"
         )
     return "\n".join(rows)
 
