@@ -93,7 +93,10 @@ No tenant's credential writes any namespace-wide key (docs/trust-model.md); work
   :mod:`tether.runs.presence`), rewritten every heartbeat with a PX expiry of a few heartbeats.
 - ``<p>:{~model:<name>}:budget`` (hash: ``tat_req``, ``tat_tok``), ``:inflight`` (zset, member a
   call's token, score its expiry in ms) and ``:pause`` (string, PX): one model's fleet-wide rate
-  limit (see :mod:`tether.runs.limits`); one slot per model, so one script decides a call.
+  limit (see :mod:`tether.runs.limits`); ``:shares`` (hash: each tenant's virtual finish time,
+  ``~v`` the system virtual time) and ``:waiting`` (zset, member ``<tenant> <token>``, score
+  when the waiting call stops counting, ms): the tenants' fair share of it
+  (:mod:`tether.runs.limits.shares`); one slot per model, so one script decides a call.
 - ``<p>:{~waiting}`` (zset): runs waiting for a model's budget now (``tether status``).
 - ``<p>:{~sched}::lock`` (string): the lock of the beat that fires the schedules now
   (celery-redbeat's, :meth:`RedisKeys.beat_prefix` is its key prefix). Before the schedules
@@ -379,6 +382,12 @@ class RedisKeys:
         flight (zset) and its pause after a 429 (string), in one slot."""
         tag = f"{self.prefix}:{{~model:{validate_model_name(model)}}}"
         return f"{tag}:budget", f"{tag}:inflight", f"{tag}:pause"
+
+    def model_shares(self, model: str) -> tuple[str, str]:
+        """The keys of the tenants' fair share of one model's budget, in its budget's slot:
+        the tenants' virtual finish times (hash) and the calls waiting (zset)."""
+        tag = f"{self.prefix}:{{~model:{validate_model_name(model)}}}"
+        return f"{tag}:shares", f"{tag}:waiting"
 
     def waiting(self) -> str:
         """The runs waiting for something (a model's budget) now: a zset, member

@@ -180,7 +180,8 @@ def message_refused(reason: str) -> None:
 RUNS_DEFERRED = Counter(
     "tether_runs_deferred",
     "Runs a worker put back in their queue before starting them, by why (their tenant's "
-    "runs_per_minute: the rate is taken when a run starts, whatever its producer checked).",
+    "runs_per_minute: the rate is taken when a run starts, whatever its producer checked; "
+    "model_share: another tenant is owed the next turn of the run's model).",
     ["reason"],
 )
 

@@ -33,3 +33,23 @@ TETHER_AGENTS |= {
     "freecall": lambda: Agent(ScriptedModel(), FREE_MODEL),
     "limitedcall": lambda: Agent(ScriptedModel(), MODEL),
 }
+
+#: The model of the fair-share test (tests/test_model_shares_workers.py), limited by that test.
+SHARED_MODEL = "shared-model"
+
+
+def _labelled(label: str) -> Agent:
+    """A ``slowcall`` on :data:`SHARED_MODEL` whose log lines start with ``label`` (a model
+    call does not know its run's tenant: each tenant's runs use their own agent)."""
+
+    def call(request: ModelRequest) -> ModelResponse:
+        started = time.time()
+        time.sleep(CALL_S)
+        with open(os.environ["BUDGET_TEST_CALL_LOG"], "a") as log:
+            log.write(f"{label} {started} {time.time()}\n")
+        return ModelResponse.final("called")
+
+    return Agent(ScriptedModel(responder=call), SHARED_MODEL)
+
+
+TETHER_AGENTS |= {f"sharecall-{label}": (lambda label=label: _labelled(label)) for label in "ab"}

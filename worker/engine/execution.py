@@ -25,7 +25,7 @@ from tether.errors import (
     RunInterrupted,
 )
 from tether.runs.contract import RunRequest
-from tether.runs.limits.gate import budget_waits
+from tether.runs.limits.gate import budget_tenant, budget_waits
 from tether.runs.usage.base import has_tokens
 from tether.runtime.agent import Agent
 from tether.runtime.session import AgentSession
@@ -86,9 +86,11 @@ def execute(d: DrainState, session: AgentSession, request: RunRequest, agent: Ag
     d.services.guard.watch(d.lease, request.run_id, time.time() + run.timeout_s)
     notice = WaitNotice(d.services.runs, request.ref, time.monotonic() + run.timeout_s)
     listening = budget_waits.set(notice)
+    sharing = budget_tenant.set(request.tenant)
     try:
         record, pending = _ended(run)
     finally:
+        budget_tenant.reset(sharing)
         budget_waits.reset(listening)
         notice.done()
     saved = run.checkpointer is not None and run.checkpointer.saved

@@ -79,7 +79,27 @@ def apply_one(d: DrainState, run_id: str) -> Outcome:
         return Outcome.DONE
     if _over_rate(d, request):
         return Outcome.ABORT
+    if _leaves_to_others(d, request, agent):
+        return Outcome.HANDOVER
     return _attempted(d, view, request, agent, attempts)
+
+
+def _leaves_to_others(d: DrainState, request: RunRequest, agent: Agent) -> bool:
+    """Put the begun run back, unstarted and uncounted, when another tenant is owed the next
+    turn of its model's shared limit and its own tenant already has a call waiting for it
+    (:mod:`tether.worker.engine.turns`): the worker goes on to its next message, which may
+    be the owed tenant's run. The hand-over wakes the session behind its queue's messages."""
+    turns = d.services.model_turns
+    if turns is None or not turns.leave(request.tenant, request.session_id, agent.model_name):
+        return False
+    log.info(
+        "run %s put back in its queue: another tenant is owed the next turn of model %r, and "
+        "tenant %r already has a call waiting for it",
+        request.run_id, agent.model_name, request.tenant,
+    )  # fmt: skip
+    d.services.runs.hand_back(request.ref)
+    metrics.run_deferred("model_share")
+    return True
 
 
 def _over_rate(d: DrainState, request: RunRequest) -> bool:

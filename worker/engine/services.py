@@ -42,6 +42,7 @@ from tether.worker.engine.claim import Claimer, SequentialClaimer
 from tether.worker.engine.claim_redis import RedisClaimer
 from tether.worker.engine.deltas import DeltaPublisher
 from tether.worker.engine.guard import NoGuard, RunGuard
+from tether.worker.engine.turns import ModelTurns
 
 
 @dataclass
@@ -77,6 +78,9 @@ class EngineServices:
     on_finished: Callable[[RunRequest, RunResult], None] | None = None
     """Told of every run the drain finished, after its result is committed (the Celery worker
     sends its webhook); its errors are logged, never raised."""
+    model_turns: ModelTurns | None = None
+    """Whether a run about to start should leave its worker to another tenant owed the next
+    turn of a shared model limit (:mod:`tether.worker.engine.turns`); None: no model limits."""
     claimer: Claimer | None = None
     """Claim-and-begin in one round trip (:mod:`tether.worker.engine.claim`); None: the same steps
     as separate calls on ``runs``, ``leases`` and ``checkpoints``."""
@@ -109,7 +113,7 @@ def build_services(
     )
     runs = RedisRunQueue(client, keys, result_ttl_s=settings.result_ttl_s)
     head_cache = _head_cache(client, keys, settings, store)
-    registry = _registry(client, keys, settings)
+    registry, model_turns = _registry(client, keys, settings)
     deltas = _deltas(client, keys, settings)
     return EngineServices(
         settings=settings,
@@ -132,6 +136,7 @@ def build_services(
         archive_batch_events=settings.archive_batch_events,
         claimer=RedisClaimer(client, keys, runs, head_cache=head_cache is not None),
         head_cache=head_cache,
+        model_turns=model_turns,
     )
 
 
@@ -152,15 +157,18 @@ def _head_cache(
     return head_cache
 
 
-def _registry(client: redis.Redis, keys: RedisKeys, settings: Settings) -> AgentRegistry:
+def _registry(
+    client: redis.Redis, keys: RedisKeys, settings: Settings
+) -> tuple[AgentRegistry, ModelTurns | None]:
     """The configured agents, their models behind the fleet-wide budget when
-    ``TETHER_MODEL_LIMITS`` sets one."""
+    ``TETHER_MODEL_LIMITS`` sets one, and the drain's check of the tenants' turns at it."""
     registry = AgentRegistry.default(settings.agent_modules)
     limits = settings.limits()
-    if limits.root:  # only then does a model call cost a round trip (to its budget)
-        budget = RedisModelBudget(client, keys)
-        registry.wrap_models(lambda model: BudgetedModel(model, budget, limits))
-    return registry
+    if not limits.root:  # only then does a model call cost a round trip (to its budget)
+        return registry, None
+    budget = RedisModelBudget(client, keys)
+    registry.wrap_models(lambda model: BudgetedModel(model, budget, limits))
+    return registry, ModelTurns(budget, limits)
 
 
 def _deltas(client: redis.Redis, keys: RedisKeys, settings: Settings) -> DeltaPublisher | None:

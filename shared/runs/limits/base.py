@@ -1,5 +1,6 @@
-"""The model-budget seam: admit a model call under its model's fleet-wide limits, settle it with
-the tokens it really used, and pause a model for everyone after a 429.
+"""The model-budget seam: admit a model call under its model's fleet-wide limits and its tenant's
+fair share of them, settle it with the tokens it really used, and pause a model for everyone
+after a 429.
 
 Members: :class:`~tether.runs.limits.memory.InMemoryModelBudget` (one process) and
 :class:`~tether.runs.limits.redis.RedisModelBudget` (the fleet); both pass
@@ -11,9 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
+from tether.runs.limits.shares import DEFAULT_TENANT
 from tether.settings.limits import ModelLimit
 
-WaitReason = Literal["paused", "concurrency", "requests", "tokens"]
+#: Why a call waits: a 429's pause, no free slot, the requests or tokens rate, or another
+#: tenant's turn in the fair share (:mod:`~tether.runs.limits.shares`).
+WaitReason = Literal["paused", "concurrency", "requests", "tokens", "share"]
 
 
 @dataclass(frozen=True)
@@ -29,9 +33,25 @@ class Admission:
 class ModelBudget(Protocol):
     """Fleet-wide admission of model calls."""
 
-    def admit(self, model: str, limit: ModelLimit, token: str, tokens: int) -> Admission:
-        """Admit one call of ``model`` estimated at ``tokens`` tokens, holding a concurrency
-        slot under ``token`` (unique per call) until :meth:`settle`; or say how long to wait."""
+    def admit(
+        self,
+        model: str,
+        limit: ModelLimit,
+        token: str,
+        tokens: int,
+        *,
+        tenant: str = DEFAULT_TENANT,
+    ) -> Admission:
+        """Admit one call of ``tenant`` to ``model`` estimated at ``tokens`` tokens, holding a
+        concurrency slot under ``token`` (unique per call) until :meth:`settle`; or say how
+        long to wait. A refused call counts as waiting for its tenant's fair share until it
+        is admitted (or stops asking)."""
+
+    def leaves_to_others(self, model: str, limit: ModelLimit, tenant: str) -> bool:
+        """True when ``tenant`` should leave a free worker to another tenant rather than start
+        one more run calling ``model``: another tenant has a call waiting that goes before
+        ``tenant``'s next, and ``tenant`` already has a call waiting to take that turn
+        (:mod:`~tether.runs.limits.shares`). Changes nothing."""
 
     def settle(self, model: str, limit: ModelLimit, token: str, token_delta: int) -> None:
         """The call ``token`` ended: free its slot, and charge (or credit) the tokens it used

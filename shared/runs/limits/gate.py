@@ -12,7 +12,8 @@ inside one process, hidden from the fleet, while every other worker kept sending
 
 While a call waits, :data:`budget_waits` (set by the worker for the run it executes) hears the
 reason, then ``None`` once admitted: the worker shows "waiting for model budget" and counts it;
-its lease keeper keeps the lease meanwhile.
+its lease keeper keeps the lease meanwhile. :data:`budget_tenant` (set by the worker too) names
+the tenant whose fair share of the limit the call takes (:mod:`~tether.runs.limits.shares`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from tether.models.base import (
     billed_usage,
 )
 from tether.runs.limits.base import ModelBudget, WaitReason
+from tether.runs.limits.shares import DEFAULT_TENANT
 from tether.settings.limits import ModelLimits
 
 #: A 429 without ``Retry-After`` pauses the model this long.
@@ -52,6 +54,10 @@ WaitHook = Callable[[WaitReason | None], None]
 #: The hook of the run being executed on this thread (None: nobody listens).
 budget_waits: contextvars.ContextVar[WaitHook | None] = contextvars.ContextVar(
     "tether_budget_waits", default=None
+)
+#: The tenant of the run being executed on this thread, whose fair share its calls take.
+budget_tenant: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "tether_budget_tenant", default=DEFAULT_TENANT
 )
 
 
@@ -157,9 +163,10 @@ class BudgetedModel:
         limit = self._limits.for_model(model)
         assert limit is not None
         hook = budget_waits.get()
+        tenant = budget_tenant.get()
         waited = False
         while True:
-            answer = self._budget.admit(model, limit, token, estimate)
+            answer = self._budget.admit(model, limit, token, estimate, tenant=tenant)
             if answer.admitted:
                 if waited and hook is not None:
                     hook(None)
