@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from tether.runs.queue.base import DONE_MAX_LEN
+
 RESULTS = Path(__file__).resolve().parent / "results"
 DAY_S = 86_400
 MONTH_DAYS = 30
@@ -60,32 +62,46 @@ class Load:
 
 
 def _kind_class(kind: str, row: dict[str, float]) -> str:
-    """run (one per run, lives TETHER_RESULT_TTL_S), stream (a session's live events), session
-    (one per session, no TTL), transient (one per session, a short TTL), fixed (the rest)."""
+    """What a kind of key grows with:
+
+    - ``run``: one key per run, living TETHER_RESULT_TTL_S (the run record and its companions);
+    - ``tenant_day``: a tenant's day, one member per run (the run ids its usage counted), living
+      its own TTL;
+    - ``feed``: a completion stream, one entry per run, capped at ``DONE_MAX_LEN`` entries;
+    - ``stream``: a session's live events;
+    - ``session``: one key per session, no TTL;
+    - ``transient``: one key per session with a TTL, rewritten by each run;
+    - ``fixed``: the rest (the broker's bindings, worker presence)."""
     if "<run>" in kind:
         return "run"
+    if "<day>:runs" in kind:
+        return "tenant_day"
+    if kind.endswith((":done", "{~done}")):
+        return "feed"
     if "<session>" in kind and kind.endswith(":events"):
         return "stream"
     if "<session>" in kind:
-        return "transient" if row["with_ttl"] == row["keys"] else "session"
+        return "transient" if row["with_ttl"] > 0 else "session"
     return "fixed"
 
 
 def redis_memory(measured: dict[str, Any], load: Load) -> dict[str, Any]:
     """Bytes per unit of each class, measured, and what the load holds resident."""
     runs, sessions = measured["runs_total"], measured["sessions_total"]
-    per: dict[str, float] = {"run": 0.0, "stream": 0.0, "session": 0.0, "fixed": 0.0}
+    per: dict[str, float] = dict.fromkeys(("run", "stream", "session", "feed", "fixed"), 0.0)
     transient: list[tuple[str, float, float]] = []  # kind, bytes per key, ttl
+    tenant_day = 0.0  # bytes held by one day's runs, with their TTL
     for kind, row in measured["redis_census"].items():
         cls = _kind_class(kind, row)
         if cls == "transient":
             transient.append((kind, row["bytes"] / row["keys"], row["max_ttl_s"]))
-        elif cls == "run":
-            per["run"] += row["bytes"] / runs
-        elif cls in ("stream", "session"):
-            per[cls] += row["bytes"] / (runs if cls == "stream" else sessions)
-        else:
+        elif cls == "tenant_day":
+            days = max(1.0, math.ceil(row["max_ttl_s"] / DAY_S))
+            tenant_day += load.runs_per_day * days * row["bytes"] / runs
+        elif cls == "fixed":
             per["fixed"] += row["bytes"]
+        else:
+            per[cls] += row["bytes"] / (sessions if cls == "session" else runs)
     runs_per_session_day = load.runs_per_day / load.sessions
     resident = {
         "run": load.runs_per_day * load.result_ttl_days * per["run"],
@@ -94,6 +110,8 @@ def redis_memory(measured: dict[str, Any], load: Load) -> dict[str, Any]:
         "transient": sum(
             min(load.sessions, load.mean_rate * max(ttl, 1.0)) * size for _k, size, ttl in transient
         ),
+        "tenant_day": tenant_day,
+        "feed": min(load.runs_per_day * load.result_ttl_days, DONE_MAX_LEN) * per["feed"],
         "fixed": per["fixed"],
     }
     return {"bytes_per": per, "transient": transient, "resident": resident}
@@ -256,8 +274,12 @@ def redis_rows(r: dict[str, Any], label: str, load: Load) -> list[str]:
         f"{_n(per['stream'])} B | {_gb(res['stream'])} |",
         f"| Redis memory, per-session keys | sessions x {_n(per['session'])} B "
         f"| {_gb(res['session'])} |",
-        f"| Redis memory, short-TTL keys | min(sessions, runs/s x TTL) x bytes/key, per kind "
-        f"| {_gb(res['transient'])} |",
+        f"| Redis memory, keys with a TTL rewritten by each run | min(sessions, runs/s x TTL) x "
+        f"bytes/key, per kind | {_gb(res['transient'])} |",
+        f"| Redis memory, the run ids a tenant's usage counted | runs/day x TTL days x bytes/run "
+        f"| {_gb(res['tenant_day'])} |",
+        f"| Redis memory, completion feeds | min(runs kept, {DONE_MAX_LEN:,}) x "
+        f"{_n(per['feed'])} B per feed pair | {_gb(res['feed'])} |",
         f"| **Redis memory, total ({label})** | the sum | **{_gb(r['total_bytes'])}** |",
         f"| Redis shards for memory ({label}) | total / {load.shard_data_gb:g} GB per shard "
         f"| **{r['shards_for_memory']}** |",

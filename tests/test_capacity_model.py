@@ -51,9 +51,12 @@ def _document() -> dict[str, Any]:
         "t:{d/<session>}:meta": {"keys": 10, "bytes": 3_000, "with_ttl": 0},
         "t:{d/<session>}:head": {"keys": 10, "bytes": 20_000, "with_ttl": 10},
         "t:{~done}": {"keys": 1, "bytes": 7_000, "with_ttl": 0},
+        "t:{~usage/<tenant>}:<day>:runs": {"keys": 1, "bytes": 4_000, "with_ttl": 1},
+        "t-celery:_kombu.binding.t": {"keys": 1, "bytes": 200, "with_ttl": 0},
     }
     for row in census.values():
         row["max_ttl_s"] = 60.0 if row["with_ttl"] else -0.001
+    census["t:{~usage/<tenant>}:<day>:runs"]["max_ttl_s"] = 172_790.0  # about 2 days
     return {
         "measured": {
             "workloads": {"assistant": workload},
@@ -78,7 +81,10 @@ def test_every_figure_is_its_formula_over_the_measured_costs() -> None:
     assert math.isclose(redis["resident"]["stream"], 1_000_000 * 8.64 * 30 * 3_000)
     assert redis["resident"]["session"] == 1_000_000 * 300  # :meta, no TTL
     assert math.isclose(redis["resident"]["transient"], 100 * 60 * 2_000)  # runs/s x TTL x B
-    assert redis["resident"]["fixed"] == 7_000
+    # completion feeds: 70 B a run, capped at DONE_MAX_LEN entries; usage ids: 40 B a run, 2 days
+    assert math.isclose(redis["resident"]["feed"], 100_000 * 70)
+    assert math.isclose(redis["resident"]["tenant_day"], 8_640_000 * 2 * 40)
+    assert redis["resident"]["fixed"] == 200
     one_day = result["redis_one_day"]["resident"]
     assert math.isclose(one_day["run"], 8_640_000 * 2_000)
     assert redis["shards_for_memory"] == math.ceil(redis["total_bytes"] / 25e9)
@@ -103,7 +109,12 @@ def test_the_page_gives_each_figure_with_its_formula(tmp_path: Path) -> None:
         "duration_s": 60.0,
         "load_average_1m_start": 3.5,
         "uptime": "3.5 3.0 2.0 1/100 1",
-        "machine": {"cpu_count": 2, "cpu_model": "x", "load_average_1m_end": 4.0, "git_commit": "c"},
+        "machine": {
+            "cpu_count": 2,
+            "cpu_model": "x",
+            "load_average_1m_end": 4.0,
+            "git_commit": "c",
+        },
     }
     (tmp_path / "capacity.json").write_text(json.dumps(document))
     assert capacity_report.main(["--results", str(tmp_path)]) == 0
