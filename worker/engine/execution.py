@@ -86,9 +86,12 @@ def execute(d: DrainState, session: AgentSession, request: RunRequest, agent: Ag
     d.services.guard.watch(d.lease, request.run_id, time.time() + run.timeout_s)
     notice = WaitNotice(d.services.runs, request.ref, time.monotonic() + run.timeout_s)
     listening = budget_waits.set(notice)
+    # its TOOL_CALL and STEP_END events wait for the checkpoint marked right after them
+    d.publisher.marking = run.checkpointer is not None and d.services.step_marks is not None
     try:
         record, pending = _ended(run)
     finally:
+        d.publisher.marking = False
         budget_waits.reset(listening)
         notice.done()
     saved = run.checkpointer is not None and run.checkpointer.saved

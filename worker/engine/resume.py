@@ -21,6 +21,7 @@ from tether.core.memory import MemorySnapshot
 from tether.core.snapshot import SessionSnapshot
 from tether.errors import InvalidInput, TetherError
 from tether.persistence.stores.base import StoredSnapshot
+from tether.persistence.streams.redis import StreamMark
 from tether.runs.contract import RunRequest
 from tether.runs.leases.base import Lease
 from tether.runs.rerun import rerun_mark
@@ -241,9 +242,9 @@ class Checkpointer:
         self.failed: TetherError | None = None
 
     def __call__(self) -> None:
-        """Flush the run's events, then record how far they go (a failure stops the run)."""
-        self._publisher.flush()
-        if self._publisher.failed is not None or self.failed is not None:
+        """Flush the run's events, then record how far they go (a failure stops the run): in
+        one script when the services mark checkpoints with the stream's appends."""
+        if self.failed is not None:
             return
         checkpoint = Checkpoint(
             run_id=self._run_id,
@@ -251,8 +252,19 @@ class Checkpointer:
             base_seq=self._base_seq,
             last_seq=self._session.last_seq,
         )
+        services = self._services
+        if services.step_marks is not None:
+            mark = StreamMark(
+                self._run_id, checkpoint.model_dump_json(), services.settings.result_ttl_s
+            )
+            if self._publisher.flush_marked(services.step_marks, mark):
+                self.saved = True
+                return
+        self._publisher.flush()
+        if self._publisher.failed is not None:
+            return
         try:
-            self._services.checkpoints.save(self._lease.tenant, self._lease.session_id, checkpoint)
+            services.checkpoints.save(self._lease.tenant, self._lease.session_id, checkpoint)
         except TetherError as exc:
             log.warning("checkpoint of run %s failed: %s", self._run_id, exc)
             self.failed = exc

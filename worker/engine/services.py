@@ -36,7 +36,7 @@ from tether.runs.queue.base import RunQueue
 from tether.runs.queue.redis import RedisRunQueue
 from tether.runtime.registry import AgentRegistry
 from tether.settings import Settings, load_settings
-from tether.worker.engine.checkpoints.base import CheckpointStore
+from tether.worker.engine.checkpoints.base import CheckpointStore, MarkingStream
 from tether.worker.engine.checkpoints.redis import RedisCheckpointStore
 from tether.worker.engine.claim import Claimer, SequentialClaimer
 from tether.worker.engine.claim_redis import RedisClaimer
@@ -77,6 +77,11 @@ class EngineServices:
     on_finished: Callable[[RunRequest, RunResult], None] | None = None
     """Told of every run the drain finished, after its result is committed (the Celery worker
     sends its webhook); its errors are logged, never raised."""
+    step_marks: MarkingStream | None = None
+    """The stream that also records step checkpoints, each with the events before it in one
+    script (one round trip, one AOF write per step boundary): ``stream`` itself when it and
+    ``checkpoints`` are on one Redis with the same keys (what :func:`build_services` builds);
+    None: an append, then ``checkpoints.save``."""
     claimer: Claimer | None = None
     """Claim-and-begin in one round trip (:mod:`tether.worker.engine.claim`); None: the same steps
     as separate calls on ``runs``, ``leases`` and ``checkpoints``."""
@@ -111,18 +116,17 @@ def build_services(
     head_cache = _head_cache(client, keys, settings, store)
     registry = _registry(client, keys, settings)
     deltas = _deltas(client, keys, settings)
+    stream = RedisEventStream(
+        client, keys=keys, max_len=settings.stream_max_len, retention_s=settings.stream_retention_s
+    )
     return EngineServices(
         settings=settings,
         deltas=deltas,
         runs=runs,
         store=store,
         archive=archive,
-        stream=RedisEventStream(
-            client,
-            keys=keys,
-            max_len=settings.stream_max_len,
-            retention_s=settings.stream_retention_s,
-        ),
+        stream=stream,
+        step_marks=stream,
         leases=RedisLeaseManager(client, keys=keys),
         checkpoints=RedisCheckpointStore(client, keys, ttl_s=settings.result_ttl_s),
         registry=registry,
