@@ -98,9 +98,12 @@ class TetherSide:
                 self.broker.close()
 
 
-def start_tether(name: str, data_dir: Path, log_dir: Path, *, split_broker: bool) -> TetherSide:
+def start_tether(
+    name: str, data_dir: Path, log_dir: Path, *, split_broker: bool, tree: Path | None = None
+) -> TetherSide:
     """A Tether side: the state Redis with its AOF in ``data_dir`` (fsync at every write), the
-    store in ``data_dir/store``, the broker on the state Redis or on a Redis of its own."""
+    store in ``data_dir/store``, the broker on the state Redis or on a Redis of its own;
+    ``tree``: the worker imports ``tether`` from that directory (see ``--base-tree``)."""
     redis_dir = data_dir / f"{name}-redis"
     redis_dir.mkdir(parents=True)
     state = RedisServer(unix_socket=False, extra_config={**DURABLE_REDIS, "dir": str(redis_dir)})
@@ -117,7 +120,9 @@ def start_tether(name: str, data_dir: Path, log_dir: Path, *, split_broker: bool
             "TETHER_STORE_URL": store_url,
             "TETHER_QUEUE": "p20",
             "TETHER_AGENT_MODULES": json.dumps([AGENT_MODULE]),
-            "PYTHONPATH": str(REPO_ROOT) + (os.pathsep + path if path else ""),
+            "PYTHONPATH": os.pathsep.join(
+                [*([str(tree)] if tree else []), str(REPO_ROOT), *([path] if path else [])]
+            ),
             "PYTHONUNBUFFERED": "1",
         }
     )
@@ -192,8 +197,11 @@ def alternate(sides: dict[str, Side], reps: int, warmup: int) -> dict[str, list[
 
 
 @contextlib.contextmanager
-def started_sides(base_dir: Path, variants: list[str]) -> Iterator[dict[str, Side]]:
-    """Every side, started in one fresh directory of ``base_dir``; stopped after."""
+def started_sides(
+    base_dir: Path, variants: list[str], base_tree: Path | None = None
+) -> Iterator[dict[str, Side]]:
+    """Every side, started in one fresh directory of ``base_dir``; stopped after. A variant
+    ending in ``-base`` runs its worker on ``base_tree``."""
     data_dir = Path(tempfile.mkdtemp(prefix="tether-p20-", dir=base_dir))
     log_dir = data_dir / "logs"
     log_dir.mkdir()
@@ -201,7 +209,12 @@ def started_sides(base_dir: Path, variants: list[str]) -> Iterator[dict[str, Sid
     sides: dict[str, Side] = {}
     try:
         for variant in variants:
-            side = start_tether(variant, data_dir, log_dir, split_broker=variant.endswith("split"))
+            base = variant.endswith("-base")
+            if base and base_tree is None:
+                raise SystemExit(f"variant {variant} needs --base-tree")
+            split = variant.removesuffix("-base").endswith("split")
+            tree = base_tree if base else None
+            side = start_tether(variant, data_dir, log_dir, split_broker=split, tree=tree)
             closers.append(side.close)
             sides[variant] = side.run
         for peer in ("dbos", "langgraph"):
@@ -280,9 +293,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default="tether,tether-split")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--name", default="p20")
+    parser.add_argument(
+        "--base-tree",
+        type=Path,
+        help="a directory holding another build's `tether` package (e.g. main's, laid out by "
+        "`git archive`): the variants ending in -base run their worker on it, for a before/after "
+        "in one run",
+    )
     args = parser.parse_args(argv)
     load_start = round(os.getloadavg()[0], 2)
-    with started_sides(args.dir, args.variants.split(",")) as sides:
+    with started_sides(args.dir, args.variants.split(","), args.base_tree) as sides:
         times = alternate(sides, args.reps, args.warmup)
     disk = subprocess.run(
         ["df", "--output=source", str(args.dir)], capture_output=True, text=True
