@@ -99,7 +99,13 @@ class TetherSide:
 
 
 def start_tether(
-    name: str, data_dir: Path, log_dir: Path, *, split_broker: bool, tree: Path | None = None
+    name: str,
+    data_dir: Path,
+    log_dir: Path,
+    *,
+    split_broker: bool,
+    tree: Path | None = None,
+    deltas: bool = True,
 ) -> TetherSide:
     """A Tether side: the state Redis with its AOF in ``data_dir`` (fsync at every write), the
     store in ``data_dir/store``, the broker on the state Redis or on a Redis of its own;
@@ -124,6 +130,7 @@ def start_tether(
                 [*([str(tree)] if tree else []), str(REPO_ROOT), *([path] if path else [])]
             ),
             "PYTHONUNBUFFERED": "1",
+            **({} if deltas else {"TETHER_DELTA_MAX_LEN": "0"}),
         }
     )
     fleet = WorkerFleet(env, log_dir, count=1, queue="p20", prefix=name).start()
@@ -200,8 +207,10 @@ def alternate(sides: dict[str, Side], reps: int, warmup: int) -> dict[str, list[
 def started_sides(
     base_dir: Path, variants: list[str], base_tree: Path | None = None
 ) -> Iterator[dict[str, Side]]:
-    """Every side, started in one fresh directory of ``base_dir``; stopped after. A variant
-    ending in ``-base`` runs its worker on ``base_tree``."""
+    """Every side, started in one fresh directory of ``base_dir``; stopped after. A Tether
+    variant is ``tether[-split][-nodeltas][-base]``: ``split`` puts the broker on a Redis of its
+    own, ``nodeltas`` turns live pieces off (``TETHER_DELTA_MAX_LEN=0``), ``base`` runs the
+    worker on ``base_tree``."""
     data_dir = Path(tempfile.mkdtemp(prefix="tether-p20-", dir=base_dir))
     log_dir = data_dir / "logs"
     log_dir.mkdir()
@@ -212,9 +221,16 @@ def started_sides(
             base = variant.endswith("-base")
             if base and base_tree is None:
                 raise SystemExit(f"variant {variant} needs --base-tree")
-            split = variant.removesuffix("-base").endswith("split")
+            parts = variant.split("-")
             tree = base_tree if base else None
-            side = start_tether(variant, data_dir, log_dir, split_broker=split, tree=tree)
+            side = start_tether(
+                variant,
+                data_dir,
+                log_dir,
+                split_broker="split" in parts,
+                tree=tree,
+                deltas="nodeltas" not in parts,
+            )
             closers.append(side.close)
             sides[variant] = side.run
         for peer in ("dbos", "langgraph"):
