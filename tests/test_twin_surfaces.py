@@ -104,6 +104,7 @@ ALLOWED = {
     # the asyncio stream is the producers' follower: workers append and trim, and read whole
     # views, on the blocking client (and only its writes take retention options)
     ("RedisEventStream", "append"): "writer side",
+    ("RedisEventStream", "append_marked"): "writer side: a worker's step boundary",
     ("RedisEventStream", "trim"): "writer side",
     ("RedisEventStream", "read"): "writer side",
     ("RedisEventStream", "__init__"): "writer side: max_len, retention_s",

@@ -166,6 +166,17 @@ class AgentSession(SessionMemoryOps):
         with self._lock:
             return list(self._events)
 
+    def events_after(self, seq: int) -> list[AgentEvent] | None:
+        """The held events after ``seq``, oldest first, read from the end (cheap for a few);
+        None when the log held here no longer reaches back to ``seq``."""
+        with self._lock:
+            newer: list[AgentEvent] = []
+            for event in reversed(self._events):
+                if event.seq <= seq:
+                    return newer[::-1]
+                newer.append(event)
+            return None
+
     @property
     def listeners(self) -> tuple[Listener, ...]:
         """The listeners called with every event."""

@@ -127,6 +127,8 @@ def worker_runtime(
         wake=lambda tenant, session_id: None,
         archive_batch_events=archive_batch_events,
         head_cache=None if backends.head_cache is None else wrap(backends.head_cache),
+        # as build_services: on Redis, a step's events and its checkpoint go in one script
+        step_marks=wrap(backends.stream) if isinstance(backends.stream, RedisEventStream) else None,
     )
 
 

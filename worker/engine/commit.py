@@ -51,11 +51,12 @@ from tether.persistence.saving import (
 )
 from tether.persistence.stores.base import SnapshotStore
 from tether.persistence.streams.base import EventStream
+from tether.persistence.streams.redis import StreamMark
 from tether.runs.contract import RunResult
 from tether.runs.leases.base import Lease
 from tether.runs.queue.base import IdleRelease, SessionQueue
 from tether.runtime.session import AgentSession
-from tether.worker.engine.checkpoints.base import CheckpointStore
+from tether.worker.engine.checkpoints.base import CheckpointStore, MarkingStream
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,11 @@ def probe(ctx: StepContext) -> None:
 _FLUSH_ON = frozenset(
     {EventType.MODEL_REQUEST, EventType.TOOL_CALL, EventType.STEP_END, EventType.ERROR}
 )
-
+#: What a run whose checkpoints go with the stream's appends flushes itself: the loop marks a
+#: checkpoint right after each TOOL_CALL batch and each STEP_END but the last (see
+#: :mod:`tether.runtime.loop`), and that mark's one script appends them (the last STEP_END goes
+#: with the commit's ``stream_flush``).
+_FLUSH_ON_MARKED = frozenset({EventType.MODEL_REQUEST, EventType.ERROR})
 
 #: ``backfill(after_seq, before_seq)``: the committed events strictly between the two.
 Backfill = Callable[[int, int], list[AgentEvent]]
@@ -137,10 +142,13 @@ class StreamPublisher:
         self._backfill = backfill
         self._buffer: list[AgentEvent] = []
         self.failed: TetherError | None = None
+        self.marking = False
+        """A run whose checkpoints go with the appends is executing: its TOOL_CALL and STEP_END
+        events wait for the checkpoint the loop marks right after them (:meth:`flush_marked`)."""
 
     def __call__(self, event: AgentEvent) -> None:
         self._buffer.append(event)
-        if event.type in _FLUSH_ON:
+        if event.type in (_FLUSH_ON_MARKED if self.marking else _FLUSH_ON):
             self.flush()
 
     def flush(self) -> None:
@@ -156,6 +164,26 @@ class StreamPublisher:
         except TetherError as exc:
             log.warning("stream append failed for %s: %s", self._lease.session_id, exc)
             self.failed = exc
+
+    def flush_marked(self, stream: MarkingStream, mark: StreamMark) -> bool:
+        """Append buffered events and record ``mark`` in the same script (one round trip); True
+        when both were written. A stream that lacks events before the batch (see
+        :meth:`_missing`) gets them the usual way and the mark is left to the caller (False);
+        a failure is remembered as :meth:`flush` does (False)."""
+        if self.failed is not None:
+            return False
+        batch, self._buffer = self._buffer, []
+        lease = self._lease
+        try:
+            stream.append_marked(lease.tenant, lease.session_id, batch, lease.fence, mark)
+            return True
+        except StreamGap:
+            self._buffer = [*batch, *self._buffer]
+            self.flush()
+        except TetherError as exc:
+            log.warning("stream append failed for %s: %s", lease.session_id, exc)
+            self.failed = exc
+        return False
 
     def _append(self, events: list[AgentEvent]) -> None:
         self._stream.append(self._lease.tenant, self._lease.session_id, events, self._lease.fence)

@@ -87,9 +87,12 @@ def execute(d: DrainState, session: AgentSession, request: RunRequest, agent: Ag
     notice = WaitNotice(d.services.runs, request.ref, time.monotonic() + run.timeout_s)
     listening = budget_waits.set(notice)
     sharing = budget_tenant.set(request.tenant)
+    # its TOOL_CALL and STEP_END events wait for the checkpoint marked right after them
+    d.publisher.marking = run.checkpointer is not None and d.services.step_marks is not None
     try:
         record, pending = _ended(run)
     finally:
+        d.publisher.marking = False
         budget_tenant.reset(sharing)
         budget_waits.reset(listening)
         notice.done()

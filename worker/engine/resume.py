@@ -21,6 +21,7 @@ from tether.core.memory import MemorySnapshot
 from tether.core.snapshot import SessionSnapshot
 from tether.errors import InvalidInput, TetherError
 from tether.persistence.stores.base import StoredSnapshot
+from tether.persistence.streams.redis import StreamMark
 from tether.runs.contract import RunRequest
 from tether.runs.leases.base import Lease
 from tether.runs.rerun import rerun_mark
@@ -220,7 +221,13 @@ def _restore_announcement(event: AgentEvent, base_seq: int) -> bool:
 
 
 class Checkpointer:
-    """The loop's checkpoint hook for one run of a drain."""
+    """The loop's checkpoint hook for one run of a drain.
+
+    A boundary whose only new events since the last checkpoint are ``STEP_END`` writes nothing:
+    the checkpoint after the step's last tool result already holds every call and result, and a
+    run resumed from it closes the step again (see :func:`tether.runtime.loop._resume`). So a
+    tool step costs two writes (calls recorded, result), not three.
+    """
 
     def __init__(
         self,
@@ -239,11 +246,19 @@ class Checkpointer:
         self._base_seq = base_seq
         self.saved = False
         self.failed: TetherError | None = None
+        self._saved_seq: int | None = None
+
+    def _only_step_ends_since_saved(self) -> bool:
+        """Whether every event after the last saved checkpoint is a ``STEP_END``."""
+        if self._saved_seq is None:
+            return False
+        newer = self._session.events_after(self._saved_seq)
+        return bool(newer) and all(e.type is EventType.STEP_END for e in newer or ())
 
     def __call__(self) -> None:
-        """Flush the run's events, then record how far they go (a failure stops the run)."""
-        self._publisher.flush()
-        if self._publisher.failed is not None or self.failed is not None:
+        """Flush the run's events, then record how far they go (a failure stops the run): in
+        one script when the services mark checkpoints with the stream's appends."""
+        if self.failed is not None or self._only_step_ends_since_saved():
             return
         checkpoint = Checkpoint(
             run_id=self._run_id,
@@ -251,10 +266,21 @@ class Checkpointer:
             base_seq=self._base_seq,
             last_seq=self._session.last_seq,
         )
+        services = self._services
+        if services.step_marks is not None:
+            mark = StreamMark(
+                self._run_id, checkpoint.model_dump_json(), services.settings.result_ttl_s
+            )
+            if self._publisher.flush_marked(services.step_marks, mark):
+                self.saved, self._saved_seq = True, checkpoint.last_seq
+                return
+        self._publisher.flush()
+        if self._publisher.failed is not None:
+            return
         try:
-            self._services.checkpoints.save(self._lease.tenant, self._lease.session_id, checkpoint)
+            services.checkpoints.save(self._lease.tenant, self._lease.session_id, checkpoint)
         except TetherError as exc:
             log.warning("checkpoint of run %s failed: %s", self._run_id, exc)
             self.failed = exc
             return
-        self.saved = True
+        self.saved, self._saved_seq = True, checkpoint.last_seq

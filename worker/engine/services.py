@@ -36,7 +36,7 @@ from tether.runs.queue.base import RunQueue
 from tether.runs.queue.redis import RedisRunQueue
 from tether.runtime.registry import AgentRegistry
 from tether.settings import Settings, load_settings
-from tether.worker.engine.checkpoints.base import CheckpointStore
+from tether.worker.engine.checkpoints.base import CheckpointStore, MarkingStream
 from tether.worker.engine.checkpoints.redis import RedisCheckpointStore
 from tether.worker.engine.claim import Claimer, SequentialClaimer
 from tether.worker.engine.claim_redis import RedisClaimer
@@ -81,6 +81,11 @@ class EngineServices:
     model_turns: ModelTurns | None = None
     """Whether a run about to start should leave its worker to another tenant owed the next
     turn of a shared model limit (:mod:`tether.worker.engine.turns`); None: no model limits."""
+    step_marks: MarkingStream | None = None
+    """The stream that also records step checkpoints, each with the events before it in one
+    script (one round trip, one AOF write per step boundary): ``stream`` itself when it and
+    ``checkpoints`` are on one Redis with the same keys (what :func:`build_services` builds);
+    None: an append, then ``checkpoints.save``."""
     claimer: Claimer | None = None
     """Claim-and-begin in one round trip (:mod:`tether.worker.engine.claim`); None: the same steps
     as separate calls on ``runs``, ``leases`` and ``checkpoints``."""
@@ -115,18 +120,17 @@ def build_services(
     head_cache = _head_cache(client, keys, settings, store)
     registry, model_turns = _registry(client, keys, settings)
     deltas = _deltas(client, keys, settings)
+    stream = RedisEventStream(
+        client, keys=keys, max_len=settings.stream_max_len, retention_s=settings.stream_retention_s
+    )
     return EngineServices(
         settings=settings,
         deltas=deltas,
         runs=runs,
         store=store,
         archive=archive,
-        stream=RedisEventStream(
-            client,
-            keys=keys,
-            max_len=settings.stream_max_len,
-            retention_s=settings.stream_retention_s,
-        ),
+        stream=stream,
+        step_marks=stream,
         leases=RedisLeaseManager(client, keys=keys),
         checkpoints=RedisCheckpointStore(client, keys, ttl_s=settings.result_ttl_s),
         registry=registry,

@@ -33,12 +33,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
 
 from tether.core.events import AgentEvent
 from tether.errors import ConfigurationError
+from tether.ids import validate_id
 from tether.keys import RedisKeys
 from tether.persistence.codec import dumps_event, loads_event
 from tether.persistence.lua import load
@@ -66,6 +68,35 @@ RedisEntry = Entry[bytes, bytes]
 #: What :func:`tether.persistence.streams._common.tail_catch_up` answers.
 CaughtUp = tuple[list[RedisEntry], RedisEntry | None, int]
 APPEND = load("stream_append")
+MARK = load("stream_mark")
+
+
+@dataclass(frozen=True)
+class StreamMark:
+    """A run's step checkpoint written with a batch of events (see
+    :meth:`RedisEventStream.append_marked`): ``body`` is the checkpoint's JSON, kept in the
+    session's checkpoint hash under ``run_id`` for ``ttl_s``."""
+
+    run_id: str
+    body: str
+    ttl_s: int
+
+
+def _appended(
+    tenant: str, session_id: str, events: Sequence[AgentEvent], fence: int, raw: Any
+) -> int:
+    """The last seq an append script answered, or its refusal raised."""
+    reply = APPEND.reply(cast(list[Any], raw))
+    status, value = int(reply["code"]), int(reply["value"])
+    if status == 1:
+        raise fenced_out(tenant, session_id, fence, value)
+    if status == 3:
+        raise fence_not_granted(tenant, session_id, fence, value)
+    if status == 2:
+        raise sequence_gap(tenant, session_id, events[0].seq, value)
+    return value
+
+
 #: Stream entries fetched per page while reading backwards, and per blocking read.
 PAGE = 512
 
@@ -186,6 +217,7 @@ class RedisEventStream:
         self._retention_ms = 0 if retention_s is None else retention_s * 1000
         self._where = describe_client(client)
         self._append_script = client.register_script(APPEND.source)
+        self._mark_script = client.register_script(MARK.source)
         self._max_block_ms = max_block_ms(client)
 
     def __repr__(self) -> str:
@@ -203,23 +235,49 @@ class RedisEventStream:
         validate_batch(tenant, session_id, events)
         validate_fence(fence)
         keys = self._keys.session(tenant, session_id)
+        with translate_errors(self._where):
+            raw = self._append_script(
+                keys=APPEND.keys(stream=keys.events, meta=keys.meta, fence=keys.fence),
+                args=self._batch_args(fence, events),
+            )
+        return _appended(tenant, session_id, events, fence, raw)
+
+    def append_marked(
+        self,
+        tenant: str,
+        session_id: str,
+        events: Sequence[AgentEvent],
+        fence: int,
+        mark: StreamMark,
+    ) -> int:
+        """:meth:`append`, and in the same script (one round trip, one write to the AOF) record
+        ``mark`` in the session's step checkpoints, only once the whole batch is appended; an
+        empty batch records it when ``fence`` is current. Raises as :meth:`append` does, having
+        written neither."""
+        validate_batch(tenant, session_id, events)
+        validate_fence(fence)
+        validate_id(mark.run_id, kind="run id")
+        keys = self._keys.session(tenant, session_id)
+        args = self._batch_args(fence, events)
+        with translate_errors(self._where):
+            raw = self._mark_script(
+                keys=MARK.keys(
+                    stream=keys.events,
+                    meta=keys.meta,
+                    fence=keys.fence,
+                    checkpoints=self._keys.checkpoints(tenant, session_id),
+                ),
+                args=[*args[:3], mark.run_id, mark.body, mark.ttl_s, *args[3:]],
+            )
+        return _appended(tenant, session_id, events, fence, raw)
+
+    def _batch_args(self, fence: int, events: Sequence[AgentEvent]) -> list[str | int]:
+        """``fence max_len retention_ms`` and the seq/json pairs of ``events``."""
         args: list[str | int] = [fence, self._max_len or 0, self._retention_ms]
         for ev in events:
             args.append(ev.seq)
             args.append(dumps_event(ev))
-        with translate_errors(self._where):
-            raw = self._append_script(
-                keys=APPEND.keys(stream=keys.events, meta=keys.meta, fence=keys.fence), args=args
-            )
-        reply = APPEND.reply(cast(list[Any], raw))
-        status, value = int(reply["code"]), int(reply["value"])
-        if status == 1:
-            raise fenced_out(tenant, session_id, fence, value)
-        if status == 3:
-            raise fence_not_granted(tenant, session_id, fence, value)
-        if status == 2:
-            raise sequence_gap(tenant, session_id, events[0].seq, value)
-        return value
+        return args
 
     def _newest_first(self, key: str) -> Iterator[RedisEntry]:
         """Entries of ``key`` from the newest, fetched page by page as the caller iterates."""

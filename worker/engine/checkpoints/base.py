@@ -15,9 +15,13 @@ from the head, as ``durability="run"`` always does.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from tether.core.events import AgentEvent
+from tether.persistence.streams.redis import StreamMark
 
 
 class Checkpoint(BaseModel):
@@ -48,3 +52,17 @@ class CheckpointStore(Protocol):
 
     def clear(self, tenant: str, session_id: str, run_id: str) -> None:
         """Forget the run's checkpoint (it committed, or its events are gone)."""
+
+
+class MarkingStream(Protocol):
+    """A stream that appends a batch and records a run's step checkpoint in one script
+    (:meth:`tether.persistence.streams.redis.RedisEventStream.append_marked`)."""
+
+    def append_marked(
+        self,
+        tenant: str,
+        session_id: str,
+        events: Sequence[AgentEvent],
+        fence: int,
+        mark: StreamMark,
+    ) -> int: ...
