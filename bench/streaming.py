@@ -175,6 +175,12 @@ def _commit_ms(client: Any, done_key: str, run_id: str) -> float:
     raise BenchFailure(f"P10f: run {run_id} has no entry in {done_key}")
 
 
+def _done_key(bench: Bench, session_id: str) -> str:
+    """The namespace completion feed's shard the run of ``session_id`` is announced in."""
+    keys, tenant = bench.producer.keys, bench.producer.settings.tenant
+    return keys.done(keys.feed_shard_of(None, tenant, session_id))
+
+
 def _result_at_reader_ms(bench: Bench, session_id: str, streamed: bool) -> tuple[str, float]:
     """Run ``p10-answer``; the wall clock (ms) when the reader had its RunResult: from
     ``RunHandle.stream()`` while it streams, or ``RunHandle.result()`` with no reader."""
@@ -203,14 +209,14 @@ def p10f_result_at_reader(bench: Bench) -> Measure:
     read with ``result()`` alone (alternating)."""
     sz = bench.sizes
     client = redis_from_url(bench.stack.redis_url)
-    done_key = bench.producer.keys.done()
     times: list[list[float]] = [[], []]
     try:
         for n in range(sz.p10_runs + sz.p1_warmup):
             for side in (0, 1) if n % 2 == 0 else (1, 0):
-                run_id, at_ms = _result_at_reader_ms(bench, bench.sid(f"p10f{side}", n), side == 0)
+                sid = bench.sid(f"p10f{side}", n)
+                run_id, at_ms = _result_at_reader_ms(bench, sid, side == 0)
                 if n >= sz.p1_warmup:
-                    times[side].append(at_ms - _commit_ms(client, done_key, run_id))
+                    times[side].append(at_ms - _commit_ms(client, _done_key(bench, sid), run_id))
     finally:
         client.close()
     streamed, alone = Stats.of(times[0]), Stats.of(times[1])

@@ -82,9 +82,15 @@ Namespace-wide keys (each in its own slot, written beside a script, never inside
 
 No tenant's credential writes any namespace-wide key (docs/trust-model.md); workers do:
 
-- ``<p>:{~done}`` (stream): every completion, for observers (the console).
-- ``<p>:{~p:<tenant>/<producer_id>}:done`` (stream): the completions of one producer's runs,
-  each with its result when small. Both feeds keep about one result TTL of entries.
+- ``<p>:{~done:<n>}`` (stream, :data:`DONE_SHARDS` shards): every completion, for observers
+  (the console), in the shard of its session (:meth:`RedisKeys.done_shard_of`): no slot is
+  written by every run. Readers of the whole feed merge the shards; a reader of one session's
+  runs (a canvas wait) reads its one shard. Before layout v2.1 one stream ``<p>:{~done}`` held
+  them all (no longer written or read: see docs/upgrading.md).
+- ``<p>:{~p:<tenant>/<producer_id>:<n>}:done`` (stream, :data:`FEED_SHARDS` shards): the
+  completions of one producer's runs, each with its result when small, in the shard of the
+  run's session; the producer's listener reads every shard (before v2.1: one stream
+  ``<p>:{~p:<tenant>/<producer_id>}:done``). Both feeds keep about one result TTL of entries.
 - ``<p>:{~active:<n>}`` (zset, :data:`ACTIVE_SHARDS` shards): active sessions, member
   ``<tenant>/<session>``, score the last progress (ms), written by workers from their first
   claim of the session until its queue is empty; the sweeper reads every shard.
@@ -132,6 +138,16 @@ RUN_INDEX_SHARDS = 16
 ACTIVE_SHARDS = 16
 #: Shards of each tenant's queued-sessions index (see :meth:`RedisKeys.tenant_queued`).
 QUEUED_SHARDS = 8
+#: Shards of the namespace's completion feed (each its own slot on a cluster).
+DONE_SHARDS = 16
+#: Shards of each producer's completion feed (its listener reads each with its own reader).
+FEED_SHARDS = 8
+
+
+def session_shard(tenant: str, session_id: str, shards: int) -> int:
+    """Which of ``shards`` shards a session's entries of a sharded structure go to (the same
+    session always to the same shard, so its completions stay in order)."""
+    return zlib.crc32(f"{tenant}/{session_id}".encode()) % shards
 
 
 def _glob_escape(text: str) -> str:
@@ -336,10 +352,16 @@ class RedisKeys:
 
     # --- namespace-wide (sharded) ----------------------------------------------------------------
 
-    def done(self) -> str:
-        """The namespace's completion feed, for observers (the console); producers read their
-        own :meth:`producer_done` instead. Its own slot, written beside (never inside) a
-        session script."""
+    def done(self, shard: int) -> str:
+        """Shard ``shard`` (0 <= shard < :data:`DONE_SHARDS`) of the namespace's completion
+        feed, for observers (the console); producers read their own :meth:`producer_done`
+        instead. Each shard its own slot, written beside (never inside) a session script."""
+        if not 0 <= shard < DONE_SHARDS:
+            raise ValueError(f"done shard {shard} out of range 0..{DONE_SHARDS - 1}")
+        return f"{self.prefix}:{{~done:{shard}}}"
+
+    def legacy_done(self) -> str:
+        """The one namespace completion stream of layout v2 (before the shards of v2.1)."""
         return f"{self.prefix}:{{~done}}"
 
     @staticmethod
@@ -347,15 +369,34 @@ class RedisKeys:
         """The name of producer ``producer_id``'s completion feed for ``tenant``'s runs."""
         return f"{validate_tenant(tenant)}/{validate_id(producer_id, kind='producer id')}"
 
-    def feed_stream(self, feed: str | None) -> str:
-        """The stream of completion feed ``feed``: a producer's (:meth:`feed`), or the
+    @staticmethod
+    def feed_shards(feed: str | None) -> int:
+        """How many shards completion feed ``feed`` has: a producer's (:meth:`feed`), or the
         namespace's (None)."""
-        return self.done() if feed is None else self.producer_done(feed)
+        return DONE_SHARDS if feed is None else FEED_SHARDS
 
-    def producer_done(self, feed: str) -> str:
-        """The completion stream of one producer (``feed`` from :meth:`feed`): only its runs,
-        so its cost does not grow with other producers' traffic. Under the tenant's pattern
-        ``<p>:{~p:<tenant>/*``, so an ACL can give a tenant its own feeds and no other's."""
+    @staticmethod
+    def feed_shard_of(feed: str | None, tenant: str, session_id: str) -> int:
+        """The shard of feed ``feed`` that the completions of a session's runs go to."""
+        return session_shard(tenant, session_id, RedisKeys.feed_shards(feed))
+
+    def feed_stream(self, feed: str | None, shard: int) -> str:
+        """Shard ``shard`` of completion feed ``feed``: a producer's (:meth:`feed`), or the
+        namespace's (None)."""
+        return self.done(shard) if feed is None else self.producer_done(feed, shard)
+
+    def producer_done(self, feed: str, shard: int) -> str:
+        """Shard ``shard`` (0 <= shard < :data:`FEED_SHARDS`) of the completion stream of one
+        producer (``feed`` from :meth:`feed`): only its runs, so its cost does not grow with
+        other producers' traffic. Under the tenant's pattern ``<p>:{~p:<tenant>/*``, so an ACL
+        can give a tenant its own feeds and no other's."""
+        if not 0 <= shard < FEED_SHARDS:
+            raise ValueError(f"feed shard {shard} out of range 0..{FEED_SHARDS - 1}")
+        tenant, _, producer_id = feed.partition("/")
+        return f"{self.prefix}:{{~p:{self.feed(tenant, producer_id)}:{shard}}}:done"
+
+    def legacy_producer_done(self, feed: str) -> str:
+        """One producer's one completion stream of layout v2 (before the shards of v2.1)."""
         tenant, _, producer_id = feed.partition("/")
         return f"{self.prefix}:{{~p:{self.feed(tenant, producer_id)}}}:done"
 

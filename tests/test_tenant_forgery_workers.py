@@ -305,7 +305,7 @@ def test_no_tenant_can_write_a_key_shared_with_other_tenants(world: World) -> No
     keys = RedisKeys(NS)
     b = redis_from_url(world.tenant_url("team-b"))
     day = utc_day()
-    shared = [*keys.active_shards(), keys.done(), keys.tenants(), keys.waiting()]
+    shared = [*keys.active_shards(), keys.done(0), keys.tenants(), keys.waiting()]
     budgets = [*keys.tenant_usage("team-b", day), keys.tenant_inflight("team-b", day)]
     try:
         for key in [*shared, *budgets, *keys.tenant_usage("team-a", day)]:
@@ -313,7 +313,7 @@ def test_no_tenant_can_write_a_key_shared_with_other_tenants(world: World) -> No
                 with pytest.raises(redis.exceptions.NoPermissionError):
                     b.execute_command(*command)
         with pytest.raises(redis.exceptions.NoPermissionError):
-            b.xadd(keys.done(), {"run_id": "run-x", "tenant": "team-a", "status": "FAILED"})
+            b.xadd(keys.done(0), {"run_id": "run-x", "tenant": "team-a", "status": "FAILED"})
         assert b.hgetall(budgets[0]) == {}  # its own usage: readable, not writable
     finally:
         b.close()
