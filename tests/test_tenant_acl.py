@@ -143,7 +143,7 @@ def test_a_tenant_credential_gets_noperm_for_another_tenant(world: World) -> Non
             acme.runs.request_cancel(bob_ref)
         with pytest.raises(ConfigurationError, match="denied"):
             acme.event_stream.read("bob", "s-bob")  # bob's events
-        for feed in (keys.producer_done(bob.feed, 0), keys.done(0)):  # bob's, everyone's completions
+        for feed in (keys.producer_done(bob.feed, 0), keys.done(0)):  # bob's, everyone's feed
             with pytest.raises(redis.exceptions.NoPermissionError):
                 acme.redis.xrevrange(feed, count=1)
         with pytest.raises(redis.exceptions.NoPermissionError):  # the index is write-only here
