@@ -11,12 +11,13 @@ The runs go through the in-process engine built as a Celery worker builds it
 (:func:`tether.runs.usage.policy.admit_submission` then ``submit``), each announced on one of
 ``producers`` producers' feeds; no broker (Celery's broker is not on the cluster).
 
-    python -m bench.hot_slots --cluster redis+cluster://127.0.0.1:7000 --runs 2000
+    python -m bench.hot_slots --cluster redis+cluster://127.0.0.1:7000 --runs 2000 --priced
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import statistics
 import tempfile
@@ -30,6 +31,14 @@ import redis
 from redis.crc import key_slot
 
 from tether.ids import new_id
+from tether.keys import (
+    DONE_SHARDS,
+    FEED_SHARDS,
+    QUEUED_SHARDS,
+    RUN_INDEX_SHARDS,
+    USAGE_SHARDS,
+    RedisKeys,
+)
 from tether.runs.contract import RunRequest
 from tether.runs.queue.base import submit
 from tether.runs.usage.policy import admit_submission
@@ -99,6 +108,8 @@ class SlotCounts:
 
     slots: Counter[int] = field(default_factory=Counter)
     keys: Counter[str] = field(default_factory=Counter)
+    #: The key patterns written in each slot (what makes a busy slot busy).
+    kinds: dict[int, Counter[str]] = field(default_factory=dict)
 
     def add(self, command: str) -> None:
         """Count one ``MONITOR`` command line (its arguments as redis-py gives them)."""
@@ -108,9 +119,10 @@ class SlotCounts:
             parts = command.split()
         if len(parts) < 2 or parts[0].lower() not in WRITES:
             return
-        key = parts[1]
-        self.slots[key_slot(key.encode())] += 1
+        key, slot = parts[1], key_slot(parts[1].encode())
+        self.slots[slot] += 1
         self.keys[_pattern(key)] += 1
+        self.kinds.setdefault(slot, Counter())[_pattern(key)] += 1
 
     def summary(self) -> dict[str, Any]:
         """The busiest slot against the mean over the slots written, and the top key patterns."""
@@ -125,6 +137,9 @@ class SlotCounts:
             "busiest slot writes": busiest,
             "busiest / mean": round(busiest / mean, 2),
             "top key patterns": self.keys.most_common(12),
+            "busiest slots": [
+                (slot, n, self.kinds[slot].most_common(3)) for slot, n in self.slots.most_common(5)
+            ],
         }
 
 
@@ -134,6 +149,8 @@ def _pattern(key: str) -> str:
     tag, _, tail = rest.partition("}")
     if not brace:
         return key
+    if "/~" in tag:  # a tenant's shared key: its queued index, its run-id index...
+        return f"{head}{{t/~{tag.split('/~')[1]}}}" + tail.split(":")[0] * 0
     if tag.startswith("~"):
         kind = tag.split("/")[0].split(":")[0]
         return f"{head}{{{kind}...}}" + ":".join(
@@ -207,7 +224,9 @@ def runs_over_producers(
     )
     rt = build_services(lambda tenant, session_id: None, settings)
     feeds = [f"p{n}-{new_id('p')[-8:]}" for n in range(producers)]
-    names = list(_session_ids(sessions))
+    names = list(
+        _session_ids(sessions, tenant, _shared_slots(RedisKeys(settings.namespace), tenant, feeds))
+    )
     for n in range(runs):
         request = RunRequest(
             run_id=new_id("run"),
@@ -223,15 +242,32 @@ def runs_over_producers(
         drain(rt, tenant, request.session_id, carried=Carried(request, settings.queue))
 
 
-def _session_ids(count: int) -> Iterator[str]:
-    """``count`` session ids whose slots differ (two sessions in one slot are the cluster's own
-    hashing, not a hot key of ours: they would double that slot whatever Tether writes)."""
-    taken: set[int] = set()
-    while len(taken) < count:
+def _shared_slots(keys: RedisKeys, tenant: str, feeds: list[str]) -> set[int]:
+    """The slots of every sharded key outside the sessions' own: the active and queued indexes,
+    the run-id index, the completion feeds' shards, the tenants index, the tenant's usage."""
+    names = [*keys.active_shards(), keys.tenants(), *keys.tenant_usage(tenant, "20260101")]
+    names += [keys.usage_shard(tenant, "20260101", n)[0] for n in range(USAGE_SHARDS)]
+    names += [keys.tenant_queued_shard(tenant, n) for n in range(QUEUED_SHARDS)]
+    names += [f"{{{tenant}/~runs:{n}}}" for n in range(RUN_INDEX_SHARDS)]
+    names += [keys.done(n) for n in range(DONE_SHARDS)]
+    for feed in feeds:
+        name = keys.feed(tenant, feed)
+        names += [keys.producer_done(name, n) for n in range(FEED_SHARDS)]
+    return {key_slot(name.encode()) for name in names}
+
+
+def _session_ids(count: int, tenant: str, avoid: set[int]) -> Iterator[str]:
+    """``count`` session ids whose slots differ from each other's and from ``avoid`` (two
+    sessions in one slot, or a session in a shared key's slot, are the cluster's own hashing,
+    not a hot key of ours: they would double that slot whatever Tether writes)."""
+    taken: set[int] = set(avoid)
+    found = 0
+    while found < count:
         session_id = new_id("s")
-        slot = key_slot(("{t/" + session_id + "}").encode())
+        slot = key_slot(("{" + tenant + "/" + session_id + "}").encode())
         if slot not in taken:
             taken.add(slot)
+            found += 1
             yield session_id
 
 
@@ -241,7 +277,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--producers", type=int, default=3)
     parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument(
+        "--priced", action="store_true", help="a model that reports tokens at a price (usage)"
+    )
     args = parser.parse_args(argv)
+    priced: dict[str, Any] = {}
+    if args.priced:
+        from bench.agents import PRICED_MODEL
+
+        price = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 4.0}
+        priced = dict(
+            agent="priced-echo",
+            agent_modules=["bench.agents"],
+            model_prices=json.dumps({PRICED_MODEL: price}),
+        )
     from tether.persistence.redis_conn import redis_from_url
 
     cluster = redis_from_url(args.cluster)
@@ -259,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs=args.runs,
                 producers=args.producers,
                 sessions=args.sessions,
+                **priced,
             )
     finally:
         watch.close()

@@ -69,14 +69,17 @@ Per-tenant keys:
 
 Per-tenant keys only workers write (the tenant's credential may read them):
 
-- ``<p>:{~usage/<tenant>}:<YYYYMMDD>`` (hash: ``input``, ``output``, ``cached``,
-  ``reasoning``, ``cost_nano``, ``runs``, ``unpriced``): what the tenant's runs used that UTC
-  day; ``:<YYYYMMDD>:runs`` (set) the run ids counted, so a run is counted once;
-  ``<p>:{~usage/<tenant>}:rate`` (string) its runs-per-minute GCRA state;
+- ``<p>:{~usage/<tenant>/<n>}:<YYYYMMDD>`` (hash: ``input``, ``output``, ``cached``,
+  ``reasoning``, ``cost_nano``, ``runs``, ``unpriced``; :data:`USAGE_SHARDS` shards, a run in
+  the shard of its run id): what the tenant's runs used that UTC day, the shards summed;
+  ``:<YYYYMMDD>:runs`` (set) the run ids counted, so a run is counted once;
   ``:<YYYYMMDD>:inflight`` (hash) what the tenant's unfinished runs used so far that day, field
   a run id (value ``input,output,cached,reasoning,cost_nano,unpriced``, set at each step
-  boundary) and, under ``~`` fields, their sums. One slot per tenant (see
-  :mod:`tether.runs.usage`), written beside the finish script, never inside it.
+  boundary) and, under ``~`` fields, their sums. One slot per shard (see
+  :mod:`tether.runs.usage`), written beside the finish script, never inside it; layout v2 had
+  one shard, ``<p>:{~usage/<tenant>}:<YYYYMMDD>``, no longer written.
+  ``<p>:{~usage/<tenant>}:rate`` (string) its runs-per-minute GCRA state (one key: a rate is
+  one counter, written only for a tenant with a ``runs_per_minute`` budget).
 
 Namespace-wide keys (each in its own slot, written beside a script, never inside one):
 
@@ -135,13 +138,20 @@ _PREFIX_RE = re.compile(r"[A-Za-z0-9_\-.]{1,64}")
 #: Slots one tenant's run-id index is spread over.
 RUN_INDEX_SHARDS = 16
 #: Shards of the active-sessions index (each its own slot on a cluster).
-ACTIVE_SHARDS = 16
+ACTIVE_SHARDS = 64
 #: Shards of each tenant's queued-sessions index (see :meth:`RedisKeys.tenant_queued`).
-QUEUED_SHARDS = 8
+QUEUED_SHARDS = 32
 #: Shards of the namespace's completion feed (each its own slot on a cluster).
 DONE_SHARDS = 16
 #: Shards of each producer's completion feed (its listener reads each with its own reader).
 FEED_SHARDS = 8
+#: Shards of each tenant's usage counters (see :meth:`RedisKeys.usage_shard`).
+USAGE_SHARDS = 64
+
+
+def usage_shard_of(run_id: str) -> int:
+    """The shard of its tenant's usage a run is counted in (:meth:`RedisKeys.usage_shard`)."""
+    return zlib.crc32(run_id.encode()) % USAGE_SHARDS
 
 
 def session_shard(tenant: str, session_id: str, shards: int) -> int:
@@ -305,13 +315,28 @@ class RedisKeys:
         the slot of :meth:`tenant_usage`, so one script moves a run from it into the day."""
         return self.tenant_usage(tenant, day)[0] + ":inflight"
 
+    def usage_shard(self, tenant: str, day: str, shard: int) -> tuple[str, str, str]:
+        """Shard ``shard`` (0 <= shard < :data:`USAGE_SHARDS`) of ``tenant``'s usage in
+        ``day`` (layout v2.1): its counters (hash), its run ids counted (set) and its unfinished
+        runs' in-flight record (hash), in one slot ``{~usage/<tenant>/<n>}`` (``/`` is refused
+        in ids: no tenant's tag). A run is counted in the shard of its run id
+        (:func:`usage_shard_of`); readers sum the shards. The day's keys of :meth:`tenant_usage`
+        and :meth:`tenant_inflight` are layout v2's, no longer written; the rate stays there."""
+        if not 0 <= shard < USAGE_SHARDS:
+            raise ValueError(f"usage shard {shard} out of range 0..{USAGE_SHARDS - 1}")
+        if not (len(day) == 8 and day.isdigit()):
+            raise ValueError(f"day {day!r} is not YYYYMMDD")
+        tag = f"{self.prefix}:{{~usage/{validate_tenant(tenant)}/{shard}}}"
+        return f"{tag}:{day}", f"{tag}:{day}:runs", f"{tag}:{day}:inflight"
+
     def _usage_tag(self, tenant: str) -> str:
         return f"{self.prefix}:{{~usage/{validate_tenant(tenant)}}}"
 
     def tenant_usage_pattern(self, tenant: str) -> str:
-        """An ACL glob matching every usage key of ``tenant`` (read-only for its credential)."""
+        """An ACL glob matching every usage key of ``tenant`` (read-only for its credential):
+        ``{~usage/<tenant>}`` (its rate) and every ``{~usage/<tenant>/<n>}`` shard."""
         validate_tenant(tenant)
-        return f"{self.prefix}:{{~usage/{_glob_escape(tenant)}}}*"
+        return f"{self.prefix}:{{~usage/{_glob_escape(tenant)}[}}/]*"
 
     def tenant_queued(self, tenant: str, session_id: str) -> str:
         """The shard of ``tenant``'s queued-sessions index holding ``session_id``: a zset in

@@ -17,6 +17,7 @@ from tether.keys import (
     FEED_SHARDS,
     QUEUED_SHARDS,
     RUN_INDEX_SHARDS,
+    USAGE_SHARDS,
     RedisKeys,
 )
 
@@ -65,8 +66,12 @@ def tenant_keys(keys: RedisKeys, tenant: str) -> list[str]:
 
 
 def usage_keys(keys: RedisKeys, tenant: str) -> list[str]:
-    """The keys of a tenant's usage: outside its own pattern, read-only for it (#47)."""
-    return [*keys.tenant_usage(tenant, "20261130"), keys.tenant_inflight(tenant, "20261130")]
+    """The keys of a tenant's usage: outside its own pattern, read-only for it (#47): layout
+    v2's one shard and its rate, and every shard of v2.1 (#51)."""
+    out = [*keys.tenant_usage(tenant, "20261130"), keys.tenant_inflight(tenant, "20261130")]
+    for shard in range(USAGE_SHARDS):
+        out += keys.usage_shard(tenant, "20261130", shard)
+    return out
 
 
 def test_schema_shape() -> None:
@@ -97,7 +102,7 @@ def test_schema_shape() -> None:
     assert keys.done(0) == "tether:{~done:0}"
     assert keys.legacy_done() == "tether:{~done}"
     assert keys.producer_done("acme/p-1", 3) == "tether:{~p:acme/p-1:3}:done"
-    assert keys.active("acme", "s-1") == "tether:{~active:9}"  # crc32("acme/s-1") % 16 == 9
+    assert keys.active("acme", "s-1") == "tether:{~active:57}"  # crc32("acme/s-1") % 64 == 57
     assert keys.active_shard(0) == "tether:{~active:0}"
     assert keys.active_member("acme", "s-1") == "acme/s-1"
 
@@ -125,7 +130,10 @@ def test_a_tenants_usage_keys_and_its_in_flight_record_share_one_slot(tenant: st
     keys = RedisKeys("ns")
     names = [*usage_keys(keys, tenant), keys.tenant_rate_taken(tenant, "run-1")]
     assert len(set(names)) == len(names)
-    assert len({slot(k) for k in names}) == 1
+    for shard in range(USAGE_SHARDS):  # each shard's three keys in one slot (#51)
+        assert len({slot(k) for k in keys.usage_shard(tenant, "20261130", shard)}) == 1
+    legacy = [*keys.tenant_usage(tenant, "20261130"), keys.tenant_rate_taken(tenant, "run-1")]
+    assert len({slot(k) for k in legacy}) == 1
     assert not any(fnmatchcase(k, keys.tenant_pattern(tenant)) for k in names)
     assert all(fnmatchcase(k, keys.tenant_usage_pattern(tenant)) for k in names)
     assert not any(fnmatchcase(k, keys.tenant_usage_pattern("other")) for k in names)
@@ -212,7 +220,7 @@ def test_active_index_shards_are_distinct_keys_in_distinct_slots() -> None:
     keys = RedisKeys()
     shards = keys.active_shards()
     assert len(set(shards)) == ACTIVE_SHARDS
-    # The shards' tags ~active:0..15 happen to hash to 16 different slots (CRC16 is fixed, so
+    # The shards' tags ~active:0..63 happen to hash to 64 different slots (CRC16 is fixed, so
     # this never changes): spreading the index over the shards spreads it over the cluster.
     assert len({slot(k) for k in shards}) == ACTIVE_SHARDS
     # The slot depends only on the tag, never on the namespace.
