@@ -131,7 +131,8 @@ import zlib
 from typing import NamedTuple
 
 from tether.errors import ConfigurationError
-from tether.ids import is_valid_id, validate_id, validate_model_name, validate_tenant
+from tether.ids import is_valid_id, validate_id, validate_tenant
+from tether.keys_fleet import FleetKeys
 
 DEFAULT_PREFIX = "tether"
 _PREFIX_RE = re.compile(r"[A-Za-z0-9_\-.]{1,64}")
@@ -175,7 +176,7 @@ class SessionKeys(NamedTuple):
     pending: str
 
 
-class RedisKeys:
+class RedisKeys(FleetKeys):
     """Builds every Redis key of one namespace.
 
     Args:
@@ -440,18 +441,6 @@ class RedisKeys:
         """Every shard of the active-sessions index."""
         return [self.active_shard(n) for n in range(ACTIVE_SHARDS)]
 
-    def model_budget(self, model: str) -> tuple[str, str, str]:
-        """The keys of one model's fleet-wide budget: its GCRA state (hash), its calls in
-        flight (zset) and its pause after a 429 (string), in one slot."""
-        tag = f"{self.prefix}:{{~model:{validate_model_name(model)}}}"
-        return f"{tag}:budget", f"{tag}:inflight", f"{tag}:pause"
-
-    def waiting(self) -> str:
-        """The runs waiting for something (a model's budget) now: a zset, member
-        ``<tenant>/<session>/<run_id>``, score when it began to wait (ms); what each waits for
-        is its record's ``waiting`` field."""
-        return f"{self.prefix}:{{~waiting}}"
-
     def batches(self, tenant: str) -> str:
         """The tenant's batch index: batch ids scored by their record's last update (ms)."""
         return f"{self.prefix}:{{{validate_tenant(tenant)}/~batches}}"
@@ -459,16 +448,6 @@ class RedisKeys:
     def batch(self, tenant: str, batch_id: str) -> str:
         """The progress record of one batch of ``tenant`` (in its index's slot)."""
         return f"{self.batches(tenant)}:{validate_id(batch_id, kind='batch id')}"
-
-    def worker(self, worker_id: str) -> str:
-        """The presence record of one worker process group (see :mod:`tether.runs.presence`);
-        every presence key shares one slot, so listing workers is one MGET on a cluster too
-        (a heartbeat every few seconds per worker is no hot spot)."""
-        return f"{self.prefix}:{{~workers}}:{validate_id(worker_id, kind='worker id')}"
-
-    def workers(self) -> str:
-        """The presence index: worker ids scored by their last heartbeat (ms)."""
-        return f"{self.prefix}:{{~workers}}"
 
     def archived(self, tenant: str, session_id: str) -> str:
         """The archive hint: the highest sequence number known archived (an optimisation)."""
@@ -518,33 +497,3 @@ class RedisKeys:
             return None
         tenant = key[len(head) : -len(tail)]
         return tenant if is_valid_id(tenant) else None
-
-    def beat_prefix(self) -> str:
-        """The beat's celery-redbeat key prefix: its lock is ``<p>:{~sched}::lock``."""
-        return f"{self.prefix}:{{~sched}}:"
-
-    def legacy_schedules(self) -> str:
-        """Where every tenant's schedules were before they moved into the tenants' keyspaces: a
-        zset of entry keys ``<p>:{~sched}:<name>`` (read only by ``tether schedule
-        migrate`` and the beat's warning)."""
-        return f"{self.beat_prefix()}:schedule"
-
-    def beat(self, beat_id: str) -> str:
-        """The presence record of one beat process (see
-        :mod:`tether.producer.schedules.presence`)."""
-        return f"{self.beats()}:{validate_id(beat_id, kind='beat id')}"
-
-    def beats(self) -> str:
-        """The beats' presence index: beat ids scored by their last heartbeat (ms)."""
-        return f"{self.prefix}:{{~beats}}"
-
-    def webhook_pending(self, delivery_id: str) -> str:
-        """A webhook delivery on its way (its JSON, with its attempts so far), named by id in
-        the ``tether.webhook`` task (see :mod:`tether.runs.webhooks.pending`)."""
-        return f"{self.prefix}:{{~webhooks}}:d:{delivery_id}"
-
-    def webhooks_dead(self) -> tuple[str, str]:
-        """The webhook dead letters: a hash (delivery id to its JSON) and a zset (delivery id
-        scored by when it died, ms), in one slot."""
-        tag = f"{self.prefix}:{{~webhooks}}:dead"
-        return tag, f"{tag}:order"

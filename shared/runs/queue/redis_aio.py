@@ -227,7 +227,8 @@ class AsyncRedisRunQueue:
         return self.keys.feed_shards(feed)
 
     def feed_readers(self, feed: str | None = None) -> list[int | None]:
-        """The shards each blocking reader of ``feed`` reads (as the sync queue)."""
+        """The shards each blocking reader of ``feed`` reads: one reader of the whole feed
+        (``[None]``) on a single Redis, one per shard on a cluster."""
         return list(range(self.feed_shards(feed))) if self._cluster else [None]
 
     async def done_last_id(self, feed: str | None = None, shard: int | None = None) -> bytes:
