@@ -1,4 +1,4 @@
-"""The measures P1..P10 and P14 (plus P4w, informational; P10 is three rows: P10, P10r, P10e;
+"""The measures P1..P10 and P14 (plus P4w, informational; P10 is four rows: P10, P10r, P10e, P10f;
 P14 three: P14, P14u, P14r), each run against its baseline (if any) in one go.
 
 The latency measures are in :mod:`bench.latency`, the throughput and resource measures in
@@ -20,7 +20,12 @@ from bench.eval_p11 import p11_eval_vs_inspect
 from bench.fanout import p9_producer_fanout
 from bench.latency import p1_latency, p3_long_session, p4_tail_latency, p4w_worker_path
 from bench.model_limits import p14_limit_window, p14r_rate_limited, p14u_allowance_used
-from bench.streaming import p10_delta_latency, p10e_streamed_run, p10r_publish_rate
+from bench.streaming import (
+    p10_delta_latency,
+    p10e_streamed_run,
+    p10f_result_at_reader,
+    p10r_publish_rate,
+)
 
 #: Every measure, in the order a full run executes them.
 MEASURES: dict[str, Callable[[Bench], Measure]] = {
@@ -37,6 +42,7 @@ MEASURES: dict[str, Callable[[Bench], Measure]] = {
     "P10": p10_delta_latency,
     "P10r": p10r_publish_rate,
     "P10e": p10e_streamed_run,
+    "P10f": p10f_result_at_reader,
     "P14": p14_limit_window,
     "P14u": p14u_allowance_used,
     "P14r": p14r_rate_limited,

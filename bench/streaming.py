@@ -9,17 +9,21 @@
 - **P10e** a streamed run's end-to-end time (submit -> result, 2 steps, 300 pieces) against the
   same run on a worker with streaming off (``TETHER_DELTA_MAX_LEN=0``): one single-process
   worker per side on its own queue, runs alternating between the sides.
+- **P10f** commit -> ``RunResult`` at a reader that streams the 300-piece run (the run's end
+  mark wakes the reader at the commit), against the same run read with ``result()`` alone.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from typing import Any
 
 from bench.agents import P10_ANSWER
 from bench.core import RESULT_TIMEOUT_S, Bench, BenchFailure, Measure, Stats, Target, check_result
 from bench.stack import bench_settings
 from tether.persistence.deltas import LiveDelta
+from tether.persistence.redis_conn import redis_from_url
 from tether.producer.client import Producer
 from tether.runs.contract import RunResult
 
@@ -157,5 +161,88 @@ def p10e_streamed_run(bench: Bench) -> Measure:
             f"{sz.p10_runs} runs per side after {sz.p1_warmup} warm-up, alternating; a run is a "
             "tool step then a 300-word answer (one piece per word, 2 steps, ~320 pieces "
             "streamed); Producer.run latency; one single-process worker per side on its own queue"
+        ),
+    )
+
+
+def _commit_ms(client: Any, done_key: str, run_id: str) -> float:
+    """When the run's finish was committed: the id of its entry in the namespace's completion
+    feed (Redis's clock in ms, the same machine's; the entry is written in the finish's round
+    trip). Floored to the ms, so a latency from it reads up to 1 ms long, never short."""
+    for entry_id, fields in client.xrevrange(done_key, count=200):
+        if fields.get(b"run_id") == run_id.encode():
+            return float(entry_id.split(b"-")[0])
+    raise BenchFailure(f"P10f: run {run_id} has no entry in {done_key}")
+
+
+def _done_key(bench: Bench, session_id: str) -> str:
+    """The namespace completion feed's shard the run of ``session_id`` is announced in."""
+    keys, tenant = bench.producer.keys, bench.producer.settings.tenant
+    return keys.done(keys.feed_shard_of(None, tenant, session_id))
+
+
+def _result_at_reader_ms(bench: Bench, session_id: str, streamed: bool) -> tuple[str, float, str]:
+    """Run ``p10-answer``; the wall clock (ms) when the reader had its RunResult: from
+    ``RunHandle.stream()`` while it streams, or ``RunHandle.result()`` with no reader; and
+    the text the stream's pieces made (empty without a reader)."""
+    handle = bench.producer.run_async(session_id, "go", agent="p10-answer")
+    result: RunResult | None = None
+    text: list[str] = []
+    if streamed:
+        for item in handle.stream(idle_timeout_s=RESULT_TIMEOUT_S):
+            if isinstance(item, LiveDelta) and item.kind == "text" and item.step == 1:
+                text.append(item.text)
+            elif isinstance(item, RunResult):
+                result = item
+    else:
+        result = handle.result(timeout=RESULT_TIMEOUT_S)
+    at_ms = time.time_ns() / 1e6
+    if result is None:
+        raise BenchFailure(f"P10f run {handle.run_id} ended without a result in its stream")
+    check_result(result, P10_ANSWER)
+    return handle.run_id, at_ms, "".join(text)
+
+
+def p10f_result_at_reader(bench: Bench) -> Measure:
+    """Commit -> the RunResult at a reader streaming the 300-piece run, against the same run
+    read with ``result()`` alone (alternating)."""
+    sz = bench.sizes
+    client = redis_from_url(bench.stack.redis_url)
+    times: list[list[float]] = [[], []]
+    short = 0  # streamed runs whose pieces did not make the whole answer (a piece lost)
+    try:
+        for n in range(sz.p10_runs + sz.p1_warmup):
+            for side in (0, 1) if n % 2 == 0 else (1, 0):
+                sid = bench.sid(f"p10f{side}", n)
+                run_id, at_ms, text = _result_at_reader_ms(bench, sid, side == 0)
+                short += side == 0 and text != P10_ANSWER
+                if n >= sz.p1_warmup:
+                    times[side].append(at_ms - _commit_ms(client, _done_key(bench, sid), run_id))
+    finally:
+        client.close()
+    streamed, alone = Stats.of(times[0]), Stats.of(times[1])
+    return Measure(
+        id="P10f",
+        name="commit -> RunResult at a RunHandle.stream() reader (300-piece run)",
+        unit="ms",
+        tether=streamed,
+        baseline=alone,
+        baseline_name="RunHandle.result() with no reader, the same run",
+        value=streamed.median,
+        value_of="p50 (ms)",
+        target=Target("<=", 5.0, "ms"),
+        value_unit="ms",
+        extra={
+            "p99 ms": round(streamed.p99, 2),
+            "p99 target ms": 20.0,
+            "streamed runs missing pieces": short,
+        },
+        note=(
+            f"{sz.p10_runs} runs per side after {sz.p1_warmup} warm-up, alternating, each on a "
+            "fresh session; a run is a tool step then a 300-word answer streamed word by word; "
+            "commit = the ms id of the run's entry in the namespace's completion feed (written "
+            "in the finish's round trip, Redis's clock, floored: up to 1 ms is added); reader = "
+            "time.time_ns() when stream() yielded the RunResult (or result() returned); "
+            f"{short} of {sz.p10_runs + sz.p1_warmup} streamed runs missed a piece of the answer"
         ),
     )

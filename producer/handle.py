@@ -25,6 +25,7 @@ from tether.persistence.deltas.live_redis import RedisLiveFeed
 from tether.persistence.streams.redis import RedisEventStream
 from tether.producer.listener import CompletionListener
 from tether.producer.settlement import (
+    END_WAIT_S,
     STREAM_BLOCK_MS,
     RunFollow,
     RunIds,
@@ -384,15 +385,23 @@ class RunHandle(concurrent.futures.Future[RunResult]):
             return
         self._ensure()
         follow = RunFollow(self.run_id)
-        for item in self._producer.live.follow(
-            tenant,
-            session_id,
-            block_ms=STREAM_BLOCK_MS,
-            idle_timeout_s=idle_timeout_s,
-            stop=lambda: follow.complete(self._final()),
-        ):
-            if follow.item(item):
-                yield item
+        while True:
+            for item in self._producer.live.follow(
+                tenant,
+                session_id,
+                after_seq=follow.last_seq,
+                block_ms=STREAM_BLOCK_MS,
+                idle_timeout_s=idle_timeout_s,
+                stop=lambda: follow.stops(self._final()),
+                on_end=follow.end,
+                whole_steps=True,
+            ):
+                if follow.item(item):
+                    yield item
+            if follow.ended:  # finished: the listener settles the future from the same commit
+                concurrent.futures.wait([self], timeout=END_WAIT_S)
+            if not follow.again(self._final()):
+                break
         final = self._final()
         if final is not None:
             yield final

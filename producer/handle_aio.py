@@ -20,6 +20,7 @@ from tether.persistence.deltas.live_redis_aio import AsyncRedisLiveFeed
 from tether.persistence.streams.redis_aio import AsyncRedisEventStream
 from tether.producer.listener_aio import AsyncCompletionListener
 from tether.producer.settlement import (
+    END_WAIT_S,
     STREAM_BLOCK_MS,
     RunFollow,
     RunIds,
@@ -297,15 +298,23 @@ class AsyncRunHandle:
             return
         settled = await self._ensure()
         follow = RunFollow(self.run_id)
-        async for item in self._producer.live.follow(
-            tenant,
-            session_id,
-            block_ms=STREAM_BLOCK_MS,
-            idle_timeout_s=idle_timeout_s,
-            stop=lambda: follow.complete(_final(settled)),
-        ):
-            if follow.item(item):
-                yield item
+        while True:
+            async for item in self._producer.live.follow(
+                tenant,
+                session_id,
+                after_seq=follow.last_seq,
+                block_ms=STREAM_BLOCK_MS,
+                idle_timeout_s=idle_timeout_s,
+                stop=lambda: follow.stops(_final(settled)),
+                on_end=follow.end,
+                whole_steps=True,
+            ):
+                if follow.item(item):
+                    yield item
+            if follow.ended:  # finished: the listener settles the future from the same commit
+                await asyncio.wait([settled], timeout=END_WAIT_S)
+            if not follow.again(_final(settled)):
+                break
         final = _final(settled)
         if final is not None:
             yield self._ids.complete(final)

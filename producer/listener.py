@@ -3,10 +3,12 @@ and tenant, on a daemon thread, resolves every awaited run; its asyncio twin is
 :mod:`tether.producer.listener_aio`, and both decide through the book of awaited runs of
 :mod:`tether.producer.settlement`:
 
-- they read the completion stream with ``XREAD BLOCK`` from the position it had when they
-  started, so a completion is never missed; a producer's feed entry carries a small result, so
-  a batch of completions costs that one read, plus one pipelined read of the records of the
-  awaited runs whose result did not fit;
+- they read the completion feed's shards with ``XREAD BLOCK``: all in one read on a single
+  Redis, each with its own reader (a thread, a task) on a cluster, where one command cannot
+  name keys of several slots; from the position they had when they started, so a completion
+  is never missed; a producer's feed entry carries a small result, so a batch of completions
+  costs that one read, plus one pipelined read of the records of the awaited runs whose result
+  did not fit;
 - a run registered after it finished is resolved from its record at registration (a run its
   producer queued after the position was taken needs no such look);
 - every :data:`~tether.producer.settlement.RECHECK_INTERVAL_S` (and after a Redis outage) they
@@ -47,14 +49,17 @@ class RunFeed(Protocol):
     def peek_many(self, refs: Sequence[RunRef]) -> dict[str, RunResult | None]:
         """For each run with a record, by run id: its result (None while unfinished)."""
 
-    def done_last_id(self, feed: str | None = None) -> bytes:
-        """The position of the newest completion of ``feed``."""
+    def feed_readers(self, feed: str | None = None) -> list[int | None]:
+        """The shards each reader of ``feed`` reads (None: the whole feed)."""
+
+    def done_last_id(self, feed: str | None = None, shard: int | None = None) -> bytes:
+        """The position of the newest completion of ``feed``'s ``shard`` (None: all)."""
 
     def read_completions(
-        self, after_id: bytes, block_ms: int, feed: str | None = None
+        self, after_id: bytes, block_ms: int, feed: str | None = None, shard: int | None = None
     ) -> list[Completion]:
-        """Completions of ``feed`` after ``after_id`` (blocks up to ``block_ms``), each with
-        the result its entry carries."""
+        """Completions of ``feed``'s ``shard`` (None: all) after ``after_id`` (blocks up to
+        ``block_ms``), each with the result its entry carries."""
 
 
 class CompletionListener:
@@ -78,8 +83,11 @@ class CompletionListener:
         self._awaited = AwaitedRuns()
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._last_id: bytes | None = None
+        self._threads: list[threading.Thread] = []
+        #: What each reader reads: a shard of the feed, or (None) all of it.
+        self._lanes = runs.feed_readers(feed)
+        #: Each reader's position (None: not known yet).
+        self._last_ids: list[bytes | None] = [None] * len(self._lanes)
         self._recheck_interval_s = recheck_interval_s
         self._rechecks = Rechecks(recheck_interval_s)
 
@@ -89,18 +97,28 @@ class CompletionListener:
         return self._feed
 
     def _start(self) -> None:
-        if self._thread is None:
+        if not self._threads:
             try:
                 self._position()
-            except TetherError as exc:  # the thread asks again; the rechecks cover the gap
+            except TetherError as exc:  # the threads ask again; the rechecks cover the gap
                 log.warning("completion stream unavailable (%s); retrying", exc)
-            self._thread = threading.Thread(target=self._loop, name="tether-listener", daemon=True)
-            self._thread.start()
+            self._rechecks = Rechecks(self._recheck_interval_s)  # the first an interval away
+            for reader in range(len(self._lanes)):
+                thread = threading.Thread(
+                    target=self._loop, args=(reader,), name="tether-listener", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
 
-    def _position(self) -> bytes:
-        """Take the feed's position: completions from here on are read from the feed."""
-        self._last_id = last_id = self._runs.done_last_id(self._feed)
+    def _position(self) -> None:
+        """Take every reader's position: completions from here on are read from the feed."""
+        for reader in range(len(self._lanes)):
+            self._position_reader(reader)
         self._awaited.positioned()
+
+    def _position_reader(self, reader: int) -> bytes:
+        last_id = self._runs.done_last_id(self._feed, self._lanes[reader])
+        self._last_ids[reader] = last_id
         return last_id
 
     def register(self, ref: RunRef, settle: Settle, *, queued_after: float | None = None) -> None:
@@ -130,9 +148,9 @@ class CompletionListener:
     def close(self) -> None:
         """Stop reading (pending handles stay unresolved).
 
-        The thread is not joined: it may sit in a blocking read for up to ``BLOCK_MS``, which
-        every ``tether`` command would add to its exit. The daemon thread leaves at its next
-        wake-up (at once when its producer closes the Redis client under it), quietly.
+        The threads are not joined: each may sit in a blocking read for up to ``BLOCK_MS``,
+        which every ``tether`` command would add to its exit. The daemon threads leave at their
+        next wake-up (at once when their producer closes the Redis client under them), quietly.
         """
         self._stop.set()
 
@@ -165,17 +183,17 @@ class CompletionListener:
                     settles = self._awaited.take(run_id)
                 call_settles(run_id, settles, result)
 
-    def _loop(self) -> None:
-        self._rechecks = Rechecks(self._recheck_interval_s)  # the first a full interval away
+    def _loop(self, reader: int) -> None:
+        """Read what reader ``reader`` reads; the first reader also does the rechecks."""
         while not self._stop.is_set():
             try:
-                last_id = self._last_id
+                last_id = self._last_ids[reader]
                 if last_id is None:
-                    last_id = self._position()
+                    last_id = self._position_reader(reader)
                     self._rechecks.soon()  # completions before this position: ask each record
-                if self._rechecks.due():
+                if reader == 0 and self._rechecks.due():
                     self._recheck_all()
-                self._read(last_id)
+                self._read(reader, last_id)
             except TetherError as exc:
                 if self._stop.is_set():  # closed under a blocking read: nothing was lost
                     return
@@ -190,13 +208,13 @@ class CompletionListener:
                 if self._stop.wait(RETRY_PAUSE_S):
                     return
 
-    def _read(self, after_id: bytes) -> None:
-        """Settle the awaited runs of the next batch of completions: from the result an entry
-        carries, else from the run's record (one round trip for the batch)."""
-        entries = self._runs.read_completions(after_id, BLOCK_MS, self._feed)
+    def _read(self, reader: int, after_id: bytes) -> None:
+        """Settle the awaited runs of the next batch of completions of ``reader``: from the
+        result an entry carries, else from the run's record (one round trip for the batch)."""
+        entries = self._runs.read_completions(after_id, BLOCK_MS, self._feed, self._lanes[reader])
         if not entries:
             return
-        self._last_id = entries[-1].position
+        self._last_ids[reader] = entries[-1].position
         with self._lock:
             carried, unread = self._awaited.batch(entries)
         self._settle(carried)

@@ -1,5 +1,5 @@
 """Completion delivery for :class:`~tether.producer.client_aio.AsyncProducer`: the asyncio twin
-of :mod:`tether.producer.listener` (one task of the event loop instead of a thread), deciding
+of :mod:`tether.producer.listener` (tasks of the event loop instead of threads), deciding
 through the same book of awaited runs (:mod:`tether.producer.settlement`) and reading the feed
 in as many round trips: a batch of completions is one read, plus one pipelined read of the
 records whose result the feed entry did not carry."""
@@ -36,18 +36,22 @@ class AsyncRunFeed(Protocol):
     async def peek_many(self, refs: Sequence[RunRef]) -> dict[str, RunResult | None]:
         """For each run with a record, by run id: its result (None while unfinished)."""
 
-    async def done_last_id(self, feed: str | None = None) -> bytes:
-        """The position of the newest completion of ``feed``."""
+    def feed_readers(self, feed: str | None = None) -> list[int | None]:
+        """The shards each reader of ``feed`` reads (None: the whole feed)."""
+
+    async def done_last_id(self, feed: str | None = None, shard: int | None = None) -> bytes:
+        """The position of the newest completion of ``feed``'s ``shard`` (None: all)."""
 
     async def read_completions(
-        self, after_id: bytes, block_ms: int, feed: str | None = None
+        self, after_id: bytes, block_ms: int, feed: str | None = None, shard: int | None = None
     ) -> list[Completion]:
-        """Completions of ``feed`` after ``after_id`` (blocks up to ``block_ms``), each with
-        the result its entry carries."""
+        """Completions of ``feed``'s ``shard`` (None: all) after ``after_id`` (blocks up to
+        ``block_ms``), each with the result its entry carries."""
 
 
 class AsyncCompletionListener:
-    """Resolves handles from the completion stream, on one task of the event loop.
+    """Resolves handles from the completion feed, on tasks of the event loop (one per reader:
+    the whole feed on a single Redis, each shard on a cluster), under one that positions them.
 
     Settle callbacks run on the loop. Create and use it from one event loop.
 
@@ -69,7 +73,10 @@ class AsyncCompletionListener:
         self._awaited = AwaitedRuns()
         self._task: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None] | None = None
-        self._last_id: bytes | None = None
+        #: What each reader reads: a shard of the feed, or (None) all of it.
+        self._lanes = runs.feed_readers(feed)
+        #: Each reader's position (None: not known yet).
+        self._last_ids: list[bytes | None] = [None] * len(self._lanes)
         self._recheck_interval_s = recheck_interval_s
         self._rechecks = Rechecks(recheck_interval_s)
         self._checks: TurnBatcher[RunRef, None] = TurnBatcher(self._check)
@@ -145,10 +152,15 @@ class AsyncCompletionListener:
             if result is not None:
                 call_settles(run_id, self._awaited.take(run_id), result)
 
-    async def _position(self) -> bytes:
-        """Take the feed's position: completions from here on are read from the feed."""
-        self._last_id = last_id = await self._runs.done_last_id(self._feed)
+    async def _position(self) -> None:
+        """Take every reader's position: completions from here on are read from the feed."""
+        for reader in range(len(self._lanes)):
+            await self._position_reader(reader)
         self._awaited.positioned()
+
+    async def _position_reader(self, reader: int) -> bytes:
+        last_id = await self._runs.done_last_id(self._feed, self._lanes[reader])
+        self._last_ids[reader] = last_id
         return last_id
 
     async def _first_position(self, ready: asyncio.Future[None]) -> None:
@@ -163,15 +175,19 @@ class AsyncCompletionListener:
     async def _loop(self, ready: asyncio.Future[None]) -> None:
         await self._first_position(ready)
         self._rechecks = Rechecks(self._recheck_interval_s)  # the first a full interval away
+        await asyncio.gather(*(self._reader_loop(reader) for reader in range(len(self._lanes))))
+
+    async def _reader_loop(self, reader: int) -> None:
+        """Read what reader ``reader`` reads; the first reader also does the rechecks."""
         while not self._closing:
             try:
-                last_id = self._last_id
+                last_id = self._last_ids[reader]
                 if last_id is None:
-                    last_id = await self._position()
+                    last_id = await self._position_reader(reader)
                     self._rechecks.soon()  # completions before this position: ask each record
-                if self._rechecks.due():
+                if reader == 0 and self._rechecks.due():
                     await self._recheck_all()
-                await self._read(last_id)
+                await self._read(reader, last_id)
             except TetherError as exc:
                 log.warning("completion stream unavailable (%s); retrying", exc)
                 self._rechecks.soon()  # the stream may have been lost: ask each run record
@@ -180,13 +196,15 @@ class AsyncCompletionListener:
                 log.exception("resolving completed runs failed")
                 await asyncio.sleep(RETRY_PAUSE_S)
 
-    async def _read(self, after_id: bytes) -> None:
-        """Settle the awaited runs of the next batch of completions: from the result an entry
-        carries, else from the run's record (one round trip for the batch)."""
-        entries = await self._runs.read_completions(after_id, BLOCK_MS, self._feed)
+    async def _read(self, reader: int, after_id: bytes) -> None:
+        """Settle the awaited runs of the next batch of completions of ``reader``: from the
+        result an entry carries, else from the run's record (one round trip for the batch)."""
+        entries = await self._runs.read_completions(
+            after_id, BLOCK_MS, self._feed, self._lanes[reader]
+        )
         if not entries:
             return
-        self._last_id = entries[-1].position
+        self._last_ids[reader] = entries[-1].position
         carried, unread = self._awaited.batch(entries)
         self._settle(carried)
         await self._check(unread)

@@ -39,8 +39,12 @@ LOST_AFTER_MISSES = 2
 SEEN_MAX = 10_000
 #: Pause after a failed read of the completion stream.
 RETRY_PAUSE_S = 0.5
-#: How long a handle's ``stream`` waits for more before it looks at the run again.
+#: How long a handle's ``stream`` waits for more before it looks at the run again (the
+#: fallback: a run's end mark in its session's delta channel wakes the wait at its commit).
 STREAM_BLOCK_MS = 100
+#: How long a handle's ``stream`` that read its run's end mark waits for the listener to
+#: settle it before it follows the session again (the listener is woken by the same commit).
+END_WAIT_S = 2.0
 
 
 # --- what a handle resolves to ------------------------------------------------------------------
@@ -331,6 +335,25 @@ class RunFollow:
         self.last_seq = 0
         self._given = 0
         self._idle_since = time.monotonic()
+        #: Whether the run's end mark was read since the follower last started.
+        self.ended = False
+
+    def end(self, run_id: str) -> None:
+        """A run of the session was finished (its end mark was read)."""
+        if run_id == self.run_id:
+            self.ended = True
+
+    def stops(self, final: RunResult | None) -> bool:
+        """Whether the follower of the session stops: the run is :meth:`complete`, or its end
+        mark was read (the handle then waits for its result, not for the session)."""
+        return self.ended or self.complete(final)
+
+    def again(self, final: RunResult | None) -> bool:
+        """After the follower stopped at the run's end mark and the handle waited for the
+        result: whether to follow the session again (the result is not there yet, or not every
+        event of the run was read); the end mark is forgotten."""
+        ended, self.ended = self.ended, False
+        return ended and not self.complete(final)
 
     def event(self, event: AgentEvent) -> bool:
         """Take an event of the session's stream; whether to give it."""

@@ -69,22 +69,31 @@ Per-tenant keys:
 
 Per-tenant keys only workers write (the tenant's credential may read them):
 
-- ``<p>:{~usage/<tenant>}:<YYYYMMDD>`` (hash: ``input``, ``output``, ``cached``,
-  ``reasoning``, ``cost_nano``, ``runs``, ``unpriced``): what the tenant's runs used that UTC
-  day; ``:<YYYYMMDD>:runs`` (set) the run ids counted, so a run is counted once;
-  ``<p>:{~usage/<tenant>}:rate`` (string) its runs-per-minute GCRA state;
+- ``<p>:{~usage/<tenant>/<n>}:<YYYYMMDD>`` (hash: ``input``, ``output``, ``cached``,
+  ``reasoning``, ``cost_nano``, ``runs``, ``unpriced``; :data:`USAGE_SHARDS` shards, a run in
+  the shard of its run id): what the tenant's runs used that UTC day, the shards summed;
+  ``:<YYYYMMDD>:runs`` (set) the run ids counted, so a run is counted once;
   ``:<YYYYMMDD>:inflight`` (hash) what the tenant's unfinished runs used so far that day, field
   a run id (value ``input,output,cached,reasoning,cost_nano,unpriced``, set at each step
-  boundary) and, under ``~`` fields, their sums. One slot per tenant (see
-  :mod:`tether.runs.usage`), written beside the finish script, never inside it.
+  boundary) and, under ``~`` fields, their sums. One slot per shard (see
+  :mod:`tether.runs.usage`), written beside the finish script, never inside it; layout v2 had
+  one shard, ``<p>:{~usage/<tenant>}:<YYYYMMDD>``, no longer written.
+  ``<p>:{~usage/<tenant>}:rate`` (string) its runs-per-minute GCRA state (one key: a rate is
+  one counter, written only for a tenant with a ``runs_per_minute`` budget).
 
 Namespace-wide keys (each in its own slot, written beside a script, never inside one):
 
 No tenant's credential writes any namespace-wide key (docs/trust-model.md); workers do:
 
-- ``<p>:{~done}`` (stream): every completion, for observers (the console).
-- ``<p>:{~p:<tenant>/<producer_id>}:done`` (stream): the completions of one producer's runs,
-  each with its result when small. Both feeds keep about one result TTL of entries.
+- ``<p>:{~done:<n>}`` (stream, :data:`DONE_SHARDS` shards): every completion, for observers
+  (the console), in the shard of its session (:meth:`RedisKeys.done_shard_of`): no slot is
+  written by every run. Readers of the whole feed merge the shards; a reader of one session's
+  runs (a canvas wait) reads its one shard. Before layout v2.1 one stream ``<p>:{~done}`` held
+  them all (no longer written or read: see docs/upgrading.md).
+- ``<p>:{~p:<tenant>/<producer_id>:<n>}:done`` (stream, :data:`FEED_SHARDS` shards): the
+  completions of one producer's runs, each with its result when small, in the shard of the
+  run's session; the producer's listener reads every shard (before v2.1: one stream
+  ``<p>:{~p:<tenant>/<producer_id>}:done``). Both feeds keep about one result TTL of entries.
 - ``<p>:{~active:<n>}`` (zset, :data:`ACTIVE_SHARDS` shards): active sessions, member
   ``<tenant>/<session>``, score the last progress (ms), written by workers from their first
   claim of the session until its queue is empty; the sweeper reads every shard.
@@ -125,16 +134,34 @@ import zlib
 from typing import NamedTuple
 
 from tether.errors import ConfigurationError
-from tether.ids import is_valid_id, validate_id, validate_model_name, validate_tenant
+from tether.ids import is_valid_id, validate_id, validate_tenant
+from tether.keys_fleet import FleetKeys
 
 DEFAULT_PREFIX = "tether"
 _PREFIX_RE = re.compile(r"[A-Za-z0-9_\-.]{1,64}")
 #: Slots one tenant's run-id index is spread over.
 RUN_INDEX_SHARDS = 16
 #: Shards of the active-sessions index (each its own slot on a cluster).
-ACTIVE_SHARDS = 16
+ACTIVE_SHARDS = 64
 #: Shards of each tenant's queued-sessions index (see :meth:`RedisKeys.tenant_queued`).
-QUEUED_SHARDS = 8
+QUEUED_SHARDS = 32
+#: Shards of the namespace's completion feed (each its own slot on a cluster).
+DONE_SHARDS = 16
+#: Shards of each producer's completion feed (its listener reads each with its own reader).
+FEED_SHARDS = 8
+#: Shards of each tenant's usage counters (see :meth:`RedisKeys.usage_shard`).
+USAGE_SHARDS = 64
+
+
+def usage_shard_of(run_id: str) -> int:
+    """The shard of its tenant's usage a run is counted in (:meth:`RedisKeys.usage_shard`)."""
+    return zlib.crc32(run_id.encode()) % USAGE_SHARDS
+
+
+def session_shard(tenant: str, session_id: str, shards: int) -> int:
+    """Which of ``shards`` shards a session's entries of a sharded structure go to (the same
+    session always to the same shard, so its completions stay in order)."""
+    return zlib.crc32(f"{tenant}/{session_id}".encode()) % shards
 
 
 def _glob_escape(text: str) -> str:
@@ -152,7 +179,7 @@ class SessionKeys(NamedTuple):
     pending: str
 
 
-class RedisKeys:
+class RedisKeys(FleetKeys):
     """Builds every Redis key of one namespace.
 
     Args:
@@ -292,13 +319,28 @@ class RedisKeys:
         the slot of :meth:`tenant_usage`, so one script moves a run from it into the day."""
         return self.tenant_usage(tenant, day)[0] + ":inflight"
 
+    def usage_shard(self, tenant: str, day: str, shard: int) -> tuple[str, str, str]:
+        """Shard ``shard`` (0 <= shard < :data:`USAGE_SHARDS`) of ``tenant``'s usage in
+        ``day`` (layout v2.1): its counters (hash), its run ids counted (set) and its unfinished
+        runs' in-flight record (hash), in one slot ``{~usage/<tenant>/<n>}`` (``/`` is refused
+        in ids: no tenant's tag). A run is counted in the shard of its run id
+        (:func:`usage_shard_of`); readers sum the shards. The day's keys of :meth:`tenant_usage`
+        and :meth:`tenant_inflight` are layout v2's, no longer written; the rate stays there."""
+        if not 0 <= shard < USAGE_SHARDS:
+            raise ValueError(f"usage shard {shard} out of range 0..{USAGE_SHARDS - 1}")
+        if not (len(day) == 8 and day.isdigit()):
+            raise ValueError(f"day {day!r} is not YYYYMMDD")
+        tag = f"{self.prefix}:{{~usage/{validate_tenant(tenant)}/{shard}}}"
+        return f"{tag}:{day}", f"{tag}:{day}:runs", f"{tag}:{day}:inflight"
+
     def _usage_tag(self, tenant: str) -> str:
         return f"{self.prefix}:{{~usage/{validate_tenant(tenant)}}}"
 
     def tenant_usage_pattern(self, tenant: str) -> str:
-        """An ACL glob matching every usage key of ``tenant`` (read-only for its credential)."""
+        """An ACL glob matching every usage key of ``tenant`` (read-only for its credential):
+        ``{~usage/<tenant>}`` (its rate) and every ``{~usage/<tenant>/<n>}`` shard."""
         validate_tenant(tenant)
-        return f"{self.prefix}:{{~usage/{_glob_escape(tenant)}}}*"
+        return f"{self.prefix}:{{~usage/{_glob_escape(tenant)}[}}/]*"
 
     def tenant_queued(self, tenant: str, session_id: str) -> str:
         """The shard of ``tenant``'s queued-sessions index holding ``session_id``: a zset in
@@ -339,10 +381,16 @@ class RedisKeys:
 
     # --- namespace-wide (sharded) ----------------------------------------------------------------
 
-    def done(self) -> str:
-        """The namespace's completion feed, for observers (the console); producers read their
-        own :meth:`producer_done` instead. Its own slot, written beside (never inside) a
-        session script."""
+    def done(self, shard: int) -> str:
+        """Shard ``shard`` (0 <= shard < :data:`DONE_SHARDS`) of the namespace's completion
+        feed, for observers (the console); producers read their own :meth:`producer_done`
+        instead. Each shard its own slot, written beside (never inside) a session script."""
+        if not 0 <= shard < DONE_SHARDS:
+            raise ValueError(f"done shard {shard} out of range 0..{DONE_SHARDS - 1}")
+        return f"{self.prefix}:{{~done:{shard}}}"
+
+    def legacy_done(self) -> str:
+        """The one namespace completion stream of layout v2 (before the shards of v2.1)."""
         return f"{self.prefix}:{{~done}}"
 
     @staticmethod
@@ -350,15 +398,34 @@ class RedisKeys:
         """The name of producer ``producer_id``'s completion feed for ``tenant``'s runs."""
         return f"{validate_tenant(tenant)}/{validate_id(producer_id, kind='producer id')}"
 
-    def feed_stream(self, feed: str | None) -> str:
-        """The stream of completion feed ``feed``: a producer's (:meth:`feed`), or the
+    @staticmethod
+    def feed_shards(feed: str | None) -> int:
+        """How many shards completion feed ``feed`` has: a producer's (:meth:`feed`), or the
         namespace's (None)."""
-        return self.done() if feed is None else self.producer_done(feed)
+        return DONE_SHARDS if feed is None else FEED_SHARDS
 
-    def producer_done(self, feed: str) -> str:
-        """The completion stream of one producer (``feed`` from :meth:`feed`): only its runs,
-        so its cost does not grow with other producers' traffic. Under the tenant's pattern
-        ``<p>:{~p:<tenant>/*``, so an ACL can give a tenant its own feeds and no other's."""
+    @staticmethod
+    def feed_shard_of(feed: str | None, tenant: str, session_id: str) -> int:
+        """The shard of feed ``feed`` that the completions of a session's runs go to."""
+        return session_shard(tenant, session_id, RedisKeys.feed_shards(feed))
+
+    def feed_stream(self, feed: str | None, shard: int) -> str:
+        """Shard ``shard`` of completion feed ``feed``: a producer's (:meth:`feed`), or the
+        namespace's (None)."""
+        return self.done(shard) if feed is None else self.producer_done(feed, shard)
+
+    def producer_done(self, feed: str, shard: int) -> str:
+        """Shard ``shard`` (0 <= shard < :data:`FEED_SHARDS`) of the completion stream of one
+        producer (``feed`` from :meth:`feed`): only its runs, so its cost does not grow with
+        other producers' traffic. Under the tenant's pattern ``<p>:{~p:<tenant>/*``, so an ACL
+        can give a tenant its own feeds and no other's."""
+        if not 0 <= shard < FEED_SHARDS:
+            raise ValueError(f"feed shard {shard} out of range 0..{FEED_SHARDS - 1}")
+        tenant, _, producer_id = feed.partition("/")
+        return f"{self.prefix}:{{~p:{self.feed(tenant, producer_id)}:{shard}}}:done"
+
+    def legacy_producer_done(self, feed: str) -> str:
+        """One producer's one completion stream of layout v2 (before the shards of v2.1)."""
         tenant, _, producer_id = feed.partition("/")
         return f"{self.prefix}:{{~p:{self.feed(tenant, producer_id)}}}:done"
 
@@ -377,24 +444,6 @@ class RedisKeys:
         """Every shard of the active-sessions index."""
         return [self.active_shard(n) for n in range(ACTIVE_SHARDS)]
 
-    def model_budget(self, model: str) -> tuple[str, str, str]:
-        """The keys of one model's fleet-wide budget: its GCRA state (hash), its calls in
-        flight (zset) and its pause after a 429 (string), in one slot."""
-        tag = f"{self.prefix}:{{~model:{validate_model_name(model)}}}"
-        return f"{tag}:budget", f"{tag}:inflight", f"{tag}:pause"
-
-    def model_shares(self, model: str) -> tuple[str, str]:
-        """The keys of the tenants' fair share of one model's budget, in its budget's slot:
-        the tenants' virtual finish times (hash) and the calls waiting (zset)."""
-        tag = f"{self.prefix}:{{~model:{validate_model_name(model)}}}"
-        return f"{tag}:shares", f"{tag}:waiting"
-
-    def waiting(self) -> str:
-        """The runs waiting for something (a model's budget) now: a zset, member
-        ``<tenant>/<session>/<run_id>``, score when it began to wait (ms); what each waits for
-        is its record's ``waiting`` field."""
-        return f"{self.prefix}:{{~waiting}}"
-
     def batches(self, tenant: str) -> str:
         """The tenant's batch index: batch ids scored by their record's last update (ms)."""
         return f"{self.prefix}:{{{validate_tenant(tenant)}/~batches}}"
@@ -402,16 +451,6 @@ class RedisKeys:
     def batch(self, tenant: str, batch_id: str) -> str:
         """The progress record of one batch of ``tenant`` (in its index's slot)."""
         return f"{self.batches(tenant)}:{validate_id(batch_id, kind='batch id')}"
-
-    def worker(self, worker_id: str) -> str:
-        """The presence record of one worker process group (see :mod:`tether.runs.presence`);
-        every presence key shares one slot, so listing workers is one MGET on a cluster too
-        (a heartbeat every few seconds per worker is no hot spot)."""
-        return f"{self.prefix}:{{~workers}}:{validate_id(worker_id, kind='worker id')}"
-
-    def workers(self) -> str:
-        """The presence index: worker ids scored by their last heartbeat (ms)."""
-        return f"{self.prefix}:{{~workers}}"
 
     def archived(self, tenant: str, session_id: str) -> str:
         """The archive hint: the highest sequence number known archived (an optimisation)."""
@@ -461,33 +500,3 @@ class RedisKeys:
             return None
         tenant = key[len(head) : -len(tail)]
         return tenant if is_valid_id(tenant) else None
-
-    def beat_prefix(self) -> str:
-        """The beat's celery-redbeat key prefix: its lock is ``<p>:{~sched}::lock``."""
-        return f"{self.prefix}:{{~sched}}:"
-
-    def legacy_schedules(self) -> str:
-        """Where every tenant's schedules were before they moved into the tenants' keyspaces: a
-        zset of entry keys ``<p>:{~sched}:<name>`` (read only by ``tether schedule
-        migrate`` and the beat's warning)."""
-        return f"{self.beat_prefix()}:schedule"
-
-    def beat(self, beat_id: str) -> str:
-        """The presence record of one beat process (see
-        :mod:`tether.producer.schedules.presence`)."""
-        return f"{self.beats()}:{validate_id(beat_id, kind='beat id')}"
-
-    def beats(self) -> str:
-        """The beats' presence index: beat ids scored by their last heartbeat (ms)."""
-        return f"{self.prefix}:{{~beats}}"
-
-    def webhook_pending(self, delivery_id: str) -> str:
-        """A webhook delivery on its way (its JSON, with its attempts so far), named by id in
-        the ``tether.webhook`` task (see :mod:`tether.runs.webhooks.pending`)."""
-        return f"{self.prefix}:{{~webhooks}}:d:{delivery_id}"
-
-    def webhooks_dead(self) -> tuple[str, str]:
-        """The webhook dead letters: a hash (delivery id to its JSON) and a zset (delivery id
-        scored by when it died, ms), in one slot."""
-        tag = f"{self.prefix}:{{~webhooks}}:dead"
-        return tag, f"{tag}:order"

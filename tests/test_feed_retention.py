@@ -42,7 +42,11 @@ def _finish(queue: RedisRunQueue, run_id: str) -> None:
 
 def _aged_feeds(client: Any, keys: RedisKeys) -> list[str]:
     """Both feeds, each holding OLD_ENTRIES entries from 1970 (far older than any TTL)."""
-    feeds = [keys.done(), keys.producer_done(keys.feed(T, PRODUCER))]
+    feed = keys.feed(T, PRODUCER)
+    feeds = [
+        keys.done(keys.feed_shard_of(None, T, "s-1")),
+        keys.producer_done(feed, keys.feed_shard_of(feed, T, "s-1")),
+    ]
     for feed in feeds:
         for i in range(OLD_ENTRIES):
             client.xadd(feed, {"run_id": f"old-{i}"}, id=f"{1000 + i}-0")

@@ -10,7 +10,16 @@ import redis
 from redis.crc import key_slot
 
 from tether.errors import ConfigurationError, InvalidId
-from tether.keys import ACTIVE_SHARDS, DEFAULT_PREFIX, QUEUED_SHARDS, RUN_INDEX_SHARDS, RedisKeys
+from tether.keys import (
+    ACTIVE_SHARDS,
+    DEFAULT_PREFIX,
+    DONE_SHARDS,
+    FEED_SHARDS,
+    QUEUED_SHARDS,
+    RUN_INDEX_SHARDS,
+    USAGE_SHARDS,
+    RedisKeys,
+)
 
 #: Enough run ids that every run-index shard is used (crc32 spreads them evenly).
 MANY_RUNS = 500
@@ -57,8 +66,12 @@ def tenant_keys(keys: RedisKeys, tenant: str) -> list[str]:
 
 
 def usage_keys(keys: RedisKeys, tenant: str) -> list[str]:
-    """The keys of a tenant's usage: outside its own pattern, read-only for it (#47)."""
-    return [*keys.tenant_usage(tenant, "20261130"), keys.tenant_inflight(tenant, "20261130")]
+    """The keys of a tenant's usage: outside its own pattern, read-only for it (#47): layout
+    v2's one shard and its rate, and every shard of v2.1 (#51)."""
+    out = [*keys.tenant_usage(tenant, "20261130"), keys.tenant_inflight(tenant, "20261130")]
+    for shard in range(USAGE_SHARDS):
+        out += keys.usage_shard(tenant, "20261130", shard)
+    return out
 
 
 def test_schema_shape() -> None:
@@ -86,8 +99,10 @@ def test_schema_shape() -> None:
         "tether:{~usage/acme}:rate",
     )
     assert keys.tenant_inflight("acme", "20261130") == "tether:{~usage/acme}:20261130:inflight"
-    assert keys.done() == "tether:{~done}"
-    assert keys.active("acme", "s-1") == "tether:{~active:9}"  # crc32("acme/s-1") % 16 == 9
+    assert keys.done(0) == "tether:{~done:0}"
+    assert keys.legacy_done() == "tether:{~done}"
+    assert keys.producer_done("acme/p-1", 3) == "tether:{~p:acme/p-1:3}:done"
+    assert keys.active("acme", "s-1") == "tether:{~active:57}"  # crc32("acme/s-1") % 64 == 57
     assert keys.active_shard(0) == "tether:{~active:0}"
     assert keys.active_member("acme", "s-1") == "acme/s-1"
 
@@ -115,7 +130,10 @@ def test_a_tenants_usage_keys_and_its_in_flight_record_share_one_slot(tenant: st
     keys = RedisKeys("ns")
     names = [*usage_keys(keys, tenant), keys.tenant_rate_taken(tenant, "run-1")]
     assert len(set(names)) == len(names)
-    assert len({slot(k) for k in names}) == 1
+    for shard in range(USAGE_SHARDS):  # each shard's three keys in one slot (#51)
+        assert len({slot(k) for k in keys.usage_shard(tenant, "20261130", shard)}) == 1
+    legacy = [*keys.tenant_usage(tenant, "20261130"), keys.tenant_rate_taken(tenant, "run-1")]
+    assert len({slot(k) for k in legacy}) == 1
     assert not any(fnmatchcase(k, keys.tenant_pattern(tenant)) for k in names)
     assert all(fnmatchcase(k, keys.tenant_usage_pattern(tenant)) for k in names)
     assert not any(fnmatchcase(k, keys.tenant_usage_pattern("other")) for k in names)
@@ -168,7 +186,8 @@ def test_tenant_pattern_matches_no_key_of_a_tenant_whose_name_extends_it(neighbo
 def test_tenant_pattern_matches_no_shared_key_and_no_other_namespace() -> None:
     keys = RedisKeys()
     pattern = keys.tenant_pattern("acme")
-    shared = [keys.done(), *keys.active_shards(), keys.worker("acme"), keys.workers()]
+    shared = [*map(keys.done, range(DONE_SHARDS)), *keys.active_shards(), keys.worker("acme")]
+    shared += [keys.workers()]
     shared += [keys.tenants(), *usage_keys(keys, "acme")]
     assert not any(fnmatchcase(k, pattern) for k in shared)
     assert not any(fnmatchcase(k, pattern) for k in tenant_keys(RedisKeys("tether2"), "acme"))
@@ -186,7 +205,7 @@ def test_tenant_pattern_finds_exactly_the_tenant_with_redis_scan(
     for names in owned.values():
         for name in names:
             pipe.set(name, b"1")
-    for name in [keys.done(), *keys.active_shards(), keys.workers()]:
+    for name in [keys.done(0), *keys.active_shards(), keys.workers()]:
         pipe.set(name, b"1")
     pipe.execute()
     for tenant in tenants:
@@ -201,7 +220,7 @@ def test_active_index_shards_are_distinct_keys_in_distinct_slots() -> None:
     keys = RedisKeys()
     shards = keys.active_shards()
     assert len(set(shards)) == ACTIVE_SHARDS
-    # The shards' tags ~active:0..15 happen to hash to 16 different slots (CRC16 is fixed, so
+    # The shards' tags ~active:0..63 happen to hash to 64 different slots (CRC16 is fixed, so
     # this never changes): spreading the index over the shards spreads it over the cluster.
     assert len({slot(k) for k in shards}) == ACTIVE_SHARDS
     # The slot depends only on the tag, never on the namespace.
@@ -219,10 +238,23 @@ def test_every_session_is_in_exactly_one_active_shard() -> None:
         keys.active_shard(-1)
 
 
-def test_done_stream_has_its_own_slot() -> None:
+def test_the_completion_feeds_shards_are_in_distinct_slots_by_session() -> None:
     keys = RedisKeys()
-    assert slot(keys.done()) == slot(RedisKeys("other").done())
-    assert slot(keys.done()) not in {slot(k) for k in keys.active_shards()}
+    done = [keys.done(n) for n in range(DONE_SHARDS)]
+    assert [slot(k) for k in done] == [slot(RedisKeys("other").done(n)) for n in range(DONE_SHARDS)]
+    assert len({slot(k) for k in done}) == DONE_SHARDS
+    assert not {slot(k) for k in done} & {slot(k) for k in keys.active_shards()}
+    feed = keys.feed("acme", "p-1")
+    mine = [keys.producer_done(feed, n) for n in range(FEED_SHARDS)]
+    assert len({slot(k) for k in mine}) == FEED_SHARDS
+    # a session's completions always go to the same shard; sessions spread over all of them
+    shards = {keys.feed_shard_of(feed, "acme", f"s-{n}") for n in range(MANY_RUNS)}
+    assert shards == set(range(FEED_SHARDS))
+    assert keys.feed_shard_of(None, "acme", "s-1") == keys.feed_shard_of(None, "acme", "s-1")
+    with pytest.raises(ValueError, match="out of range"):
+        keys.done(DONE_SHARDS)
+    with pytest.raises(ValueError, match="out of range"):
+        keys.producer_done(feed, FEED_SHARDS)
 
 
 def test_sessions_tenants_and_namespaces_never_collide() -> None:
@@ -236,9 +268,9 @@ def test_sessions_tenants_and_namespaces_never_collide() -> None:
         b.events("t1", "s"),
     }
     assert len(names) == 6
-    assert a.run("t", "s", "done") != a.done()
+    assert a.run("t", "s", "done") != a.done(0)
     namespaced = (
-        a.done(),
+        a.done(0),
         *a.active_shards(),
         a.run("t", "s", "x"),
         a.run_index("t", "x"),

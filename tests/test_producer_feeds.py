@@ -13,9 +13,15 @@ from tests.support.stack import Stack, unique
 from tether.producer import Producer
 
 
-def _feed_run_ids(producer: Producer, key: str) -> set[str]:
-    entries = cast(list[tuple[bytes, dict[bytes, bytes]]], producer.redis.xrange(key))
-    return {fields[b"run_id"].decode() for _entry_id, fields in entries}
+def _feed_run_ids(producer: Producer, feed: str | None) -> set[str]:
+    """The runs announced on every shard of ``feed`` (None: the namespace's)."""
+    keys = producer.keys
+    found = set()
+    for shard in range(keys.feed_shards(feed)):
+        key = keys.feed_stream(feed, shard)
+        entries = cast(list[tuple[bytes, dict[bytes, bytes]]], producer.redis.xrange(key))
+        found |= {fields[b"run_id"].decode() for _entry_id, fields in entries}
+    return found
 
 
 @pytest.fixture
@@ -37,13 +43,15 @@ def test_each_producer_feed_holds_only_its_own_runs(
         assert handle.result(timeout=60).status == "COMPLETED"
 
     keys = first.keys
-    assert _feed_run_ids(first, keys.producer_done(first.feed)) == {h.run_id for h in mine}
-    assert _feed_run_ids(first, keys.producer_done(second.feed)) == {h.run_id for h in theirs}
-    everyone = _feed_run_ids(first, keys.done())
+    assert _feed_run_ids(first, first.feed) == {h.run_id for h in mine}
+    assert _feed_run_ids(first, second.feed) == {h.run_id for h in theirs}
+    everyone = _feed_run_ids(first, None)
     assert {h.run_id for h in mine + theirs} <= everyone
     # a producer's feed expires without it (one that crashed is never read again)
-    ttl_s = cast(Any, first.redis.ttl(keys.producer_done(first.feed)))
-    assert 0 < int(ttl_s) <= first.settings.result_ttl_s
+    for handle in mine:
+        shard = keys.feed_shard_of(first.feed, handle.tenant or "", handle.session_id or "")
+        ttl_s = cast(Any, first.redis.ttl(keys.producer_done(first.feed, shard)))
+        assert 0 < int(ttl_s) <= first.settings.result_ttl_s
 
 
 def test_another_producer_reattaches_by_run_id_and_a_closed_producer_drops_its_feed(
@@ -52,7 +60,9 @@ def test_another_producer_reattaches_by_run_id_and_a_closed_producer_drops_its_f
     with Producer(live_stack.settings) as submitter:
         handle = submitter.run_async(unique("f3"), "hello", agent="echo")
         assert handle.result(timeout=60).output
-        feed = submitter.keys.producer_done(submitter.feed)
+        k = submitter.keys
+        shard = k.feed_shard_of(submitter.feed, handle.tenant or "", handle.session_id or "")
+        feed = k.producer_done(submitter.feed, shard)
         assert submitter.redis.exists(feed)
     with Producer(live_stack.settings) as other:
         assert not other.redis.exists(feed)  # dropped on close
@@ -75,7 +85,7 @@ def test_runs_of_another_tenant_are_announced_on_the_feed_the_producer_reads(
         for handle in handles:
             assert handle.result(timeout=60).status == "COMPLETED"
         listener = producer.listener_for("alpha")
-        announced = _feed_run_ids(producer, producer.keys.feed_stream(listener.feed))
+        announced = _feed_run_ids(producer, listener.feed)
         assert {h.run_id for h in handles} <= announced
-        own = _feed_run_ids(producer, producer.keys.feed_stream(producer.listener.feed))
+        own = _feed_run_ids(producer, producer.listener.feed)
         assert not own & {h.run_id for h in handles}

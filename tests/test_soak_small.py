@@ -47,8 +47,8 @@ def test_key_kinds() -> None:
     assert key_kind("tether:{default/s-1}:run:r-1") == "run"
     assert key_kind("tether:{default/s-1}:req:q-1") == "req"
     assert key_kind("tether:{default/~runs:7}:r-1") == "{t/~runs:*} run index"
-    assert key_kind("tether:{~done}") == "{~done}"
-    assert key_kind("tether:{~p:default/p-1}:done") == "{~p:*}:done"
+    assert key_kind("tether:{~done:3}") == "{~done:*}"
+    assert key_kind("tether:{~p:default/p-1:3}:done") == "{~p:*}:done"
     assert key_kind("tether:{~active:3}") == "{~active:*}"
     assert key_kind("tether-celery:unacked") == "broker:unacked"
 

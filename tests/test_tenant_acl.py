@@ -143,7 +143,7 @@ def test_a_tenant_credential_gets_noperm_for_another_tenant(world: World) -> Non
             acme.runs.request_cancel(bob_ref)
         with pytest.raises(ConfigurationError, match="denied"):
             acme.event_stream.read("bob", "s-bob")  # bob's events
-        for feed in (keys.producer_done(bob.feed), keys.done()):  # bob's, everyone's completions
+        for feed in (keys.producer_done(bob.feed, 0), keys.done(0)):  # bob's, everyone's feed
             with pytest.raises(redis.exceptions.NoPermissionError):
                 acme.redis.xrevrange(feed, count=1)
         with pytest.raises(redis.exceptions.NoPermissionError):  # the index is write-only here
@@ -220,7 +220,7 @@ def test_forged_completion_entries_are_pointers_the_console_checks(world: World)
     )
     try:
         queued = acme.run_async("s-1", "1+1", agent="calculator")  # no worker: stays QUEUED
-        feed = bob.keys.done()
+        feed = bob.keys.done(0)
         forged = [
             {"run_id": queued.run_id, "tenant": "acme", "session_id": "s-1", "status": "FAILED"},
             {"run_id": "run-made-up", "tenant": "acme", "session_id": "s-1", "status": "COMPLETED"},

@@ -305,15 +305,15 @@ def test_no_tenant_can_write_a_key_shared_with_other_tenants(world: World) -> No
     keys = RedisKeys(NS)
     b = redis_from_url(world.tenant_url("team-b"))
     day = utc_day()
-    shared = [*keys.active_shards(), keys.done(), keys.tenants(), keys.waiting()]
-    budgets = [*keys.tenant_usage("team-b", day), keys.tenant_inflight("team-b", day)]
+    shared = [*keys.active_shards(), keys.done(0), keys.tenants(), keys.waiting()]
+    budgets = [*keys.usage_shard("team-b", day, 0), *keys.tenant_usage("team-b", day)]
     try:
         for key in [*shared, *budgets, *keys.tenant_usage("team-a", day)]:
             for command in (("SET", key, "poison"), ("DEL", key), ("ZADD", key, 1, "x")):
                 with pytest.raises(redis.exceptions.NoPermissionError):
                     b.execute_command(*command)
         with pytest.raises(redis.exceptions.NoPermissionError):
-            b.xadd(keys.done(), {"run_id": "run-x", "tenant": "team-a", "status": "FAILED"})
+            b.xadd(keys.done(0), {"run_id": "run-x", "tenant": "team-a", "status": "FAILED"})
         assert b.hgetall(budgets[0]) == {}  # its own usage: readable, not writable
     finally:
         b.close()

@@ -15,7 +15,7 @@ import redis
 from tether.core.events import Usage, now_ms
 from tether.core.results import RunStatus
 from tether.errors import BudgetExceeded, TetherError
-from tether.keys import RedisKeys
+from tether.keys import RedisKeys, usage_shard_of
 from tether.persistence.redis_conn import redis_from_url
 from tether.runs.contract import RunRequest, RunResult
 from tether.runs.leases.memory import InMemoryLeaseManager
@@ -191,8 +191,8 @@ def test_a_tenant_credential_reads_its_usage_and_cannot_write_it(redis_server: A
         as_acme = RedisTenantUsage(acme, keys)
         assert as_acme.day("acme").tokens == 1100  # it reads its own
         assert as_acme.admit("acme", TenantBudget(tokens_per_day=5000)).admitted
-        day, counted, rate = keys.tenant_usage("acme", utc_day())
-        inflight = keys.tenant_inflight("acme", utc_day())
+        day, counted, inflight = keys.usage_shard("acme", utc_day(), 5)
+        rate = keys.tenant_usage("acme", utc_day())[2]
         for key in (day, counted, rate, inflight):
             with pytest.raises(redis.exceptions.NoPermissionError):
                 acme.delete(key)
@@ -202,7 +202,7 @@ def test_a_tenant_credential_reads_its_usage_and_cannot_write_it(redis_server: A
             as_acme.take_rate("acme", TenantBudget(runs_per_minute=6), "r-4")
         assert workers.day("acme").tokens == 1100  # untouched
         with pytest.raises(redis.exceptions.NoPermissionError):  # and no other tenant's
-            acme.get(keys.tenant_usage("bob", utc_day())[0])
+            acme.get(keys.usage_shard("bob", utc_day(), 0)[0])
     finally:
         acme.close()
         admin.acl_deluser(user)
@@ -275,11 +275,11 @@ def test_the_in_flight_record_expires_like_the_day(redis_url: str) -> None:
     keys = RedisKeys(f"use-{uuid.uuid4().hex[:8]}")
     usage, t, now = RedisTenantUsage(client, keys), tenant(), now_ms()
     usage.in_flight(t, "r-1", CALL, 0.001, at_ms=now)
-    day = utc_day(now)
-    assert 0 < client.ttl(keys.tenant_inflight(t, day)) <= DAY_TTL_S
+    counters, _, inflight = keys.usage_shard(t, utc_day(now), usage_shard_of("r-1"))
+    assert 0 < client.ttl(inflight) <= DAY_TTL_S
     usage.add(t, "r-1", CALL, 0.001, at_ms=now)
-    assert client.hget(keys.tenant_inflight(t, day), "r-1") is None
-    assert 0 < client.ttl(keys.tenant_usage(t, day)[0]) <= DAY_TTL_S
+    assert client.hget(inflight, "r-1") is None
+    assert 0 < client.ttl(counters) <= DAY_TTL_S
     client.close()
 
 

@@ -46,7 +46,7 @@ from celery.utils import uuid
 
 from tether.core.results import RunStatus
 from tether.errors import InvalidInput, RunLost, RunTimeout, SessionBusy
-from tether.keys import RedisKeys
+from tether.keys import RedisKeys, session_shard
 from tether.persistence.redis_conn import redis_from_url
 from tether.runs.contract import (
     CANVAS_RUN_TASK,
@@ -321,7 +321,9 @@ def finish_own_run(services: EngineServices, request: RunRequest, wait_s: float)
         RunTimeout: no result within ``wait_s`` seconds (the run goes on).
     """
     deadline = time.monotonic() + wait_s
-    position = services.runs.done_last_id()
+    runs, t, s = services.runs, request.tenant, request.session_id
+    shard = session_shard(t, s, runs.feed_shards())  # the session's: one key, one slot
+    position = runs.done_last_id(shard=shard)
     while True:
         view = services.runs.get(request.ref)
         if view is None:
@@ -339,7 +341,8 @@ def finish_own_run(services: EngineServices, request: RunRequest, wait_s: float)
                     f"run {request.run_id} did not finish within {wait_s:.0f} s; it goes on "
                     f"(`tether wait {request.run_id}`); pass a larger wait_s=... to tether_run"
                 )
-            done = services.runs.read_done(position, max(1, int(min(1.0, remaining_s) * 1000)))
+            block_ms = max(1, int(min(1.0, remaining_s) * 1000))
+            done = runs.read_done(position, block_ms, shard=shard)
             if done:
                 position = done[-1][0]
 

@@ -50,13 +50,13 @@ class Sample:
 
 
 #: Kinds whose keys are streams (their entries are counted).
-STREAM_KINDS = ("events", "{~done}", "{~p:*}:done")
+STREAM_KINDS = ("events", "{~done:*}", "{~p:*}:done")
 _ID_RE = re.compile(r"[0-9a-f]{8,}(-[0-9a-f]{4,})*|\d+")
 
 
 def key_kind(key: str, namespace: str = NAMESPACE) -> str:
     """The kind of a key: a session key's suffix after its hash tag (``events``, ``meta``,
-    ``run``, ``req``...), a namespace-wide key's tag (``{~done}``, ``{~active:*}``...), or
+    ``run``, ``req``...), a namespace-wide key's tag (``{~done:*}``, ``{~active:*}``...), or
     ``broker:<name>`` for Celery's keys (ids replaced by ``*``)."""
     celery = f"{namespace}-celery:"
     if key.startswith(celery):
@@ -66,8 +66,8 @@ def key_kind(key: str, namespace: str = NAMESPACE) -> str:
     start = len(namespace) + 2
     end = key.find("}", start)
     tag, suffix = key[start:end], key[end + 2 :]
-    if tag == "~done":
-        return "{~done}"
+    if tag == "~done" or tag.startswith("~done:"):
+        return "{~done:*}"
     if tag.startswith("~p:"):
         return "{~p:*}:done"
     if tag.startswith("~active:"):

@@ -23,7 +23,7 @@ from pydantic import SecretStr
 
 from tether.core.events import Usage
 from tether.errors import ModelError
-from tether.models.base import DeltaSink, ModelDelta, with_billed_usage
+from tether.models.base import DeltaSink, ModelDelta, ModelResponse, with_billed_usage
 from tether.models.openai_client import DEFAULT_BASE_URL, AzureTarget, OpenAIEndpoint
 from tether.models.openai_mapping import MalformedAnswer, quote
 
@@ -213,31 +213,47 @@ class OpenAIModel:
 
     def _pump(
         self, stream: openai.Stream[A], add: Callable[[A], list[ModelDelta]], on_delta: DeltaSink
-    ) -> None:
+    ) -> int:
         """Hand ``on_delta`` the pieces ``add`` makes of each event of ``stream``, then close it
-        (also when a piece fails or the sink raises)."""
+        (also when a piece fails or the sink raises); how many events came."""
+        count = 0
         try:
             events = iter(stream)
             while (event := self._next(events)) is not None:
+                count += 1
                 for delta in self._read(add, event, "stream chunk"):
                     on_delta(delta)
         finally:
             stream.close()
+        return count
 
     async def _apump(
         self,
         stream: openai.AsyncStream[A],
         add: Callable[[A], list[ModelDelta]],
         on_delta: DeltaSink,
-    ) -> None:
+    ) -> int:
         """:meth:`_pump` on asyncio."""
+        count = 0
         try:
             events = aiter(stream)
             while (event := await self._anext(events)) is not None:
+                count += 1
                 for delta in self._read(add, event, "stream chunk"):
                     on_delta(delta)
         finally:
             await stream.close()
+        return count
+
+    def _with_content(self, answer: ModelResponse, events: int) -> ModelResponse:
+        """``answer`` of a streamed call, unless it holds neither text nor a tool call: then a
+        :class:`ModelError` (carrying the tokens billed), so that the run fails and says why
+        instead of completing with no output."""
+        if answer.text or answer.tool_calls:
+            return answer
+        failure = self._errors.empty_stream(events)
+        with_billed_usage(failure, answer.usage)
+        raise failure
 
     def _read(
         self,

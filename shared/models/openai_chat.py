@@ -87,8 +87,9 @@ class OpenAIChatModel(OpenAIModel):
             )
         )
         assembly = _ChatAssembly()
-        self._pump(chunks, assembly.add, on_delta)
-        return self._read(_ChatAssembly.response, assembly, "stream", _ChatAssembly.reported)
+        events = self._pump(chunks, assembly.add, on_delta)
+        answer = self._read(_ChatAssembly.response, assembly, "stream", _ChatAssembly.reported)
+        return self._with_content(answer, events)
 
     async def astream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         """:meth:`stream` on asyncio; ``on_delta`` is called on the loop's thread."""
@@ -99,8 +100,9 @@ class OpenAIChatModel(OpenAIModel):
             )
         )
         assembly = _ChatAssembly()
-        await self._apump(chunks, assembly.add, on_delta)
-        return self._read(_ChatAssembly.response, assembly, "stream", _ChatAssembly.reported)
+        events = await self._apump(chunks, assembly.add, on_delta)
+        answer = self._read(_ChatAssembly.response, assembly, "stream", _ChatAssembly.reported)
+        return self._with_content(answer, events)
 
 
 def _completion_usage(completion: Any) -> Usage:

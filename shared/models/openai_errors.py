@@ -162,6 +162,16 @@ class ErrorContext:
             excerpt=excerpt,
         )
 
+    def empty_stream(self, events: int) -> ModelError:
+        """A :class:`ModelError` for a streamed answer that ended without any text or tool
+        call (``events``: how many stream events came)."""
+        return ModelError(
+            f"model endpoint {self.endpoint} ended a streamed answer without any text or tool "
+            f"call ({events} stream events); the step fails rather than complete the run with "
+            "no output. Check the model name and that the endpoint streams (or turn streaming "
+            "off with TETHER_DELTA_MAX_LEN=0)"
+        )
+
     def _status_error(self, exc: openai.APIStatusError) -> ModelError:
         status = exc.status_code
         excerpt = self._excerpt(exc.body if exc.body is not None else _text(exc.response))

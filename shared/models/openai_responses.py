@@ -79,20 +79,22 @@ class OpenAIResponsesModel(OpenAIModel):
         params = responses_params(request)
         stream = self._call(lambda c: c.responses.create(**params, stream=True))
         assembly = _ResponsesAssembly(self._errors)
-        self._pump(stream, assembly.add, on_delta)
-        return self._read(
+        events = self._pump(stream, assembly.add, on_delta)
+        answer = self._read(
             _ResponsesAssembly.response, assembly, "stream", _ResponsesAssembly.reported
         )
+        return self._with_content(answer, events)
 
     async def astream(self, request: ModelRequest, on_delta: DeltaSink) -> ModelResponse:
         """:meth:`stream` on asyncio; ``on_delta`` is called on the loop's thread."""
         params = responses_params(request)
         stream = await self._acall(lambda c: c.responses.create(**params, stream=True))
         assembly = _ResponsesAssembly(self._errors)
-        await self._apump(stream, assembly.add, on_delta)
-        return self._read(
+        events = await self._apump(stream, assembly.add, on_delta)
+        answer = self._read(
             _ResponsesAssembly.response, assembly, "stream", _ResponsesAssembly.reported
         )
+        return self._with_content(answer, events)
 
 
 def _response_usage(response: Any) -> Usage:

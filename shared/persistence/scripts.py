@@ -30,8 +30,8 @@ def queue_script(
 
 
 #: What names the namespace keys every tenant's producer may write (docs/trust-model.md: mark
-#: its sessions active, announce a run it refused): ``<p>:{~active:<n>}`` and ``<p>:{~done}``.
-SHARED_KEY_MARKERS = (":{~active:", ":{~done}")
+#: its sessions active, announce a run it refused): ``<p>:{~active:<n>}`` and ``<p>:{~done:<n>}``.
+SHARED_KEY_MARKERS = (":{~active:", ":{~done:")
 
 
 def run_pipeline(

@@ -8,6 +8,7 @@ from typing import Any, cast
 
 from tether.errors import InvalidId
 from tether.ids import validate_id
+from tether.keys import DONE_SHARDS
 from tether.persistence.active_index import active_sessions as all_active_sessions
 from tether.producer.ops.console.backends import Backends
 from tether.runs.contract import RunRef
@@ -137,16 +138,23 @@ def queued_run_ids(b: Backends, tenant: str, session_ids: list[str]) -> list[Run
 
 
 def recent_finished_ids(b: Backends, count: int = RECENT_FINISHED) -> list[RunRef]:
-    """Runs from the completion feed, newest first (every tenant's: filter after)."""
-    entries = cast(
-        list[tuple[bytes, dict[bytes, bytes]]],
-        b.client.xrevrange(b.keys.done(), "+", "-", count=count),
-    )
+    """Runs from the completion feed, newest first (every tenant's: filter after); the newest
+    ``count`` of each shard read (one pipelined round trip), the newest ``count`` of them kept."""
+    pipe = b.client.pipeline(transaction=False)
+    for shard in range(DONE_SHARDS):
+        pipe.xrevrange(b.keys.done(shard), "+", "-", count=count)
+    shards = cast(list[list[tuple[bytes, dict[bytes, bytes]]]], pipe.execute())
+    entries = sorted((e for shard in shards for e in shard), key=_newest_first)[:count]
     seen: dict[RunRef, None] = {}
     for entry_id, fields in entries:
         if b"run_id" in fields:
             seen.setdefault(done_entry(entry_id, fields)[1], None)
     return list(seen)
+
+
+def _newest_first(entry: tuple[bytes, dict[bytes, bytes]]) -> tuple[int, int]:
+    ms, _, seq = entry[0].partition(b"-")
+    return -int(ms), -int(seq or 0)
 
 
 def list_runs(b: Backends, tenant: str, status: str = "", limit: int = 200) -> list[RunRow]:

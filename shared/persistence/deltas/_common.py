@@ -12,6 +12,11 @@ C = TypeVar("C")
 
 _KIND_CODES = {"text": "t", "tool_arguments": "a"}
 _KINDS = {code: kind for kind, code in _KIND_CODES.items()}
+#: The kind code of a run's end mark: ``finish.lua`` appends ``k=e`` with the run id in ``e``
+#: to a session's channel when it finishes a run there, so a follower blocked on the channel
+#: wakes at the commit (see :func:`end_of`). Its other fields (``r`` empty, fence 0) make a
+#: reader from before the mark take it for an empty piece of no run, which no handle gives.
+END_KIND = "e"
 
 
 def validate_bounds(max_len: int, ttl_ms: int) -> None:
@@ -53,6 +58,13 @@ def to_fields(d: LiveDelta) -> list[str]:
     if d.tool_name is not None:
         fields += ["n", d.tool_name]
     return fields
+
+
+def end_of(fields: dict[bytes, bytes]) -> str | None:
+    """The run id of an end mark (None: the entry is a piece)."""
+    if fields.get(b"k") != END_KIND.encode():
+        return None
+    return fields.get(b"e", b"").decode()
 
 
 def from_fields(fields: dict[bytes, bytes]) -> LiveDelta:

@@ -71,6 +71,27 @@ class LiveOrder:
         self.pending = [d for d in current if self._live(d)]
         return out
 
+    def start_whole(
+        self, events: Sequence[Fenced], top: Fenced | None, pieces: Sequence[LiveDelta]
+    ) -> list[LiveItem]:
+        """The catch-up of a reader of whole runs: the visible events, read first, and then
+        every piece the channel still holds, oldest first. Each step's pieces come right after
+        its ``MODEL_REQUEST`` when that event is among ``events`` (a finished step too: a reader
+        that attaches after its run ended still gets every piece); the pieces of the step
+        whose request is the stream's newest event, handed out before, come first; the others
+        wait for their request (published after the events were read)."""
+        anchored = {k for k in map(_request_key, events) if k is not None}
+        top_key = None if top is None else _request_key(top)
+        handed = top_key if top_key not in anchored else None
+        placed = [d for d in pieces if (d.run_id, d.fence, d.step) in anchored]
+        first = [d for d in pieces if (d.run_id, d.fence, d.step) == handed]
+        out = self.batch(events, first + placed)
+        later = [
+            d for d in pieces if (k := (d.run_id, d.fence, d.step)) not in anchored and k != handed
+        ]
+        self.pending = [d for d in later if self._live(d)]
+        return out
+
     def batch(self, events: Sequence[Fenced], deltas: Iterable[LiveDelta]) -> list[LiveItem]:
         """One batch read together (both streams up to one moment), in order."""
         for fence, event in events:

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import cast
+from typing import Any, cast
 
 import redis.asyncio
 
@@ -53,6 +53,22 @@ class AsyncRedisLiveFeed:
                 return group, top or START
             end = "(" + page[-1][0].decode()
 
+    async def _whole(self, tenant: str, session_id: str) -> tuple[list[LiveDelta], Cursor]:
+        """Every piece the channel holds and its newest cursor (as ``RedisDeltaChannel.whole``)."""
+        key = self._keys.deltas(tenant, session_id)
+        pieces: list[LiveDelta] = []
+        newest: Cursor = START
+        while True:
+            with translate_errors(self._where):
+                page = cast(
+                    RawEntries, await self._client.xrange(key, min="(" + newest, count=PAGE)
+                )
+            pieces.extend(d for _c, d in parse_entries(page))
+            if page:
+                newest = page[-1][0].decode()
+            if len(page) < PAGE:
+                return pieces, newest
+
     def follow(
         self,
         tenant: str,
@@ -62,10 +78,15 @@ class AsyncRedisLiveFeed:
         block_ms: int = 1000,
         idle_timeout_s: float | None = None,
         stop: Callable[[], bool] | None = None,
+        on_end: Callable[[str], None] | None = None,
+        whole_steps: bool = False,
     ) -> AsyncIterator[LiveItem]:
         """Yield the session's events after ``after_seq`` and the live pieces, as they come;
         stop after ``idle_timeout_s`` without either (None: never), or once ``stop()`` answers
         True (asked after every batch and every empty wait of at most ``block_ms``).
+        ``on_end(run_id)``: a run of the session was finished (its end mark was read).
+        ``whole_steps``: the catch-up gives every piece the channel still holds of the steps
+        it gives (see ``RedisLiveFeed.follow``).
 
         Raises:
             StreamUnavailable: Redis cannot be reached; follow again from the last seq.
@@ -74,27 +95,27 @@ class AsyncRedisLiveFeed:
         validate_session(tenant, session_id)
         validate_tail_args(after_seq, block_ms, idle_timeout_s)
         self._stream.check_block_ms(block_ms)
-        return self._follow(tenant, session_id, after_seq, block_ms, idle_timeout_s, stop)
+        options: dict[str, Any] = dict(
+            block_ms=block_ms, idle_timeout_s=idle_timeout_s, stop=stop, on_end=on_end
+        )
+        return self._follow(tenant, session_id, after_seq, whole_steps, options)
 
     async def _follow(
-        self,
-        tenant: str,
-        session_id: str,
-        after_seq: int,
-        block_ms: int,
-        idle_timeout_s: float | None,
-        stop: Callable[[], bool] | None,
+        self, tenant: str, session_id: str, after_seq: int, whole: bool, options: dict[str, Any]
     ) -> AsyncIterator[LiveItem]:
-        current = await self._current_step(tenant, session_id)  # first, as the sync follower
-        caught_up = await self._stream.catch_up(tenant, session_id, after_seq)
+        if whole:  # the events first, as the sync follower
+            caught_up = await self._stream.catch_up(tenant, session_id, after_seq)
+            current = await self._whole(tenant, session_id)
+        else:  # the current step first, as the sync follower
+            current = await self._current_step(tenant, session_id)
+            caught_up = await self._stream.catch_up(tenant, session_id, after_seq)
         state = FollowState(
             self._keys.events(tenant, session_id),
             self._keys.deltas(tenant, session_id),
             current,
             caught_up,
-            block_ms=block_ms,
-            idle_timeout_s=idle_timeout_s,
-            stop=stop,
+            whole=whole,
+            **options,
         )
         for item in state.first:
             yield item

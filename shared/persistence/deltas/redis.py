@@ -19,6 +19,7 @@ import redis
 from tether.keys import RedisKeys
 from tether.persistence.deltas._common import (
     current_step,
+    end_of,
     from_fields,
     to_fields,
     validate_bounds,
@@ -37,8 +38,15 @@ RawEntries = list[tuple[bytes, dict[bytes, bytes]]]
 
 
 def parse_entries(raw: RawEntries | None) -> list[tuple[Cursor, LiveDelta]]:
-    """``(cursor, piece)`` pairs from XRANGE/XREAD entries."""
-    return [(entry_id.decode(), from_fields(fields)) for entry_id, fields in raw or []]
+    """``(cursor, piece)`` pairs from XRANGE/XREAD entries (runs' end marks left out: a
+    reader that needs them, and every reader's cursor, looks at the raw entries)."""
+    return [(e.decode(), from_fields(f)) for e, f in raw or [] if end_of(f) is None]
+
+
+def ended_runs(raw: RawEntries | None) -> list[str]:
+    """The run ids of the end marks among XREAD entries (see
+    :data:`~tether.persistence.deltas._common.END_KIND`)."""
+    return [run_id for _e, f in raw or [] if (run_id := end_of(f)) is not None]
 
 
 def entries_of(resp: Any, key: str) -> RawEntries:
@@ -141,6 +149,22 @@ class RedisDeltaChannel:
                 return
             end = "(" + page[-1][0].decode()
 
+    def whole(self, tenant: str, session_id: str) -> tuple[list[LiveDelta], Cursor]:
+        """Every piece the channel holds, oldest first, and its newest entry's cursor (an end
+        mark's too): what a reader of whole runs catches up with."""
+        validate_session(tenant, session_id)
+        key = self._keys.deltas(tenant, session_id)
+        pieces: list[LiveDelta] = []
+        newest: Cursor = START
+        while True:
+            with translate_errors(self._where):
+                page = cast(RawEntries, self._client.xrange(key, min="(" + newest, count=PAGE))
+            pieces.extend(d for _c, d in parse_entries(page))
+            if page:
+                newest = page[-1][0].decode()
+            if len(page) < PAGE:
+                return pieces, newest
+
     def current_step(self, tenant: str, session_id: str) -> tuple[list[LiveDelta], Cursor]:
         validate_session(tenant, session_id)
         group, top = current_step(self._newest_first(self._keys.deltas(tenant, session_id)))
@@ -168,11 +192,10 @@ class RedisDeltaChannel:
                 return
             with translate_errors(self._where):
                 resp = self._client.xread({key: after}, count=PAGE, block=wait_ms)
-            found = parse_entries(entries_of(resp, key))
-            for cursor, delta in found:
-                after = cursor
-                yield cursor, delta
-            if found:
+            raw = entries_of(resp, key)
+            yield from parse_entries(raw)
+            if raw:  # past an end mark too, or the next read returns it again
+                after = raw[-1][0].decode()
                 idle_since = time.monotonic()
 
     def length(self, tenant: str, session_id: str) -> int:

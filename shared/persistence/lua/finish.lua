@@ -2,7 +2,7 @@
 -- session's queue (nil: the queue is empty).
 -- @include finish
 -- @tables F
--- @keys run pending attempts
+-- @keys run pending attempts deltas
 -- @argv run_id status result ttl_s tenant session_id request_id
-finish(K.run, K.pending, K.attempts, A)
+finish(K.run, K.pending, K.attempts, K.deltas, A)
 return redis.call('LINDEX', K.pending, 0)

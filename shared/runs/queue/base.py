@@ -264,19 +264,31 @@ class Completion(NamedTuple):
 
 class Completions(Protocol):
     """The feeds of finished runs: one per producer (``feed`` = its id: the runs it submitted)
-    for its listener, and the namespace's (``feed`` None: every run) for observers."""
+    for its listener, and the namespace's (``feed`` None: every run) for observers.
 
-    def done_last_id(self, feed: str | None = None) -> bytes:
-        """The position of the newest completion of ``feed`` (``0-0`` when none)."""
+    A feed may have several shards (a session's runs always in the same one): a reader of one
+    ``shard`` gets that shard's positions, a reader of the whole feed (``shard`` None) one
+    position for all of them. Positions are opaque: pass back what was read."""
+
+    def feed_shards(self, feed: str | None = None) -> int:
+        """How many shards ``feed`` has (1: none)."""
+
+    def feed_readers(self, feed: str | None = None) -> list[int | None]:
+        """The shards each blocking reader of ``feed`` reads (``[None]``: one reader of the
+        whole feed; a cluster, where one command names one slot, needs one per shard)."""
+
+    def done_last_id(self, feed: str | None = None, shard: int | None = None) -> bytes:
+        """The position of the newest completion of ``feed``'s ``shard`` (of the whole feed when
+        None; ``0-0`` when none)."""
 
     def read_done(
-        self, after_id: bytes, block_ms: int, feed: str | None = None
+        self, after_id: bytes, block_ms: int, feed: str | None = None, shard: int | None = None
     ) -> list[tuple[bytes, RunRef]]:
         """``(position, run)`` of ``feed``'s completions after ``after_id`` (blocks up to
-        ``block_ms``)."""
+        ``block_ms``), in ``shard`` (every shard when None)."""
 
     def read_completions(
-        self, after_id: bytes, block_ms: int, feed: str | None = None
+        self, after_id: bytes, block_ms: int, feed: str | None = None, shard: int | None = None
     ) -> list[Completion]:
         """:meth:`read_done`, with the result of each run whose feed entry carries it (a
         producer's feed carries small results: its listener then needs no read of the record)."""

@@ -386,14 +386,22 @@ class InMemoryRunQueue:
         st.next_done += 1
         self._lock.notify_all()
 
-    def done_last_id(self, feed: str | None = None) -> bytes:
-        """The position of the newest completion of ``feed``."""
+    def feed_shards(self, feed: str | None = None) -> int:
+        """One: a process's memory has no slots to spread a feed over."""
+        return 1
+
+    def feed_readers(self, feed: str | None = None) -> list[int | None]:
+        """One reader of the whole feed."""
+        return [None]
+
+    def done_last_id(self, feed: str | None = None, shard: int | None = None) -> bytes:
+        """The position of the newest completion of ``feed`` (its one shard)."""
         with self._lock:
             entries = self._state.done.get(feed)
             return f"{entries[-1][0]}-0".encode() if entries else b"0-0"
 
     def read_completions(
-        self, after_id: bytes, block_ms: int, feed: str | None = None
+        self, after_id: bytes, block_ms: int, feed: str | None = None, shard: int | None = None
     ) -> list[Completion]:
         """:meth:`read_done` with each run's result (a producer's feed carries it)."""
         entries = self.read_done(after_id, block_ms, feed)
@@ -405,7 +413,7 @@ class InMemoryRunQueue:
             ]
 
     def read_done(
-        self, after_id: bytes, block_ms: int, feed: str | None = None
+        self, after_id: bytes, block_ms: int, feed: str | None = None, shard: int | None = None
     ) -> list[tuple[bytes, RunRef]]:
         """Completions of ``feed`` after ``after_id``, waiting up to ``block_ms`` for one."""
         after = int(after_id.split(b"-")[0])

@@ -12,6 +12,7 @@ the two agree, ``tests/test_twin_surfaces.py`` that their surfaces do.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar, cast
@@ -47,7 +48,16 @@ from tether.runs.queue.redis._common import (
     submit_outcomes,
     text,
 )
-from tether.runs.queue.redis.completions import COMPLETIONS_PAGE, completions_of, newest_position
+from tether.runs.queue.redis.completions import (
+    COMPLETIONS_PAGE,
+    MERGED_PAUSE_MS,
+    by_shard,
+    completions_of,
+    merge,
+    merged_position,
+    newest_position,
+    shard_ids,
+)
 
 T = TypeVar("T")
 #: Commands per pipeline: parsing a pipeline's replies holds the event loop, so a big batch is
@@ -81,6 +91,7 @@ class AsyncRedisRunQueue:
         self._record_rejected = client.register_script(RECORD_REJECTED.source)
         self._cancel = client.register_script(CANCEL.source)
         self._noted_tenants: set[str] = set()
+        self._cluster = isinstance(cast(Any, client), redis.asyncio.RedisCluster)
 
     async def submit_many(
         self, requests: Sequence[RunRequest | WireRequest], *, queue: str | None = None
@@ -211,29 +222,68 @@ class AsyncRedisRunQueue:
             )
         return head
 
-    async def done_last_id(self, feed: str | None = None) -> bytes:
-        """The id of the newest completion entry of ``feed`` (``0-0`` when none)."""
+    def feed_shards(self, feed: str | None = None) -> int:
+        """How many shards ``feed`` has (each with its own positions)."""
+        return self.keys.feed_shards(feed)
+
+    def feed_readers(self, feed: str | None = None) -> list[int | None]:
+        """The shards each blocking reader of ``feed`` reads: one reader of the whole feed
+        (``[None]``) on a single Redis, one per shard on a cluster."""
+        return list(range(self.feed_shards(feed))) if self._cluster else [None]
+
+    async def done_last_id(self, feed: str | None = None, shard: int | None = None) -> bytes:
+        """The position of the newest completion of ``feed``'s ``shard`` (``0-0`` when none),
+        or of the whole feed (None: a merged position)."""
+        shards = [shard] if shard is not None else range(self.feed_shards(feed))
         with translate_errors(self._where):
-            newest = await self.client.xrevrange(self.keys.feed_stream(feed), count=1)
-        return newest_position(newest)
+            pipe = self.client.pipeline(transaction=False)
+            for n in shards:
+                pipe.xrevrange(self.keys.feed_stream(feed, n), count=1)
+            ids = [newest_position(newest) for newest in await pipe.execute()]
+        return merged_position(ids)
 
     async def read_done(
-        self, after_id: bytes, block_ms: int, feed: str | None = None
+        self, after_id: bytes, block_ms: int, feed: str | None = None, shard: int | None = None
     ) -> list[tuple[bytes, RunRef]]:
         """Completion entries of ``feed`` after ``after_id`` (blocks up to ``block_ms``)."""
-        return [(c.position, c.ref) for c in await self.read_completions(after_id, block_ms, feed)]
+        found = await self.read_completions(after_id, block_ms, feed, shard)
+        return [(c.position, c.ref) for c in found]
 
     async def read_completions(
-        self, after_id: bytes, block_ms: int, feed: str | None = None
+        self, after_id: bytes, block_ms: int, feed: str | None = None, shard: int | None = None
     ) -> list[Completion]:
         """:meth:`read_done`, with the result each entry carries (a producer's feed's small
-        results)."""
+        results); the whole feed merged when ``shard`` is None (as the sync queue)."""
+        if shard is None:
+            return await self._read_merged(after_id, block_ms, feed)
         with translate_errors(self._where):
-            streams: dict[Any, Any] = {self.keys.feed_stream(feed): after_id}
+            streams: dict[Any, Any] = {self.keys.feed_stream(feed, shard): after_id}
             reply = await self.client.xread(streams, block=block_ms, count=COMPLETIONS_PAGE)
         return completions_of(reply)
+
+    async def _read_merged(
+        self, after_id: bytes, block_ms: int, feed: str | None
+    ) -> list[Completion]:
+        n = self.feed_shards(feed)
+        keys = [self.keys.feed_stream(feed, shard) for shard in range(n)]
+        ids = shard_ids(after_id, n)
+        with translate_errors(self._where):
+            if not self._cluster:
+                streams: dict[Any, Any] = dict(zip(keys, ids, strict=True))
+                reply = await self.client.xread(streams, block=block_ms, count=COMPLETIONS_PAGE)
+                return merge(by_shard(keys, reply), ids)
+            pipe = self.client.pipeline(transaction=False)
+            for key, last in zip(keys, ids, strict=True):
+                pipe.xread({key: last}, count=COMPLETIONS_PAGE)
+            found = merge(list(enumerate(await pipe.execute())), ids)
+        if not found and block_ms > 0:
+            await asyncio.sleep(min(block_ms, MERGED_PAUSE_MS) / 1000)
+        return found
 
     async def close_feed(self, feed: str) -> None:
         """Drop a producer's feed (the producer is closing)."""
         with translate_errors(self._where):
-            await self.client.delete(self.keys.producer_done(feed))
+            pipe = self.client.pipeline(transaction=False)
+            for n in range(self.feed_shards(feed)):  # one slot each: one DEL per shard
+                pipe.delete(self.keys.producer_done(feed, n))
+            await pipe.execute()

@@ -7,8 +7,10 @@ a run of a budgeted tenant (one round trip: set, then read the day and the recor
 :mod:`tether.runs.usage.redis_aio`), and ``tenant_rate.lua`` takes a run's place in the
 per-minute rate when a worker starts it. Producers only read these keys: they are outside the
 tenant's own keyspace (:meth:`~tether.keys.RedisKeys.tenant_usage`), so no tenant can reset
-its budget. Every key of a tenant's usage
-shares its slot, so a Redis Cluster runs each script on one node."""
+its budget. A tenant's counters are spread over :data:`~tether.keys.USAGE_SHARDS` shards, a
+run counted in the shard of its run id (so no slot is written by every run of a tenant);
+every key a script touches is in that one shard's slot, so a Redis Cluster runs each script
+on one node, and readers sum the shards in one pipelined round trip."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from typing import Any, cast
 import redis
 
 from tether.core.events import Usage
-from tether.keys import RedisKeys
+from tether.keys import USAGE_SHARDS, RedisKeys, usage_shard_of
 from tether.persistence.lua import load
 from tether.persistence.redis_conn import describe_client, translate_errors
 from tether.persistence.scripts import queue_script, run_pipeline
@@ -112,9 +114,9 @@ class RedisTenantUsage(RedisTenantAdmission):
     ) -> None:
         """Queue :meth:`add` on ``pipe`` (a pipeline the caller runs with :func:`run_pipeline`
         and :attr:`add_script`); its reply is :meth:`add`'s, as 1 or 0."""
-        name = utc_day(at_ms)
-        day, counted, _ = self._keys.tenant_usage(tenant, name)
-        inflight = self._keys.tenant_inflight(tenant, name)
+        day, counted, inflight = self._keys.usage_shard(
+            tenant, utc_day(at_ms), usage_shard_of(run_id)
+        )
         argv = ADD.argv(
             run_id=run_id,
             ttl_s=DAY_TTL_S,
@@ -138,10 +140,24 @@ class RedisTenantUsage(RedisTenantAdmission):
 
     def day(self, tenant: str, *, at_ms: int | None = None) -> DayUsage:
         day = utc_day(at_ms)
-        key, _, _ = self._keys.tenant_usage(tenant, day)
         with translate_errors(self._where):
-            raw = cast(list[Any], self._client.hmget(key, list(_FIELDS)))
-        return _day_usage(day, raw)
+            pipe = self._client.pipeline(transaction=False)
+            for shard in range(USAGE_SHARDS):
+                pipe.hmget(self._keys.usage_shard(tenant, day, shard)[0], list(_FIELDS))
+            replies = cast(list[list[Any]], pipe.execute())
+        return _summed(day, replies)
+
+    def _others(self, tenant: str, day: str, but: int) -> DayUsage:
+        """The day with its runs in flight, over every shard but ``but`` (one round trip)."""
+        with translate_errors(self._where):
+            pipe = self._client.pipeline(transaction=False)
+            for shard in range(USAGE_SHARDS):
+                if shard != but:
+                    counters, _, inflight = self._keys.usage_shard(tenant, day, shard)
+                    pipe.hmget(counters, list(_FIELDS))
+                    pipe.hmget(inflight, [b"~" + f for f in _FIELDS])
+            replies = cast(list[list[Any]], pipe.execute())
+        return _summed(day, replies)
 
     def in_flight(
         self,
@@ -153,9 +169,10 @@ class RedisTenantUsage(RedisTenantAdmission):
         at_ms: int | None = None,
     ) -> DayUsage:
         day = utc_day(at_ms)
-        key, _, _ = self._keys.tenant_usage(tenant, day)
+        shard = usage_shard_of(run_id) if run_id is not None else 0
+        key, _, inflight = self._keys.usage_shard(tenant, day, shard)
         publish = run_id is not None and has_tokens(usage)
-        keys = IN_FLIGHT.keys(day=key, inflight=self._keys.tenant_inflight(tenant, day))
+        keys = IN_FLIGHT.keys(day=key, inflight=inflight)
         argv = IN_FLIGHT.argv(
             run_id=run_id if publish else "",
             usage=inflight_value(usage, cost_usd) if publish else "",
@@ -163,7 +180,8 @@ class RedisTenantUsage(RedisTenantAdmission):
         )
         with translate_errors(self._where):
             raw = cast(list[Any], self._in_flight(keys=keys, args=argv))
-        return _day_usage(day, raw[:7]).merged(_day_usage(day, raw[7:]))
+        mine = _day_usage(day, raw[:7]).merged(_day_usage(day, raw[7:]))
+        return mine.merged(self._others(tenant, day, shard))
 
 
 def inflight_value(usage: Usage, cost_usd: float | None) -> str:
@@ -181,6 +199,15 @@ def inflight_value(usage: Usage, cost_usd: float | None) -> str:
     )
 
 
+def _summed(day: str, replies: list[list[Any]]) -> DayUsage:
+    """The day's counters summed over the replies of several shards (each in :data:`_FIELDS`
+    order)."""
+    total = DayUsage(day, 0, 0, 0, 0, 0, 0, 0)
+    for raw in replies:
+        total = total.merged(_day_usage(day, raw))
+    return total
+
+
 def _day_usage(day: str, raw: list[Any]) -> DayUsage:
     """A day's counters from their values in :data:`_FIELDS` order (None: 0)."""
     n = [int(v) if v is not None else 0 for v in raw]
@@ -189,12 +216,14 @@ def _day_usage(day: str, raw: list[Any]) -> DayUsage:
 
 def queue_admit_reads(pipe: Any, keys: RedisKeys, tenant: str) -> None:
     """Queue on ``pipe`` the reads :func:`admit_verdict` decides on: ``tenant``'s day (tokens and
-    cost), its unfinished runs' sums from the in-flight record, and its rate's state."""
+    cost) and its unfinished runs' sums from the in-flight record, in every shard, then its
+    rate's state."""
     name = utc_day()
-    day, _, rate = keys.tenant_usage(tenant, name)
-    pipe.hmget(day, ["input", "output", "cost_nano"])
-    pipe.hmget(keys.tenant_inflight(tenant, name), ["~input", "~output", "~cost_nano"])
-    pipe.get(rate)
+    for shard in range(USAGE_SHARDS):
+        day, _, inflight = keys.usage_shard(tenant, name, shard)
+        pipe.hmget(day, ["input", "output", "cost_nano"])
+        pipe.hmget(inflight, ["~input", "~output", "~cost_nano"])
+    pipe.get(keys.tenant_usage(tenant, name)[2])
 
 
 def admit_verdict(replies: list[Any], budget: TenantBudget, runs: int) -> Verdict:
@@ -203,9 +232,9 @@ def admit_verdict(replies: list[Any], budget: TenantBudget, runs: int) -> Verdic
     limits, then the runs against the per-minute rate as workers took it (a limit of 0 is
     none). The rate is read on this process's clock: workers take it on the server's
     (``tenant_rate.lua``), so a skewed clock only moves when a submission is refused here."""
-    day, running, rate = replies
-    tokens = sum(_count(v) for v in (*day[:2], *running[:2]))
-    cost_nano = _count(day[2]) + _count(running[2])
+    *shards, rate = replies
+    tokens = sum(_count(v) for reply in shards for v in reply[:2])
+    cost_nano = sum(_count(reply[2]) for reply in shards)
     if budget.tokens_per_day and tokens >= budget.tokens_per_day:
         return Verdict(False, "tokens_per_day", float(tokens))
     if budget.usd_per_day and cost_nano >= round(budget.usd_per_day * NANO):

@@ -180,10 +180,10 @@ def announce(
     raw: str | None = None,
     observers: bool = True,
 ) -> None:
-    """Queue on ``pipe`` the announcements of ``result``: the namespace feed (``observers``:
-    only workers write it; a producer announcing a run it refused itself writes its own feed
-    alone), and the producer's own feed (which expires when its producer is gone: nobody reads
-    it then).
+    """Queue on ``pipe`` the announcements of ``result``, each in the shard of its session:
+    the namespace feed (``observers``: only workers write it; a producer announcing a run it
+    refused itself writes its own feed alone), and the producer's own feed (which expires when
+    its producer is gone: nobody reads it then).
 
     Feeds keep at most :data:`DONE_MAX_LEN` entries, and none much older than the run records
     they point to (``ttl_s``): an entry whose record expired announces nothing a reader can
@@ -193,12 +193,14 @@ def announce(
     per run.
     """
     fields = done_fields(result)
-    entries = [(k.done(), fields)] if observers else []
+    t, s = result.tenant, result.session_id
+    entries = [(k.done(k.feed_shard_of(None, t, s)), fields)] if observers else []
     if reply_to is not None:
         # the producer's feed carries a small result, so its listener reads no record
         raw = raw if raw is not None else result.model_dump_json()
         mine = {**fields, FeedField.RESULT: raw} if len(raw) <= FEED_RESULT_MAX_BYTES else fields
-        entries.append((k.producer_done(k.feed(result.tenant, reply_to)), mine))
+        feed = k.feed(t, reply_to)
+        entries.append((k.producer_done(feed, k.feed_shard_of(feed, t, s)), mine))
     trim = zlib.crc32(result.run_id.encode()) % FEED_TRIM_EVERY == 0  # run ids are random
     for feed, entry in entries:
         pipe.xadd(feed, entry, maxlen=DONE_MAX_LEN, approximate=True)

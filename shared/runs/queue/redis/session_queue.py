@@ -147,6 +147,7 @@ class RedisSessionQueue(RedisQueuePart):
             run=k.run(t, s, result.run_id),
             pending=k.pending(t, s),
             attempts=k.attempts(t, s, result.run_id),
+            deltas=k.deltas(t, s),
             **more_keys,
         )
         argv = lua.argv(
