@@ -3,13 +3,17 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from tether.errors import TetherError
 from tether.worker.engine.recovery import sweep_once, unclaimed_every_s
 from tether.worker.engine.services import EngineServices
+from tether.worker.engine.wait_reconcile import reconcile_waits
+from tether.worker.engine.wakes import wake_due
 
 log = logging.getLogger(__name__)
 
@@ -34,17 +38,32 @@ class Sweeper:
         self._thread.join(timeout=5)
 
     def _loop(self) -> None:
-        interval_s = self._services.settings.sweep_interval_ms / 1000
+        settings = self._services.settings
+        interval_s = settings.sweep_interval_ms / 1000
         every_s = unclaimed_every_s(self._services)
         unclaimed_at_s = -every_s
+        reconciled_at_s = -settings.wait_reconcile_s
         while not self._stop.wait(interval_s):
-            try:
-                now_s = time.monotonic()
-                unclaimed = now_s - unclaimed_at_s >= every_s
-                sweep_once(self._services, unclaimed=unclaimed)
-                if unclaimed:
-                    unclaimed_at_s = now_s
-            except TetherError as exc:  # Redis away: try again next period
-                log.warning("sweep failed: %s", exc)
-            except Exception:
-                log.exception("sweep failed unexpectedly")
+            now_s = time.monotonic()
+            unclaimed = now_s - unclaimed_at_s >= every_s
+            reconcile = now_s - reconciled_at_s >= settings.wait_reconcile_s
+            if _guarded(
+                "sweep", functools.partial(sweep_once, self._services, unclaimed=unclaimed)
+            ):
+                unclaimed_at_s = now_s if unclaimed else unclaimed_at_s
+            _guarded("timer wake", lambda: wake_due(self._services))
+            if reconcile and _guarded("wait reconcile", lambda: reconcile_waits(self._services)):
+                reconciled_at_s = now_s
+
+
+def _guarded(what: str, action: Callable[[], object]) -> bool:
+    """Run one part of a pass; True when it ran through (a failure is logged: the next period
+    tries again)."""
+    try:
+        action()
+        return True
+    except TetherError as exc:  # Redis or the store away: try again next period
+        log.warning("%s failed: %s", what, exc)
+    except Exception:
+        log.exception("%s failed unexpectedly", what)
+    return False

@@ -38,6 +38,9 @@ from tether.runs.leases.redis import RedisLeaseManager
 from tether.runs.queue.base import RunQueue
 from tether.runs.queue.memory import InMemoryRunQueue
 from tether.runs.queue.redis import RedisRunQueue
+from tether.runs.waits.marks import BlobWaitMarks
+from tether.runs.waits.memory import InMemoryWaitIndex
+from tether.runs.waits.redis import RedisWaitIndex
 from tether.runtime.registry import AgentRegistry
 from tether.settings import Settings
 from tether.worker.engine.checkpoints.memory import InMemoryCheckpointStore
@@ -97,6 +100,10 @@ class Backends:
     """Make the session's lease expire now (the TTL passing, without waiting for it)."""
     head_cache: Any = None
     """The cached heads ``store`` reads first (None: no cache)."""
+    waits: Any = None
+    """The wait records and timers index (None: none)."""
+    marks: Any = None
+    """The durable marks of waiting sessions (None: none)."""
 
 
 def worker_runtime(
@@ -127,6 +134,8 @@ def worker_runtime(
         wake=lambda tenant, session_id: None,
         archive_batch_events=archive_batch_events,
         head_cache=None if backends.head_cache is None else wrap(backends.head_cache),
+        waits=None if backends.waits is None else wrap(backends.waits),
+        marks=None if backends.marks is None else wrap(backends.marks),
     )
 
 
@@ -198,6 +207,8 @@ def memory_backends() -> Backends:
         checkpoints=InMemoryCheckpointStore(leases),
         expire_lease=expire,
         head_cache=head_cache,
+        waits=InMemoryWaitIndex(),
+        marks=BlobWaitMarks(store.blobs),
     )
 
 
@@ -230,6 +241,8 @@ def real_backends(client: redis.Redis, bucket: str, endpoint_url: str) -> Backen
         checkpoints=RedisCheckpointStore(client, keys, ttl_s=3600),
         expire_lease=lambda t, s: client.delete(keys.lease(t, s)),
         head_cache=head_cache,
+        waits=RedisWaitIndex(client, keys),
+        marks=BlobWaitMarks(store.blobs),
     )
 
 

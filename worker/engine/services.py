@@ -34,6 +34,9 @@ from tether.runs.limits.gate import BudgetedModel
 from tether.runs.limits.redis import RedisModelBudget
 from tether.runs.queue.base import RunQueue
 from tether.runs.queue.redis import RedisRunQueue
+from tether.runs.waits.base import WaitIndex
+from tether.runs.waits.marks import BlobWaitMarks
+from tether.runs.waits.redis import RedisWaitIndex
 from tether.runtime.registry import AgentRegistry
 from tether.settings import Settings, load_settings
 from tether.worker.engine.checkpoints.base import CheckpointStore
@@ -77,6 +80,12 @@ class EngineServices:
     on_finished: Callable[[RunRequest, RunResult], None] | None = None
     """Told of every run the drain finished, after its result is committed (the Celery worker
     sends its webhook); its errors are logged, never raised."""
+    waits: WaitIndex | None = None
+    """The wait records and timers index of calls parked on the fleet (None: runs that park a
+    call end ``WAITING`` and only an outside answer goes on with them)."""
+    marks: BlobWaitMarks | None = None
+    """The durable marks of waiting sessions, beside their heads (None: a Redis that loses the
+    index loses the waits)."""
     claimer: Claimer | None = None
     """Claim-and-begin in one round trip (:mod:`tether.worker.engine.claim`); None: the same steps
     as separate calls on ``runs``, ``leases`` and ``checkpoints``."""
@@ -132,6 +141,8 @@ def build_services(
         archive_batch_events=settings.archive_batch_events,
         claimer=RedisClaimer(client, keys, runs, head_cache=head_cache is not None),
         head_cache=head_cache,
+        waits=RedisWaitIndex(client, keys),
+        marks=BlobWaitMarks(store.blobs) if isinstance(store, BlobSnapshotStore) else None,
     )
 
 
