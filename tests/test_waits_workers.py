@@ -1,0 +1,109 @@
+"""Timers on real workers (2 Celery worker processes, so 2 sweepers), redis-server and S3 over
+HTTP: a tool sleeps, the run ends WAITING and frees its worker, and the fleet goes on with it
+when the time has passed, with no second submit by the client; one wake per timer; a cancel of
+a sleeping run; a sleep over TETHER_MAX_WAIT_S refused, naming it, with nothing parked."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.stack import Stack, eventually, unique
+from tether.core.items import ToolOutput
+from tether.core.results import RunStatus
+from tether.dev.workers import WorkerFleet
+from tether.keys import RedisKeys
+from tether.producer import Producer
+from tether.runs.contract import RunResult
+from tether.runs.queue.base import CancelOutcome
+from tether.runs.waits.base import wake_request_id, wake_run_id
+from tether.runs.waits.marks import BlobWaitMarks
+from tether.runs.waits.redis import RedisWaitIndex
+
+QUEUE = "waitsq"
+
+
+@pytest.fixture(scope="module")
+def producer(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Producer]:
+    """Two workers serving the sleeping agents (each runs a sweeper), and their producer."""
+    env = dict(
+        stack.env,
+        TETHER_AGENT_MODULES="tests.support.wait_agents",
+        TETHER_QUEUE=QUEUE,
+        TETHER_MAX_WAIT_S="3600",
+        TETHER_WAIT_RECONCILE_S="1",
+    )
+    fleet = WorkerFleet(env, tmp_path_factory.mktemp("waits"), count=2, queue=QUEUE, prefix="wt")
+    client = Producer(stack.settings.model_copy(update={"queue": QUEUE}))
+    fleet.start()
+    try:
+        yield client
+    finally:
+        fleet.stop()
+        client.close()
+
+
+def _finished(producer: Producer, run_id: str, tenant: str = "default") -> RunResult:
+    def result() -> RunResult | None:
+        view = producer.record(run_id, tenant=tenant)
+        return view.result if view is not None else None
+
+    return eventually(result, timeout_s=60)
+
+
+def _waits(stack: Stack) -> RedisWaitIndex:
+    return RedisWaitIndex(stack.redis.client(), RedisKeys(stack.settings.namespace))
+
+
+def test_a_sleeping_tool_frees_its_worker_and_the_fleet_goes_on(
+    stack: Stack, producer: Producer
+) -> None:
+    sid = unique("nap")
+    waiting = producer.run(sid, "nap 1", agent="sleeper", wait_s=60)
+    assert waiting.status is RunStatus.WAITING
+    (pending,) = waiting.pending
+    assert pending.wait_for is not None and pending.wait_for.kind == "timer"
+    woke = _finished(producer, wake_run_id("default", sid, pending.call_id))
+    assert woke.status is RunStatus.COMPLETED, woke
+    assert woke.output is not None and woke.output.startswith('woke: {"slept_until"')
+    head = stack.reader().read(sid)
+    assert head is not None
+    applied = [r.request_id for r in head.applied]
+    assert (
+        applied.count(wake_request_id("default", sid, pending.call_id)) == 1
+    )  # 2 sweepers, 1 wake
+    assert _waits(stack).records("default", sid) == []
+    report = stack.reader().verify(sid)
+    assert report.ok, report.problems
+
+
+def test_cancelling_a_sleeping_run_ends_it_and_nothing_wakes_it(
+    stack: Stack, producer: Producer
+) -> None:
+    sid = unique("nap-cancel")
+    waiting = producer.run(sid, "nap 600", agent="sleeper", wait_s=60)
+    (pending,) = waiting.pending
+    assert producer.cancel(waiting.run_id) is CancelOutcome.REQUESTED
+    cancelled = _finished(producer, wake_run_id("default", sid, pending.call_id))
+    assert cancelled.status is RunStatus.CANCELLED, cancelled
+    assert _waits(stack).records("default", sid) == []
+    head = stack.reader().read(sid)
+    assert head is not None
+    (output,) = [i for i in head.memory.items if isinstance(i, ToolOutput)]
+    assert output.wait_for is None and '"Cancelled"' in output.output
+    assert producer.cancel(waiting.run_id) is CancelOutcome.REQUESTED  # again: a duplicate
+
+
+def test_a_sleep_over_the_longest_wait_is_refused_naming_it(
+    stack: Stack, producer: Producer, tmp_path: Path
+) -> None:
+    sid = unique("nap-long")
+    result = producer.run(sid, "nap 7200", agent="sleeper", wait_s=60)
+    assert result.status is RunStatus.COMPLETED  # the call failed; the model saw why
+    assert result.output is not None and "TETHER_MAX_WAIT_S" in result.output
+    assert "3600 s" in result.output
+    assert _waits(stack).records("default", sid) == []
+    marks = BlobWaitMarks(stack.reader().store.blobs)  # type: ignore[attr-defined]
+    assert marks.get("default", sid) is None
