@@ -52,6 +52,7 @@ def _wake(services: EngineServices, members: Sequence[TimerMember]) -> int:
     records = services.waits.get_many(members)
     requests = [wake_request(r, now_ms()) for r in records if r is not None]
     queued = 0
+    duplicates: list[RunRequest] = []
     for queue in {r.queue for r in records if r is not None}:
         batch = [q for q, r in zip(requests, _present(records), strict=True) if r.queue == queue]
         outcomes = services.runs.submit_many(batch, queue=queue)
@@ -60,8 +61,24 @@ def _wake(services: EngineServices, members: Sequence[TimerMember]) -> int:
                 queued += 1
                 services.wake(request.tenant, request.session_id)
                 metrics.wait_woken("timer")
+            elif outcome.state is SubmitState.DUPLICATE:
+                duplicates.append(request)
+    _forget_finished(services, duplicates)
     services.waits.done(members)  # submitted (or no longer parked): out of the index
     return queued
+
+
+def _forget_finished(services: EngineServices, duplicates: Sequence[RunRequest]) -> None:
+    """Settle the records of wakes that already ran (a Redis rolled back to before their
+    commit brought the records back; the wakes' own records say they finished)."""
+    if not duplicates:
+        return
+    assert services.waits is not None
+    results = services.runs.peek_many([r.ref for r in duplicates])
+    for request in duplicates:
+        if results.get(request.run_id) is not None:
+            calls = [r.call_id for r in request.resolutions]
+            services.waits.settle(request.tenant, request.session_id, calls)
 
 
 def _present(records: Sequence[WaitRecord | None]) -> list[WaitRecord]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Literal, NamedTuple, Protocol
+from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -76,6 +76,7 @@ class TimerMember(NamedTuple):
         return cls(*parts) if len(parts) == 3 and all(parts) else None
 
 
+@runtime_checkable
 class WaitIndex(Protocol):
     """Where the fleet finds parked calls: per session, and by the time it must wake them."""
 
