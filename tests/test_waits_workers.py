@@ -13,6 +13,7 @@ import pytest
 from tests.support.stack import Stack, eventually, unique
 from tether.core.items import ToolOutput
 from tether.core.results import RunStatus
+from tether.dev.redis_server import RedisServer
 from tether.dev.workers import WorkerFleet
 from tether.keys import RedisKeys
 from tether.producer import Producer
@@ -107,3 +108,36 @@ def test_a_sleep_over_the_longest_wait_is_refused_naming_it(
     assert _waits(stack).records("default", sid) == []
     marks = BlobWaitMarks(stack.reader().store.blobs)  # type: ignore[attr-defined]
     assert marks.get("default", sid) is None
+
+
+def test_sleeping_runs_resume_after_their_redis_is_flushed(stack: Stack, tmp_path: Path) -> None:
+    """The run state lives in a Redis of this test's own (the broker stays the stack's): it is
+    flushed while five runs sleep, and every one resumes once, from the marks and the heads."""
+    state = RedisServer(unix_socket=False).start()
+    queue, store_url = "waitsflushq", f"s3://{stack.bucket}/{unique('flush')}"
+    env = dict(
+        stack.env,
+        TETHER_REDIS_URL=state.url,
+        TETHER_STORE_URL=store_url,
+        TETHER_AGENT_MODULES="tests.support.wait_agents",
+        TETHER_QUEUE=queue,
+        TETHER_WAIT_RECONCILE_S="1",
+    )
+    fleet = WorkerFleet(env, tmp_path, count=2, queue=queue, prefix="wf")
+    settings = stack.settings.model_copy(
+        update={"queue": queue, "redis_url": state.url, "store_url": store_url}
+    )
+    client = Producer(settings)
+    try:
+        fleet.start()
+        sids = [unique("flush") for _ in range(5)]
+        waiting = [client.run(sid, "nap 3", agent="sleeper", wait_s=60) for sid in sids]
+        assert all(w.status is RunStatus.WAITING for w in waiting)
+        state.client().flushall()
+        for sid, w in zip(sids, waiting, strict=True):
+            woke = _finished(client, wake_run_id("default", sid, w.pending[0].call_id))
+            assert woke.status is RunStatus.COMPLETED, woke
+    finally:
+        client.close()
+        fleet.stop()
+        state.close()
