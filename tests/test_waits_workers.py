@@ -5,18 +5,22 @@ a sleeping run; a sleep over TETHER_MAX_WAIT_S refused, naming it, with nothing 
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.stack import Stack, eventually, unique
+from tests.test_cli import tether
+from tether.core.events import AgentEvent
 from tether.core.items import ToolOutput
 from tether.core.results import RunStatus
 from tether.dev.redis_server import RedisServer
 from tether.dev.workers import WorkerFleet
 from tether.keys import RedisKeys
-from tether.producer import Producer
+from tether.producer import AsyncProducer, Producer
 from tether.runs.contract import RunResult
 from tether.runs.queue.base import CancelOutcome
 from tether.runs.waits.base import wake_request_id, wake_run_id
@@ -141,3 +145,44 @@ def test_sleeping_runs_resume_after_their_redis_is_flushed(stack: Stack, tmp_pat
         client.close()
         fleet.stop()
         state.close()
+
+
+def test_one_handle_follows_a_sleeping_run_to_its_end(stack: Stack, producer: Producer) -> None:
+    handle = producer.run_async(unique("follow"), "nap 1", agent="sleeper")
+    followed = handle.result(timeout=60, follow=True)
+    assert followed.status is RunStatus.COMPLETED and followed.run_id != handle.run_id
+    assert followed.output is not None and followed.output.startswith("woke: ")
+    assert handle.result(timeout=60).status is RunStatus.WAITING  # the plain result stays
+
+
+def test_a_stream_follows_a_sleeping_run_across_its_pause(stack: Stack, producer: Producer) -> None:
+    handle = producer.run_async(unique("follow-stream"), "nap 1", agent="sleeper")
+    items = list(handle.stream(idle_timeout_s=60, follow=True))
+    results = [i for i in items if isinstance(i, RunResult)]
+    assert [r.status for r in results] == [RunStatus.WAITING, RunStatus.COMPLETED]
+    runs = [e.run_id for e in items if isinstance(e, AgentEvent)]
+    assert handle.run_id in runs and results[1].run_id in runs  # both runs' events, in order
+    assert runs.index(results[1].run_id) > max(i for i, r in enumerate(runs) if r == handle.run_id)
+
+
+def test_the_async_handle_follows_too(stack: Stack, producer: Producer) -> None:
+    async def follow() -> RunResult:
+        settings = stack.settings.model_copy(update={"queue": QUEUE})
+        async with AsyncProducer(settings) as client:
+            handle = await client.run_async(unique("follow-aio"), "nap 1", agent="sleeper")
+            return await handle.result(timeout=60, follow=True)
+
+    followed = asyncio.run(follow())
+    assert followed.status is RunStatus.COMPLETED
+    assert followed.output is not None and followed.output.startswith("woke: ")
+
+
+def test_tether_wait_follow_prints_the_end_of_the_chain(stack: Stack, producer: Producer) -> None:
+    waiting = producer.run(unique("follow-cli"), "nap 1", agent="sleeper", wait_s=60)
+    env = dict(stack.env, TETHER_QUEUE=QUEUE)
+    plain = tether(env, "wait", waiting.run_id, "--json")
+    assert plain.returncode == 0, plain.stderr
+    assert json.loads(plain.stdout)["status"] == "WAITING"
+    followed = tether(env, "wait", waiting.run_id, "--follow", "--wait-s", "60", "--json")
+    assert followed.returncode == 0, followed.stderr
+    assert json.loads(followed.stdout)["status"] == "COMPLETED"
