@@ -9,6 +9,7 @@ import json
 from collections.abc import Callable
 
 import pytest
+import redis
 
 from tests.support.crash import TENANT, Backends, worker_runtime
 from tests.support.wait_agents import sleeper_agent, waiter_agent
@@ -17,10 +18,19 @@ from tether.core.events import EventType, ToolResultPayload
 from tether.core.items import ToolOutput
 from tether.core.results import Resolution, RunStatus
 from tether.core.waits import WaitFor
+from tether.keys import RedisKeys
+from tether.observability.timed_waits import TimedWaitsCollector, read_timed_waits
 from tether.persistence.codec import dumps_event, dumps_snapshot, loads_event, loads_snapshot
 from tether.runs.contract import RunRequest
 from tether.runs.queue.base import submit
-from tether.runs.waits.base import TimerMember, wake_request_id, wake_run_id
+from tether.runs.waits.base import (
+    TimerMember,
+    WaitRecord,
+    waiting_reason,
+    wake_request_id,
+    wake_run_id,
+)
+from tether.runs.waits.redis import RedisWaitIndex
 from tether.runtime.registry import AgentRegistry
 from tether.runtime.timers import wait_limit
 from tether.runtime.waiting import parked_calls
@@ -175,3 +185,55 @@ def test_cancelling_a_parked_call_ends_it_for_good(make_backends: Callable[[], B
         output.wait_for is None
         and json.loads(output.output.split(": ", 1)[1])["errorType"] == "Cancelled"
     )
+
+
+def test_a_tenants_own_longest_wait_is_named_when_lower(
+    make_backends: Callable[[], Backends],
+) -> None:
+    backends = make_backends()
+    rt = _runtime(backends)
+    rt.settings = rt.settings.model_copy(
+        update={"tenant_budgets": json.dumps({TENANT: {"max_wait_s": 5}})}
+    )
+    _apply(rt, _nap("s-tenant-limit", 10))
+    view = backends.runs.get(_nap("s-tenant-limit", 10).ref)
+    assert view is not None and view.result is not None
+    assert view.result.status is RunStatus.COMPLETED
+    assert view.result.output is not None and "max_wait_s of tenant 'acme'" in view.result.output
+    assert backends.waits.records(TENANT, "s-tenant-limit") == []
+    assert backends.marks.get(TENANT, "s-tenant-limit") is None
+
+
+def test_a_waiting_result_says_what_it_waits_for(make_backends: Callable[[], Backends]) -> None:
+    backends = make_backends()
+    rt = _runtime(backends)
+    _apply(rt, _nap("s-reason", 60))
+    view = backends.runs.get(_nap("s-reason", 60).ref)
+    assert view is not None and view.result is not None
+    reason = waiting_reason(view.result)
+    assert reason is not None and reason.startswith("timer due 20") and reason.endswith("Z")
+    assert waiting_reason(view.result.model_copy(update={"status": RunStatus.COMPLETED})) is None
+
+
+def test_the_timed_waits_gauge_reads_the_index(redis_client: redis.Redis) -> None:
+    keys = RedisKeys("gauge-test")
+    index = RedisWaitIndex(redis_client, keys)
+    assert read_timed_waits(redis_client, keys) == (0, None)
+    for n, due in enumerate((5_000, 3_000, 9_000)):
+        index.park(
+            [
+                WaitRecord(
+                    tenant=TENANT,
+                    session_id=f"s-{n}",
+                    call_id="c",
+                    run_id="r",
+                    agent="sleeper",
+                    wait_for=WaitFor(kind="timer", due_at_ms=due),
+                )
+            ]
+        )
+    assert read_timed_waits(redis_client, keys) == (3, 3_000)
+    metrics = {
+        m.name: m.samples[0].value for m in TimedWaitsCollector(redis_client, keys).collect()
+    }
+    assert metrics == {"tether_waits_timed": 3, "tether_waits_next_due_seconds": 3.0}

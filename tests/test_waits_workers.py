@@ -186,3 +186,14 @@ def test_tether_wait_follow_prints_the_end_of_the_chain(stack: Stack, producer: 
     followed = tether(env, "wait", waiting.run_id, "--follow", "--wait-s", "60", "--json")
     assert followed.returncode == 0, followed.stderr
     assert json.loads(followed.stdout)["status"] == "COMPLETED"
+
+
+def test_tether_status_shows_the_parked_calls(stack: Stack, producer: Producer) -> None:
+    waiting = producer.run(unique("nap-status"), "nap 3000", agent="sleeper", wait_s=60)
+    try:
+        shown = tether(dict(stack.env, TETHER_QUEUE=QUEUE), "status", "--json")
+        assert shown.returncode in (0, 1), shown.stderr  # 1: no local stack here, still shown
+        parked = json.loads(shown.stdout)["parked"]
+        assert parked["timed"] >= 1 and parked["next_due"].endswith("Z")
+    finally:
+        producer.cancel(waiting.run_id)

@@ -8,6 +8,7 @@ from tether.core.items import ToolCallsMessage, ToolOutput
 from tether.core.results import PendingCall, RunStatus
 from tether.core.snapshot import RunRecord
 from tether.runs.contract import RunRequest
+from tether.runs.usage.policy import max_wait_of
 from tether.runtime.session import AgentSession
 from tether.runtime.tools import APPROVAL_OUTPUT, WAITING_OUTPUT
 from tether.settings import Settings
@@ -16,6 +17,9 @@ from tether.settings import Settings
 def longest_wait(settings: Settings, tenant: str) -> tuple[float, str]:
     """The longest a call of ``tenant``'s runs may park, and the setting that says so: the
     tenant's ``max_wait_s`` when it sets a lower one, else ``TETHER_MAX_WAIT_S``."""
+    own = max_wait_of(settings, tenant)
+    if 0 < own < settings.max_wait_s:
+        return own, f"max_wait_s of tenant {tenant!r} in TETHER_TENANT_BUDGETS"
     return settings.max_wait_s, "TETHER_MAX_WAIT_S"
 
 

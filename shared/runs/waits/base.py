@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tether.core.results import Resolution
 from tether.core.waits import WaitFor
-from tether.runs.contract import RunRequest
+from tether.runs.contract import RunRequest, RunResult
 
 #: A taken due member comes due again after this long when its wake was not submitted (the
 #: sweeper died between taking it and submitting): the wake's request id makes a second
@@ -143,3 +143,14 @@ def settle_request(
         resolutions=(resolution,),
         reply_to=reply_to,
     )
+
+
+def waiting_reason(result: RunResult) -> str | None:
+    """What a ``WAITING`` run waits for, in a few words (``timer due 2026-12-07T18:00:00Z``,
+    ``approval``, ``output``); None for a run that does not wait."""
+    if result.status != "WAITING" or not result.pending:
+        return None
+    parked = [p.wait_for for p in result.pending if p.wait_for is not None]
+    if parked:
+        return parked[0].reason()
+    return "approval" if any(p.reason == "approval" for p in result.pending) else "output"
