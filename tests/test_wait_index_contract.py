@@ -114,3 +114,9 @@ def test_a_member_names_its_call() -> None:
     m = TimerMember("acme", "s-1", "call/x")
     assert TimerMember.parse(m.text()) == m
     assert TimerMember.parse("nonsense") is None
+
+
+def test_the_next_due_time_is_the_earliest_member(index: WaitIndex) -> None:
+    assert index.next_due_ms() is None
+    index.park([record("s-1", due_ms=NOW_MS + 5), record("s-2", due_ms=NOW_MS + 2)])
+    assert index.next_due_ms() == NOW_MS + 2

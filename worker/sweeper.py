@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -13,7 +14,7 @@ from tether.errors import TetherError
 from tether.worker.engine.recovery import sweep_once, unclaimed_every_s
 from tether.worker.engine.services import EngineServices
 from tether.worker.engine.wait_reconcile import reconcile_waits
-from tether.worker.engine.wakes import wake_due
+from tether.worker.engine.wakes import next_pass_s, wake_due
 
 log = logging.getLogger(__name__)
 
@@ -26,16 +27,29 @@ class Sweeper:
         self._services = services
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="tether-sweeper", daemon=True)
+        # its own thread: a wake is submitted when its call is due, not at the next sweep
+        self._timers = threading.Thread(target=self._wake_loop, name="tether-timers", daemon=True)
 
     def start(self) -> Sweeper:
         """Start sweeping."""
         self._thread.start()
+        self._timers.start()
         return self
 
     def stop(self) -> None:
         """Stop sweeping."""
         self._stop.set()
         self._thread.join(timeout=5)
+        self._timers.join(timeout=5)
+
+    def _wake_loop(self) -> None:
+        interval_s = self._services.settings.sweep_interval_ms / 1000
+        pause_s = 0.0
+        while not self._stop.wait(pause_s):
+            _guarded("timer wake", functools.partial(wake_due, self._services))
+            pause_s = interval_s
+            with contextlib.suppress(Exception):  # Redis away: the next pass tells
+                pause_s = next_pass_s(self._services, interval_s)
 
     def _loop(self) -> None:
         settings = self._services.settings
@@ -51,7 +65,6 @@ class Sweeper:
                 "sweep", functools.partial(sweep_once, self._services, unclaimed=unclaimed)
             ):
                 unclaimed_at_s = now_s if unclaimed else unclaimed_at_s
-            _guarded("timer wake", lambda: wake_due(self._services))
             if reconcile and _guarded("wait reconcile", lambda: reconcile_waits(self._services)):
                 reconciled_at_s = now_s
 

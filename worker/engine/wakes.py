@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 #: Members taken per shard per pass (a pass repeats while shards give full batches).
 TAKE_LIMIT = 200
+#: The shortest pause between two passes of the timers thread (s).
+MIN_PASS_S = 0.005
 
 
 def wake_due(services: EngineServices, *, at_ms: int | None = None) -> int:
@@ -44,6 +46,16 @@ def wake_due(services: EngineServices, *, at_ms: int | None = None) -> int:
         woken += _wake(services, members)
         if len(members) < TAKE_LIMIT:
             return woken
+
+
+def next_pass_s(services: EngineServices, interval_s: float) -> float:
+    """How long the timers thread may sleep before its next pass: until the next due time,
+    at most ``interval_s`` (a wake submitted a moment after its due time, not a sweep later)."""
+    index = services.waits
+    next_ms = index.next_due_ms() if index is not None else None
+    if next_ms is None:
+        return interval_s
+    return min(interval_s, max(MIN_PASS_S, (next_ms - now_ms()) / 1000))
 
 
 def _wake(services: EngineServices, members: Sequence[TimerMember]) -> int:

@@ -106,6 +106,9 @@ class WaitIndex(Protocol):
     def counts(self) -> dict[str, int]:
         """How many calls wait in the timers index (``timers``), for gauges."""
 
+    def next_due_ms(self) -> int | None:
+        """When the next member of the timers index is due (None: it is empty)."""
+
 
 def _digest(*parts: str) -> str:
     return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()[:32]

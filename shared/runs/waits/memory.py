@@ -62,6 +62,10 @@ class InMemoryWaitIndex:
             have = {(m.tenant, m.session_id) for m in self._records}
             return [s in have for s in sessions]
 
+    def next_due_ms(self) -> int | None:
+        with self._lock:
+            return min(self._scores.values(), default=None)
+
     def counts(self) -> dict[str, int]:
         """How many calls wait in the timers index."""
         with self._lock:

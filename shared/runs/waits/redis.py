@@ -103,6 +103,13 @@ class RedisWaitIndex:
             pipe.exists(self._keys.session_waits(tenant, session_id))
         return [bool(v) for v in pipe.execute()]
 
+    def next_due_ms(self) -> int | None:
+        pipe = self._client.pipeline(transaction=False)
+        for shard in self._keys.timer_shards():
+            pipe.zrange(shard, 0, 0, withscores=True)
+        firsts = [int(first[0][1]) for first in pipe.execute() if first]
+        return min(firsts) if firsts else None
+
     def counts(self) -> dict[str, int]:
         """How many calls wait in the timers index (``timers`` key), for gauges."""
         pipe = self._client.pipeline(transaction=False)
