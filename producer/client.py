@@ -33,10 +33,11 @@ from tether.producer.handle import RunHandle
 from tether.producer.listener import CompletionListener
 from tether.producer.publish import publish_runs
 from tether.producer.submission import RunSpec, Submitted
+from tether.producer.waits import cancel_requests
 from tether.producer.worker_watch import split_wait, watch_for_workers
 from tether.runs.contract import BusyPolicy, RunRef, RunResult, WireRequest
 from tether.runs.options import RunOptionsKwargs
-from tether.runs.queue.base import CancelOutcome, RunView
+from tether.runs.queue.base import CancelOutcome, RunView, SubmitState
 from tether.runs.queue.redis import RedisRunQueue
 from tether.runs.usage.redis import RedisTenantAdmission
 from tether.settings import Settings
@@ -271,7 +272,17 @@ class Producer(ProducerBase[RunHandle, CompletionListener]):
         ref = self.locate(run_id, tenant=tenant)
         if ref is None:
             return CancelOutcome.UNKNOWN  # another tenant's run is not found: nothing changes
-        return self.runs.request_cancel(ref)
+        outcome = self.runs.request_cancel(ref)
+        if outcome is not CancelOutcome.FINISHED:
+            return outcome
+        cancels = cancel_requests(self.runs.get(ref), self.producer_id)
+        if not cancels:
+            return outcome
+        # parked on the fleet: a continuation cancels its calls (or the wake already queued)
+        for item in self._submit([WireRequest.of(r) for r in cancels]):
+            if item.outcome.state is SubmitState.DUPLICATE:
+                self.runs.request_cancel(ref._replace(run_id=item.run_id))
+        return CancelOutcome.REQUESTED
 
     def tail(
         self,

@@ -44,11 +44,12 @@ from tether.producer.handle_aio import AsyncRunHandle
 from tether.producer.listener_aio import AsyncCompletionListener
 from tether.producer.publish_aio import BackgroundPublisher
 from tether.producer.submission import RunSpec, Submitted, TraceContext
+from tether.producer.waits import cancel_requests
 from tether.producer.worker_watch import split_wait
 from tether.producer.worker_watch_aio import async_watch_for_workers
 from tether.runs.contract import RunRef, RunResult, WireRequest
 from tether.runs.options import RunOptionsKwargs
-from tether.runs.queue.base import CancelOutcome, RunView
+from tether.runs.queue.base import CancelOutcome, RunView, SubmitState
 from tether.runs.queue.redis_aio import AsyncRedisRunQueue
 from tether.runs.usage.redis_aio import AsyncRedisTenantAdmission
 from tether.settings import Settings
@@ -320,7 +321,17 @@ class AsyncProducer(ProducerBase[AsyncRunHandle, AsyncCompletionListener]):
         ref = await self.locate(run_id, tenant=tenant)
         if ref is None:
             return CancelOutcome.UNKNOWN  # another tenant's run is not found: nothing changes
-        return await self.runs.request_cancel(ref)
+        outcome = await self.runs.request_cancel(ref)
+        if outcome is not CancelOutcome.FINISHED:
+            return outcome
+        cancels = cancel_requests(await self.runs.get(ref), self.producer_id)
+        if not cancels:
+            return outcome
+        # parked on the fleet: a continuation cancels its calls (or the wake already queued)
+        for item in await self._submit([WireRequest.of(r) for r in cancels]):
+            if item.outcome.state is SubmitState.DUPLICATE:
+                await self.runs.request_cancel(ref._replace(run_id=item.run_id))
+        return CancelOutcome.REQUESTED
 
     def tail(
         self,

@@ -14,6 +14,7 @@ import concurrent.futures
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Generator, Iterator
 from concurrent.futures._base import CANCELLED
 from typing import Any, Protocol
@@ -23,6 +24,7 @@ from tether.errors import TetherError
 from tether.persistence.deltas.base import LiveDelta
 from tether.persistence.deltas.live_redis import RedisLiveFeed
 from tether.persistence.streams.redis import RedisEventStream
+from tether.producer.follow import Deadline, next_run_id
 from tether.producer.listener import CompletionListener
 from tether.producer.settlement import (
     END_WAIT_S,
@@ -75,6 +77,9 @@ class HandleOwner(Protocol):
 
     def cancel(self, run_id: str, *, tenant: str | None = None) -> CancelOutcome:
         """Ask a run to stop."""
+
+    def handle(self, run_id: str, *, tenant: str | None = None) -> RunHandle:
+        """A handle on an existing run (a continuation a follower goes on with)."""
 
 
 class _RegisteringWaiters(list[Any]):
@@ -256,13 +261,38 @@ class RunHandle(concurrent.futures.Future[RunResult]):
 
     # --- the future protocol -----------------------------------------------------------------
 
-    def result(self, timeout: float | None = None) -> RunResult:
-        """Wait for the run; see the class docstring for what is raised."""
+    def result(self, timeout: float | None = None, *, follow: bool = False) -> RunResult:
+        """Wait for the run; see the class docstring for what is raised.
+
+        ``follow``: a run that ends ``WAITING`` on the fleet (a timer...) is followed into the
+        continuation that goes on with it, to the end of the chain (see
+        :mod:`tether.producer.follow`); ``timeout`` covers the whole chain.
+        """
+        if follow:
+            return self.follow_to_end(timeout).result(timeout=0)
         self._ensure()
         try:
             return super().result(timeout=timeout)
         except concurrent.futures.CancelledError:
             raise cancelled_error(self.run_id) from None
+
+    def follow_to_end(self, timeout: float | None = None) -> RunHandle:
+        """The handle of the last run of this run's chain (the run, then each continuation the
+        fleet goes on with after a pause: see :mod:`tether.producer.follow`), once it has
+        finished.
+
+        Raises:
+            TimeoutError: the chain did not finish within ``timeout`` seconds (it goes on).
+        """
+        deadline, handle = Deadline(timeout), self
+        while True:
+            result = handle.run_result(timeout=deadline.left())
+            next_id, tenant = next_run_id(result), result.tenant
+            if next_id is None:
+                return handle
+            while self._producer.locate(next_id, tenant=tenant) is None:
+                time.sleep(deadline.pause())  # the wake is not submitted yet
+            handle = self._producer.handle(next_id, tenant=tenant)
 
     def run_result(self, timeout: float | None = None) -> RunResult:
         """The recorded :class:`RunResult` whatever the status (never raises the run's error)."""
@@ -369,7 +399,7 @@ class RunHandle(concurrent.futures.Future[RunResult]):
         return self.run_result() if _Future.done(self) else None
 
     def stream(
-        self, *, idle_timeout_s: float | None = 60.0
+        self, *, idle_timeout_s: float | None = 60.0, follow: bool = False
     ) -> Iterator[AgentEvent | LiveDelta | RunResult]:
         """This run live, events and pieces in order, ending with its :class:`RunResult`
         whatever the status (a failed or cancelled run ends the stream with its result, nothing
@@ -379,29 +409,56 @@ class RunHandle(concurrent.futures.Future[RunResult]):
         step redone after a crash starts again with pieces of a higher ``fence``. Stops without
         a result after ``idle_timeout_s`` with nothing new while the run is unfinished (None:
         never).
+
+        ``follow``: go on across the run's pauses on the fleet, into each continuation (see
+        :meth:`result`): every run's items and its :class:`RunResult` (a ``WAITING`` one marks a
+        pause), to the last; waiting for a continuation counts as idle time.
         """
+        if follow:
+            yield from self._stream_followed(idle_timeout_s)
+            return
         tenant, session_id = self.tenant, self.session_id
         if tenant is None or session_id is None:
             return
         self._ensure()
-        follow = RunFollow(self.run_id)
+        follow_run = RunFollow(self.run_id)
         while True:
             for item in self._producer.live.follow(
                 tenant,
                 session_id,
-                after_seq=follow.last_seq,
+                after_seq=follow_run.last_seq,
                 block_ms=STREAM_BLOCK_MS,
                 idle_timeout_s=idle_timeout_s,
-                stop=lambda: follow.stops(self._final()),
-                on_end=follow.end,
+                stop=lambda: follow_run.stops(self._final()),
+                on_end=follow_run.end,
                 whole_steps=True,
             ):
-                if follow.item(item):
+                if follow_run.item(item):
                     yield item
-            if follow.ended:  # finished: the listener settles the future from the same commit
+            if follow_run.ended:  # finished: the listener settles the future from the same commit
                 concurrent.futures.wait([self], timeout=END_WAIT_S)
-            if not follow.again(self._final()):
+            if not follow_run.again(self._final()):
                 break
         final = self._final()
         if final is not None:
             yield final
+
+    def _stream_followed(
+        self, idle_timeout_s: float | None
+    ) -> Iterator[AgentEvent | LiveDelta | RunResult]:
+        handle: RunHandle = self
+        while True:
+            final: RunResult | None = None
+            for item in handle.stream(idle_timeout_s=idle_timeout_s):
+                final = item if isinstance(item, RunResult) else final
+                yield item
+            next_id = next_run_id(final) if final is not None else None
+            if final is None or next_id is None:
+                return
+            deadline = Deadline(idle_timeout_s)
+            try:
+                while self._producer.locate(next_id, tenant=final.tenant) is None:
+                    time.sleep(deadline.pause())
+            except TimeoutError:
+                return  # idle too long: the stream ends, as an idle run's does
+            handle = self._producer.handle(next_id, tenant=final.tenant)

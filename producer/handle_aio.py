@@ -18,6 +18,7 @@ from tether.core.events import AgentEvent
 from tether.persistence.deltas.base import LiveDelta
 from tether.persistence.deltas.live_redis_aio import AsyncRedisLiveFeed
 from tether.persistence.streams.redis_aio import AsyncRedisEventStream
+from tether.producer.follow import Deadline, next_run_id
 from tether.producer.listener_aio import AsyncCompletionListener
 from tether.producer.settlement import (
     END_WAIT_S,
@@ -62,6 +63,9 @@ class AsyncHandleOwner(Protocol):
 
     def listener_for(self, tenant: str) -> AsyncCompletionListener:
         """The completion listener of ``tenant``'s runs."""
+
+    def handle(self, run_id: str, *, tenant: str | None = None) -> AsyncRunHandle:
+        """A handle on an existing run (a continuation a follower goes on with)."""
 
     async def cancel(self, run_id: str, *, tenant: str | None = None) -> CancelOutcome:
         """Ask a run to stop."""
@@ -225,9 +229,34 @@ class AsyncRunHandle:
             # shielded: a timeout or a cancelled caller must not settle the handle
             return await asyncio.shield(settled)
 
-    async def result(self, timeout: float | None = None) -> RunResult:
-        """Wait for the run; see the class docstring for what is raised."""
+    async def result(self, timeout: float | None = None, *, follow: bool = False) -> RunResult:
+        """Wait for the run; see the class docstring for what is raised.
+
+        ``follow``: a run that ends ``WAITING`` on the fleet (a timer...) is followed into the
+        continuation that goes on with it, to the end of the chain (see
+        :mod:`tether.producer.follow`); ``timeout`` covers the whole chain.
+        """
+        if follow:
+            return await (await self.follow_to_end(timeout)).result(timeout=None)
         return outcome(await self.run_result(timeout))
+
+    async def follow_to_end(self, timeout: float | None = None) -> AsyncRunHandle:
+        """The handle of the last run of this run's chain (the run, then each continuation the
+        fleet goes on with after a pause: see :mod:`tether.producer.follow`), once it has
+        finished.
+
+        Raises:
+            TimeoutError: the chain did not finish within ``timeout`` seconds (it goes on).
+        """
+        deadline, handle = Deadline(timeout), self
+        while True:
+            result = await handle.run_result(timeout=deadline.left())
+            next_id, tenant = next_run_id(result), result.tenant
+            if next_id is None:
+                return handle
+            while await self._producer.locate(next_id, tenant=tenant) is None:
+                await asyncio.sleep(deadline.pause())  # the wake is not submitted yet
+            handle = self._producer.handle(next_id, tenant=tenant)
 
     async def exception(self, timeout: float | None = None) -> BaseException | None:
         """The run's error (None when it succeeded); raises CancelledError when cancelled."""
@@ -288,36 +317,60 @@ class AsyncRunHandle:
                 return
 
     async def stream(
-        self, *, idle_timeout_s: float | None = 60.0
+        self, *, idle_timeout_s: float | None = 60.0, follow: bool = False
     ) -> AsyncIterator[AgentEvent | LiveDelta | RunResult]:
         """This run live, events and pieces in order, ending with its :class:`RunResult`
-        whatever the status (see ``RunHandle.stream``)."""
+        whatever the status (see ``RunHandle.stream``, and its ``follow``)."""
+        if follow:
+            async for item in self._stream_followed(idle_timeout_s):
+                yield item
+            return
         await self.load()
         tenant, session_id = self.tenant, self.session_id
         if tenant is None or session_id is None:
             return
         settled = await self._ensure()
-        follow = RunFollow(self.run_id)
+        follow_run = RunFollow(self.run_id)
         while True:
             async for item in self._producer.live.follow(
                 tenant,
                 session_id,
-                after_seq=follow.last_seq,
+                after_seq=follow_run.last_seq,
                 block_ms=STREAM_BLOCK_MS,
                 idle_timeout_s=idle_timeout_s,
-                stop=lambda: follow.stops(_final(settled)),
-                on_end=follow.end,
+                stop=lambda: follow_run.stops(_final(settled)),
+                on_end=follow_run.end,
                 whole_steps=True,
             ):
-                if follow.item(item):
+                if follow_run.item(item):
                     yield item
-            if follow.ended:  # finished: the listener settles the future from the same commit
+            if follow_run.ended:  # finished: the listener settles the future from the same commit
                 await asyncio.wait([settled], timeout=END_WAIT_S)
-            if not follow.again(_final(settled)):
+            if not follow_run.again(_final(settled)):
                 break
         final = _final(settled)
         if final is not None:
             yield self._ids.complete(final)
+
+    async def _stream_followed(
+        self, idle_timeout_s: float | None
+    ) -> AsyncIterator[AgentEvent | LiveDelta | RunResult]:
+        handle: AsyncRunHandle = self
+        while True:
+            final: RunResult | None = None
+            async for item in handle.stream(idle_timeout_s=idle_timeout_s):
+                final = item if isinstance(item, RunResult) else final
+                yield item
+            next_id = next_run_id(final) if final is not None else None
+            if final is None or next_id is None:
+                return
+            deadline = Deadline(idle_timeout_s)
+            try:
+                while await self._producer.locate(next_id, tenant=final.tenant) is None:
+                    await asyncio.sleep(deadline.pause())
+            except TimeoutError:
+                return  # idle too long: the stream ends, as an idle run's does
+            handle = self._producer.handle(next_id, tenant=final.tenant)
 
 
 def _final(settled: asyncio.Future[RunResult]) -> RunResult | None:

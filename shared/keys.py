@@ -36,6 +36,7 @@ Per-session keys (``T`` = ``{<tenant>/<session>}``):
 - ``<p>:T:kick`` (string): the sweeper's claim, one re-enqueue per lease TTL.
 - ``<p>:T:archived`` (string): archive hint, the highest seq known archived.
 - ``<p>:T:ckpt`` (hash): step checkpoints of the session's running attempts, field = run id.
+- ``<p>:T:waits`` (hash): parked calls, field = call id, value a wait record (runs.waits).
 - ``<p>:T:grant:<task_id>`` (string, JSON, with a TTL): a chain's later step on this session,
   as the process that applied the chain granted it (see :mod:`tether.worker.canvas_grants`).
 - ``<p>:T:head`` (string): the head cache, a compressed copy of the session's snapshot head
@@ -98,6 +99,8 @@ No tenant's credential writes any namespace-wide key (docs/trust-model.md); work
   ``<tenant>/<session>``, score the last progress (ms), written by workers from their first
   claim of the session until its queue is empty; the sweeper reads every shard.
 - ``<p>:{~tenants}`` (zset): the tenants workers have run for (:meth:`RedisKeys.tenants`).
+- ``<p>:{~timers:<n>}`` (zset, :data:`TIMER_SHARDS` shards): parked calls the fleet wakes at a
+  time, member ``<tenant>/<session>/<call id>``, score that time (ms; :mod:`tether.runs.waits`).
 - ``<p>:{~workers}:<worker_id>`` (string): a worker's presence record (JSON, see
   :mod:`tether.runs.presence`), rewritten every heartbeat with a PX expiry of a few heartbeats.
 - ``<p>:{~model:<name>}:budget`` (hash: ``tat_req``, ``tat_tok``), ``:inflight`` (zset, member a
@@ -151,6 +154,7 @@ DONE_SHARDS = 16
 FEED_SHARDS = 8
 #: Shards of each tenant's usage counters (see :meth:`RedisKeys.usage_shard`).
 USAGE_SHARDS = 64
+TIMER_SHARDS = 16  # of the timers index, each its own slot on a cluster
 
 
 def usage_shard_of(run_id: str) -> int:
@@ -459,6 +463,18 @@ class RedisKeys(FleetKeys):
     def checkpoints(self, tenant: str, session_id: str) -> str:
         """The step checkpoints of the session's runs (hash, field = run id)."""
         return self._session_key(tenant, session_id, "ckpt")
+
+    def session_waits(self, tenant: str, session_id: str) -> str:
+        """The session's calls parked on the fleet (hash, field = call id)."""
+        return self._session_key(tenant, session_id, "waits")
+
+    def timers(self, tenant: str, session_id: str) -> str:
+        """The shard of the timers index holding the session's parked calls."""
+        member = self.active_member(tenant, session_id)
+        return self.timer_shards()[zlib.crc32(member.encode()) % TIMER_SHARDS]
+
+    def timer_shards(self) -> list[str]:  # every shard of the timers index
+        return [f"{self.prefix}:{{~timers:{n}}}" for n in range(TIMER_SHARDS)]
 
     def canvas_grant(self, tenant: str, session_id: str, task_id: str) -> str:
         """The grant of a chain's later step ``task_id`` on this session, written by the process

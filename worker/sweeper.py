@@ -3,13 +3,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from tether.errors import TetherError
 from tether.worker.engine.recovery import sweep_once, unclaimed_every_s
 from tether.worker.engine.services import EngineServices
+from tether.worker.engine.wait_reconcile import reconcile_waits
+from tether.worker.engine.wakes import next_pass_s, wake_due
 
 log = logging.getLogger(__name__)
 
@@ -22,29 +27,56 @@ class Sweeper:
         self._services = services
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="tether-sweeper", daemon=True)
+        # its own thread: a wake is submitted when its call is due, not at the next sweep
+        self._timers = threading.Thread(target=self._wake_loop, name="tether-timers", daemon=True)
 
     def start(self) -> Sweeper:
         """Start sweeping."""
         self._thread.start()
+        self._timers.start()
         return self
 
     def stop(self) -> None:
         """Stop sweeping."""
         self._stop.set()
         self._thread.join(timeout=5)
+        self._timers.join(timeout=5)
+
+    def _wake_loop(self) -> None:
+        interval_s = self._services.settings.sweep_interval_ms / 1000
+        pause_s = 0.0
+        while not self._stop.wait(pause_s):
+            _guarded("timer wake", functools.partial(wake_due, self._services))
+            pause_s = interval_s
+            with contextlib.suppress(Exception):  # Redis away: the next pass tells
+                pause_s = next_pass_s(self._services, interval_s)
 
     def _loop(self) -> None:
-        interval_s = self._services.settings.sweep_interval_ms / 1000
+        settings = self._services.settings
+        interval_s = settings.sweep_interval_ms / 1000
         every_s = unclaimed_every_s(self._services)
         unclaimed_at_s = -every_s
+        reconciled_at_s = -settings.wait_reconcile_s
         while not self._stop.wait(interval_s):
-            try:
-                now_s = time.monotonic()
-                unclaimed = now_s - unclaimed_at_s >= every_s
-                sweep_once(self._services, unclaimed=unclaimed)
-                if unclaimed:
-                    unclaimed_at_s = now_s
-            except TetherError as exc:  # Redis away: try again next period
-                log.warning("sweep failed: %s", exc)
-            except Exception:
-                log.exception("sweep failed unexpectedly")
+            now_s = time.monotonic()
+            unclaimed = now_s - unclaimed_at_s >= every_s
+            reconcile = now_s - reconciled_at_s >= settings.wait_reconcile_s
+            if _guarded(
+                "sweep", functools.partial(sweep_once, self._services, unclaimed=unclaimed)
+            ):
+                unclaimed_at_s = now_s if unclaimed else unclaimed_at_s
+            if reconcile and _guarded("wait reconcile", lambda: reconcile_waits(self._services)):
+                reconciled_at_s = now_s
+
+
+def _guarded(what: str, action: Callable[[], object]) -> bool:
+    """Run one part of a pass; True when it ran through (a failure is logged: the next period
+    tries again)."""
+    try:
+        action()
+        return True
+    except TetherError as exc:  # Redis or the store away: try again next period
+        log.warning("%s failed: %s", what, exc)
+    except Exception:
+        log.exception("%s failed unexpectedly", what)
+    return False

@@ -17,6 +17,9 @@ Schema versions (field ``v``):
   billed model call that no ``MODEL_RESPONSE`` holds: a compaction's summary call, or an answer
   the client could not use. Only those events are v4; an older build refuses them ("upgrade
   Tether") rather than read a log whose usage it would undercount.
+- 5: additive: a :class:`~tether.core.items.ToolOutput` may carry ``wait_for`` (a call parked on
+  a timer, a signal or children, :mod:`tether.core.waits`). Only an event holding such an item
+  is v5; an older build refuses it rather than lose the wait.
 """
 
 from __future__ import annotations
@@ -31,9 +34,9 @@ from tether.core.context import CompactResult, ContextReport
 from tether.core.items import ExternalItem, Item, ToolCall, ToolOutput, UserMessage
 from tether.core.memory import MemorySnapshot
 
-EVENT_SCHEMA_VERSION = 4
+EVENT_SCHEMA_VERSION = 5
 """The newest version this build writes (only for events that need it; see the module doc)."""
-SUPPORTED_EVENT_VERSIONS = (1, 2, 3, 4)
+SUPPORTED_EVENT_VERSIONS = (1, 2, 3, 4, 5)
 
 
 class EventType(StrEnum):
@@ -282,7 +285,7 @@ class AgentEvent(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    v: Literal[1, 2, 3, 4] = 1
+    v: Literal[1, 2, 3, 4, 5] = 1
     type: EventType
     tenant: str = "default"
     session_id: str | None = None
@@ -362,6 +365,8 @@ class AgentEvent(BaseModel):
 
 def _needed_version(event: AgentEvent) -> int:
     payload = event.payload
+    if _waits(event):
+        return 5
     if event.type in V4_EVENT_TYPES or isinstance(payload, ModelUsagePayload):
         return 4
     usage = payload.usage if isinstance(payload, ModelResponsePayload) else payload
@@ -373,15 +378,26 @@ def _needed_version(event: AgentEvent) -> int:
 def _uses_v2(event: AgentEvent) -> bool:
     if event.type in V2_EVENT_TYPES:
         return True
-    payload = event.payload
-    items: tuple[Item, ...] = ()
+    return any(isinstance(item, ExternalItem) for item in _items(event.payload))
+
+
+def _items(payload: object) -> tuple[Item, ...]:
+    """The memory items an event's payload carries."""
     if isinstance(payload, ItemsAppendedPayload):
-        items = payload.items
-    elif isinstance(payload, CompactPayload):
-        items = payload.result.memory.items
-    elif isinstance(payload, RestoredPayload) and payload.memory is not None:
-        items = payload.memory.items
-    return any(isinstance(item, ExternalItem) for item in items)
+        return payload.items
+    if isinstance(payload, CompactPayload):
+        return payload.result.memory.items
+    if isinstance(payload, RestoredPayload) and payload.memory is not None:
+        return payload.memory.items
+    return ()
+
+
+def _waits(event: AgentEvent) -> bool:
+    """Whether the event holds a parked call's wait (schema v5)."""
+    payload = event.payload
+    if isinstance(payload, ToolResultPayload):
+        return payload.item.wait_for is not None
+    return any(isinstance(i, ToolOutput) and i.wait_for is not None for i in _items(payload))
 
 
 def event_to_dict(event: AgentEvent) -> dict[str, Any]:

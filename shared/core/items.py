@@ -10,6 +10,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
 
+from tether.core.waits import WaitFor
+
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -56,6 +58,9 @@ class ToolOutput(_Frozen):
     call_id: str
     name: str = ""
     output: str
+    wait_for: WaitFor | None = Field(default=None, exclude_if=lambda v: v is None)
+    """While the call is parked on the fleet (a timer, a signal, children): what it waits for.
+    Cleared when its output is given; omitted from the JSON when None (event schema v5)."""
 
 
 class Reasoning(_Frozen):

@@ -57,7 +57,10 @@ class InMemoryMemory:
         with self._lock:
             for index, item in enumerate(self._items):
                 if isinstance(item, ToolOutput) and item.call_id == call_id:
-                    self._items[index] = item.model_copy(update={"output": output})
+                    # the call is settled: it waits for nothing any more
+                    self._items[index] = item.model_copy(
+                        update={"output": output, "wait_for": None}
+                    )
                     return True
             return False
 

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tether.core.events import Usage
 from tether.core.items import ToolCall
+from tether.core.waits import WaitFor
 
 
 class RunStatus(StrEnum):
@@ -52,18 +53,23 @@ class PendingCall(BaseModel):
     arguments: str
     """The call's JSON arguments, as the model wrote them."""
     reason: Literal["approval", "output"]
+    wait_for: WaitFor | None = Field(default=None, exclude_if=lambda v: v is None)
+    """A call parked on the fleet (reason ``output``): what it waits for; the fleet gives its
+    output (:mod:`tether.runtime.waiting`). Omitted from the JSON when None."""
 
 
 class Resolution(BaseModel):
     """What to do with a pending call when the run goes on: approve it (the tool runs now),
-    reject it (the model sees ``reason``), or give its output."""
+    reject it (the model sees ``reason``), or give its output; or ``cancel`` it: the call gets
+    a ``Cancelled`` tool error and the run ends ``CANCELLED`` there, without a model call (how a
+    run parked on the fleet is cancelled, durably)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     call_id: str = Field(min_length=1, max_length=256)
-    action: Literal["approve", "reject", "output"]
+    action: Literal["approve", "reject", "output", "cancel"]
     text: str | None = Field(default=None, max_length=1_000_000)
-    """The output (``output``) or the reason (``reject``)."""
+    """The output (``output``) or the reason (``reject``, ``cancel``)."""
 
 
 class RunOutcome(BaseModel):

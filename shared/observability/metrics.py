@@ -97,6 +97,29 @@ def model_budget_wait(reason: str) -> None:
     MODEL_BUDGET_WAITS.labels(reason=reason).inc()
 
 
+WAITS_PARKED = Counter(
+    "tether_waits_parked",
+    "Tool calls parked on the fleet (a run ended WAITING without a worker), by what they wait "
+    "for (timer, signal, children).",
+    ["reason"],
+)
+WAITS_WOKEN = Counter(
+    "tether_waits_woken",
+    "Parked calls whose wake a sweeper or a waker submitted (once per call), by reason.",
+    ["reason"],
+)
+
+
+def wait_parked(reason: str) -> None:
+    """A call was parked on the fleet waiting for ``reason`` (``timer``, ``signal``...)."""
+    WAITS_PARKED.labels(reason=reason).inc()
+
+
+def wait_woken(reason: str) -> None:
+    """The wake of a call parked for ``reason`` was submitted."""
+    WAITS_WOKEN.labels(reason=reason).inc()
+
+
 def lease_granted(takeover: bool) -> None:
     """Count a lease taken over from an expired holder."""
     if takeover:

@@ -27,6 +27,7 @@ from tether.observability.exposition import (
     serve_metrics,
 )
 from tether.observability.queue_depth import QueueDepthCollector
+from tether.observability.timed_waits import TimedWaitsCollector
 from tether.persistence.redis_conn import redis_from_url
 from tether.settings import Settings
 
@@ -73,8 +74,9 @@ def start_worker_metrics(
             MULTIPROC_ENV,
         )
     client = redis_from_url(settings.effective_redis_url)
+    keys = RedisKeys(settings.namespace)
     registry = build_registry(
-        QueueDepthCollector(client, RedisKeys(settings.namespace)), *collectors
+        QueueDepthCollector(client, keys), TimedWaitsCollector(client, keys), *collectors
     )
     server = serve_metrics(registry, settings.metrics_port, settings.metrics_host)
     log.info("metrics on http://%s:%d/metrics", settings.metrics_host, server.port)

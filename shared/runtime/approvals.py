@@ -27,6 +27,7 @@ from tether.runtime.tools import (
     failed,
     tool_error_text,
 )
+from tether.runtime.waiting import parked_calls
 
 if TYPE_CHECKING:
     from tether.runtime.session import AgentSession
@@ -54,6 +55,8 @@ def resolve_calls(
         elif resolution.action == "reject":
             reason = resolution.text or "rejected by a person"
             text = tool_error_text(call, "Rejected", reason)
+        elif resolution.action == "cancel":
+            text = tool_error_text(call, "Cancelled", resolution.text or "the wait was cancelled")
         else:
             text = _run_approved(session, call, run_id, request_id)
         session.replace_tool_output(call.id, text, run_id=run_id)
@@ -67,7 +70,7 @@ def check_resolutions(session: AgentSession, resolutions: Sequence[Resolution]) 
     Raises:
         InvalidInput: naming the call, the tenant and the session, and what to do instead.
     """
-    waiting = _waiting_for_output(session)
+    waiting = _waiting_for_output(session) | set(parked_calls(session.memory_snapshot().items))
     settled: set[str] = set()
     for resolution in resolutions:
         call_id = resolution.call_id
@@ -76,6 +79,8 @@ def check_resolutions(session: AgentSession, resolutions: Sequence[Resolution]) 
         if call_id in settled:
             raise InvalidInput(f"{where} is settled twice in one request; settle it once")
         settled.add(call_id)
+        if resolution.action == "cancel" and (output == APPROVAL_OUTPUT or call_id in waiting):
+            continue  # any pending call may be cancelled
         if output == APPROVAL_OUTPUT:
             if resolution.action == "output":
                 raise InvalidInput(

@@ -38,7 +38,7 @@ from tether.core.events import (
     UserInputPayload,
 )
 from tether.core.items import Item, ToolCall, ToolOutput, UserMessage
-from tether.core.results import AgentResult, PendingCall, RunStatus, ToolResultRecord
+from tether.core.results import AgentResult, RunStatus, ToolResultRecord
 from tether.core.text import valid_strings
 from tether.errors import ModelError, RunCancelled, RunTimeout, TetherError, TokenBudgetExceeded
 from tether.models.base import (
@@ -53,8 +53,10 @@ from tether.observability.tracing import record_usage, span
 from tether.runtime.llm_summary import record_summary_calls, summary_calls
 from tether.runtime.progress import RunProgress
 from tether.runtime.streaming import redacted
+from tether.runtime.timers import wait_limit_fields
 from tether.runtime.tool_runner import Call, execute_parallel, run_with_timeout
 from tether.runtime.tools import APPROVAL_OUTPUT, ToolContext, ToolOutcome, failed
+from tether.runtime.waiting import pending_calls
 
 if TYPE_CHECKING:
     from tether.runtime.session import AgentSession, CancelCheck
@@ -152,11 +154,23 @@ def _resume(session: AgentSession, state: _RunState, progress: RunProgress) -> S
         return "again"
     step = progress.open_step
     valid, parked = _validated(session, state, progress.pending, step)
-    waiting = _execute(session, state, valid, step) or parked
+    waiting = _execute(session, state, valid, step) or parked or _step_waits(session, state, step)
     session.emit(EventType.STEP_END, TextPayload(text=RUNTIME_NAME), run_id=state.run_id, step=step)
     if not waiting:
         state.mark()
     return "waiting" if waiting else "again"
+
+
+def _step_waits(session: AgentSession, state: _RunState, step: int) -> bool:
+    """Whether a call of ``step`` already recorded a WAITING result (before the run was cut
+    short): the resumed step ends the run ``WAITING`` as the first attempt would have."""
+    return any(
+        e.run_id == state.run_id
+        and e.step == step
+        and isinstance(e.payload, ToolResultPayload)
+        and e.payload.status == "WAITING"
+        for e in session.events
+    )
 
 
 def _check_limits(
@@ -398,6 +412,7 @@ def _validated(
             call.id,
             position=position,
             request_id=state.request_id,
+            **wait_limit_fields(),
         )
         valid.append((tool, call, context))
     return valid, parked
@@ -430,7 +445,12 @@ def _execute(session: AgentSession, state: _RunState, calls: list[Call], step: i
 
 def _write_result(session: AgentSession, state: _RunState, outcome: ToolOutcome, step: int) -> None:
     outcome = valid_strings(outcome)  # a tool's text, like the model's, must be storable
-    item = ToolOutput(call_id=outcome.call.id, name=outcome.call.name, output=outcome.output)
+    item = ToolOutput(
+        call_id=outcome.call.id,
+        name=outcome.call.name,
+        output=outcome.output,
+        wait_for=outcome.wait_for,
+    )
     session.write(
         EventType.TOOL_RESULT,
         ToolResultPayload(item=item, ok=outcome.ok, status=outcome.status, error=outcome.error),
@@ -462,21 +482,9 @@ def _result(session: AgentSession, state: _RunState, status: RunStatus, steps: i
         usage=state.usage,
         first_seq=state.first_seq,
         last_seq=session.last_seq,
-        pending=_pending(state) if status is RunStatus.WAITING else (),
-    )
-
-
-def _pending(state: _RunState) -> tuple[PendingCall, ...]:
-    """The calls whose latest result is a WAITING placeholder."""
-    calls = {c.id: c for c in state.tool_calls}
-    latest = {r.call_id: r for r in state.tool_results}
-    return tuple(
-        PendingCall(
-            call_id=r.call_id,
-            tool=r.name,
-            arguments=calls[r.call_id].arguments if r.call_id in calls else "{}",
-            reason="approval" if r.output == APPROVAL_OUTPUT else "output",
-        )
-        for r in latest.values()
-        if r.status == "WAITING"
+        pending=(
+            pending_calls(session.memory_snapshot().items, state.tool_calls, state.tool_results)
+            if status is RunStatus.WAITING
+            else ()
+        ),
     )

@@ -19,6 +19,7 @@ run, so the tool can make its own side effect exactly-once (e.g. pass it on as a
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import inspect
 import json
@@ -29,8 +30,10 @@ from typing import Any, Literal, Protocol, get_type_hints, overload, runtime_che
 import pydantic
 
 from tether.core.items import ToolCall
+from tether.core.waits import WaitFor
 from tether.errors import ToolError
 from tether.models.base import ToolSpec
+from tether.runtime.timers import seconds_until, timer_for
 
 WAITING_OUTPUT = "ASYNC_TOOL_WAITING"
 #: The placeholder output of a call that waits for a person's approval.
@@ -39,10 +42,15 @@ APPROVAL_OUTPUT = "APPROVAL_REQUIRED"
 
 @dataclass(frozen=True)
 class Waiting:
-    """Returned by an async tool: the real output comes later via ``replace_tool_output``."""
+    """Returned by an async tool: the real output comes later via ``replace_tool_output``.
+
+    With ``wait_for`` the fleet gives it (a timer: :meth:`ToolContext.sleep`): the run parks
+    without a worker and a worker goes on with it when the wait is over (see
+    :mod:`tether.runtime.waiting`)."""
 
     output: str = WAITING_OUTPUT
     operation_id: str | None = None
+    wait_for: WaitFor | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,30 @@ class ToolContext:
     position: int | None = None
     request_id: str | None = None
     """The request the run applies (its idempotency key); None: the run id stands for it."""
+    max_wait_s: float | None = None
+    """The longest a call of this run may park on the fleet (``TETHER_MAX_WAIT_S``, or its
+    tenant's ``max_wait_s``), with the setting that says so; None: no limit here."""
+    max_wait_source: str = "TETHER_MAX_WAIT_S"
+
+    def sleep(self, seconds: float) -> Waiting:
+        """Park this call for ``seconds`` without holding a worker: ``return ctx.sleep(7200)``.
+
+        The run ends ``WAITING`` (reason ``timer``), and a worker goes on with it once the time
+        has passed; the call's output is then ``{"slept_until": ...}``.
+
+        Raises:
+            ToolError: ``seconds`` is not a positive number, or over the run's longest wait
+                (the call fails with that message; nothing is parked).
+        """
+        return Waiting(wait_for=timer_for(seconds, self.max_wait_s, self.max_wait_source))
+
+    def sleep_until(self, when: datetime.datetime) -> Waiting:
+        """Park this call until ``when`` (timezone-aware): ``return ctx.sleep_until(dt)``.
+
+        Raises:
+            ToolError: ``when`` is naive, or further than the run's longest wait.
+        """
+        return self.sleep(seconds_until(when))
 
     @property
     def idempotency_key(self) -> str:
@@ -88,6 +120,8 @@ class ToolOutcome:
     ok: bool
     status: Literal["COMPLETED", "FAILED", "WAITING"]
     error: str | None = None
+    wait_for: WaitFor | None = None
+    """A WAITING call's wait on the fleet (None: its output comes from outside)."""
 
 
 def tool_error_text(call: ToolCall, error_type: str, message: str) -> str:
@@ -188,7 +222,9 @@ class Tool:
 def _outcome(call: ToolCall, value: object) -> ToolOutcome:
     """The outcome of a call whose tool returned ``value``."""
     if isinstance(value, Waiting):
-        return ToolOutcome(call=call, output=value.output, ok=True, status="WAITING")
+        return ToolOutcome(
+            call=call, output=value.output, ok=True, status="WAITING", wait_for=value.wait_for
+        )
     try:
         output = value if isinstance(value, str) else json.dumps(value, default=str)
     except Exception as exc:  # tuple keys, cycles, huge ints, deep nesting, a __str__ that raises

@@ -27,6 +27,9 @@ class TenantBudget(BaseModel):
         tokens_per_day: input + output tokens per UTC day, over every run of the tenant.
         usd_per_day: cost per UTC day, at ``TETHER_MODEL_PRICES`` (unpriced models cost 0).
         runs_per_minute: submissions admitted per minute (evenly spaced, no burst).
+        max_wait_s: the longest a tool call of the tenant's runs may park on the fleet
+            (``ctx.sleep``, the ``wait`` tool), when lower than ``TETHER_MAX_WAIT_S``; not a
+            spend limit (it costs no Redis round trip).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -34,6 +37,7 @@ class TenantBudget(BaseModel):
     tokens_per_day: int = Field(default=0, ge=0, le=10**15)
     usd_per_day: float = Field(default=0.0, ge=0, le=10**9, allow_inf_nan=False)
     runs_per_minute: int = Field(default=0, ge=0, le=10_000_000)
+    max_wait_s: float = Field(default=0.0, ge=0, le=366 * 86_400, allow_inf_nan=False)
 
     @field_validator("usd_per_day")
     @classmethod
@@ -79,3 +83,8 @@ class TenantBudgets(JsonTable[TenantBudget]):
         """The budget of ``tenant`` (its own, else ``"*"``), or None when it has none."""
         found = self.root.get(tenant, self.root.get(DEFAULT_TENANT))
         return found if found is not None and found.limited else None
+
+    def max_wait_s(self, tenant: str) -> float:
+        """``tenant``'s longest wait (its own entry, else ``"*"``'s; 0: none of its own)."""
+        found = self.root.get(tenant, self.root.get(DEFAULT_TENANT))
+        return found.max_wait_s if found is not None else 0.0

@@ -129,6 +129,20 @@ class Settings(McpSettings, WebhookSettings, OpenAISettings):
     max_run_s: float = Field(
         default=600.0, gt=0, le=30 * _DAY_S, description="Longest allowed run."
     )
+    max_wait_s: float = Field(
+        default=30 * _DAY_S,
+        gt=0,
+        le=366 * _DAY_S,
+        description="Longest a tool call may park a run on the fleet (ctx.sleep, the wait "
+        "tool); a longer one fails the call, naming this setting.",
+    )
+    wait_reconcile_s: float = Field(
+        default=30.0,
+        ge=0.05,
+        le=86_400,
+        description="How often a worker's sweeper checks that every waiting session's wait is "
+        "in Redis, and rebuilds what a flush or rollback lost from the sessions' heads.",
+    )
     max_attempts: int = Field(
         default=3, ge=1, le=100, description="Attempts per run before it fails."
     )

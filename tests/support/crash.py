@@ -38,6 +38,9 @@ from tether.runs.leases.redis import RedisLeaseManager
 from tether.runs.queue.base import RunQueue
 from tether.runs.queue.memory import InMemoryRunQueue
 from tether.runs.queue.redis import RedisRunQueue
+from tether.runs.waits.marks import BlobWaitMarks
+from tether.runs.waits.memory import InMemoryWaitIndex
+from tether.runs.waits.redis import RedisWaitIndex
 from tether.runtime.registry import AgentRegistry
 from tether.settings import Settings
 from tether.worker.engine.checkpoints.memory import InMemoryCheckpointStore
@@ -97,6 +100,10 @@ class Backends:
     """Make the session's lease expire now (the TTL passing, without waiting for it)."""
     head_cache: Any = None
     """The cached heads ``store`` reads first (None: no cache)."""
+    waits: Any = None
+    """The wait records and timers index (None: none)."""
+    marks: Any = None
+    """The durable marks of waiting sessions (None: none)."""
 
 
 def worker_runtime(
@@ -129,6 +136,8 @@ def worker_runtime(
         head_cache=None if backends.head_cache is None else wrap(backends.head_cache),
         # as build_services: on Redis, a step's events and its checkpoint go in one script
         step_marks=wrap(backends.stream) if isinstance(backends.stream, RedisEventStream) else None,
+        waits=None if backends.waits is None else wrap(backends.waits),
+        marks=None if backends.marks is None else wrap(backends.marks),
     )
 
 
@@ -200,6 +209,8 @@ def memory_backends() -> Backends:
         checkpoints=InMemoryCheckpointStore(leases),
         expire_lease=expire,
         head_cache=head_cache,
+        waits=InMemoryWaitIndex(),
+        marks=BlobWaitMarks(store.blobs),
     )
 
 
@@ -232,6 +243,8 @@ def real_backends(client: redis.Redis, bucket: str, endpoint_url: str) -> Backen
         checkpoints=RedisCheckpointStore(client, keys, ttl_s=3600),
         expire_lease=lambda t, s: client.delete(keys.lease(t, s)),
         head_cache=head_cache,
+        waits=RedisWaitIndex(client, keys),
+        marks=BlobWaitMarks(store.blobs),
     )
 
 

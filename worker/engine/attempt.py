@@ -23,9 +23,11 @@ from tether.runtime.session import AgentSession
 from tether.worker.engine.commit import Commit
 from tether.worker.engine.drain_state import DrainState
 from tether.worker.engine.execution import execute
-from tether.worker.engine.records import result_from_record, retries_exhausted
+from tether.worker.engine.parking import Parking, parking_for
+from tether.worker.engine.records import redacted_pending, result_from_record, retries_exhausted
 from tether.worker.engine.restore import session_for
 from tether.worker.engine.spend import committed, priced
+from tether.worker.engine.waiting_runs import pending_in
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,10 @@ def attempt(d: DrainState, view: RunView, request: RunRequest, agent: Agent, att
         # committed by an attempt that died before its finish: counted here, once
         done = result_from_record(request, applied, duplicate=True, attempts=attempts)
         done = priced(done, agent.model_name, prices(d.services.settings))
+        waiting = applied.status == RunStatus.WAITING
+        if waiting:  # what it waits on, as its first attempt reported it
+            done = done.model_copy(update={"pending": redacted_pending(pending_in(session), agent)})
+        commit.repark(_parking(d, session, request, waiting))
         commit.finish(done)
         committed(done, agent.model_name)
         return
@@ -118,6 +124,16 @@ def _refused(
     return None
 
 
+def _parking(
+    d: DrainState, session: AgentSession, request: RunRequest, waiting: bool
+) -> Parking | None:
+    """What the commit records of the session's parked calls (see
+    :mod:`tether.worker.engine.parking`)."""
+    services = d.services
+    queue = services.settings.queue
+    return parking_for(services.waits, services.marks, session, request, queue, waiting=waiting)
+
+
 def _execute_and_commit(
     d: DrainState,
     commit: Commit,
@@ -139,8 +155,14 @@ def _execute_and_commit(
         worker=d.services.worker_id,
     ).model_copy(update={"pending": executed.pending})
     result = priced(result, agent.model_name, prices(d.services.settings))
+    parking = _parking(d, session, request, result.status is RunStatus.WAITING)
     with span("tether.commit", run_id=request.run_id):
         commit.run(
-            session, d.publisher, lambda: d.keeper.lost, result, checkpointed=executed.checkpointed
+            session,
+            d.publisher,
+            lambda: d.keeper.lost,
+            result,
+            checkpointed=executed.checkpointed,
+            parking=parking,
         )
     committed(result, agent.model_name)

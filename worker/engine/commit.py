@@ -6,17 +6,21 @@ A run's events reach the live stream while it runs (fenced by the lease, see
 1. ``stream_flush``: append the events still buffered to the stream (fenced).
 2. ``fence_check``: the lease is still ours and the stream accepted every event; else abort
    (the next holder retries the run from the last committed head).
-3. ``head_put``: write the session head with compare-and-set on its version. **The commit
+3. ``wait_mark`` (only when the session has calls parked on the fleet, or the run settled
+   one): the durable mark of a waiting session (see :mod:`tether.worker.engine.parking`).
+4. ``head_put``: write the session head with compare-and-set on its version. **The commit
    point**: before it nothing of the run is committed, after it all of it is.
-4. ``finish``: record the run's result, pop it from the session queue, announce completion.
-5. ``archive_segment``: when the head's outbox is full (a batch), write it to the archive as one
+5. ``wait_index`` (same condition): the wait records and timers index the fleet wakes parked
+   calls from, before the producer hears ``WAITING``.
+6. ``finish``: record the run's result, pop it from the session queue, announce completion.
+7. ``archive_segment``: when the head's outbox is full (a batch), write it to the archive as one
    immutable segment. Not every commit writes one. It comes after ``finish`` so that the
    producer does not wait for it: the head just written still holds the outbox, and a reader
    of a head whose outbox reached the batch asks the archive how far it goes
    (:func:`tether.persistence.saving.reconcile_loaded_outbox`), so a death in between loses
    nothing, and a segment written twice (by the next holder too) is byte for byte the same.
-6. ``archive_hint``: remember how far the archive goes (a lossy optimisation).
-7. ``checkpoint_clear``: forget the run's step checkpoint, when it wrote one (a leftover is
+8. ``archive_hint``: remember how far the archive goes (a lossy optimisation).
+9. ``checkpoint_clear``: forget the run's step checkpoint, when it wrote one (a leftover is
    harmless: the next attempt finds the head moved past it and drops it).
 
 The drain then takes ``lease_release`` when the queue is empty (a drain lets ``finish`` release
@@ -57,6 +61,7 @@ from tether.runs.leases.base import Lease
 from tether.runs.queue.base import IdleRelease, SessionQueue
 from tether.runtime.session import AgentSession
 from tether.worker.engine.checkpoints.base import CheckpointStore, MarkingStream
+from tether.worker.engine.parking import Parking
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +71,9 @@ class CommitStep(StrEnum):
 
     STREAM_FLUSH = "stream_flush"
     FENCE_CHECK = "fence_check"
+    WAIT_MARK = "wait_mark"
     HEAD_PUT = "head_put"
+    WAIT_INDEX = "wait_index"
     FINISH = "finish"
     ARCHIVE_SEGMENT = "archive_segment"
     ARCHIVE_HINT = "archive_hint"
@@ -271,9 +278,11 @@ class Commit:
         result: RunResult,
         *,
         checkpointed: bool = False,
+        parking: Parking | None = None,
     ) -> None:
         """Commit ``session`` (the run applied) and finish ``result``; forget the run's step
-        checkpoint when it has one (``checkpointed``).
+        checkpoint when it has one (``checkpointed``); record what the session waits for
+        (``parking``).
 
         Raises:
             ConflictError: the lease or the stream was lost; nothing was committed.
@@ -290,6 +299,8 @@ class Commit:
                 f"committing run {self._run_id}; the next lease holder retries it"
             )
         self._step(CommitStep.FENCE_CHECK, "after")
+        if parking is not None:
+            self._take(CommitStep.WAIT_MARK, parking.mark)
         self._step(CommitStep.HEAD_PUT, "before")
         outbox = put_head(
             session,
@@ -300,6 +311,8 @@ class Commit:
             writer_fence=self._lease.fence,
         )
         self._step(CommitStep.HEAD_PUT, "after")
+        if parking is not None:
+            self._take(CommitStep.WAIT_INDEX, parking.record)
         # the producer hears of its run before the amortized archive write: a death between
         # the two is the case put_head's reader already handles (the head keeps the outbox)
         self.finish(result)
@@ -310,6 +323,18 @@ class Commit:
             self._step(CommitStep.CHECKPOINT_CLEAR, "before")
             t.checkpoints.clear(self._lease.tenant, self._lease.session_id, result.run_id)
             self._step(CommitStep.CHECKPOINT_CLEAR, "after")
+
+    def _take(self, step: CommitStep, action: Callable[[], None]) -> None:
+        """One step around ``action``."""
+        self._step(step, "before")
+        action()
+        self._step(step, "after")
+
+    def repark(self, parking: Parking | None) -> None:
+        """The ``wait_index`` step of a run finished as found (committed by an attempt that
+        died before its finish)."""
+        if parking is not None:
+            self._take(CommitStep.WAIT_INDEX, parking.record)
 
     def _archive(self, session: AgentSession, outbox: list[AgentEvent]) -> None:
         """The ``archive_segment`` and ``archive_hint`` steps: the head's full outbox as one

@@ -29,6 +29,8 @@ from tether.runs.limits.gate import budget_tenant, budget_waits
 from tether.runs.usage.base import has_tokens
 from tether.runtime.agent import Agent
 from tether.runtime.session import AgentSession
+from tether.runtime.timers import wait_limit
+from tether.settings import Settings
 from tether.worker.engine.deltas import RunDeltaStream
 from tether.worker.engine.drain_state import DrainState
 from tether.worker.engine.records import (
@@ -41,6 +43,7 @@ from tether.worker.engine.records import (
 from tether.worker.engine.resume import Checkpointer, Resumed
 from tether.worker.engine.spend import run_steps, run_usage, spend_check
 from tether.worker.engine.stops import RunStops
+from tether.worker.engine.waiting_runs import cancelled_record, cancels_only, longest_wait
 from tether.worker.engine.waits import WaitNotice
 
 
@@ -72,6 +75,7 @@ class Execution:
     stops: RunStops
     timeout_s: float
     deltas: RunDeltaStream | None
+    d_settings: Settings
 
 
 def execute(d: DrainState, session: AgentSession, request: RunRequest, agent: Agent) -> Executed:
@@ -124,7 +128,17 @@ def _prepared(d: DrainState, session: AgentSession, request: RunRequest, agent: 
     publisher = services.deltas
     deltas = None if publisher is None else RunDeltaStream(publisher, d.lease, request.run_id)
     return Execution(
-        session, request, agent, first_seq, before, resumed, checkpointer, stops, timeout_s, deltas
+        session,
+        request,
+        agent,
+        first_seq,
+        before,
+        resumed,
+        checkpointer,
+        stops,
+        timeout_s,
+        deltas,
+        settings,
     )
 
 
@@ -139,16 +153,19 @@ def _ended(run: Execution) -> tuple[RunRecord, tuple[PendingCall, ...]]:
                 run.checkpointer is not None
             ):  # a crash from here on resumes past it, never reruns it
                 run.checkpointer()
-        result = session.run(
-            request.input,
-            run_id=request.run_id,
-            cancel_check=run.stops,
-            timeout_s=run.timeout_s,
-            checkpoint=run.checkpointer,
-            resume=run.resumed.progress if run.resumed else None,
-            on_delta=run.deltas,
-            request_id=request.request_id,
-        )
+        if cancels_only(request):  # the parked calls are cancelled: the run ends there
+            return cancelled_record(request, session, first_seq), ()
+        with wait_limit(*longest_wait(run.d_settings, request.tenant)):
+            result = session.run(
+                request.input,
+                run_id=request.run_id,
+                cancel_check=run.stops,
+                timeout_s=run.timeout_s,
+                checkpoint=run.checkpointer,
+                resume=run.resumed.progress if run.resumed else None,
+                on_delta=run.deltas,
+                request_id=request.request_id,
+            )
         return applied_record(request, result, first_seq), redacted_pending(
             result.pending, run.agent
         )

@@ -34,6 +34,9 @@ from tether.runs.limits.gate import BudgetedModel
 from tether.runs.limits.redis import RedisModelBudget
 from tether.runs.queue.base import RunQueue
 from tether.runs.queue.redis import RedisRunQueue
+from tether.runs.waits.base import WaitIndex
+from tether.runs.waits.marks import BlobWaitMarks
+from tether.runs.waits.redis import RedisWaitIndex
 from tether.runtime.registry import AgentRegistry
 from tether.settings import Settings, load_settings
 from tether.worker.engine.checkpoints.base import CheckpointStore, MarkingStream
@@ -86,6 +89,12 @@ class EngineServices:
     script (one round trip, one AOF write per step boundary): ``stream`` itself when it and
     ``checkpoints`` are on one Redis with the same keys (what :func:`build_services` builds);
     None: an append, then ``checkpoints.save``."""
+    waits: WaitIndex | None = None
+    """The wait records and timers index of calls parked on the fleet (None: runs that park a
+    call end ``WAITING`` and only an outside answer goes on with them)."""
+    marks: BlobWaitMarks | None = None
+    """The durable marks of waiting sessions, beside their heads (None: a Redis that loses the
+    index loses the waits)."""
     claimer: Claimer | None = None
     """Claim-and-begin in one round trip (:mod:`tether.worker.engine.claim`); None: the same steps
     as separate calls on ``runs``, ``leases`` and ``checkpoints``."""
@@ -141,6 +150,8 @@ def build_services(
         claimer=RedisClaimer(client, keys, runs, head_cache=head_cache is not None),
         head_cache=head_cache,
         model_turns=model_turns,
+        waits=RedisWaitIndex(client, keys),
+        marks=BlobWaitMarks(store.blobs) if isinstance(store, BlobSnapshotStore) else None,
     )
 
 

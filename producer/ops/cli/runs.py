@@ -16,6 +16,7 @@ import typer
 from tether.errors import RunNotFound
 from tether.producer.ops.cli.support import (
     EXIT_FAILED,
+    FollowOption,
     InputFileOption,
     JsonOption,
     TenantOption,
@@ -202,6 +203,7 @@ def wait(
     wait_s: WaitOption = None,
     tenant: TenantOption = None,
     as_json: JsonOption = False,
+    follow: FollowOption = False,
 ) -> None:
     """Wait for a run of the tenant and print its answer."""
     from tether.producer.worker_watch import watch_for_workers
@@ -211,6 +213,11 @@ def wait(
         _known(producer, run_id, scope)
         with watch_for_workers(producer, run_id, warn=warn_line):
             handle = producer.handle(run_id, tenant=scope)
+            if follow:
+                try:
+                    handle = handle.follow_to_end(wait_s)
+                except TimeoutError:
+                    raise _gave_up(run_id, "WAITING", wait_s or 0.0) from None
             print_outcome(handle, wait_s, as_json, producer=producer)
 
 

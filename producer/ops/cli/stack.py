@@ -225,6 +225,8 @@ class Status:
     waiting: list[dict[str, str]] = field(default_factory=list)
     """Runs waiting now, and for what (``"model budget"``)."""
     active_sessions: int = 0
+    parked: dict[str, Any] = field(default_factory=dict)
+    """Tool calls parked on the fleet that it wakes at a time: ``timed`` and ``next_due``."""
     fleet: dict[str, Any] = field(default_factory=dict)
     """The autoscaling signals (:class:`tether.runs.fleet.FleetSignals`)."""
     error: str | None = None
@@ -250,6 +252,7 @@ class Status:
             "running": self.running,
             "waiting": self.waiting,
             "active_sessions": self.active_sessions,
+            "parked": self.parked,
             "fleet": self.fleet,
             "error": self.error,
             "broker_error": self.broker_error,
@@ -298,6 +301,7 @@ def collect_status(project: Path, settings: Settings) -> Status:
         ]
         with translate_errors(mask_url(settings.effective_redis_url)):
             info.active_sessions = active_count(client, keys)
+        info.parked = _parked(client, keys)
     except TetherError as exc:
         info.error = str(exc)
     finally:
@@ -393,11 +397,25 @@ def _print_status(console: Console, info: Status, project: Path) -> None:
             f"slots: {info.fleet['busy_slots']} busy of {info.fleet['slots']}; "
             f"oldest queued run: {oldest}"
         )
+    if info.parked.get("timed"):
+        console.print(
+            f"parked on the fleet: {info.parked['timed']} call(s) woken at a time; next due "
+            f"{info.parked['next_due']}"
+        )
     for run in info.waiting:
         console.print(
             f"  {escape(run['run_id'])} ({escape(run['tenant'])}/{escape(run['session_id'])}): "
             f"waiting for {escape(run['for'])}"
         )
+
+
+def _parked(client: Any, keys: Any) -> dict[str, Any]:
+    """The parked calls the timers index holds, and when the next is due (ISO UTC)."""
+    from tether.core.waits import iso_ms
+    from tether.observability.timed_waits import read_timed_waits
+
+    timed, next_ms = read_timed_waits(client, keys)
+    return {"timed": timed, "next_due": None if next_ms is None else iso_ms(next_ms)}
 
 
 def _print_beats(console: Console, beats: list[BeatPresence]) -> None:

@@ -291,6 +291,15 @@ def run_input(text: str | None, input_file: str | None, max_input_bytes: int) ->
 # --- options shared by several commands -------------------------------------------------------
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+FollowOption = Annotated[
+    bool,
+    typer.Option(
+        "--follow",
+        help="A run that pauses on the fleet (a timer...) is followed into the run that goes on "
+        "with it, to the end; --wait-s covers the whole chain.",
+    ),
+]
+
 TenantOption = Annotated[
     str | None, typer.Option("--tenant", help="Tenant (default: TETHER_TENANT).")
 ]

@@ -15,6 +15,7 @@ from tether.runs.contract import RunRef
 from tether.runs.queue.base import RunView
 from tether.runs.queue.record import RunField, RunState
 from tether.runs.queue.redis import done_entry
+from tether.runs.waits.base import waiting_reason
 
 #: Finished runs looked at, newest first (the completion feed keeps far more).
 RECENT_FINISHED = 300
@@ -79,7 +80,7 @@ def _row(view: RunView, attempts: int, cancel_requested: bool, worker: str | Non
         error=error,
         cancel_requested=cancel_requested and result is None,
         output=result.output if result is not None else None,
-        waiting=view.waiting if result is None else None,
+        waiting=view.waiting if result is None else waiting_reason(result),
     )
 
 

@@ -35,6 +35,11 @@ def budget_of(settings: Settings, tenant: str) -> TenantBudget | None:
     return _budgets(settings.tenant_budgets).for_tenant(tenant)
 
 
+def max_wait_of(settings: Settings, tenant: str) -> float:
+    """``tenant``'s ``max_wait_s`` from ``TETHER_TENANT_BUDGETS`` (0: none of its own)."""
+    return _budgets(settings.tenant_budgets).max_wait_s(tenant)
+
+
 def budgeted(
     settings: Settings, requests: Sequence[RunRequest]
 ) -> list[tuple[str, TenantBudget, int]]:

@@ -1,0 +1,111 @@
+"""Redis losing the waits: flushed, or rolled back to before a wake. The sessions' heads and
+the durable marks beside them are the truth; reconcile rebuilds the index from them, every
+sleeping run resumes once, and a wake the rollback forgot is not applied twice. Memory backends
+and redis-server + S3 over HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tests.support.crash import TENANT, Backends, worker_runtime
+from tests.support.wait_agents import sleeper_agent
+from tether import SessionLogReader
+from tether.core.results import RunStatus
+from tether.runs.contract import RunRequest
+from tether.runs.queue.base import submit
+from tether.runs.waits.base import wake_request_id, wake_run_id
+from tether.runtime.registry import AgentRegistry
+from tether.worker.engine.cycle import drain
+from tether.worker.engine.services import EngineServices
+from tether.worker.engine.wait_reconcile import reconcile_waits
+from tether.worker.engine.wakes import wake_due
+
+FAR_MS = 2**52
+SESSIONS = [f"s-flush-{n}" for n in range(5)]
+
+
+def _rt(backends: Backends, worker_id: str = "w1") -> EngineServices:
+    return worker_runtime(backends, worker_id, registry=AgentRegistry({"sleeper": sleeper_agent}))
+
+
+def _nap(session_id: str) -> RunRequest:
+    return RunRequest(
+        run_id=f"run-{session_id}",
+        request_id=f"req-{session_id}",
+        tenant=TENANT,
+        session_id=session_id,
+        agent="sleeper",
+        input="nap 1",
+    )
+
+
+def _flush(backends: Backends) -> None:
+    """Everything Redis held is gone (memory: the wait index is)."""
+    if backends.name == "memory":
+        backends.waits.clear()
+    else:
+        backends.runs.client.flushall()
+
+
+def _sleep_all(backends: Backends) -> dict[str, str]:
+    rt = _rt(backends)
+    calls = {}
+    for sid in SESSIONS:
+        submit(rt.runs, _nap(sid))
+        drain(rt, TENANT, sid)
+        (record,) = backends.waits.records(TENANT, sid)
+        calls[sid] = record.call_id
+    return calls
+
+
+def _woken_once(backends: Backends, sid: str, call_id: str) -> None:
+    reader = SessionLogReader(backends.store, backends.archive)
+    report = reader.verify(sid, tenant=TENANT)
+    assert report.ok, report.problems
+    head = reader.read(sid, tenant=TENANT)
+    assert head is not None
+    applied = [r.request_id for r in head.applied]
+    assert applied.count(wake_request_id(TENANT, sid, call_id)) == 1, applied
+    assert head.applied[-1].status == RunStatus.COMPLETED.value
+    assert backends.waits.records(TENANT, sid) == []
+    assert backends.marks.get(TENANT, sid) is None
+
+
+def test_a_flushed_redis_loses_no_timer(make_backends: Callable[[], Backends]) -> None:
+    backends = make_backends()
+    calls = _sleep_all(backends)
+    _flush(backends)
+    rt = _rt(backends, "w2")
+    assert wake_due(rt, at_ms=FAR_MS) == 0  # the index is gone
+    assert reconcile_waits(rt) == len(SESSIONS)  # rebuilt from the marks and the heads
+    assert reconcile_waits(rt) == 0  # nothing more to do
+    assert wake_due(rt, at_ms=FAR_MS) == len(SESSIONS)
+    for sid in SESSIONS:
+        drain(rt, TENANT, sid)
+    for sid, call_id in calls.items():
+        _woken_once(backends, sid, call_id)
+
+
+def test_a_rolled_back_redis_wakes_nothing_twice(make_backends: Callable[[], Backends]) -> None:
+    backends = make_backends()
+    calls = _sleep_all(backends)
+    before = {sid: backends.waits.records(TENANT, sid) for sid in SESSIONS}
+    rt = _rt(backends)
+    assert wake_due(rt, at_ms=FAR_MS) == len(SESSIONS)
+    for sid in SESSIONS:
+        drain(rt, TENANT, sid)
+    # Redis goes back to before the wakes: the index and records are back, the wakes'
+    # request ids and records are not
+    if backends.name != "memory":
+        backends.runs.client.flushall()
+    for records in before.values():
+        backends.waits.park(records)
+    woken = wake_due(rt, at_ms=FAR_MS)
+    for sid in SESSIONS:
+        drain(rt, TENANT, sid)
+    assert woken == (0 if backends.name == "memory" else len(SESSIONS))
+    for sid, call_id in calls.items():
+        _woken_once(backends, sid, call_id)  # the head knew the wake: finished as found
+        view = backends.runs.get(_nap(sid).ref._replace(run_id=wake_run_id(TENANT, sid, call_id)))
+        assert view is not None and view.result is not None
+        assert view.result.status is RunStatus.COMPLETED

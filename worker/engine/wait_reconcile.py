@@ -1,0 +1,80 @@
+"""Rebuilding the wait index from the sessions' heads after Redis lost it (a flush, a rollback to
+an older snapshot), reading only the sessions that wait.
+
+Every ``TETHER_WAIT_RECONCILE_S`` a sweeper lists the durable marks (:mod:`tether.runs.waits.marks`)
+and asks Redis, in one pipelined round trip, which marked sessions have wait records. For each one
+without (and whose lease nobody holds: a worker may be committing it), it reads the session's head,
+the truth: the calls still parked there are parked again from the mark's records (with the wait
+the head holds), and a mark whose session waits for nothing is deleted once it is older than
+:data:`MARK_GRACE_MS` (a mark is written before its head: a young one may be a commit on its way).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from tether.core.events import now_ms
+from tether.core.waits import WaitFor
+from tether.runs.waits.base import WaitRecord
+from tether.runs.waits.marks import WaitMark
+from tether.runtime.waiting import parked_calls
+from tether.worker.engine.services import EngineServices
+
+log = logging.getLogger(__name__)
+
+#: A mark younger than this is never deleted (its head may not be written yet).
+MARK_GRACE_MS = 120_000
+
+
+def reconcile_waits(services: EngineServices) -> int:
+    """One pass; how many sessions' waits were parked again."""
+    index, marks = services.waits, services.marks
+    if index is None or marks is None:
+        return 0
+    sessions = list(marks.sessions())
+    known = _recorded(services, sessions)
+    rebuilt = 0
+    for (tenant, session_id), recorded in zip(sessions, known, strict=True):
+        if recorded or services.leases.holder(tenant, session_id) is not None:
+            continue
+        try:
+            rebuilt += _rebuild(services, tenant, session_id)
+        except Exception as exc:  # one unreadable session must not stop the others
+            log.warning("wait reconcile skipped %s/%s: %s", tenant, session_id, exc)
+    return rebuilt
+
+
+def _recorded(services: EngineServices, sessions: list[tuple[str, str]]) -> list[bool]:
+    """Whether Redis holds wait records for each session (one round trip on Redis)."""
+    assert services.waits is not None
+    return services.waits.recorded(sessions)
+
+
+def _rebuild(services: EngineServices, tenant: str, session_id: str) -> int:
+    """Park the calls the head holds parked again; delete an old mark of a session that waits
+    for nothing; 1 when something was parked."""
+    assert services.waits is not None and services.marks is not None
+    mark = services.marks.get(tenant, session_id)
+    if mark is None:
+        return 0
+    stored = services.store.load_shallow(tenant, session_id)
+    parked = parked_calls(stored.snapshot.memory.items) if stored is not None else {}
+    records = _still_parked(mark, parked)
+    if records:
+        services.waits.park(records)
+        log.info(
+            "rebuilt the waits of %s/%s from its head: %d call(s)", tenant, session_id, len(records)
+        )
+        return 1
+    if now_ms() - mark.written_at_ms >= MARK_GRACE_MS:
+        services.marks.delete(tenant, session_id)
+    return 0
+
+
+def _still_parked(mark: WaitMark, parked: dict[str, WaitFor]) -> list[WaitRecord]:
+    """The mark's records whose calls the head still holds parked, with the head's wait."""
+    return [
+        r.model_copy(update={"wait_for": parked[r.call_id]})
+        for r in mark.records
+        if r.call_id in parked
+    ]
