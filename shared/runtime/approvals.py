@@ -70,7 +70,8 @@ def check_resolutions(session: AgentSession, resolutions: Sequence[Resolution]) 
     Raises:
         InvalidInput: naming the call, the tenant and the session, and what to do instead.
     """
-    waiting = _waiting_for_output(session) | set(parked_calls(session.memory_snapshot().items))
+    parked = parked_calls(session.memory_snapshot().items)
+    waiting = _waiting_for_output(session) | set(parked)
     settled: set[str] = set()
     for resolution in resolutions:
         call_id = resolution.call_id
@@ -81,6 +82,8 @@ def check_resolutions(session: AgentSession, resolutions: Sequence[Resolution]) 
         settled.add(call_id)
         if resolution.action == "cancel" and (output == APPROVAL_OUTPUT or call_id in waiting):
             continue  # any pending call may be cancelled
+        if resolution.action == "signal" and call_id in parked and parked[call_id].kind == "signal":
+            continue  # the worker gives it its signal from the mailbox
         if output == APPROVAL_OUTPUT:
             if resolution.action == "output":
                 raise InvalidInput(
