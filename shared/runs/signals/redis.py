@@ -128,5 +128,6 @@ async def async_send(
     """:meth:`RedisSignalMailbox.send` on an asyncio client (the asyncio producer)."""
     script = client.register_script(SIGNAL_SEND.source)
     key_list, argv = _send_call(keys, tenant, session_id, name, payload_json, sent_at_ms)
-    reply = await script(keys=key_list, args=argv)
+    with translate_errors("Redis"):
+        reply = await script(keys=key_list, args=argv)
     return _sent(reply, tenant, session_id)
