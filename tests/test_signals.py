@@ -27,6 +27,7 @@ from tether.runtime.signals import CURSOR_KEY
 from tether.runtime.waiting import parked_calls
 from tether.worker.engine.cycle import drain
 from tether.worker.engine.services import EngineServices
+from tether.worker.engine.wait_reconcile import reconcile_waits
 from tether.worker.engine.wakes import wake_due
 
 FAR_MS = 2**52
@@ -217,6 +218,23 @@ def test_a_signal_sent_while_the_run_parks_is_not_missed(
     drain(rt, TENANT, "s-race2")  # the wake the parking worker submitted
     head = SessionLogReader(backends.store, backends.archive).read("s-race2", tenant=TENANT)
     assert head is not None and _payloads(head.applied[-1].output or "") == ["raced"]
+
+
+def test_a_signal_sent_while_redis_lost_the_wait_wakes_it_after_reconcile(
+    make_backends: Callable[[], Backends],
+) -> None:
+    backends = make_backends()
+    rt = _rt(backends)
+    request = _listen("s-lost", "listen go 600")
+    submit(backends.runs, request)
+    drain(rt, TENANT, "s-lost")
+    (pending,) = _result(backends, request).pending
+    backends.waits.settle(TENANT, "s-lost", [pending.call_id])  # what a flush did to it
+    _send(backends, "s-lost", "go", "while lost")  # no wait record: no wake
+    assert reconcile_waits(rt) == 1  # parked again from the head, and the mailbox looked at
+    drain(rt, TENANT, "s-lost")
+    head = SessionLogReader(backends.store, backends.archive).read("s-lost", tenant=TENANT)
+    assert head is not None and _payloads(head.applied[-1].output or "") == ["while lost"]
 
 
 def test_a_run_rolled_back_gives_back_the_signal_it_took(

@@ -136,7 +136,11 @@ def consumed_in(output: str) -> tuple[str, str] | None:
 
 def cursor_of(session: SessionState) -> dict[str, str]:
     """What ``session`` consumed: the last signal id per name."""
-    value = session.metadata_attribute(CURSOR_KEY)
+    return cursor_in(session.metadata_attribute(CURSOR_KEY))
+
+
+def cursor_in(value: JsonValue) -> dict[str, str]:
+    """The cursor a session's :data:`CURSOR_KEY` attribute holds (``value``)."""
     return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 

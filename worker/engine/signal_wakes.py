@@ -97,17 +97,32 @@ def signals_after_park(
     if mailbox is None:
         return None
 
-    def look(records: Sequence[WaitRecord]) -> None:
-        cursor = cursor_of(session)  # the committed head's
-        mailbox.forget(session.tenant, session.session_id, cursor)
-        names = {r.wait_for.name for r in records if r.wait_for.kind == "signal"}
-        for name in sorted(n for n in names if n is not None):
-            if mailbox.first_after(session.tenant, session.session_id, name, cursor.get(name)):
-                record = waiting_for(records, name)
-                assert record is not None
-                _submit_wake(services, record)
+    def look(records: Sequence[WaitRecord]) -> None:  # the committed head's cursor
+        look_in_mailbox(services, session.tenant, session.session_id, cursor_of(session), records)
 
     return look
+
+
+def look_in_mailbox(
+    services: EngineServices,
+    tenant: str,
+    session_id: str,
+    cursor: dict[str, str],
+    records: Sequence[WaitRecord],
+) -> None:
+    """Wake the first call waiting for each name the mailbox holds a signal of that the session
+    has not consumed (``cursor``: what its head consumed); forget the consumed ones. Also after
+    reconcile parked calls again (a signal sent while Redis had lost the wait records)."""
+    mailbox = services.signals
+    if mailbox is None:
+        return
+    mailbox.forget(tenant, session_id, cursor)
+    names = {r.wait_for.name for r in records if r.wait_for.kind == "signal"}
+    for name in sorted(n for n in names if n is not None):
+        if mailbox.first_after(tenant, session_id, name, cursor.get(name)):
+            record = waiting_for(records, name)
+            assert record is not None
+            _submit_wake(services, record)
 
 
 def _submit_wake(services: EngineServices, record: WaitRecord) -> None:
