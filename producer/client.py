@@ -28,10 +28,12 @@ from tether.persistence.deltas.live_redis import RedisLiveFeed
 from tether.persistence.deltas.redis import RedisDeltaChannel
 from tether.persistence.redis_conn import describe_client, redis_from_url, translate_errors
 from tether.persistence.streams.redis import RedisEventStream
+from tether.producer import signals
 from tether.producer.base import ProducerBase
 from tether.producer.handle import RunHandle
 from tether.producer.listener import CompletionListener
 from tether.producer.publish import publish_runs
+from tether.producer.signals import SignalReceipt
 from tether.producer.submission import RunSpec, Submitted
 from tether.producer.waits import cancel_requests
 from tether.producer.worker_watch import split_wait, watch_for_workers
@@ -39,6 +41,7 @@ from tether.runs.contract import BusyPolicy, RunRef, RunResult, WireRequest
 from tether.runs.options import RunOptionsKwargs
 from tether.runs.queue.base import CancelOutcome, RunView, SubmitState
 from tether.runs.queue.redis import RedisRunQueue
+from tether.runs.signals.redis import RedisSignalMailbox
 from tether.runs.usage.redis import RedisTenantAdmission
 from tether.settings import Settings
 
@@ -251,6 +254,29 @@ class Producer(ProducerBase[RunHandle, CompletionListener]):
         return self.resolve(session_id, [resolution], agent=agent, tenant=tenant)
 
     # --- following runs ------------------------------------------------------------------------
+
+    def signal(
+        self, session_id: str, name: str, payload: object = None, *, tenant: str | None = None
+    ) -> SignalReceipt:
+        """Send signal ``name`` with ``payload`` (any JSON value) to a session: the first
+        ``ctx.wait_for_signal(name)`` of its runs that has not had it takes it, in send order,
+        once; a call parked on it now is woken (its wake is submitted here). A signal nobody
+        waits for is kept in the session's mailbox until one does.
+
+        Raises:
+            InvalidInput: a malformed id or name, a payload that is not JSON, or one over
+                ``TETHER_MAX_INPUT_BYTES`` (nothing is sent).
+            PermissionDenied: this credential may not act for ``tenant`` (with per-tenant Redis
+                users, another tenant's session): nothing is written.
+        """
+        plan = signals.signal_plan(self.settings, session_id, name, payload, tenant)
+        mailbox = RedisSignalMailbox(self.redis, self.keys, where=describe_client(self.redis))
+        with submission.acting_for(self.settings, [plan.tenant]):
+            sent = mailbox.send(*plan[:4], sent_at_ms=plan.sent_at_ms)
+        wakes = signals.signal_wake(sent, plan)
+        if wakes:
+            self._submit(wakes)
+        return signals.receipt(sent, wakes)
 
     def locate(self, run_id: str, *, tenant: str | None = None) -> RunRef | None:
         """Where run ``run_id`` of ``tenant`` (default: this producer's) lives, or None when

@@ -38,11 +38,13 @@ from tether.persistence.deltas.live_redis_aio import AsyncRedisLiveFeed
 from tether.persistence.redis_conn import describe_client, translate_errors
 from tether.persistence.redis_conn_aio import async_redis_from_url
 from tether.persistence.streams.redis_aio import AsyncRedisEventStream
+from tether.producer import signals
 from tether.producer.base import ProducerBase
 from tether.producer.batcher_aio import TurnBatcher
 from tether.producer.handle_aio import AsyncRunHandle
 from tether.producer.listener_aio import AsyncCompletionListener
 from tether.producer.publish_aio import BackgroundPublisher
+from tether.producer.signals import SignalReceipt
 from tether.producer.submission import RunSpec, Submitted, TraceContext
 from tether.producer.waits import cancel_requests
 from tether.producer.worker_watch import split_wait
@@ -51,6 +53,7 @@ from tether.runs.contract import RunRef, RunResult, WireRequest
 from tether.runs.options import RunOptionsKwargs
 from tether.runs.queue.base import CancelOutcome, RunView, SubmitState
 from tether.runs.queue.redis_aio import AsyncRedisRunQueue
+from tether.runs.signals.redis import async_send
 from tether.runs.usage.redis_aio import AsyncRedisTenantAdmission
 from tether.settings import Settings
 
@@ -313,6 +316,28 @@ class AsyncProducer(ProducerBase[AsyncRunHandle, AsyncCompletionListener]):
         """The record of run ``run_id`` of ``tenant`` (default: this producer's), or None."""
         ref = await self.locate(run_id, tenant=tenant)
         return await self.runs.get(ref) if ref is not None else None
+
+    async def signal(
+        self, session_id: str, name: str, payload: object = None, *, tenant: str | None = None
+    ) -> SignalReceipt:
+        """Send signal ``name`` with ``payload`` (any JSON value) to a session: the first
+        ``ctx.wait_for_signal(name)`` of its runs that has not had it takes it, in send order,
+        once; a call parked on it now is woken (its wake is submitted here). A signal nobody
+        waits for is kept in the session's mailbox until one does.
+
+        Raises:
+            InvalidInput: a malformed id or name, a payload that is not JSON, or one over
+                ``TETHER_MAX_INPUT_BYTES`` (nothing is sent).
+            PermissionDenied: this credential may not act for ``tenant`` (with per-tenant Redis
+                users, another tenant's session): nothing is written.
+        """
+        plan = signals.signal_plan(self.settings, session_id, name, payload, tenant)
+        with submission.acting_for(self.settings, [plan.tenant]):
+            sent = await async_send(self.redis, self.keys, *plan[:4], sent_at_ms=plan.sent_at_ms)
+        wakes = signals.signal_wake(sent, plan)
+        if wakes:
+            await self._submit(wakes)
+        return signals.receipt(sent, wakes)
 
     async def cancel(self, run_id: str, *, tenant: str | None = None) -> CancelOutcome:
         """Ask a run to stop. ``CANCELLED``: it was queued and will never start. ``REQUESTED``:

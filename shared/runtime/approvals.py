@@ -19,6 +19,7 @@ from tether.core.items import ToolCall, ToolCallsMessage, ToolOutput
 from tether.core.results import Resolution
 from tether.core.text import valid_text
 from tether.errors import InvalidInput
+from tether.runtime.signals import timeout_output
 from tether.runtime.tool_runner import run_with_timeout
 from tether.runtime.tools import (
     APPROVAL_OUTPUT,
@@ -57,6 +58,9 @@ def resolve_calls(
             text = tool_error_text(call, "Rejected", reason)
         elif resolution.action == "cancel":
             text = tool_error_text(call, "Cancelled", resolution.text or "the wait was cancelled")
+        elif resolution.action == "signal":  # no mailbox here (a worker's gives the signal)
+            wait = parked_calls(session.memory_snapshot().items).get(call.id)
+            text = timeout_output(wait.name if wait is not None and wait.name else call.name)
         else:
             text = _run_approved(session, call, run_id, request_id)
         session.replace_tool_output(call.id, text, run_id=run_id)
@@ -70,7 +74,8 @@ def check_resolutions(session: AgentSession, resolutions: Sequence[Resolution]) 
     Raises:
         InvalidInput: naming the call, the tenant and the session, and what to do instead.
     """
-    waiting = _waiting_for_output(session) | set(parked_calls(session.memory_snapshot().items))
+    parked = parked_calls(session.memory_snapshot().items)
+    waiting = _waiting_for_output(session) | set(parked)
     settled: set[str] = set()
     for resolution in resolutions:
         call_id = resolution.call_id
@@ -81,6 +86,8 @@ def check_resolutions(session: AgentSession, resolutions: Sequence[Resolution]) 
         settled.add(call_id)
         if resolution.action == "cancel" and (output == APPROVAL_OUTPUT or call_id in waiting):
             continue  # any pending call may be cancelled
+        if resolution.action == "signal" and call_id in parked and parked[call_id].kind == "signal":
+            continue  # the worker gives it its signal from the mailbox
         if output == APPROVAL_OUTPUT:
             if resolution.action == "output":
                 raise InvalidInput(

@@ -52,6 +52,7 @@ from tether.models.base import (
 from tether.observability.tracing import record_usage, span
 from tether.runtime.llm_summary import record_summary_calls, summary_calls
 from tether.runtime.progress import RunProgress
+from tether.runtime.signals import inbox_fields
 from tether.runtime.streaming import redacted
 from tether.runtime.timers import wait_limit_fields
 from tether.runtime.tool_runner import Call, execute_parallel, run_with_timeout
@@ -413,6 +414,7 @@ def _validated(
             position=position,
             request_id=state.request_id,
             **wait_limit_fields(),
+            **inbox_fields(session),
         )
         valid.append((tool, call, context))
     return valid, parked

@@ -129,6 +129,14 @@ class AgentSession(SessionMemoryOps):
             self._metadata.attributes[key] = value
             self.touch()
 
+    def metadata_attribute(self, key: str) -> JsonValue:  # one, without copying the rest
+        return self._metadata.attributes.get(key)
+
+    def put_runtime_metadata(self, key: str, value: JsonValue) -> None:
+        """Set an attribute the runtime keeps (ids, not redacted): one dict write, no lock, so
+        safe from a tool's thread while the loop holds the session."""
+        self._metadata.attributes[key] = value
+
     @property
     def updated_at_ms(self) -> int:
         """When the session last changed (the metadata's, without copying it)."""

@@ -33,6 +33,7 @@ from tether.core.items import ToolCall
 from tether.core.waits import WaitFor
 from tether.errors import ToolError
 from tether.models.base import ToolSpec
+from tether.runtime.signals import SignalInbox, signal_output, signal_wait
 from tether.runtime.timers import seconds_until, timer_for
 
 WAITING_OUTPUT = "ASYNC_TOOL_WAITING"
@@ -80,6 +81,8 @@ class ToolContext:
     """The longest a call of this run may park on the fleet (``TETHER_MAX_WAIT_S``, or its
     tenant's ``max_wait_s``), with the setting that says so; None: no limit here."""
     max_wait_source: str = "TETHER_MAX_WAIT_S"
+    signals: SignalInbox | None = None
+    """The session's mailbox of signals, on a worker (None: in-process, a wait always parks)."""
 
     def sleep(self, seconds: float) -> Waiting:
         """Park this call for ``seconds`` without holding a worker: ``return ctx.sleep(7200)``.
@@ -100,6 +103,23 @@ class ToolContext:
             ToolError: ``when`` is naive, or further than the run's longest wait.
         """
         return self.sleep(seconds_until(when))
+
+    def wait_for_signal(self, name: str, timeout_s: float | None = None) -> Waiting | str:
+        """The first signal ``name`` this session was sent and has not consumed (in send order),
+        or park this call until one comes: ``return ctx.wait_for_signal("approved", 3600)``.
+
+        The output is ``{"signal": name, "payload": ..., "signal_id": ..., "sent_at": ...}``;
+        after ``timeout_s`` (None: the run's longest wait) with no signal it is
+        ``{"signal": name, "timed_out": true}``, a result the model reads, not an error.
+
+        Raises:
+            ToolError: a bad name, or a timeout over the run's longest wait (nothing parked).
+        """
+        wait_for = signal_wait(name, timeout_s, self.max_wait_s, self.max_wait_source)
+        signal = self.signals.take(name) if self.signals is not None else None
+        if signal is not None:
+            return signal_output(signal)
+        return Waiting(wait_for=wait_for)
 
     @property
     def idempotency_key(self) -> str:

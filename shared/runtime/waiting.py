@@ -14,7 +14,7 @@ message naming the limit, and nothing is parked.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from tether.core.items import Item, ToolCall, ToolOutput
 from tether.core.results import PendingCall, ToolResultRecord
@@ -23,7 +23,14 @@ from tether.errors import ToolError
 from tether.runtime.timers import timer_output, wait_limit
 from tether.runtime.tools import APPROVAL_OUTPUT, Tool, ToolContext, Waiting
 
-__all__ = ["parked_calls", "pending_calls", "timer_output", "wait_limit", "wait_tool"]
+__all__ = [
+    "parked_calls",
+    "pending_calls",
+    "signal_tool",
+    "timer_output",
+    "wait_limit",
+    "wait_tool",
+]
 
 
 def parked_calls(items: Sequence[Item]) -> dict[str, WaitFor]:
@@ -71,3 +78,32 @@ def wait_tool(*, name: str = "wait", max_s: float | None = None) -> Tool:
         return ctx.sleep(seconds)
 
     return Tool(wait, name=name)
+
+
+def signal_tool(
+    *,
+    name: str = "wait_for_signal",
+    names: Collection[str] | None = None,
+    max_s: float | None = None,
+) -> Tool:
+    """The opt-in tool that lets the model wait for a signal sent to its session
+    (``Producer.signal``, ``tether signal``): ``Agent(model, tools=[..., signal_tool()])``.
+
+    The model calls it with the signal's ``name`` and a ``timeout_s``; it gets the first signal
+    of that name not consumed yet, at once or when one comes (the run parks without a worker
+    meanwhile), or ``{"signal": name, "timed_out": true}``. ``names`` limits the names it may
+    wait for; ``max_s`` caps its timeout, below the run's own limit.
+    """
+    allowed = None if names is None else frozenset(names)
+
+    def wait_for_signal(signal: str, timeout_s: float, ctx: ToolContext) -> Waiting | str:
+        """Wait for the signal named `signal` sent to this session (e.g. an approval, a job
+        finishing), for at most `timeout_s` seconds, without using resources. Returns the
+        signal's payload, or {"timed_out": true} when none came in time."""
+        if allowed is not None and signal not in allowed:
+            raise ToolError(f"wait for one of {sorted(allowed)}, not {signal!r}")
+        if max_s is not None and timeout_s > max_s:
+            raise ToolError(f"wait at most {max_s:g} s, not {timeout_s:g}")
+        return ctx.wait_for_signal(signal, timeout_s)
+
+    return Tool(wait_for_signal, name=name)

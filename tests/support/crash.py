@@ -38,6 +38,8 @@ from tether.runs.leases.redis import RedisLeaseManager
 from tether.runs.queue.base import RunQueue
 from tether.runs.queue.memory import InMemoryRunQueue
 from tether.runs.queue.redis import RedisRunQueue
+from tether.runs.signals.memory import InMemorySignalMailbox
+from tether.runs.signals.redis import RedisSignalMailbox
 from tether.runs.waits.marks import BlobWaitMarks
 from tether.runs.waits.memory import InMemoryWaitIndex
 from tether.runs.waits.redis import RedisWaitIndex
@@ -104,6 +106,8 @@ class Backends:
     """The wait records and timers index (None: none)."""
     marks: Any = None
     """The durable marks of waiting sessions (None: none)."""
+    signals: Any = None
+    """The sessions' mailboxes of signals (None: none)."""
 
 
 def worker_runtime(
@@ -138,6 +142,7 @@ def worker_runtime(
         step_marks=wrap(backends.stream) if isinstance(backends.stream, RedisEventStream) else None,
         waits=None if backends.waits is None else wrap(backends.waits),
         marks=None if backends.marks is None else wrap(backends.marks),
+        signals=None if backends.signals is None else wrap(backends.signals),
     )
 
 
@@ -198,6 +203,7 @@ def memory_backends() -> Backends:
     store.head_cache = head_cache = InMemoryHeadCache(
         leases.current_fence, ttl_ms=HEAD_CACHE_TTL_MS, max_bytes=HEAD_CACHE_MAX_BYTES
     )
+    waits = InMemoryWaitIndex()
     return Backends(
         name="memory",
         store=store,
@@ -209,8 +215,9 @@ def memory_backends() -> Backends:
         checkpoints=InMemoryCheckpointStore(leases),
         expire_lease=expire,
         head_cache=head_cache,
-        waits=InMemoryWaitIndex(),
+        waits=waits,
         marks=BlobWaitMarks(store.blobs),
+        signals=InMemorySignalMailbox(waits),
     )
 
 
@@ -245,6 +252,7 @@ def real_backends(client: redis.Redis, bucket: str, endpoint_url: str) -> Backen
         head_cache=head_cache,
         waits=RedisWaitIndex(client, keys),
         marks=BlobWaitMarks(store.blobs),
+        signals=RedisSignalMailbox(client, keys),
     )
 
 

@@ -8,6 +8,7 @@ raised to the drain (:mod:`tether.worker.engine.queued_run`), which decides what
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from tether.core.events import now_ms
@@ -26,6 +27,7 @@ from tether.worker.engine.execution import execute
 from tether.worker.engine.parking import Parking, parking_for
 from tether.worker.engine.records import redacted_pending, result_from_record, retries_exhausted
 from tether.worker.engine.restore import session_for
+from tether.worker.engine.signal_wakes import signals_after_park
 from tether.worker.engine.spend import committed, priced
 from tether.worker.engine.waiting_runs import pending_in
 
@@ -131,7 +133,10 @@ def _parking(
     :mod:`tether.worker.engine.parking`)."""
     services = d.services
     queue = services.settings.queue
-    return parking_for(services.waits, services.marks, session, request, queue, waiting=waiting)
+    parking = parking_for(services.waits, services.marks, session, request, queue, waiting=waiting)
+    if parking is None:
+        return None
+    return dataclasses.replace(parking, after=signals_after_park(services, session))
 
 
 def _execute_and_commit(

@@ -8,6 +8,7 @@ Nothing here writes the head: the attempt commits what :func:`execute` returns
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -41,6 +42,7 @@ from tether.worker.engine.records import (
     rolled_back_record,
 )
 from tether.worker.engine.resume import Checkpointer, Resumed
+from tether.worker.engine.signal_wakes import SignalScope
 from tether.worker.engine.spend import run_steps, run_usage, spend_check
 from tether.worker.engine.stops import RunStops
 from tether.worker.engine.waiting_runs import cancelled_record, cancels_only, longest_wait
@@ -93,8 +95,12 @@ def execute(d: DrainState, session: AgentSession, request: RunRequest, agent: Ag
     sharing = budget_tenant.set(request.tenant)
     # its TOOL_CALL and STEP_END events wait for the checkpoint marked right after them
     d.publisher.marking = run.checkpointer is not None and d.services.step_marks is not None
+    signals = SignalScope(d.services.signals, session, request)
     try:
-        record, pending = _ended(run)
+        with signals.reading(run.first_seq):
+            if run.resumed is None:  # a resumed run settled its calls before
+                run = dataclasses.replace(run, request=signals.settled(request))
+            record, pending = _ended(run)
     finally:
         d.publisher.marking = False
         budget_tenant.reset(sharing)

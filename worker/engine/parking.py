@@ -20,6 +20,7 @@ holder (or reconcile, after Redis lost everything) indexes it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tether.core.events import now_ms
@@ -43,6 +44,8 @@ class Parking:
     """Calls the run gave an output (they wait no more)."""
     index: WaitIndex
     marks: BlobWaitMarks | None
+    after: Callable[[Sequence[WaitRecord]], None] | None = None
+    """Told the parked calls once they are indexed (signals: a look in the mailbox)."""
 
     def mark(self) -> None:
         """The ``wait_mark`` step: the durable mark of a session that waits."""
@@ -64,6 +67,8 @@ class Parking:
         self.index.settle(self.tenant, self.session_id, self.settled)
         if not self.records and self.settled and self.marks is not None:
             self.marks.delete(self.tenant, self.session_id)
+        if self.after is not None:
+            self.after(self.records)
 
 
 def parking_for(

@@ -34,6 +34,8 @@ from tether.runs.limits.gate import BudgetedModel
 from tether.runs.limits.redis import RedisModelBudget
 from tether.runs.queue.base import RunQueue
 from tether.runs.queue.redis import RedisRunQueue
+from tether.runs.signals.base import SignalMailbox
+from tether.runs.signals.redis import RedisSignalMailbox
 from tether.runs.waits.base import WaitIndex
 from tether.runs.waits.marks import BlobWaitMarks
 from tether.runs.waits.redis import RedisWaitIndex
@@ -95,6 +97,9 @@ class EngineServices:
     marks: BlobWaitMarks | None = None
     """The durable marks of waiting sessions, beside their heads (None: a Redis that loses the
     index loses the waits)."""
+    signals: SignalMailbox | None = None
+    """The sessions' mailboxes of signals (None: a tool's wait for a signal only parks, and an
+    outside answer goes on with it)."""
     claimer: Claimer | None = None
     """Claim-and-begin in one round trip (:mod:`tether.worker.engine.claim`); None: the same steps
     as separate calls on ``runs``, ``leases`` and ``checkpoints``."""
@@ -152,6 +157,7 @@ def build_services(
         model_turns=model_turns,
         waits=RedisWaitIndex(client, keys),
         marks=BlobWaitMarks(store.blobs) if isinstance(store, BlobSnapshotStore) else None,
+        signals=RedisSignalMailbox(client, keys),
     )
 
 

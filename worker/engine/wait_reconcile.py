@@ -17,8 +17,10 @@ from tether.core.events import now_ms
 from tether.core.waits import WaitFor
 from tether.runs.waits.base import WaitRecord
 from tether.runs.waits.marks import WaitMark
+from tether.runtime.signals import CURSOR_KEY, cursor_in
 from tether.runtime.waiting import parked_calls
 from tether.worker.engine.services import EngineServices
+from tether.worker.engine.signal_wakes import look_in_mailbox
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,9 @@ def _rebuild(services: EngineServices, tenant: str, session_id: str) -> int:
     records = _still_parked(mark, parked)
     if records:
         services.waits.park(records)
+        assert stored is not None  # a signal sent while Redis had no record of the wait
+        cursor = cursor_in(stored.snapshot.metadata.attributes.get(CURSOR_KEY))
+        look_in_mailbox(services, tenant, session_id, cursor, records)
         log.info(
             "rebuilt the waits of %s/%s from its head: %d call(s)", tenant, session_id, len(records)
         )

@@ -21,6 +21,7 @@ from tether.core.results import Resolution
 from tether.observability import metrics
 from tether.runs.contract import RunRequest
 from tether.runs.queue.base import SubmitState
+from tether.runs.signals.base import signal_wake
 from tether.runs.waits.base import TimerMember, WaitRecord, settle_request
 from tether.runtime.timers import timer_output
 from tether.worker.engine.services import EngineServices
@@ -100,6 +101,8 @@ def _present(records: Sequence[WaitRecord | None]) -> list[WaitRecord]:
 def wake_request(record: WaitRecord, woke_at_ms: int, *, output: str | None = None) -> RunRequest:
     """The continuation that settles ``record``'s call with ``output`` (a timer's: when it slept
     until) and runs on (:func:`~tether.runs.waits.base.settle_request`)."""
+    if record.wait_for.kind == "signal" and output is None:  # timed out, unless a signal came
+        return signal_wake(record)
     text = output if output is not None else timer_output(record.wait_for, woke_at_ms)
     resolution = Resolution(call_id=record.call_id, action="output", text=text)
     return settle_request(

@@ -33,6 +33,7 @@ from tether.producer.ops.cli import (
     runs,
     schedule,
     sessions,
+    signals,
     stack,
     tenants,
     webhooks,
@@ -185,6 +186,7 @@ def worker(
 
 runs.register(app)
 approvals.register(app)
+signals.register(app)
 replay.register(app)
 sessions.register(app)
 batch.register(app)
