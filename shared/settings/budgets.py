@@ -27,6 +27,10 @@ class TenantBudget(BaseModel):
         tokens_per_day: input + output tokens per UTC day, over every run of the tenant.
         usd_per_day: cost per UTC day, at ``TETHER_MODEL_PRICES`` (unpriced models cost 0).
         runs_per_minute: submissions admitted per minute (evenly spaced, no burst).
+        max_child_depth: how deep its child runs may nest (``ctx.spawn``), below
+            ``TETHER_MAX_CHILD_DEPTH`` (None: that setting).
+        max_children_per_run: how many children one of its runs may spawn, below
+            ``TETHER_MAX_CHILDREN_PER_RUN`` (None: that setting).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -34,6 +38,8 @@ class TenantBudget(BaseModel):
     tokens_per_day: int = Field(default=0, ge=0, le=10**15)
     usd_per_day: float = Field(default=0.0, ge=0, le=10**9, allow_inf_nan=False)
     runs_per_minute: int = Field(default=0, ge=0, le=10_000_000)
+    max_child_depth: int | None = Field(default=None, ge=0, le=100)
+    max_children_per_run: int | None = Field(default=None, ge=0, le=100_000)
 
     @field_validator("usd_per_day")
     @classmethod
@@ -74,6 +80,11 @@ class TenantBudgets(JsonTable[TenantBudget]):
             validate_tenant(name)
         except InvalidId as exc:  # a ValueError: pydantic names where it is
             raise ValueError(str(exc)) from None
+
+    def entry(self, tenant: str) -> TenantBudget | None:
+        """The entry of ``tenant`` (its own, else ``"*"``), limited or not (its run limits
+        such as ``max_child_depth`` are no spending budget)."""
+        return self.root.get(tenant, self.root.get(DEFAULT_TENANT))
 
     def for_tenant(self, tenant: str) -> TenantBudget | None:
         """The budget of ``tenant`` (its own, else ``"*"``), or None when it has none."""

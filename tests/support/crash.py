@@ -38,6 +38,8 @@ from tether.runs.leases.redis import RedisLeaseManager
 from tether.runs.queue.base import RunQueue
 from tether.runs.queue.memory import InMemoryRunQueue
 from tether.runs.queue.redis import RedisRunQueue
+from tether.runs.waits.children_memory import InMemoryChildBook
+from tether.runs.waits.children_redis import RedisChildBook
 from tether.runs.waits.marks import BlobWaitMarks
 from tether.runs.waits.memory import InMemoryWaitIndex
 from tether.runs.waits.redis import RedisWaitIndex
@@ -104,6 +106,8 @@ class Backends:
     """The wait records and timers index (None: none)."""
     marks: Any = None
     """The durable marks of waiting sessions (None: none)."""
+    children: Any = None
+    """Parents' child runs and child sessions' links (None: none)."""
 
 
 def worker_runtime(
@@ -136,6 +140,7 @@ def worker_runtime(
         head_cache=None if backends.head_cache is None else wrap(backends.head_cache),
         waits=None if backends.waits is None else wrap(backends.waits),
         marks=None if backends.marks is None else wrap(backends.marks),
+        children=None if backends.children is None else wrap(backends.children),
     )
 
 
@@ -209,6 +214,7 @@ def memory_backends() -> Backends:
         head_cache=head_cache,
         waits=InMemoryWaitIndex(),
         marks=BlobWaitMarks(store.blobs),
+        children=InMemoryChildBook(),
     )
 
 
@@ -243,6 +249,7 @@ def real_backends(client: redis.Redis, bucket: str, endpoint_url: str) -> Backen
         head_cache=head_cache,
         waits=RedisWaitIndex(client, keys),
         marks=BlobWaitMarks(store.blobs),
+        children=RedisChildBook(client, keys),
     )
 
 

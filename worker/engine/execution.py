@@ -24,13 +24,16 @@ from tether.errors import (
     RunHandedBack,
     RunInterrupted,
 )
+from tether.observability.tracing import current_trace_context
 from tether.runs.contract import RunRequest
 from tether.runs.limits.gate import budget_waits
 from tether.runs.usage.base import has_tokens
 from tether.runtime.agent import Agent
+from tether.runtime.children import child_spawning
 from tether.runtime.session import AgentSession
 from tether.runtime.timers import wait_limit
 from tether.settings import Settings
+from tether.worker.engine.child_runs import WorkerSpawner
 from tether.worker.engine.deltas import RunDeltaStream
 from tether.worker.engine.drain_state import DrainState
 from tether.worker.engine.records import (
@@ -76,6 +79,7 @@ class Execution:
     timeout_s: float
     deltas: RunDeltaStream | None
     d_settings: Settings
+    spawner: WorkerSpawner | None = None
 
 
 def execute(d: DrainState, session: AgentSession, request: RunRequest, agent: Agent) -> Executed:
@@ -134,6 +138,7 @@ def _prepared(d: DrainState, session: AgentSession, request: RunRequest, agent: 
         timeout_s,
         deltas,
         settings,
+        WorkerSpawner(services, request, current_trace_context()),
     )
 
 
@@ -150,7 +155,10 @@ def _ended(run: Execution) -> tuple[RunRecord, tuple[PendingCall, ...]]:
                 run.checkpointer()
         if cancels_only(request):  # the parked calls are cancelled: the run ends there
             return cancelled_record(request, session, first_seq), ()
-        with wait_limit(*longest_wait(run.d_settings, request.tenant)):
+        with (
+            wait_limit(*longest_wait(run.d_settings, request.tenant)),
+            child_spawning(run.spawner),
+        ):
             result = session.run(
                 request.input,
                 run_id=request.run_id,

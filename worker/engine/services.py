@@ -35,6 +35,8 @@ from tether.runs.limits.redis import RedisModelBudget
 from tether.runs.queue.base import RunQueue
 from tether.runs.queue.redis import RedisRunQueue
 from tether.runs.waits.base import WaitIndex
+from tether.runs.waits.children import ChildBook
+from tether.runs.waits.children_redis import RedisChildBook
 from tether.runs.waits.marks import BlobWaitMarks
 from tether.runs.waits.redis import RedisWaitIndex
 from tether.runtime.registry import AgentRegistry
@@ -86,6 +88,9 @@ class EngineServices:
     marks: BlobWaitMarks | None = None
     """The durable marks of waiting sessions, beside their heads (None: a Redis that loses the
     index loses the waits)."""
+    children: ChildBook | None = None
+    """Parents' child runs and how they ended, and child sessions' links to their parents
+    (None: ``ctx.spawn`` fails the call: no fleet to spawn on)."""
     claimer: Claimer | None = None
     """Claim-and-begin in one round trip (:mod:`tether.worker.engine.claim`); None: the same steps
     as separate calls on ``runs``, ``leases`` and ``checkpoints``."""
@@ -143,6 +148,7 @@ def build_services(
         head_cache=head_cache,
         waits=RedisWaitIndex(client, keys),
         marks=BlobWaitMarks(store.blobs) if isinstance(store, BlobSnapshotStore) else None,
+        children=RedisChildBook(client, keys),
     )
 
 

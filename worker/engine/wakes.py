@@ -23,6 +23,7 @@ from tether.runs.contract import RunRequest
 from tether.runs.queue.base import SubmitState
 from tether.runs.waits.base import TimerMember, WaitRecord, settle_request
 from tether.runtime.timers import timer_output
+from tether.worker.engine.child_runs import timeout_output
 from tether.worker.engine.services import EngineServices
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,11 @@ def _wake(services: EngineServices, members: Sequence[TimerMember]) -> int:
     """Submit the wakes of ``members``, then drop them from the index."""
     assert services.waits is not None
     records = services.waits.get_many(members)
-    requests = [wake_request(r, now_ms()) for r in records if r is not None]
+    requests = [
+        wake_request(r, now_ms(), output=timeout_output(services, r))
+        for r in records
+        if r is not None
+    ]
     queued = 0
     for queue in {r.queue for r in records if r is not None}:
         batch = [q for q, r in zip(requests, _present(records), strict=True) if r.queue == queue]

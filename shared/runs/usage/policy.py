@@ -35,6 +35,11 @@ def budget_of(settings: Settings, tenant: str) -> TenantBudget | None:
     return _budgets(settings.tenant_budgets).for_tenant(tenant)
 
 
+def policy_of(settings: Settings, tenant: str) -> TenantBudget | None:
+    """``tenant``'s entry of ``TETHER_TENANT_BUDGETS``, limited or not (its run limits)."""
+    return _budgets(settings.tenant_budgets).entry(tenant)
+
+
 def budgeted(
     settings: Settings, requests: Sequence[RunRequest]
 ) -> list[tuple[str, TenantBudget, int]]:
