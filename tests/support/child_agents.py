@@ -1,9 +1,9 @@
 """Agents that spawn child runs and wait on them (loaded by workers and tests).
 
-- ``parent``: input ``"fan <n> [any] [timeout <s>] [detached] [agent <name>] [input <text>]"``:
-  its ``fan_out`` tool spawns ``n`` children of ``agent`` (default ``child``) with the inputs
-  ``input`` (default ``topic-<i>``) and waits on them (``mode any`` with ``any``); the model
-  then answers ``children: <the call's output>``.
+- ``parent``: input ``"fan <n> [any] [timeout <s>] [detached] [agent <name>] [session <id>]
+  [input <text>]"``: its ``fan_out`` tool spawns ``n`` children of ``agent`` (default
+  ``child``; in session ``id`` when given) with the inputs ``input`` (default ``topic-<i>``) and
+  waits on them (``mode any`` with ``any``); the model then answers ``children: <its output>``.
 - ``child``: answers ``answer: <input>``; ``fail ...`` fails the run (a model error); ``nap N``
   sleeps N seconds on a timer first.
 """
@@ -25,11 +25,17 @@ def fan_out(
     detached: bool,
     agent: str,
     inputs: list[str],
+    session: str,
     ctx: ToolContext,
 ) -> Waiting:
     """Spawn `n` children and wait on them."""
     refs = [
-        ctx.spawn(agent, inputs[i] if i < len(inputs) else f"topic-{i}", detached=detached)
+        ctx.spawn(
+            agent,
+            inputs[i] if i < len(inputs) else f"topic-{i}",
+            session_id=session or None,
+            detached=detached,
+        )
         for i in range(n)
     ]
     return ctx.wait(refs, mode="any" if mode == "any" else "all", timeout_s=timeout_s or None)
@@ -51,6 +57,7 @@ def _fan_arguments(text: str) -> dict[str, object]:
         "detached": "detached" in words,
         "agent": words[words.index("agent") + 1] if "agent" in words else "child",
         "inputs": [],
+        "session": words[words.index("session") + 1] if "session" in words else "",
     }
     if "input" in words:
         arguments["inputs"] = [" ".join(words[words.index("input") + 1 :])] * n

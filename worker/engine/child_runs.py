@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pydantic
+from pydantic import JsonValue
 
 from tether.core.children import ChildEnd, children_output, children_ready
 from tether.core.events import now_ms
@@ -43,8 +44,15 @@ from tether.runs.options import RUN_OPTIONS
 from tether.runs.queue.base import CancelOutcome, SubmitState
 from tether.runs.usage.policy import policy_of
 from tether.runs.waits.base import WaitRecord, settle_request
-from tether.runs.waits.children import ChildBook, ChildLink, SpawnedChild, cancellable
+from tether.runs.waits.children import (
+    PARENT_ATTRIBUTE,
+    ChildBook,
+    ChildLink,
+    SpawnedChild,
+    cancellable,
+)
 from tether.runtime.children import ToolCall, child_key, child_session_id
+from tether.runtime.session import AgentSession
 from tether.settings import Settings
 from tether.worker.engine.services import EngineServices
 
@@ -213,6 +221,23 @@ class WorkerSpawner:
             raise ToolError(
                 f"ctx.spawn: the child run {request.run_id} was not queued ({outcome.state})"
             )
+
+
+def mark_child(session: AgentSession, request: RunRequest) -> None:
+    """Mark a child's session with its parent (metadata attribute :data:`PARENT_ATTRIBUTE`,
+    stored with the head: ``tether sessions show``, ``tether sessions list --parents``)."""
+    parent = request.parent
+    if parent is None:
+        return
+    mark: dict[str, JsonValue] = {
+        "session_id": parent.session_id,
+        "run_id": parent.run_id,
+        "call_id": parent.call_id,
+        "depth": parent.depth,
+        "child_run_id": request.run_id,
+    }
+    if session.metadata.attributes.get(PARENT_ATTRIBUTE) != mark:
+        session.put_metadata(PARENT_ATTRIBUTE, mark)
 
 
 # --- a run's end, told to its family ------------------------------------------------------

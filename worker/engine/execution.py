@@ -33,7 +33,7 @@ from tether.runtime.children import child_spawning
 from tether.runtime.session import AgentSession
 from tether.runtime.timers import wait_limit
 from tether.settings import Settings
-from tether.worker.engine.child_runs import WorkerSpawner
+from tether.worker.engine.child_runs import WorkerSpawner, mark_child
 from tether.worker.engine.deltas import RunDeltaStream
 from tether.worker.engine.drain_state import DrainState
 from tether.worker.engine.records import (
@@ -153,6 +153,7 @@ def _ended(run: Execution) -> tuple[RunRecord, tuple[PendingCall, ...]]:
                 run.checkpointer is not None
             ):  # a crash from here on resumes past it, never reruns it
                 run.checkpointer()
+        mark_child(session, request)
         if cancels_only(request):  # the parked calls are cancelled: the run ends there
             return cancelled_record(request, session, first_seq), ()
         with (

@@ -21,6 +21,10 @@ from pydantic import BaseModel, ConfigDict
 from tether.core.children import ChildEnd
 from tether.core.waits import ChildRef
 
+#: The metadata attribute of a child's session naming its parent run (``session_id``,
+#: ``run_id``, ``call_id``, ``depth``, ``child_run_id``), stored with its head.
+PARENT_ATTRIBUTE = "tether.parent"
+
 
 class SpawnedChild(BaseModel):
     """A child as its parent spawned it."""
