@@ -99,7 +99,7 @@ def test_every_commit_step_is_covered() -> None:
     """The suite above crashes at each step the commit names, before and after it (the wait
     steps: tests/test_waits_crash.py, at every step)."""
     assert {s for s, _ in CRASH_POINTS} | WAIT_STEPS == set(CommitStep)
-    assert len(CRASH_POINTS) == 2 * (len(CommitStep) - len(WAIT_STEPS)) == 16
+    assert len(CRASH_POINTS) == 2 * (len(CommitStep) - len(WAIT_STEPS)) == 18
 
 
 def test_crash_without_archiving_keeps_the_outbox_in_the_head() -> None:

@@ -24,13 +24,16 @@ _MAX_MS = 2**53
 
 
 class ChildRef(BaseModel):
-    """A child run a parent waits on (the children helper fills the rest of this in)."""
+    """A child run (``ctx.spawn``): where it lives, its agent, and whether it outlives a
+    cancelled parent (``detached``). A tool passes these to ``ctx.wait``."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     tenant: str
     session_id: str
     run_id: str
+    agent: str = ""
+    detached: bool = False
 
 
 class WaitFor(BaseModel):

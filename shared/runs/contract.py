@@ -10,7 +10,9 @@ Schema versions (field ``v``):
 - 1: initial format. Later additive field: ``trace`` (optional, omitted when None; a worker
   older than it refuses a request that carries one, so trace producers only once every worker
   is upgraded). Later additive field: ``reply_to`` (the submitting producer's id, same
-  rule: upgrade every worker before the producers, see docs/upgrading.md).
+  rule: upgrade every worker before the producers, see docs/upgrading.md). Later additive
+  field: ``parent`` (a child run's parent, :class:`ParentLink`; only workers write it, and
+  only once every worker is upgraded to read it).
 
 One request, validated once on each side and serialized once (:class:`WireRequest`):
 - The producer validates the :class:`RunRequest` once and serializes it once; the same JSON
@@ -95,6 +97,27 @@ TERMINAL_STATUSES = frozenset(
 )
 
 
+class ParentLink(pydantic.BaseModel):
+    """The run that spawned a child run (``ctx.spawn``), in the child's own tenant: where the
+    child reports its end (the parent's children record) and how deep the family goes."""
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
+
+    session_id: str
+    run_id: str
+    call_id: str = Field(min_length=1, max_length=256)
+    """The parent's call that spawned the child."""
+    depth: int = Field(ge=1, le=1000)
+    """The child's depth: 1 for a child of a run no one spawned."""
+    detached: bool = False
+    """A detached child is not cancelled with its parent."""
+
+    @pydantic.field_validator("session_id", "run_id")
+    @classmethod
+    def _ids(cls, value: str, info: pydantic.ValidationInfo) -> str:
+        return validate_id(value, kind=f"parent {(info.field_name or 'id').replace('_', ' ')}")
+
+
 class RunRequest(RunOptions):
     """One request to run an agent on a session: the run's :class:`RunOptions` (their fields
     and validation come from there), with the ids, the input and what the producer adds."""
@@ -117,6 +140,9 @@ class RunRequest(RunOptions):
     """W3C trace context of the submit (``traceparent``, ``tracestate``), so the worker's spans
     join the producer's trace (see :mod:`tether.observability.tracing`). Optional and omitted
     from the JSON when None: requests of a producer that does not trace are unchanged."""
+    parent: ParentLink | None = None
+    """The run that spawned this one (a child run, :mod:`tether.runtime.children`). Optional
+    and omitted from the JSON when None."""
 
     @pydantic.field_validator("trace")
     @classmethod
@@ -132,7 +158,7 @@ class RunRequest(RunOptions):
         self, handler: pydantic.SerializerFunctionWrapHandler
     ) -> dict[str, Any]:
         doc: dict[str, Any] = handler(self)
-        for optional in ("trace", "reply_to", "webhook"):
+        for optional in ("trace", "reply_to", "webhook", "parent"):
             if doc.get(optional, 0) is None:
                 del doc[optional]
         return doc
@@ -342,6 +368,7 @@ __all__ = [
     "MAX_METADATA_BYTES",
     "RUN_TASK",
     "BusyPolicy",
+    "ParentLink",
     "RedisKeys",
     "RunOptions",
     "RunRef",

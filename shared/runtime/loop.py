@@ -50,6 +50,7 @@ from tether.models.base import (
     billed_usage,
 )
 from tether.observability.tracing import record_usage, span
+from tether.runtime.children import child_fields
 from tether.runtime.llm_summary import record_summary_calls, summary_calls
 from tether.runtime.progress import RunProgress
 from tether.runtime.signals import inbox_fields
@@ -415,6 +416,7 @@ def _validated(
             request_id=state.request_id,
             **wait_limit_fields(),
             **inbox_fields(session),
+            **child_fields(),
         )
         valid.append((tool, call, context))
     return valid, parked

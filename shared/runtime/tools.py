@@ -19,6 +19,7 @@ run, so the tool can make its own side effect exactly-once (e.g. pass it on as a
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 import inspect
@@ -30,9 +31,10 @@ from typing import Any, Literal, Protocol, get_type_hints, overload, runtime_che
 import pydantic
 
 from tether.core.items import ToolCall
-from tether.core.waits import WaitFor
+from tether.core.waits import ChildRef, WaitFor
 from tether.errors import ToolError
 from tether.models.base import ToolSpec
+from tether.runtime.children import ChildSpawner, spawn_child, wait_on_children
 from tether.runtime.signals import SignalInbox, signal_output, signal_wait
 from tether.runtime.timers import seconds_until, timer_for
 
@@ -83,6 +85,46 @@ class ToolContext:
     max_wait_source: str = "TETHER_MAX_WAIT_S"
     signals: SignalInbox | None = None
     """The session's mailbox of signals, on a worker (None: in-process, a wait always parks)."""
+    spawner: ChildSpawner | None = dataclasses.field(default=None, repr=False, compare=False)
+    """Submits this run's child runs (set by the worker; None in-process)."""
+
+    def spawn(
+        self,
+        agent: str,
+        input: str | None,
+        session_id: str | None = None,
+        detached: bool = False,
+        **run_options: Any,
+    ) -> ChildRef:
+        """Start a child run of ``agent`` on ``input`` and return its reference, for
+        :meth:`wait`: ``ref = ctx.spawn("researcher", "find X")``.
+
+        The child runs on the fleet in its own session (by default one derived from this
+        session and this call; ``session_id`` to choose it), once however often this call is
+        executed again. ``detached=True``: it is not cancelled with this run. ``run_options``
+        are the run options (``metadata``, ``timeout_s``, ``durability``...).
+
+        Raises:
+            ToolError: in-process (no fleet), or over the tenant's ``max_child_depth`` or
+                ``max_children_per_run`` (named in the message; nothing was submitted).
+        """
+        return spawn_child(
+            self, agent, input, session_id=session_id, detached=detached, options=run_options
+        )
+
+    def wait(
+        self,
+        children: ChildRef | Sequence[ChildRef],
+        mode: Literal["all", "any"] = "all",
+        timeout_s: float | None = None,
+    ) -> Waiting:
+        """Park this call on ``children`` without holding a worker: ``return ctx.wait(refs)``.
+
+        The run ends ``WAITING`` (reason ``children``) and goes on when every child ended
+        (``mode="all"``), the first one did (``"any"``), or ``timeout_s`` passed; the call's
+        output is then each child's status and output or error, as JSON.
+        """
+        return Waiting(wait_for=wait_on_children(self, children, mode, timeout_s))
 
     def sleep(self, seconds: float) -> Waiting:
         """Park this call for ``seconds`` without holding a worker: ``return ctx.sleep(7200)``.

@@ -30,6 +30,10 @@ class TenantBudget(BaseModel):
         max_wait_s: the longest a tool call of the tenant's runs may park on the fleet
             (``ctx.sleep``, the ``wait`` tool), when lower than ``TETHER_MAX_WAIT_S``; not a
             spend limit (it costs no Redis round trip).
+        max_child_depth: how deep its child runs may nest (``ctx.spawn``), below
+            ``TETHER_MAX_CHILD_DEPTH`` (None: that setting).
+        max_children_per_run: how many children one of its runs may spawn, below
+            ``TETHER_MAX_CHILDREN_PER_RUN`` (None: that setting).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -38,6 +42,8 @@ class TenantBudget(BaseModel):
     usd_per_day: float = Field(default=0.0, ge=0, le=10**9, allow_inf_nan=False)
     runs_per_minute: int = Field(default=0, ge=0, le=10_000_000)
     max_wait_s: float = Field(default=0.0, ge=0, le=366 * 86_400, allow_inf_nan=False)
+    max_child_depth: int | None = Field(default=None, ge=0, le=100)
+    max_children_per_run: int | None = Field(default=None, ge=0, le=100_000)
 
     @field_validator("usd_per_day")
     @classmethod
@@ -78,6 +84,11 @@ class TenantBudgets(JsonTable[TenantBudget]):
             validate_tenant(name)
         except InvalidId as exc:  # a ValueError: pydantic names where it is
             raise ValueError(str(exc)) from None
+
+    def entry(self, tenant: str) -> TenantBudget | None:
+        """The entry of ``tenant`` (its own, else ``"*"``), limited or not (its run limits
+        such as ``max_child_depth`` are no spending budget)."""
+        return self.root.get(tenant, self.root.get(DEFAULT_TENANT))
 
     def for_tenant(self, tenant: str) -> TenantBudget | None:
         """The budget of ``tenant`` (its own, else ``"*"``), or None when it has none."""

@@ -136,6 +136,21 @@ class Settings(McpSettings, WebhookSettings, OpenAISettings):
         description="Longest a tool call may park a run on the fleet (ctx.sleep, the wait "
         "tool); a longer one fails the call, naming this setting.",
     )
+    max_child_depth: int = Field(
+        default=4,
+        ge=0,
+        le=100,
+        description="How deep child runs (ctx.spawn) may nest: 1 lets a run spawn children that "
+        "spawn none; 0 refuses every spawn. A tenant's max_child_depth "
+        "(TETHER_TENANT_BUDGETS) may set a lower one.",
+    )
+    max_children_per_run: int = Field(
+        default=256,
+        ge=0,
+        le=100_000,
+        description="How many child runs one run may spawn (ctx.spawn). A tenant's "
+        "max_children_per_run (TETHER_TENANT_BUDGETS) may set a lower one.",
+    )
     wait_reconcile_s: float = Field(
         default=30.0,
         ge=0.05,

@@ -40,6 +40,8 @@ from tether.runs.queue.memory import InMemoryRunQueue
 from tether.runs.queue.redis import RedisRunQueue
 from tether.runs.signals.memory import InMemorySignalMailbox
 from tether.runs.signals.redis import RedisSignalMailbox
+from tether.runs.waits.children_memory import InMemoryChildBook
+from tether.runs.waits.children_redis import RedisChildBook
 from tether.runs.waits.marks import BlobWaitMarks
 from tether.runs.waits.memory import InMemoryWaitIndex
 from tether.runs.waits.redis import RedisWaitIndex
@@ -108,6 +110,8 @@ class Backends:
     """The durable marks of waiting sessions (None: none)."""
     signals: Any = None
     """The sessions' mailboxes of signals (None: none)."""
+    children: Any = None
+    """Parents' child runs and child sessions' links (None: none)."""
 
 
 def worker_runtime(
@@ -143,6 +147,7 @@ def worker_runtime(
         waits=None if backends.waits is None else wrap(backends.waits),
         marks=None if backends.marks is None else wrap(backends.marks),
         signals=None if backends.signals is None else wrap(backends.signals),
+        children=None if backends.children is None else wrap(backends.children),
     )
 
 
@@ -218,6 +223,7 @@ def memory_backends() -> Backends:
         waits=waits,
         marks=BlobWaitMarks(store.blobs),
         signals=InMemorySignalMailbox(waits),
+        children=InMemoryChildBook(),
     )
 
 
@@ -253,6 +259,7 @@ def real_backends(client: redis.Redis, bucket: str, endpoint_url: str) -> Backen
         waits=RedisWaitIndex(client, keys),
         marks=BlobWaitMarks(store.blobs),
         signals=RedisSignalMailbox(client, keys),
+        children=RedisChildBook(client, keys),
     )
 
 

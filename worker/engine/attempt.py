@@ -21,6 +21,7 @@ from tether.runs.usage.policy import prices
 from tether.runtime.agent import Agent
 from tether.runtime.approvals import check_resolutions
 from tether.runtime.session import AgentSession
+from tether.worker.engine.child_runs import parked_hook
 from tether.worker.engine.commit import Commit
 from tether.worker.engine.drain_state import DrainState
 from tether.worker.engine.execution import execute
@@ -133,7 +134,15 @@ def _parking(
     :mod:`tether.worker.engine.parking`)."""
     services = d.services
     queue = services.settings.queue
-    parking = parking_for(services.waits, services.marks, session, request, queue, waiting=waiting)
+    parking = parking_for(
+        services.waits,
+        services.marks,
+        session,
+        request,
+        queue,
+        waiting=waiting,
+        on_parked=parked_hook(services),
+    )
     if parking is None:
         return None
     return dataclasses.replace(parking, after=signals_after_park(services, session))

@@ -12,6 +12,10 @@ A run's events reach the live stream while it runs (fenced by the lease, see
    point**: before it nothing of the run is committed, after it all of it is.
 5. ``wait_index`` (same condition): the wait records and timers index the fleet wakes parked
    calls from, before the producer hears ``WAITING``.
+   ``children`` (only for a child run, a continuation, or a cancelled run): the run's end told
+   to its family, before ``finish``: a child's end recorded for its parent and the parent woken
+   when its wait is over, a cancelled run's children cancelled
+   (:mod:`tether.worker.engine.child_runs`).
 6. ``finish``: record the run's result, pop it from the session queue, announce completion.
 7. ``archive_segment``: when the head's outbox is full (a batch), write it to the archive as one
    immutable segment. Not every commit writes one. It comes after ``finish`` so that the
@@ -74,6 +78,7 @@ class CommitStep(StrEnum):
     WAIT_MARK = "wait_mark"
     HEAD_PUT = "head_put"
     WAIT_INDEX = "wait_index"
+    CHILDREN = "children"
     FINISH = "finish"
     ARCHIVE_SEGMENT = "archive_segment"
     ARCHIVE_HINT = "archive_hint"
@@ -235,8 +240,11 @@ class Commit:
         *,
         release_when_idle: bool = False,
         expect_idle: bool = False,
+        on_end: Callable[[RunResult], None] | None = None,
     ) -> None:
         self._target = target
+        #: The ``children`` step's action on the run's result (None: the step is not taken).
+        self.on_end = on_end
         self._lease = lease
         self._run_id = run_id
         self._reply_to = reply_to
@@ -351,6 +359,9 @@ class Commit:
 
     def finish(self, result: RunResult) -> None:
         """The ``finish`` step alone (also for runs that end without a commit)."""
+        on_end = self.on_end
+        if on_end is not None and result.run_id == self._run_id:
+            self._take(CommitStep.CHILDREN, lambda: on_end(result))
         self._step(CommitStep.FINISH, "before")
         queue = self._target.queue
         if self.release_when_idle:

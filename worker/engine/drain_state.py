@@ -18,6 +18,7 @@ from tether.runs.contract import RunRef, RunRequest
 from tether.runs.leases.base import Lease
 from tether.runs.queue.base import IdleRelease
 from tether.runtime.session import AgentSession
+from tether.worker.engine.child_runs import family_hook
 from tether.worker.engine.claim import Claim
 from tether.worker.engine.commit import Commit, CommitTarget, StreamPublisher
 from tether.worker.engine.lease_keeper import LeaseKeeper
@@ -111,8 +112,17 @@ class DrainState:
             reply_to,
             release_when_idle=run_id is not None,
             expect_idle=alone,
+            on_end=family_hook(self.services, self._ending(run_id)),
         )
         return self.last_commit
+
+    def _ending(self, run_id: str | None) -> RunRequest | None:
+        """The request of ``run_id`` when it is the run being applied, for the ``children``
+        step: a child's end, a continuation's, or a cancel (None: the step is not taken)."""
+        request = self.applied
+        if run_id is None or request is None or request.run_id != run_id:
+            return None
+        return request
 
     # --- the queue ------------------------------------------------------------------------
 

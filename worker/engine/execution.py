@@ -25,13 +25,16 @@ from tether.errors import (
     RunHandedBack,
     RunInterrupted,
 )
+from tether.observability.tracing import current_trace_context
 from tether.runs.contract import RunRequest
 from tether.runs.limits.gate import budget_tenant, budget_waits
 from tether.runs.usage.base import has_tokens
 from tether.runtime.agent import Agent
+from tether.runtime.children import child_spawning
 from tether.runtime.session import AgentSession
 from tether.runtime.timers import wait_limit
 from tether.settings import Settings
+from tether.worker.engine.child_runs import WorkerSpawner, mark_child
 from tether.worker.engine.deltas import RunDeltaStream
 from tether.worker.engine.drain_state import DrainState
 from tether.worker.engine.records import (
@@ -78,6 +81,7 @@ class Execution:
     timeout_s: float
     deltas: RunDeltaStream | None
     d_settings: Settings
+    spawner: WorkerSpawner | None = None
 
 
 def execute(d: DrainState, session: AgentSession, request: RunRequest, agent: Agent) -> Executed:
@@ -145,6 +149,7 @@ def _prepared(d: DrainState, session: AgentSession, request: RunRequest, agent: 
         timeout_s,
         deltas,
         settings,
+        WorkerSpawner(services, request, current_trace_context()),
     )
 
 
@@ -159,9 +164,13 @@ def _ended(run: Execution) -> tuple[RunRecord, tuple[PendingCall, ...]]:
                 run.checkpointer is not None
             ):  # a crash from here on resumes past it, never reruns it
                 run.checkpointer()
+        mark_child(session, request)
         if cancels_only(request):  # the parked calls are cancelled: the run ends there
             return cancelled_record(request, session, first_seq), ()
-        with wait_limit(*longest_wait(run.d_settings, request.tenant)):
+        with (
+            wait_limit(*longest_wait(run.d_settings, request.tenant)),
+            child_spawning(run.spawner),
+        ):
             result = session.run(
                 request.input,
                 run_id=request.run_id,

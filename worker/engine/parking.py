@@ -44,6 +44,8 @@ class Parking:
     """Calls the run gave an output (they wait no more)."""
     index: WaitIndex
     marks: BlobWaitMarks | None
+    on_parked: Callable[[Sequence[WaitRecord]], None] | None = None
+    """Told of the calls just parked (children that ended already wake their parent)."""
     after: Callable[[Sequence[WaitRecord]], None] | None = None
     """Told the parked calls once they are indexed (signals: a look in the mailbox)."""
 
@@ -64,6 +66,8 @@ class Parking:
         self.index.park(self.records)
         for r in self.records:
             metrics.wait_parked(r.wait_for.kind)
+        if self.on_parked is not None and self.records:
+            self.on_parked(self.records)
         self.index.settle(self.tenant, self.session_id, self.settled)
         if not self.records and self.settled and self.marks is not None:
             self.marks.delete(self.tenant, self.session_id)
@@ -79,6 +83,7 @@ def parking_for(
     queue: str | None,
     *,
     waiting: bool,
+    on_parked: Callable[[Sequence[WaitRecord]], None] | None = None,
 ) -> Parking | None:
     """The parking of ``request``'s commit on ``session`` (``waiting``: the run ended
     ``WAITING``). None: nothing to record: no index configured, or the run neither parked nor
@@ -105,4 +110,4 @@ def parking_for(
         )
         for call_id, wait_for in parked.items()
     )
-    return Parking(request.tenant, request.session_id, records, settled, index, marks)
+    return Parking(request.tenant, request.session_id, records, settled, index, marks, on_parked)

@@ -37,6 +37,8 @@ from tether.runs.queue.redis import RedisRunQueue
 from tether.runs.signals.base import SignalMailbox
 from tether.runs.signals.redis import RedisSignalMailbox
 from tether.runs.waits.base import WaitIndex
+from tether.runs.waits.children import ChildBook
+from tether.runs.waits.children_redis import RedisChildBook
 from tether.runs.waits.marks import BlobWaitMarks
 from tether.runs.waits.redis import RedisWaitIndex
 from tether.runtime.registry import AgentRegistry
@@ -100,6 +102,9 @@ class EngineServices:
     signals: SignalMailbox | None = None
     """The sessions' mailboxes of signals (None: a tool's wait for a signal only parks, and an
     outside answer goes on with it)."""
+    children: ChildBook | None = None
+    """Parents' child runs and how they ended, and child sessions' links to their parents
+    (None: ``ctx.spawn`` fails the call: no fleet to spawn on)."""
     claimer: Claimer | None = None
     """Claim-and-begin in one round trip (:mod:`tether.worker.engine.claim`); None: the same steps
     as separate calls on ``runs``, ``leases`` and ``checkpoints``."""
@@ -158,6 +163,7 @@ def build_services(
         waits=RedisWaitIndex(client, keys),
         marks=BlobWaitMarks(store.blobs) if isinstance(store, BlobSnapshotStore) else None,
         signals=RedisSignalMailbox(client, keys),
+        children=RedisChildBook(client, keys),
     )
 
 

@@ -24,6 +24,7 @@ from tether.runs.queue.base import SubmitState
 from tether.runs.signals.base import signal_wake
 from tether.runs.waits.base import TimerMember, WaitRecord, settle_request
 from tether.runtime.timers import timer_output
+from tether.worker.engine.child_runs import timeout_output
 from tether.worker.engine.services import EngineServices
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,11 @@ def _wake(services: EngineServices, members: Sequence[TimerMember]) -> int:
     """Submit the wakes of ``members``, then drop them from the index."""
     assert services.waits is not None
     records = services.waits.get_many(members)
-    requests = [wake_request(r, now_ms()) for r in records if r is not None]
+    requests = [
+        wake_request(r, now_ms(), output=timeout_output(services, r))
+        for r in records
+        if r is not None
+    ]
     queued = 0
     duplicates: list[RunRequest] = []
     for queue in {r.queue for r in records if r is not None}:

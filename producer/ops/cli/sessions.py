@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -33,6 +33,7 @@ from tether.producer.ops.cli.support import (
 if TYPE_CHECKING:
     from tether.core.events import AgentEvent, EventType
     from tether.core.snapshot import SessionSnapshot
+    from tether.persistence.reader import SessionLogReader
     from tether.settings import Settings
 
 sessions_app = typer.Typer(
@@ -69,19 +70,48 @@ def _event_types(names: list[str] | None) -> set[EventType] | None:
     return wanted
 
 
+ParentsOption = Annotated[
+    bool,
+    typer.Option(
+        "--parents",
+        help="Also name each child session's parent run (ctx.spawn); reads every head.",
+    ),
+]
+
+
 @sessions_app.command("list")
-def list_sessions(tenant: TenantOption = None, as_json: JsonOption = False) -> None:
-    """List the session ids of a tenant."""
+def list_sessions(
+    tenant: TenantOption = None, as_json: JsonOption = False, parents: ParentsOption = False
+) -> None:
+    """List the session ids of a tenant (``--parents``: with each child's parent run)."""
     from tether.producer.ops.render import emit_json, make_console
 
     settings, tenant = _context(tenant)
-    ids = open_reader(settings).list_session_ids(tenant)
+    reader = open_reader(settings)
+    ids = reader.list_session_ids(tenant)
+    found = {s: _parent_of(reader, s, tenant) for s in ids} if parents else {}
     if as_json:
-        emit_json({"tenant": tenant, "sessions": ids})
+        doc: dict[str, object] = {"tenant": tenant, "sessions": ids}
+        if parents:
+            doc["parents"] = {s: p for s, p in found.items() if p is not None}
+        emit_json(doc)
         return
     for session_id in ids:
-        typer.echo(session_id)
+        parent = found.get(session_id)
+        if parent is None:
+            typer.echo(session_id)
+        else:
+            typer.echo(f"{session_id}  <- {parent['session_id']} run {parent['run_id']}")
     make_console(stderr=True).print(f"[dim]{len(ids)} sessions in tenant {tenant}[/]")
+
+
+def _parent_of(reader: SessionLogReader, session_id: str, tenant: str) -> dict[str, Any] | None:
+    """The parent run a child session was spawned by (None: no child)."""
+    from tether.runs.waits.children import PARENT_ATTRIBUTE
+
+    stored = reader.store.load_shallow(tenant, session_id)
+    mark = stored.snapshot.metadata.attributes.get(PARENT_ATTRIBUTE) if stored else None
+    return mark if isinstance(mark, dict) else None
 
 
 def _head_summary(head: SessionSnapshot) -> dict[str, object]:

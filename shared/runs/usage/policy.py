@@ -40,6 +40,11 @@ def max_wait_of(settings: Settings, tenant: str) -> float:
     return _budgets(settings.tenant_budgets).max_wait_s(tenant)
 
 
+def policy_of(settings: Settings, tenant: str) -> TenantBudget | None:
+    """``tenant``'s entry of ``TETHER_TENANT_BUDGETS``, limited or not (its run limits)."""
+    return _budgets(settings.tenant_budgets).entry(tenant)
+
+
 def budgeted(
     settings: Settings, requests: Sequence[RunRequest]
 ) -> list[tuple[str, TenantBudget, int]]:

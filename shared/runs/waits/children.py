@@ -1,0 +1,93 @@
+"""The child-run seam: each parent session's children, as spawned and as they ended, and each
+child session's link back to its parent run.
+
+A worker that runs a parent's ``ctx.spawn`` records the child (:meth:`ChildBook.spawned`, in
+the parent session's own keyspace) and links the child's session to it (:meth:`ChildBook.link`)
+*before* it submits the child run. The worker that finishes the child's run records how it
+ended (:meth:`ChildBook.ended`: once per child, and only for a child the parent's record names,
+so a forged ``parent`` on a request writes nothing), then wakes the parent when the parent's
+wait is over (``tether.worker.engine.child_runs``).
+
+Format versions of :class:`SpawnedChild` and :class:`ChildLink` (field ``v``): 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, NamedTuple, Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from tether.core.children import ChildEnd
+from tether.core.waits import ChildRef
+
+#: The metadata attribute of a child's session naming its parent run (``session_id``,
+#: ``run_id``, ``call_id``, ``depth``, ``child_run_id``), stored with its head.
+PARENT_ATTRIBUTE = "tether.parent"
+
+
+class SpawnedChild(BaseModel):
+    """A child as its parent spawned it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    v: Literal[1] = 1
+    child: ChildRef
+    parent_run_id: str
+    call_id: str
+    spawned_at_ms: int = 0
+
+
+class ChildLink(BaseModel):
+    """A child session's link to the run that spawned the child run it holds."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    v: Literal[1] = 1
+    parent_session_id: str
+    parent_run_id: str
+    call_id: str
+    child_run_id: str
+    depth: int
+    detached: bool = False
+
+
+class Family(NamedTuple):
+    """A parent session's children: as spawned and as ended, by child run id."""
+
+    spawned: dict[str, SpawnedChild]
+    ended: dict[str, ChildEnd]
+
+
+class ChildBook(Protocol):
+    """Where parents' children and their ends are recorded (one tenant's keyspace each)."""
+
+    def spawned(self, tenant: str, parent_session_id: str, child: SpawnedChild) -> None:
+        """Record a spawned child (idempotent)."""
+
+    def link(self, tenant: str, child_session_id: str, link: ChildLink) -> None:
+        """Link a child's session to its parent run (the newest spawn into it wins)."""
+
+    def link_of(self, tenant: str, child_session_id: str) -> ChildLink | None:
+        """A child session's link to its parent (None: no parent)."""
+
+    def ended(self, tenant: str, parent_session_id: str, end: ChildEnd) -> bool:
+        """Record how a child ended, once (a second end of the same child is dropped); False
+        when the parent's record names no such child (nothing written)."""
+
+    def family(self, tenant: str, parent_session_id: str) -> Family:
+        """The parent session's children."""
+
+
+def cancellable(
+    family: Family, run_ids: Sequence[str] = (), call_ids: Sequence[str] = ()
+) -> list[ChildRef]:
+    """The children to cancel with a parent: spawned by one of ``run_ids`` or ``call_ids``,
+    not detached, and not ended."""
+    return [
+        s.child
+        for run_id, s in family.spawned.items()
+        if run_id not in family.ended
+        and not s.child.detached
+        and (s.parent_run_id in run_ids or s.call_id in call_ids)
+    ]

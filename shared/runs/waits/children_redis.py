@@ -1,0 +1,63 @@
+"""The child book on Redis: each session's family hash in its own slot
+(``<p>:{<tenant>/<session>}:family``): a parent's children (fields ``spawn:<run id>``, the child
+as spawned, and ``done:<run id>``, its end, written once) and a child session's link to its
+parent (field ``parent``). Every command touches one key, so it runs the same on a Redis
+Cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from tether.core.children import ChildEnd
+from tether.keys import RedisKeys
+from tether.runs.waits.children import ChildLink, Family, SpawnedChild
+
+_SPAWN = "spawn:"
+_DONE = "done:"
+_PARENT = "parent"
+
+
+def _text(raw: Any) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+class RedisChildBook:
+    """:class:`~tether.runs.waits.children.ChildBook` on a Redis or a Redis Cluster."""
+
+    def __init__(self, client: redis.Redis, keys: RedisKeys) -> None:
+        self._client = client
+        self._keys = keys
+
+    def _key(self, tenant: str, session_id: str) -> str:
+        return self._keys.session_waits(tenant, session_id, "family")
+
+    def spawned(self, tenant: str, parent_session_id: str, child: SpawnedChild) -> None:
+        key = self._key(tenant, parent_session_id)
+        self._client.hset(key, _SPAWN + child.child.run_id, child.model_dump_json())
+
+    def link(self, tenant: str, child_session_id: str, link: ChildLink) -> None:
+        self._client.hset(self._key(tenant, child_session_id), _PARENT, link.model_dump_json())
+
+    def link_of(self, tenant: str, child_session_id: str) -> ChildLink | None:
+        raw = self._client.hget(self._key(tenant, child_session_id), _PARENT)
+        return None if raw is None else ChildLink.model_validate_json(raw)
+
+    def ended(self, tenant: str, parent_session_id: str, end: ChildEnd) -> bool:
+        key = self._key(tenant, parent_session_id)
+        if not self._client.hexists(key, _SPAWN + end.run_id):
+            return False
+        self._client.hsetnx(key, _DONE + end.run_id, end.model_dump_json())
+        return True
+
+    def family(self, tenant: str, parent_session_id: str) -> Family:
+        raw = self._client.hgetall(self._key(tenant, parent_session_id))
+        family = Family({}, {})
+        for field, value in raw.items():
+            name = _text(field)
+            if name.startswith(_SPAWN):
+                family.spawned[name[len(_SPAWN) :]] = SpawnedChild.model_validate_json(value)
+            elif name.startswith(_DONE):
+                family.ended[name[len(_DONE) :]] = ChildEnd.model_validate_json(value)
+        return family

@@ -1,0 +1,406 @@
+"""Child runs on the fleet: the worker's spawner, a child's end told to its parent, the parent's
+wake when its wait on children is over, and a cancelled parent's children cancelled.
+
+- **Spawn** (:class:`WorkerSpawner`, behind ``ctx.spawn``): the child's ids derive from the
+  parent's call (:func:`~tether.runtime.children.child_key`); the worker checks the tenant's
+  limits (``max_child_depth``, ``max_children_per_run``: a refusal names the limit and writes
+  nothing), records the child in the parent's children record and links the child's session to
+  the parent, then submits the child as a run registered in its session's queue (so
+  ``TETHER_REGISTERED_RUNS_ONLY`` holds). A call executed again submits the same request id:
+  a duplicate the queue drops, so a child runs once.
+- **End** (the commit's ``children`` step, :func:`family_hook`, before its ``finish``): a child
+  whose run ended (not ``WAITING``: a child that parks goes on in a continuation, whose end is
+  the child's) records its :class:`~tether.core.children.ChildEnd` in the parent's record (once
+  per child), then wakes the parent if its wait is over. A crash before the finish repeats the
+  step (the run is finished as found), and the record and the wake's request id make the repeat
+  harmless.
+- **Park** (:func:`parked_hook`, in the parent's ``wait_index`` step): children that ended
+  before their parent parked are found there, so the wake is never missed. A child's end and
+  the parent's park each write, then read the other's record (both in the parent's slot): at
+  least one of them sees both, and if both do, the wake's request id makes the second a
+  duplicate.
+- **Cancel**: a run that ends ``CANCELLED`` cancels the children it spawned (and those of the
+  calls a cancel continuation settled), unless spawned ``detached``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pydantic
+from pydantic import JsonValue
+
+from tether.core.children import ChildEnd, children_output, children_ready
+from tether.core.events import now_ms
+from tether.core.results import Resolution, RunStatus
+from tether.core.waits import ChildRef
+from tether.errors import InvalidId, ToolError
+from tether.ids import validate_id
+from tether.runs.contract import ParentLink, RunRef, RunRequest, RunResult
+from tether.runs.options import RUN_OPTIONS
+from tether.runs.queue.base import CancelOutcome, SubmitState
+from tether.runs.usage.policy import policy_of
+from tether.runs.waits.base import WaitRecord, settle_request
+from tether.runs.waits.children import (
+    PARENT_ATTRIBUTE,
+    ChildBook,
+    ChildLink,
+    SpawnedChild,
+    cancellable,
+)
+from tether.runtime.children import ToolCall, child_key, child_session_id
+from tether.runtime.session import AgentSession
+from tether.settings import Settings
+from tether.worker.engine.services import EngineServices
+
+log = logging.getLogger(__name__)
+
+#: Run options a child does not take from ``ctx.spawn``: the worker derives them.
+_DERIVED = frozenset({"agent", "tenant", "request_id"})
+
+
+def child_limits(settings: Settings, tenant: str) -> tuple[tuple[int, str], tuple[int, str]]:
+    """The deepest a child of ``tenant`` may nest and how many children one run may spawn,
+    each with the setting that says so (the tenant's own when it sets a lower one)."""
+    depth = (settings.max_child_depth, "TETHER_MAX_CHILD_DEPTH")
+    count = (settings.max_children_per_run, "TETHER_MAX_CHILDREN_PER_RUN")
+    policy = policy_of(settings, tenant)
+    if policy is None:
+        return depth, count
+    if policy.max_child_depth is not None and policy.max_child_depth < depth[0]:
+        depth = (policy.max_child_depth, f"max_child_depth of tenant {tenant!r}")
+    if policy.max_children_per_run is not None and policy.max_children_per_run < count[0]:
+        count = (policy.max_children_per_run, f"max_children_per_run of tenant {tenant!r}")
+    return depth, count
+
+
+class WorkerSpawner:
+    """Submits the child runs of one run's tools (a
+    :class:`~tether.runtime.children.ChildSpawner`)."""
+
+    def __init__(
+        self, services: EngineServices, request: RunRequest, trace: dict[str, str] | None
+    ) -> None:
+        self._services = services
+        self._request = request
+        self._trace = trace
+        self._lock = threading.Lock()
+        self._spawned = 0
+        self._per_call: dict[tuple[int, str], int] = {}
+
+    def spawn(
+        self,
+        ctx: ToolCall,
+        agent: str,
+        input: str | None,
+        *,
+        session_id: str | None,
+        detached: bool,
+        options: dict[str, Any],
+    ) -> ChildRef:
+        book = self._services.children
+        if book is None or ctx.session_id is None:
+            raise ToolError("ctx.spawn needs the fleet's child record (this worker has none)")
+        depth = (self._request.parent.depth if self._request.parent else 0) + 1
+        n = self._take(ctx, depth)
+        key = child_key(ctx, n)
+        request = self._child_request(ctx, key, agent, input, session_id, detached, options)
+        assert request.parent is not None
+        ref = ChildRef(
+            tenant=request.tenant,
+            session_id=request.session_id,
+            run_id=request.run_id,
+            agent=agent,
+            detached=detached,
+        )
+        self._submit(book, ctx, ref, request)
+        return ref
+
+    def _take(self, ctx: ToolCall, depth: int) -> int:
+        """Count one more child of ``ctx``'s call (its order in the call), within the limits.
+
+        Raises:
+            ToolError: the child would be too deep, or one too many for this run.
+        """
+        (max_depth, depth_source), (max_count, count_source) = child_limits(
+            self._services.settings, ctx.tenant
+        )
+        if depth > max_depth:
+            raise ToolError(
+                f"a child at depth {depth} is deeper than allowed, {max_depth} ({depth_source}); "
+                f"do the work in this run, or raise {depth_source}"
+            )
+        with self._lock:
+            if self._spawned >= max_count:
+                raise ToolError(
+                    f"this run has spawned {self._spawned} children, the most allowed "
+                    f"({count_source} = {max_count}); spawn fewer, or raise {count_source}"
+                )
+            self._spawned += 1
+            where = (ctx.step, ctx.call_id if ctx.position is None else f"#{ctx.position}")
+            n = self._per_call.get(where, 0)
+            self._per_call[where] = n + 1
+            return n
+
+    def _child_request(
+        self,
+        ctx: ToolCall,
+        key: str,
+        agent: str,
+        input: str | None,
+        session_id: str | None,
+        detached: bool,
+        options: dict[str, Any],
+    ) -> RunRequest:
+        """The child's request (validated here: bad options fail the call, naming them)."""
+        unknown = options.keys() - RUN_OPTIONS
+        derived = options.keys() & _DERIVED
+        if unknown or derived:
+            raise ToolError(
+                f"ctx.spawn does not take {', '.join(sorted(unknown | derived))}: its options "
+                f"are {', '.join(sorted(RUN_OPTIONS - _DERIVED))}"
+            )
+        parent = self._request
+        try:
+            child_session = (
+                validate_id(session_id, kind="child session id")
+                if session_id is not None
+                else child_session_id(parent.session_id, key)
+            )
+            return RunRequest(
+                run_id=f"run-child-{key}",
+                request_id=f"child-{key}",
+                tenant=parent.tenant,
+                session_id=child_session,
+                agent=agent,
+                input=input,
+                parent=ParentLink(
+                    session_id=parent.session_id,
+                    run_id=parent.run_id,
+                    call_id=ctx.call_id,
+                    depth=(parent.parent.depth if parent.parent else 0) + 1,
+                    detached=detached,
+                ),
+                trace=self._trace,
+                **options,
+            )
+        except (pydantic.ValidationError, InvalidId, ValueError) as exc:
+            raise ToolError(f"ctx.spawn: the child's request is not valid: {exc}") from exc
+
+    def _submit(self, book: ChildBook, ctx: ToolCall, ref: ChildRef, request: RunRequest) -> None:
+        """Record the child with its parent, link its session, submit it (idempotent)."""
+        parent = self._request
+        assert request.parent is not None
+        book.spawned(
+            parent.tenant,
+            parent.session_id,
+            SpawnedChild(
+                child=ref, parent_run_id=parent.run_id, call_id=ctx.call_id, spawned_at_ms=now_ms()
+            ),
+        )
+        book.link(
+            parent.tenant,
+            ref.session_id,
+            ChildLink(
+                parent_session_id=parent.session_id,
+                parent_run_id=parent.run_id,
+                call_id=ctx.call_id,
+                child_run_id=ref.run_id,
+                depth=request.parent.depth,
+                detached=ref.detached,
+            ),
+        )
+        services = self._services
+        (outcome,) = services.runs.submit_many([request], queue=services.settings.queue)
+        if outcome.state is SubmitState.QUEUED:
+            services.wake(request.tenant, request.session_id)
+        elif outcome.state is not SubmitState.DUPLICATE:
+            raise ToolError(
+                f"ctx.spawn: the child run {request.run_id} was not queued ({outcome.state})"
+            )
+
+
+def mark_child(session: AgentSession, request: RunRequest) -> None:
+    """Mark a child's session with its parent (metadata attribute :data:`PARENT_ATTRIBUTE`,
+    stored with the head: ``tether sessions show``, ``tether sessions list --parents``)."""
+    parent = request.parent
+    if parent is None:
+        return
+    mark: dict[str, JsonValue] = {
+        "session_id": parent.session_id,
+        "run_id": parent.run_id,
+        "call_id": parent.call_id,
+        "depth": parent.depth,
+        "child_run_id": request.run_id,
+    }
+    if session.metadata.attributes.get(PARENT_ATTRIBUTE) != mark:
+        session.put_metadata(PARENT_ATTRIBUTE, mark)
+
+
+# --- a run's end, told to its family ------------------------------------------------------
+
+
+def family_hook(
+    services: EngineServices, request: RunRequest | None
+) -> Callable[[RunResult], None] | None:
+    """What the commit's ``children`` step does for ``request``'s end (None: nothing: the run
+    is no child, no child's continuation, and could not be cancelled with children)."""
+    if services.children is None or request is None:
+        return None
+    return lambda result: _tell_family(services, request, result)
+
+
+def _tell_family(services: EngineServices, request: RunRequest, result: RunResult) -> None:
+    book = services.children
+    assert book is not None
+    if result.status is RunStatus.CANCELLED:
+        cancel_children(services, request)
+    if result.status is RunStatus.WAITING:
+        return  # the child goes on in a continuation: its end is that one's
+    link = _link(book, request)
+    if link is None:
+        return
+    end = ChildEnd(
+        run_id=link.child_run_id,
+        status=result.status.value,
+        output=result.output,
+        error_type=result.error_type,
+        error_message=result.error_message,
+        ended_at_ms=now_ms(),
+    )
+    if book.ended(request.tenant, link.parent_session_id, end):
+        wake_ready(services, request.tenant, link.parent_session_id)
+
+
+def _link(book: ChildBook, request: RunRequest) -> ChildLink | None:
+    """The parent of the child ``request`` ends: its own, or its session's for a continuation
+    of a child that parked (None: no child)."""
+    if request.parent is not None:
+        p = request.parent
+        return ChildLink(
+            parent_session_id=p.session_id,
+            parent_run_id=p.run_id,
+            call_id=p.call_id,
+            child_run_id=request.run_id,
+            depth=p.depth,
+            detached=p.detached,
+        )
+    if not request.resolutions:
+        return None
+    return book.link_of(request.tenant, request.session_id)
+
+
+def wake_ready(
+    services: EngineServices,
+    tenant: str,
+    session_id: str,
+    records: Sequence[WaitRecord] | None = None,
+) -> int:
+    """Submit the wake of each of the session's calls parked on children whose wait is over
+    (``records``: those just parked; None: read them); how many were queued."""
+    book, index = services.children, services.waits
+    if book is None or index is None:
+        return 0
+    if records is None:
+        records = index.records(tenant, session_id)
+    waiting = [r for r in records if r.wait_for.kind == "children"]
+    if not waiting:
+        return 0
+    ended = book.family(tenant, session_id).ended
+    ready = [r for r in waiting if children_ready(r.wait_for, ended)]
+    requests = [_wake_request(r, children_output(r.wait_for, ended)) for r in ready]
+    return _submit_wakes(services, ready, requests)
+
+
+def _wake_request(record: WaitRecord, output: str) -> RunRequest:
+    """The continuation that gives ``record``'s call ``output`` (its id: the call's wake id)."""
+    resolution = Resolution(call_id=record.call_id, action="output", text=output)
+    return settle_request(
+        record.tenant, record.session_id, record.agent, resolution, reply_to=record.reply_to
+    )
+
+
+def _submit_wakes(
+    services: EngineServices, records: Sequence[WaitRecord], requests: Sequence[RunRequest]
+) -> int:
+    queued = 0
+    for record, request in zip(records, requests, strict=True):
+        (outcome,) = services.runs.submit_many([request], queue=record.queue)
+        if outcome.state is SubmitState.QUEUED:
+            queued += 1
+            services.wake(request.tenant, request.session_id)
+    return queued
+
+
+def parked_hook(services: EngineServices) -> Callable[[Sequence[WaitRecord]], None] | None:
+    """What the parent's ``wait_index`` step does once its calls are parked: wake those whose
+    children all (or one) ended already."""
+    if services.children is None:
+        return None
+
+    def parked(records: Sequence[WaitRecord]) -> None:
+        by_session = {(r.tenant, r.session_id) for r in records}
+        for tenant, session_id in by_session:
+            mine = [r for r in records if (r.tenant, r.session_id) == (tenant, session_id)]
+            wake_ready(services, tenant, session_id, mine)
+
+    return parked
+
+
+def timeout_output(services: EngineServices, record: WaitRecord) -> str | None:
+    """The output of a call parked on children whose timeout passed (None: not such a call)."""
+    if record.wait_for.kind != "children" or services.children is None:
+        return None
+    ended = services.children.family(record.tenant, record.session_id).ended
+    return children_output(
+        record.wait_for, ended, timed_out=not children_ready(record.wait_for, ended)
+    )
+
+
+# --- cancelling children with their parent --------------------------------------------------
+
+
+def cancel_children(services: EngineServices, request: RunRequest) -> int:
+    """Cancel the children ``request``'s run spawned, and those of the calls it cancelled,
+    that are not detached and have not ended; how many were asked to stop."""
+    book = services.children
+    assert book is not None
+    family = book.family(request.tenant, request.session_id)
+    calls = [r.call_id for r in request.resolutions if r.action == "cancel"]
+    children = cancellable(family, run_ids=[request.run_id], call_ids=calls)
+    for child in children:
+        try:
+            cancel_child(services, child)
+        except Exception as exc:  # one child's failure must not keep the others running
+            log.warning("could not cancel child %s: %s", child.run_id, exc)
+    return len(children)
+
+
+def cancel_child(services: EngineServices, child: ChildRef) -> None:
+    """Stop one child: queued or running, it is asked to stop; parked on the fleet, a
+    continuation cancels its parked calls (its wake's id: whichever comes first applies)."""
+    ref = RunRef(child.tenant, child.session_id, child.run_id)
+    runs = services.runs
+    if runs.request_cancel(ref) is not CancelOutcome.FINISHED:
+        return
+    view = runs.get(ref)
+    result = view.result if view is not None else None
+    if result is None or result.status is not RunStatus.WAITING or child.agent == "":
+        return
+    for pending in result.pending:
+        if pending.wait_for is None:
+            continue
+        cancel = settle_request(
+            child.tenant,
+            child.session_id,
+            child.agent,
+            Resolution(call_id=pending.call_id, action="cancel", text="its parent was cancelled"),
+        )
+        (outcome,) = runs.submit_many([cancel], queue=view.queue if view else None)
+        if outcome.state is SubmitState.QUEUED:
+            services.wake(child.tenant, child.session_id)
+        elif outcome.state is SubmitState.DUPLICATE:
+            runs.request_cancel(cancel.ref._replace(run_id=outcome.run_id))
