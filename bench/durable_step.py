@@ -35,6 +35,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -238,6 +239,14 @@ def started_sides(
             closers.append(process.close)
             sides[peer] = process.run
         yield sides
+    except BaseException:
+        print(f"the sides' data and logs are kept in {data_dir}", file=sys.stderr)
+        raise
+    else:
+        for close in reversed(closers):
+            close()
+        closers = []
+        shutil.rmtree(data_dir, ignore_errors=True)
     finally:
         for close in reversed(closers):
             close()

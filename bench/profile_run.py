@@ -21,6 +21,7 @@ import contextlib
 import cProfile
 import hashlib
 import pstats
+import shutil
 import sys
 import tempfile
 import time
@@ -68,6 +69,7 @@ def durable_runtime() -> Iterator[EngineServices]:
         yield build_services(lambda tenant, session_id: None, settings)
     finally:
         server.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from tests.support.crash import TENANT, real_backends, worker_runtime
-from tests.support.durable_agents import STEPS, MemoryCounter
+from tests.support.durable_agents import STEPS, MemoryCounter, counting_agent
 from tests.test_durable_runs import counting_request, registry_for
 from tether.core.events import AgentEvent, EventType, TextPayload
 from tether.errors import FencedOut, StreamGap
@@ -26,6 +26,7 @@ from tether.ids import new_id
 from tether.keys import RedisKeys
 from tether.persistence.streams.redis import RedisEventStream, StreamMark
 from tether.runs.queue.base import submit
+from tether.runtime.registry import AgentRegistry
 from tether.worker.engine.checkpoints.base import Checkpoint
 from tether.worker.engine.checkpoints.redis import RedisCheckpointStore
 from tether.worker.engine.cycle import drain
@@ -110,3 +111,29 @@ def test_a_step_durable_run_sends_one_script_per_boundary(
         assert counter.total == STEPS
         assert backends.checkpoints.load(TENANT, request.session_id, request.run_id) is None
     assert scripts[True] <= scripts[False] - 3 * STEPS, scripts
+
+
+def test_a_tool_call_is_on_the_stream_and_checkpointed_before_the_tool_runs(
+    redis_client: redis.Redis, s3_bucket: Any
+) -> None:
+    """The ``TOOL_CALL`` events wait for the mark that follows them, and that mark comes before
+    any tool runs: inside each tool, a live reader already sees the call, and the checkpoint
+    already holds it."""
+    backends = real_backends(redis_client, s3_bucket.bucket, s3_bucket.endpoint_url)
+    counter = MemoryCounter()
+    request = counting_request("s-live")
+    seen: list[tuple[int, int]] = []  # per tool call: TOOL_CALLs on the stream, checkpoint seq
+
+    def look(n: int) -> None:
+        events = backends.stream.read(TENANT, request.session_id)
+        calls = sum(e.type is EventType.TOOL_CALL for e in events)
+        checkpoint = backends.checkpoints.load(TENANT, request.session_id, request.run_id)
+        assert checkpoint is not None and checkpoint.last_seq == events[-1].seq
+        seen.append((n, calls))
+
+    registry = AgentRegistry({})
+    registry.register("counter", lambda: counting_agent(counter, before_apply=look))
+    rt = worker_runtime(backends, "w1", registry=registry)
+    submit(rt.runs, request)
+    drain(rt, TENANT, request.session_id)
+    assert seen == [(n, n) for n in range(1, STEPS + 1)]
