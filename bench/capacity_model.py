@@ -203,6 +203,7 @@ _ID_PARTS = (
     (re.compile(r"\{([^}/~]+)/~runs:\d+\}"), r"{\1/~runs:<n>}"),
     (re.compile(r"\{([^}/~]+)/[^}~]+\}"), r"{\1/<session>}"),
     (re.compile(r"\{~active:\d+\}"), "{~active:<n>}"),
+    (re.compile(r"\{~done:\d+\}"), "{~done:<n>}"),  # the namespace feed, once sharded
     (re.compile(r"\{~usage/[^}]+\}:\d{8}"), "{~usage/<tenant>}:<day>"),
     (re.compile(r"\{~workers\}:.+"), "{~workers}:<worker>"),
     (re.compile(r"(run|req|p)[-_][0-9A-Za-z]{6,}"), r"<\1>"),

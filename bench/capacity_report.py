@@ -76,7 +76,7 @@ def _kind_class(kind: str, row: dict[str, float]) -> str:
         return "run"
     if "<day>:runs" in kind:
         return "tenant_day"
-    if kind.endswith((":done", "{~done}")):
+    if kind.endswith(":done") or "{~done" in kind:  # also the sharded feeds, {~done:<n>}
         return "feed"
     if "<session>" in kind and kind.endswith(":events"):
         return "stream"

@@ -186,7 +186,8 @@ class Measure:
 
     ``value`` is the figure compared with ``target``: a Tether/baseline ratio for P1, P2, P5, a
     late/early ratio for P3, a p99 in ms for P4, an RSS ratio for P6. ``tail_target``, when set,
-    bounds the p99 ratio (:attr:`tail_value`) too (P1): a median alone hides a slow 1%.
+    bounds the ratio at ``tail_percentile`` (:attr:`tail_value`) too: the p99 for P1, the p95
+    for P13's rows: a median alone hides a slow 1% (or 5%).
     """
 
     id: str
@@ -203,13 +204,16 @@ class Measure:
     extra: dict[str, float | int | str] = field(default_factory=dict)
     series: dict[str, list[float]] = field(default_factory=dict)
     tail_target: Target | None = None
+    tail_percentile: Literal[95, 99] = 99
 
     @property
     def tail_value(self) -> float | None:
-        """The p99 ratio, Tether / baseline (None without a baseline)."""
-        if self.baseline is None or self.baseline.p99 <= 0:
+        """The ratio at ``tail_percentile``, Tether / baseline (None without a baseline)."""
+        if self.baseline is None:
             return None
-        return self.tether.p99 / self.baseline.p99
+        at = "p95" if self.tail_percentile == 95 else "p99"
+        theirs: float = getattr(self.baseline, at)
+        return None if theirs <= 0 else float(getattr(self.tether, at)) / theirs
 
     @property
     def met(self) -> bool | None:
@@ -225,7 +229,9 @@ class Measure:
         """The target cell: ``≤ 1.1x``, with the tail target ``≤ 1.1x, p99 ≤ 1.5x``."""
         if self.target is None:
             return "-"
-        tail = f", p99 {self.tail_target}" if self.tail_target is not None else ""
+        tail = (
+            f", p{self.tail_percentile} {self.tail_target}" if self.tail_target is not None else ""
+        )
         return f"{self.target}{tail}"
 
 

@@ -55,6 +55,16 @@ SUPPLEMENTS = (
     RESULTS / "p13.json",
     RESULTS / "p14.json",
 )
+#: Rows of committed documents withdrawn after they were published: kept in their JSON (the
+#: record of what was measured) but no longer shown as figures; each page says why instead.
+WITHDRAWN = {
+    (RESULTS / JSON_NAME, "P11"): (
+        "withdrawn (#51): its Inspect side ran on mockllm with a list of every reply as the "
+        "judge model's argument, which Inspect recorded in every sample, so Inspect's time grew "
+        "with the square of the samples; the fair P11 (both sides over HTTP to one server) is in "
+        "`bench/results/p11.json`"
+    ),
+}
 MIB = 1024 * 1024
 #: A census kind of key is listed in the docs when it held at least this much at a checkpoint.
 CENSUS_MIN_BYTES = MIB // 2
@@ -123,8 +133,16 @@ def _bench_run(root: Path, path: Path) -> BenchRun | None:
     if "measures" not in document:
         return None
     meta = {k: v for k, v in document.items() if k != "measures"}
-    measures = [_measure(row) for row in document["measures"]]
-    return BenchRun(path.relative_to(root), meta, measures)
+    relative = path.relative_to(root)
+    withdrawn = {
+        row["id"]: WITHDRAWN[relative, row["id"]]
+        for row in document["measures"]
+        if (relative, row["id"]) in WITHDRAWN
+    }
+    if withdrawn:
+        meta["withdrawn"] = withdrawn
+    measures = [_measure(row) for row in document["measures"] if row["id"] not in withdrawn]
+    return BenchRun(relative, meta, measures)
 
 
 def cli_run(root: Path) -> BenchRun | None:
@@ -167,8 +185,12 @@ def _stats_cell(stats: Stats | None, unit: str, *, p99: bool = False) -> str:
 
 
 def _result_cell(m: Measure, *, tails: bool = False) -> str:
-    """The measure's result; with ``tails``, the p95 and p99 ratios beside it (P1)."""
+    """The measure's result; with ``tails``, the p95 and p99 ratios beside it (P1); else the
+    ratio its tail target bounds, when it has one (P13's p95)."""
     value = f"{m.value:.2f}x" if m.value_unit == "x" else f"{m.value:.2f} {m.value_unit}"
+    tail = m.tail_value
+    if not tails and m.tail_target is not None and tail is not None:
+        return f"{value} (p{m.tail_percentile} {tail:.2f}x)"
     if not tails or m.value_unit != "x" or m.baseline is None or m.baseline.n == 1:
         return value
     ratios = (("p95", m.tether.p95 / m.baseline.p95), ("p99", m.tether.p99 / m.baseline.p99))
@@ -305,6 +327,7 @@ def _cli_line(cli: BenchRun | None) -> str:
 def latest_block(latest: BenchRun, plot: bool) -> str:
     """The full report of ``latest.json`` (as ``bench/results/latest.md`` renders it)."""
     lines = [f"From `{latest.path}`.", "", markdown(latest.measures, latest.meta).rstrip()]
+    lines += [f"- **{id_}**: {why}." for id_, why in latest.meta.get("withdrawn", {}).items()]
     if plot:
         lines += ["", f"![Per-run latency against session length](img/perf/{PLOT_NAME})"]
     return "\n".join(lines)

@@ -123,7 +123,7 @@ def _cell(stats: Stats | None, unit: str) -> str:
 def _value(m: Measure) -> str:
     value = f"{m.value:.2f}x" if m.value_unit == "x" else f"{m.value:.2f} {m.value_unit}"
     tail = m.tail_value if m.tail_target is not None else None
-    return value if tail is None else f"{value} (p99 {tail:.2f}x)"
+    return value if tail is None else f"{value} (p{m.tail_percentile} {tail:.2f}x)"
 
 
 def _target_json(target: Target | None) -> dict[str, Any] | None:

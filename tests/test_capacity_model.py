@@ -28,6 +28,7 @@ def test_key_kinds_replace_ids_and_keep_what_the_key_is() -> None:
     assert key_kind("tether:{~p:default/p-0123abcd}:done") == "tether:{~p:default/<producer>}:done"
     assert key_kind("tether:{~usage/acme}:20261207:runs") == "tether:{~usage/<tenant>}:<day>:runs"
     assert key_kind("tether:{~done}") == "tether:{~done}"
+    assert key_kind("tether:{~done:7}") == "tether:{~done:<n>}"  # sharded feeds (#51 item 5)
 
 
 def _document() -> dict[str, Any]:
@@ -50,7 +51,8 @@ def _document() -> dict[str, Any]:
         "t:{d/<session>}:events": {"keys": 10, "bytes": 300_000, "with_ttl": 0},
         "t:{d/<session>}:meta": {"keys": 10, "bytes": 3_000, "with_ttl": 0},
         "t:{d/<session>}:head": {"keys": 10, "bytes": 20_000, "with_ttl": 10},
-        "t:{~done}": {"keys": 1, "bytes": 7_000, "with_ttl": 0},
+        "t:{~done}": {"keys": 1, "bytes": 4_000, "with_ttl": 0},
+        "t:{~done:<n>}": {"keys": 16, "bytes": 3_000, "with_ttl": 0},
         "t:{~usage/<tenant>}:<day>:runs": {"keys": 1, "bytes": 4_000, "with_ttl": 1},
         "t-celery:_kombu.binding.t": {"keys": 1, "bytes": 200, "with_ttl": 0},
     }

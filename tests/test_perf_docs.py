@@ -115,3 +115,50 @@ def test_a_tail_target_is_met_only_with_the_median_and_shown_in_the_row() -> Non
         (line,) = [x for x in publish.readme_block(run, [], None).splitlines() if "| P1 |" in x]
         assert "≤ 1.1x, p99 ≤ 1.5x" in line
         assert ("**missed**" in line) is (m is slow)
+
+
+def _p13(tether_p95: float) -> Measure:
+    tether = Stats(n=300, median=0.6, p95=tether_p95, p99=3.0, mean=0.7, min=0.5, max=4.0)
+    baseline = Stats(n=300, median=0.7, p95=1.0, p99=1.2, mean=0.75, min=0.6, max=2.0)
+    return Measure(
+        id="P13L",
+        name="add_items of 1 item, one event loop",
+        unit="ms",
+        tether=tether,
+        baseline=baseline,
+        baseline_name="SQLiteSession",
+        value=tether.median / baseline.median,
+        value_of="median ratio",
+        target=Target("<=", 1.0),
+        tail_target=Target("<=", 1.0),
+        tail_percentile=95,
+    )
+
+
+def test_a_p95_target_holds_the_slow_5_percent_and_the_row_shows_its_ratio() -> None:
+    """P13's rows are held to their p95 ratio too (#51): a median met with a slow 5% is a
+    miss, and the README row shows the p95 ratio beside the median's, from the JSON."""
+    fine, slow = _p13(tether_p95=0.95), _p13(tether_p95=1.8)
+    assert fine.met is True and slow.met is False and slow.tail_value == pytest.approx(1.8)
+    meta = {"date": "d", "command": "python -m bench.agents_session", "machine": {"cpu_count": 2}}
+    for m in (fine, slow):
+        back = publish._measure(to_json([m], meta)["measures"][0])
+        assert back.tail_percentile == 95 and back.met is m.met
+        run = publish.BenchRun(Path("bench/results/latest.json"), meta, [back])
+        (line,) = [x for x in publish.readme_block(run, [], None).splitlines() if "| P13L |" in x]
+        assert f"0.86x (p95 {m.tether.p95:.2f}x)" in line and "≤ 1x, p95 ≤ 1x" in line
+        assert ("**missed**" in line) is (m is slow)
+
+
+def test_a_withdrawn_row_leaves_the_tables_and_the_page_says_why() -> None:
+    """latest.json's P11 (an unfair Inspect side, #51) is not shown as a figure: the README row
+    is the fair run's (p11.json) and the report of latest.json names the withdrawal."""
+    runs = publish.bench_runs(ROOT)
+    latest = publish.latest_run(runs)
+    assert "P11" not in {m.id for m in latest.measures}
+    assert "P11" in latest.meta["withdrawn"]
+    readme = (ROOT / "README.md").read_text()
+    (row,) = [x for x in readme.splitlines() if x.startswith("| P11 |")]
+    assert "mockllm" not in row and "over HTTP" in row
+    page = (ROOT / "docs" / "performance.md").read_text()
+    assert "- **P11**: withdrawn (#51)" in page
