@@ -51,6 +51,7 @@ SCALING_JSON, SCALING_PLOT = "scaling.json", "scaling.png"
 #: Documents run on their own whose rows join latest.json's in the README (with their command).
 SUPPLEMENTS = (
     RESULTS / "p10.json",
+    RESULTS / "p10f.json",
     RESULTS / "p11.json",
     RESULTS / "p13.json",
     RESULTS / "p14.json",

@@ -44,8 +44,8 @@ SESSION_STATUSES = (
     "new",
 )
 SSE_PING_S = 15
-#: A completion-feed position (a Redis stream id).
-FEED_POSITION = re.compile(r"\d{1,20}-\d{1,20}")
+#: A completion-feed position: a Redis stream id, or one per shard of the feed joined by ``,``.
+FEED_POSITION = re.compile(r"\d{1,20}-\d{1,20}(,\d{1,20}-\d{1,20}){0,63}")
 
 
 def item_text(item: Any) -> str:
