@@ -13,11 +13,13 @@ from typing import Any
 import pytest
 
 from tests.support.crash import TENANT, Backends, worker_runtime
-from tests.support.signal_agents import listener_agent, signal_waiter_agent
-from tether import SessionLogReader
+from tests.support.signal_agents import await_signal, listener_agent, signal_waiter_agent
+from tether import Agent, ModelResponse, ScriptedModel, SessionLogReader
 from tether.core.events import now_ms
+from tether.core.items import ToolCall, ToolOutput
 from tether.core.results import RunStatus
 from tether.errors import InputTooLarge, InvalidInput
+from tether.models.base import ModelRequest
 from tether.runs.contract import RunRequest
 from tether.runs.queue.base import submit
 from tether.runs.signals.base import signal_payload, wake_of
@@ -251,6 +253,34 @@ def test_a_run_rolled_back_gives_back_the_signal_it_took(
     submit(backends.runs, again)
     drain(rt, TENANT, "s-back")
     assert _payloads(_result(backends, again).output) == ["keep me"]
+
+
+def _pair_agent() -> Agent:
+    """One step with two calls waiting for ``go`` at once (run in parallel)."""
+    args = json.dumps({"name": "go", "timeout_s": 60})
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        outputs = [i.output for i in request.items if isinstance(i, ToolOutput)]
+        if outputs:
+            return ModelResponse.final("got: " + " | ".join(sorted(outputs)))
+        calls = [ToolCall(id=f"c{n}", name="await_signal", arguments=args) for n in (1, 2)]
+        return ModelResponse.calls(*calls)
+
+    return Agent(ScriptedModel(responder=respond), "scripted", tools=[await_signal], name="pair")
+
+
+def test_two_calls_of_one_step_never_take_the_same_signal(
+    make_backends: Callable[[], Backends],
+) -> None:
+    backends = make_backends()
+    registry = AgentRegistry({"pair": _pair_agent})
+    rt = worker_runtime(backends, "w1", registry=registry)
+    _send(backends, "s-pair", "go", "a")
+    _send(backends, "s-pair", "go", "b")
+    request = _listen("s-pair", "both", agent="pair")
+    submit(backends.runs, request)
+    drain(rt, TENANT, "s-pair")
+    assert sorted(_payloads(_result(backends, request).output)) == ["a", "b"]
 
 
 def test_in_process_a_wait_parks_and_an_answer_goes_on() -> None:
