@@ -144,7 +144,7 @@ def test_actions_act_in_the_consoles_tenant_not_in_tether_tenants(
     assert message.startswith("signal go ") and message.endswith("kept until a run waits"), message
     refused = _act(acme_console, f"/sessions/{sid}/signal", name="go", payload="{not json")
     assert refused.startswith("InvalidInput:") and "not JSON" in refused, refused
-    mailbox = RedisKeys(live_stack.settings.namespace).session_signals("acme", sid)
+    mailbox = RedisKeys(live_stack.settings.namespace).session_waits("acme", sid, "signals")
     assert live_stack.redis.client().xlen(mailbox) == 1  # the refused one wrote nothing
 
     copy = unique("acme-fork")

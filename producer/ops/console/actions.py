@@ -123,7 +123,7 @@ class Actions:
         name, text = fields.get("name", "").strip(), fields.get("payload", "").strip()
 
         def act() -> str:
-            from tether.producer.ops.cli.signals import payload_of
+            from tether.producer.signals import payload_of
 
             payload = payload_of(text or None, None, self.b.producer().settings.max_input_bytes)
             sent = self.b.producer().signal(session_id, name, payload, tenant=self.config.tenant)
