@@ -90,6 +90,8 @@ def test_a_signal_sent_before_the_wait_is_taken_at_once(
     submit(backends.runs, again)
     drain(rt, TENANT, "s-before")
     assert _result(backends, again).status is RunStatus.WAITING
+    # the consumed signal left the mailbox once a committed head counted it
+    assert backends.signals.first_after(TENANT, "s-before", "go", None) is None
 
 
 def test_a_signal_sent_after_the_wait_wakes_the_run_once(
@@ -149,6 +151,8 @@ def test_three_signals_are_delivered_once_each_in_send_order(
     submit(backends.runs, other)
     drain(rt, TENANT, session_id)
     assert _payloads(_result(backends, other).output) == ["not this one"]
+    # taken at once, never parked on: the next run's start dropped them from the mailbox
+    assert backends.signals.first_after(TENANT, session_id, "go", None) is None
 
 
 def test_a_timeout_is_a_tool_result_not_an_error(make_backends: Callable[[], Backends]) -> None:
