@@ -28,12 +28,11 @@ from tether.persistence.deltas.live_redis import RedisLiveFeed
 from tether.persistence.deltas.redis import RedisDeltaChannel
 from tether.persistence.redis_conn import describe_client, redis_from_url, translate_errors
 from tether.persistence.streams.redis import RedisEventStream
-from tether.producer import signals
 from tether.producer.base import ProducerBase
 from tether.producer.handle import RunHandle
 from tether.producer.listener import CompletionListener
 from tether.producer.publish import publish_runs
-from tether.producer.signals import SignalReceipt
+from tether.producer.signals import SignalReceipt, receipt, signal_plan, signal_wake
 from tether.producer.submission import RunSpec, Submitted
 from tether.producer.waits import cancel_requests
 from tether.producer.worker_watch import split_wait, watch_for_workers
@@ -269,14 +268,14 @@ class Producer(ProducerBase[RunHandle, CompletionListener]):
             PermissionDenied: this credential may not act for ``tenant`` (with per-tenant Redis
                 users, another tenant's session): nothing is written.
         """
-        plan = signals.signal_plan(self.settings, session_id, name, payload, tenant)
+        plan = signal_plan(self.settings, session_id, name, payload, tenant)
         mailbox = RedisSignalMailbox(self.redis, self.keys, where=describe_client(self.redis))
         with submission.acting_for(self.settings, [plan.tenant]):
             sent = mailbox.send(*plan[:4], sent_at_ms=plan.sent_at_ms)
-        wakes = signals.signal_wake(sent, plan)
+        wakes = signal_wake(sent, plan)
         if wakes:
             self._submit(wakes)
-        return signals.receipt(sent, wakes)
+        return receipt(sent, wakes)
 
     def locate(self, run_id: str, *, tenant: str | None = None) -> RunRef | None:
         """Where run ``run_id`` of ``tenant`` (default: this producer's) lives, or None when

@@ -38,13 +38,12 @@ from tether.persistence.deltas.live_redis_aio import AsyncRedisLiveFeed
 from tether.persistence.redis_conn import describe_client, translate_errors
 from tether.persistence.redis_conn_aio import async_redis_from_url
 from tether.persistence.streams.redis_aio import AsyncRedisEventStream
-from tether.producer import signals
 from tether.producer.base import ProducerBase
 from tether.producer.batcher_aio import TurnBatcher
 from tether.producer.handle_aio import AsyncRunHandle
 from tether.producer.listener_aio import AsyncCompletionListener
 from tether.producer.publish_aio import BackgroundPublisher
-from tether.producer.signals import SignalReceipt
+from tether.producer.signals import SignalReceipt, receipt, signal_plan, signal_wake
 from tether.producer.submission import RunSpec, Submitted, TraceContext
 from tether.producer.waits import cancel_requests
 from tether.producer.worker_watch import split_wait
@@ -331,13 +330,13 @@ class AsyncProducer(ProducerBase[AsyncRunHandle, AsyncCompletionListener]):
             PermissionDenied: this credential may not act for ``tenant`` (with per-tenant Redis
                 users, another tenant's session): nothing is written.
         """
-        plan = signals.signal_plan(self.settings, session_id, name, payload, tenant)
+        plan = signal_plan(self.settings, session_id, name, payload, tenant)
         with submission.acting_for(self.settings, [plan.tenant]):
             sent = await async_send(self.redis, self.keys, *plan[:4], sent_at_ms=plan.sent_at_ms)
-        wakes = signals.signal_wake(sent, plan)
+        wakes = signal_wake(sent, plan)
         if wakes:
             await self._submit(wakes)
-        return signals.receipt(sent, wakes)
+        return receipt(sent, wakes)
 
     async def cancel(self, run_id: str, *, tenant: str | None = None) -> CancelOutcome:
         """Ask a run to stop. ``CANCELLED``: it was queued and will never start. ``REQUESTED``:

@@ -36,9 +36,8 @@ Per-session keys (``T`` = ``{<tenant>/<session>}``):
 - ``<p>:T:kick`` (string): the sweeper's claim, one re-enqueue per lease TTL.
 - ``<p>:T:archived`` (string): archive hint, the highest seq known archived.
 - ``<p>:T:ckpt`` (hash): step checkpoints of the session's running attempts, field = run id.
-- ``<p>:T:waits`` (hash): parked calls, field = call id, value a wait record (runs.waits);
-  ``<p>:T:family``: child runs and the parent link.
-- ``<p>:T:signals`` (stream): the mailbox, fields name, payload, sent_at_ms (runs.signals).
+- ``<p>:T:waits`` (hash): parked calls, by call id (runs.waits); ``:signals``: the mailbox
+  (stream); ``:family``: child runs and the parent link.
 - ``<p>:T:grant:<task_id>`` (string, JSON, with a TTL): a chain's later step on this session,
   as the process that applied the chain granted it (see :mod:`tether.worker.canvas_grants`).
 - ``<p>:T:head`` (string): the head cache, a compressed copy of the session's snapshot head
@@ -467,11 +466,9 @@ class RedisKeys(FleetKeys):
         return self._session_key(tenant, session_id, "ckpt")
 
     def session_waits(self, tenant: str, session_id: str, part: str = "waits") -> str:
-        """Calls parked on the fleet (hash, by call id); ``family``: child runs, parent link."""
+        """Calls parked on the fleet (hash, by call id); ``signals``: the mailbox (a stream);
+        ``family``: child runs and the parent link."""
         return self._session_key(tenant, session_id, part)
-
-    def session_signals(self, tenant: str, session_id: str) -> str:  # its mailbox (stream)
-        return self._session_key(tenant, session_id, "signals")
 
     def timers(self, tenant: str, session_id: str) -> str:
         """The shard of the timers index holding the session's parked calls."""

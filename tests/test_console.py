@@ -14,6 +14,7 @@ import pytest
 from tests.support.console import Console
 from tests.support.stack import Stack, unique
 from tether.core.results import RunStatus
+from tether.keys import RedisKeys
 
 TOKEN = "a-test-token-of-enough-length"
 
@@ -138,6 +139,13 @@ def test_actions_act_in_the_consoles_tenant_not_in_tether_tenants(
         run_id = message.split(" as run ", 1)[1].split(";", 1)[0]
         done = producer.handle(run_id, tenant="acme").run_result(timeout=60)
         assert done.status is RunStatus.COMPLETED, (verb, done)
+
+    message = _act(acme_console, f"/sessions/{sid}/signal", name="go", payload='{"ok": true}')
+    assert message.startswith("signal go ") and message.endswith("kept until a run waits"), message
+    refused = _act(acme_console, f"/sessions/{sid}/signal", name="go", payload="{not json")
+    assert refused.startswith("InvalidInput:") and "not JSON" in refused, refused
+    mailbox = RedisKeys(live_stack.settings.namespace).session_waits("acme", sid, "signals")
+    assert live_stack.redis.client().xlen(mailbox) == 1  # the refused one wrote nothing
 
     copy = unique("acme-fork")
     assert _act(acme_console, f"/sessions/{sid}/fork", new_session_id=copy) == (

@@ -13,11 +13,13 @@ from typing import Any
 import pytest
 
 from tests.support.crash import TENANT, Backends, worker_runtime
-from tests.support.signal_agents import listener_agent, signal_waiter_agent
-from tether import SessionLogReader
+from tests.support.signal_agents import await_signal, listener_agent, signal_waiter_agent
+from tether import Agent, ModelResponse, ScriptedModel, SessionLogReader
 from tether.core.events import now_ms
+from tether.core.items import ToolCall, ToolOutput
 from tether.core.results import RunStatus
 from tether.errors import InputTooLarge, InvalidInput
+from tether.models.base import ModelRequest
 from tether.runs.contract import RunRequest
 from tether.runs.queue.base import submit
 from tether.runs.signals.base import signal_payload, wake_of
@@ -88,6 +90,8 @@ def test_a_signal_sent_before_the_wait_is_taken_at_once(
     submit(backends.runs, again)
     drain(rt, TENANT, "s-before")
     assert _result(backends, again).status is RunStatus.WAITING
+    # the consumed signal left the mailbox once a committed head counted it
+    assert backends.signals.first_after(TENANT, "s-before", "go", None) is None
 
 
 def test_a_signal_sent_after_the_wait_wakes_the_run_once(
@@ -147,6 +151,8 @@ def test_three_signals_are_delivered_once_each_in_send_order(
     submit(backends.runs, other)
     drain(rt, TENANT, session_id)
     assert _payloads(_result(backends, other).output) == ["not this one"]
+    # taken at once, never parked on: the next run's start dropped them from the mailbox
+    assert backends.signals.first_after(TENANT, session_id, "go", None) is None
 
 
 def test_a_timeout_is_a_tool_result_not_an_error(make_backends: Callable[[], Backends]) -> None:
@@ -251,6 +257,34 @@ def test_a_run_rolled_back_gives_back_the_signal_it_took(
     submit(backends.runs, again)
     drain(rt, TENANT, "s-back")
     assert _payloads(_result(backends, again).output) == ["keep me"]
+
+
+def _pair_agent() -> Agent:
+    """One step with two calls waiting for ``go`` at once (run in parallel)."""
+    args = json.dumps({"name": "go", "timeout_s": 60})
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        outputs = [i.output for i in request.items if isinstance(i, ToolOutput)]
+        if outputs:
+            return ModelResponse.final("got: " + " | ".join(sorted(outputs)))
+        calls = [ToolCall(id=f"c{n}", name="await_signal", arguments=args) for n in (1, 2)]
+        return ModelResponse.calls(*calls)
+
+    return Agent(ScriptedModel(responder=respond), "scripted", tools=[await_signal], name="pair")
+
+
+def test_two_calls_of_one_step_never_take_the_same_signal(
+    make_backends: Callable[[], Backends],
+) -> None:
+    backends = make_backends()
+    registry = AgentRegistry({"pair": _pair_agent})
+    rt = worker_runtime(backends, "w1", registry=registry)
+    _send(backends, "s-pair", "go", "a")
+    _send(backends, "s-pair", "go", "b")
+    request = _listen("s-pair", "both", agent="pair")
+    submit(backends.runs, request)
+    drain(rt, TENANT, "s-pair")
+    assert sorted(_payloads(_result(backends, request).output)) == ["a", "b"]
 
 
 def test_in_process_a_wait_parks_and_an_answer_goes_on() -> None:

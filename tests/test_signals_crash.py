@@ -20,13 +20,16 @@ from tests.support.crash import (
     crash_at,
     worker_runtime,
 )
-from tests.support.signal_agents import listener_agent
-from tether import SessionLogReader
+from tests.support.signal_agents import await_signal, listener_agent, respond_with
+from tether import Agent, ModelResponse, ScriptedModel, SessionLogReader
 from tether.core.events import now_ms
+from tether.core.items import ToolOutput
 from tether.core.results import RunStatus
+from tether.models.base import ModelRequest
 from tether.runs.contract import RunRequest
 from tether.runs.queue.base import submit
 from tether.runs.signals.base import signal_payload, wake_of
+from tether.runtime.options import AgentOptions
 from tether.runtime.registry import AgentRegistry
 from tether.runtime.signals import CURSOR_KEY
 from tether.worker.engine.commit import CommitStep
@@ -124,4 +127,42 @@ def test_a_signal_wake_crashed_at_every_step_delivers_once(
     assert head is not None
     wakes = [r for r in head.applied if r.request_id.startswith("wake-")]
     assert len(wakes) == 1
+    _check_delivered_once(backends, session_id, ["one", "two"])
+
+
+def _dying_listener(switch: PowerSwitch) -> AgentRegistry:
+    """The listener, step-durable, whose worker dies in its model call after the first
+    signal was taken (that step is checkpointed)."""
+    respond = respond_with("await_signal")
+
+    def dying(request: ModelRequest) -> ModelResponse:
+        taken = [i for i in request.items if isinstance(i, ToolOutput)]
+        if len(taken) == 1 and not switch.dead:
+            switch.dead = True
+            raise SimulatedCrash("worker died after the first signal was taken")
+        return respond(request)  # type: ignore[no-any-return]
+
+    def factory() -> Agent:
+        options = AgentOptions(durability="step")
+        model = ScriptedModel(responder=dying)
+        return Agent(model, "scripted", tools=[await_signal], name="listener", options=options)
+
+    return AgentRegistry({"listener": factory})
+
+
+def test_a_run_resumed_from_its_step_checkpoint_never_takes_a_signal_twice(
+    make_backends: Callable[[], Backends],
+) -> None:
+    backends = make_backends()
+    session_id = "s-resume"
+    _send(backends, session_id, "one")
+    _send(backends, session_id, "two")
+    request = _listen(session_id, count=2)
+    switch = PowerSwitch()
+    dying = worker_runtime(backends, "w1", switch=switch, registry=_dying_listener(switch))
+    submit(backends.runs, request)
+    with pytest.raises(SimulatedCrash):
+        drain(dying, TENANT, session_id)
+    assert backends.checkpoints.load(TENANT, session_id, request.run_id) is not None
+    _recover(backends, session_id)
     _check_delivered_once(backends, session_id, ["one", "two"])

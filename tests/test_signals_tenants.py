@@ -16,7 +16,7 @@ from tether.producer import AsyncProducer
 
 
 def _mailbox_len(w: World, tenant: str, session_id: str) -> int:
-    return int(w.admin.xlen(RedisKeys(NS).session_signals(tenant, session_id)))
+    return int(w.admin.xlen(RedisKeys(NS).session_waits(tenant, session_id, "signals")))
 
 
 def test_a_tenant_signals_its_own_sessions_and_never_another_tenants(world: World) -> None:  # noqa: F811

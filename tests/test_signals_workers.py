@@ -61,7 +61,7 @@ def _payloads(result: RunResult) -> list[Any]:
 
 def _mailbox_len(stack: Stack, sid: str) -> int:
     keys = RedisKeys(stack.settings.namespace)
-    return int(stack.redis.client().xlen(keys.session_signals("default", sid)))
+    return int(stack.redis.client().xlen(keys.session_waits("default", sid, "signals")))
 
 
 def test_a_signal_sent_before_the_wait_is_taken_at_once(producer: Producer) -> None:

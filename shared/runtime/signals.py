@@ -28,6 +28,7 @@ import json
 import math
 import re
 import threading
+import weakref
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
@@ -179,13 +180,27 @@ def advance_from_events(session: SessionState, events: Iterable[AgentEvent]) -> 
         set_cursor(session, cursor)
 
 
+_locks_guard = threading.Lock()
+_locks: weakref.WeakValueDictionary[tuple[str, str], threading.Lock] = weakref.WeakValueDictionary()
+
+
+def _session_lock(tenant: str, session_id: str) -> threading.Lock:
+    """One lock per session in this process: a step's calls run in parallel, each with an
+    inbox of its own, and two must not take the same signal."""
+    with _locks_guard:
+        lock = _locks.get((tenant, session_id))
+        if lock is None:
+            lock = _locks[(tenant, session_id)] = threading.Lock()
+        return lock
+
+
 class SignalInbox:
     """A run's access to its session's mailbox: takes signals in send order, once each."""
 
     def __init__(self, reader: SignalReader, session: SessionState) -> None:
         self._reader = reader
         self._session = session
-        self._lock = threading.Lock()  # a step's calls run in parallel
+        self._lock = _session_lock(session.tenant, session.session_id)
 
     def take(self, name: str) -> Signal | None:
         """The first signal named ``name`` this session has not consumed, now consumed."""

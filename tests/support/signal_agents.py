@@ -18,7 +18,7 @@ def await_signal(name: str, timeout_s: float, ctx: ToolContext) -> Waiting | str
     return ctx.wait_for_signal(name, timeout_s)
 
 
-def _respond_with(tool_name: str):  # type: ignore[no-untyped-def]
+def respond_with(tool_name: str):  # type: ignore[no-untyped-def]
     def respond(request: ModelRequest) -> ModelResponse:
         asks = [i for i in request.items if isinstance(i, UserMessage)]
         words = asks[-1].content.split() if asks else []
@@ -40,7 +40,7 @@ def _respond_with(tool_name: str):  # type: ignore[no-untyped-def]
 def listener_agent() -> Agent:
     """``listen NAME TIMEOUT_S [COUNT]``: a tool waits for signal NAME, COUNT times."""
     return Agent(
-        ScriptedModel(responder=_respond_with("await_signal")),
+        ScriptedModel(responder=respond_with("await_signal")),
         "scripted",
         tools=[await_signal],
         name="listener",
@@ -50,7 +50,7 @@ def listener_agent() -> Agent:
 def signal_waiter_agent() -> Agent:
     """The same, the model calling the built-in ``wait_for_signal`` tool."""
     return Agent(
-        ScriptedModel(responder=_respond_with("wait_for_signal")),
+        ScriptedModel(responder=respond_with("wait_for_signal")),
         "scripted",
         tools=[signal_tool()],
         name="signal_waiter",

@@ -72,10 +72,13 @@ class SignalScope:
 
     @contextmanager
     def reading(self, first_seq: int) -> Iterator[None]:
-        """Around the run: tools read the mailbox; what this run's own events (from
-        ``first_seq``: a resumed run's replayed steps) consumed counts; a rollback gives back
-        what the run consumed."""
+        """Around the run: the mailbox forgets what the head consumed (the mailbox stays short
+        also when signals are taken at once, never parked on); tools read it; what this run's
+        own events (from ``first_seq``: a resumed run's replayed steps) consumed counts; a
+        rollback gives back what the run consumed."""
         session, run_id = self._session, self._request.run_id
+        if self._mailbox is not None and self._before:  # what committed heads consumed
+            self._mailbox.forget(session.tenant, session.session_id, self._before)
         advance_from_events(session, (e for e in session.events if e.seq >= first_seq))
         with signal_reader(self._mailbox):
             yield

@@ -1,8 +1,9 @@
 """The console's actions (only with ``--actions``): cancel a run; approve, reject or answer the
-call a waiting run waits on; fork a session; redeliver a dead webhook. Each is a form POST
-carrying the console's form key, checked against the tenant, done through the Producer SDK for
-the console's tenant (``--tenant``: every call names it, since the Producer's own tenant is
-``TETHER_TENANT``'s, which may differ), then a redirect back with a one-line message."""
+call a waiting run waits on; send a session a signal; fork a session; redeliver a dead webhook.
+Each is a form POST carrying the console's form key, checked against the tenant, done through
+the Producer SDK for the console's tenant (``--tenant``: every call names it, since the
+Producer's own tenant is ``TETHER_TENANT``'s, which may differ), then a redirect back with a
+one-line message."""
 
 from __future__ import annotations
 
@@ -110,6 +111,24 @@ class Actions:
                 f"{verb}: sent for call {call_id} as run {handle.run_id}; it settles the call "
                 "if the call waits that way, else it fails and changes nothing (see the run)"
             )
+
+        return await self._do(f"/sessions/{quote(session_id)}", act)
+
+    async def signal(self, request: Request) -> Response:
+        """Send a signal (a name, a JSON payload) to a session of this tenant."""
+        fields = await self._form(request)
+        if isinstance(fields, Response):
+            return fields
+        session_id = request.path_params["session_id"]
+        name, text = fields.get("name", "").strip(), fields.get("payload", "").strip()
+
+        def act() -> str:
+            from tether.producer.signals import payload_of
+
+            payload = payload_of(text or None, None, self.b.producer().settings.max_input_bytes)
+            sent = self.b.producer().signal(session_id, name, payload, tenant=self.config.tenant)
+            woke = f"woke run {sent.woke_run_id}" if sent.woke_run_id else "kept until a run waits"
+            return f"signal {name} {sent.signal_id} sent; {woke}"
 
         return await self._do(f"/sessions/{quote(session_id)}", act)
 

@@ -79,6 +79,7 @@ def _routes(pages: Pages, actions: Actions) -> list[Route | Mount]:
         Route("/runs/{run_id}/cancel", actions.cancel, methods=["POST"]),
         Route("/sessions/{session_id}/calls/{verb}", actions.resolve, methods=["POST"]),
         Route("/sessions/{session_id}/fork", actions.fork, methods=["POST"]),
+        Route("/sessions/{session_id}/signal", actions.signal, methods=["POST"]),
         Route("/webhooks/{delivery_id}/redeliver", actions.redeliver, methods=["POST"]),
         # the editable install links each file: follow the links (names stay confined to STATIC)
         Mount("/static", app=StaticFiles(directory=STATIC, follow_symlink=True), name="static"),

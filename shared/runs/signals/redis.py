@@ -36,7 +36,7 @@ def _send_call(
 ) -> tuple[list[Any], list[Any]]:
     return (
         SIGNAL_SEND.keys(
-            mailbox=keys.session_signals(tenant, session_id),
+            mailbox=keys.session_waits(tenant, session_id, "signals"),
             waits=keys.session_waits(tenant, session_id),
         ),
         SIGNAL_SEND.argv(
@@ -85,7 +85,7 @@ class RedisSignalMailbox:
     def first_after(
         self, tenant: str, session_id: str, name: str, after_id: str | None
     ) -> Signal | None:
-        key = self._keys.session_signals(tenant, session_id)
+        key = self._keys.session_waits(tenant, session_id, "signals")
         start = "-" if after_id is None else f"({after_id}"
         while True:
             with translate_errors(self._where):
@@ -103,7 +103,7 @@ class RedisSignalMailbox:
         consumed some does this: the mailbox stays short)."""
         if not consumed:
             return
-        key = self._keys.session_signals(tenant, session_id)
+        key = self._keys.session_waits(tenant, session_id, "signals")
         with translate_errors(self._where):
             entries: list[Any] = self._client.xrange(key, min="-", max="+", count=PAGE) or []
             done = [
