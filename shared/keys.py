@@ -138,8 +138,9 @@ import zlib
 from typing import NamedTuple
 
 from tether.errors import ConfigurationError
-from tether.ids import is_valid_id, validate_id, validate_tenant
+from tether.ids import validate_id, validate_tenant
 from tether.keys_fleet import FleetKeys
+from tether.keys_schedules import ScheduleKeys
 
 DEFAULT_PREFIX = "tether"
 _PREFIX_RE = re.compile(r"[A-Za-z0-9_\-.]{1,64}")
@@ -184,7 +185,7 @@ class SessionKeys(NamedTuple):
     pending: str
 
 
-class RedisKeys(FleetKeys):
+class RedisKeys(FleetKeys, ScheduleKeys):
     """Builds every Redis key of one namespace.
 
     Args:
@@ -493,28 +494,3 @@ class RedisKeys(FleetKeys):
     def kick(self, tenant: str, session_id: str) -> str:
         """The sweeper's short-lived claim on re-enqueueing a session (SET NX PX)."""
         return self._session_key(tenant, session_id, "kick")
-
-    def schedules(self, tenant: str) -> str:
-        """The run schedules of ``tenant``: a zset of schedule names scored by their next tick
-        (Unix s). Its own slot per tenant, with every entry (:meth:`schedule`)."""
-        return f"{self.prefix}:{{{validate_tenant(tenant)}/~sched}}"
-
-    def schedule(self, tenant: str, name: str) -> str:
-        """One run schedule of ``tenant`` (hash: ``definition``, ``meta``), in the slot of
-        :meth:`schedules`."""
-        return f"{self.schedules(tenant)}:{validate_id(name, kind='schedule name')}"
-
-    def schedule_owners(self) -> str:
-        """A SCAN glob matching the :meth:`schedules` zset of every tenant (and nothing else a
-        tenant can name: see :meth:`schedule_owner`)."""
-        return f"{self.prefix}:{{*/~sched}}"
-
-    def schedule_owner(self, key: str) -> str | None:
-        """The tenant whose :meth:`schedules` zset ``key`` is, or None when ``key`` is no such
-        zset. A tenant can write only keys starting ``<p>:{<tenant>/``, so a key it made to
-        match :meth:`schedule_owners` names that tenant or no valid one."""
-        head, tail = f"{self.prefix}:{{", "/~sched}"
-        if not (key.startswith(head) and key.endswith(tail)):
-            return None
-        tenant = key[len(head) : -len(tail)]
-        return tenant if is_valid_id(tenant) else None

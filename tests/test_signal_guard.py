@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import gc
 import signal
+import sys
+from typing import Any
 
 import pytest
 
@@ -39,3 +41,23 @@ def test_a_signal_in_a_critical_section_is_raised_at_its_end() -> None:
         with guard.critical():
             guard._handle(signal.SIGTERM, None)  # deferred, not raised here
         pytest.fail("the end of the critical section raises")
+
+
+def test_a_signal_in_a_finalizer_prints_no_traceback_and_stops_at_the_next_checkpoint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``tests/test_demo.py`` saw "Exception ignored in ConnectionPool.__del__" and a traceback
+    on stderr: the handler now defers a signal that lands in a finalizer."""
+    dropped: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", dropped.append)
+    with SignalGuard() as guard:
+
+        class Finalized:
+            def __del__(self) -> None:
+                guard._handle(signal.SIGINT, sys._getframe())  # the frame a signal would see
+
+        Finalized()
+        gc.collect()
+        assert dropped == []
+        with pytest.raises(Interrupted, match="interrupted by SIGINT"):
+            guard.check()

@@ -75,7 +75,9 @@ class SignalGuard:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.received = signum
-        if self._depth > 0:
+        if self._depth > 0 or _in_finalizer(frame):
+            # in a finalizer Python would print the exception as "Exception ignored" with its
+            # traceback and drop it: :meth:`check` raises it at the next point of the flow
             self._pending = signum
             return
         raise Interrupted(signum)
@@ -267,3 +269,12 @@ def parent_pid(pid: int) -> int | None:
             return int(handle.read().rsplit(")", 1)[1].split()[1])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _in_finalizer(frame: FrameType | None) -> bool:
+    """Whether ``frame`` runs inside a ``__del__`` (the garbage collector's, at any depth)."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False

@@ -345,18 +345,6 @@ class AgentSession(SessionMemoryOps):
             run_id = run_id or new_id("run")
             self._runner.resolve(self, resolutions, run_id=run_id, request_id=request_id)
 
-    def approve(self, call_id: str) -> None:
-        """Run a call that waits for approval, and record its output."""
-        self.resolve([Resolution(call_id=call_id, action="approve")])
-
-    def reject(self, call_id: str, reason: str = "rejected by a person") -> None:
-        """Refuse a call that waits for approval; the model sees ``reason``."""
-        self.resolve([Resolution(call_id=call_id, action="reject", text=reason)])
-
-    def submit_tool_output(self, call_id: str, output: str) -> None:
-        """Give the output of a call that waits for one (a tool that returned ``Waiting``)."""
-        self.resolve([Resolution(call_id=call_id, action="output", text=output)])
-
     # --- snapshot, restore, save -------------------------------------------------------------
 
     def snapshot(self) -> SessionSnapshot:

@@ -1,5 +1,5 @@
 """A session's memory verbs outside the agent loop: read the last items, add, pop, clear, patch
-a tool output, compact.
+a tool output, compact; and a person's answers to its waiting calls (approve, reject, output).
 
 Each write is exactly one event through :meth:`AgentSession.write`, so folding the log still
 gives the memory (the event contract). Mixed into :class:`tether.runtime.session.AgentSession`
@@ -23,6 +23,7 @@ from tether.core.events import (
 )
 from tether.core.items import Item
 from tether.core.memory import Memory
+from tether.core.results import Resolution
 from tether.errors import InvalidInput
 from tether.runtime.llm_summary import record_summary_calls, summary_calls
 
@@ -67,6 +68,14 @@ class SessionMemoryOps:
             step: int = 0,
             touch: bool = True,
         ) -> AgentEvent: ...
+
+        def resolve(
+            self,
+            resolutions: Sequence[Resolution],
+            *,
+            run_id: str | None = None,
+            request_id: str | None = None,
+        ) -> None: ...
 
         def emit(
             self,
@@ -152,3 +161,15 @@ class SessionMemoryOps:
                 EventType.MEMORY_COMPRESS, CompactPayload(result=result), run_id=run_id, step=step
             )
             self._last_compact = result
+
+    def approve(self, call_id: str) -> None:
+        """Run a call that waits for approval, and record its output."""
+        self.resolve([Resolution(call_id=call_id, action="approve")])
+
+    def reject(self, call_id: str, reason: str = "rejected by a person") -> None:
+        """Refuse a call that waits for approval; the model sees ``reason``."""
+        self.resolve([Resolution(call_id=call_id, action="reject", text=reason)])
+
+    def submit_tool_output(self, call_id: str, output: str) -> None:
+        """Give the output of a call that waits for one (a tool that returned ``Waiting``)."""
+        self.resolve([Resolution(call_id=call_id, action="output", text=output)])

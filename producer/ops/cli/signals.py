@@ -9,7 +9,6 @@ import typer
 
 from tether.producer.ops.cli.runs import SessionArg
 from tether.producer.ops.cli.support import JsonOption, TenantOption, cli_producer, cli_settings
-from tether.producer.signals import payload_of
 
 NameArg = Annotated[
     str, typer.Argument(metavar="NAME", help="The signal's name (what the tool waits for).")
@@ -44,6 +43,8 @@ def signal(
     """Send signal NAME with a JSON payload to a session: the run waiting for it goes on; one
     sent before the wait is kept for it. Prints the signal's id and the run it woke."""
     settings = cli_settings()
+    from tether.producer.signals import payload_of  # not at import: `tether --help` stays light
+
     value = payload_of(payload, payload_file, settings.max_input_bytes)
     ids = {"session id": session_id, "tenant": tenant}
     with cli_producer(settings, broker=True, ids=ids) as producer:
