@@ -1,8 +1,8 @@
-"""P20: a durable 10-step run at equal durability: Tether against DBOS and LangGraph-SQLite.
+"""P21: a durable 10-step run at equal durability: Tether against DBOS and LangGraph-SQLite.
 
     bench/peers/make-venv.sh                      # once: the peers in their own venv (.venv-peers)
     python -m bench.durable_step                  # 200 runs of each side, alternated
-    python -m bench.durable_step --reps 20 --warmup 3 --out /tmp/p20   # a smoke run
+    python -m bench.durable_step --reps 20 --warmup 3 --out /tmp/p21   # a smoke run
 
 Every side promises the same thing: a step that was acknowledged survives a power cut, so every
 side fsyncs each commit, and every side writes to one directory on one disk (``--dir``; a fresh
@@ -26,7 +26,7 @@ Each repetition runs one run of every side, the order rotating from one repetiti
 every run starts a fresh session / workflow / thread. The peers run in-process (their call is
 timed inside the peer's process), Tether from the producer's ``run`` to the ``RunResult`` in
 hand (broker, worker and completion feed included). Results: median and p95 of each side and the
-ratios, in ``bench/results/p20.json`` and ``p20.md`` (``--out`` elsewhere).
+ratios, in ``bench/results/p21.json`` and ``p21.md`` (``--out`` elsewhere).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class TetherSide:
 
     def run(self) -> float:
         """One durable 10-step run on a fresh session, timed from submit to the result."""
-        session_id = f"p20-{uuid.uuid4().hex[:12]}"
+        session_id = f"p21-{uuid.uuid4().hex[:12]}"
         started = time.perf_counter()
         result = self.producer.run(
             session_id, "go", agent="steps10", durability="step", wait_s=RESULT_TIMEOUT_S
@@ -125,7 +125,7 @@ def start_tether(
             "TETHER_BROKER_URL": broker_url,
             "TETHER_REDIS_URL": state.url,
             "TETHER_STORE_URL": store_url,
-            "TETHER_QUEUE": "p20",
+            "TETHER_QUEUE": "p21",
             "TETHER_AGENT_MODULES": json.dumps([AGENT_MODULE]),
             "PYTHONPATH": os.pathsep.join(
                 [*([str(tree)] if tree else []), str(REPO_ROOT), *([path] if path else [])]
@@ -134,12 +134,12 @@ def start_tether(
             **({} if deltas else {"TETHER_DELTA_MAX_LEN": "0"}),
         }
     )
-    fleet = WorkerFleet(env, log_dir, count=1, queue="p20", prefix=name).start()
+    fleet = WorkerFleet(env, log_dir, count=1, queue="p21", prefix=name).start()
     settings = Settings(
         broker_url=broker_url,
         redis_url=state.url,
         store_url=store_url,
-        queue="p20",
+        queue="p21",
         agent_modules=[AGENT_MODULE],
     )
     return TetherSide(name, state, broker, fleet, Producer(settings))
@@ -212,7 +212,7 @@ def started_sides(
     variant is ``tether[-split][-nodeltas][-base]``: ``split`` puts the broker on a Redis of its
     own, ``nodeltas`` turns live pieces off (``TETHER_DELTA_MAX_LEN=0``), ``base`` runs the
     worker on ``base_tree``."""
-    data_dir = Path(tempfile.mkdtemp(prefix="tether-p20-", dir=base_dir))
+    data_dir = Path(tempfile.mkdtemp(prefix="tether-p21-", dir=base_dir))
     log_dir = data_dir / "logs"
     log_dir.mkdir()
     closers: list[Callable[[], None]] = []
@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
     parser.add_argument("--variants", default="tether,tether-split")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--name", default="p20")
+    parser.add_argument("--name", default="p21")
     parser.add_argument(
         "--base-tree",
         type=Path,
@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         ["df", "--output=source", str(args.dir)], capture_output=True, text=True
     ).stdout.split()[-1:]
     document: dict[str, Any] = {
-        "id": "P20",
+        "id": "P21",
         "date": now_iso(),
         "command": " ".join(
             ["python -m bench.durable_step", *(sys.argv[1:] if argv is None else argv)]

@@ -3,7 +3,7 @@ private redis-server and moto (S3 over HTTP, its own process), the worker's own 
 
     python -m bench.profile_run            # 300 runs, cumulative and self-time tables
     python -m bench.profile_run --runs 50
-    python -m bench.profile_run --durable  # P20's run: steps10, durability="step", a Redis on
+    python -m bench.profile_run --durable  # P21's run: steps10, durability="step", a Redis on
                                            # appendfsync always and a file:// store (one disk)
 
 Prints ms per run, then how the profiled time splits between S3 requests (botocore), Redis
@@ -54,7 +54,7 @@ def _cumulative(stats: pstats.Stats, name_part: str, func: str) -> float:
 
 @contextlib.contextmanager
 def durable_runtime() -> Iterator[EngineServices]:
-    """A worker's runtime on P20's durable configuration: a private Redis with ``appendonly
+    """A worker's runtime on P21's durable configuration: a private Redis with ``appendonly
     yes`` + ``appendfsync always`` and a ``file://`` store, both in one temporary directory."""
     data_dir = Path(tempfile.mkdtemp(prefix="tether-profile-durable-"))
     config = {"appendonly": "yes", "appendfsync": "always", "dir": str(data_dir)}
@@ -118,7 +118,7 @@ def commands_per_run(rt: EngineServices, one: Callable[[int], None], start: int,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.profile_run", description=__doc__)
     parser.add_argument("--runs", type=int, default=300)
-    parser.add_argument("--durable", action="store_true", help="P20's durable 10-step run")
+    parser.add_argument("--durable", action="store_true", help="P21's durable 10-step run")
     args = parser.parse_args(argv)
     agent, durability = ("steps10", "step") if args.durable else ("echo", None)
     with durable_runtime() if args.durable else s3_runtime() as rt:
