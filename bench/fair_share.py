@@ -163,8 +163,8 @@ def run_variant(redis_url: str, s3: str, server: OpenAIServer, variant: Variant)
         "b_wait_s": _stats(waits_b),
         "load_avg_1m_before_after": [round(load_before[0], 2), round(load_after[0], 2)],
         "runs_put_back": sum(
-            text.count("put back in its queue") + text.count("left its worker")
-            for text in (p.read_text(errors="replace") for p in log_dir.glob("*.log"))
+            path.read_text(errors="replace").count("put back in its queue")
+            for path in log_dir.glob("*.log")
         ),
     }
     if variant.a_runs:

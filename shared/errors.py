@@ -150,12 +150,6 @@ class RunHandedBack(ConflictError):
     uncommitted, for another worker to resume."""
 
 
-class RunYielded(RunHandedBack):
-    """A run that had not called its model yet waited too long for another tenant's turns at
-    the model's shared limit: it left its worker, uncommitted, and starts again from its
-    queue (docs/limits.md, "Fair shares between tenants")."""
-
-
 class SessionBusy(ConflictError):
     """The session is running another request and the busy policy is ``reject``."""
 

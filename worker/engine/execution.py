@@ -9,11 +9,10 @@ Nothing here writes the head: the attempt commits what :func:`execute` returns
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from tether.core.context import CompactResult
-from tether.core.events import EventType, now_ms
+from tether.core.events import now_ms
 from tether.core.memory import MemorySnapshot
 from tether.core.results import PendingCall, RunStatus
 from tether.core.snapshot import MAX_APPLIED_RECORDS, RunRecord
@@ -85,8 +84,7 @@ def execute(d: DrainState, session: AgentSession, request: RunRequest, agent: Ag
     """
     run = _prepared(d, session, request, agent)
     d.services.guard.watch(d.lease, request.run_id, time.time() + run.timeout_s)
-    deadline_s = time.monotonic() + run.timeout_s
-    notice = WaitNotice(d.services.runs, request.ref, deadline_s, untouched=_untouched(run))
+    notice = WaitNotice(d.services.runs, request.ref, time.monotonic() + run.timeout_s)
     listening = budget_waits.set(notice)
     sharing = budget_tenant.set(request.tenant)
     try:
@@ -97,30 +95,6 @@ def execute(d: DrainState, session: AgentSession, request: RunRequest, agent: Ag
         notice.done()
     saved = run.checkpointer is not None and run.checkpointer.saved
     return Executed(_applied(run, record), pending, checkpointed=saved)
-
-
-#: The events a run may have written and still leave its worker (nothing done yet).
-_BEFORE_ANYTHING = frozenset({EventType.USER_INPUT, EventType.STEP_START, EventType.MODEL_REQUEST})
-
-
-def _untouched(run: Execution) -> Callable[[], bool] | None:
-    """Whether the run has done nothing another attempt would not do again (no model answer,
-    no tool, no compaction): it may then leave its worker while it waits for another tenant's
-    turns (:class:`~tether.worker.engine.waits.WaitNotice`). None: it may never (it resumed,
-    or settled calls before its loop)."""
-    if run.resumed is not None or run.request.resolutions:
-        return None
-    session, first_seq = run.session, run.first_seq
-
-    def untouched() -> bool:
-        for event in reversed(session.events):
-            if event.seq < first_seq:
-                return True
-            if event.type not in _BEFORE_ANYTHING:
-                return False
-        return True
-
-    return untouched
 
 
 def _prepared(d: DrainState, session: AgentSession, request: RunRequest, agent: Agent) -> Execution:

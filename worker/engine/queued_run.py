@@ -16,7 +16,6 @@ from tether.errors import (
     ConflictError,
     InfrastructureError,
     RunHandedBack,
-    RunYielded,
     TetherError,
     UnknownAgent,
     VersionConflict,
@@ -156,11 +155,6 @@ def _attempted(
         with run_span(request, attempts):
             attempt(d, view, request, agent, attempts)
         return Outcome.DONE
-    except RunYielded as yielded:  # nothing was done: it starts again, behind its queue
-        log.info("%s", yielded)
-        d.forget_session()
-        d.services.runs.hand_back(ref)
-        return Outcome.HANDOVER
     except RunHandedBack:
         log.info(
             "run %s handed back at its last checkpoint: this worker is shutting down", ref.run_id

@@ -6,9 +6,8 @@ waits."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
-from tether.errors import RunCancelled, RunInterrupted, RunTimeout, RunYielded
+from tether.errors import RunCancelled, RunInterrupted, RunTimeout
 from tether.observability import metrics
 from tether.runs.contract import RunRef
 from tether.runs.limits.base import WaitReason
@@ -19,9 +18,6 @@ MODEL_BUDGET = "model budget"
 
 #: How often a run waiting for model budget looks for a stop request (s).
 STOP_CHECK_S = 1.0
-#: A run that has not called its model yet leaves its worker after waiting this long (s) for
-#: other tenants' turns at the model's shared limit (reason ``share``, without a break).
-YIELD_AFTER_S = 1.0
 
 
 class WaitNotice:
@@ -31,23 +27,12 @@ class WaitNotice:
     monotonic): a wait is inside a step, where the loop's own checks do not look, and a model
     paused for a long time would otherwise keep a cancelled run waiting, holding its slot."""
 
-    def __init__(
-        self,
-        runs: RunQueue,
-        ref: RunRef,
-        deadline_s: float | None = None,
-        *,
-        untouched: Callable[[], bool] | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, runs: RunQueue, ref: RunRef, deadline_s: float | None = None) -> None:
         self._runs = runs
         self._ref = ref
         self._deadline_s = deadline_s
-        self._untouched = untouched
-        self._clock = clock
         self._waiting = False
         self._checked_s = 0.0
-        self._share_since_s: float | None = None
 
     def __call__(self, reason: WaitReason | None) -> None:
         if reason is not None and not self._waiting:
@@ -58,29 +43,9 @@ class WaitNotice:
             self.done()
         if reason is not None:
             self._stop_if_asked()
-            self._yield_if_behind(reason)
-
-    def _yield_if_behind(self, reason: WaitReason) -> None:
-        """Leave the worker to another tenant's run when this run has waited
-        :data:`YIELD_AFTER_S` for other tenants' turns and has done nothing yet (``untouched``:
-        no model answer, no tool, nothing settled), so that a burst whose runs hold every
-        worker gives them up to the tenant owed the model's turns."""
-        if reason != "share" or self._untouched is None:
-            self._share_since_s = None
-            return
-        now_s = self._clock()
-        if self._share_since_s is None:
-            self._share_since_s = now_s
-        elif now_s - self._share_since_s >= YIELD_AFTER_S and self._untouched():
-            self.done()
-            metrics.run_deferred("model_share")
-            raise RunYielded(
-                f"run {self._ref.run_id} left its worker after {YIELD_AFTER_S:g} s of other "
-                "tenants' turns at its model's limit; it starts again from its queue"
-            )
 
     def _stop_if_asked(self) -> None:
-        now_s = self._clock()
+        now_s = time.monotonic()
         if self._deadline_s is not None and now_s >= self._deadline_s:
             raise RunTimeout(
                 f"run {self._ref.run_id} reached its deadline waiting for model budget; raise "
