@@ -107,9 +107,10 @@ No tenant's credential writes any namespace-wide key (docs/trust-model.md); work
 - ``<p>:{~model:<name>}:budget`` (hash: ``tat_req``, ``tat_tok``), ``:inflight`` (zset, member a
   call's token, score its expiry in ms) and ``:pause`` (string, PX): one model's fleet-wide rate
   limit (see :mod:`tether.runs.limits`); ``:shares`` (hash: each tenant's virtual finish time,
-  ``~v`` the system virtual time) and ``:waiting`` (zset, member ``<tenant> <token>``, score
-  when the waiting call stops counting, ms): the tenants' fair share of it
-  (:mod:`tether.runs.limits.shares`); one slot per model, so one script decides a call.
+  ``<tenant>@`` when its last call was admitted (ms), ``~v`` the system virtual time) and
+  ``:waiting`` (zset, member ``<tenant> <token>``, score when the waiting call stops counting,
+  ms): the tenants' fair share of it (:mod:`tether.runs.limits.shares`); one slot per model, so
+  one script decides a call.
 - ``<p>:{~waiting}`` (zset): runs waiting for a model's budget now (``tether status``).
 - ``<p>:{~sched}::lock`` (string): the lock of the beat that fires the schedules now
   (celery-redbeat's, :meth:`RedisKeys.beat_prefix` is its key prefix). Before the schedules

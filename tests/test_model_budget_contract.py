@@ -363,10 +363,11 @@ def test_a_tenant_behind_with_a_call_waiting_leaves_free_workers_to_the_others(
     budgets: Factory,
 ) -> None:
     """What a worker asks before it starts one more run of a tenant on a limited model: leave
-    the worker to another tenant's run while that tenant is owed the next turn and this one
-    already has a call waiting to take its own."""
+    the worker to another tenant's run while that tenant is owed the next turn (waiting, or
+    admitted moments ago) and this one already has a call waiting to take its own."""
     budget, m = budgets(), model()
-    limit = ModelLimit(concurrent_requests=1, idle_credit_s=0)
+    # a 2 s credit: B, new, starts 2 calls behind A's latest start, 3 behind A's next
+    limit = ModelLimit(concurrent_requests=1, idle_credit_s=2)
     _hold(budget, m, limit, "team-a", 3)
     assert not budget.leaves_to_others(m, limit, "team-a")  # alone: every worker is A's to use
     assert not budget.admit(m, limit, "a-waits", 0, tenant="team-a").admitted
@@ -376,7 +377,13 @@ def test_a_tenant_behind_with_a_call_waiting_leaves_free_workers_to_the_others(
     assert not budget.leaves_to_others(m, limit, "team-b")  # B is owed: it never leaves
     budget.settle(m, limit, "holder", 0)
     assert budget.admit(m, limit, "b-waits", 0, tenant="team-b").admitted
-    assert not budget.leaves_to_others(m, limit, "team-a")  # B has nothing waiting now
+    # B has nothing waiting now, but was admitted a moment ago and is still owed: its next run
+    # is on its way to a worker
+    assert budget.leaves_to_others(m, limit, "team-a")
+    for n in range(2):  # B takes the rest of the turns it is owed
+        budget.settle(m, limit, f"b-{n}" if n else "b-waits", 0)
+        assert budget.admit(m, limit, f"b-{n + 1}", 0, tenant="team-b").admitted
+    assert not budget.leaves_to_others(m, limit, "team-a")  # even: A's runs start
     # a tenant owed a turn but with no call waiting of its own starts its run
     fresh = model()
     _hold(budget, fresh, limit, "team-a", 3)

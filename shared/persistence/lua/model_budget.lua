@@ -6,8 +6,8 @@
 -- most the limit plus one call. Everything in microseconds of the server's clock (TIME), which
 -- every worker shares. A limit of 0 is no limit.
 -- The fair share (tether.runs.limits.shares, the reference in Python): start-time fair
--- queueing. `shares` holds each tenant's virtual finish time and, under `~v`, the system
--- virtual time (the latest start admitted); `waiting` the calls refused and not yet admitted,
+-- queueing. `shares` holds each tenant's virtual finish time, under `<tenant>@` when its last
+-- call was admitted (ms), and under `~v` the system virtual time (the latest start admitted); `waiting` the calls refused and not yet admitted,
 -- member '<tenant> <token>', score when it stops counting (ms). A call the limits have room for
 -- is refused ('share') while another tenant has a waiting call that starts earlier; a tenant's
 -- start is its finish time, never more than credit_us behind the system virtual time.
@@ -62,7 +62,7 @@ redis.call('HSET', K.budget, 'tat_req', string.format('%d', tat_req + us_req),
 redis.call('PEXPIRE', K.budget, 120000 + math.floor((tat_tok - now) / 1000))
 redis.call('HSET', K.shares, A.tenant,
   string.format('%.3f', mine + tonumber(A.call_cost_us) / tonumber(A.weight)),
-  '~v', string.format('%.3f', math.max(system, mine)))
+  '~v', string.format('%.3f', math.max(system, mine)), A.tenant .. '@', now_ms)
 redis.call('PEXPIRE', K.shares, 3600000)
 redis.call('ZREM', K.waiting, me)
 if max_concurrent > 0 then

@@ -49,8 +49,9 @@ class ModelBudget(Protocol):
 
     def leaves_to_others(self, model: str, limit: ModelLimit, tenant: str) -> bool:
         """True when ``tenant`` should leave a free worker to another tenant rather than start
-        one more run calling ``model``: another tenant has a call waiting that goes before
-        ``tenant``'s next, and ``tenant`` already has a call waiting to take that turn
+        one more run calling ``model``: ``tenant`` already has a call waiting to take its next
+        turn, and another tenant that goes before it has a call waiting or had one admitted
+        moments ago (within the waiting grace: its next run is on its way to a worker)
         (:mod:`~tether.runs.limits.shares`). Changes nothing."""
 
     def settle(self, model: str, limit: ModelLimit, token: str, token_delta: int) -> None:

@@ -78,7 +78,7 @@ class InMemoryModelBudget:
                 st.inflight[token] = now + self._slot_ttl_s
             credit_us = limit.idle_credit_s * 1e6
             cost_us = call_cost_us(limit, tokens)
-            st.shares.admit(tenant, token, cost_us, limit.weight(tenant), credit_us)
+            st.shares.admit(tenant, token, cost_us, limit.weight(tenant), credit_us, now)
         return Admission(True)
 
     @staticmethod
@@ -104,7 +104,8 @@ class InMemoryModelBudget:
     def leaves_to_others(self, model: str, limit: ModelLimit, tenant: str) -> bool:
         with self._lock:
             st = self._models.setdefault(model, _State())
-            return st.shares.leaves_to_others(tenant, self._clock(), limit.idle_credit_s * 1e6)
+            credit_us = limit.idle_credit_s * 1e6
+            return st.shares.leaves_to_others(tenant, self._clock(), credit_us, self._wait_grace_s)
 
     def settle(self, model: str, limit: ModelLimit, token: str, token_delta: int) -> None:
         now = self._clock()

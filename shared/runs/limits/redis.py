@@ -88,7 +88,9 @@ class RedisModelBudget:
     def leaves_to_others(self, model: str, limit: ModelLimit, tenant: str) -> bool:
         shares, waiting = self._keys.model_shares(model)
         argv = TURN.argv(
-            tenant=validate_tenant(tenant), credit_us=int(limit.idle_credit_s * 1_000_000)
+            tenant=validate_tenant(tenant),
+            credit_us=int(limit.idle_credit_s * 1_000_000),
+            recent_ms=self._wait_grace_ms,
         )
         with translate_errors(self._where):
             found = self._turn(keys=TURN.keys(shares=shares, waiting=waiting), args=argv)

@@ -57,6 +57,8 @@ class ShareBook:
     """The system virtual time: the latest start admitted (µs)."""
     waiting: dict[str, tuple[str, float]] = field(default_factory=dict)
     """Call token -> (tenant, when it stops counting as waiting, s)."""
+    admitted_s: dict[str, float] = field(default_factory=dict)
+    """When each tenant's last call was admitted (s)."""
 
     def wait(self, tenant: str, token: str, now_s: float, wait_s: float, grace_s: float) -> None:
         """The call ``token`` of ``tenant`` was refused and told to wait ``wait_s``."""
@@ -73,18 +75,34 @@ class ShareBook:
         others = {who for who, _ in self.waiting.values() if who != tenant}
         return any(self.start_us(who, credit_us) < mine for who in others)
 
-    def leaves_to_others(self, tenant: str, now_s: float, credit_us: float) -> bool:
-        """True when ``tenant`` should leave a free worker to another tenant's run: another
-        tenant has a call waiting that starts earlier, and ``tenant`` already has a call
-        waiting (which takes its next turn)."""
-        behind = self.others_turn(tenant, now_s, credit_us)  # drops the calls gone
-        return behind and any(who == tenant for who, _ in self.waiting.values())
+    def leaves_to_others(
+        self, tenant: str, now_s: float, credit_us: float, recent_s: float
+    ) -> bool:
+        """True when ``tenant`` should leave a free worker to another tenant's run: ``tenant``
+        has a call waiting (which takes its next turn), and another tenant that starts earlier
+        has a call waiting or had one admitted in the last ``recent_s`` (its next run is on
+        its way to a worker)."""
+        self.waiting = {k: v for k, v in self.waiting.items() if v[1] > now_s}
+        if not any(who == tenant for who, _ in self.waiting.values()):
+            return False
+        mine = self.start_us(tenant, credit_us)
+        active = {who for who, _ in self.waiting.values()}
+        active |= {who for who, at in self.admitted_s.items() if now_s - at <= recent_s}
+        active.discard(tenant)
+        return any(self.start_us(who, credit_us) < mine for who in active)
 
     def admit(
-        self, tenant: str, token: str, cost_us: float, weight: float, credit_us: float
+        self,
+        tenant: str,
+        token: str,
+        cost_us: float,
+        weight: float,
+        credit_us: float,
+        now_s: float,
     ) -> None:
         """The call ``token`` of ``tenant`` was admitted at ``cost_us``."""
         start = self.start_us(tenant, credit_us)
         self.finish_us[tenant] = start + cost_us / weight
         self.system_us = max(self.system_us, start)
         self.waiting.pop(token, None)
+        self.admitted_s[tenant] = now_s
