@@ -4,10 +4,11 @@ wake when its wait on children is over, and a cancelled parent's children cancel
 - **Spawn** (:class:`WorkerSpawner`, behind ``ctx.spawn``): the child's ids derive from the
   parent's call (:func:`~tether.runtime.children.child_key`); the worker checks the tenant's
   limits (``max_child_depth``, ``max_children_per_run``: a refusal names the limit and writes
-  nothing), records the child in the parent's children record and links the child's session to
-  the parent, then submits the child as a run registered in its session's queue (so
-  ``TETHER_REGISTERED_RUNS_ONLY`` holds). A call executed again submits the same request id:
-  a duplicate the queue drops, so a child runs once.
+  nothing). At ``ctx.wait`` (or the run's end) the children spawned so far are recorded in the
+  parent's children record with their sessions linked to the parent, then submitted in one
+  batch as runs registered in their sessions' queues (so ``TETHER_REGISTERED_RUNS_ONLY``
+  holds). A call executed again submits the same request ids: duplicates the queue drops, so a
+  child runs once.
 - **End** (the commit's ``children`` step, :func:`family_hook`, before its ``finish``): a child
   whose run ended (not ``WAITING``: a child that parks goes on in a continuation, whose end is
   the child's) records its :class:`~tether.core.children.ChildEnd` in the parent's record (once
@@ -90,6 +91,7 @@ class WorkerSpawner:
         self._lock = threading.Lock()
         self._spawned = 0
         self._per_call: dict[tuple[int, str], int] = {}
+        self._pending: list[tuple[SpawnedChild, ChildLink, RunRequest]] = []
 
     def spawn(
         self,
@@ -116,8 +118,43 @@ class WorkerSpawner:
             agent=agent,
             detached=detached,
         )
-        self._submit(book, ctx, ref, request)
+        spawn = SpawnedChild(
+            child=ref,
+            parent_run_id=self._request.run_id,
+            call_id=ctx.call_id,
+            spawned_at_ms=now_ms(),
+        )
+        link = ChildLink(
+            parent_session_id=self._request.session_id,
+            parent_run_id=self._request.run_id,
+            call_id=ctx.call_id,
+            child_run_id=ref.run_id,
+            depth=request.parent.depth,
+            detached=detached,
+        )
+        with self._lock:
+            self._pending.append((spawn, link, request))
         return ref
+
+    def flush(self) -> None:
+        """Record the children spawned since the last flush with their parent, link their
+        sessions, then submit them, in one batch each (idempotent: a child submitted again is a
+        duplicate the queue drops)."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        book = self._services.children
+        if not pending or book is None:
+            return
+        parent = self._request
+        book.spawned(parent.tenant, parent.session_id, [(s, link) for s, link, _ in pending])
+        services = self._services
+        requests = [r for _, _, r in pending]
+        outcomes = services.runs.submit_many(requests, queue=services.settings.queue)
+        for request, outcome in zip(requests, outcomes, strict=True):
+            if outcome.state is SubmitState.QUEUED:
+                services.wake(request.tenant, request.session_id)
+            elif outcome.state is not SubmitState.DUPLICATE:
+                log.warning("child run %s was not queued: %s", request.run_id, outcome.state)
 
     def _take(self, ctx: ToolCall, depth: int) -> int:
         """Count one more child of ``ctx``'s call (its order in the call), within the limits.
@@ -189,38 +226,6 @@ class WorkerSpawner:
             )
         except (pydantic.ValidationError, InvalidId, ValueError) as exc:
             raise ToolError(f"ctx.spawn: the child's request is not valid: {exc}") from exc
-
-    def _submit(self, book: ChildBook, ctx: ToolCall, ref: ChildRef, request: RunRequest) -> None:
-        """Record the child with its parent, link its session, submit it (idempotent)."""
-        parent = self._request
-        assert request.parent is not None
-        book.spawned(
-            parent.tenant,
-            parent.session_id,
-            SpawnedChild(
-                child=ref, parent_run_id=parent.run_id, call_id=ctx.call_id, spawned_at_ms=now_ms()
-            ),
-        )
-        book.link(
-            parent.tenant,
-            ref.session_id,
-            ChildLink(
-                parent_session_id=parent.session_id,
-                parent_run_id=parent.run_id,
-                call_id=ctx.call_id,
-                child_run_id=ref.run_id,
-                depth=request.parent.depth,
-                detached=ref.detached,
-            ),
-        )
-        services = self._services
-        (outcome,) = services.runs.submit_many([request], queue=services.settings.queue)
-        if outcome.state is SubmitState.QUEUED:
-            services.wake(request.tenant, request.session_id)
-        elif outcome.state is not SubmitState.DUPLICATE:
-            raise ToolError(
-                f"ctx.spawn: the child run {request.run_id} was not queued ({outcome.state})"
-            )
 
 
 def mark_child(session: AgentSession, request: RunRequest) -> None:

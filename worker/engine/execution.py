@@ -170,6 +170,8 @@ def _ended(run: Execution) -> tuple[RunRecord, tuple[PendingCall, ...]]:
                 on_delta=run.deltas,
                 request_id=request.request_id,
             )
+        if run.spawner is not None:  # children no call waited on are submitted now
+            run.spawner.flush()
         return applied_record(request, result, first_seq), redacted_pending(
             result.pending, run.agent
         )
