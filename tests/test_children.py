@@ -241,3 +241,24 @@ def test_spawn_in_process_fails_the_call_saying_it_needs_the_fleet() -> None:
     result = session.run("fan 1")
     assert result.status is RunStatus.COMPLETED
     assert result.output is not None and "ctx.spawn needs the fleet" in result.output
+
+
+def test_a_childs_run_span_is_below_its_parents_run_span() -> None:
+    from tests.support.crash import memory_backends
+    from tests.support.otel_spans import memory_exporter
+
+    exporter = memory_exporter()
+    backends = memory_backends()
+    w = rt(backends)
+    start(backends, w, "p-trace", "fan 1")
+    _, (child,) = children_of(backends, "p-trace")
+    drain(w, TENANT, child.session_id)
+    runs = {
+        s.attributes["tether.session_id"]: s
+        for s in exporter.get_finished_spans()
+        if s.name == "tether.run" and s.attributes is not None
+    }
+    parent, spawned = runs["p-trace"], runs[child.session_id]
+    assert spawned.parent is not None and parent.context is not None
+    assert spawned.context is not None and spawned.context.trace_id == parent.context.trace_id
+    assert spawned.parent.span_id == parent.context.span_id
