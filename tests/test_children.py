@@ -262,3 +262,34 @@ def test_a_childs_run_span_is_below_its_parents_run_span() -> None:
     assert spawned.parent is not None and parent.context is not None
     assert spawned.context is not None and spawned.context.trace_id == parent.context.trace_id
     assert spawned.parent.span_id == parent.context.span_id
+
+
+def test_a_parent_waits_through_a_redis_flush(make_backends: Callable[[], Backends]) -> None:
+    """Redis loses the wait records and the family records (the index, not the queue): the
+    reconcile parks the parent's wait again from its head, finds the end of the child that
+    ended before in that child's head, and the last child's end, vouched for by the parent's
+    own wait, wakes it."""
+    from tether.worker.engine.wait_reconcile import reconcile_waits
+
+    backends = make_backends()
+    w = rt(backends)
+    start(backends, w, "p-flush", "fan 2")
+    call_id, children = children_of(backends, "p-flush")
+    drain(w, TENANT, children[0].session_id)
+    _lose_the_index(backends, ["p-flush", *(c.session_id for c in children)])
+    assert reconcile_waits(w) == 1
+    drain(w, TENANT, children[1].session_id)
+    drain(w, TENANT, "p-flush")
+    body = tool_output(woken(backends, "p-flush", call_id))
+    assert [c["output"] for c in body["children"]] == ["answer: topic-0", "answer: topic-1"]
+
+
+def _lose_the_index(backends: Backends, sessions: list[str]) -> None:
+    if backends.name == "memory":
+        backends.waits.clear()
+        backends.children.clear()
+        return
+    client, keys = backends.waits._client, backends.waits._keys
+    for sid in sessions:
+        client.delete(keys.session_waits(TENANT, sid), keys.session_waits(TENANT, sid, "family"))
+    client.delete(*keys.timer_shards())

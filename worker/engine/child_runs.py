@@ -150,11 +150,17 @@ class WorkerSpawner:
         services = self._services
         requests = [r for _, _, r in pending]
         outcomes = services.runs.submit_many(requests, queue=services.settings.queue)
+        queued: list[tuple[str, str]] = []
         for request, outcome in zip(requests, outcomes, strict=True):
             if outcome.state is SubmitState.QUEUED:
-                services.wake(request.tenant, request.session_id)
+                queued.append((request.tenant, request.session_id))
             elif outcome.state is not SubmitState.DUPLICATE:
                 log.warning("child run %s was not queued: %s", request.run_id, outcome.state)
+        if services.wake_many is not None:
+            services.wake_many(queued, services.settings.queue)
+        else:
+            for tenant, session_id in queued:
+                services.wake(tenant, session_id)
 
     def _take(self, ctx: ToolCall, depth: int) -> int:
         """Count one more child of ``ctx``'s call (its order in the call), within the limits.
@@ -276,8 +282,22 @@ def _tell_family(services: EngineServices, request: RunRequest, result: RunResul
         error_message=result.error_message,
         ended_at_ms=now_ms(),
     )
-    if book.ended(request.tenant, link.parent_session_id, end):
-        wake_ready(services, request.tenant, link.parent_session_id)
+    tenant, parent = request.tenant, link.parent_session_id
+    if book.ended(tenant, parent, end) or (
+        _waited_on(services, tenant, parent, end.run_id)
+        and book.ended(tenant, parent, end, vouched=True)
+    ):
+        wake_ready(services, tenant, parent)
+
+
+def _waited_on(services: EngineServices, tenant: str, session_id: str, child_run_id: str) -> bool:
+    """Whether a call of the session waits on the child (its wait is rebuilt from the head
+    when Redis lost the family record: the head vouches for the child)."""
+    assert services.waits is not None
+    return any(
+        any(c.run_id == child_run_id for c in r.wait_for.children)
+        for r in services.waits.records(tenant, session_id)
+    )
 
 
 def _link(book: ChildBook, request: RunRequest) -> ChildLink | None:
@@ -350,9 +370,56 @@ def parked_hook(services: EngineServices) -> Callable[[Sequence[WaitRecord]], No
         by_session = {(r.tenant, r.session_id) for r in records}
         for tenant, session_id in by_session:
             mine = [r for r in records if (r.tenant, r.session_id) == (tenant, session_id)]
+            recover_ends(services, tenant, session_id, mine)
             wake_ready(services, tenant, session_id, mine)
 
     return parked
+
+
+def recover_ends(
+    services: EngineServices, tenant: str, session_id: str, records: Sequence[WaitRecord]
+) -> int:
+    """Record the ends of waited-on children that the family record lacks along with their
+    spawn (Redis lost it: a flush, a rollback), read from the children's heads; how many."""
+    book = services.children
+    assert book is not None
+    family = book.family(tenant, session_id)
+    lost = {
+        c.run_id: c
+        for r in records
+        if r.wait_for.kind == "children"
+        for c in r.wait_for.children
+        if c.run_id not in family.ended and c.run_id not in family.spawned
+    }
+    found = 0
+    for child in lost.values():
+        end = _end_in_head(services, child)
+        if end is not None and book.ended(tenant, session_id, end, vouched=True):
+            found += 1
+    return found
+
+
+def _end_in_head(services: EngineServices, child: ChildRef) -> ChildEnd | None:
+    """How a child ended, as its session's head records it (None: not ended, or unknown):
+    its own run's record, or, when it parked, the last finished record after it."""
+    stored = services.store.load_shallow(child.tenant, child.session_id)
+    applied = stored.snapshot.applied if stored is not None else []
+    request_id = child.run_id.removeprefix("run-")
+    at = next((i for i, r in enumerate(applied) if r.request_id == request_id), None)
+    if at is None:
+        return None
+    ended = [r for r in applied[at:] if r.status != RunStatus.WAITING.value]
+    if not ended:
+        return None
+    last = ended[-1]
+    return ChildEnd(
+        run_id=child.run_id,
+        status=last.status,
+        output=last.output,
+        error_type=last.error_type,
+        error_message=last.error_message,
+        ended_at_ms=now_ms(),
+    )
 
 
 def timeout_output(services: EngineServices, record: WaitRecord) -> str | None:

@@ -18,6 +18,7 @@ from tether.core.waits import WaitFor
 from tether.runs.waits.base import WaitRecord
 from tether.runs.waits.marks import WaitMark
 from tether.runtime.waiting import parked_calls
+from tether.worker.engine.child_runs import parked_hook
 from tether.worker.engine.services import EngineServices
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,8 @@ def _rebuild(services: EngineServices, tenant: str, session_id: str) -> int:
     records = _still_parked(mark, parked)
     if records:
         services.waits.park(records)
+        if (parked_again := parked_hook(services)) is not None:  # children that ended meanwhile
+            parked_again(records)
         log.info(
             "rebuilt the waits of %s/%s from its head: %d call(s)", tenant, session_id, len(records)
         )

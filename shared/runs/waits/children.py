@@ -71,9 +71,12 @@ class ChildBook(Protocol):
     def link_of(self, tenant: str, child_session_id: str) -> ChildLink | None:
         """A child session's link to its parent (None: no parent)."""
 
-    def ended(self, tenant: str, parent_session_id: str, end: ChildEnd) -> bool:
+    def ended(
+        self, tenant: str, parent_session_id: str, end: ChildEnd, *, vouched: bool = False
+    ) -> bool:
         """Record how a child ended, once (a second end of the same child is dropped); False
-        when the parent's record names no such child (nothing written)."""
+        when the parent's record names no such child (nothing written), unless ``vouched``
+        (the parent's own wait names it: its record was lost with Redis)."""
 
     def family(self, tenant: str, parent_session_id: str) -> Family:
         """The parent session's children."""

@@ -32,9 +32,12 @@ class InMemoryChildBook:
         with self._lock:
             return self._links.get((tenant, child_session_id))
 
-    def ended(self, tenant: str, parent_session_id: str, end: ChildEnd) -> bool:
+    def ended(
+        self, tenant: str, parent_session_id: str, end: ChildEnd, *, vouched: bool = False
+    ) -> bool:
         with self._lock:
-            if end.run_id not in self._spawned.get((tenant, parent_session_id), {}):
+            known = end.run_id in self._spawned.get((tenant, parent_session_id), {})
+            if not (known or vouched):
                 return False
             self._ended.setdefault((tenant, parent_session_id), {}).setdefault(end.run_id, end)
             return True

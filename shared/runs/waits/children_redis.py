@@ -50,9 +50,11 @@ class RedisChildBook:
         raw = self._client.hget(self._key(tenant, child_session_id), _PARENT)
         return None if raw is None else ChildLink.model_validate_json(raw)
 
-    def ended(self, tenant: str, parent_session_id: str, end: ChildEnd) -> bool:
+    def ended(
+        self, tenant: str, parent_session_id: str, end: ChildEnd, *, vouched: bool = False
+    ) -> bool:
         key = self._key(tenant, parent_session_id)
-        if not self._client.hexists(key, _SPAWN + end.run_id):
+        if not vouched and not self._client.hexists(key, _SPAWN + end.run_id):
             return False
         self._client.hsetnx(key, _DONE + end.run_id, end.model_dump_json())
         return True
