@@ -35,7 +35,7 @@ import pydantic
 from pydantic import JsonValue
 
 from tether.core.children import ChildEnd, children_output, children_ready
-from tether.core.events import now_ms
+from tether.core.events import EventType, ToolResultPayload, now_ms
 from tether.core.results import Resolution, RunStatus
 from tether.core.waits import ChildRef
 from tether.errors import InvalidId, ToolError
@@ -136,12 +136,13 @@ class WorkerSpawner:
             self._pending.append((spawn, link, request))
         return ref
 
-    def flush(self) -> None:
+    def flush(self, dropped_calls: frozenset[str] = frozenset()) -> None:
         """Record the children spawned since the last flush with their parent, link their
         sessions, then submit them, in one batch each (idempotent: a child submitted again is a
-        duplicate the queue drops)."""
+        duplicate the queue drops); those of ``dropped_calls`` (calls that failed) are dropped."""
         with self._lock:
-            pending, self._pending = self._pending, []
+            pending = [p for p in self._pending if p[0].call_id not in dropped_calls]
+            self._pending = []
         book = self._services.children
         if not pending or book is None:
             return
@@ -232,6 +233,18 @@ class WorkerSpawner:
             )
         except (pydantic.ValidationError, InvalidId, ValueError) as exc:
             raise ToolError(f"ctx.spawn: the child's request is not valid: {exc}") from exc
+
+
+def failed_calls(session: AgentSession, run_id: str) -> frozenset[str]:
+    """The calls of run ``run_id`` whose tool failed (their unsubmitted children are dropped)."""
+    return frozenset(
+        e.payload.item.call_id
+        for e in session.events
+        if e.run_id == run_id
+        and e.type is EventType.TOOL_RESULT
+        and isinstance(e.payload, ToolResultPayload)
+        and not e.payload.ok
+    )
 
 
 def mark_child(session: AgentSession, request: RunRequest) -> None:

@@ -33,7 +33,7 @@ from tether.runtime.children import child_spawning
 from tether.runtime.session import AgentSession
 from tether.runtime.timers import wait_limit
 from tether.settings import Settings
-from tether.worker.engine.child_runs import WorkerSpawner, mark_child
+from tether.worker.engine.child_runs import WorkerSpawner, failed_calls, mark_child
 from tether.worker.engine.deltas import RunDeltaStream
 from tether.worker.engine.drain_state import DrainState
 from tether.worker.engine.records import (
@@ -170,8 +170,8 @@ def _ended(run: Execution) -> tuple[RunRecord, tuple[PendingCall, ...]]:
                 on_delta=run.deltas,
                 request_id=request.request_id,
             )
-        if run.spawner is not None:  # children no call waited on are submitted now
-            run.spawner.flush()
+        if run.spawner is not None:  # children no call waited on: now, unless their call failed
+            run.spawner.flush(failed_calls(session, request.run_id))
         return applied_record(request, result, first_seq), redacted_pending(
             result.pending, run.agent
         )
