@@ -170,7 +170,8 @@ def _ended(run: Execution) -> tuple[RunRecord, tuple[PendingCall, ...]]:
                 on_delta=run.deltas,
                 request_id=request.request_id,
             )
-        if run.spawner is not None:  # children no call waited on: now, unless their call failed
+        # children no call waited on: now, unless their call failed or the run was stopped
+        if run.spawner is not None and result.status not in (RunStatus.CANCELLED, RunStatus.FAILED):
             run.spawner.flush(failed_calls(session, request.run_id))
         return applied_record(request, result, first_seq), redacted_pending(
             result.pending, run.agent
