@@ -177,6 +177,28 @@ def table(result: dict[str, Any]) -> str:
     )
 
 
+def render(result: dict[str, Any]) -> str:
+    """The page of ``result`` (``bench/results/p18.md``)."""
+    parts = result["fan_out_parts"]
+    load = result["load_1min_start_end"]
+    return (
+        f"# P18: child runs, fan-out against independent runs\n\n"
+        f"Date: {result['when']} · command: `{result['command']}` · "
+        f"{result['rounds']} rounds of each side, alternating, {result['children']} children, "
+        f"{result['workers']} single-process workers, on {result['machine'].get('cpu_count', '?')} "
+        f"CPUs; load average (1 min) at start / end: {load[0]} / {load[1]}.\n\n"
+        f"{table(result)}\n\n"
+        f"Where the fan-out's time goes (medians): the parent's submit to its park (its own "
+        f"run: spawning and submitting the children, its commit) "
+        f"{parts['parked_ms']['median_ms']:.0f} ms; the park to the last child's end "
+        f"{parts['last_child_after_park_ms']['median_ms']:.0f} ms (the children ran from "
+        f"their submit, during the parent's commit); the wake's time in the queue "
+        f"{parts['wake_queue_ms']['median_ms']:.0f} ms; then the parent's continuation runs "
+        f"(its restore, a model call, its commit) before its result.\n\n"
+        f"{__doc__.split(chr(10) + chr(10), 2)[2]}"
+    )
+
+
 def _met(ok: bool) -> str:
     return "met" if ok else "not met"
 
@@ -190,7 +212,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--children", type=int, default=None, help="children per round (100)")
     parser.add_argument("--workers", type=int, default=4, help="worker processes (4)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where p18.json/.md go")
+    parser.add_argument("--render", action="store_true", help="only rewrite p18.md from p18.json")
     args = parser.parse_args(argv)
+    if args.render:
+        md = render(json.loads((args.out / "p18.json").read_text()))
+        (args.out / "p18.md").write_text(md)
+        print(md)
+        return 0
     rounds = args.rounds or (2 if args.quick else 5)
     n = args.children or (20 if args.quick else 100)
     load_start = os.getloadavg()[0]
@@ -214,14 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "p18.json").write_text(json.dumps(result, indent=2) + "\n")
-    md = (
-        f"# P18: child runs, fan-out against independent runs\n\n"
-        f"Date: {result['when']} · command: `{result['command']}` · "
-        f"{rounds} rounds of each side, alternating, {n} children, {args.workers} single-process "
-        f"workers, on {os.cpu_count()} CPUs; load average (1 min) at start / end: "
-        f"{result['load_1min_start_end'][0]} / {result['load_1min_start_end'][1]}.\n\n"
-        f"{table(result)}\n\n{__doc__.split(chr(10) + chr(10), 2)[2]}"
-    )
+    md = render(result)
     (args.out / "p18.md").write_text(md)
     print(md)
     return 0
