@@ -33,7 +33,6 @@ from tether.runtime.children import child_spawning
 from tether.runtime.session import AgentSession
 from tether.runtime.timers import wait_limit
 from tether.settings import Settings
-from tether.worker.engine.child_runs import WorkerSpawner, failed_calls, mark_child
 from tether.worker.engine.deltas import RunDeltaStream
 from tether.worker.engine.drain_state import DrainState
 from tether.worker.engine.records import (
@@ -44,6 +43,7 @@ from tether.worker.engine.records import (
     rolled_back_record,
 )
 from tether.worker.engine.resume import Checkpointer, Resumed
+from tether.worker.engine.spawner import WorkerSpawner, failed_calls, mark_child
 from tether.worker.engine.spend import run_steps, run_usage, spend_check
 from tether.worker.engine.stops import RunStops
 from tether.worker.engine.waiting_runs import cancelled_record, cancels_only, longest_wait
