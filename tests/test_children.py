@@ -224,7 +224,7 @@ def test_spawns_beyond_the_limits_are_refused_naming_them(
     start(backends, few, "p-many", "fan 3")
     done = result_of(backends, "p-many", "run-p-many")
     assert done.output is not None and "TETHER_MAX_CHILDREN_PER_RUN" in done.output
-    assert len(backends.children.family(TENANT, "p-many").spawned) == 2  # the third: nothing
+    assert backends.children.family(TENANT, "p-many").spawned == {}  # the call failed: none
 
 
 def test_a_tenant_sets_lower_limits_than_the_fleet(make_backends: Callable[[], Backends]) -> None:
@@ -241,3 +241,55 @@ def test_spawn_in_process_fails_the_call_saying_it_needs_the_fleet() -> None:
     result = session.run("fan 1")
     assert result.status is RunStatus.COMPLETED
     assert result.output is not None and "ctx.spawn needs the fleet" in result.output
+
+
+def test_a_childs_run_span_is_below_its_parents_run_span() -> None:
+    from tests.support.crash import memory_backends
+    from tests.support.otel_spans import memory_exporter
+
+    exporter = memory_exporter()
+    backends = memory_backends()
+    w = rt(backends)
+    start(backends, w, "p-trace", "fan 1")
+    _, (child,) = children_of(backends, "p-trace")
+    drain(w, TENANT, child.session_id)
+    runs = {
+        s.attributes["tether.session_id"]: s
+        for s in exporter.get_finished_spans()
+        if s.name == "tether.run" and s.attributes is not None
+    }
+    parent, spawned = runs["p-trace"], runs[child.session_id]
+    assert spawned.parent is not None and parent.context is not None
+    assert spawned.context is not None and spawned.context.trace_id == parent.context.trace_id
+    assert spawned.parent.span_id == parent.context.span_id
+
+
+def test_a_parent_waits_through_a_redis_flush(make_backends: Callable[[], Backends]) -> None:
+    """Redis loses the wait records and the family records (the index, not the queue): the
+    reconcile parks the parent's wait again from its head, finds the end of the child that
+    ended before in that child's head, and the last child's end, vouched for by the parent's
+    own wait, wakes it."""
+    from tether.worker.engine.wait_reconcile import reconcile_waits
+
+    backends = make_backends()
+    w = rt(backends)
+    start(backends, w, "p-flush", "fan 2")
+    call_id, children = children_of(backends, "p-flush")
+    drain(w, TENANT, children[0].session_id)
+    _lose_the_index(backends, ["p-flush", *(c.session_id for c in children)])
+    assert reconcile_waits(w) == 1
+    drain(w, TENANT, children[1].session_id)
+    drain(w, TENANT, "p-flush")
+    body = tool_output(woken(backends, "p-flush", call_id))
+    assert [c["output"] for c in body["children"]] == ["answer: topic-0", "answer: topic-1"]
+
+
+def _lose_the_index(backends: Backends, sessions: list[str]) -> None:
+    if backends.name == "memory":
+        backends.waits.clear()
+        backends.children.clear()
+        return
+    client, keys = backends.waits._client, backends.waits._keys
+    for sid in sessions:
+        client.delete(keys.session_waits(TENANT, sid), keys.session_waits(TENANT, sid, "family"))
+    client.delete(*keys.timer_shards())

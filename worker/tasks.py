@@ -8,12 +8,14 @@ drains the session only when its tenant registered the run (:mod:`tether.worker.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import logging
 import multiprocessing
 import os
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from celery.signals import (
@@ -226,6 +228,23 @@ def enqueue_drain(tenant: str, session_id: str) -> None:
     )
 
 
+def enqueue_drains(sessions: Sequence[tuple[str, str]], queue: str) -> None:
+    """Send a drain task for each session to ``queue`` (runs just registered there, by this
+    worker: their queue is known), on one connection, pipelined."""
+    with app.producer_or_acquire() as publisher:
+        batch = getattr(publisher, "batch", None)
+        # kombu >= 5.7 pipelines a batch's pushes into one round trip
+        with batch() if batch is not None and len(sessions) > 1 else contextlib.nullcontext():
+            for tenant, session_id in sessions:
+                app.send_task(
+                    DRAIN_TASK,
+                    kwargs={"tenant": tenant, "session_id": session_id},
+                    queue=queue,
+                    kwargsrepr=describe_drain(tenant, session_id, None),
+                    producer=publisher,
+                )
+
+
 #: This process's engine services (see :func:`get_services`), and the process that built them.
 _services: EngineServices | None = None
 _services_pid: int | None = None
@@ -240,6 +259,7 @@ def get_services() -> EngineServices:
     with _services_lock:
         if _services is None or _services_pid != os.getpid():
             services = build_services(enqueue_drain)
+            services.wake_many = enqueue_drains
             services.draining = _is_draining
             services.guard = guard_for_this_process()
             services.on_finished = _webhook_notifier(services.settings)

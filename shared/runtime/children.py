@@ -68,7 +68,11 @@ class ChildSpawner(Protocol):
         detached: bool,
         options: dict[str, Any],
     ) -> ChildRef:
-        """Submit one child of ``ctx``'s call (idempotent by its derived ids)."""
+        """One child of ``ctx``'s call (idempotent by its derived ids), submitted at the next
+        :meth:`flush` at the latest."""
+
+    def flush(self) -> None:
+        """Submit the children spawned so far (one batch)."""
 
 
 _spawner: contextvars.ContextVar[ChildSpawner | None] = contextvars.ContextVar(
@@ -157,6 +161,8 @@ def wait_on_children(
         ToolError: no children, a child of another tenant, an unknown mode, or a timeout that
             is not a positive number or over the run's longest wait.
     """
+    if ctx.spawner is not None:  # the children are submitted before the call parks on them
+        ctx.spawner.flush()
     refs = (children,) if isinstance(children, ChildRef) else tuple(children)
     if not refs or not all(isinstance(c, ChildRef) for c in refs):
         raise ToolError("ctx.wait takes the ChildRef(s) ctx.spawn returned, at least one")

@@ -1,13 +1,8 @@
-"""Child runs on the fleet: the worker's spawner, a child's end told to its parent, the parent's
-wake when its wait on children is over, and a cancelled parent's children cancelled.
+"""Child runs on the fleet after their spawn: a child's end told to its parent, the parent's
+wake when its wait on children is over (also after Redis lost the records), and a cancelled
+parent's children cancelled.
 
-- **Spawn** (:class:`WorkerSpawner`, behind ``ctx.spawn``): the child's ids derive from the
-  parent's call (:func:`~tether.runtime.children.child_key`); the worker checks the tenant's
-  limits (``max_child_depth``, ``max_children_per_run``: a refusal names the limit and writes
-  nothing), records the child in the parent's children record and links the child's session to
-  the parent, then submits the child as a run registered in its session's queue (so
-  ``TETHER_REGISTERED_RUNS_ONLY`` holds). A call executed again submits the same request id:
-  a duplicate the queue drops, so a child runs once.
+- **Spawn**: :mod:`tether.worker.engine.spawner` (behind ``ctx.spawn``).
 - **End** (the commit's ``children`` step, :func:`family_hook`, before its ``finish``): a child
   whose run ended (not ``WAITING``: a child that parks goes on in a continuation, whose end is
   the child's) records its :class:`~tether.core.children.ChildEnd` in the parent's record (once
@@ -26,218 +21,23 @@ wake when its wait on children is over, and a cancelled parent's children cancel
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Sequence
-from typing import Any
-
-import pydantic
-from pydantic import JsonValue
 
 from tether.core.children import ChildEnd, children_output, children_ready
 from tether.core.events import now_ms
 from tether.core.results import Resolution, RunStatus
 from tether.core.waits import ChildRef
-from tether.errors import InvalidId, ToolError
-from tether.ids import validate_id
-from tether.runs.contract import ParentLink, RunRef, RunRequest, RunResult
-from tether.runs.options import RUN_OPTIONS
+from tether.runs.contract import RunRef, RunRequest, RunResult
 from tether.runs.queue.base import CancelOutcome, SubmitState
-from tether.runs.usage.policy import policy_of
 from tether.runs.waits.base import WaitRecord, settle_request
 from tether.runs.waits.children import (
-    PARENT_ATTRIBUTE,
     ChildBook,
     ChildLink,
-    SpawnedChild,
     cancellable,
 )
-from tether.runtime.children import ToolCall, child_key, child_session_id
-from tether.runtime.session import AgentSession
-from tether.settings import Settings
 from tether.worker.engine.services import EngineServices
 
 log = logging.getLogger(__name__)
-
-#: Run options a child does not take from ``ctx.spawn``: the worker derives them.
-_DERIVED = frozenset({"agent", "tenant", "request_id"})
-
-
-def child_limits(settings: Settings, tenant: str) -> tuple[tuple[int, str], tuple[int, str]]:
-    """The deepest a child of ``tenant`` may nest and how many children one run may spawn,
-    each with the setting that says so (the tenant's own when it sets a lower one)."""
-    depth = (settings.max_child_depth, "TETHER_MAX_CHILD_DEPTH")
-    count = (settings.max_children_per_run, "TETHER_MAX_CHILDREN_PER_RUN")
-    policy = policy_of(settings, tenant)
-    if policy is None:
-        return depth, count
-    if policy.max_child_depth is not None and policy.max_child_depth < depth[0]:
-        depth = (policy.max_child_depth, f"max_child_depth of tenant {tenant!r}")
-    if policy.max_children_per_run is not None and policy.max_children_per_run < count[0]:
-        count = (policy.max_children_per_run, f"max_children_per_run of tenant {tenant!r}")
-    return depth, count
-
-
-class WorkerSpawner:
-    """Submits the child runs of one run's tools (a
-    :class:`~tether.runtime.children.ChildSpawner`)."""
-
-    def __init__(
-        self, services: EngineServices, request: RunRequest, trace: dict[str, str] | None
-    ) -> None:
-        self._services = services
-        self._request = request
-        self._trace = trace
-        self._lock = threading.Lock()
-        self._spawned = 0
-        self._per_call: dict[tuple[int, str], int] = {}
-
-    def spawn(
-        self,
-        ctx: ToolCall,
-        agent: str,
-        input: str | None,
-        *,
-        session_id: str | None,
-        detached: bool,
-        options: dict[str, Any],
-    ) -> ChildRef:
-        book = self._services.children
-        if book is None or ctx.session_id is None:
-            raise ToolError("ctx.spawn needs the fleet's child record (this worker has none)")
-        depth = (self._request.parent.depth if self._request.parent else 0) + 1
-        n = self._take(ctx, depth)
-        key = child_key(ctx, n)
-        request = self._child_request(ctx, key, agent, input, session_id, detached, options)
-        assert request.parent is not None
-        ref = ChildRef(
-            tenant=request.tenant,
-            session_id=request.session_id,
-            run_id=request.run_id,
-            agent=agent,
-            detached=detached,
-        )
-        self._submit(book, ctx, ref, request)
-        return ref
-
-    def _take(self, ctx: ToolCall, depth: int) -> int:
-        """Count one more child of ``ctx``'s call (its order in the call), within the limits.
-
-        Raises:
-            ToolError: the child would be too deep, or one too many for this run.
-        """
-        (max_depth, depth_source), (max_count, count_source) = child_limits(
-            self._services.settings, ctx.tenant
-        )
-        if depth > max_depth:
-            raise ToolError(
-                f"a child at depth {depth} is deeper than allowed, {max_depth} ({depth_source}); "
-                f"do the work in this run, or raise {depth_source}"
-            )
-        with self._lock:
-            if self._spawned >= max_count:
-                raise ToolError(
-                    f"this run has spawned {self._spawned} children, the most allowed "
-                    f"({count_source} = {max_count}); spawn fewer, or raise {count_source}"
-                )
-            self._spawned += 1
-            where = (ctx.step, ctx.call_id if ctx.position is None else f"#{ctx.position}")
-            n = self._per_call.get(where, 0)
-            self._per_call[where] = n + 1
-            return n
-
-    def _child_request(
-        self,
-        ctx: ToolCall,
-        key: str,
-        agent: str,
-        input: str | None,
-        session_id: str | None,
-        detached: bool,
-        options: dict[str, Any],
-    ) -> RunRequest:
-        """The child's request (validated here: bad options fail the call, naming them)."""
-        unknown = options.keys() - RUN_OPTIONS
-        derived = options.keys() & _DERIVED
-        if unknown or derived:
-            raise ToolError(
-                f"ctx.spawn does not take {', '.join(sorted(unknown | derived))}: its options "
-                f"are {', '.join(sorted(RUN_OPTIONS - _DERIVED))}"
-            )
-        parent = self._request
-        try:
-            child_session = (
-                validate_id(session_id, kind="child session id")
-                if session_id is not None
-                else child_session_id(parent.session_id, key)
-            )
-            return RunRequest(
-                run_id=f"run-child-{key}",
-                request_id=f"child-{key}",
-                tenant=parent.tenant,
-                session_id=child_session,
-                agent=agent,
-                input=input,
-                parent=ParentLink(
-                    session_id=parent.session_id,
-                    run_id=parent.run_id,
-                    call_id=ctx.call_id,
-                    depth=(parent.parent.depth if parent.parent else 0) + 1,
-                    detached=detached,
-                ),
-                trace=self._trace,
-                **options,
-            )
-        except (pydantic.ValidationError, InvalidId, ValueError) as exc:
-            raise ToolError(f"ctx.spawn: the child's request is not valid: {exc}") from exc
-
-    def _submit(self, book: ChildBook, ctx: ToolCall, ref: ChildRef, request: RunRequest) -> None:
-        """Record the child with its parent, link its session, submit it (idempotent)."""
-        parent = self._request
-        assert request.parent is not None
-        book.spawned(
-            parent.tenant,
-            parent.session_id,
-            SpawnedChild(
-                child=ref, parent_run_id=parent.run_id, call_id=ctx.call_id, spawned_at_ms=now_ms()
-            ),
-        )
-        book.link(
-            parent.tenant,
-            ref.session_id,
-            ChildLink(
-                parent_session_id=parent.session_id,
-                parent_run_id=parent.run_id,
-                call_id=ctx.call_id,
-                child_run_id=ref.run_id,
-                depth=request.parent.depth,
-                detached=ref.detached,
-            ),
-        )
-        services = self._services
-        (outcome,) = services.runs.submit_many([request], queue=services.settings.queue)
-        if outcome.state is SubmitState.QUEUED:
-            services.wake(request.tenant, request.session_id)
-        elif outcome.state is not SubmitState.DUPLICATE:
-            raise ToolError(
-                f"ctx.spawn: the child run {request.run_id} was not queued ({outcome.state})"
-            )
-
-
-def mark_child(session: AgentSession, request: RunRequest) -> None:
-    """Mark a child's session with its parent (metadata attribute :data:`PARENT_ATTRIBUTE`,
-    stored with the head: ``tether sessions show``, ``tether sessions list --parents``)."""
-    parent = request.parent
-    if parent is None:
-        return
-    mark: dict[str, JsonValue] = {
-        "session_id": parent.session_id,
-        "run_id": parent.run_id,
-        "call_id": parent.call_id,
-        "depth": parent.depth,
-        "child_run_id": request.run_id,
-    }
-    if session.metadata.attributes.get(PARENT_ATTRIBUTE) != mark:
-        session.put_metadata(PARENT_ATTRIBUTE, mark)
 
 
 # --- a run's end, told to its family ------------------------------------------------------
@@ -271,8 +71,22 @@ def _tell_family(services: EngineServices, request: RunRequest, result: RunResul
         error_message=result.error_message,
         ended_at_ms=now_ms(),
     )
-    if book.ended(request.tenant, link.parent_session_id, end):
-        wake_ready(services, request.tenant, link.parent_session_id)
+    tenant, parent = request.tenant, link.parent_session_id
+    if book.ended(tenant, parent, end) or (
+        _waited_on(services, tenant, parent, end.run_id)
+        and book.ended(tenant, parent, end, vouched=True)
+    ):
+        wake_ready(services, tenant, parent)
+
+
+def _waited_on(services: EngineServices, tenant: str, session_id: str, child_run_id: str) -> bool:
+    """Whether a call of the session waits on the child (its wait is rebuilt from the head
+    when Redis lost the family record: the head vouches for the child)."""
+    assert services.waits is not None
+    return any(
+        any(c.run_id == child_run_id for c in r.wait_for.children)
+        for r in services.waits.records(tenant, session_id)
+    )
 
 
 def _link(book: ChildBook, request: RunRequest) -> ChildLink | None:
@@ -345,9 +159,56 @@ def parked_hook(services: EngineServices) -> Callable[[Sequence[WaitRecord]], No
         by_session = {(r.tenant, r.session_id) for r in records}
         for tenant, session_id in by_session:
             mine = [r for r in records if (r.tenant, r.session_id) == (tenant, session_id)]
+            recover_ends(services, tenant, session_id, mine)
             wake_ready(services, tenant, session_id, mine)
 
     return parked
+
+
+def recover_ends(
+    services: EngineServices, tenant: str, session_id: str, records: Sequence[WaitRecord]
+) -> int:
+    """Record the ends of waited-on children that the family record lacks along with their
+    spawn (Redis lost it: a flush, a rollback), read from the children's heads; how many."""
+    book = services.children
+    assert book is not None
+    family = book.family(tenant, session_id)
+    lost = {
+        c.run_id: c
+        for r in records
+        if r.wait_for.kind == "children"
+        for c in r.wait_for.children
+        if c.run_id not in family.ended and c.run_id not in family.spawned
+    }
+    found = 0
+    for child in lost.values():
+        end = _end_in_head(services, child)
+        if end is not None and book.ended(tenant, session_id, end, vouched=True):
+            found += 1
+    return found
+
+
+def _end_in_head(services: EngineServices, child: ChildRef) -> ChildEnd | None:
+    """How a child ended, as its session's head records it (None: not ended, or unknown):
+    its own run's record, or, when it parked, the last finished record after it."""
+    stored = services.store.load_shallow(child.tenant, child.session_id)
+    applied = stored.snapshot.applied if stored is not None else []
+    request_id = child.run_id.removeprefix("run-")
+    at = next((i for i, r in enumerate(applied) if r.request_id == request_id), None)
+    if at is None:
+        return None
+    ended = [r for r in applied[at:] if r.status != RunStatus.WAITING.value]
+    if not ended:
+        return None
+    last = ended[-1]
+    return ChildEnd(
+        run_id=child.run_id,
+        status=last.status,
+        output=last.output,
+        error_type=last.error_type,
+        error_message=last.error_message,
+        ended_at_ms=now_ms(),
+    )
 
 
 def timeout_output(services: EngineServices, record: WaitRecord) -> str | None:

@@ -34,7 +34,6 @@ from tether.runtime.children import child_spawning
 from tether.runtime.session import AgentSession
 from tether.runtime.timers import wait_limit
 from tether.settings import Settings
-from tether.worker.engine.child_runs import WorkerSpawner, mark_child
 from tether.worker.engine.deltas import RunDeltaStream
 from tether.worker.engine.drain_state import DrainState
 from tether.worker.engine.records import (
@@ -46,6 +45,7 @@ from tether.worker.engine.records import (
 )
 from tether.worker.engine.resume import Checkpointer, Resumed
 from tether.worker.engine.signal_wakes import SignalScope
+from tether.worker.engine.spawner import WorkerSpawner, failed_calls, mark_child
 from tether.worker.engine.spend import run_steps, run_usage, spend_check
 from tether.worker.engine.stops import RunStops
 from tether.worker.engine.waiting_runs import cancelled_record, cancels_only, longest_wait
@@ -181,6 +181,9 @@ def _ended(run: Execution) -> tuple[RunRecord, tuple[PendingCall, ...]]:
                 on_delta=run.deltas,
                 request_id=request.request_id,
             )
+        # children no call waited on: now, unless their call failed or the run was stopped
+        if run.spawner is not None and result.status not in (RunStatus.CANCELLED, RunStatus.FAILED):
+            run.spawner.flush(failed_calls(session, request.run_id))
         return applied_record(request, result, first_seq), redacted_pending(
             result.pending, run.agent
         )

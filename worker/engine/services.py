@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import redis
@@ -68,6 +68,9 @@ class EngineServices:
     archive_hint: ArchiveHint | None
     wake: Callable[[str, str], None]
     """Have a worker drain ``(tenant, session_id)`` soon (the Celery worker sends a drain task)."""
+    wake_many: Callable[[Sequence[tuple[str, str]], str], None] | None = None
+    """Have workers of a queue drain these ``(tenant, session_id)`` soon, in one publish (the
+    children a run spawned); None: :attr:`wake` each."""
     archive_batch_events: int = ARCHIVE_BATCH_EVENTS
     """Archive a head's outbox as one segment once it holds this many events."""
     draining: Callable[[], bool] = lambda: False

@@ -19,6 +19,7 @@ from tether.runs.waits.base import WaitRecord
 from tether.runs.waits.marks import WaitMark
 from tether.runtime.signals import CURSOR_KEY, cursor_in
 from tether.runtime.waiting import parked_calls
+from tether.worker.engine.child_runs import parked_hook
 from tether.worker.engine.services import EngineServices
 from tether.worker.engine.signal_wakes import look_in_mailbox
 
@@ -67,6 +68,8 @@ def _rebuild(services: EngineServices, tenant: str, session_id: str) -> int:
         assert stored is not None  # a signal sent while Redis had no record of the wait
         cursor = cursor_in(stored.snapshot.metadata.attributes.get(CURSOR_KEY))
         look_in_mailbox(services, tenant, session_id, cursor, records)
+        if (parked_again := parked_hook(services)) is not None:  # children that ended meanwhile
+            parked_again(records)
         log.info(
             "rebuilt the waits of %s/%s from its head: %d call(s)", tenant, session_id, len(records)
         )

@@ -2,8 +2,8 @@
 child session's link back to its parent run.
 
 A worker that runs a parent's ``ctx.spawn`` records the child (:meth:`ChildBook.spawned`, in
-the parent session's own keyspace) and links the child's session to it (:meth:`ChildBook.link`)
-*before* it submits the child run. The worker that finishes the child's run records how it
+the parent session's own keyspace) and links the child's session to it *before* it submits the
+child run. The worker that finishes the child's run records how it
 ended (:meth:`ChildBook.ended`: once per child, and only for a child the parent's record names,
 so a forged ``parent`` on a request writes nothing), then wakes the parent when the parent's
 wait is over (``tether.worker.engine.child_runs``).
@@ -62,18 +62,21 @@ class Family(NamedTuple):
 class ChildBook(Protocol):
     """Where parents' children and their ends are recorded (one tenant's keyspace each)."""
 
-    def spawned(self, tenant: str, parent_session_id: str, child: SpawnedChild) -> None:
-        """Record a spawned child (idempotent)."""
-
-    def link(self, tenant: str, child_session_id: str, link: ChildLink) -> None:
-        """Link a child's session to its parent run (the newest spawn into it wins)."""
+    def spawned(
+        self, tenant: str, parent_session_id: str, spawns: Sequence[tuple[SpawnedChild, ChildLink]]
+    ) -> None:
+        """Record spawned children with their parent, and link each child's session to it (the
+        newest spawn into a session wins); idempotent."""
 
     def link_of(self, tenant: str, child_session_id: str) -> ChildLink | None:
         """A child session's link to its parent (None: no parent)."""
 
-    def ended(self, tenant: str, parent_session_id: str, end: ChildEnd) -> bool:
+    def ended(
+        self, tenant: str, parent_session_id: str, end: ChildEnd, *, vouched: bool = False
+    ) -> bool:
         """Record how a child ended, once (a second end of the same child is dropped); False
-        when the parent's record names no such child (nothing written)."""
+        when the parent's record names no such child (nothing written), unless ``vouched``
+        (the parent's own wait names it: its record was lost with Redis)."""
 
     def family(self, tenant: str, parent_session_id: str) -> Family:
         """The parent session's children."""

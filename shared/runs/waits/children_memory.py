@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 from tether.core.children import ChildEnd
 from tether.runs.waits.children import ChildLink, Family, SpawnedChild
@@ -18,21 +19,25 @@ class InMemoryChildBook:
         self._ended: dict[tuple[str, str], dict[str, ChildEnd]] = {}
         self._links: dict[tuple[str, str], ChildLink] = {}
 
-    def spawned(self, tenant: str, parent_session_id: str, child: SpawnedChild) -> None:
+    def spawned(
+        self, tenant: str, parent_session_id: str, spawns: Sequence[tuple[SpawnedChild, ChildLink]]
+    ) -> None:
         with self._lock:
-            self._spawned.setdefault((tenant, parent_session_id), {})[child.child.run_id] = child
-
-    def link(self, tenant: str, child_session_id: str, link: ChildLink) -> None:
-        with self._lock:
-            self._links[(tenant, child_session_id)] = link
+            for child, link in spawns:
+                family = self._spawned.setdefault((tenant, parent_session_id), {})
+                family[child.child.run_id] = child
+                self._links[(tenant, child.child.session_id)] = link
 
     def link_of(self, tenant: str, child_session_id: str) -> ChildLink | None:
         with self._lock:
             return self._links.get((tenant, child_session_id))
 
-    def ended(self, tenant: str, parent_session_id: str, end: ChildEnd) -> bool:
+    def ended(
+        self, tenant: str, parent_session_id: str, end: ChildEnd, *, vouched: bool = False
+    ) -> bool:
         with self._lock:
-            if end.run_id not in self._spawned.get((tenant, parent_session_id), {}):
+            known = end.run_id in self._spawned.get((tenant, parent_session_id), {})
+            if not (known or vouched):
                 return False
             self._ended.setdefault((tenant, parent_session_id), {}).setdefault(end.run_id, end)
             return True

@@ -6,6 +6,7 @@ Cluster."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import redis
@@ -33,20 +34,27 @@ class RedisChildBook:
     def _key(self, tenant: str, session_id: str) -> str:
         return self._keys.session_waits(tenant, session_id, "family")
 
-    def spawned(self, tenant: str, parent_session_id: str, child: SpawnedChild) -> None:
+    def spawned(
+        self, tenant: str, parent_session_id: str, spawns: Sequence[tuple[SpawnedChild, ChildLink]]
+    ) -> None:
+        if not spawns:
+            return
         key = self._key(tenant, parent_session_id)
-        self._client.hset(key, _SPAWN + child.child.run_id, child.model_dump_json())
-
-    def link(self, tenant: str, child_session_id: str, link: ChildLink) -> None:
-        self._client.hset(self._key(tenant, child_session_id), _PARENT, link.model_dump_json())
+        pipe = self._client.pipeline(transaction=False)
+        pipe.hset(key, mapping={_SPAWN + c.child.run_id: c.model_dump_json() for c, _ in spawns})
+        for child, link in spawns:
+            pipe.hset(self._key(tenant, child.child.session_id), _PARENT, link.model_dump_json())
+        pipe.execute()
 
     def link_of(self, tenant: str, child_session_id: str) -> ChildLink | None:
         raw = self._client.hget(self._key(tenant, child_session_id), _PARENT)
         return None if raw is None else ChildLink.model_validate_json(raw)
 
-    def ended(self, tenant: str, parent_session_id: str, end: ChildEnd) -> bool:
+    def ended(
+        self, tenant: str, parent_session_id: str, end: ChildEnd, *, vouched: bool = False
+    ) -> bool:
         key = self._key(tenant, parent_session_id)
-        if not self._client.hexists(key, _SPAWN + end.run_id):
+        if not vouched and not self._client.hexists(key, _SPAWN + end.run_id):
             return False
         self._client.hsetnx(key, _DONE + end.run_id, end.model_dump_json())
         return True
