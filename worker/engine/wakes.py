@@ -22,7 +22,7 @@ from tether.observability import metrics
 from tether.runs.contract import RunRequest
 from tether.runs.queue.base import SubmitState
 from tether.runs.waits.base import TimerMember, WaitRecord, settle_request
-from tether.runtime.timers import timer_output
+from tether.runtime.timers import timeout_output, timer_output
 from tether.worker.engine.services import EngineServices
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,7 @@ def _wake(services: EngineServices, members: Sequence[TimerMember]) -> int:
     assert services.waits is not None
     records = services.waits.get_many(members)
     requests = [wake_request(r, now_ms()) for r in records if r is not None]
+    kinds = {r.run_id: w.wait_for.kind for r, w in zip(requests, _present(records), strict=True)}
     queued = 0
     duplicates: list[RunRequest] = []
     for queue in {r.queue for r in records if r is not None}:
@@ -72,7 +73,7 @@ def _wake(services: EngineServices, members: Sequence[TimerMember]) -> int:
             if outcome.state is SubmitState.QUEUED:
                 queued += 1
                 services.wake(request.tenant, request.session_id)
-                metrics.wait_woken("timer")
+                metrics.wait_woken(kinds[request.run_id])
             elif outcome.state is SubmitState.DUPLICATE:
                 duplicates.append(request)
     _forget_finished(services, duplicates)
@@ -98,9 +99,12 @@ def _present(records: Sequence[WaitRecord | None]) -> list[WaitRecord]:
 
 
 def wake_request(record: WaitRecord, woke_at_ms: int, *, output: str | None = None) -> RunRequest:
-    """The continuation that settles ``record``'s call with ``output`` (a timer's: when it slept
-    until) and runs on (:func:`~tether.runs.waits.base.settle_request`)."""
-    text = output if output is not None else timer_output(record.wait_for, woke_at_ms)
+    """The continuation that settles ``record``'s call with ``output`` (by default a timer's:
+    when it slept until; a signal's or children's: that their timeout passed) and runs on
+    (:func:`~tether.runs.waits.base.settle_request`)."""
+    wait_for = record.wait_for
+    due = timer_output if wait_for.kind == "timer" else timeout_output  # else: its timeout
+    text = output if output is not None else due(wait_for, woke_at_ms)
     resolution = Resolution(call_id=record.call_id, action="output", text=text)
     return settle_request(
         record.tenant, record.session_id, record.agent, resolution, reply_to=record.reply_to
