@@ -163,13 +163,17 @@ def main(argv: list[str] | None = None) -> int:
     doc = {
         "benchmark": "P15 (timer half): runs asleep on timers",
         "when": now_iso(),
-        "command": "python -m bench.waiting" + (" --quick" if args.quick else ""),
+        "command": "python -m bench.waiting"
+        + (" --quick" if args.quick else "")
+        + (f" --runs {args.runs}" if args.runs else ""),
         "target": f"0 slots held; <= {TARGET_BYTES} Redis bytes per waiting run; worker CPU "
         f"<= {TARGET_CPU_PCT}% of a core while all wait",
         "result": measure(count),
         "host": host_info(["redis", "celery"]),
     }
     name = "p15-timers-quick" if args.quick else "p15-timers"
+    if args.runs:
+        name = f"p15-timers-{count}"
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps(doc, indent=2) + "\n")
     (RESULTS / f"{name}.md").write_text(_markdown(doc))
