@@ -14,9 +14,14 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from tether.core.context import ContextBudget
+from tether.core.items import ToolOutput, UserMessage
+from tether.models.base import ModelRequest as _Request
+from tether.models.base import ModelResponse
+from tether.models.scripted import ScriptedModel
 from tether.runtime.agent import Agent
 from tether.runtime.compaction import StructuredSummaryPolicy
 from tether.runtime.demo_agents import notes_agent
+from tether.runtime.tools import ToolContext, Waiting, tool
 
 KEEP_ITEMS = 40
 TRIGGER_ITEMS = 60
@@ -35,7 +40,29 @@ def notes_compact_agent() -> Agent:
     return agent
 
 
-TETHER_AGENTS: dict[str, Callable[[], Agent]] = {"notes-compact": notes_compact_agent}
+@tool
+def nap(seconds: float, ctx: ToolContext) -> Waiting:
+    """Sleep for `seconds` without holding a worker."""
+    return ctx.sleep(seconds)
+
+
+def _nap_or_answer(request: _Request) -> ModelResponse:
+    last = request.items[-1] if request.items else None
+    if isinstance(last, ToolOutput):
+        return ModelResponse.final(f"woke: {last.output}")
+    words = last.content.split() if isinstance(last, UserMessage) else []
+    return ModelResponse.call("call_1", "nap", {"seconds": float(words[-1]) if words else 1.0})
+
+
+def sleeper_agent() -> Agent:
+    """``nap N``: one tool call that sleeps N seconds on the fleet (P15, P16)."""
+    return Agent(ScriptedModel(responder=_nap_or_answer), "scripted", tools=[nap], name="sleeper")
+
+
+TETHER_AGENTS: dict[str, Callable[[], Agent]] = {
+    "notes-compact": notes_compact_agent,
+    "sleeper": sleeper_agent,
+}
 
 
 STEPS10_ANSWER = "ten steps"

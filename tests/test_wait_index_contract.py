@@ -120,3 +120,15 @@ def test_the_next_due_time_is_the_earliest_member(index: WaitIndex) -> None:
     assert index.next_due_ms() is None
     index.park([record("s-1", due_ms=NOW_MS + 5), record("s-2", due_ms=NOW_MS + 2)])
     assert index.next_due_ms() == NOW_MS + 2
+
+
+def test_a_lost_index_is_seen_once(index: WaitIndex) -> None:
+    assert index.lost() is True  # a fresh index: nothing says it was ever written
+    assert index.lost() is False
+    assert index.lost() is False
+
+
+def test_one_owner_reconciles_per_period(index: WaitIndex) -> None:
+    assert index.take_reconcile("w1", 60_000) is True
+    assert index.take_reconcile("w2", 60_000) is False
+    assert index.take_reconcile("w1", 60_000) is False  # its own turn is taken too

@@ -77,8 +77,8 @@ def test_a_flushed_redis_loses_no_timer(make_backends: Callable[[], Backends]) -
     _flush(backends)
     rt = _rt(backends, "w2")
     assert wake_due(rt, at_ms=FAR_MS) == 0  # the index is gone
-    assert reconcile_waits(rt) == len(SESSIONS)  # rebuilt from the marks and the heads
-    assert reconcile_waits(rt) == 0  # nothing more to do
+    assert reconcile_waits(rt).rebuilt == len(SESSIONS)  # from the marks and the heads
+    assert reconcile_waits(rt) == (0, 0)  # nothing more to do
     assert wake_due(rt, at_ms=FAR_MS) == len(SESSIONS)
     for sid in SESSIONS:
         drain(rt, TENANT, sid)

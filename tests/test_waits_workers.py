@@ -124,8 +124,7 @@ def test_sleeping_runs_resume_after_their_redis_is_flushed(stack: Stack, tmp_pat
         TETHER_REDIS_URL=state.url,
         TETHER_STORE_URL=store_url,
         TETHER_AGENT_MODULES="tests.support.wait_agents",
-        TETHER_QUEUE=queue,
-        TETHER_WAIT_RECONCILE_S="1",
+        TETHER_QUEUE=queue,  # the default reconcile period (300 s): the flush itself is seen
     )
     fleet = WorkerFleet(env, tmp_path, count=2, queue=queue, prefix="wf")
     settings = stack.settings.model_copy(

@@ -29,6 +29,7 @@ class Sweeper:
         self._thread = threading.Thread(target=self._loop, name="tether-sweeper", daemon=True)
         # its own thread: a wake is submitted when its call is due, not at the next sweep
         self._timers = threading.Thread(target=self._wake_loop, name="tether-timers", daemon=True)
+        self._again = False  # a reconcile skipped sessions: the next pass looks again
 
     def start(self) -> Sweeper:
         """Start sweeping."""
@@ -41,6 +42,20 @@ class Sweeper:
         self._stop.set()
         self._thread.join(timeout=5)
         self._timers.join(timeout=5)
+
+    def _reconcile(self) -> None:
+        """Reconcile the marks, when no other worker took this period's turn."""
+        services, index = self._services, self._services.waits
+        ttl_ms = int(services.settings.wait_reconcile_s * 1000)
+        if index is not None and index.take_reconcile(services.worker_id, ttl_ms):
+            self._again = reconcile_waits(services).skipped > 0
+
+    def _reconcile_if_lost(self) -> None:
+        """Reconcile at once when the index was lost (a flushed Redis), whoever's turn it is,
+        and again at each pass while sessions were skipped (a worker was on them)."""
+        index = self._services.waits
+        if index is not None and (index.lost() or self._again):
+            self._again = reconcile_waits(self._services).skipped > 0
 
     def _wake_loop(self) -> None:
         interval_s = self._services.settings.sweep_interval_ms / 1000
@@ -65,8 +80,10 @@ class Sweeper:
                 "sweep", functools.partial(sweep_once, self._services, unclaimed=unclaimed)
             ):
                 unclaimed_at_s = now_s if unclaimed else unclaimed_at_s
-            if reconcile and _guarded("wait reconcile", lambda: reconcile_waits(self._services)):
+            if reconcile and _guarded("wait reconcile", self._reconcile):
                 reconciled_at_s = now_s
+            elif _guarded("wait index check", self._reconcile_if_lost):
+                pass
 
 
 def _guarded(what: str, action: Callable[[], object]) -> bool:

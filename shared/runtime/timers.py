@@ -84,3 +84,16 @@ def timer_output(wait_for: WaitFor, woke_at_ms: int) -> str:
         {"slept_until": iso_ms(wait_for.due_at_ms or 0), "woke_at": iso_ms(woke_at_ms)},
         sort_keys=True,
     )
+
+
+def timeout_output(wait_for: WaitFor, woke_at_ms: int) -> str:
+    """The output a call waiting for a signal or children gets when its timeout passes first: a
+    clear result the model reads, not an error of the run."""
+    doc: dict[str, Any] = {
+        "timed_out": True,
+        "waited_for": wait_for.kind,
+        "woke_at": iso_ms(woke_at_ms),
+    }
+    if wait_for.name is not None:
+        doc["signal"] = wait_for.name
+    return json.dumps(doc, sort_keys=True)

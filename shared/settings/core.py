@@ -152,11 +152,12 @@ class Settings(McpSettings, WebhookSettings, OpenAISettings):
         "max_children_per_run (TETHER_TENANT_BUDGETS) may set a lower one.",
     )
     wait_reconcile_s: float = Field(
-        default=30.0,
+        default=300.0,
         ge=0.05,
         le=86_400,
-        description="How often a worker's sweeper checks that every waiting session's wait is "
-        "in Redis, and rebuilds what a flush or rollback lost from the sessions' heads.",
+        description="How often one worker of the fleet checks that every waiting session's wait "
+        "is in Redis, and rebuilds what a rollback lost from the sessions' heads (a flush is "
+        "noticed at the next sweep and rebuilt at once).",
     )
     max_attempts: int = Field(
         default=3, ge=1, le=100, description="Attempts per run before it fails."

@@ -12,6 +12,7 @@ the head holds), and a mark whose session waits for nothing is deleted once it i
 from __future__ import annotations
 
 import logging
+from typing import NamedTuple
 
 from tether.core.events import now_ms
 from tether.core.waits import WaitFor
@@ -29,22 +30,36 @@ log = logging.getLogger(__name__)
 MARK_GRACE_MS = 120_000
 
 
-def reconcile_waits(services: EngineServices) -> int:
-    """One pass; how many sessions' waits were parked again."""
+class Reconciled(NamedTuple):
+    """What one pass did."""
+
+    rebuilt: int
+    """Sessions whose waits were parked again."""
+    skipped: int
+    """Sessions without wait records it could not check now (a worker held the lease, or the
+    head did not read): a pass soon after should look again."""
+
+
+def reconcile_waits(services: EngineServices) -> Reconciled:
+    """One pass over the marks."""
     index, marks = services.waits, services.marks
     if index is None or marks is None:
-        return 0
+        return Reconciled(0, 0)
     sessions = list(marks.sessions())
     known = _recorded(services, sessions)
-    rebuilt = 0
+    rebuilt = skipped = 0
     for (tenant, session_id), recorded in zip(sessions, known, strict=True):
-        if recorded or services.leases.holder(tenant, session_id) is not None:
+        if recorded:
+            continue
+        if services.leases.holder(tenant, session_id) is not None:
+            skipped += 1  # a worker is on it: it may be committing this very wait
             continue
         try:
             rebuilt += _rebuild(services, tenant, session_id)
         except Exception as exc:  # one unreadable session must not stop the others
+            skipped += 1
             log.warning("wait reconcile skipped %s/%s: %s", tenant, session_id, exc)
-    return rebuilt
+    return Reconciled(rebuilt, skipped)
 
 
 def _recorded(services: EngineServices, sessions: list[tuple[str, str]]) -> list[bool]:

@@ -23,8 +23,8 @@ from tether.runs.contract import RunRequest
 from tether.runs.queue.base import SubmitState
 from tether.runs.signals.base import signal_wake
 from tether.runs.waits.base import TimerMember, WaitRecord, settle_request
-from tether.runtime.timers import timer_output
-from tether.worker.engine.child_runs import timeout_output
+from tether.runtime.timers import timeout_output, timer_output
+from tether.worker.engine.child_runs import timeout_output as children_output
 from tether.worker.engine.services import EngineServices
 
 log = logging.getLogger(__name__)
@@ -65,10 +65,11 @@ def _wake(services: EngineServices, members: Sequence[TimerMember]) -> int:
     assert services.waits is not None
     records = services.waits.get_many(members)
     requests = [
-        wake_request(r, now_ms(), output=timeout_output(services, r))
+        wake_request(r, now_ms(), output=children_output(services, r))
         for r in records
         if r is not None
     ]
+    kinds = {r.run_id: w.wait_for.kind for r, w in zip(requests, _present(records), strict=True)}
     queued = 0
     duplicates: list[RunRequest] = []
     for queue in {r.queue for r in records if r is not None}:
@@ -78,7 +79,7 @@ def _wake(services: EngineServices, members: Sequence[TimerMember]) -> int:
             if outcome.state is SubmitState.QUEUED:
                 queued += 1
                 services.wake(request.tenant, request.session_id)
-                metrics.wait_woken("timer")
+                metrics.wait_woken(kinds[request.run_id])
             elif outcome.state is SubmitState.DUPLICATE:
                 duplicates.append(request)
     _forget_finished(services, duplicates)
@@ -104,11 +105,15 @@ def _present(records: Sequence[WaitRecord | None]) -> list[WaitRecord]:
 
 
 def wake_request(record: WaitRecord, woke_at_ms: int, *, output: str | None = None) -> RunRequest:
-    """The continuation that settles ``record``'s call with ``output`` (a timer's: when it slept
-    until) and runs on (:func:`~tether.runs.waits.base.settle_request`)."""
-    if record.wait_for.kind == "signal" and output is None:  # timed out, unless a signal came
+    """The continuation that settles ``record``'s call with ``output`` (by default a timer's:
+    when it slept until; a signal's or children's: that their timeout passed) and runs on
+    (:func:`~tether.runs.waits.base.settle_request`). A signal wait's, with no ``output``, is
+    settled from the mailbox when it runs (a signal that came before the timeout wins)."""
+    wait_for = record.wait_for
+    if wait_for.kind == "signal" and output is None:
         return signal_wake(record)
-    text = output if output is not None else timer_output(record.wait_for, woke_at_ms)
+    due = timer_output if wait_for.kind == "timer" else timeout_output  # else: its timeout
+    text = output if output is not None else due(wait_for, woke_at_ms)
     resolution = Resolution(call_id=record.call_id, action="output", text=text)
     return settle_request(
         record.tenant, record.session_id, record.agent, resolution, reply_to=record.reply_to

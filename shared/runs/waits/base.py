@@ -109,6 +109,13 @@ class WaitIndex(Protocol):
     def next_due_ms(self) -> int | None:
         """When the next member of the timers index is due (None: it is empty)."""
 
+    def lost(self) -> bool:
+        """Whether the index was lost since the last call (a flushed Redis: its sentinel is
+        gone); the sentinel is set again, so one caller in the fleet sees each loss."""
+
+    def take_reconcile(self, owner: str, ttl_ms: int) -> bool:
+        """Whether ``owner`` reconciles the marks this period (one worker per ``ttl_ms``)."""
+
 
 def _digest(*parts: str) -> str:
     return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()[:32]

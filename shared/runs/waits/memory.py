@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 
 from tether.runs.waits.base import REDELIVER_MS, TimerMember, WaitRecord
@@ -17,6 +18,8 @@ class InMemoryWaitIndex:
         self._records: dict[TimerMember, WaitRecord] = {}
         self._scores: dict[TimerMember, int] = {}
         self._redeliver_ms = redeliver_ms
+        self._sentinel = False
+        self._reconciler: tuple[str, float] | None = None
 
     def park(self, records: Sequence[WaitRecord]) -> None:
         with self._lock:
@@ -66,6 +69,19 @@ class InMemoryWaitIndex:
         with self._lock:
             return min(self._scores.values(), default=None)
 
+    def lost(self) -> bool:
+        with self._lock:
+            lost, self._sentinel = not self._sentinel, True
+            return lost
+
+    def take_reconcile(self, owner: str, ttl_ms: int) -> bool:
+        now_s = time.monotonic()
+        with self._lock:
+            if self._reconciler is not None and self._reconciler[1] > now_s:
+                return False
+            self._reconciler = (owner, now_s + ttl_ms / 1000)
+            return True
+
     def counts(self) -> dict[str, int]:
         """How many calls wait in the timers index."""
         with self._lock:
@@ -76,3 +92,5 @@ class InMemoryWaitIndex:
         with self._lock:
             self._records.clear()
             self._scores.clear()
+            self._sentinel = False
+            self._reconciler = None

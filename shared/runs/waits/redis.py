@@ -110,6 +110,14 @@ class RedisWaitIndex:
         firsts = [int(first[0][1]) for first in pipe.execute() if first]
         return min(firsts) if firsts else None
 
+    def lost(self) -> bool:
+        # SET NX answers True only where the sentinel was missing: a fresh or flushed Redis
+        return bool(self._client.set(self._keys.timer_shards()[0] + ":sentinel", "1", nx=True))
+
+    def take_reconcile(self, owner: str, ttl_ms: int) -> bool:
+        key = self._keys.timer_shards()[0] + ":reconcile"
+        return bool(self._client.set(key, owner, nx=True, px=max(1, ttl_ms)))
+
     def counts(self) -> dict[str, int]:
         """How many calls wait in the timers index (``timers`` key), for gauges."""
         pipe = self._client.pipeline(transaction=False)
