@@ -132,7 +132,7 @@ def test_mode_any_wakes_the_parent_at_the_first_child_once(
     drain(w, TENANT, "p-any")
     body = tool_output(woken(backends, "p-any", call_id))
     assert body["done"] == 1 and body["mode"] == "any"
-    assert [c["status"] for c in body["children"]] == ["RUNNING", "COMPLETED", "RUNNING"]
+    assert [c["status"] for c in body["children"]] == ["IN_PROGRESS", "COMPLETED", "IN_PROGRESS"]
     for child in (children[0], children[2]):  # later ends wake nothing more
         drain(w, TENANT, child.session_id)
     drain(w, TENANT, "p-any")
@@ -277,7 +277,7 @@ def test_a_parent_waits_through_a_redis_flush(make_backends: Callable[[], Backen
     call_id, children = children_of(backends, "p-flush")
     drain(w, TENANT, children[0].session_id)
     _lose_the_index(backends, ["p-flush", *(c.session_id for c in children)])
-    assert reconcile_waits(w) == 1
+    assert reconcile_waits(w).rebuilt == 1
     drain(w, TENANT, children[1].session_id)
     drain(w, TENANT, "p-flush")
     body = tool_output(woken(backends, "p-flush", call_id))

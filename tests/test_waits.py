@@ -237,26 +237,3 @@ def test_the_timed_waits_gauge_reads_the_index(redis_client: redis.Redis) -> Non
         m.name: m.samples[0].value for m in TimedWaitsCollector(redis_client, keys).collect()
     }
     assert metrics == {"tether_waits_timed": 3, "tether_waits_next_due_seconds": 3.0}
-
-
-def test_a_wait_whose_timeout_passes_gets_a_clear_result(
-    make_backends: Callable[[], Backends],
-) -> None:
-    """The mechanism signals and children build on: a parked call whose wait has a timeout is
-    woken by the sweepers with ``timed_out``, and the run goes on (not an error of the run)."""
-    backends = make_backends()
-    rt = _runtime(backends)
-    _apply(rt, _nap("s-timeout", 3600))
-    (record,) = backends.waits.records(TENANT, "s-timeout")
-    signal = WaitFor(kind="signal", name="approve", timeout_at_ms=1_000)
-    backends.waits.settle(TENANT, "s-timeout", [record.call_id])
-    backends.waits.park([record.model_copy(update={"wait_for": signal})])
-    assert wake_due(rt, at_ms=FAR_MS) == 1
-    drain(rt, TENANT, "s-timeout")
-    woke = backends.runs.get(
-        _nap("s-timeout").ref._replace(run_id=wake_run_id(TENANT, "s-timeout", record.call_id))
-    )
-    assert woke is not None and woke.result is not None
-    assert woke.result.status is RunStatus.COMPLETED
-    output = json.loads((woke.result.output or "").removeprefix("woke: "))
-    assert output["timed_out"] is True and output["signal"] == "approve"

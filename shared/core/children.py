@@ -57,7 +57,7 @@ def children_output(
     wait_for: WaitFor, ends: Mapping[str, ChildEnd], *, timed_out: bool = False
 ) -> str:
     """The output of a call that waited on children: per child its status and output, or its
-    error (``RUNNING``: not ended yet, after ``any`` or a timeout)."""
+    error (``IN_PROGRESS``: not ended yet, after ``any`` or a timeout)."""
     rows: list[dict[str, Any]] = []
     for child in wait_for.children:
         end = ends.get(child.run_id)
@@ -65,14 +65,14 @@ def children_output(
             "run_id": child.run_id,
             "session_id": child.session_id,
             "agent": child.agent,
-            "status": end.status if end is not None else "RUNNING",
+            "status": end.status if end is not None else "IN_PROGRESS",
         }
         if end is not None and end.ok:
             row["output"] = (end.output or "")[:MAX_CHILD_OUTPUT_CHARS]
         elif end is not None:
             row["error"] = {"type": end.error_type, "message": end.error_message}
         rows.append(row)
-    done = sum(1 for r in rows if r["status"] != "RUNNING")
+    done = sum(1 for r in rows if r["status"] != "IN_PROGRESS")
     body = {
         "mode": wait_for.mode,
         "done": done,
