@@ -13,7 +13,6 @@ is applied once whoever else submits it.
 from __future__ import annotations
 
 import json
-import sys
 from typing import NamedTuple
 
 from tether.core.events import now_ms
@@ -70,34 +69,15 @@ def receipt(sent: SignalSent, wakes: list[WireRequest]) -> SignalReceipt:
     return SignalReceipt(sent.signal_id, wakes[0].request.run_id if wakes else None)
 
 
-def payload_of(text: str | None, payload_file: str | None, max_bytes: int) -> object:
-    """The payload: ``PAYLOAD-JSON``, or ``--payload-file F`` (``-``: standard input), parsed.
+def parse_payload(text: str | None, where: str = "PAYLOAD-JSON") -> object:
+    """A signal's payload from its JSON text (None: no payload); ``where`` names the text in
+    the error (the CLI's argument, the file it was read from, the console's field).
 
     Raises:
-        InvalidInput: both given, a file that cannot be read, text that is not JSON.
-        InputTooLarge: a file over ``max_bytes`` (``TETHER_MAX_INPUT_BYTES``).
+        InvalidInput: text that is not JSON.
     """
-    from tether.errors import InputTooLarge, InvalidInput
+    from tether.errors import InvalidInput
 
-    if text is not None and payload_file is not None:
-        raise InvalidInput("give the payload as PAYLOAD-JSON or with --payload-file, not both")
-    where = "PAYLOAD-JSON"
-    if payload_file is not None:
-        where = "standard input" if payload_file == "-" else f"--payload-file {payload_file}"
-        try:
-            if payload_file == "-":
-                data = sys.stdin.buffer.read(max_bytes + 1)
-            else:
-                with open(payload_file, "rb") as fh:
-                    data = fh.read(max_bytes + 1)
-        except OSError as exc:
-            raise InvalidInput(f"{where} cannot be read ({exc.strerror})") from None
-        if len(data) > max_bytes:
-            raise InputTooLarge(
-                f"{where} holds more than {max_bytes} bytes, over the limit of {max_bytes} "
-                "(TETHER_MAX_INPUT_BYTES); send less, or a reference to it"
-            )
-        text = data.decode("utf-8", errors="replace")
     if text is None:
         return None
     try:

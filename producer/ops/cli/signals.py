@@ -8,7 +8,13 @@ from typing import Annotated
 import typer
 
 from tether.producer.ops.cli.runs import SessionArg
-from tether.producer.ops.cli.support import JsonOption, TenantOption, cli_producer, cli_settings
+from tether.producer.ops.cli.support import (
+    JsonOption,
+    TenantOption,
+    cli_producer,
+    cli_settings,
+    read_limited,
+)
 
 NameArg = Annotated[
     str, typer.Argument(metavar="NAME", help="The signal's name (what the tool waits for).")
@@ -42,10 +48,17 @@ def signal(
 ) -> None:
     """Send signal NAME with a JSON payload to a session: the run waiting for it goes on; one
     sent before the wait is kept for it. Prints the signal's id and the run it woke."""
-    settings = cli_settings()
-    from tether.producer.signals import payload_of  # not at import: `tether --help` stays light
+    from tether.errors import InvalidInput
+    from tether.producer.signals import parse_payload  # here: `tether --help` stays light
 
-    value = payload_of(payload, payload_file, settings.max_input_bytes)
+    settings = cli_settings()
+    if payload is not None and payload_file is not None:
+        raise InvalidInput("give the payload as PAYLOAD-JSON or with --payload-file, not both")
+    where = "PAYLOAD-JSON"
+    if payload_file is not None:
+        data, where = read_limited(payload_file, settings.max_input_bytes, flag="--payload-file")
+        payload = data.decode("utf-8", errors="replace")
+    value = parse_payload(payload, where)
     ids = {"session id": session_id, "tenant": tenant}
     with cli_producer(settings, broker=True, ids=ids) as producer:
         sent = producer.signal(session_id, name, value, tenant=tenant)

@@ -247,6 +247,33 @@ def require_shared_storage(store_url: str) -> None:
         )
 
 
+def read_limited(source: str, max_bytes: int, *, flag: str) -> tuple[bytes, str]:
+    """The bytes of file ``source`` (``-``: standard input), never read past one byte over
+    ``max_bytes``, and how a message names where they came from (``flag source``).
+
+    Raises:
+        InvalidInput: the file cannot be read.
+        InputTooLarge: more than ``max_bytes`` (``TETHER_MAX_INPUT_BYTES``).
+    """
+    from tether.errors import InputTooLarge, InvalidInput
+
+    where = "standard input" if source == "-" else f"{flag} {source}"
+    try:
+        if source == "-":
+            data = sys.stdin.buffer.read(max_bytes + 1)
+        else:
+            with open(source, "rb") as fh:
+                data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise InvalidInput(f"{where} cannot be read ({exc.strerror})") from None
+    if len(data) > max_bytes:
+        raise InputTooLarge(
+            f"{where} holds more than {max_bytes} bytes, over the limit of "
+            f"{max_bytes}; send large material by reference or raise TETHER_MAX_INPUT_BYTES"
+        )
+    return data, where
+
+
 def run_input(text: str | None, input_file: str | None, max_input_bytes: int) -> str:
     """A run's input: the ``INPUT`` argument, or ``--input-file F`` (``-``: standard input), for
     inputs a command line cannot carry (Linux refuses one argument over 128 KiB: "Argument list
@@ -257,7 +284,7 @@ def run_input(text: str | None, input_file: str | None, max_input_bytes: int) ->
         InputTooLarge: more than ``max_input_bytes`` (``TETHER_MAX_INPUT_BYTES``), before the
             whole file is read.
     """
-    from tether.errors import InputTooLarge, InvalidInput
+    from tether.errors import InvalidInput
 
     if text is not None and input_file is not None:
         raise InvalidInput("give the run's input as INPUT or with --input-file, not both")
@@ -265,20 +292,7 @@ def run_input(text: str | None, input_file: str | None, max_input_bytes: int) ->
         if text is None:
             raise InvalidInput("no input: give INPUT, or --input-file FILE (- reads stdin)")
         return text
-    where = "standard input" if input_file == "-" else f"--input-file {input_file}"
-    try:
-        if input_file == "-":
-            data = sys.stdin.buffer.read(max_input_bytes + 1)
-        else:
-            with open(input_file, "rb") as fh:
-                data = fh.read(max_input_bytes + 1)
-    except OSError as exc:
-        raise InvalidInput(f"{where} cannot be read ({exc.strerror})") from None
-    if len(data) > max_input_bytes:
-        raise InputTooLarge(
-            f"{where} holds more than {max_input_bytes} bytes, over the limit of "
-            f"{max_input_bytes}; send large material by reference or raise TETHER_MAX_INPUT_BYTES"
-        )
+    data, where = read_limited(input_file, max_input_bytes, flag="--input-file")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -123,9 +123,9 @@ class Actions:
         name, text = fields.get("name", "").strip(), fields.get("payload", "").strip()
 
         def act() -> str:
-            from tether.producer.signals import payload_of
+            from tether.producer.signals import parse_payload
 
-            payload = payload_of(text or None, None, self.b.producer().settings.max_input_bytes)
+            payload = parse_payload(text or None)
             sent = self.b.producer().signal(session_id, name, payload, tenant=self.config.tenant)
             woke = f"woke run {sent.woke_run_id}" if sent.woke_run_id else "kept until a run waits"
             return f"signal {name} {sent.signal_id} sent; {woke}"
