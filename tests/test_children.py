@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.support.child_agents import child_agent, parent_agent
-from tests.support.crash import TENANT, Backends, worker_runtime
+from tests.support.crash import FAR_MS, TENANT, Backends, worker_runtime
 from tether import SessionLogReader
 from tether.core.results import RunStatus
 from tether.core.waits import ChildRef
@@ -26,8 +26,6 @@ from tether.runtime.registry import AgentRegistry
 from tether.worker.engine.cycle import drain
 from tether.worker.engine.services import EngineServices
 from tether.worker.engine.wakes import wake_due
-
-FAR_MS = 2**52
 
 
 def rt(backends: Backends, worker_id: str = "w1", **settings: Any) -> EngineServices:

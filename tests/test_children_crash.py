@@ -12,6 +12,7 @@ import pytest
 
 from tests.support.child_agents import child_agent, parent_agent
 from tests.support.crash import (
+    EVERY_CRASH_POINT,
     TENANT,
     Backends,
     PowerSwitch,
@@ -29,7 +30,6 @@ from tether.worker.engine.commit import CommitStep
 from tether.worker.engine.cycle import drain
 from tether.worker.engine.services import EngineServices
 
-CRASH_POINTS = [(step, phase) for step in CommitStep for phase in ("before", "after")]
 #: Steps a run that ends with a commit of its own takes (the lease release: the drain's).
 TAKEN = frozenset(CommitStep) - {CommitStep.LEASE_RELEASE, CommitStep.CHECKPOINT_CLEAR}
 
@@ -79,7 +79,7 @@ def _check_family(
     assert report.ok, report.problems
 
 
-@pytest.mark.parametrize(("step", "phase"), CRASH_POINTS, ids=lambda v: str(v))
+@pytest.mark.parametrize(("step", "phase"), EVERY_CRASH_POINT, ids=lambda v: str(v))
 def test_a_spawn_crashed_at_every_step_runs_each_child_once(
     make_backends: Callable[[], Backends], step: CommitStep, phase: str
 ) -> None:
@@ -95,7 +95,7 @@ def test_a_spawn_crashed_at_every_step_runs_each_child_once(
     _check_family(backends, sid, call_id, children)
 
 
-@pytest.mark.parametrize(("step", "phase"), CRASH_POINTS, ids=lambda v: str(v))
+@pytest.mark.parametrize(("step", "phase"), EVERY_CRASH_POINT, ids=lambda v: str(v))
 def test_a_child_completion_crashed_at_every_step_wakes_the_parent_once(
     make_backends: Callable[[], Backends], step: CommitStep, phase: str
 ) -> None:

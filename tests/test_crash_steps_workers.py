@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.crash_agents import session_for
+from tests.support.crash_agents import crash_worker_env, session_for
 from tests.support.stack import Stack, unique
 from tests.test_crash_steps import WAIT_STEPS
 from tether.core.items import UserMessage
@@ -28,14 +28,7 @@ def test_sigkill_at_every_commit_step_applies_each_run_once(
     live_stack: Stack, tmp_path: Path
 ) -> None:
     crash_dir = tmp_path / "crashes"
-    crash_dir.mkdir()
-    env = dict(
-        live_stack.env,
-        TETHER_AGENT_MODULES="tests.support.crash_agents",
-        CRASH_TEST_DIR=str(crash_dir),
-        TETHER_QUEUE=QUEUE,
-        TETHER_ARCHIVE_BATCH_EVENTS="1",  # every commit archives, so every step is reached
-    )
+    env = crash_worker_env(live_stack.env, crash_dir, QUEUE)
     suffix = unique("k")
     sessions = {
         session_for(step.value, phase, suffix): (step, phase)

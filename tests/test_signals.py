@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.crash import TENANT, Backends, worker_runtime
+from tests.support.crash import FAR_MS, TENANT, Backends, worker_runtime
 from tests.support.signal_agents import await_signal, listener_agent, signal_waiter_agent
 from tether import Agent, ModelResponse, ScriptedModel, SessionLogReader
 from tether.core.events import now_ms
@@ -31,8 +31,6 @@ from tether.worker.engine.cycle import drain
 from tether.worker.engine.services import EngineServices
 from tether.worker.engine.wait_reconcile import reconcile_waits
 from tether.worker.engine.wakes import wake_due
-
-FAR_MS = 2**52
 
 
 def _rt(backends: Backends, worker_id: str = "w1") -> EngineServices:

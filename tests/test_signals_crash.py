@@ -13,6 +13,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.support.crash import (
+    EVERY_CRASH_POINT,
     TENANT,
     Backends,
     PowerSwitch,
@@ -36,9 +37,6 @@ from tether.worker.engine.commit import CommitStep
 from tether.worker.engine.cycle import drain
 from tether.worker.engine.services import EngineServices
 from tether.worker.engine.wakes import wake_due
-
-CRASH_POINTS = [(step, phase) for step in CommitStep for phase in ("before", "after")]
-FAR_MS = 2**52
 
 
 def _rt(backends: Backends, worker_id: str, switch: PowerSwitch | None = None) -> EngineServices:
@@ -90,7 +88,7 @@ def _check_delivered_once(backends: Backends, session_id: str, payloads: list[ob
     assert head.metadata.attributes[CURSOR_KEY]
 
 
-@pytest.mark.parametrize(("step", "phase"), CRASH_POINTS, ids=lambda v: str(v))
+@pytest.mark.parametrize(("step", "phase"), EVERY_CRASH_POINT, ids=lambda v: str(v))
 def test_a_suspend_on_a_signal_crashed_at_every_step_is_woken_once(
     make_backends: Callable[[], Backends], step: CommitStep, phase: str
 ) -> None:
@@ -108,7 +106,7 @@ def test_a_suspend_on_a_signal_crashed_at_every_step_is_woken_once(
     _check_delivered_once(backends, session_id, ["one"])
 
 
-@pytest.mark.parametrize(("step", "phase"), CRASH_POINTS, ids=lambda v: str(v))
+@pytest.mark.parametrize(("step", "phase"), EVERY_CRASH_POINT, ids=lambda v: str(v))
 def test_a_signal_wake_crashed_at_every_step_delivers_once(
     make_backends: Callable[[], Backends], step: CommitStep, phase: str
 ) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.crash_agents import session_for
+from tests.support.crash_agents import crash_worker_env, session_for
 from tests.support.stack import Stack, eventually, unique
 from tether.core.results import RunStatus
 from tether.dev.workers import WorkerFleet
@@ -36,16 +36,7 @@ def test_sigkill_at_every_commit_step_of_a_signal_wait_delivers_once(
     live_stack: Stack, tmp_path: Path
 ) -> None:
     crash_dir = tmp_path / "crashes"
-    crash_dir.mkdir()
-    env = dict(
-        live_stack.env,
-        TETHER_AGENT_MODULES=json.dumps(
-            ["tests.support.crash_agents", "tests.support.signal_agents"]
-        ),
-        CRASH_TEST_DIR=str(crash_dir),
-        TETHER_QUEUE=QUEUE,
-        TETHER_ARCHIVE_BATCH_EVENTS="1",  # every commit archives, so every step is reached
-    )
+    env = crash_worker_env(live_stack.env, crash_dir, QUEUE, "tests.support.signal_agents")
     tag = unique("k").replace("-", "")
     suspend = {session_for(s, p, tag + "s"): (s, p) for s, p in POINTS}
     wake = {session_for(s, p, tag + "w"): (s, p) for s, p in POINTS}

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from tests.support.crash import TENANT, Backends, worker_runtime
+from tests.support.crash import FAR_MS, TENANT, Backends, worker_runtime
 from tests.support.wait_agents import sleeper_agent, waiter_agent
 from tether import SessionLogReader
 from tether.core.events import EventType, ToolResultPayload
@@ -37,8 +37,6 @@ from tether.runtime.waiting import parked_calls
 from tether.worker.engine.cycle import drain
 from tether.worker.engine.services import EngineServices
 from tether.worker.engine.wakes import wake_due
-
-FAR_MS = 2**52  # a time every timer of these tests is due by
 
 
 def test_a_sleeping_tool_parks_the_run_with_its_wait_in_memory_and_events() -> None:

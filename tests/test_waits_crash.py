@@ -10,6 +10,8 @@ from collections.abc import Callable
 import pytest
 
 from tests.support.crash import (
+    EVERY_CRASH_POINT,
+    FAR_MS,
     TENANT,
     Backends,
     PowerSwitch,
@@ -28,9 +30,6 @@ from tether.worker.engine.commit import CommitStep
 from tether.worker.engine.cycle import drain
 from tether.worker.engine.services import EngineServices
 from tether.worker.engine.wakes import wake_due
-
-CRASH_POINTS = [(step, phase) for step in CommitStep for phase in ("before", "after")]
-FAR_MS = 2**52
 
 
 def _rt(backends: Backends, worker_id: str, switch: PowerSwitch | None = None) -> EngineServices:
@@ -83,7 +82,7 @@ def _parked_call_ids(backends: Backends, session_id: str) -> list[str]:
     return [p.call_id for p in view.result.pending if p.wait_for is not None]
 
 
-@pytest.mark.parametrize(("step", "phase"), CRASH_POINTS, ids=lambda v: str(v))
+@pytest.mark.parametrize(("step", "phase"), EVERY_CRASH_POINT, ids=lambda v: str(v))
 def test_a_suspend_crashed_at_every_step_parks_once_and_wakes_once(
     make_backends: Callable[[], Backends], step: CommitStep, phase: str
 ) -> None:
@@ -101,7 +100,7 @@ def test_a_suspend_crashed_at_every_step_parks_once_and_wakes_once(
     _check_woken_once(backends, session_id)
 
 
-@pytest.mark.parametrize(("step", "phase"), CRASH_POINTS, ids=lambda v: str(v))
+@pytest.mark.parametrize(("step", "phase"), EVERY_CRASH_POINT, ids=lambda v: str(v))
 def test_a_wake_crashed_at_every_step_is_applied_once(
     make_backends: Callable[[], Backends], step: CommitStep, phase: str
 ) -> None:

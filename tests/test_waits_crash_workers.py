@@ -5,12 +5,11 @@ crashes the wake at every step."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from tests.support.crash_agents import session_for
+from tests.support.crash_agents import crash_worker_env, session_for
 from tests.support.stack import Stack, unique
 from tether.core.results import RunStatus
 from tether.dev.workers import WorkerFleet
@@ -19,7 +18,6 @@ from tether.runs.waits.base import wake_request_id
 from tether.worker.engine.commit import CommitStep
 
 QUEUE = "waitcrashq"
-MODULES = json.dumps(["tests.support.crash_agents", "tests.support.wait_agents"])
 
 
 @pytest.mark.slow  # a long variant: `make test-long`
@@ -27,16 +25,7 @@ def test_sigkill_at_every_commit_step_of_a_suspend_wakes_once(
     live_stack: Stack, tmp_path: Path
 ) -> None:
     crash_dir = tmp_path / "crashes"
-    crash_dir.mkdir()
-    env = dict(
-        live_stack.env,
-        TETHER_AGENT_MODULES=json.dumps(
-            ["tests.support.crash_agents", "tests.support.wait_agents"]
-        ),
-        CRASH_TEST_DIR=str(crash_dir),
-        TETHER_QUEUE=QUEUE,
-        TETHER_ARCHIVE_BATCH_EVENTS="1",  # every commit archives, so every step is reached
-    )
+    env = crash_worker_env(live_stack.env, crash_dir, QUEUE, "tests.support.wait_agents")
     suffix = unique("w")
     sessions = {
         session_for(step.value, phase, suffix): (step, phase)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tests.support.crash import TENANT, Backends, worker_runtime
+from tests.support.crash import FAR_MS, TENANT, Backends, worker_runtime
 from tests.support.wait_agents import sleeper_agent
 from tether import SessionLogReader
 from tether.core.results import RunStatus
@@ -20,7 +20,6 @@ from tether.worker.engine.services import EngineServices
 from tether.worker.engine.wait_reconcile import reconcile_waits
 from tether.worker.engine.wakes import wake_due
 
-FAR_MS = 2**52
 SESSIONS = [f"s-flush-{n}" for n in range(5)]
 
 

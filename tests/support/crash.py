@@ -52,6 +52,11 @@ from tether.worker.engine.checkpoints.redis import RedisCheckpointStore
 from tether.worker.engine.commit import CommitStep, Phase, StepContext, install_probe
 from tether.worker.engine.services import EngineServices
 
+#: Every named commit step, before and after: where the parked-run suites crash a worker.
+EVERY_CRASH_POINT = [(step, phase) for step in CommitStep for phase in ("before", "after")]
+#: A time (ms) by which every timer and timeout of the tests is due.
+FAR_MS = 2**52
+
 #: The worker default's head cache, on in every crash scenario (as in production).
 HEAD_CACHE_TTL_MS = Settings.model_fields["head_cache_ttl_s"].default * 1000
 HEAD_CACHE_MAX_BYTES = Settings.model_fields["head_cache_max_bytes"].default

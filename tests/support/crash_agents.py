@@ -7,6 +7,7 @@ file in ``CRASH_TEST_DIR`` records that the crash happened, so the next attempt 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -16,6 +17,22 @@ from tether.worker.engine.commit import StepContext, install_probe
 PREFIX = "crashat-"
 #: No agents of its own: the built-in ``calculator`` serves the runs.
 TETHER_AGENTS: dict[str, object] = {}
+
+
+def crash_worker_env(
+    base: dict[str, str], crash_dir: Path, queue: str, *agent_modules: str
+) -> dict[str, str]:
+    """The environment of workers whose probe SIGKILLs them where a session's id says
+    (:func:`session_for`): these agents and ``agent_modules``, ``crash_dir`` for the marks of
+    the crashes that happened, and every commit archiving, so that every step is reached."""
+    crash_dir.mkdir()
+    return dict(
+        base,
+        TETHER_AGENT_MODULES=json.dumps(["tests.support.crash_agents", *agent_modules]),
+        CRASH_TEST_DIR=str(crash_dir),
+        TETHER_QUEUE=queue,
+        TETHER_ARCHIVE_BATCH_EVENTS="1",
+    )
 
 
 def session_for(step: str, phase: str, suffix: str) -> str:
