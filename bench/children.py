@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,7 +33,7 @@ from typing import Any
 
 from bench.core import percentile
 from bench.private_stack import private_redis_and_s3
-from bench.report import host_info, now_iso
+from bench.report import command_line, host_info, now_iso
 from bench.stack import BUCKET, bench_env, bench_settings
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -225,9 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     result: dict[str, Any] = {
         "measure": "P18",
-        "command": " ".join(
-            ["python -m bench.children", *(argv if argv is not None else sys.argv[1:])]
-        ),
+        "command": command_line(argv, module="bench.children"),
         "when": now_iso(),
         "rounds": rounds,
         "children": n,

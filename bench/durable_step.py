@@ -48,7 +48,7 @@ from typing import Any
 
 from bench.agents import STEPS10_ANSWER
 from bench.core import Stats, check_result
-from bench.report import host_info, now_iso
+from bench.report import command_line, host_info, now_iso
 from bench.stack import AGENT_MODULE, REPO_ROOT
 from tether.dev.redis_server import RedisServer
 from tether.dev.workers import WorkerFleet
@@ -335,9 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     document: dict[str, Any] = {
         "id": "P21",
         "date": now_iso(),
-        "command": " ".join(
-            ["python -m bench.durable_step", *(sys.argv[1:] if argv is None else argv)]
-        ),
+        "command": command_line(argv, module="bench.durable_step"),
         "reps": args.reps,
         "warmup": args.warmup,
         "disk": disk[0] if disk else "unknown",

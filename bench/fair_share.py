@@ -31,7 +31,6 @@ import json
 import os
 import secrets
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ from typing import Any
 
 from bench.core import percentile
 from bench.private_stack import private_redis_and_s3
-from bench.report import host_info, now_iso
+from bench.report import command_line, host_info, now_iso
 from bench.stack import BUCKET, bench_env, bench_settings
 from tests.support.openai_fixture import OpenAIServer, start_openai_server
 from tether.core.results import RunStatus
@@ -251,9 +250,7 @@ def main(argv: list[str] | None = None) -> int:
             Variant(f"B {B_AFTER_S:g} s after A's {a_runs:,}, one shared queue",
                     a_runs, b_runs, "p20", "p20")
         )  # fmt: skip
-    command = " ".join(
-        ["python -m bench.fair_share", *(argv if argv is not None else sys.argv[1:])]
-    )
+    command = command_line(argv, module="bench.fair_share")
     started = time.monotonic()
     result: dict[str, Any] = {"measure": "P20", "command": command, "when": now_iso()}
     server = start_openai_server("sk-p20-" + secrets.token_hex(8))

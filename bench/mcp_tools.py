@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -33,7 +32,7 @@ from typing import Any
 
 from bench.core import percentile
 from bench.private_stack import private_redis_and_s3
-from bench.report import host_info, now_iso
+from bench.report import command_line, host_info, now_iso
 from bench.stack import BUCKET, bench_env, bench_settings
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -229,9 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     result: dict[str, Any] = {
         "measure": "P19",
-        "command": " ".join(
-            ["python -m bench.mcp_tools", *(argv if argv is not None else sys.argv[1:])]
-        ),
+        "command": command_line(argv, module="bench.mcp_tools"),
         "when": now_iso(),
         "runs_each": runs,
         "warmup_each": warmup,

@@ -99,9 +99,10 @@ def host_info(packages: Sequence[str], **services: str) -> dict[str, Any]:
     }
 
 
-def command_line(argv: list[str] | None = None) -> str:
-    """The command as typed (``python -m bench ...``)."""
-    return " ".join(["python -m bench", *(sys.argv[1:] if argv is None else argv)])
+def command_line(argv: list[str] | None = None, *, module: str = "bench") -> str:
+    """The command as typed (``python -m bench ...``, or ``python -m <module> ...``): the
+    reproduce line every result file records."""
+    return " ".join([f"python -m {module}", *(sys.argv[1:] if argv is None else argv)])
 
 
 def _fmt(value: float, unit: str) -> str:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -37,7 +36,7 @@ import redis
 
 from bench.core import percentile
 from bench.private_stack import private_redis_and_s3
-from bench.report import host_info, now_iso
+from bench.report import command_line, host_info, now_iso
 from bench.stack import BUCKET, bench_env, bench_settings
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -147,9 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     result: dict[str, Any] = {
         "measure": "P17",
-        "command": " ".join(
-            ["python -m bench.signals", *(argv if argv is not None else sys.argv[1:])]
-        ),
+        "command": command_line(argv, module="bench.signals"),
         "when": now_iso(),
         "runs_each": runs,
         "warmup_each": warmup,
