@@ -79,10 +79,16 @@ class SignalScope:
         session, run_id = self._session, self._request.run_id
         if self._mailbox is not None and self._before:  # what committed heads consumed
             self._mailbox.forget(session.tenant, session.session_id, self._before)
-        advance_from_events(session, (e for e in session.events if e.seq >= first_seq))
+        # read from the log's end, not a copy of all it holds (twice) on every run's path; None:
+        # every event held is this run's
+        replayed = session.events_after(first_seq - 1)
+        advance_from_events(session, session.events if replayed is None else replayed)
         with signal_reader(self._mailbox):
             yield
-        last = session.events[-1] if session.events else None
+        newest = session.events_after(session.last_seq - 1)
+        if newest is None:  # the newest is the only event held
+            newest = session.events
+        last = newest[-1] if newest else None
         if (
             last is not None
             and last.type is EventType.SESSION_RESTORED
