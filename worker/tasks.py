@@ -386,10 +386,13 @@ def _start_guardian(**_: Any) -> None:
 @worker_ready.connect
 def _start_sweeper(**_: Any) -> None:
     global _sweeper
+    from tether.worker.fork_safety import warm_main_process
     from tether.worker.sweeper import Sweeper
 
     try:
-        _sweeper = Sweeper(get_services()).start()
+        services = get_services()
+        warm_main_process(services)  # before the threads: see tether.worker.fork_safety
+        _sweeper = Sweeper(services).start()
     except TetherError as exc:
         log.error("sweeper not started: %s", exc)
 
