@@ -17,13 +17,11 @@ import logging
 from collections.abc import Sequence
 
 from tether.core.events import now_ms
-from tether.core.results import Resolution
 from tether.observability import metrics
 from tether.runs.contract import RunRequest
 from tether.runs.queue.base import SubmitState
-from tether.runs.signals.base import signal_wake
-from tether.runs.waits.base import TimerMember, WaitRecord, settle_request
-from tether.runtime.timers import timeout_output, timer_output
+from tether.runs.waits.base import TimerMember, WaitRecord
+from tether.runs.waits.wakes import wake_request
 from tether.worker.engine.child_runs import timeout_output as children_output
 from tether.worker.engine.services import EngineServices
 
@@ -102,19 +100,3 @@ def _forget_finished(services: EngineServices, duplicates: Sequence[RunRequest])
 
 def _present(records: Sequence[WaitRecord | None]) -> list[WaitRecord]:
     return [r for r in records if r is not None]
-
-
-def wake_request(record: WaitRecord, woke_at_ms: int, *, output: str | None = None) -> RunRequest:
-    """The continuation that settles ``record``'s call with ``output`` (by default a timer's:
-    when it slept until; a signal's or children's: that their timeout passed) and runs on
-    (:func:`~tether.runs.waits.base.settle_request`). A signal wait's, with no ``output``, is
-    settled from the mailbox when it runs (a signal that came before the timeout wins)."""
-    wait_for = record.wait_for
-    if wait_for.kind == "signal" and output is None:
-        return signal_wake(record)
-    due = timer_output if wait_for.kind == "timer" else timeout_output  # else: its timeout
-    text = output if output is not None else due(wait_for, woke_at_ms)
-    resolution = Resolution(call_id=record.call_id, action="output", text=text)
-    return settle_request(
-        record.tenant, record.session_id, record.agent, resolution, reply_to=record.reply_to
-    )
