@@ -106,7 +106,8 @@ def _spawned(tree: FamilyTree, into: list[FamilyNode], raw_family: Any) -> list[
         return []
     family = parse_family(raw_family)
     added: list[FamilyNode] = []
-    for spawned in sorted(family.spawned.values(), key=lambda s: s.spawned_at_ms):
+    by_time = sorted(family.spawned.values(), key=lambda s: (s.spawned_at_ms, s.child.session_id))
+    for spawned in by_time:
         if tree.shown >= MAX_NODES:
             tree.hidden += 1
             continue
