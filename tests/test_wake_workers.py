@@ -102,11 +102,11 @@ def test_a_timer_woken_before_it_is_due_goes_on_once(stack: Stack, producer: Pro
 
 def test_wake_says_what_to_do_when_nothing_waits(producer: Producer) -> None:
     sid = unique("idle")
-    with pytest.raises(InvalidInput, match=f"nothing of session '{sid}'.*tether status"):
+    with pytest.raises(InvalidInput, match=rf"nothing of session '{sid}'.*tether status"):
         producer.wake(sid)
     waiting = producer.run(sid, "nap 600", agent="sleeper", wait_s=60)
     assert waiting.status is RunStatus.WAITING
-    with pytest.raises(InvalidInput, match="no call 'call_nope'.*its parked calls: call_"):
+    with pytest.raises(InvalidInput, match=r"no call 'call_nope'.*its parked calls: call_"):
         producer.wake(sid, "call_nope")
     producer.cancel(waiting.run_id)  # leave nothing parked behind
 
