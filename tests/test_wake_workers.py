@@ -18,7 +18,9 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.sync_api import Page, expect
 
+from tests.support.browser import browser, page
 from tests.support.console import Console
 from tests.support.stack import Stack, eventually, unique
 from tests.test_cli import ok, one_error_line, tether
@@ -32,6 +34,7 @@ from tether.runs.waits.base import wake_request_id, wake_run_id
 from tether.runs.waits.redis import RedisWaitIndex
 
 QUEUE = "wakeq"
+__all__ = ["browser", "page"]  # fixtures used by name
 
 
 @pytest.fixture(scope="module")
@@ -211,3 +214,36 @@ def test_a_parent_and_its_children_live_in_status_and_console(
     result = _finished(producer, wake_run_id("default", sid, pending.call_id))
     assert result.status is RunStatus.COMPLETED, result
     assert '"done": 3, "total": 3' in (result.output or "")
+
+
+def test_the_page_tree_turns_live_and_a_parked_run_is_woken_from_the_runs_page(
+    stack: Stack, producer: Producer, page: Page, tmp_path: Path
+) -> None:
+    sid = unique("famweb")
+    waiting = producer.run(sid, "fan 2 input nap 600", agent="parent", wait_s=60)
+    assert waiting.status is RunStatus.WAITING, waiting
+    (pending,) = waiting.pending
+    assert pending.wait_for is not None
+    first, second = (c.session_id for c in pending.wait_for.children)
+    with Console(stack.env, tmp_path, "--actions") as console:
+        page.goto(f"{console.url}/sessions/{sid}")
+        for child in (first, second):
+            node = page.locator(f'#family-tree li[data-child-session="{child}"] > .badge')
+            expect(node).to_have_text("waiting", timeout=60_000)
+        producer.wake(first)
+        # no reload: the page's feed turns the child that ended
+        done = page.locator(f'#family-tree li[data-child-session="{first}"] > .badge')
+        expect(done).to_have_text("done", timeout=60_000)
+        expect(page.locator(".wait-reason")).to_have_text("children 0/2 (all)")  # as loaded
+        page.goto(f"{console.url}/runs")
+        row = page.locator(f'tr[data-run-id="{waiting.run_id}"]')
+        expect(row.locator(".status")).to_contain_text("children 1/2 (all)")
+        row.locator(f'button[data-wake="{sid}"]').click()
+        expect(page.locator("#flash")).to_contain_text("(children): woken")
+        page.goto(f"{console.url}/sessions/{first}")
+        page.locator("#parent-link a").click()
+        expect(page.locator("#session-id")).to_have_text(sid)
+    result = _finished(producer, wake_run_id("default", sid, pending.call_id))
+    assert result.status is RunStatus.COMPLETED, result
+    assert '"timed_out": true' in (result.output or "")  # woken before its second child ended
+    producer.wake(second)  # leave nothing parked behind
