@@ -13,7 +13,6 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -63,6 +62,13 @@ def producer(
         client.close()
 
 
+@pytest.fixture(scope="module")
+def console(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+    """``tether console --actions`` of tenant default on the shared stack."""
+    with Console(stack.env, tmp_path_factory.mktemp("wake-console"), "--actions") as running:
+        yield running
+
+
 def _finished(producer: Producer, run_id: str) -> RunResult:
     def result() -> RunResult | None:
         view = producer.record(run_id)
@@ -77,7 +83,7 @@ def _waits(stack: Stack) -> RedisWaitIndex:
 
 def test_a_timer_woken_before_it_is_due_goes_on_once(stack: Stack, producer: Producer) -> None:
     sid = unique("wake")
-    waiting = producer.run(sid, "nap 6", agent="sleeper", wait_s=60)
+    waiting = producer.run(sid, "nap 4", agent="sleeper", wait_s=60)
     assert waiting.status is RunStatus.WAITING, waiting
     (pending,) = waiting.pending
     assert pending.wait_for is not None and pending.wait_for.due_at_ms is not None
@@ -94,7 +100,7 @@ def test_a_timer_woken_before_it_is_due_goes_on_once(stack: Stack, producer: Pro
     output = json.loads((result.output or "").removeprefix("woke: "))
     assert output["woke_at"] < output["slept_until"]  # woken before it was due
     # past the due time the sweeper has nothing left to wake: one continuation, applied once
-    time.sleep(max(0.0, pending.wait_for.due_at_ms / 1000 - time.time()) + 2.0)
+    time.sleep(max(0.0, pending.wait_for.due_at_ms / 1000 - time.time()) + 1.5)
     assert _waits(stack).records("default", sid) == []
     head = stack.reader().read(sid)
     assert head is not None
@@ -178,7 +184,7 @@ def _act(console: Console, path: str, **fields: str) -> str:
 
 
 def test_a_parent_and_its_children_live_in_status_and_console(
-    stack: Stack, fleet_env: dict[str, str], producer: Producer, tmp_path: Path
+    fleet_env: dict[str, str], producer: Producer, console: Console
 ) -> None:
     sid = unique("fam")
     waiting = producer.run(sid, "fan 3 input nap 600", agent="parent", wait_s=60)
@@ -186,38 +192,37 @@ def test_a_parent_and_its_children_live_in_status_and_console(
     (pending,) = waiting.pending
     assert pending.wait_for is not None
     children = pending.wait_for.children
-    with Console(stack.env, tmp_path, "--actions") as console:
-        feed = FamilyFeed(f"{console.url}/live/sessions/{sid}/family")
-        try:
-            sessions = [c.session_id for c in children]
-            feed.until(lambda s: s == dict.fromkeys(sessions, "waiting"))
-            first = sessions[0]
-            assert "woken" in _act(console, f"/sessions/{first}/wake")  # the console's button
-            one_done = {**dict.fromkeys(sessions, "waiting"), first: "done"}
-            doc = feed.until(lambda s: s == one_done)
-            assert {c["agent"] for c in doc["children"]} == {"child"}
-            status = json.loads(ok(tether(fleet_env, "status", "--json")).stdout)
-            mine = [w for w in status["waiting"] if w["session_id"] == sid]
-            assert [w["for"] for w in mine] == ["children 1/3 (all)"], status["waiting"]
-            page = httpx.get(f"{console.url}/sessions/{sid}", timeout=30).text
-            assert page.count("data-child-session=") == 3 and "children 1/3 (all)" in page
-            child_page = httpx.get(f"{console.url}/sessions/{first}", timeout=30).text
-            assert re.search(rf'id="parent-link"><a href="/sessions/{sid}"', child_page)
-            runs = httpx.get(f"{console.url}/runs", timeout=30).text
-            row = runs[runs.index(f'data-run-id="{waiting.run_id}"') :]
-            assert f'action="/sessions/{sid}/wake"' in row.split("</tr>")[0]
-            for child in children[1:]:
-                producer.wake(child.session_id)
-            feed.until(lambda s: s == dict.fromkeys(sessions, "done"))
-        finally:
-            feed.close()
+    feed = FamilyFeed(f"{console.url}/live/sessions/{sid}/family")
+    try:
+        sessions = [c.session_id for c in children]
+        feed.until(lambda s: s == dict.fromkeys(sessions, "waiting"))
+        first = sessions[0]
+        assert "woken" in _act(console, f"/sessions/{first}/wake")  # the console's button
+        one_done = {**dict.fromkeys(sessions, "waiting"), first: "done"}
+        doc = feed.until(lambda s: s == one_done)
+        assert {c["agent"] for c in doc["children"]} == {"child"}
+        status = json.loads(ok(tether(fleet_env, "status", "--json")).stdout)
+        mine = [w for w in status["waiting"] if w["session_id"] == sid]
+        assert [w["for"] for w in mine] == ["children 1/3 (all)"], status["waiting"]
+        page = httpx.get(f"{console.url}/sessions/{sid}", timeout=30).text
+        assert page.count("data-child-session=") == 3 and "children 1/3 (all)" in page
+        child_page = httpx.get(f"{console.url}/sessions/{first}", timeout=30).text
+        assert re.search(rf'id="parent-link"><a href="/sessions/{sid}"', child_page)
+        runs = httpx.get(f"{console.url}/runs", timeout=30).text
+        row = runs[runs.index(f'data-run-id="{waiting.run_id}"') :]
+        assert f'action="/sessions/{sid}/wake"' in row.split("</tr>")[0]
+        for child in children[1:]:
+            producer.wake(child.session_id)
+        feed.until(lambda s: s == dict.fromkeys(sessions, "done"))
+    finally:
+        feed.close()
     result = _finished(producer, wake_run_id("default", sid, pending.call_id))
     assert result.status is RunStatus.COMPLETED, result
     assert '"done": 3, "total": 3' in (result.output or "")
 
 
 def test_the_page_tree_turns_live_and_a_parked_run_is_woken_from_the_runs_page(
-    stack: Stack, producer: Producer, page: Page, tmp_path: Path
+    producer: Producer, console: Console, page: Page
 ) -> None:
     sid = unique("famweb")
     waiting = producer.run(sid, "fan 2 input nap 600", agent="parent", wait_s=60)
@@ -225,24 +230,23 @@ def test_the_page_tree_turns_live_and_a_parked_run_is_woken_from_the_runs_page(
     (pending,) = waiting.pending
     assert pending.wait_for is not None
     first, second = (c.session_id for c in pending.wait_for.children)
-    with Console(stack.env, tmp_path, "--actions") as console:
-        page.goto(f"{console.url}/sessions/{sid}")
-        for child in (first, second):
-            node = page.locator(f'#family-tree li[data-child-session="{child}"] > .badge')
-            expect(node).to_have_text("waiting", timeout=60_000)
-        producer.wake(first)
-        # no reload: the page's feed turns the child that ended
-        done = page.locator(f'#family-tree li[data-child-session="{first}"] > .badge')
-        expect(done).to_have_text("done", timeout=60_000)
-        expect(page.locator(".wait-reason")).to_have_text("children 0/2 (all)")  # as loaded
-        page.goto(f"{console.url}/runs")
-        row = page.locator(f'tr[data-run-id="{waiting.run_id}"]')
-        expect(row.locator(".status")).to_contain_text("children 1/2 (all)")
-        row.locator(f'button[data-wake="{sid}"]').click()
-        expect(page.locator("#flash")).to_contain_text("(children): woken")
-        page.goto(f"{console.url}/sessions/{first}")
-        page.locator("#parent-link a").click()
-        expect(page.locator("#session-id")).to_have_text(sid)
+    page.goto(f"{console.url}/sessions/{sid}")
+    for child in (first, second):
+        node = page.locator(f'#family-tree li[data-child-session="{child}"] > .badge')
+        expect(node).to_have_text("waiting", timeout=60_000)
+    producer.wake(first)
+    # no reload: the page's feed turns the child that ended
+    done = page.locator(f'#family-tree li[data-child-session="{first}"] > .badge')
+    expect(done).to_have_text("done", timeout=60_000)
+    expect(page.locator(".wait-reason")).to_have_text("children 0/2 (all)")  # as loaded
+    page.goto(f"{console.url}/runs")
+    row = page.locator(f'tr[data-run-id="{waiting.run_id}"]')
+    expect(row.locator(".status")).to_contain_text("children 1/2 (all)")
+    row.locator(f'button[data-wake="{sid}"]').click()
+    expect(page.locator("#flash")).to_contain_text("(children): woken")
+    page.goto(f"{console.url}/sessions/{first}")
+    page.locator("#parent-link a").click()
+    expect(page.locator("#session-id")).to_have_text(sid)
     result = _finished(producer, wake_run_id("default", sid, pending.call_id))
     assert result.status is RunStatus.COMPLETED, result
     assert '"timed_out": true' in (result.output or "")  # woken before its second child ended
