@@ -252,7 +252,8 @@ document.addEventListener("DOMContentLoaded", () => {
   const list = document.getElementById("live-events");
   if (list) followSession(list);
   const tree = document.getElementById("family-tree");
-  if (tree) followFamily(tree);
+  // only a session that has (or may yet spawn) children: each feed holds a slot of the console's
+  if (tree && tree.dataset.follow) followFamily(tree);
   const tables = document.querySelectorAll("table[data-runs-feed]");
   if (tables.length) followRuns(Array.from(tables));
 });
