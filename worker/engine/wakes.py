@@ -6,7 +6,8 @@ and submits one continuation per call, a run registered in the session's queue l
 (so ``TETHER_REGISTERED_RUNS_ONLY`` holds: a worker registered it, in its own keyspace), whose
 request id and run id derive from the call alone (:func:`~tether.runs.waits.base.wake_request_id`):
 a second submission of the same wake is a duplicate the queue drops. The continuation settles the
-call with the wait's result (a timer: :func:`~tether.runtime.waiting.timer_output`) and runs on.
+call with the wait's result (:func:`~tether.runs.waits.wakes.wake_request`, shared with an
+operator's wake, ``Producer.wake``) and runs on.
 Once submitted, the members leave the index; a sweeper that dies before then leaves them to come
 due again a redelivery delay later.
 """
