@@ -29,7 +29,7 @@ from typing import Any, Unpack
 from celery import Celery
 
 import tether.producer.submission as submission
-from tether.core.events import AgentEvent
+from tether.core.events import AgentEvent, now_ms
 from tether.core.results import Resolution
 from tether.errors import TetherError
 from tether.observability.tracing import current_trace_context, traced_async
@@ -45,7 +45,15 @@ from tether.producer.listener_aio import AsyncCompletionListener
 from tether.producer.publish_aio import BackgroundPublisher
 from tether.producer.signals import SignalReceipt, receipt, signal_plan, signal_wake
 from tether.producer.submission import RunSpec, Submitted, TraceContext
-from tether.producer.waits import cancel_requests
+from tether.producer.waits import (
+    WokenCall,
+    by_queue,
+    cancel_requests,
+    wake_keys,
+    wake_plan,
+    wake_target,
+    woken,
+)
 from tether.producer.worker_watch import split_wait
 from tether.producer.worker_watch_aio import async_watch_for_workers
 from tether.runs.contract import RunRef, RunResult, WireRequest
@@ -190,14 +198,17 @@ class AsyncProducer(ProducerBase[AsyncRunHandle, AsyncCompletionListener]):
             verdict = await self.admission.admit(tenant, budget, runs=runs)
             submission.check_verdict(tenant, budget, verdict)
 
-    async def _submit(self, requests: list[WireRequest]) -> list[Submitted]:
-        """Submit, preempt, publish, record refusals (see :mod:`~tether.producer.submission`)."""
+    async def _submit(
+        self, requests: list[WireRequest], queue: str | None = None
+    ) -> list[Submitted]:
+        """Submit, preempt, publish, record refusals (see :mod:`~tether.producer.submission`),
+        on ``queue`` (default: the settings')."""
         with submission.acting_for(self.settings, (w.request.tenant for w in requests)):
-            outcomes = await self.runs.submit_many(requests, queue=self.settings.queue)
+            outcomes = await self.runs.submit_many(requests, queue=queue or self.settings.queue)
         submitted = submission.plan_submission(requests, outcomes)
         for preemption in submission.preemptions(submitted):
             await self.runs.preempt(*preemption)
-        await self._publisher.publish(submission.run_messages(self.settings, submitted))
+        await self._publisher.publish(submission.run_messages(self.settings, submitted, queue))
         for rejection in submission.rejections(submitted):
             await self.runs.record_rejected(rejection)
         return submitted
@@ -337,6 +348,37 @@ class AsyncProducer(ProducerBase[AsyncRunHandle, AsyncCompletionListener]):
         if wakes:
             await self._submit(wakes)
         return receipt(sent, wakes)
+
+    async def wake(
+        self, session_id: str, call_id: str | None = None, *, tenant: str | None = None
+    ) -> list[WokenCall]:
+        """Wake the session's calls parked on the fleet now (only ``call_id`` when given): what
+        the fleet does at their wake time (a timer is due; a signal's or children's wait times
+        out, with the tool result a timeout gives), with the same ids as the fleet's own wake,
+        so it is applied once whoever submits it first (see docs/waiting.md).
+
+        Raises:
+            InvalidInput: a malformed id, or nothing of the session waits on the fleet (or not
+                ``call_id``): nothing is submitted.
+            PermissionDenied: this credential may not act for ``tenant`` (with per-tenant Redis
+                users, another tenant's session): nothing is written.
+        """
+        target = wake_target(self.settings, session_id, call_id, tenant)
+        waits, family = wake_keys(self.keys, target)
+        with (
+            submission.acting_for(self.settings, [target.tenant]),
+            translate_errors(describe_client(self.redis)),
+        ):
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.hvals(waits)
+            pipe.hgetall(family)
+            raw_records, raw_family = await pipe.execute()
+        plan = wake_plan(target, raw_records, raw_family, now_ms())
+        duplicate: dict[str, bool] = {}
+        for queue, wires in by_queue(plan, self.settings.queue).items():
+            for item in await self._submit(wires, queue):
+                duplicate[item.request.run_id] = item.outcome.state is SubmitState.DUPLICATE
+        return woken(plan, [duplicate[request.run_id] for _, request in plan])
 
     async def cancel(self, run_id: str, *, tenant: str | None = None) -> CancelOutcome:
         """Ask a run to stop. ``CANCELLED``: it was queued and will never start. ``REQUESTED``:

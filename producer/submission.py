@@ -302,9 +302,12 @@ def preemptions(submitted: Sequence[Submitted]) -> list[tuple[str, str, str, Sto
     ]
 
 
-def run_messages(settings: Settings, submitted: Sequence[Submitted]) -> list[Message]:
-    """The run messages to publish: one per run this submission queued."""
-    return [message_of(settings, s.wire) for s in submitted if s.queued]
+def run_messages(
+    settings: Settings, submitted: Sequence[Submitted], queue: str | None = None
+) -> list[Message]:
+    """The run messages to publish: one per run this submission queued, on ``queue`` (default:
+    the settings')."""
+    return [message_of(settings, s.wire, queue) for s in submitted if s.queued]
 
 
 def rejections(submitted: Sequence[Submitted]) -> list[RunResult]:
@@ -344,10 +347,10 @@ def run_message(wire: WireRequest, queue: str, *, wake_only: bool = False) -> Me
     }
 
 
-def message_of(settings: Settings, wire: WireRequest) -> Message:
-    """The run message of ``wire`` on the settings' queue (only its ids with
+def message_of(settings: Settings, wire: WireRequest, queue: str | None = None) -> Message:
+    """The run message of ``wire`` on ``queue`` (default: the settings'; only its ids with
     ``TETHER_REGISTERED_RUNS_ONLY``)."""
-    return run_message(wire, settings.queue, wake_only=settings.registered_runs_only)
+    return run_message(wire, queue or settings.queue, wake_only=settings.registered_runs_only)
 
 
 def stored_request(run_id: str, view: RunView | None) -> WireRequest:

@@ -13,6 +13,7 @@ Format versions (field ``v``):
 
 from __future__ import annotations
 
+from collections.abc import Container
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -68,13 +69,16 @@ class WaitFor(BaseModel):
         """When the fleet wakes the call by itself (None: never; only its event does)."""
         return self.due_at_ms if self.kind == "timer" else self.timeout_at_ms
 
-    def reason(self) -> str:
-        """What the run waits for, in a few words (run records, ``tether status``)."""
+    def reason(self, ended: Container[str] = ()) -> str:
+        """What the run waits for, in a few words (``tether status``, the console);
+        ``ended``: the run ids of the children that ended so far (the parent's family record),
+        for ``children 2/3 (all)``."""
         if self.kind == "timer":
             return f"timer due {iso_ms(self.due_at_ms or 0)}"
         if self.kind == "signal":
             return f"signal {self.name}"
-        return f"children 0/{len(self.children)}"
+        done = sum(1 for c in self.children if c.run_id in ended)
+        return f"children {done}/{len(self.children)} ({self.mode})"
 
 
 def iso_ms(ms: int) -> str:

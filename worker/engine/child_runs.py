@@ -35,6 +35,7 @@ from tether.runs.waits.children import (
     ChildLink,
     cancellable,
 )
+from tether.runs.waits.wakes import due_output
 from tether.worker.engine.services import EngineServices
 
 log = logging.getLogger(__name__)
@@ -215,10 +216,7 @@ def timeout_output(services: EngineServices, record: WaitRecord) -> str | None:
     """The output of a call parked on children whose timeout passed (None: not such a call)."""
     if record.wait_for.kind != "children" or services.children is None:
         return None
-    ended = services.children.family(record.tenant, record.session_id).ended
-    return children_output(
-        record.wait_for, ended, timed_out=not children_ready(record.wait_for, ended)
-    )
+    return due_output(record, services.children.family(record.tenant, record.session_id).ended)
 
 
 # --- cancelling children with their parent --------------------------------------------------

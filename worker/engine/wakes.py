@@ -6,7 +6,8 @@ and submits one continuation per call, a run registered in the session's queue l
 (so ``TETHER_REGISTERED_RUNS_ONLY`` holds: a worker registered it, in its own keyspace), whose
 request id and run id derive from the call alone (:func:`~tether.runs.waits.base.wake_request_id`):
 a second submission of the same wake is a duplicate the queue drops. The continuation settles the
-call with the wait's result (a timer: :func:`~tether.runtime.waiting.timer_output`) and runs on.
+call with the wait's result (:func:`~tether.runs.waits.wakes.wake_request`, shared with an
+operator's wake, ``Producer.wake``) and runs on.
 Once submitted, the members leave the index; a sweeper that dies before then leaves them to come
 due again a redelivery delay later.
 """
@@ -17,13 +18,11 @@ import logging
 from collections.abc import Sequence
 
 from tether.core.events import now_ms
-from tether.core.results import Resolution
 from tether.observability import metrics
 from tether.runs.contract import RunRequest
 from tether.runs.queue.base import SubmitState
-from tether.runs.signals.base import signal_wake
-from tether.runs.waits.base import TimerMember, WaitRecord, settle_request
-from tether.runtime.timers import timeout_output, timer_output
+from tether.runs.waits.base import TimerMember, WaitRecord
+from tether.runs.waits.wakes import wake_request
 from tether.worker.engine.child_runs import timeout_output as children_output
 from tether.worker.engine.services import EngineServices
 
@@ -102,19 +101,3 @@ def _forget_finished(services: EngineServices, duplicates: Sequence[RunRequest])
 
 def _present(records: Sequence[WaitRecord | None]) -> list[WaitRecord]:
     return [r for r in records if r is not None]
-
-
-def wake_request(record: WaitRecord, woke_at_ms: int, *, output: str | None = None) -> RunRequest:
-    """The continuation that settles ``record``'s call with ``output`` (by default a timer's:
-    when it slept until; a signal's or children's: that their timeout passed) and runs on
-    (:func:`~tether.runs.waits.base.settle_request`). A signal wait's, with no ``output``, is
-    settled from the mailbox when it runs (a signal that came before the timeout wins)."""
-    wait_for = record.wait_for
-    if wait_for.kind == "signal" and output is None:
-        return signal_wake(record)
-    due = timer_output if wait_for.kind == "timer" else timeout_output  # else: its timeout
-    text = output if output is not None else due(wait_for, woke_at_ms)
-    resolution = Resolution(call_id=record.call_id, action="output", text=text)
-    return settle_request(
-        record.tenant, record.session_id, record.agent, resolution, reply_to=record.reply_to
-    )

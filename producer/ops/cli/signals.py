@@ -1,4 +1,5 @@
-"""``tether signal``: send a named signal to a session, from any shell (``Producer.signal``)."""
+"""``tether signal``: send a named signal to a session, from any shell (``Producer.signal``);
+``tether wake``: wake a session's calls parked on the fleet now (``Producer.wake``)."""
 
 from __future__ import annotations
 
@@ -33,9 +34,20 @@ PayloadFileOption = Annotated[
 ]
 
 
+CallOption = Annotated[
+    str | None,
+    typer.Option(
+        "--call",
+        metavar="CALL_ID",
+        help="Wake only this parked call (default: every call of the session parked on the fleet).",
+    ),
+]
+
+
 def register(app: typer.Typer) -> None:
-    """Add ``tether signal`` to ``app``."""
+    """Add ``tether signal`` and ``tether wake`` to ``app``."""
     app.command()(signal)
+    app.command()(wake)
 
 
 def signal(
@@ -70,3 +82,26 @@ def signal(
         typer.echo(f"signal {name} {sent.signal_id} sent to {where}; woke {sent.woke_run_id}")
     else:
         typer.echo(f"signal {name} {sent.signal_id} sent to {where}; kept until a run waits for it")
+
+
+def wake(
+    session_id: SessionArg,
+    call: CallOption = None,
+    tenant: TenantOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Wake a session's calls parked on the fleet now: what the fleet does at their wake time
+    (a timer is due; a signal's or children's wait times out). Applied once, even racing the
+    fleet's own wake. Prints the wake's run per call."""
+    settings = cli_settings()
+    ids = {"session id": session_id, "tenant": tenant}
+    with cli_producer(settings, broker=True, ids=ids) as producer:
+        calls = producer.wake(session_id, call, tenant=tenant)
+    where = f"{tenant or settings.tenant}/{session_id}"
+    if as_json:
+        rows = [c._asdict() for c in calls]
+        typer.echo(json.dumps({"session": where, "woken": rows}))
+        return
+    for c in calls:
+        how = "its wake was already submitted" if c.duplicate else "woken"
+        typer.echo(f"{where} call {c.call_id} ({c.waited_for}): {how}; run {c.run_id}")

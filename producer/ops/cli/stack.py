@@ -223,7 +223,9 @@ class Status:
     queue_depth: dict[str, int] = field(default_factory=dict)
     running: list[str] = field(default_factory=list)
     waiting: list[dict[str, str]] = field(default_factory=list)
-    """Runs waiting now, and for what (``"model budget"``)."""
+    """Runs waiting now, and for what: a running run (``"model budget"``), a call parked on the
+    fleet (``"timer due ..."``, ``"signal deployed"``, ``"children 1/3 (all)"``; with its
+    ``call_id`` and ``kind``)."""
     active_sessions: int = 0
     parked: dict[str, Any] = field(default_factory=dict)
     """Tool calls parked on the fleet that it wakes at a time: ``timed`` and ``next_due``."""
@@ -292,7 +294,8 @@ def collect_status(project: Path, settings: Settings) -> Status:
             info.queue_depth = queue_depth(client, settings.namespace, queues)
         info.fleet = _fleet(client, keys, queues, settings)
         info.running = sorted({r for w in info.workers for r in w.current_runs})
-        from tether.runs.queue.redis import RedisRunQueue  # here: `tether --help` stays light
+        from tether.producer.ops.parked_runs import parked_rows  # here: `tether --help` stays light
+        from tether.runs.queue.redis import RedisRunQueue
 
         runs = RedisRunQueue(client, keys, result_ttl_s=settings.result_ttl_s)
         info.waiting = [
@@ -301,7 +304,8 @@ def collect_status(project: Path, settings: Settings) -> Status:
         ]
         with translate_errors(mask_url(settings.effective_redis_url)):
             info.active_sessions = active_count(client, keys)
-        info.parked = _parked(client, keys)
+            info.parked = _parked(client, keys)
+            info.waiting.extend(parked_rows(settings, client, keys))
     except TetherError as exc:
         info.error = str(exc)
     finally:
@@ -403,9 +407,14 @@ def _print_status(console: Console, info: Status, project: Path) -> None:
             f"{info.parked['next_due']}"
         )
     for run in info.waiting:
+        call = f" call {escape(run['call_id'])}" if "call_id" in run else ""
         console.print(
-            f"  {escape(run['run_id'])} ({escape(run['tenant'])}/{escape(run['session_id'])}): "
-            f"waiting for {escape(run['for'])}"
+            f"  {escape(run['run_id'])} ({escape(run['tenant'])}/{escape(run['session_id'])})"
+            f"{call}: waiting for {escape(run['for'])}"
+        )
+    if any("call_id" in run for run in info.waiting):
+        console.print(
+            "  (`tether wake SESSION_ID` wakes a parked call now; `tether cancel RUN_ID`)"
         )
 
 

@@ -1,9 +1,9 @@
 """The console's actions (only with ``--actions``): cancel a run; approve, reject or answer the
-call a waiting run waits on; send a session a signal; fork a session; redeliver a dead webhook.
-Each is a form POST carrying the console's form key, checked against the tenant, done through
-the Producer SDK for the console's tenant (``--tenant``: every call names it, since the
-Producer's own tenant is ``TETHER_TENANT``'s, which may differ), then a redirect back with a
-one-line message."""
+call a waiting run waits on; wake a call parked on the fleet now; send a session a signal; fork
+a session; redeliver a dead webhook. Each is a form POST carrying the console's form key,
+checked against the tenant, done through the Producer SDK for the console's tenant
+(``--tenant``: every call names it, since the Producer's own tenant is ``TETHER_TENANT``'s,
+which may differ), then a redirect back with a one-line message."""
 
 from __future__ import annotations
 
@@ -28,6 +28,12 @@ CANCEL_MESSAGES = {
     CancelOutcome.FINISHED: "it had already finished: nothing changed",
     CancelOutcome.UNKNOWN: "unknown run: nothing changed",
 }
+
+
+def _local(back: str, default: str) -> str:
+    """Where to go back to: a path on this console (never another site), else ``default``."""
+    local = back.startswith("/") and not back.startswith("//") and "\\" not in back
+    return back if local else default
 
 
 def _back(path: str, message: str) -> RedirectResponse:
@@ -69,9 +75,7 @@ class Actions:
         found = await run_in_threadpool(get_run, self.b, self.config.tenant, run_id)
         if found is None:
             return PlainTextResponse("run not found", status_code=404)
-        back = fields.get("back") or f"/runs/{quote(run_id)}"
-        if not back.startswith("/") or back.startswith("//"):
-            back = f"/runs/{quote(run_id)}"
+        back = _local(fields.get("back", ""), f"/runs/{quote(run_id)}")
         tenant = self.config.tenant
 
         def act() -> str:
@@ -131,6 +135,26 @@ class Actions:
             return f"signal {name} {sent.signal_id} sent; {woke}"
 
         return await self._do(f"/sessions/{quote(session_id)}", act)
+
+    async def wake(self, request: Request) -> Response:
+        """Wake a session's calls parked on the fleet now (one, with ``call_id``)."""
+        fields = await self._form(request)
+        if isinstance(fields, Response):
+            return fields
+        session_id = request.path_params["session_id"]
+        call_id = fields.get("call_id", "").strip() or None
+        back = _local(fields.get("back", ""), f"/sessions/{quote(session_id)}")
+
+        def act() -> str:
+            calls = self.b.producer().wake(session_id, call_id, tenant=self.config.tenant)
+            return "; ".join(
+                f"call {c.call_id} ({c.waited_for}): "
+                + ("its wake was already submitted" if c.duplicate else "woken")
+                + f", run {c.run_id}"
+                for c in calls
+            )
+
+        return await self._do(back, act)
 
     async def fork(self, request: Request) -> Response:
         fields = await self._form(request)

@@ -72,6 +72,7 @@ def _routes(pages: Pages, actions: Actions) -> list[Route | Mount]:
         Route("/batches", pages.batches),
         Route("/batches/{batch_id}/report", pages.batch_report),
         Route("/live/sessions/{session_id}", pages.live_session),
+        Route("/live/sessions/{session_id}/family", pages.live_family),
         Route("/live/runs", pages.live_runs),
         Route("/metrics", pages.metrics),
         Route("/healthz", pages.healthz),
@@ -80,6 +81,7 @@ def _routes(pages: Pages, actions: Actions) -> list[Route | Mount]:
         Route("/sessions/{session_id}/calls/{verb}", actions.resolve, methods=["POST"]),
         Route("/sessions/{session_id}/fork", actions.fork, methods=["POST"]),
         Route("/sessions/{session_id}/signal", actions.signal, methods=["POST"]),
+        Route("/sessions/{session_id}/wake", actions.wake, methods=["POST"]),
         Route("/webhooks/{delivery_id}/redeliver", actions.redeliver, methods=["POST"]),
         # the editable install links each file: follow the links (names stay confined to STATIC)
         Mount("/static", app=StaticFiles(directory=STATIC, follow_symlink=True), name="static"),

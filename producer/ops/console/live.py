@@ -1,9 +1,10 @@
 """Live updates for the pages, as server-sent events.
 
-Two feeds: a session's events (its live Redis stream, tailed with ``XREAD BLOCK``, with the
+Three feeds: a session's events (its live Redis stream, tailed with ``XREAD BLOCK``, with the
 pieces of a model answer a worker is streaming as ``delta`` messages) and the
 tenant's run updates (the completion feed, plus a short poll of in-flight runs so a run going
-from queued to running shows too). Redis clients block, so each open feed has one daemon thread
+from queued to running shows too), and a parent session's tree of children (a poll each second,
+sent when it changed). Redis clients block, so each open feed has one daemon thread
 that hands what it reads to the event loop; it stops within a second of the page closing.
 """
 
@@ -21,6 +22,7 @@ from tether.core.events import AgentEvent
 from tether.errors import TetherError
 from tether.persistence.deltas.base import LiveDelta
 from tether.producer.ops.console.backends import Backends
+from tether.producer.ops.console.family_view import family_tree
 from tether.producer.ops.console.fmt import fmt_time
 from tether.producer.ops.console.runs_view import RunRow, active_sessions, queued_run_ids, read_runs
 from tether.producer.ops.console.timeline import SUMMARY_CHARS
@@ -33,6 +35,8 @@ log = logging.getLogger(__name__)
 MAX_FEEDS = 32
 BLOCK_MS = 500
 IN_FLIGHT_POLL_S = 1.0
+#: How often an open session page's tree of children is read again (s).
+FAMILY_POLL_S = 1.0
 
 Put = Callable[[dict[str, Any]], None]
 Pump = Callable[[Put, threading.Event], None]
@@ -66,6 +70,8 @@ def run_doc(row: RunRow) -> dict[str, Any]:
         "attempts": row.attempts,
         "submitted": fmt_time(row.submitted_at_ms),
         "cancel_requested": row.cancel_requested,
+        "waiting": row.waiting,
+        "parked": row.parked,
     }
 
 
@@ -124,6 +130,23 @@ class LiveFeeds:
                         if known.get(row.run_id) != shown:
                             known[row.run_id] = shown
                             put({"event": "run", "data": json.dumps(run_doc(row))})
+
+        return self._feed(pump)
+
+    def family(self, session_id: str) -> AsyncIterator[dict[str, Any]]:
+        """``family`` messages with the session's tree of children
+        (:func:`~tether.producer.ops.console.family_view.family_tree`), read every
+        :data:`FAMILY_POLL_S` and sent when it changed (the first at once)."""
+        b, tenant = self._b, self._tenant
+
+        def pump(put: Put, stop: threading.Event) -> None:
+            last: dict[str, Any] | None = None
+            while not stop.is_set():
+                doc = family_tree(b, tenant, session_id, b.settings.max_child_depth).doc()
+                if doc != last:
+                    last = doc
+                    put({"event": "family", "data": json.dumps(doc)})
+                stop.wait(FAMILY_POLL_S)
 
         return self._feed(pump)
 

@@ -195,6 +195,17 @@ class Pages:
             return PlainTextResponse(str(exc), status_code=503)
         return EventSourceResponse(feed, ping=SSE_PING_S)
 
+    async def live_family(self, request: Request) -> Response:
+        session_id = request.path_params["session_id"]
+        try:
+            validate_id(session_id)
+            feed = self.feeds.family(session_id)
+        except InvalidId:
+            return PlainTextResponse("not found", status_code=404)
+        except TooManyFeeds as exc:
+            return PlainTextResponse(str(exc), status_code=503)
+        return EventSourceResponse(feed, ping=SSE_PING_S)
+
     async def live_runs(self, request: Request) -> Response:
         try:
             since = request.query_params.get("after", "")

@@ -3,6 +3,7 @@ the completion feed), read from their run records, one tenant only."""
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -16,6 +17,7 @@ from tether.runs.queue.base import RunView
 from tether.runs.queue.record import RunField, RunState
 from tether.runs.queue.redis import done_entry
 from tether.runs.waits.base import waiting_reason
+from tether.runs.waits.children_redis import family_key, parse_family
 
 #: Finished runs looked at, newest first (the completion feed keeps far more).
 RECENT_FINISHED = 300
@@ -51,7 +53,11 @@ class RunRow:
     cancel_requested: bool
     output: str | None = None
     waiting: str | None = None
-    """What the running run waits for now (``"model budget"``)."""
+    """What the run waits for now: a running one (``"model budget"``), a ``WAITING`` one
+    (``"timer due ..."``, ``"children 2/3 (all)"``, ``"approval"``)."""
+    parked: str | None = None
+    """The kind of wait a ``WAITING`` run parked on the fleet (``timer``, ``signal``,
+    ``children``): the console offers to wake or cancel it."""
 
     @property
     def finished(self) -> bool:
@@ -59,7 +65,13 @@ class RunRow:
         return self.status not in (RunState.QUEUED, RunState.RUNNING)
 
 
-def _row(view: RunView, attempts: int, cancel_requested: bool, worker: str | None) -> RunRow:
+def _row(
+    view: RunView,
+    attempts: int,
+    cancel_requested: bool,
+    worker: str | None,
+    ended: Container[str] = (),
+) -> RunRow:
     result, request = view.result, view.request
     error = None
     if result is not None and result.error_type:
@@ -80,8 +92,18 @@ def _row(view: RunView, attempts: int, cancel_requested: bool, worker: str | Non
         error=error,
         cancel_requested=cancel_requested and result is None,
         output=result.output if result is not None else None,
-        waiting=view.waiting if result is None else waiting_reason(result),
+        waiting=view.waiting if result is None else waiting_reason(result, ended),
+        parked=_parked_kind(view),
     )
+
+
+def _parked_kind(view: RunView) -> str | None:
+    """The kind of the first call ``view``'s ``WAITING`` run parked on the fleet (None: none)."""
+    result = view.result
+    if result is None or result.status != "WAITING":
+        return None
+    kinds = [p.wait_for.kind for p in result.pending if p.wait_for is not None]
+    return kinds[0] if kinds else None
 
 
 def read_runs(b: Backends, tenant: str, refs: list[RunRef]) -> list[RunRow]:
@@ -90,16 +112,27 @@ def read_runs(b: Backends, tenant: str, refs: list[RunRef]) -> list[RunRow]:
     views = [v for v in (b.runs.get(r) for r in mine) if v is not None and v.tenant == tenant]
     if not views:
         return []
+    parents = [v for v in views if _parked_kind(v) == "children"]
     pipe = b.client.pipeline(transaction=False)
     for view in views:
         pipe.get(b.keys.attempts(*view.ref))
         pipe.exists(b.keys.cancel(*view.ref))
         pipe.hget(b.keys.run(*view.ref), RunField.WORKER)  # the record's, while it runs
+    for view in parents:  # a wait on children: how many ended (in the same round trip)
+        pipe.hgetall(family_key(b.keys, view.tenant, view.session_id))
     replies: list[Any] = pipe.execute()
+    own, families = replies[: 3 * len(views)], replies[3 * len(views) :]
+    ended = {v.run_id: parse_family(raw).ended for v, raw in zip(parents, families, strict=True)}
     return [
-        _row(view, int(attempts or 0), bool(cancel), worker.decode() if worker else None)
+        _row(
+            view,
+            int(attempts or 0),
+            bool(cancel),
+            worker.decode() if worker else None,
+            ended.get(view.run_id, ()),
+        )
         for view, attempts, cancel, worker in zip(
-            views, replies[::3], replies[1::3], replies[2::3], strict=True
+            views, own[::3], own[1::3], own[2::3], strict=True
         )
     ]
 

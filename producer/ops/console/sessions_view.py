@@ -15,6 +15,7 @@ from tether.errors import InvalidId
 from tether.ids import validate_id
 from tether.models.prices import Spend, spend_of, usage_by_model
 from tether.producer.ops.console.backends import Backends
+from tether.producer.ops.console.family_view import FamilyTree, family_tree
 from tether.producer.ops.console.runs_view import (
     RunRow,
     active_sessions,
@@ -24,6 +25,8 @@ from tether.producer.ops.console.runs_view import (
 from tether.producer.ops.console.timeline import RunTimeline, build_timeline
 from tether.runs.contract import RunRef
 from tether.runs.usage.policy import prices
+from tether.runs.waits.children import PARENT_ATTRIBUTE
+from tether.runs.waits.children_redis import family_key, parse_family
 
 PAGE_SIZE = 50
 #: Sessions examined for a status that needs their head (completed, waiting, failed...).
@@ -129,6 +132,15 @@ class SessionDetail:
     waiting_agent: str | None = None
     spend: Spend | None = None
     """The committed model calls' tokens and cost (at this console's TETHER_MODEL_PRICES)."""
+    waiting_run_id: str | None = None
+    """The ``WAITING`` run the pending calls belong to (its cancel cancels them)."""
+    waits: dict[str, str] = field(default_factory=dict)
+    """What each call parked on the fleet waits for now, by call id (``children 2/3 (all)``)."""
+    family: FamilyTree = field(default_factory=lambda: FamilyTree([]))
+    """The children it spawned, and theirs (``ctx.spawn``)."""
+    parent: dict[str, Any] | None = None
+    """A child session's parent run (its ``tether.parent`` attribute: ``session_id``,
+    ``run_id``, ...)."""
 
 
 def session_detail(b: Backends, tenant: str, session_id: str) -> SessionDetail | None:
@@ -158,6 +170,10 @@ def session_detail(b: Backends, tenant: str, session_id: str) -> SessionDetail |
     )
     if applied and applied[-1].status == "WAITING":
         _add_pending(b, RunRef(tenant, session_id, applied[-1].run_id), detail)
+    detail.family = family_tree(b, tenant, session_id, b.settings.max_child_depth)
+    if head is not None:
+        parent = head.metadata.attributes.get(PARENT_ATTRIBUTE)
+        detail.parent = parent if isinstance(parent, dict) else None
     return detail
 
 
@@ -167,4 +183,13 @@ def _add_pending(b: Backends, ref: RunRef, detail: SessionDetail) -> None:
     if view is None or view.tenant != ref.tenant or view.result is None:
         return
     detail.pending = view.result.pending
+    detail.waiting_run_id = ref.run_id
     detail.waiting_agent = view.request.agent if view.request is not None else None
+    parked = [p.wait_for for p in detail.pending if p.wait_for is not None]
+    ended: dict[str, Any] = {}
+    if any(w.kind == "children" for w in parked):
+        raw = b.client.hgetall(family_key(b.keys, ref.tenant, ref.session_id))
+        ended = parse_family(raw).ended
+    detail.waits = {
+        p.call_id: p.wait_for.reason(ended) for p in detail.pending if p.wait_for is not None
+    }

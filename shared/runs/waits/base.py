@@ -17,7 +17,7 @@ Format versions of :class:`WaitRecord` (field ``v``): 1.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -155,12 +155,13 @@ def settle_request(
     )
 
 
-def waiting_reason(result: RunResult) -> str | None:
+def waiting_reason(result: RunResult, ended: Container[str] = ()) -> str | None:
     """What a ``WAITING`` run waits for, in a few words (``timer due 2026-12-07T18:00:00Z``,
-    ``approval``, ``output``); None for a run that does not wait."""
+    ``children 2/3 (all)``, ``approval``, ``output``); None for a run that does not wait.
+    ``ended``: the run ids of the session's children that ended (its family record)."""
     if result.status != "WAITING" or not result.pending:
         return None
     parked = [p.wait_for for p in result.pending if p.wait_for is not None]
     if parked:
-        return parked[0].reason()
+        return parked[0].reason(ended)
     return "approval" if any(p.reason == "approval" for p in result.pending) else "output"

@@ -32,7 +32,7 @@ class RedisChildBook:
         self._keys = keys
 
     def _key(self, tenant: str, session_id: str) -> str:
-        return self._keys.session_waits(tenant, session_id, "family")
+        return family_key(self._keys, tenant, session_id)
 
     def spawned(
         self, tenant: str, parent_session_id: str, spawns: Sequence[tuple[SpawnedChild, ChildLink]]
@@ -60,12 +60,22 @@ class RedisChildBook:
         return True
 
     def family(self, tenant: str, parent_session_id: str) -> Family:
-        raw = self._client.hgetall(self._key(tenant, parent_session_id))
-        family = Family({}, {})
-        for field, value in raw.items():
-            name = _text(field)
-            if name.startswith(_SPAWN):
-                family.spawned[name[len(_SPAWN) :]] = SpawnedChild.model_validate_json(value)
-            elif name.startswith(_DONE):
-                family.ended[name[len(_DONE) :]] = ChildEnd.model_validate_json(value)
-        return family
+        return parse_family(self._client.hgetall(self._key(tenant, parent_session_id)))
+
+
+def family_key(keys: RedisKeys, tenant: str, session_id: str) -> str:
+    """The session's family hash (for a listing that reads many in one pipeline:
+    ``HGETALL`` it, then :func:`parse_family`)."""
+    return keys.session_waits(tenant, session_id, "family")
+
+
+def parse_family(raw: dict[Any, Any]) -> Family:
+    """A family hash as read (``HGETALL``)."""
+    family = Family({}, {})
+    for field, value in raw.items():
+        name = _text(field)
+        if name.startswith(_SPAWN):
+            family.spawned[name[len(_SPAWN) :]] = SpawnedChild.model_validate_json(value)
+        elif name.startswith(_DONE):
+            family.ended[name[len(_DONE) :]] = ChildEnd.model_validate_json(value)
+    return family

@@ -153,15 +153,79 @@ function updateRun(table, run) {
       note.textContent = " cancel requested";
       status.appendChild(note);
     }
+    if (run.waiting) {
+      const note = document.createElement("span");
+      note.className = "dim waiting";
+      note.textContent = " waiting for " + run.waiting;
+      status.appendChild(note);
+    }
   }
   const worker = row.querySelector(".worker");
   if (worker && run.worker) worker.textContent = run.worker;
   const attempts = row.querySelector(".attempts");
   if (attempts) attempts.textContent = run.attempts;
-  if (!isActive(run)) {
-    const form = row.querySelector("form.cancel-form");
-    if (form) form.remove();
+  if (!isActive(run) && !run.parked) {
+    for (const form of row.querySelectorAll("form.cancel-form, form.wake-form")) form.remove();
   }
+  offerParked(table, row, run);
+}
+
+function familyItems(nodes) {
+  // a parent's children and theirs, as nested lists (text only)
+  const items = [];
+  for (const n of nodes) {
+    const item = document.createElement("li");
+    item.dataset.childSession = n.session_id;
+    const agent = document.createElement("span");
+    agent.className = "dim";
+    agent.textContent = n.agent;
+    item.append(link("/sessions/" + encodeURIComponent(n.session_id), n.session_id), " ", agent, " ", badge(n.status));
+    if (n.children.length) {
+      const sub = document.createElement("ul");
+      sub.append(...familyItems(n.children));
+      item.appendChild(sub);
+    }
+    items.push(item);
+  }
+  return items;
+}
+
+function followFamily(tree) {
+  // the tree of children, sent again whenever a child starts, parks or ends
+  const source = new EventSource("/live/sessions/" + encodeURIComponent(tree.dataset.session) + "/family");
+  source.addEventListener("family", (message) => {
+    const doc = JSON.parse(message.data);
+    tree.replaceChildren(...familyItems(doc.children));
+    const section = document.getElementById("family");
+    if (section) section.hidden = doc.children.length === 0;
+    const note = document.getElementById("family-note");
+    if (note) note.textContent = doc.hidden ? "(" + doc.hidden + " more not shown)" : "";
+    tree.dataset.updates = String(Number(tree.dataset.updates || "0") + 1);
+  });
+}
+
+function wakeForm(table, run) {
+  // the same form as the server renders (_status.html's wake_form), for a run that parked live
+  const form = document.createElement("form");
+  form.className = "inline wake-form";
+  form.method = "post";
+  form.action = "/sessions/" + encodeURIComponent(run.session_id) + "/wake";
+  form.appendChild(hidden("form_key", table.dataset.formKey));
+  form.appendChild(hidden("back", table.dataset.back || "/runs"));
+  const button = document.createElement("button");
+  button.type = "submit";
+  button.dataset.wake = run.session_id;
+  button.textContent = "wake now";
+  form.appendChild(button);
+  return form;
+}
+
+function offerParked(table, row, run) {
+  // a run parked on the fleet (a timer, a signal, children): wake it now, or cancel it
+  const cell = row.querySelector("td.cancel") || row.lastElementChild;
+  if (!run.parked || !table.dataset.formKey || !cell || row.querySelector("form.wake-form")) return;
+  cell.appendChild(wakeForm(table, run));
+  cell.appendChild(cancelForm(table, run));
 }
 
 function updateSessionStatus(run) {
@@ -187,6 +251,9 @@ function followRuns(tables) {
 document.addEventListener("DOMContentLoaded", () => {
   const list = document.getElementById("live-events");
   if (list) followSession(list);
+  const tree = document.getElementById("family-tree");
+  // only a session that has (or may yet spawn) children: each feed holds a slot of the console's
+  if (tree && tree.dataset.follow) followFamily(tree);
   const tables = document.querySelectorAll("table[data-runs-feed]");
   if (tables.length) followRuns(Array.from(tables));
 });
