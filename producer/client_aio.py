@@ -49,6 +49,8 @@ from tether.producer.waits import (
     WokenCall,
     by_queue,
     cancel_requests,
+    supersede_plan,
+    superseding,
     wake_keys,
     wake_plan,
     wake_target,
@@ -203,6 +205,7 @@ class AsyncProducer(ProducerBase[AsyncRunHandle, AsyncCompletionListener]):
     ) -> list[Submitted]:
         """Submit, preempt, publish, record refusals (see :mod:`~tether.producer.submission`),
         on ``queue`` (default: the settings')."""
+        await self._supersede_parked(requests)
         with submission.acting_for(self.settings, (w.request.tenant for w in requests)):
             outcomes = await self.runs.submit_many(requests, queue=queue or self.settings.queue)
         submitted = submission.plan_submission(requests, outcomes)
@@ -348,6 +351,25 @@ class AsyncProducer(ProducerBase[AsyncRunHandle, AsyncCompletionListener]):
         if wakes:
             await self._submit(wakes)
         return receipt(sent, wakes)
+
+    async def _supersede_parked(self, requests: list[WireRequest]) -> None:
+        """Settle the calls parked on the fleet of each session a request supersedes
+        (``on_busy`` interrupt or rollback), ahead of it in the session's queue
+        (:func:`~tether.producer.waits.supersede_plan`): one round trip, only for those."""
+        newer = superseding(requests)
+        if not newer:
+            return
+        with (
+            submission.acting_for(self.settings, (r.tenant for r in newer)),
+            translate_errors(describe_client(self.redis)),
+        ):
+            pipe = self.redis.pipeline(transaction=False)
+            for r in newer:
+                pipe.hvals(self.keys.session_waits(r.tenant, r.session_id))
+            replies = await pipe.execute()
+        for request, raw in zip(newer, replies, strict=True):
+            for queue, wires in by_queue(supersede_plan(request, raw), self.settings.queue).items():
+                await self._submit(wires, queue)
 
     async def wake(
         self, session_id: str, call_id: str | None = None, *, tenant: str | None = None

@@ -18,13 +18,13 @@ nothing written), and submits each wake like any run, registered in the session'
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from tether.core.results import Resolution, RunStatus
 from tether.errors import InvalidInput
 from tether.ids import validate_id, validate_tenant
 from tether.keys import RedisKeys
-from tether.runs.contract import RunRequest, WireRequest
+from tether.runs.contract import BusyPolicy, RunRequest, WireRequest
 from tether.runs.queue.base import RunView
 from tether.runs.waits.base import WaitRecord, settle_request
 from tether.runs.waits.children_redis import family_key, parse_family
@@ -150,3 +150,47 @@ def by_queue(
     for record, request in plan:
         queues.setdefault(record.queue or default, []).append(WireRequest.of(request))
     return queues
+
+
+# --- a newer run superseding a run parked on the fleet ------------------------------------------
+
+
+def superseding(requests: list[WireRequest]) -> list[RunRequest]:
+    """The requests that stop their session's run (``on_busy`` interrupt or rollback), one per
+    session (the first: the calls it settles are settled once)."""
+    found: dict[tuple[str, str], RunRequest] = {}
+    for wire in requests:
+        r = wire.request
+        if r.on_busy in (BusyPolicy.INTERRUPT, BusyPolicy.ROLLBACK) and not r.resolutions:
+            found.setdefault((r.tenant, r.session_id), r)
+    return list(found.values())
+
+
+def supersede_plan(
+    newer: RunRequest, raw_records: list[Any]
+) -> list[tuple[WaitRecord, RunRequest]]:
+    """The continuations that settle the calls ``newer``'s session has parked on the fleet
+    before ``newer`` runs: ``interrupt`` (the parked run ends ``INTERRUPTED``, its steps kept)
+    or, for ``rollback``, ``cancel`` (it ends ``CANCELLED``; a parked run has committed its
+    steps, so they stay, as with ``Producer.cancel``). Each has the call's wake id, so a wake
+    racing it, or a second newer run, is the one dropped."""
+    action: Literal["interrupt", "cancel"] = (
+        "interrupt" if newer.on_busy is BusyPolicy.INTERRUPT else "cancel"
+    )
+    why = f"superseded by run {newer.run_id} (on_busy='{newer.on_busy.value}')"
+    records = sorted(
+        (WaitRecord.model_validate_json(raw) for raw in raw_records), key=lambda r: r.call_id
+    )
+    return [
+        (
+            r,
+            settle_request(
+                r.tenant,
+                r.session_id,
+                r.agent,
+                Resolution(call_id=r.call_id, action=action, text=why),
+                reply_to=r.reply_to,
+            ),
+        )
+        for r in records
+    ]

@@ -196,3 +196,36 @@ def test_tether_status_shows_the_parked_calls(stack: Stack, producer: Producer) 
         assert parked["timed"] >= 1 and parked["next_due"].endswith("Z")
     finally:
         producer.cancel(waiting.run_id)
+
+
+@pytest.mark.parametrize(
+    ("policy", "status", "error"),
+    [
+        ("interrupt", RunStatus.INTERRUPTED, '"Interrupted"'),
+        ("rollback", RunStatus.CANCELLED, '"Cancelled"'),
+    ],
+)
+def test_a_newer_run_supersedes_a_sleeping_one(
+    stack: Stack, producer: Producer, policy: str, status: RunStatus, error: str
+) -> None:
+    """``on_busy='interrupt'`` (or ``'rollback'``) on a session whose run sleeps: the parked
+    call is settled with a tool error ahead of the newer run, the sleeping run's chain ends
+    (``INTERRUPTED`` / ``CANCELLED``) and the newer run goes on; nothing wakes the call later."""
+    sid = unique(f"nap-{policy}")
+    waiting = producer.run(sid, "nap 600", agent="sleeper", wait_s=60)
+    (pending,) = waiting.pending
+    newer = producer.run_async(sid, "nap 0.5", agent="sleeper", on_busy=policy)
+    stopped = _finished(producer, wake_run_id("default", sid, pending.call_id))
+    assert stopped.status is status, stopped
+    if status is RunStatus.INTERRUPTED:
+        assert "on_busy='interrupt'" in (stopped.error_message or ""), stopped
+    final = newer.result(timeout=60, follow=True)
+    assert final.status is RunStatus.COMPLETED and (final.output or "").startswith("woke:")
+    assert _waits(stack).records("default", sid) == []
+    head = stack.reader().read(sid)
+    assert head is not None
+    (output,) = [
+        i for i in head.memory.items if isinstance(i, ToolOutput) and i.call_id == pending.call_id
+    ]
+    assert output.wait_for is None and error in output.output
+    assert f"superseded by run {newer.run_id}" in output.output

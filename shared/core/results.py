@@ -62,16 +62,22 @@ class Resolution(BaseModel):
     """What to do with a pending call when the run goes on: approve it (the tool runs now),
     reject it (the model sees ``reason``), or give its output; or ``cancel`` it: the call gets
     a ``Cancelled`` tool error and the run ends ``CANCELLED`` there, without a model call (how a
-    run parked on the fleet is cancelled, durably); or ``signal``: a call parked on a signal gets
+    run parked on the fleet is cancelled, durably); or ``interrupt`` it: the same with an
+    ``Interrupted`` tool error, ending ``INTERRUPTED`` (a newer run with ``on_busy='interrupt'``
+    superseding a run parked on the fleet); or ``signal``: a call parked on a signal gets
     the first signal of its name the session has not consumed (else its timeout's result), read
     by the worker from the session's mailbox when it runs the continuation."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     call_id: str = Field(min_length=1, max_length=256)
-    action: Literal["approve", "reject", "output", "cancel", "signal"]
+    action: Literal["approve", "reject", "output", "cancel", "interrupt", "signal"]
     text: str | None = Field(default=None, max_length=1_000_000)
-    """The output (``output``) or the reason (``reject``, ``cancel``)."""
+    """The output (``output``) or the reason (``reject``, ``cancel``, ``interrupt``)."""
+
+
+#: The actions that settle a parked call and end the run there, without a model call.
+STOPPING_ACTIONS = frozenset({"cancel", "interrupt"})
 
 
 class RunOutcome(BaseModel):

@@ -58,6 +58,9 @@ def resolve_calls(
             text = tool_error_text(call, "Rejected", reason)
         elif resolution.action == "cancel":
             text = tool_error_text(call, "Cancelled", resolution.text or "the wait was cancelled")
+        elif resolution.action == "interrupt":
+            reason = resolution.text or "the wait was interrupted by a newer run"
+            text = tool_error_text(call, "Interrupted", reason)
         elif resolution.action == "signal":  # no mailbox here (a worker's gives the signal)
             wait = parked_calls(session.memory_snapshot().items).get(call.id)
             text = timeout_output(wait.name if wait is not None and wait.name else call.name)
@@ -84,8 +87,10 @@ def check_resolutions(session: AgentSession, resolutions: Sequence[Resolution]) 
         if call_id in settled:
             raise InvalidInput(f"{where} is settled twice in one request; settle it once")
         settled.add(call_id)
-        if resolution.action == "cancel" and (output == APPROVAL_OUTPUT or call_id in waiting):
-            continue  # any pending call may be cancelled
+        if resolution.action in ("cancel", "interrupt") and (
+            output == APPROVAL_OUTPUT or call_id in waiting
+        ):
+            continue  # any pending call may be cancelled or interrupted
         if resolution.action == "signal" and call_id in parked and parked[call_id].kind == "signal":
             continue  # the worker gives it its signal from the mailbox
         if output == APPROVAL_OUTPUT:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 from tether.core.children import ChildEnd, children_output, children_ready
 from tether.core.events import now_ms
-from tether.core.results import Resolution, RunStatus
+from tether.core.results import STOPPING_ACTIONS, Resolution, RunStatus
 from tether.core.waits import ChildRef
 from tether.runs.contract import RunRef, RunRequest, RunResult
 from tether.runs.queue.base import CancelOutcome, SubmitState
@@ -228,7 +228,7 @@ def cancel_children(services: EngineServices, request: RunRequest) -> int:
     book = services.children
     assert book is not None
     family = book.family(request.tenant, request.session_id)
-    calls = [r.call_id for r in request.resolutions if r.action == "cancel"]
+    calls = [r.call_id for r in request.resolutions if r.action in STOPPING_ACTIONS]
     children = cancellable(family, run_ids=[request.run_id], call_ids=calls)
     for child in children:
         try:

@@ -1,11 +1,11 @@
 """Runs around a wait on the fleet: the longest wait a run's tools may take, and the
-continuation that cancels parked calls (it settles them with a ``Cancelled`` tool error and
-ends ``CANCELLED`` without a model call)."""
+continuation that cancels or interrupts parked calls (it settles them with a ``Cancelled`` or
+``Interrupted`` tool error and ends ``CANCELLED`` or ``INTERRUPTED`` without a model call)."""
 
 from __future__ import annotations
 
 from tether.core.items import ToolCallsMessage, ToolOutput
-from tether.core.results import PendingCall, RunStatus
+from tether.core.results import STOPPING_ACTIONS, PendingCall, RunStatus
 from tether.core.snapshot import RunRecord
 from tether.runs.contract import RunRequest
 from tether.runs.usage.policy import max_wait_of
@@ -24,20 +24,28 @@ def longest_wait(settings: Settings, tenant: str) -> tuple[float, str]:
 
 
 def cancels_only(request: RunRequest) -> bool:
-    """Whether ``request`` only cancels parked calls (the run then ends with them)."""
-    return bool(request.resolutions) and all(r.action == "cancel" for r in request.resolutions)
+    """Whether ``request`` only cancels or interrupts parked calls (the run then ends with
+    them)."""
+    return bool(request.resolutions) and all(
+        r.action in STOPPING_ACTIONS for r in request.resolutions
+    )
 
 
 def cancelled_record(request: RunRequest, session: AgentSession, first_seq: int) -> RunRecord:
-    """The record of a continuation that cancelled its session's parked calls: memory keeps the
-    settlement (so nothing wakes them again), and the run is ``CANCELLED``."""
+    """The record of a continuation that cancelled (or interrupted) its session's parked calls:
+    memory keeps the settlement (so nothing wakes them again), and the run is ``CANCELLED``
+    (``INTERRUPTED`` when every call was interrupted: a newer run superseded it)."""
     calls = ", ".join(r.call_id for r in request.resolutions)
+    interrupted = all(r.action == "interrupt" for r in request.resolutions)
+    status = RunStatus.INTERRUPTED if interrupted else RunStatus.CANCELLED
+    reason = request.resolutions[0].text if interrupted else None
     return RunRecord(
         request_id=request.request_id,
         run_id=request.run_id,
-        status=RunStatus.CANCELLED.value,
-        error_type="RunCancelled",
-        error_message=f"the waits of calls {calls} were cancelled",
+        status=status.value,
+        error_type="RunInterrupted" if interrupted else "RunCancelled",
+        error_message=f"the waits of calls {calls} were "
+        + (f"interrupted: {reason}" if interrupted and reason else "cancelled"),
         first_seq=first_seq,
         last_seq=session.last_seq,
     )
