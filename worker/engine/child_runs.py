@@ -23,6 +23,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
+import pydantic
+
 from tether.core.children import ChildEnd, children_output, children_ready
 from tether.core.events import now_ms
 from tether.core.results import Resolution, RunStatus
@@ -31,10 +33,12 @@ from tether.runs.contract import RunRef, RunRequest, RunResult
 from tether.runs.queue.base import CancelOutcome, SubmitState
 from tether.runs.waits.base import WaitRecord, settle_request
 from tether.runs.waits.children import (
+    PARENT_ATTRIBUTE,
     ChildBook,
     ChildLink,
     cancellable,
 )
+from tether.runtime.session import AgentSession
 from tether.worker.engine.services import EngineServices
 
 log = logging.getLogger(__name__)
@@ -44,23 +48,31 @@ log = logging.getLogger(__name__)
 
 
 def family_hook(
-    services: EngineServices, request: RunRequest | None
+    services: EngineServices,
+    request: RunRequest | None,
+    session: Callable[[], AgentSession | None] = lambda: None,
 ) -> Callable[[RunResult], None] | None:
     """What the commit's ``children`` step does for ``request``'s end (None: nothing: the run
-    is no child, no child's continuation, and could not be cancelled with children)."""
+    is no child, no child's continuation, and could not be cancelled with children);
+    ``session``: the session the run committed (its head names a child session's parent)."""
     if services.children is None or request is None:
         return None
-    return lambda result: _tell_family(services, request, result)
+    return lambda result: _tell_family(services, request, result, session())
 
 
-def _tell_family(services: EngineServices, request: RunRequest, result: RunResult) -> None:
+def _tell_family(
+    services: EngineServices,
+    request: RunRequest,
+    result: RunResult,
+    session: AgentSession | None = None,
+) -> None:
     book = services.children
     assert book is not None
     if result.status is RunStatus.CANCELLED:
         cancel_children(services, request)
     if result.status is RunStatus.WAITING:
         return  # the child goes on in a continuation: its end is that one's
-    link = _link(book, request)
+    link = _link(book, request, session)
     if link is None:
         return
     end = ChildEnd(
@@ -89,9 +101,10 @@ def _waited_on(services: EngineServices, tenant: str, session_id: str, child_run
     )
 
 
-def _link(book: ChildBook, request: RunRequest) -> ChildLink | None:
-    """The parent of the child ``request`` ends: its own, or its session's for a continuation
-    of a child that parked (None: no child)."""
+def _link(book: ChildBook, request: RunRequest, session: AgentSession | None) -> ChildLink | None:
+    """The parent of the child ``request`` ends: its own, or, for a continuation of a child
+    that parked, its session's: as the head names it (:data:`PARENT_ATTRIBUTE`, which a Redis
+    flushed or rolled back keeps), else as the family record does (None: no child)."""
     if request.parent is not None:
         p = request.parent
         return ChildLink(
@@ -104,7 +117,25 @@ def _link(book: ChildBook, request: RunRequest) -> ChildLink | None:
         )
     if not request.resolutions:
         return None
-    return book.link_of(request.tenant, request.session_id)
+    in_head = _link_in(session) if session is not None else None
+    return in_head or book.link_of(request.tenant, request.session_id)
+
+
+def _link_in(session: AgentSession) -> ChildLink | None:
+    """The link to its parent a child session's head holds (None: none, or unreadable)."""
+    mark = session.metadata.attributes.get(PARENT_ATTRIBUTE)
+    if not isinstance(mark, dict):
+        return None
+    try:
+        return ChildLink(
+            parent_session_id=str(mark["session_id"]),
+            parent_run_id=str(mark["run_id"]),
+            call_id=str(mark["call_id"]),
+            child_run_id=str(mark["child_run_id"]),
+            depth=int(str(mark["depth"])),
+        )
+    except (KeyError, ValueError, pydantic.ValidationError):
+        return None
 
 
 def wake_ready(
