@@ -222,6 +222,21 @@ def test_a_flushed_redis_loses_none_of_100_waiting_runs(stack: Stack, tmp_path: 
         print("TIMING resumed", time.time() - due_ms / 1000)
         check_once(f, waiters)
         print("TIMING checked", time.time() - due_ms / 1000)
+        left = _leftovers(f.redis)
+        assert left == [], left  # no wait record, no family record: they all settled
+
+
+def _leftovers(redis: RedisServer) -> list[bytes]:
+    """The wait records and family records left in Redis."""
+    client = redis.client()
+    try:
+        return [
+            k
+            for pattern in ("*}:waits", "*}:family", "*{~timers:*}")
+            for k in client.scan_iter(pattern)
+        ]
+    finally:
+        client.close()
 
 
 @pytest.mark.slow

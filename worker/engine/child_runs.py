@@ -34,7 +34,6 @@ from tether.runs.queue.base import CancelOutcome, SubmitState
 from tether.runs.waits.base import WaitRecord, settle_request
 from tether.runs.waits.children import (
     PARENT_ATTRIBUTE,
-    ChildBook,
     ChildLink,
     cancellable,
 )
@@ -72,7 +71,7 @@ def _tell_family(
         cancel_children(services, request)
     if result.status is RunStatus.WAITING:
         return  # the child goes on in a continuation: its end is that one's
-    link = _link(book, request, session)
+    link = _link(request, session)
     if link is None:
         return
     end = ChildEnd(
@@ -84,27 +83,50 @@ def _tell_family(
         ended_at_ms=now_ms(),
     )
     tenant, parent = request.tenant, link.parent_session_id
-    if book.ended(tenant, parent, end) or (
-        _waited_on(services, tenant, parent, end.run_id)
-        and book.ended(tenant, parent, end, vouched=True)
-    ):
-        wake_ready(services, tenant, parent)
-
-
-def _waited_on(services: EngineServices, tenant: str, session_id: str, child_run_id: str) -> bool:
-    """Whether a call of the session waits on the child (its wait is rebuilt from the head
-    when Redis lost the family record: the head vouches for the child)."""
     assert services.waits is not None
-    return any(
-        any(c.run_id == child_run_id for c in r.wait_for.children)
-        for r in services.waits.records(tenant, session_id)
-    )
+    known = book.ended(tenant, parent, end)
+    records = services.waits.records(tenant, parent)  # read after the end is written: see parked
+    waited = end.run_id in _waited_on(records)
+    # the parent's wait, rebuilt from its head when Redis lost the family record, vouches
+    if not known and not (waited and book.ended(tenant, parent, end, vouched=True)):
+        return
+    wake_ready(services, tenant, parent, records)
+    if not waited and _run_ended(services, tenant, parent, link.parent_run_id):
+        book.forget(tenant, parent, [end.run_id])  # nothing waits on it (any more)
 
 
-def _link(book: ChildBook, request: RunRequest, session: AgentSession | None) -> ChildLink | None:
+def _waited_on(records: Sequence[WaitRecord]) -> set[str]:
+    """The children the session's parked calls wait on."""
+    return {c.run_id for r in records if r.wait_for.kind == "children" for c in r.wait_for.children}
+
+
+def _run_ended(services: EngineServices, tenant: str, session_id: str, run_id: str) -> bool:
+    """Whether the parent's run finished (so it parked every call it will: a child it does not
+    wait on now is one it never waited on, or waits on no more)."""
+    view = services.runs.get(RunRef(tenant, session_id, run_id))
+    return view is not None and view.result is not None
+
+
+def forget_settled(services: EngineServices, tenant: str, session_id: str) -> int:
+    """After a commit that settled parked calls of the session: forget its ended children that
+    no call waits on any more (the family record would otherwise keep them forever); how many.
+    Children still running stay: their end is recorded, then forgotten, when it comes."""
+    book, index = services.children, services.waits
+    if book is None or index is None:
+        return 0
+    ended = book.family(tenant, session_id).ended
+    if not ended:
+        return 0
+    waited = _waited_on(index.records(tenant, session_id))
+    done = [run_id for run_id in ended if run_id not in waited]
+    book.forget(tenant, session_id, done)
+    return len(done)
+
+
+def _link(request: RunRequest, session: AgentSession | None) -> ChildLink | None:
     """The parent of the child ``request`` ends: its own, or, for a continuation of a child
-    that parked, its session's: as the head names it (:data:`PARENT_ATTRIBUTE`, which a Redis
-    flushed or rolled back keeps), else as the family record does (None: no child)."""
+    that parked, as its session's head names it (:data:`PARENT_ATTRIBUTE`, which a Redis
+    flushed or rolled back keeps; None: no child)."""
     if request.parent is not None:
         p = request.parent
         return ChildLink(
@@ -115,10 +137,9 @@ def _link(book: ChildBook, request: RunRequest, session: AgentSession | None) ->
             depth=p.depth,
             detached=p.detached,
         )
-    if not request.resolutions:
+    if not request.resolutions or session is None:
         return None
-    in_head = _link_in(session) if session is not None else None
-    return in_head or book.link_of(request.tenant, request.session_id)
+    return _link_in(session)
 
 
 def _link_in(session: AgentSession) -> ChildLink | None:
