@@ -63,7 +63,7 @@ def _until(check: Any, timeout_s: float = 600.0) -> Any:
     raise TimeoutError("the run did not finish in time")
 
 
-def fan_out(producer: Any, book: Any, reader: Any, sid: str, n: int) -> dict[str, float]:
+def fan_out(producer: Any, reader: Any, sid: str, n: int) -> dict[str, float]:
     """One parent fanning out ``n`` children: its wall, and the wake latency."""
     from tether.core.events import EventType
     from tether.core.results import RunStatus
@@ -85,7 +85,7 @@ def fan_out(producer: Any, book: Any, reader: Any, sid: str, n: int) -> dict[str
     wall_ms = (time.perf_counter() - started) * 1000
     if result.status is not RunStatus.COMPLETED:
         raise RuntimeError(f"the parent's continuation: {result}")
-    last_end_ms = max(e.ended_at_ms for e in book.family("default", sid).ended.values())
+    last_end_ms = _last_child_end_ms(reader, pending.wait_for.children)
     head = reader.read(sid)
     step_ms = next(
         e.ts_ms for e in head.events if e.run_id == wake and e.type is EventType.STEP_START
@@ -97,6 +97,16 @@ def fan_out(producer: Any, book: Any, reader: Any, sid: str, n: int) -> dict[str
         "wake_queue_ms": float(result.queue_ms),
         "last_child_after_park_ms": float(last_end_ms) - (time.time() * 1000 - wall_ms + parked_ms),
     }
+
+
+def _last_child_end_ms(reader: Any, children: Any) -> int:
+    """When the last child's run committed (its head's record: the family record that held the
+    children's ends is forgotten once the parent's wait is settled)."""
+    ends = []
+    for child in children:
+        stored = reader.store.load("default", child.session_id)
+        ends.append(stored.snapshot.applied[-1].finished_at_ms)
+    return max(ends)
 
 
 def independent(producer: Any, tag: str, n: int) -> float:
@@ -112,14 +122,11 @@ def independent(producer: Any, tag: str, n: int) -> float:
 
 def measure(rounds: int, n: int, workers: int, log_dir: Path) -> dict[str, Any]:
     """Alternate fan-out and independent rounds on one private stack."""
-    import redis
 
     from tether.dev.workers import WorkerFleet
-    from tether.keys import RedisKeys
     from tether.persistence.reader import SessionLogReader
     from tether.persistence.storage_url import open_storage
     from tether.producer.client import Producer
-    from tether.runs.waits.children_redis import RedisChildBook
 
     with private_redis_and_s3(BUCKET, "p18-") as (redis_url, s3_endpoint):
         env = bench_env(redis_url, s3_endpoint, queue=QUEUE)
@@ -128,7 +135,6 @@ def measure(rounds: int, n: int, workers: int, log_dir: Path) -> dict[str, Any]:
         settings = settings.model_copy(update={"agent_modules": [AGENTS]})
         store, archive = open_storage(settings.store_url, endpoint_url=s3_endpoint)
         reader = SessionLogReader(store, archive)
-        book = RedisChildBook(redis.Redis.from_url(redis_url), RedisKeys(settings.namespace))
         fans: list[dict[str, float]] = []
         alone: list[float] = []
         with (
@@ -136,12 +142,12 @@ def measure(rounds: int, n: int, workers: int, log_dir: Path) -> dict[str, Any]:
             Producer(settings) as producer,
         ):
             independent(producer, "warm", min(n, 20))  # imports, connections, the S3 bucket
-            fan_out(producer, book, reader, "warm-parent", min(n, 20))
+            fan_out(producer, reader, "warm-parent", min(n, 20))
             for r in range(rounds):
                 order = ("fan", "alone") if r % 2 == 0 else ("alone", "fan")
                 for side in order:
                     if side == "fan":
-                        fans.append(fan_out(producer, book, reader, f"parent-{r}", n))
+                        fans.append(fan_out(producer, reader, f"parent-{r}", n))
                     else:
                         alone.append(independent(producer, f"alone-{r}", n))
     return {
