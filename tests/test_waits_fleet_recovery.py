@@ -213,15 +213,11 @@ def _check_one(f: Fleet, w: Waiter) -> None:
 def test_a_flushed_redis_loses_none_of_100_waiting_runs(stack: Stack, tmp_path: Path) -> None:
     with fleet(stack, tmp_path) as f:
         due_ms = int(time.time() * 1000) + 30_000  # after all 100 parked, on a busy machine
-        t0 = time.time()
         waiters = park_all(f, [due_ms])
-        print("TIMING parked", time.time() - t0, "left", due_ms / 1000 - time.time())
         f.redis.client().flushall()  # broker and run state: every record, index and queue
         send_signals(f, waiters)
         wait_applied(f, waiters)
-        print("TIMING resumed", time.time() - due_ms / 1000)
         check_once(f, waiters)
-        print("TIMING checked", time.time() - due_ms / 1000)
         left = _leftovers(f.redis)
         assert left == [], left  # no wait record, no family record: they all settled
 
@@ -244,7 +240,6 @@ def test_a_redis_rolled_back_loses_none_of_100_waiting_runs(stack: Stack, tmp_pa
     with fleet(stack, tmp_path) as f:
         now_ms = int(time.time() * 1000)
         waiters = park_all(f, [now_ms + 20_000, now_ms + 35_000], twice=N_SIGNALS // 2)
-        print("TIMING parked, left to group 0's", now_ms / 1000 + 20 - time.time())
         first = [w for w in waiters if w.group == 0]
         twice = [w for w in waiters if w.calls == 2]
         send_signals(f, twice)  # consumed around the snapshot: never a second time after it
@@ -252,7 +247,6 @@ def test_a_redis_rolled_back_loses_none_of_100_waiting_runs(stack: Stack, tmp_pa
         send_signals(f, [w for w in first if w.kind == "signal"])
         wait_applied(f, first)
         wait_applied(f, twice, 2)  # the first signal was consumed before the rollback
-        print("TIMING group 0 resumed, left to group 1's", now_ms / 1000 + 35 - time.time())
         _restore(f.redis, snapshot)
         send_signals(f, [w for w in waiters if w.group == 1 or w.calls == 2])
         wait_applied(f, waiters)
