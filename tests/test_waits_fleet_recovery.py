@@ -214,7 +214,8 @@ def test_a_flushed_redis_loses_none_of_100_waiting_runs(stack: Stack, tmp_path: 
     with fleet(stack, tmp_path) as f:
         due_ms = int(time.time() * 1000) + 30_000  # after all 100 parked, on a busy machine
         waiters = park_all(f, [due_ms])
-        f.redis.client().flushall()  # broker and run state: every record, index and queue
+        with contextlib.closing(f.redis.client()) as client:
+            client.flushall()  # broker and run state: every record, index and queue
         send_signals(f, waiters)
         wait_applied(f, waiters)
         check_once(f, waiters)
