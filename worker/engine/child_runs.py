@@ -86,13 +86,18 @@ def _tell_family(
     assert services.waits is not None
     known = book.ended(tenant, parent, end)
     records = services.waits.records(tenant, parent)  # read after the end is written: see parked
-    waited = end.run_id in _waited_on(records)
-    # the parent's wait, rebuilt from its head when Redis lost the family record, vouches
-    if not known and not (waited and book.ended(tenant, parent, end, vouched=True)):
-        return
+    if not known:
+        # the parent's wait, rebuilt from its head when Redis lost the family record, vouches
+        if end.run_id not in _waited_on(records) or not book.ended(
+            tenant, parent, end, vouched=True
+        ):
+            return
+        records = services.waits.records(tenant, parent)  # again: the wake may have settled it
     wake_ready(services, tenant, parent, records)
-    if not waited and _run_ended(services, tenant, parent, link.parent_run_id):
-        book.forget(tenant, parent, [end.run_id])  # nothing waits on it (any more)
+    # nothing waits on it (any more: the parent's wake settled the call, and forgot the ends it
+    # read; this one, written after, is forgotten here)
+    if end.run_id not in _waited_on(records) and _run_ended(services, tenant, link):
+        book.forget(tenant, parent, [end.run_id])
 
 
 def _waited_on(records: Sequence[WaitRecord]) -> set[str]:
@@ -100,11 +105,12 @@ def _waited_on(records: Sequence[WaitRecord]) -> set[str]:
     return {c.run_id for r in records if r.wait_for.kind == "children" for c in r.wait_for.children}
 
 
-def _run_ended(services: EngineServices, tenant: str, session_id: str, run_id: str) -> bool:
-    """Whether the parent's run finished (so it parked every call it will: a child it does not
-    wait on now is one it never waited on, or waits on no more)."""
-    view = services.runs.get(RunRef(tenant, session_id, run_id))
-    return view is not None and view.result is not None
+def _run_ended(services: EngineServices, tenant: str, link: ChildLink) -> bool:
+    """Whether the parent's run finished, so it parked every call it will: a child it does not
+    wait on now is one it never waited on, or waits on no more. A run with no record is not
+    running (Redis lost it, or it expired)."""
+    view = services.runs.get(RunRef(tenant, link.parent_session_id, link.parent_run_id))
+    return view is None or view.result is not None
 
 
 def forget_settled(services: EngineServices, tenant: str, session_id: str) -> int:
