@@ -469,7 +469,7 @@ class RedisKeys(FleetKeys, ScheduleKeys):
 
     def session_waits(self, tenant: str, session_id: str, part: str = "waits") -> str:
         """Calls parked on the fleet (hash, by call id); ``signals``: the mailbox (a stream);
-        ``family``: child runs and the parent link."""
+        ``family``: the child runs a parent may still wait on."""
         return self._session_key(tenant, session_id, part)
 
     def timers(self, tenant: str, session_id: str) -> str:

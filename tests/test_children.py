@@ -16,12 +16,14 @@ import pytest
 from tests.support.child_agents import child_agent, parent_agent
 from tests.support.crash import FAR_MS, TENANT, Backends, worker_runtime
 from tether import SessionLogReader
+from tether.core.events import now_ms
 from tether.core.results import RunStatus
 from tether.core.waits import ChildRef
 from tether.producer.waits import cancel_requests
 from tether.runs.contract import RunRequest, RunResult
 from tether.runs.queue.base import submit
 from tether.runs.waits.base import wake_request_id, wake_run_id
+from tether.runs.waits.children import Family
 from tether.runtime.registry import AgentRegistry
 from tether.worker.engine.cycle import drain
 from tether.worker.engine.services import EngineServices
@@ -109,6 +111,7 @@ def test_a_parent_waits_for_all_its_children_and_goes_on_once(
     assert [c["output"] for c in body["children"]] == [f"answer: topic-{i}" for i in range(3)]
     assert applied_count(backends, "p-all", wake_request_id(TENANT, "p-all", call_id)) == 1
     assert backends.waits.records(TENANT, "p-all") == []
+    assert backends.children.family(TENANT, "p-all") == Family({}, {})  # nothing waits on them
     child_request = backends.runs.get(
         fan(children[0].session_id, "").ref._replace(run_id=children[0].run_id)
     )
@@ -131,10 +134,14 @@ def test_mode_any_wakes_the_parent_at_the_first_child_once(
     body = tool_output(woken(backends, "p-any", call_id))
     assert body["done"] == 1 and body["mode"] == "any"
     assert [c["status"] for c in body["children"]] == ["IN_PROGRESS", "COMPLETED", "IN_PROGRESS"]
+    family = backends.children.family(TENANT, "p-any")
+    assert set(family.spawned) == {children[0].run_id, children[2].run_id}  # still running
+    assert family.ended == {}
     for child in (children[0], children[2]):  # later ends wake nothing more
         drain(w, TENANT, child.session_id)
     drain(w, TENANT, "p-any")
     assert applied_count(backends, "p-any", wake_request_id(TENANT, "p-any", call_id)) == 1
+    assert backends.children.family(TENANT, "p-any") == Family({}, {})  # each end forgotten
 
 
 def test_a_failed_child_is_a_result_the_parent_reads(
@@ -280,6 +287,31 @@ def test_a_parent_waits_through_a_redis_flush(make_backends: Callable[[], Backen
     drain(w, TENANT, "p-flush")
     body = tool_output(woken(backends, "p-flush", call_id))
     assert [c["output"] for c in body["children"]] == ["answer: topic-0", "answer: topic-1"]
+
+
+def test_a_sleeping_child_finds_its_parent_after_a_redis_flush(
+    make_backends: Callable[[], Backends],
+) -> None:
+    """The child ends in a continuation (it slept on a timer), whose request names no parent:
+    its head does (``tether.parent``), and the parent's wait, parked again from its head,
+    vouches for it."""
+    from tether.worker.engine.wait_reconcile import reconcile_waits
+
+    backends = make_backends()
+    w = rt(backends)
+    start(backends, w, "p-nap", "fan 1 input nap 5")
+    call_id, (child,) = children_of(backends, "p-nap")
+    drain(w, TENANT, child.session_id)  # the child parks on its timer
+    assert result_of(backends, child.session_id, child.run_id).status is RunStatus.WAITING
+    _lose_the_index(backends, ["p-nap", child.session_id])
+    assert reconcile_waits(w).rebuilt == 2
+    assert wake_due(w, at_ms=now_ms() + 10_000) == 1
+    drain(w, TENANT, child.session_id)
+    drain(w, TENANT, "p-nap")
+    body = tool_output(woken(backends, "p-nap", call_id))
+    assert [c["status"] for c in body["children"]] == ["COMPLETED"]
+    assert body["children"][0]["output"].startswith("woke: ")
+    assert backends.children.family(TENANT, "p-nap") == Family({}, {})
 
 
 def _lose_the_index(backends: Backends, sessions: list[str]) -> None:

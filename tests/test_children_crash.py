@@ -20,15 +20,26 @@ from tests.support.crash import (
     crash_at,
     worker_runtime,
 )
-from tests.test_children import applied_count, children_of, fan, rt, tool_output, woken
+from tests.test_children import (
+    applied_count,
+    children_of,
+    fan,
+    result_of,
+    rt,
+    tool_output,
+    woken,
+)
 from tether import SessionLogReader
+from tether.core.events import now_ms
 from tether.core.waits import ChildRef
 from tether.runs.queue.base import submit
 from tether.runs.waits.base import wake_request_id
+from tether.runs.waits.children import Family
 from tether.runtime.registry import AgentRegistry
 from tether.worker.engine.commit import CommitStep
 from tether.worker.engine.cycle import drain
 from tether.worker.engine.services import EngineServices
+from tether.worker.engine.wakes import wake_due
 
 #: Steps a run that ends with a commit of its own takes (the lease release: the drain's).
 TAKEN = frozenset(CommitStep) - {CommitStep.LEASE_RELEASE, CommitStep.CHECKPOINT_CLEAR}
@@ -75,6 +86,7 @@ def _check_family(
     assert applied_count(backends, session_id, wake_request_id(TENANT, session_id, call_id)) == 1
     assert applied_count(backends, session_id, f"req-{session_id}") == 1
     assert backends.waits.records(TENANT, session_id) == []
+    assert backends.children.family(TENANT, session_id) == Family({}, {})  # forgotten
     report = reader.verify(session_id, tenant=TENANT)
     assert report.ok, report.problems
 
@@ -111,3 +123,28 @@ def test_a_child_completion_crashed_at_every_step_wakes_the_parent_once(
     _recover(backends, children[1].session_id)
     drain(rt(backends, "w4"), TENANT, sid)
     _check_family(backends, sid, call_id, children)
+
+
+@pytest.mark.parametrize(("step", "phase"), EVERY_CRASH_POINT, ids=lambda v: str(v))
+def test_a_sleeping_childs_wake_crashed_at_every_step_wakes_the_parent_once(
+    make_backends: Callable[[], Backends], step: CommitStep, phase: str
+) -> None:
+    """The child ends in the continuation its timer woke (its request names no parent: its
+    head does), crashed at each step, then finished or redone by other workers."""
+    backends = make_backends()
+    sid = f"p-nap-{step}-{phase}"
+    submit(backends.runs, fan(sid, "fan 2 input nap 5"))
+    drain(rt(backends, "w0"), TENANT, sid)
+    call_id, children = children_of(backends, sid)
+    for child in children:  # both park on their timers
+        drain(rt(backends, "w0"), TENANT, child.session_id)
+    assert wake_due(rt(backends, "w0"), at_ms=now_ms() + 10_000) == 2
+    drain(rt(backends, "w0"), TENANT, children[0].session_id)
+    _crashed_drain(backends, children[1].session_id, step, phase, TAKEN)
+    _recover(backends, children[1].session_id)
+    drain(rt(backends, "w4"), TENANT, sid)
+    _check_family(backends, sid, call_id, children)
+    for child in children:  # each child's timer woke it once
+        (parked,) = result_of(backends, child.session_id, child.run_id).pending
+        wake = wake_request_id(TENANT, child.session_id, parked.call_id)
+        assert applied_count(backends, child.session_id, wake) == 1

@@ -1,7 +1,8 @@
 """Child runs on real workers (2 Celery worker processes), redis-server and S3 over HTTP: a parent
 fans out children and goes on with their results (all, any, a failed child), nests them as deep
 as TETHER_MAX_CHILD_DEPTH lets it, cancels them with itself, and a worker SIGKILLed while it
-spawns, or while a child completes, still runs each child once and resumes the parent once."""
+spawns, or while a child completes (also one that slept on a timer), still runs each child once
+and resumes the parent once."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.crash_agents import session_for
+from tests.support.crash_agents import session_for, wake_session_for
 from tests.support.stack import Stack, eventually, unique
 from tests.test_cli import ok, tether
 from tether.core.results import RunStatus
@@ -187,4 +188,19 @@ def test_a_worker_killed_while_a_child_completes_resumes_the_parent_once(
     body = resumed(producer, sid, call_id)
     assert (crash_dir / child_sid).exists()
     assert body["children"][0]["output"] == "answer: topic-0"
+    check_once(stack, sid, call_id, children)
+
+
+def test_a_worker_killed_while_a_sleeping_child_completes_resumes_the_parent_once(
+    stack: Stack, producer: Producer, crash_dir: Path
+) -> None:
+    """The child ends in the wake of its timer (a continuation whose request names no parent:
+    the child's head does); its worker dies before it tells the parent, and the redone commit
+    tells it once."""
+    sid = unique("fan-kill-nap")
+    child_sid = wake_session_for("children", "before", unique("k"))
+    call_id, children = parked(producer, sid, f"fan 1 session {child_sid} input nap 1")
+    body = resumed(producer, sid, call_id)
+    assert (crash_dir / child_sid).exists()
+    assert body["children"][0]["output"].startswith("woke: ")
     check_once(stack, sid, call_id, children)

@@ -128,6 +128,27 @@ def test_a_lost_index_is_seen_once(index: WaitIndex) -> None:
     assert index.lost() is False
 
 
+@pytest.mark.parametrize("url_fixture", ["redis_url", "cluster_url"])
+def test_a_redis_gone_back_to_an_older_state_is_seen_lost(
+    url_fixture: str, request: pytest.FixtureRequest
+) -> None:
+    """A rollback keeps the epoch (it was in the snapshot) but an older one: the first index
+    to look after it that wrote a newer one sees the loss, once."""
+    client = redis_from_url(request.getfixturevalue(url_fixture))
+    keys = RedisKeys("tether-test")
+    try:
+        seen, other = RedisWaitIndex(client, keys), RedisWaitIndex(client, keys)
+        assert seen.lost() is True  # fresh
+        epoch = keys.timer_shards()[0] + ":sentinel"
+        snapshot = client.get(epoch)
+        assert other.lost() is False and seen.lost() is False
+        client.set(epoch, snapshot or b"")  # what a restored snapshot holds: an older epoch
+        assert seen.lost() is True
+        assert seen.lost() is False and other.lost() is False
+    finally:
+        client.close()
+
+
 def test_one_owner_reconciles_per_period(index: WaitIndex) -> None:
     assert index.take_reconcile("w1", 60_000) is True
     assert index.take_reconcile("w2", 60_000) is False

@@ -1,7 +1,7 @@
-"""SIGKILL a real worker at every commit step of a run that parks on a timer (redis-server, S3
-over HTTP, 2 workers): the run is recovered, parked once, woken once by the sweepers, and goes
-on to its end; the session verifies. The in-process suite (tests/test_waits_crash.py) also
-crashes the wake at every step."""
+"""SIGKILL a real worker at every commit step of a run that parks on a timer, and at every commit
+step of the timer's wake (redis-server, S3 over HTTP, 2 workers): the run is recovered, parked
+once, woken once by the sweepers, and goes on to its end; the session verifies. The in-process
+suite (tests/test_waits_crash.py) crashes both at every step too."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.crash_agents import crash_worker_env, session_for
+from tests.support.crash_agents import crash_worker_env, session_for, wake_session_for
 from tests.support.stack import Stack, unique
 from tether.core.results import RunStatus
 from tether.dev.workers import WorkerFleet
@@ -21,16 +21,19 @@ QUEUE = "waitcrashq"
 
 
 @pytest.mark.slow  # a long variant: `make test-long`
-def test_sigkill_at_every_commit_step_of_a_suspend_wakes_once(
-    live_stack: Stack, tmp_path: Path
+@pytest.mark.parametrize("killed", ["suspend", "wake"])
+def test_sigkill_at_every_commit_step_of_a_timer_wait_wakes_once(
+    live_stack: Stack, tmp_path: Path, killed: str
 ) -> None:
     crash_dir = tmp_path / "crashes"
     env = crash_worker_env(live_stack.env, crash_dir, QUEUE, "tests.support.wait_agents")
     suffix = unique("w")
+    name = session_for if killed == "suspend" else wake_session_for
     sessions = {
-        session_for(step.value, phase, suffix): (step, phase)
+        name(step.value, phase, suffix): (step, phase)
         for step in CommitStep
         for phase in ("before", "after")
+        if killed == "suspend" or step is not CommitStep.LEASE_RELEASE  # the drain's, no run's
     }
     producer = Producer(live_stack.settings.model_copy(update={"queue": QUEUE}))
     fleet = WorkerFleet(env, tmp_path, count=2, queue=QUEUE, prefix="wcrash")

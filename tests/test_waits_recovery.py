@@ -1,6 +1,7 @@
-"""Redis losing the waits: flushed, or rolled back to before a wake. The sessions' heads and
-the durable marks beside them are the truth; reconcile rebuilds the index from them, every
-sleeping run resumes once, and a wake the rollback forgot is not applied twice. Memory backends
+"""Redis losing the waits: flushed, or rolled back to before a wake (or to before a newer
+wait). The sessions' heads and the durable marks beside them are the truth; reconcile rebuilds
+the index from them, every sleeping run resumes once, and a wake the rollback forgot is not
+applied twice. Memory backends
 and redis-server + S3 over HTTP."""
 
 from __future__ import annotations
@@ -8,12 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tests.support.crash import FAR_MS, TENANT, Backends, worker_runtime
+from tests.support.signal_agents import listener_agent
 from tests.support.wait_agents import sleeper_agent
 from tether import SessionLogReader
-from tether.core.results import RunStatus
+from tether.core.results import Resolution, RunStatus
 from tether.runs.contract import RunRequest
 from tether.runs.queue.base import submit
-from tether.runs.waits.base import wake_request_id, wake_run_id
+from tether.runs.waits.base import settle_request, wake_request_id, wake_run_id
 from tether.runtime.registry import AgentRegistry
 from tether.worker.engine.cycle import drain
 from tether.worker.engine.services import EngineServices
@@ -108,3 +110,29 @@ def test_a_rolled_back_redis_wakes_nothing_twice(make_backends: Callable[[], Bac
         view = backends.runs.get(_nap(sid).ref._replace(run_id=wake_run_id(TENANT, sid, call_id)))
         assert view is not None and view.result is not None
         assert view.result.status is RunStatus.COMPLETED
+
+
+def test_a_redis_gone_back_under_a_newer_wait_parks_that_one_again(
+    make_backends: Callable[[], Backends],
+) -> None:
+    """Redis goes back to when the session waited on its first call; since then the head
+    settled it and parked a second one. Redis has records (the first call's), so the pass
+    that looks only for sessions without any finds nothing; the deep pass a rollback asks
+    for compares them with the mark, and parks the second call again from the head."""
+    backends = make_backends()
+    rt = worker_runtime(backends, "w1", registry=AgentRegistry({"listener": listener_agent}))
+    sid = "s-back"
+    submit(rt.runs, _nap(sid).model_copy(update={"agent": "listener", "input": "listen go 60 2"}))
+    drain(rt, TENANT, sid)
+    (first,) = backends.waits.records(TENANT, sid)
+    took = Resolution(call_id=first.call_id, action="output", text='{"signal": "go"}')
+    submit(rt.runs, settle_request(TENANT, sid, "listener", took))
+    drain(rt, TENANT, sid)
+    (second,) = backends.waits.records(TENANT, sid)
+    assert second.call_id != first.call_id
+    backends.waits.settle(TENANT, sid, [second.call_id])  # what the rolled-back Redis holds
+    backends.waits.park([first])
+    assert reconcile_waits(rt) == (0, 0)
+    assert reconcile_waits(rt, deep=True).rebuilt == 1
+    assert second.call_id in {r.call_id for r in backends.waits.records(TENANT, sid)}
+    assert reconcile_waits(rt, deep=True) == (0, 0)  # nothing more to do

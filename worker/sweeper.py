@@ -51,11 +51,13 @@ class Sweeper:
             self._again = reconcile_waits(services).skipped > 0
 
     def _reconcile_if_lost(self) -> None:
-        """Reconcile at once when the index was lost (a flushed Redis), whoever's turn it is,
-        and again at each pass while sessions were skipped (a worker was on them)."""
+        """Reconcile at once when the index was lost (a flushed Redis, or one gone back to an
+        older state: then deep), whoever's turn it is, and again at each pass while sessions
+        were skipped (a worker was on them)."""
         index = self._services.waits
-        if index is not None and (index.lost() or self._again):
-            self._again = reconcile_waits(self._services).skipped > 0
+        lost = index is not None and index.lost()
+        if lost or self._again:
+            self._again = reconcile_waits(self._services, deep=lost).skipped > 0
 
     def _wake_loop(self) -> None:
         interval_s = self._services.settings.sweep_interval_ms / 1000

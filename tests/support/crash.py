@@ -116,7 +116,7 @@ class Backends:
     signals: Any = None
     """The sessions' mailboxes of signals (None: none)."""
     children: Any = None
-    """Parents' child runs and child sessions' links (None: none)."""
+    """Parents' child runs (None: none)."""
 
 
 def worker_runtime(

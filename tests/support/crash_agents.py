@@ -2,7 +2,10 @@
 
 A session named ``crashat-<suffix>-<step>-<phase>`` makes the first worker that reaches that
 point of one of its commits SIGKILL itself (its pool child, with the lease held), once: a marker
-file in ``CRASH_TEST_DIR`` records that the crash happened, so the next attempt goes on.
+file in ``CRASH_TEST_DIR`` records that the crash happened, so the next attempt goes on. A
+session named ``crashwake-<suffix>-<step>-<phase>`` (:func:`wake_session_for`) crashes there only
+in a wake (the continuation that settles a parked call, run id ``run-wake-...``): its run parks
+unharmed, whenever the wake comes.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from pathlib import Path
 from tether.worker.engine.commit import StepContext, install_probe
 
 PREFIX = "crashat-"
+WAKE_PREFIX = "crashwake-"
 #: No agents of its own: the built-in ``calculator`` serves the runs.
 TETHER_AGENTS: dict[str, object] = {}
 
@@ -40,8 +44,16 @@ def session_for(step: str, phase: str, suffix: str) -> str:
     return f"{PREFIX}{suffix}-{step}-{phase}"
 
 
+def wake_session_for(step: str, phase: str, suffix: str) -> str:
+    """The session id that asks for a crash at ``phase`` of ``step`` of a wake's commit."""
+    return f"{WAKE_PREFIX}{suffix}-{step}-{phase}"
+
+
 def _probe(ctx: StepContext) -> None:
-    if not ctx.session_id.startswith(PREFIX):
+    wake_only = ctx.session_id.startswith(WAKE_PREFIX)
+    if not (wake_only or ctx.session_id.startswith(PREFIX)):
+        return
+    if wake_only and not (ctx.run_id or "").startswith("run-wake-"):
         return
     wanted = ctx.session_id.rsplit("-", 2)[1:]  # step names hold no '-'
     if wanted != [ctx.step.value, ctx.phase]:

@@ -21,7 +21,7 @@ from tether.runs.usage.policy import prices
 from tether.runtime.agent import Agent
 from tether.runtime.approvals import check_resolutions
 from tether.runtime.session import AgentSession
-from tether.worker.engine.child_runs import parked_hook
+from tether.worker.engine.child_runs import forget_settled, parked_hook
 from tether.worker.engine.commit import Commit
 from tether.worker.engine.drain_state import DrainState
 from tether.worker.engine.execution import execute
@@ -145,7 +145,11 @@ def _parking(
     )
     if parking is None:
         return None
-    return dataclasses.replace(parking, after=signals_after_park(services, session))
+    return dataclasses.replace(
+        parking,
+        after=signals_after_park(services, session),
+        on_settled=lambda: forget_settled(services, request.tenant, request.session_id),
+    )
 
 
 def _execute_and_commit(

@@ -23,6 +23,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
+import pydantic
+
 from tether.core.children import ChildEnd, children_output, children_ready
 from tether.core.events import now_ms
 from tether.core.results import STOPPING_ACTIONS, Resolution, RunStatus
@@ -31,11 +33,12 @@ from tether.runs.contract import RunRef, RunRequest, RunResult
 from tether.runs.queue.base import CancelOutcome, SubmitState
 from tether.runs.waits.base import WaitRecord, settle_request
 from tether.runs.waits.children import (
-    ChildBook,
+    PARENT_ATTRIBUTE,
     ChildLink,
     cancellable,
 )
 from tether.runs.waits.wakes import due_output
+from tether.runtime.session import AgentSession
 from tether.worker.engine.services import EngineServices
 
 log = logging.getLogger(__name__)
@@ -45,23 +48,31 @@ log = logging.getLogger(__name__)
 
 
 def family_hook(
-    services: EngineServices, request: RunRequest | None
+    services: EngineServices,
+    request: RunRequest | None,
+    session: Callable[[], AgentSession | None] = lambda: None,
 ) -> Callable[[RunResult], None] | None:
     """What the commit's ``children`` step does for ``request``'s end (None: nothing: the run
-    is no child, no child's continuation, and could not be cancelled with children)."""
+    is no child, no child's continuation, and could not be cancelled with children);
+    ``session``: the session the run committed (its head names a child session's parent)."""
     if services.children is None or request is None:
         return None
-    return lambda result: _tell_family(services, request, result)
+    return lambda result: _tell_family(services, request, result, session())
 
 
-def _tell_family(services: EngineServices, request: RunRequest, result: RunResult) -> None:
+def _tell_family(
+    services: EngineServices,
+    request: RunRequest,
+    result: RunResult,
+    session: AgentSession | None = None,
+) -> None:
     book = services.children
     assert book is not None
     if result.status is RunStatus.CANCELLED:
         cancel_children(services, request)
     if result.status is RunStatus.WAITING:
         return  # the child goes on in a continuation: its end is that one's
-    link = _link(book, request)
+    link = _link(request, session)
     if link is None:
         return
     end = ChildEnd(
@@ -73,26 +84,56 @@ def _tell_family(services: EngineServices, request: RunRequest, result: RunResul
         ended_at_ms=now_ms(),
     )
     tenant, parent = request.tenant, link.parent_session_id
-    if book.ended(tenant, parent, end) or (
-        _waited_on(services, tenant, parent, end.run_id)
-        and book.ended(tenant, parent, end, vouched=True)
-    ):
-        wake_ready(services, tenant, parent)
-
-
-def _waited_on(services: EngineServices, tenant: str, session_id: str, child_run_id: str) -> bool:
-    """Whether a call of the session waits on the child (its wait is rebuilt from the head
-    when Redis lost the family record: the head vouches for the child)."""
     assert services.waits is not None
-    return any(
-        any(c.run_id == child_run_id for c in r.wait_for.children)
-        for r in services.waits.records(tenant, session_id)
-    )
+    known = book.ended(tenant, parent, end)
+    records = services.waits.records(tenant, parent)  # read after the end is written: see parked
+    if not known:
+        # the parent's wait, rebuilt from its head when Redis lost the family record, vouches
+        if end.run_id not in _waited_on(records) or not book.ended(
+            tenant, parent, end, vouched=True
+        ):
+            return
+        records = services.waits.records(tenant, parent)  # again: the wake may have settled it
+    wake_ready(services, tenant, parent, records)
+    # nothing waits on it (any more: the parent's wake settled the call, and forgot the ends it
+    # read; this one, written after, is forgotten here)
+    if end.run_id not in _waited_on(records) and _run_ended(services, tenant, link):
+        book.forget(tenant, parent, [end.run_id])
 
 
-def _link(book: ChildBook, request: RunRequest) -> ChildLink | None:
-    """The parent of the child ``request`` ends: its own, or its session's for a continuation
-    of a child that parked (None: no child)."""
+def _waited_on(records: Sequence[WaitRecord]) -> set[str]:
+    """The children the session's parked calls wait on."""
+    return {c.run_id for r in records if r.wait_for.kind == "children" for c in r.wait_for.children}
+
+
+def _run_ended(services: EngineServices, tenant: str, link: ChildLink) -> bool:
+    """Whether the parent's run finished, so it parked every call it will: a child it does not
+    wait on now is one it never waited on, or waits on no more. A run with no record is not
+    running (Redis lost it, or it expired)."""
+    view = services.runs.get(RunRef(tenant, link.parent_session_id, link.parent_run_id))
+    return view is None or view.result is not None
+
+
+def forget_settled(services: EngineServices, tenant: str, session_id: str) -> int:
+    """After a commit that settled parked calls of the session: forget its ended children that
+    no call waits on any more (the family record would otherwise keep them forever); how many.
+    Children still running stay: their end is recorded, then forgotten, when it comes."""
+    book, index = services.children, services.waits
+    if book is None or index is None:
+        return 0
+    ended = book.family(tenant, session_id).ended
+    if not ended:
+        return 0
+    waited = _waited_on(index.records(tenant, session_id))
+    done = [run_id for run_id in ended if run_id not in waited]
+    book.forget(tenant, session_id, done)
+    return len(done)
+
+
+def _link(request: RunRequest, session: AgentSession | None) -> ChildLink | None:
+    """The parent of the child ``request`` ends: its own, or, for a continuation of a child
+    that parked, as its session's head names it (:data:`PARENT_ATTRIBUTE`, which a Redis
+    flushed or rolled back keeps; None: no child)."""
     if request.parent is not None:
         p = request.parent
         return ChildLink(
@@ -103,9 +144,26 @@ def _link(book: ChildBook, request: RunRequest) -> ChildLink | None:
             depth=p.depth,
             detached=p.detached,
         )
-    if not request.resolutions:
+    if not request.resolutions or session is None:
         return None
-    return book.link_of(request.tenant, request.session_id)
+    return _link_in(session)
+
+
+def _link_in(session: AgentSession) -> ChildLink | None:
+    """The link to its parent a child session's head holds (None: none, or unreadable)."""
+    mark = session.metadata.attributes.get(PARENT_ATTRIBUTE)
+    if not isinstance(mark, dict):
+        return None
+    try:
+        return ChildLink(
+            parent_session_id=str(mark["session_id"]),
+            parent_run_id=str(mark["run_id"]),
+            call_id=str(mark["call_id"]),
+            child_run_id=str(mark["child_run_id"]),
+            depth=int(str(mark["depth"])),
+        )
+    except (KeyError, ValueError, pydantic.ValidationError):
+        return None
 
 
 def wake_ready(

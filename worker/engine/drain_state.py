@@ -112,7 +112,7 @@ class DrainState:
             reply_to,
             release_when_idle=run_id is not None,
             expect_idle=alone,
-            on_end=family_hook(self.services, self._ending(run_id)),
+            on_end=family_hook(self.services, self._ending(run_id), lambda: self.session),
         )
         return self.last_commit
 

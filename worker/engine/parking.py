@@ -48,6 +48,9 @@ class Parking:
     """Told of the calls just parked (children that ended already wake their parent)."""
     after: Callable[[Sequence[WaitRecord]], None] | None = None
     """Told the parked calls once they are indexed (signals: a look in the mailbox)."""
+    on_settled: Callable[[], object] | None = None
+    """Called once the settled calls are forgotten (children no call waits on any more leave
+    the family record)."""
 
     def mark(self) -> None:
         """The ``wait_mark`` step: the durable mark of a session that waits."""
@@ -69,6 +72,8 @@ class Parking:
         if self.on_parked is not None and self.records:
             self.on_parked(self.records)
         self.index.settle(self.tenant, self.session_id, self.settled)
+        if self.settled and self.on_settled is not None:
+            self.on_settled()
         if not self.records and self.settled and self.marks is not None:
             self.marks.delete(self.tenant, self.session_id)
         if self.after is not None:

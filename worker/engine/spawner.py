@@ -3,7 +3,7 @@ child's life after it): the child's ids derive from the parent's call
 (:func:`~tether.runtime.children.child_key`); the worker checks the tenant's limits
 (``max_child_depth``, ``max_children_per_run``: a refusal names the limit and writes nothing).
 At ``ctx.wait`` (or the run's end) the children spawned so far are recorded in the parent's
-family record with their sessions linked to the parent, then submitted in one batch as runs
+family record, then submitted in one batch as runs
 registered in their sessions' queues (so ``TETHER_REGISTERED_RUNS_ONLY`` holds). A call
 executed again submits the same request ids: duplicates the queue drops, so a child runs once.
 """
@@ -25,7 +25,7 @@ from tether.runs.contract import ParentLink, RunRequest
 from tether.runs.options import RUN_OPTIONS
 from tether.runs.queue.base import SubmitState
 from tether.runs.usage.policy import policy_of
-from tether.runs.waits.children import PARENT_ATTRIBUTE, ChildLink, SpawnedChild
+from tether.runs.waits.children import PARENT_ATTRIBUTE, SpawnedChild
 from tether.runtime.children import ToolCall, child_key, child_session_id
 from tether.runtime.session import AgentSession
 from tether.settings import Settings
@@ -65,7 +65,7 @@ class WorkerSpawner:
         self._lock = threading.Lock()
         self._spawned = 0
         self._per_call: dict[tuple[int, str], int] = {}
-        self._pending: list[tuple[SpawnedChild, ChildLink, RunRequest]] = []
+        self._pending: list[tuple[SpawnedChild, RunRequest]] = []
 
     def spawn(
         self,
@@ -98,22 +98,14 @@ class WorkerSpawner:
             call_id=ctx.call_id,
             spawned_at_ms=now_ms(),
         )
-        link = ChildLink(
-            parent_session_id=self._request.session_id,
-            parent_run_id=self._request.run_id,
-            call_id=ctx.call_id,
-            child_run_id=ref.run_id,
-            depth=request.parent.depth,
-            detached=detached,
-        )
         with self._lock:
-            self._pending.append((spawn, link, request))
+            self._pending.append((spawn, request))
         return ref
 
     def flush(self, dropped_calls: frozenset[str] = frozenset()) -> None:
-        """Record the children spawned since the last flush with their parent, link their
-        sessions, then submit them, in one batch each (idempotent: a child submitted again is a
-        duplicate the queue drops); those of ``dropped_calls`` (calls that failed) are dropped."""
+        """Record the children spawned since the last flush with their parent, then submit
+        them, in one batch each (idempotent: a child submitted again is a duplicate the queue
+        drops); those of ``dropped_calls`` (calls that failed) are dropped."""
         with self._lock:
             pending = [p for p in self._pending if p[0].call_id not in dropped_calls]
             self._pending = []
@@ -121,9 +113,9 @@ class WorkerSpawner:
         if not pending or book is None:
             return
         parent = self._request
-        book.spawned(parent.tenant, parent.session_id, [(s, link) for s, link, _ in pending])
+        book.spawned(parent.tenant, parent.session_id, [s for s, _ in pending])
         services = self._services
-        requests = [r for _, _, r in pending]
+        requests = [r for _, r in pending]
         outcomes = services.runs.submit_many(requests, queue=services.settings.queue)
         queued: list[tuple[str, str]] = []
         for request, outcome in zip(requests, outcomes, strict=True):

@@ -7,6 +7,12 @@ without (and whose lease nobody holds: a worker may be committing it), it reads 
 the truth: the calls still parked there are parked again from the mark's records (with the wait
 the head holds), and a mark whose session waits for nothing is deleted once it is older than
 :data:`MARK_GRACE_MS` (a mark is written before its head: a young one may be a commit on its way).
+
+After Redis went back to an older state (a rollback, which
+:meth:`~tether.runs.waits.base.WaitIndex.lost` tells), a session may have records, of calls it
+parked before the snapshot, and still lack the call it parked since: the pass is then ``deep``,
+and also rebuilds each recorded session whose mark names a call Redis does not hold (one mark
+read per waiting session, only then).
 """
 
 from __future__ import annotations
@@ -40,8 +46,8 @@ class Reconciled(NamedTuple):
     head did not read): a pass soon after should look again."""
 
 
-def reconcile_waits(services: EngineServices) -> Reconciled:
-    """One pass over the marks."""
+def reconcile_waits(services: EngineServices, *, deep: bool = False) -> Reconciled:
+    """One pass over the marks (``deep``: also the recorded sessions, see the module doc)."""
     index, marks = services.waits, services.marks
     if index is None or marks is None:
         return Reconciled(0, 0)
@@ -49,7 +55,7 @@ def reconcile_waits(services: EngineServices) -> Reconciled:
     known = _recorded(services, sessions)
     rebuilt = skipped = 0
     for (tenant, session_id), recorded in zip(sessions, known, strict=True):
-        if recorded:
+        if recorded and not (deep and _behind(services, tenant, session_id)):
             continue
         if services.leases.holder(tenant, session_id) is not None:
             skipped += 1  # a worker is on it: it may be committing this very wait
@@ -66,6 +72,16 @@ def _recorded(services: EngineServices, sessions: list[tuple[str, str]]) -> list
     """Whether Redis holds wait records for each session (one round trip on Redis)."""
     assert services.waits is not None
     return services.waits.recorded(sessions)
+
+
+def _behind(services: EngineServices, tenant: str, session_id: str) -> bool:
+    """Whether the session's mark names a call Redis holds no record of."""
+    assert services.waits is not None and services.marks is not None
+    mark = services.marks.get(tenant, session_id)
+    if mark is None:
+        return False
+    held = {r.call_id for r in services.waits.records(tenant, session_id)}
+    return any(r.call_id not in held for r in mark.records)
 
 
 def _rebuild(services: EngineServices, tenant: str, session_id: str) -> int:

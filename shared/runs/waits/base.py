@@ -110,8 +110,10 @@ class WaitIndex(Protocol):
         """When the next member of the timers index is due (None: it is empty)."""
 
     def lost(self) -> bool:
-        """Whether the index was lost since the last call (a flushed Redis: its sentinel is
-        gone); the sentinel is set again, so one caller in the fleet sees each loss."""
+        """Whether the index was lost since the last call: a flushed Redis (its epoch is gone:
+        set again, so one caller in the fleet sees each flush), or one gone back to an older
+        state (a rollback: its epoch is older than one this caller saw; each caller that saw a
+        newer one sees it)."""
 
     def take_reconcile(self, owner: str, ttl_ms: int) -> bool:
         """Whether ``owner`` reconciles the marks this period (one worker per ``ttl_ms``)."""

@@ -2,11 +2,14 @@
 child session's link back to its parent run.
 
 A worker that runs a parent's ``ctx.spawn`` records the child (:meth:`ChildBook.spawned`, in
-the parent session's own keyspace) and links the child's session to it *before* it submits the
-child run. The worker that finishes the child's run records how it
-ended (:meth:`ChildBook.ended`: once per child, and only for a child the parent's record names,
-so a forged ``parent`` on a request writes nothing), then wakes the parent when the parent's
-wait is over (``tether.worker.engine.child_runs``).
+the parent session's own keyspace) *before* it submits the child run; the child's session names
+its parent in its head (metadata :data:`PARENT_ATTRIBUTE`, written by the child's first run). The
+worker that finishes the child's run records how it ended (:meth:`ChildBook.ended`: once per
+child, and only for a child the parent's record names, so a forged ``parent`` on a request
+writes nothing), then wakes the parent when the parent's wait is over
+(``tether.worker.engine.child_runs``). Once no parked call of the parent waits on an ended
+child, its records are forgotten (:meth:`ChildBook.forget`): the record holds the children a
+parent may still wait on or cancel, not the family's history (the heads hold that).
 
 Format versions of :class:`SpawnedChild` and :class:`ChildLink` (field ``v``): 1.
 """
@@ -39,7 +42,8 @@ class SpawnedChild(BaseModel):
 
 
 class ChildLink(BaseModel):
-    """A child session's link to the run that spawned the child run it holds."""
+    """A child session's link to the run that spawned the child run it holds (as its request's
+    ``parent`` or its head's :data:`PARENT_ATTRIBUTE` says)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -62,14 +66,8 @@ class Family(NamedTuple):
 class ChildBook(Protocol):
     """Where parents' children and their ends are recorded (one tenant's keyspace each)."""
 
-    def spawned(
-        self, tenant: str, parent_session_id: str, spawns: Sequence[tuple[SpawnedChild, ChildLink]]
-    ) -> None:
-        """Record spawned children with their parent, and link each child's session to it (the
-        newest spawn into a session wins); idempotent."""
-
-    def link_of(self, tenant: str, child_session_id: str) -> ChildLink | None:
-        """A child session's link to its parent (None: no parent)."""
+    def spawned(self, tenant: str, parent_session_id: str, spawns: Sequence[SpawnedChild]) -> None:
+        """Record spawned children with their parent; idempotent."""
 
     def ended(
         self, tenant: str, parent_session_id: str, end: ChildEnd, *, vouched: bool = False
@@ -80,6 +78,9 @@ class ChildBook(Protocol):
 
     def family(self, tenant: str, parent_session_id: str) -> Family:
         """The parent session's children."""
+
+    def forget(self, tenant: str, parent_session_id: str, child_run_ids: Sequence[str]) -> None:
+        """Forget children (as spawned and as ended): no call of the parent waits on them."""
 
 
 def cancellable(

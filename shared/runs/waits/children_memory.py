@@ -7,7 +7,7 @@ import threading
 from collections.abc import Sequence
 
 from tether.core.children import ChildEnd
-from tether.runs.waits.children import ChildLink, Family, SpawnedChild
+from tether.runs.waits.children import Family, SpawnedChild
 
 
 class InMemoryChildBook:
@@ -17,20 +17,12 @@ class InMemoryChildBook:
         self._lock = threading.Lock()
         self._spawned: dict[tuple[str, str], dict[str, SpawnedChild]] = {}
         self._ended: dict[tuple[str, str], dict[str, ChildEnd]] = {}
-        self._links: dict[tuple[str, str], ChildLink] = {}
 
-    def spawned(
-        self, tenant: str, parent_session_id: str, spawns: Sequence[tuple[SpawnedChild, ChildLink]]
-    ) -> None:
+    def spawned(self, tenant: str, parent_session_id: str, spawns: Sequence[SpawnedChild]) -> None:
         with self._lock:
-            for child, link in spawns:
+            for child in spawns:
                 family = self._spawned.setdefault((tenant, parent_session_id), {})
                 family[child.child.run_id] = child
-                self._links[(tenant, child.child.session_id)] = link
-
-    def link_of(self, tenant: str, child_session_id: str) -> ChildLink | None:
-        with self._lock:
-            return self._links.get((tenant, child_session_id))
 
     def ended(
         self, tenant: str, parent_session_id: str, end: ChildEnd, *, vouched: bool = False
@@ -47,9 +39,15 @@ class InMemoryChildBook:
             key = (tenant, parent_session_id)
             return Family(dict(self._spawned.get(key, {})), dict(self._ended.get(key, {})))
 
+    def forget(self, tenant: str, parent_session_id: str, child_run_ids: Sequence[str]) -> None:
+        with self._lock:
+            key = (tenant, parent_session_id)
+            for run_id in child_run_ids:
+                self._spawned.get(key, {}).pop(run_id, None)
+                self._ended.get(key, {}).pop(run_id, None)
+
     def clear(self) -> None:
         """Forget everything (what a Redis flush does)."""
         with self._lock:
             self._spawned.clear()
             self._ended.clear()
-            self._links.clear()

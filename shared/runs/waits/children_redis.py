@@ -1,8 +1,8 @@
 """The child book on Redis: each session's family hash in its own slot
 (``<p>:{<tenant>/<session>}:family``): a parent's children (fields ``spawn:<run id>``, the child
-as spawned, and ``done:<run id>``, its end, written once) and a child session's link to its
-parent (field ``parent``). Every command touches one key, so it runs the same on a Redis
-Cluster."""
+as spawned, and ``done:<run id>``, its end, written once), deleted field by field once no call
+waits on the child (the hash goes with its last field). Every command touches one key, so it
+runs the same on a Redis Cluster."""
 
 from __future__ import annotations
 
@@ -13,11 +13,10 @@ import redis
 
 from tether.core.children import ChildEnd
 from tether.keys import RedisKeys
-from tether.runs.waits.children import ChildLink, Family, SpawnedChild
+from tether.runs.waits.children import Family, SpawnedChild
 
 _SPAWN = "spawn:"
 _DONE = "done:"
-_PARENT = "parent"
 
 
 def _text(raw: Any) -> str:
@@ -34,21 +33,13 @@ class RedisChildBook:
     def _key(self, tenant: str, session_id: str) -> str:
         return family_key(self._keys, tenant, session_id)
 
-    def spawned(
-        self, tenant: str, parent_session_id: str, spawns: Sequence[tuple[SpawnedChild, ChildLink]]
-    ) -> None:
+    def spawned(self, tenant: str, parent_session_id: str, spawns: Sequence[SpawnedChild]) -> None:
         if not spawns:
             return
         key = self._key(tenant, parent_session_id)
-        pipe = self._client.pipeline(transaction=False)
-        pipe.hset(key, mapping={_SPAWN + c.child.run_id: c.model_dump_json() for c, _ in spawns})
-        for child, link in spawns:
-            pipe.hset(self._key(tenant, child.child.session_id), _PARENT, link.model_dump_json())
-        pipe.execute()
-
-    def link_of(self, tenant: str, child_session_id: str) -> ChildLink | None:
-        raw = self._client.hget(self._key(tenant, child_session_id), _PARENT)
-        return None if raw is None else ChildLink.model_validate_json(raw)
+        self._client.hset(
+            key, mapping={_SPAWN + c.child.run_id: c.model_dump_json() for c in spawns}
+        )
 
     def ended(
         self, tenant: str, parent_session_id: str, end: ChildEnd, *, vouched: bool = False
@@ -61,6 +52,11 @@ class RedisChildBook:
 
     def family(self, tenant: str, parent_session_id: str) -> Family:
         return parse_family(self._client.hgetall(self._key(tenant, parent_session_id)))
+
+    def forget(self, tenant: str, parent_session_id: str, child_run_ids: Sequence[str]) -> None:
+        if child_run_ids:  # the fields read, not the key: a spawn recorded meanwhile stays
+            fields = [p + run_id for run_id in child_run_ids for p in (_SPAWN, _DONE)]
+            self._client.hdel(self._key(tenant, parent_session_id), *fields)
 
 
 def family_key(keys: RedisKeys, tenant: str, session_id: str) -> str:

@@ -10,12 +10,14 @@ from typing import Any
 
 import redis
 
+from tether.core.events import now_ms
 from tether.keys import RedisKeys
 from tether.persistence.lua import load
 from tether.persistence.scripts import queue_script, run_pipeline
 from tether.runs.waits.base import REDELIVER_MS, TimerMember, WaitRecord
 
 TIMERS_TAKE = load("timers_take")
+WAITS_EPOCH = load("waits_epoch")
 
 
 def _text(raw: Any) -> str:
@@ -31,6 +33,8 @@ class RedisWaitIndex:
         self._redeliver_ms = redeliver_ms
         self._shards = itertools.cycle(range(len(keys.timer_shards())))
         self._take = client.register_script(TIMERS_TAKE.source)
+        self._epoch = client.register_script(WAITS_EPOCH.source)
+        self._seen = 0  # the epoch this index wrote last
 
     def park(self, records: Sequence[WaitRecord]) -> None:
         if not records:
@@ -111,8 +115,13 @@ class RedisWaitIndex:
         return min(firsts) if firsts else None
 
     def lost(self) -> bool:
-        # SET NX answers True only where the sentinel was missing: a fresh or flushed Redis
-        return bool(self._client.set(self._keys.timer_shards()[0] + ":sentinel", "1", nx=True))
+        # the epoch grows at every call while Redis keeps what it was told: missing, Redis is
+        # fresh or flushed; smaller than one this index wrote, Redis went back to an older state
+        key = self._keys.timer_shards()[0] + ":sentinel"
+        raw = self._epoch(keys=WAITS_EPOCH.keys(epoch=key), args=WAITS_EPOCH.argv(now_ms=now_ms()))
+        reply = WAITS_EPOCH.reply(raw)
+        seen, self._seen = self._seen, int(reply["new"])  # gone back or not: the epoch now
+        return not reply["old"] or int(reply["old"]) < seen
 
     def take_reconcile(self, owner: str, ttl_ms: int) -> bool:
         key = self._keys.timer_shards()[0] + ":reconcile"
