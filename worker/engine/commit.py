@@ -140,6 +140,17 @@ _FLUSH_ON_MARKED = frozenset({EventType.MODEL_REQUEST, EventType.ERROR})
 Backfill = Callable[[int, int], list[AgentEvent]]
 
 
+@dataclass(frozen=True)
+class DeferredMark:
+    """A step checkpoint to write with the publisher's next append (see
+    :meth:`tether.worker.engine.resume.Checkpointer.defer`); ``written(True)`` once the append's
+    script recorded it, ``written(False)`` when the append went out without it."""
+
+    stream: MarkingStream
+    mark: StreamMark
+    written: Callable[[bool], None]
+
+
 class StreamPublisher:
     """A session listener that appends its events to the live stream under the lease's fence.
 
@@ -157,6 +168,8 @@ class StreamPublisher:
         self.marking = False
         """A run whose checkpoints go with the appends is executing: its TOOL_CALL and STEP_END
         events wait for the checkpoint the loop marks right after them (:meth:`flush_marked`)."""
+        self.deferred: DeferredMark | None = None
+        """A checkpoint the next append records (with whatever is buffered by then)."""
 
     def __call__(self, event: AgentEvent) -> None:
         self._buffer.append(event)
@@ -164,7 +177,12 @@ class StreamPublisher:
             self.flush()
 
     def flush(self) -> None:
-        """Append buffered events; remember (not raise) a failure so the run can stop cleanly."""
+        """Append buffered events (with the :attr:`deferred` checkpoint, if any); remember (not
+        raise) a failure so the run can stop cleanly."""
+        if self.deferred is not None:
+            deferred, self.deferred = self.deferred, None
+            deferred.written(self.flush_marked(deferred.stream, deferred.mark))
+            return
         if not self._buffer or self.failed is not None:
             return
         batch, self._buffer = self._buffer, []

@@ -105,12 +105,16 @@ def execute(d: DrainState, session: AgentSession, request: RunRequest, agent: Ag
             if run.resumed is None:  # a resumed run settled its calls before
                 run = dataclasses.replace(run, request=signals.settled(request))
             record, pending = _ended(run)
+    except BaseException:
+        d.publisher.deferred = None  # an attempt given up resumes from what was written
+        raise
     finally:
         d.publisher.marking = False
         budget_tenant.reset(sharing)
         budget_waits.reset(listening)
         notice.done()
-    saved = run.checkpointer is not None and run.checkpointer.saved
+    # a checkpoint still deferred goes with the commit's flush
+    saved = run.checkpointer is not None and (run.checkpointer.saved or run.checkpointer.pending)
     return Executed(_applied(run, record), pending, checkpointed=saved)
 
 
