@@ -59,7 +59,7 @@ from tether.persistence.saving import (
 )
 from tether.persistence.stores.base import SnapshotStore
 from tether.persistence.streams.base import EventStream
-from tether.persistence.streams.redis import StreamMark
+from tether.persistence.streams.redis import Rider, StreamMark
 from tether.runs.contract import RunResult
 from tether.runs.leases.base import Lease
 from tether.runs.queue.base import IdleRelease, SessionQueue
@@ -170,6 +170,14 @@ class StreamPublisher:
         events wait for the checkpoint the loop marks right after them (:meth:`flush_marked`)."""
         self.deferred: DeferredMark | None = None
         """A checkpoint the next append records (with whatever is buffered by then)."""
+        self.carrier: MarkingStream | None = None
+        """The stream whose appends carry riders (:meth:`carry`); None: none are carried."""
+        self._riders: list[Rider] = []
+
+    def carry(self, rider: Rider) -> None:
+        """Send ``rider`` (a model call's last live pieces) first in the next append's round
+        trip (:meth:`tether.worker.engine.deltas.DeltaPublisher.hand_over`)."""
+        self._riders.append(rider)
 
     def __call__(self, event: AgentEvent) -> None:
         self._buffer.append(event)
@@ -183,12 +191,12 @@ class StreamPublisher:
             deferred, self.deferred = self.deferred, None
             deferred.written(self.flush_marked(deferred.stream, deferred.mark))
             return
-        if not self._buffer or self.failed is not None:
+        if not (self._buffer or self._riders) or self.failed is not None:
             return
         batch, self._buffer = self._buffer, []
         try:
             try:
-                self._append(batch)
+                self._append(batch, self._take_riders())
             except StreamGap as gap:
                 self._append([*self._missing(gap, batch[0].seq), *batch])
         except TetherError as exc:
@@ -205,7 +213,8 @@ class StreamPublisher:
         batch, self._buffer = self._buffer, []
         lease = self._lease
         try:
-            stream.append_marked(lease.tenant, lease.session_id, batch, lease.fence, mark)
+            riders = self._take_riders()
+            stream.append_marked(lease.tenant, lease.session_id, batch, lease.fence, mark, riders)
             return True
         except StreamGap:
             self._buffer = [*batch, *self._buffer]
@@ -215,8 +224,18 @@ class StreamPublisher:
             self.failed = exc
         return False
 
-    def _append(self, events: list[AgentEvent]) -> None:
-        self._stream.append(self._lease.tenant, self._lease.session_id, events, self._lease.fence)
+    def _take_riders(self) -> list[Rider]:
+        riders, self._riders = self._riders, []
+        return riders
+
+    def _append(self, events: list[AgentEvent], riders: list[Rider] | None = None) -> None:
+        lease = self._lease
+        if riders and self.carrier is not None:
+            self.carrier.append_marked(
+                lease.tenant, lease.session_id, events, lease.fence, None, riders
+            )
+        elif events:
+            self._stream.append(lease.tenant, lease.session_id, events, lease.fence)
 
     def _missing(self, gap: StreamGap, before_seq: int) -> list[AgentEvent]:
         """The committed events the stream lacks, or the gap itself when they are gone too."""

@@ -141,6 +141,9 @@ def _prepared(d: DrainState, session: AgentSession, request: RunRequest, agent: 
     timeout_s = min(request.timeout_s or settings.max_run_s, settings.max_run_s)
     publisher = services.deltas
     deltas = None if publisher is None else RunDeltaStream(publisher, d.lease, request.run_id)
+    if deltas is not None and services.step_marks is not None:
+        # a model call's last pieces ride with the append of its MODEL_RESPONSE
+        d.publisher.carrier, deltas.carry = services.step_marks, d.publisher.carry
     return Execution(
         session,
         request,
