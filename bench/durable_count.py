@@ -217,7 +217,7 @@ def markdown(document: dict[str, Any]) -> str:
         "the commands scripts ran; fsyncs = redis-server's fdatasync calls, strace).",
         "",
     ]
-    for title, m in document["measures"].items():
+    for title, m in document["counts"].items():
         lines += [
             f"### {title}: {m['runs']} runs, {m['ms_per_run']} ms each",
             "",
@@ -260,14 +260,14 @@ def main(argv: list[str] | None = None) -> int:
         return "worker" if pid == worker else "worker pool" if pid else "?"
 
     monitor = Monitor(side.state.url, role, script_names())
-    measures: dict[str, Any] = {}
+    counts: dict[str, Any] = {}
     try:
         assert side.state.pid is not None
         with syncs_counted(side.state.pid) as syncs:
-            measures["1-step echo run"] = measure(
+            counts["1-step echo run"] = measure(
                 side, monitor, syncs, lambda: one_step(side), args.runs
             )
-            measures["10-step durable run (steps10, durability=step)"] = measure(
+            counts["10-step durable run (steps10, durability=step)"] = measure(
                 side, monitor, syncs, lambda: ten_step(side), args.runs
             )
     finally:
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     document = {
         "date": now_iso(),
         "command": command_line(argv, module="bench.durable_count"),
-        "measures": measures,
+        "counts": counts,
         "machine": host_info(("celery", "redis")),
     }
     args.out.mkdir(parents=True, exist_ok=True)
