@@ -174,6 +174,11 @@ class StreamPublisher:
         """The stream whose appends carry riders (:meth:`carry`); None: none are carried."""
         self._riders: list[Rider] = []
 
+    def forget_pending(self) -> None:
+        """Drop the deferred checkpoint and the riders of an attempt given up (the next one
+        resumes from what was written; its pieces start the step again)."""
+        self.deferred, self._riders = None, []
+
     def carry(self, rider: Rider) -> None:
         """Send ``rider`` (a model call's last live pieces) first in the next append's round
         trip (:meth:`tether.worker.engine.deltas.DeltaPublisher.hand_over`)."""

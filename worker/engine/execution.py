@@ -106,7 +106,7 @@ def execute(d: DrainState, session: AgentSession, request: RunRequest, agent: Ag
                 run = dataclasses.replace(run, request=signals.settled(request))
             record, pending = _ended(run)
     except BaseException:
-        d.publisher.deferred = None  # an attempt given up resumes from what was written
+        d.publisher.forget_pending()
         raise
     finally:
         d.publisher.marking = False
