@@ -35,7 +35,11 @@ SHARED_KEY_MARKERS = (":{~active:", ":{~done:")
 
 
 def run_pipeline(
-    client: redis.Redis, scripts: Sequence[Script], fill: Callable[[Any], None]
+    client: redis.Redis,
+    scripts: Sequence[Script],
+    fill: Callable[[Any], None],
+    *,
+    lenient: int = 0,
 ) -> list[Any]:
     """Build a non-transactional pipeline with ``fill`` and execute it in one round trip, with
     ``scripts`` loaded first (once per client; once more after a ``NOSCRIPT``).
@@ -46,6 +50,8 @@ def run_pipeline(
     A command on a key every tenant may write (:data:`SHARED_KEY_MARKERS`) that finds a value of
     another type there (a tenant's ``SET`` on it) does not fail the call, whose scripts already
     committed: the stray value is deleted, the command sent again, and a warning logged.
+    The first ``lenient`` replies are handed back as they are, errors included: commands that
+    ride along and must not fail the call.
     """
     loaded = _loaded.setdefault(id(client), set())
     for attempt in (1, 2):
@@ -63,7 +69,7 @@ def run_pipeline(
                 raise next(r for r in replies if isinstance(r, NoScriptError))
             continue
         for n, reply in enumerate(replies):
-            if isinstance(reply, Exception):
+            if isinstance(reply, Exception) and n >= lenient:
                 if len(commands) != len(replies):
                     raise reply  # which command failed is unknown: nothing to repair
                 replies[n] = _repaired(client, commands[n], reply)

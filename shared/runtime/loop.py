@@ -84,10 +84,12 @@ class _RunState:
     deltas: RunDeltas | None = None
     request_id: str | None = None
 
-    def mark(self) -> None:
-        """A point this run can be resumed from."""
-        if self.checkpoint is not None:
-            self.checkpoint()
+    def mark(self, *, last_result: bool = False) -> None:
+        """A point this run can be resumed from. After a step's ``last_result`` a hook with a
+        ``defer`` method may write it with the run's next write (the next model request's)."""
+        hook = self.checkpoint
+        if hook is not None:
+            ((getattr(hook, "defer", None) if last_result else None) or hook)()
 
 
 StepOutcome = Literal["final", "again", "waiting"]
@@ -437,12 +439,13 @@ def _execute(session: AgentSession, state: _RunState, calls: list[Call], step: i
         )
         for outcome in outcomes:
             _write_result(session, state, outcome, step)
-        state.mark()
+        state.mark(last_result=options.compact_policy is None)
         return any(o.status == "WAITING" for o in outcomes)
-    for tool, call, context in calls:
+    for n, (tool, call, context) in enumerate(calls, 1):
         outcome = run_with_timeout(tool, call, context, timeout_s)
         _write_result(session, state, outcome, step)
-        state.mark()
+        # a compaction before the next step may call a model: the result is written first
+        state.mark(last_result=n == len(calls) and options.compact_policy is None)
         waiting = waiting or outcome.status == "WAITING"
     return waiting
 

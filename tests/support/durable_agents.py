@@ -100,9 +100,11 @@ def counting_agent(
     *,
     durability: Durability = "step",
     before_apply: Callable[[int], None] | None = None,
+    before_model: Callable[[int], None] | None = None,
 ) -> Agent:
     """The 10-step agent. ``before_apply(n)`` runs inside the n-th tool invocation (1-based),
-    before its side effect: tests crash or block a worker there."""
+    before its side effect: tests crash or block a worker there; ``before_model(n)`` the same,
+    in the n-th model call (after it was counted)."""
 
     @tool
     def increment(ctx: ToolContext) -> str:
@@ -115,6 +117,8 @@ def counting_agent(
 
     def respond(request: ModelRequest) -> ModelResponse:
         counter.model_called()
+        if before_model is not None:
+            before_model(counter.model_calls)
         done = sum(1 for item in request.items if isinstance(item, ToolOutput))
         if done >= STEPS:
             return ModelResponse.final(f"counted {done}")

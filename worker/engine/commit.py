@@ -59,7 +59,7 @@ from tether.persistence.saving import (
 )
 from tether.persistence.stores.base import SnapshotStore
 from tether.persistence.streams.base import EventStream
-from tether.persistence.streams.redis import StreamMark
+from tether.persistence.streams.redis import Rider, StreamMark
 from tether.runs.contract import RunResult
 from tether.runs.leases.base import Lease
 from tether.runs.queue.base import IdleRelease, SessionQueue
@@ -140,6 +140,17 @@ _FLUSH_ON_MARKED = frozenset({EventType.MODEL_REQUEST, EventType.ERROR})
 Backfill = Callable[[int, int], list[AgentEvent]]
 
 
+@dataclass(frozen=True)
+class DeferredMark:
+    """A step checkpoint to write with the publisher's next append (see
+    :meth:`tether.worker.engine.resume.Checkpointer.defer`); ``written(True)`` once the append's
+    script recorded it, ``written(False)`` when the append went out without it."""
+
+    stream: MarkingStream
+    mark: StreamMark
+    written: Callable[[bool], None]
+
+
 class StreamPublisher:
     """A session listener that appends its events to the live stream under the lease's fence.
 
@@ -157,6 +168,21 @@ class StreamPublisher:
         self.marking = False
         """A run whose checkpoints go with the appends is executing: its TOOL_CALL and STEP_END
         events wait for the checkpoint the loop marks right after them (:meth:`flush_marked`)."""
+        self.deferred: DeferredMark | None = None
+        """A checkpoint the next append records (with whatever is buffered by then)."""
+        self.carrier: MarkingStream | None = None
+        """The stream whose appends carry riders (:meth:`carry`); None: none are carried."""
+        self._riders: list[Rider] = []
+
+    def forget_pending(self) -> None:
+        """Drop the deferred checkpoint and the riders of an attempt given up (the next one
+        resumes from what was written; its pieces start the step again)."""
+        self.deferred, self._riders = None, []
+
+    def carry(self, rider: Rider) -> None:
+        """Send ``rider`` (a model call's last live pieces) first in the next append's round
+        trip (:meth:`tether.worker.engine.deltas.DeltaPublisher.hand_over`)."""
+        self._riders.append(rider)
 
     def __call__(self, event: AgentEvent) -> None:
         self._buffer.append(event)
@@ -164,13 +190,18 @@ class StreamPublisher:
             self.flush()
 
     def flush(self) -> None:
-        """Append buffered events; remember (not raise) a failure so the run can stop cleanly."""
-        if not self._buffer or self.failed is not None:
+        """Append buffered events (with the :attr:`deferred` checkpoint, if any); remember (not
+        raise) a failure so the run can stop cleanly."""
+        if self.deferred is not None:
+            deferred, self.deferred = self.deferred, None
+            deferred.written(self.flush_marked(deferred.stream, deferred.mark))
+            return
+        if not (self._buffer or self._riders) or self.failed is not None:
             return
         batch, self._buffer = self._buffer, []
         try:
             try:
-                self._append(batch)
+                self._append(batch, self._take_riders())
             except StreamGap as gap:
                 self._append([*self._missing(gap, batch[0].seq), *batch])
         except TetherError as exc:
@@ -187,7 +218,8 @@ class StreamPublisher:
         batch, self._buffer = self._buffer, []
         lease = self._lease
         try:
-            stream.append_marked(lease.tenant, lease.session_id, batch, lease.fence, mark)
+            riders = self._take_riders()
+            stream.append_marked(lease.tenant, lease.session_id, batch, lease.fence, mark, riders)
             return True
         except StreamGap:
             self._buffer = [*batch, *self._buffer]
@@ -197,8 +229,18 @@ class StreamPublisher:
             self.failed = exc
         return False
 
-    def _append(self, events: list[AgentEvent]) -> None:
-        self._stream.append(self._lease.tenant, self._lease.session_id, events, self._lease.fence)
+    def _take_riders(self) -> list[Rider]:
+        riders, self._riders = self._riders, []
+        return riders
+
+    def _append(self, events: list[AgentEvent], riders: list[Rider] | None = None) -> None:
+        lease = self._lease
+        if riders and self.carrier is not None:
+            self.carrier.append_marked(
+                lease.tenant, lease.session_id, events, lease.fence, None, riders
+            )
+        elif events:
+            self._stream.append(lease.tenant, lease.session_id, events, lease.fence)
 
     def _missing(self, gap: StreamGap, before_seq: int) -> list[AgentEvent]:
         """The committed events the stream lacks, or the gap itself when they are gone too."""

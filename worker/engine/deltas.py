@@ -9,7 +9,10 @@ entry (:func:`coalesce`): a model faster than Redis makes fewer, longer entries,
 entry per piece.
 :class:`RunDeltaStream` is one run's :class:`~tether.runtime.streaming.RunDeltas`: it numbers
 the pieces of each step and, at the end of the step's model call, waits until they are out, so
-they precede the step's ``MODEL_RESPONSE`` event in Redis.
+they precede the step's ``MODEL_RESPONSE`` event in Redis; or, when the run's event appends can
+carry them, hands the pieces still queued to the next append (the one holding the
+``MODEL_RESPONSE``), which sends them first in its round trip: on a Redis that fsyncs every
+write, a model call's last pieces cost no write of their own.
 
 A failed publish never fails the run: it is logged and counted
 (``tether_delta_publish_failures_total``), and the pieces are dropped; the committed
@@ -21,11 +24,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict, deque
+from collections.abc import Callable
 from dataclasses import replace
 
 from tether.models.base import ModelDelta
 from tether.observability import metrics
 from tether.persistence.deltas.base import DeltaChannel, LiveDelta
+from tether.persistence.deltas.redis import RedisDeltaChannel
+from tether.persistence.streams.redis import Rider
 from tether.runs.leases.base import Lease
 
 log = logging.getLogger(__name__)
@@ -87,6 +93,36 @@ class DeltaPublisher:
             self._start()
         return marker.wait(self._flush_timeout_s)
 
+    def hand_over(self, tenant: str, session_id: str, carry: Callable[[Rider], None]) -> bool:
+        """Give the pieces still queued for the session to ``carry`` as one call that rides
+        with the session's next event append (the same round trip, the pieces first: one write
+        where there were two), instead of publishing them now; True when nothing of the
+        session's is left to publish. False when the thread is publishing or the channel takes
+        no riders: the caller flushes as usual."""
+        channel = self.channel
+        if not isinstance(channel, RedisDeltaChannel) or not self._draining.acquire(blocking=False):
+            return False
+        try:
+            items: list[_Queued | threading.Event] = []
+            while self._queue:
+                items.append(self._queue.popleft())
+            mine = [
+                i
+                for i in items
+                if not isinstance(i, threading.Event) and i[:2] == (tenant, session_id)
+            ]
+            if len(mine) < len(items):  # other sessions' pieces, or a waiter: publish in order
+                self._queue.extendleft(reversed(items))
+                self._drain()
+                return True
+            if mine:
+                n = len(mine)
+                pieces = coalesce([delta for _t, _s, delta in mine])
+                carry(channel.rider(tenant, session_id, pieces, lambda r: _rode(r, n, session_id)))
+            return True
+        finally:
+            self._draining.release()
+
     def _start(self) -> None:
         # started on first use, not in __init__: a Celery pool child forks after services exist
         with self._start_lock:
@@ -134,6 +170,15 @@ class DeltaPublisher:
                 metrics.deltas_published(len(pieces))
 
 
+def _rode(reply: object, n: int, session_id: str) -> None:
+    """Count the pieces a rider published, or log and count them dropped."""
+    if isinstance(reply, Exception):
+        log.warning("dropped %d live pieces of %s: %s", n, session_id, reply)
+        metrics.delta_publish_failed(n)
+    else:
+        metrics.deltas_published(n)
+
+
 def coalesce(pieces: list[LiveDelta]) -> list[LiveDelta]:
     """``pieces`` with each run of consecutive pieces of one step's text (or of one call's
     arguments) joined into one, which keeps the index of its first piece; a piece that names
@@ -179,6 +224,9 @@ class RunDeltaStream:
         self._run_id = run_id
         self._step = -1
         self._index = 0
+        self.carry: Callable[[Rider], None] | None = None
+        """Where a step's last pieces go when they can ride with the run's next event append
+        (:meth:`DeltaPublisher.hand_over`); None: each step waits until its pieces are out."""
 
     def piece(self, step: int, delta: ModelDelta) -> None:
         if step != self._step:
@@ -202,6 +250,9 @@ class RunDeltaStream:
 
     def step_done(self, step: int) -> None:
         self._step = -1  # a model call retried within the step numbers its pieces from 0 again
+        carry = self.carry
+        if carry is not None and self._publisher.hand_over(self._tenant, self._session_id, carry):
+            return
         if not self._publisher.flush():
             log.warning(
                 "live pieces of run %s step %d not all published within %.1f s; going on",

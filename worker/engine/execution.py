@@ -105,12 +105,16 @@ def execute(d: DrainState, session: AgentSession, request: RunRequest, agent: Ag
             if run.resumed is None:  # a resumed run settled its calls before
                 run = dataclasses.replace(run, request=signals.settled(request))
             record, pending = _ended(run)
+    except BaseException:
+        d.publisher.forget_pending()
+        raise
     finally:
         d.publisher.marking = False
         budget_tenant.reset(sharing)
         budget_waits.reset(listening)
         notice.done()
-    saved = run.checkpointer is not None and run.checkpointer.saved
+    # a checkpoint still deferred goes with the commit's flush
+    saved = run.checkpointer is not None and (run.checkpointer.saved or run.checkpointer.pending)
     return Executed(_applied(run, record), pending, checkpointed=saved)
 
 
@@ -137,6 +141,9 @@ def _prepared(d: DrainState, session: AgentSession, request: RunRequest, agent: 
     timeout_s = min(request.timeout_s or settings.max_run_s, settings.max_run_s)
     publisher = services.deltas
     deltas = None if publisher is None else RunDeltaStream(publisher, d.lease, request.run_id)
+    if deltas is not None and services.step_marks is not None:
+        # a model call's last pieces ride with the append of its MODEL_RESPONSE
+        d.publisher.carrier, deltas.carry = services.step_marks, d.publisher.carry
     return Execution(
         session,
         request,

@@ -29,7 +29,7 @@ from tether.runtime.agent import Agent
 from tether.runtime.progress import RunProgress, progress_of
 from tether.runtime.session import AgentSession
 from tether.worker.engine.checkpoints.base import Checkpoint
-from tether.worker.engine.commit import StreamPublisher
+from tether.worker.engine.commit import DeferredMark, StreamPublisher
 from tether.worker.engine.services import EngineServices
 
 log = logging.getLogger(__name__)
@@ -225,8 +225,10 @@ class Checkpointer:
 
     A boundary whose only new events since the last checkpoint are ``STEP_END`` writes nothing:
     the checkpoint after the step's last tool result already holds every call and result, and a
-    run resumed from it closes the step again (see :func:`tether.runtime.loop._resume`). So a
-    tool step costs two writes (calls recorded, result), not three.
+    run resumed from it closes the step again (see :func:`tether.runtime.loop._resume`). And
+    that checkpoint itself is written with the run's next append (:meth:`defer`): the next
+    step's ``MODEL_REQUEST``, before the model is asked. So a tool step costs one write of its
+    own (the calls recorded) besides the request's append, where it cost two.
     """
 
     def __init__(
@@ -247,38 +249,82 @@ class Checkpointer:
         self.saved = False
         self.failed: TetherError | None = None
         self._saved_seq: int | None = None
+        self._deferred: Checkpoint | None = None
+
+    @property
+    def pending(self) -> bool:
+        """A deferred checkpoint waits for the run's next append."""
+        return self._deferred is not None
 
     def _only_step_ends_since_saved(self) -> bool:
-        """Whether every event after the last saved checkpoint is a ``STEP_END``."""
-        if self._saved_seq is None:
+        """Whether every event after the last saved (or deferred) checkpoint is a ``STEP_END``."""
+        seq = self._deferred.last_seq if self._deferred is not None else self._saved_seq
+        if seq is None:
             return False
-        newer = self._session.events_after(self._saved_seq)
+        newer = self._session.events_after(seq)
         return bool(newer) and all(e.type is EventType.STEP_END for e in newer or ())
+
+    def _checkpoint(self) -> Checkpoint:
+        return Checkpoint(
+            run_id=self._run_id,
+            fence=self._lease.fence,
+            base_seq=self._base_seq,
+            last_seq=self._session.last_seq,
+        )
+
+    def _mark(self, checkpoint: Checkpoint) -> StreamMark:
+        ttl_s = self._services.settings.result_ttl_s
+        return StreamMark(self._run_id, checkpoint.model_dump_json(), ttl_s)
+
+    def defer(self) -> None:
+        """The checkpoint after a step's last tool result, written with the run's next append:
+        the next step's ``MODEL_REQUEST`` (appended before the model is asked), an ``ERROR``,
+        the commit's flush, or a hand-back (:meth:`write_pending`). Between the two the loop
+        runs no tool and asks no model (a step with a compaction policy before it is marked at
+        once: the policy may ask one), so a crash there redoes nothing a checkpoint could have
+        kept but the step's last result, with no effect in between."""
+        step_marks = self._services.step_marks
+        if self.failed is not None or step_marks is None:
+            self()
+            return
+        self._deferred = checkpoint = self._checkpoint()
+        self._publisher.deferred = DeferredMark(
+            step_marks, self._mark(checkpoint), lambda written: self._written(checkpoint, written)
+        )
+
+    def write_pending(self) -> None:
+        """Write the deferred checkpoint now (the run stops at this boundary)."""
+        if self._deferred is not None:
+            self._publisher.flush()
+
+    def _written(self, checkpoint: Checkpoint, written: bool) -> None:
+        self._deferred = None
+        if written:
+            self.saved, self._saved_seq = True, checkpoint.last_seq
+        elif self._publisher.failed is None:
+            self._save(checkpoint)
 
     def __call__(self) -> None:
         """Flush the run's events, then record how far they go (a failure stops the run): in
         one script when the services mark checkpoints with the stream's appends."""
         if self.failed is not None or self._only_step_ends_since_saved():
             return
-        checkpoint = Checkpoint(
-            run_id=self._run_id,
-            fence=self._lease.fence,
-            base_seq=self._base_seq,
-            last_seq=self._session.last_seq,
-        )
-        services = self._services
-        if services.step_marks is not None:
-            mark = StreamMark(
-                self._run_id, checkpoint.model_dump_json(), services.settings.result_ttl_s
-            )
-            if self._publisher.flush_marked(services.step_marks, mark):
-                self.saved, self._saved_seq = True, checkpoint.last_seq
-                return
+        self._deferred, self._publisher.deferred = None, None  # this one covers it
+        checkpoint = self._checkpoint()
+        step_marks = self._services.step_marks
+        if step_marks is not None and self._publisher.flush_marked(
+            step_marks, self._mark(checkpoint)
+        ):
+            self.saved, self._saved_seq = True, checkpoint.last_seq
+            return
         self._publisher.flush()
         if self._publisher.failed is not None:
             return
+        self._save(checkpoint)
+
+    def _save(self, checkpoint: Checkpoint) -> None:
         try:
-            services.checkpoints.save(self._lease.tenant, self._lease.session_id, checkpoint)
+            self._services.checkpoints.save(self._lease.tenant, self._lease.session_id, checkpoint)
         except TetherError as exc:
             log.warning("checkpoint of run %s failed: %s", self._run_id, exc)
             self.failed = exc

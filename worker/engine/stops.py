@@ -40,7 +40,10 @@ class RunStops:
             return True
         request = self.request
         services = self.d.services
-        if self.checkpointer is not None and self.checkpointer.saved and services.draining():
+        checkpointer = self.checkpointer
+        if checkpointer is not None and services.draining():
+            checkpointer.write_pending()
+        if checkpointer is not None and checkpointer.saved and services.draining():
             # at a step boundary right after a checkpoint: another worker resumes from here
             raise RunHandedBack(
                 f"run {request.run_id} handed back: worker {services.worker_id} is shutting down"

@@ -11,7 +11,7 @@ their attempt's fence and readers ignore an older attempt's (:mod:`tether.persis
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast
 
 import redis
@@ -29,6 +29,7 @@ from tether.persistence.deltas.base import START, Cursor, LiveDelta
 from tether.persistence.lua import load
 from tether.persistence.redis_conn import describe_client, translate_errors
 from tether.persistence.streams._common import tail_wait_ms, validate_session
+from tether.persistence.streams.redis import Rider
 
 APPEND = load("deltas_append")
 #: Entries fetched per page.
@@ -129,6 +130,22 @@ class RedisDeltaChannel:
                 keys=APPEND.keys(channel=key),
                 args=append_args(self._max_len, self._ttl_ms, deltas),
             )
+
+    def rider(
+        self,
+        tenant: str,
+        session_id: str,
+        deltas: Sequence[LiveDelta],
+        done: Callable[[Any], None],
+    ) -> Rider:
+        """:meth:`publish` of ``deltas`` as a call that rides with the session's next event
+        append (:meth:`~tether.persistence.streams.redis.RedisEventStream.append_marked`: the
+        same round trip, the pieces first); ``done`` gets its reply or its error."""
+        validate_session(tenant, session_id)
+        validate_deltas(deltas)
+        key = self._keys.deltas(tenant, session_id)
+        args = append_args(self._max_len, self._ttl_ms, deltas)
+        return Rider(self._append, APPEND.keys(channel=key), args, done)
 
     def read(
         self, tenant: str, session_id: str, *, after: Cursor = START, limit: int | None = None

@@ -32,11 +32,12 @@ committed events stay in the head and the archive (readers get them from there, 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
+from redis.commands.core import Script
 
 from tether.core.events import AgentEvent
 from tether.errors import ConfigurationError
@@ -45,6 +46,7 @@ from tether.keys import RedisKeys
 from tether.persistence.codec import dumps_event, loads_event
 from tether.persistence.lua import load
 from tether.persistence.redis_conn import describe_client, max_block_ms, translate_errors
+from tether.persistence.scripts import queue_script, run_pipeline
 from tether.persistence.streams._common import (
     Entry,
     TailCursor,
@@ -80,6 +82,19 @@ class StreamMark:
     run_id: str
     body: str
     ttl_s: int
+
+
+@dataclass(frozen=True)
+class Rider:
+    """A script call sent in the same round trip before a batch's append (see
+    :meth:`RedisEventStream.append_marked`): the live pieces of a model call
+    (:meth:`tether.persistence.deltas.redis.RedisDeltaChannel.rider`). Its reply, or the error
+    it met, goes to ``done``; it never fails the append it rides with."""
+
+    script: Script
+    keys: list[Any]
+    args: list[Any]
+    done: Callable[[Any], None]
 
 
 def _appended(
@@ -248,28 +263,54 @@ class RedisEventStream:
         session_id: str,
         events: Sequence[AgentEvent],
         fence: int,
-        mark: StreamMark,
+        mark: StreamMark | None,
+        riders: Sequence[Rider] = (),
     ) -> int:
         """:meth:`append`, and in the same script (one round trip, one write to the AOF) record
         ``mark`` in the session's step checkpoints, only once the whole batch is appended; an
-        empty batch records it when ``fence`` is current. Raises as :meth:`append` does, having
-        written neither."""
+        empty batch records it when ``fence`` is current (no ``mark``: :meth:`append`).
+        ``riders`` go first in the same round trip (commands a client sends together reach
+        the AOF together: one fsync under ``appendfsync always``). Raises as :meth:`append`
+        does, having written neither."""
         validate_batch(tenant, session_id, events)
         validate_fence(fence)
-        validate_id(mark.run_id, kind="run id")
         keys = self._keys.session(tenant, session_id)
         args = self._batch_args(fence, events)
-        with translate_errors(self._where):
-            raw = self._mark_script(
-                keys=MARK.keys(
-                    stream=keys.events,
-                    meta=keys.meta,
-                    fence=keys.fence,
-                    checkpoints=self._keys.checkpoints(tenant, session_id),
-                ),
-                args=[*args[:3], mark.run_id, mark.body, mark.ttl_s, *args[3:]],
+        if mark is None:
+            script = self._append_script
+            names = APPEND.keys(stream=keys.events, meta=keys.meta, fence=keys.fence)
+        else:
+            validate_id(mark.run_id, kind="run id")
+            script = self._mark_script
+            names = MARK.keys(
+                stream=keys.events,
+                meta=keys.meta,
+                fence=keys.fence,
+                checkpoints=self._keys.checkpoints(tenant, session_id),
             )
+            args = [*args[:3], mark.run_id, mark.body, mark.ttl_s, *args[3:]]
+        with translate_errors(self._where):
+            raw = self._with_riders(script, names, args, riders)
         return _appended(tenant, session_id, events, fence, raw)
+
+    def _with_riders(
+        self, script: Script, keys: list[Any], args: list[Any], riders: Sequence[Rider]
+    ) -> Any:
+        if not riders:
+            return script(keys=keys, args=args)
+
+        def fill(pipe: Any) -> None:
+            for rider in riders:
+                queue_script(pipe, rider.script, rider.keys, rider.args)
+            queue_script(pipe, script, keys, args)
+
+        scripts = [*(r.script for r in riders), script]
+        replies = run_pipeline(self._client, scripts, fill, lenient=len(riders))
+        for rider, reply in zip(riders, replies, strict=False):
+            rider.done(reply)
+        if isinstance(replies[-1], Exception):
+            raise replies[-1]
+        return replies[-1]
 
     def _batch_args(self, fence: int, events: Sequence[AgentEvent]) -> list[str | int]:
         """``fence max_len retention_ms`` and the seq/json pairs of ``events``."""

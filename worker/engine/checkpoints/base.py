@@ -21,7 +21,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from tether.core.events import AgentEvent
-from tether.persistence.streams.redis import StreamMark
+from tether.persistence.streams.redis import Rider, StreamMark
 
 
 class Checkpoint(BaseModel):
@@ -64,5 +64,6 @@ class MarkingStream(Protocol):
         session_id: str,
         events: Sequence[AgentEvent],
         fence: int,
-        mark: StreamMark,
+        mark: StreamMark | None,
+        riders: Sequence[Rider] = (),
     ) -> int: ...
