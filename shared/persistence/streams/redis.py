@@ -69,6 +69,9 @@ RedisEntry = Entry[bytes, bytes]
 CaughtUp = tuple[list[RedisEntry], RedisEntry | None, int]
 APPEND = load("stream_append")
 MARK = load("stream_mark")
+COMPACT = load("stream_compact")
+#: The longest stream :meth:`RedisEventStream.compact` rewrites (entries).
+COMPACT_MAX_ENTRIES = 200
 
 
 @dataclass(frozen=True)
@@ -218,6 +221,7 @@ class RedisEventStream:
         self._where = describe_client(client)
         self._append_script = client.register_script(APPEND.source)
         self._mark_script = client.register_script(MARK.source)
+        self._compact_script = client.register_script(COMPACT.source)
         self._max_block_ms = max_block_ms(client)
 
     def __repr__(self) -> str:
@@ -270,6 +274,23 @@ class RedisEventStream:
                 args=[*args[:3], mark.run_id, mark.body, mark.ttl_s, *args[3:]],
             )
         return _appended(tenant, session_id, events, fence, raw)
+
+    def compact(self, tenant: str, session_id: str) -> bool:
+        """Give back the room Redis keeps for appends in the session's stream (up to 4 KB per
+        stream on Redis 7: more than a short session's events): for a session at rest, whose
+        next append may be hours away. The entries, their IDs and the TTL stay as they were;
+        a stream longer than :data:`COMPACT_MAX_ENTRIES` is left as is. Whether it was rewritten.
+
+        Raises:
+            StreamUnavailable: Redis cannot be reached.
+        """
+        validate_session(tenant, session_id)
+        key = self._keys.events(tenant, session_id)
+        with translate_errors(self._where):
+            length = self._compact_script(
+                keys=COMPACT.keys(stream=key), args=COMPACT.argv(max_entries=COMPACT_MAX_ENTRIES)
+            )
+        return int(cast(int, length)) >= 0
 
     def _batch_args(self, fence: int, events: Sequence[AgentEvent]) -> list[str | int]:
         """``fence max_len retention_ms`` and the seq/json pairs of ``events``."""
