@@ -5,6 +5,8 @@ same idle fleet without them, and runs that completed without waiting, measured 
     python -m bench.waiting               # the size: 5,000 timer + 5,000 signal waits
     python -m bench.waiting --quick       # 500 (a smoke run)
     python -m bench.waiting --runs N      # N, half of each
+    python -m bench.waiting --runs N --no-compact   # the baseline before the streams at rest
+                                                    # gave their room back (same runs)
 
 A private redis-server and moto S3. The runs are applied in this process by the worker's own
 engine on the same Redis and store (submit, drain: the run ends ``WAITING`` and parks its
@@ -55,6 +57,7 @@ from tether.runs.contract import RunRequest
 from tether.runs.presence import list_workers
 from tether.runs.queue.base import submit
 from tether.settings import Settings
+from tether.worker.engine import cycle
 from tether.worker.engine.cycle import drain
 from tether.worker.engine.services import EngineServices, build_services
 
@@ -224,7 +227,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.waiting", description=__doc__)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--runs", type=int, default=None, help="waiting runs, half of each")
+    parser.add_argument(
+        "--no-compact",
+        action="store_true",
+        help="the runs applied here leave their session's stream as appended (the baseline)",
+    )
     args = parser.parse_args(argv)
+    if args.no_compact:  # the engine's call, as it was before it existed
+        cycle._at_rest = lambda services, tenant, session_id: None
     count = args.runs or (500 if args.quick else 10_000)
     load_start = round(os.getloadavg()[0], 2)
     doc = {
@@ -240,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     name = "p15-quick" if args.quick else "p15"
     if args.runs:
         name = f"p15-{count}"
+    if args.no_compact:
+        name += "-no-compact"
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps(doc, indent=2) + "\n")
     (RESULTS / f"{name}.md").write_text(markdown(doc))
