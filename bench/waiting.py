@@ -7,6 +7,8 @@ same idle fleet without them, and runs that completed without waiting, measured 
     python -m bench.waiting --runs N      # N, half of each
     python -m bench.waiting --runs N --no-compact   # the baseline before the streams at rest
                                                     # gave their room back (same runs)
+    python -m bench.waiting --runs N --redis-config hash-max-listpack-value=1024
+                                                    # a server setting's effect (CONFIG SET)
 
 A private redis-server and moto S3. The runs are applied in this process by the worker's own
 engine on the same Redis and store (submit, drain: the run ends ``WAITING`` and parks its
@@ -175,11 +177,13 @@ def _completed(services: EngineServices, settings: Settings, client: redis.Redis
     }
 
 
-def measure(count: int) -> dict[str, Any]:
+def measure(count: int, redis_config: dict[str, str]) -> dict[str, Any]:
     half = count // 2
     with private_redis_and_s3(BUCKET, "p15-") as (redis_url, s3):
         settings = bench_settings(redis_url, s3, queue=QUEUE)
         client = redis.Redis.from_url(redis_url)
+        for name, value in redis_config.items():
+            client.config_set(name, value)
         keys = RedisKeys(settings.namespace)
         services = build_services(lambda tenant, session_id: None, settings)
         env = bench_env(redis_url, s3, queue=QUEUE)
@@ -220,6 +224,7 @@ def measure(count: int) -> dict[str, Any]:
         "idle_fleet": idle,
         "fleet_while_all_wait": waiting,
         "redis_server": redis_version,
+        "redis_config": redis_config,
     }
 
 
@@ -232,7 +237,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the runs applied here leave their session's stream as appended (the baseline)",
     )
+    parser.add_argument(
+        "--redis-config",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting of the private redis-server (CONFIG SET before the runs; repeatable)",
+    )
     args = parser.parse_args(argv)
+    redis_config = dict(item.split("=", 1) for item in args.redis_config)
     if args.no_compact:  # the engine's call, as it was before it existed
         cycle._at_rest = lambda services, tenant, session_id: None
     count = args.runs or (500 if args.quick else 10_000)
@@ -243,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": command_line(argv, module="bench.waiting"),
         "target": f"0 slots held; <= {TARGET_BYTES} Redis bytes per waiting run; worker CPU "
         f"<= {TARGET_CPU_PCT}% of a core while all wait",
-        "result": measure(count),
+        "result": measure(count, redis_config),
         "load_average_1m_start": load_start,
         "host": host_info(["redis", "celery"]),
     }
@@ -252,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         name = f"p15-{count}"
     if args.no_compact:
         name += "-no-compact"
+    if redis_config:
+        name += "-" + "-".join(f"{k}-{v}" for k, v in redis_config.items())
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps(doc, indent=2) + "\n")
     (RESULTS / f"{name}.md").write_text(markdown(doc))

@@ -67,7 +67,9 @@ def markdown(doc: dict[str, Any]) -> str:
             "",
             f"Machine: {host['cpu_count']} cores ({host['cpu_model']}), "
             f"{host['mem_total_gib']} GiB, {host['platform']}, Python {host['python']}, "
-            f"redis-server {r['redis_server']}; commit {host['git_commit']}. Load average "
+            f"redis-server {r['redis_server']}"
+            + "".join(f", `{k} {v}`" for k, v in r.get("redis_config", {}).items())
+            + f"; commit {host['git_commit']}. Load average "
             f"(1 min): {doc['load_average_1m_start']} at the start, "
             f"{host['load_average_1m_end']} at the end (other sessions shared the machine).",
             "",
