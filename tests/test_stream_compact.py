@@ -8,6 +8,7 @@ of the session once."""
 from __future__ import annotations
 
 import threading
+from typing import cast
 
 import redis
 
@@ -132,5 +133,5 @@ def test_a_tail_blocked_through_the_compaction_sees_every_event_once(
     tail.join(timeout=60)
     assert not tail.is_alive(), "the tail never saw the continuation's final output"
     meta = backends.stream._keys.stream_meta(TENANT, "s-tail")
-    last_seq = int(redis_client.hget(meta, "last_seq"))
+    last_seq = int(cast(bytes, redis_client.hget(meta, "last_seq")))
     assert [e.seq for e in seen] == list(range(1, last_seq + 1))
