@@ -7,9 +7,11 @@ of the session once."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import cast
 
+import pytest
 import redis
 
 from tests.support.crash import FAR_MS, TENANT, Backends, real_backends, worker_runtime
@@ -135,3 +137,26 @@ def test_a_tail_blocked_through_the_compaction_sees_every_event_once(
     meta = backends.stream._keys.stream_meta(TENANT, "s-tail")
     last_seq = int(cast(bytes, redis_client.hget(meta, "last_seq")))
     assert [e.seq for e in seen] == list(range(1, last_seq + 1))
+
+
+def test_a_server_that_refuses_restore_costs_one_warning_and_no_failure(
+    redis_client: redis.Redis, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    keys = RedisKeys("compact-acl")
+    key = keys.events(TENANT, "s-acl")
+    redis_client.xadd(key, {"seq": "1", "fence": "1", "event": "x"})
+    redis_client.execute_command(
+        "ACL", "SETUSER", "nodump", "reset", "on", ">pw", "~*", "+@all", "-@dangerous"
+    )
+    limited = redis.Redis.from_url(redis_url, username="nodump", password="pw")
+    try:
+        stream = RedisEventStream(limited, keys=keys)
+        with caplog.at_level(logging.WARNING):
+            assert not stream.compact(TENANT, "s-acl")
+            assert not stream.compact(TENANT, "s-acl")  # not asked again
+        warnings = [r for r in caplog.records if "refused to compact" in r.getMessage()]
+        assert len(warnings) == 1
+        assert redis_client.xlen(key) == 1
+    finally:
+        limited.close()
+        redis_client.execute_command("ACL", "DELUSER", "nodump")
