@@ -59,9 +59,31 @@ def sleeper_agent() -> Agent:
     return Agent(ScriptedModel(responder=_nap_or_answer), "scripted", tools=[nap], name="sleeper")
 
 
+@tool
+def listen(name: str, ctx: ToolContext) -> Waiting | str:
+    """Wait up to an hour for signal `name` without holding a worker."""
+    return ctx.wait_for_signal(name, 3600)
+
+
+def _listen_or_answer(request: _Request) -> ModelResponse:
+    last = request.items[-1] if request.items else None
+    if isinstance(last, ToolOutput):
+        return ModelResponse.final(f"heard: {last.output}")
+    words = last.content.split() if isinstance(last, UserMessage) else []
+    return ModelResponse.call("call_1", "listen", {"name": words[-1] if words else "go"})
+
+
+def listener_agent() -> Agent:
+    """``listen NAME``: one tool call that waits for signal NAME on the fleet (P15)."""
+    return Agent(
+        ScriptedModel(responder=_listen_or_answer), "scripted", tools=[listen], name="listener"
+    )
+
+
 TETHER_AGENTS: dict[str, Callable[[], Agent]] = {
     "notes-compact": notes_compact_agent,
     "sleeper": sleeper_agent,
+    "listener": listener_agent,
 }
 
 

@@ -17,7 +17,9 @@ Per-session keys (``T`` = ``{<tenant>/<session>}``):
 
 - ``<p>:T:events`` (stream): the live event log; entry fields ``seq``, ``fence`` and ``event``
   (the event JSON from :mod:`tether.persistence.codec`). With ``TETHER_STREAM_RETENTION_S`` it
-  keeps that many seconds of events and expires when idle that long (``:meta`` stays).
+  keeps that many seconds of events and expires when idle that long (``:meta`` stays). When a
+  drain leaves the session idle, a worker rewrites a stream of at most 200 entries in place
+  without the room Redis 7 keeps for appends (:meth:`RedisEventStream.compact`, same entries).
 - ``<p>:T:deltas`` (stream): the live pieces of the model's answer while a worker streams it
   (ephemeral, never the durable log: see :mod:`tether.persistence.deltas`); entry fields ``r``
   run id, ``f`` the attempt's fence, ``s`` step, ``i`` the piece's index in its step, ``k`` kind

@@ -106,6 +106,7 @@ ALLOWED = {
     ("RedisEventStream", "append"): "writer side",
     ("RedisEventStream", "append_marked"): "writer side: a worker's step boundary",
     ("RedisEventStream", "trim"): "writer side",
+    ("RedisEventStream", "compact"): "writer side: a worker, when a session goes idle",
     ("RedisEventStream", "read"): "writer side",
     ("RedisEventStream", "__init__"): "writer side: max_len, retention_s",
     # the sync feed is composed from the event stream and the delta channel it is given; no

@@ -9,8 +9,10 @@ import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import redis
 
 from tests.support.stack import Stack, eventually, unique
 from tests.test_cli import tether
@@ -229,3 +231,36 @@ def test_a_newer_run_supersedes_a_sleeping_one(
     ]
     assert output.wait_for is None and error in output.output
     assert f"superseded by run {newer.run_id}" in output.output
+
+
+def _appended_bytes(client: redis.Redis, key: str) -> int:
+    """What the entries of stream ``key`` cost written by appends, as a run leaves them."""
+    twin = key + ":twin"
+    entries: list[tuple[bytes, dict[Any, Any]]] = client.xrange(key)  # type: ignore[assignment]
+    for entry_id, fields in entries:
+        client.xadd(twin, fields, id=entry_id)
+    size = int(client.memory_usage(twin, samples=0) or 0)
+    client.delete(twin)
+    return size
+
+
+def test_a_parked_session_gives_back_its_stream_slack_and_a_late_follower_sees_it_all(
+    stack: Stack, producer: Producer
+) -> None:
+    client = stack.redis.client()
+    if int(str(client.info("server")["redis_version"]).split(".")[0]) < 7:
+        pytest.skip("Redis before 7.0 keeps no room for appends in a stream: nothing to give back")
+    sid = unique("nap-rest")
+    waiting = producer.run(sid, "nap 3000", agent="sleeper", wait_s=60)
+    try:
+        assert waiting.status is RunStatus.WAITING
+        key = RedisKeys(stack.settings.namespace).events("default", sid)
+        appended = _appended_bytes(client, key)
+        eventually(lambda: int(client.memory_usage(key, samples=0) or 0) < appended)
+        # a handle that attaches after the park (and the compaction) sees every event once
+        late = list(producer.handle(waiting.run_id).events(idle_timeout_s=30))
+        assert [e.seq for e in late] == list(range(1, waiting.last_seq + 1))
+        assert {e.run_id for e in late} <= {waiting.run_id, None}
+    finally:
+        producer.cancel(waiting.run_id)
+        client.close()

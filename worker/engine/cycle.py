@@ -28,6 +28,7 @@ import time
 
 from tether.errors import TetherError
 from tether.observability import metrics
+from tether.persistence.streams.base import CompactingStream
 from tether.runs.queue.base import IdleRelease
 from tether.worker.engine.claim import Carried, Claim
 from tether.worker.engine.commit import CommitTarget
@@ -104,7 +105,21 @@ def drain_claimed(services: EngineServices, claim: Claim) -> int:
             _release(d)
     if hand_over:  # only once the lease is free, or the next drain would find it held
         services.wake(lease.tenant, lease.session_id)
+    elif released:
+        _at_rest(services, lease.tenant, lease.session_id)
     return d.processed
+
+
+def _at_rest(services: EngineServices, tenant: str, session_id: str) -> None:
+    """The session's queue is empty and its lease free: its live stream gives back the room
+    Redis keeps for appends (a parked or finished session may wait hours for its next run;
+    docs/capacity.md). After the results went out, so no run waits for it; never failing."""
+    if not isinstance(services.stream, CompactingStream):
+        return
+    try:
+        services.stream.compact(tenant, session_id)
+    except TetherError as exc:  # the stream is only bigger than it needs to be
+        log.warning("could not compact the stream of %s/%s: %s", tenant, session_id, exc)
 
 
 def _release(d: DrainState) -> None:

@@ -58,3 +58,12 @@ class EventStream(Protocol):
 
         Returns the number dropped (approximate for Redis).
         """
+
+
+@runtime_checkable
+class CompactingStream(Protocol):
+    """A stream that can give back the room it keeps for appends to come (Redis 7 keeps up to
+    4 KB in each stream's newest node): a worker asks when a session goes idle."""
+
+    def compact(self, tenant: str, session_id: str) -> bool:
+        """Rewrite the session's stream without its slack, the same entries; whether it was."""

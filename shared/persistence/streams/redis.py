@@ -31,6 +31,7 @@ committed events stay in the head and the archive (readers get them from there, 
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ import redis
 from redis.commands.core import Script
 
 from tether.core.events import AgentEvent
-from tether.errors import ConfigurationError
+from tether.errors import ConfigurationError, PermissionDenied
 from tether.ids import validate_id
 from tether.keys import RedisKeys
 from tether.persistence.codec import dumps_event, loads_event
@@ -66,11 +67,16 @@ from tether.persistence.streams._common import (
     view_suffix,
 )
 
+log = logging.getLogger(__name__)
+
 RedisEntry = Entry[bytes, bytes]
 #: What :func:`tether.persistence.streams._common.tail_catch_up` answers.
 CaughtUp = tuple[list[RedisEntry], RedisEntry | None, int]
 APPEND = load("stream_append")
 MARK = load("stream_mark")
+COMPACT = load("stream_compact")
+#: The longest stream :meth:`RedisEventStream.compact` rewrites (entries).
+COMPACT_MAX_ENTRIES = 200
 
 
 @dataclass(frozen=True)
@@ -233,6 +239,8 @@ class RedisEventStream:
         self._where = describe_client(client)
         self._append_script = client.register_script(APPEND.source)
         self._mark_script = client.register_script(MARK.source)
+        self._compact_script = client.register_script(COMPACT.source)
+        self._compact_refused = False  # the server refused DUMP/RESTORE once: not asked again
         self._max_block_ms = max_block_ms(client)
 
     def __repr__(self) -> str:
@@ -311,6 +319,39 @@ class RedisEventStream:
         if isinstance(replies[-1], Exception):
             raise replies[-1]
         return replies[-1]
+
+    def compact(self, tenant: str, session_id: str) -> bool:
+        """Give back the room Redis keeps for appends in the session's stream (up to 4 KB per
+        stream on Redis 7: more than a short session's events): for a session at rest, whose
+        next append may be hours away. The entries, their IDs and the TTL stay as they were;
+        a stream longer than :data:`COMPACT_MAX_ENTRIES` is left as is. Whether it was rewritten
+        (never, once the server refused ``DUMP``/``RESTORE``: a warning says so once).
+
+        Raises:
+            StreamUnavailable: Redis cannot be reached.
+        """
+        validate_session(tenant, session_id)
+        if self._compact_refused:
+            return False
+        key = self._keys.events(tenant, session_id)
+        try:
+            with translate_errors(self._where):
+                length = self._compact_script(
+                    keys=COMPACT.keys(stream=key),
+                    args=COMPACT.argv(max_entries=COMPACT_MAX_ENTRIES),
+                )
+        except (PermissionDenied, redis.exceptions.ResponseError) as exc:
+            # an ACL without @dangerous, or a managed Redis without DUMP/RESTORE: the streams
+            # only keep their slack, which is no reason to ask again at every drain
+            self._compact_refused = True
+            log.warning(
+                "Redis at %s refused to compact a stream at rest (%s); sessions at rest keep "
+                "up to 4 KB of room for appends each (allow DUMP and RESTORE to the workers' "
+                "ACL user to give it back)",
+                self._where, exc,
+            )  # fmt: skip
+            return False
+        return int(cast(int, length)) >= 0
 
     def _batch_args(self, fence: int, events: Sequence[AgentEvent]) -> list[str | int]:
         """``fence max_len retention_ms`` and the seq/json pairs of ``events``."""
