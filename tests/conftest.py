@@ -11,6 +11,7 @@ pytest_plugins = [
     "tests.support.rabbitmq_server",
     "tests.support.crash",
     "tests.support.stream_stack",
+    "tests.support.agents_fleet",
 ]
 
 # moto's embedded werkzeug server logs every request at INFO; keep test output readable
