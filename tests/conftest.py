@@ -12,6 +12,7 @@ pytest_plugins = [
     "tests.support.crash",
     "tests.support.stream_stack",
     "tests.support.agents_fleet",
+    "tests.support.schedule",
 ]
 
 # moto's embedded werkzeug server logs every request at INFO; keep test output readable
