@@ -10,25 +10,14 @@ import pytest
 from tests.support import schedule
 
 
-def test_the_longest_files_go_first_and_each_keeps_its_order(
+def test_the_longest_files_go_first(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(schedule, "FILE_SECONDS", {"tests/b.py": 50.0, "tests/c.py": 9.0})
     monkeypatch.setattr(schedule, "GROUPS", {})
-    collected = [
-        "tests/a.py::t1",
-        "tests/b.py::t1",
-        "tests/a.py::t2",
-        "tests/c.py::t1",
-        "tests/b.py::t2",
-    ]
-    assert schedule.longest_first(collected) == [
-        "tests/b.py::t1",
-        "tests/b.py::t2",
-        "tests/c.py::t1",
-        "tests/a.py::t1",  # not measured: after the measured ones, in the collection's order
-        "tests/a.py::t2",
-    ]
+    units = ["tests/a.py", "tests/b.py", "tests/d.py", "tests/c.py"]
+    # not measured: after the measured ones, in the collection's order
+    assert schedule.longest_first(units) == ["tests/b.py", "tests/c.py", "tests/a.py", "tests/d.py"]
 
 
 def test_a_group_is_one_unit_timed_as_its_files_together(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -37,8 +26,8 @@ def test_a_group_is_one_unit_timed_as_its_files_together(monkeypatch: pytest.Mon
     )
     monkeypatch.setattr(schedule, "GROUPS", {"tests/x.py": "fleet", "tests/y.py": "fleet"})
     assert schedule.scope_of("tests/x.py::t") == schedule.scope_of("tests/y.py::t") == "fleet"
-    collected = ["tests/x.py::t", "tests/z.py::t", "tests/y.py::t"]
-    assert schedule.longest_first(collected) == ["tests/x.py::t", "tests/y.py::t", "tests/z.py::t"]
+    units = [schedule.scope_of(n) for n in ("tests/z.py::t", "tests/x.py::t")]
+    assert schedule.longest_first(units) == ["fleet", "tests/z.py"]  # 60 s against 50 s
 
 
 def test_the_grouped_files_exist() -> None:

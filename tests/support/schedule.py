@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import sys
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -135,19 +135,9 @@ def scope_seconds(scope: str) -> float:
     return sum(FILE_SECONDS.get(f, 0.0) for f in files)
 
 
-def longest_first(collection: Sequence[str]) -> list[str]:
-    """The collected test ids with the units in descending measured time; each unit's tests keep
-    their order, and units of equal time keep the collection's."""
-    first_seen: dict[str, int] = {}
-    for nodeid in collection:
-        first_seen.setdefault(scope_of(nodeid), len(first_seen))
-
-    def key(item: tuple[int, str]) -> tuple[float, int, int]:
-        index, nodeid = item
-        scope = scope_of(nodeid)
-        return (-scope_seconds(scope), first_seen[scope], index)
-
-    return [nodeid for _, nodeid in sorted(enumerate(collection), key=key)]
+def longest_first(scopes: Iterable[str]) -> list[str]:
+    """The units in descending measured time; units of equal time keep their order."""
+    return sorted(scopes, key=lambda scope: -scope_seconds(scope))
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)  # before xdist's own; absent under -p no:xdist
@@ -158,12 +148,21 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from xdist.scheduler import LoadFileScheduling
 
     class LongestFirst(LoadFileScheduling):  # type: ignore[misc]
+        """xdist's loadfile, its queue of units sorted once before the first is handed out (the
+        collections stay as collected: a node is sent the indexes of its tests in its own)."""
+
         def __init__(self, config: pytest.Config, log: Any = None) -> None:
             super().__init__(config, log)
-            config.option.loadscopereorder = False  # keep the order given here
+            config.option.loadscopereorder = False  # the queue in collection order, then ours
+            self._sorted = False
 
-        def add_node_collection(self, node: Any, collection: Sequence[str]) -> None:
-            super().add_node_collection(node, longest_first(collection))
+        def _assign_work_unit(self, node: Any) -> None:
+            if not self._sorted:
+                units = {scope: self.workqueue[scope] for scope in longest_first(self.workqueue)}
+                self.workqueue.clear()
+                self.workqueue.update(units)
+                self._sorted = True
+            super()._assign_work_unit(node)
 
         def _split_scope(self, nodeid: str) -> str:
             return scope_of(nodeid)
