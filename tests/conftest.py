@@ -11,6 +11,8 @@ pytest_plugins = [
     "tests.support.rabbitmq_server",
     "tests.support.crash",
     "tests.support.stream_stack",
+    "tests.support.agents_fleet",
+    "tests.support.schedule",
 ]
 
 # moto's embedded werkzeug server logs every request at INFO; keep test output readable

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
+from tests.support.agents_fleet import AgentsFleet
 from tests.support.crash_agents import session_for, wake_session_for
 from tests.support.stack import Stack, eventually, unique
 from tests.test_cli import ok, tether
 from tether.core.results import RunStatus
 from tether.core.waits import ChildRef
-from tether.dev.workers import WorkerFleet
 from tether.keys import RedisKeys
 from tether.producer import Producer
 from tether.runs.contract import RunResult
@@ -26,35 +26,17 @@ from tether.runs.queue.base import CancelOutcome
 from tether.runs.waits.base import wake_request_id, wake_run_id
 from tether.runs.waits.redis import RedisWaitIndex
 
-QUEUE = "childq"
+
+@pytest.fixture(scope="module")
+def crash_dir(agents_fleet: AgentsFleet) -> Path:
+    return agents_fleet.crash_dir
 
 
 @pytest.fixture(scope="module")
-def crash_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("child-crashes")
-
-
-@pytest.fixture(scope="module")
-def producer(
-    stack: Stack, tmp_path_factory: pytest.TempPathFactory, crash_dir: Path
-) -> Iterator[Producer]:
-    """Two workers serving the parent and child agents (and the crash probe), their producer."""
-    env = dict(
-        stack.env,
-        TETHER_AGENT_MODULES="tests.support.child_agents,tests.support.crash_agents",
-        CRASH_TEST_DIR=str(crash_dir),
-        TETHER_QUEUE=QUEUE,
-        TETHER_MAX_CHILD_DEPTH="2",
-        TETHER_WAIT_RECONCILE_S="1",
-    )
-    fleet = WorkerFleet(env, tmp_path_factory.mktemp("children"), count=2, queue=QUEUE, prefix="ch")
-    client = Producer(stack.settings.model_copy(update={"queue": QUEUE}))
-    fleet.start()
-    try:
+def producer(stack: Stack, agents_fleet: AgentsFleet) -> Iterator[Producer]:
+    """A producer on the shared fleet (two workers) serving the parent, child and crash agents."""
+    with agents_fleet.producer(stack) as client:
         yield client
-    finally:
-        fleet.stop()
-        client.close()
 
 
 def finished(producer: Producer, run_id: str) -> RunResult:

@@ -1,7 +1,10 @@
 """Settings are validated once, before any service is touched: one line, no traceback.
 
-Each bad setting is tried on every entry point as a real process: ``tether worker``,
+Each bad setting is tried on the entry points as real processes: ``tether worker``,
 ``celery -A tether.worker.app worker`` (Celery's own CLI), ``tether run`` and ``tether config``.
+``make test`` tries each bad setting once, on the entry points in turn (so each entry point
+refuses at least one); ``make test-long`` tries every setting on every entry point (each start
+of a worker process costs one to two seconds of CPU).
 Every case also carries a password in a URL, which must never appear in the output. The broker
 of every case points at 127.0.0.1:1 (nothing listens there), so nothing could reach a real Redis
 even if validation let a command through.
@@ -62,17 +65,44 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
+WORKER_COMMANDS = {name: args for name, args in COMMANDS.items() if "worker" in name}
+
+#: ``make test``: each case once, on the commands in turn; ``make test-long``: every pair.
+SWEEP = [
+    pytest.param(False, id="each-once"),
+    pytest.param(True, id="every-pair", marks=pytest.mark.slow),
+]
+
+
+def pairs(cases: list[str], commands: list[str], *, every: bool) -> list[tuple[str, str]]:
+    """Every (case, command), or each case once on the commands in turn: with at least as many
+    cases as commands, every command still gets a case."""
+    if every:
+        return [(case, command) for case in cases for command in commands]
+    count = max(len(cases), len(commands))
+    return [(cases[i % len(cases)], commands[i % len(commands)]) for i in range(count)]
+
+
 def _run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=120
     )
 
 
-def test_every_entry_point_refuses_each_bad_setting_with_one_line(tmp_path: Path) -> None:
+def test_each_case_once_still_tries_every_entry_point() -> None:
+    for cases, commands in ((CASES, COMMANDS), (range(3), WORKER_COMMANDS), ("ab", "xy")):
+        tried = pairs(list(map(str, cases)), list(commands), every=False)
+        assert {c for c, _ in tried} == set(map(str, cases))
+        assert {m for _, m in tried} == set(commands)
+
+
+@pytest.mark.parametrize("every", SWEEP)
+def test_every_entry_point_refuses_each_bad_setting_with_one_line(
+    tmp_path: Path, every: bool
+) -> None:
     jobs = {
-        (case, command): (args, _env(extra))
-        for case, (_, extra) in CASES.items()
-        for command, args in COMMANDS.items()
+        (case, command): (COMMANDS[command], _env(CASES[case][1]))
+        for case, command in pairs(list(CASES), list(COMMANDS), every=every)
     }
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
         futures = {key: pool.submit(_run, args, env, tmp_path) for key, (args, env) in jobs.items()}
@@ -89,8 +119,9 @@ def test_every_entry_point_refuses_each_bad_setting_with_one_line(tmp_path: Path
         assert "ready." not in proc.stdout + proc.stderr, where  # no worker ever started
 
 
+@pytest.mark.parametrize("every", SWEEP)
 def test_a_worker_whose_agent_modules_do_not_import_exits_2_naming_the_module(
-    tmp_path: Path,
+    tmp_path: Path, every: bool
 ) -> None:
     """It used to log "ready" and fail every run ``UnknownAgent``; the docs promise exit 2 on a
     bad setting. A module that raises on import fails the same way."""
@@ -98,8 +129,7 @@ def test_a_worker_whose_agent_modules_do_not_import_exits_2_naming_the_module(
     cases = {"no_such_agents_mod": "cannot be imported", "broken_agents": "half-written module"}
     jobs = {
         (module, command): (COMMANDS[command], _env({"TETHER_AGENT_MODULES": module}))
-        for module in cases
-        for command in ("tether worker", "celery worker")
+        for module, command in pairs(list(cases), list(WORKER_COMMANDS), every=every)
     }
     for env in (env for _, env in jobs.values()):
         env["PYTHONPATH"] = str(tmp_path)
@@ -303,11 +333,10 @@ def test_azure_settings_must_make_one_whole_endpoint(
 
 # --- the model endpoint, checked when a worker starts --------------------------------------------
 
-WORKER_COMMANDS = {name: args for name, args in COMMANDS.items() if "worker" in name}
 
-
+@pytest.mark.parametrize("every", SWEEP)
 def test_a_worker_refuses_to_start_when_the_model_endpoint_check_fails(
-    tmp_path: Path, openai_server: OpenAIServer
+    tmp_path: Path, openai_server: OpenAIServer, every: bool
 ) -> None:
     key = openai_server.api_key
     wrong = "sk-wrong-" + SECRET
@@ -335,9 +364,8 @@ def test_a_worker_refuses_to_start_when_the_model_endpoint_check_fails(
         ),
     }
     jobs = {
-        (case, command): (args, _env(extra))
-        for case, (_, _, extra) in cases.items()
-        for command, args in WORKER_COMMANDS.items()
+        (case, command): (WORKER_COMMANDS[command], _env(cases[case][2]))
+        for case, command in pairs(list(cases), list(WORKER_COMMANDS), every=every)
     }
     with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
         futures = {key: pool.submit(_run, args, env, tmp_path) for key, (args, env) in jobs.items()}

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from tests.support.agents_fleet import QUEUE, AgentsFleet
 from tests.support.stack import Stack, eventually, unique
 from tests.test_cli import tether
 from tether.core.results import RunStatus
-from tether.dev.workers import WorkerFleet
 from tether.errors import InputTooLarge, InvalidInput
 from tether.keys import RedisKeys
 from tether.producer import AsyncProducer, Producer
@@ -23,26 +23,12 @@ from tether.runs.contract import RunResult
 from tether.runs.waits.base import wake_request_id, wake_run_id
 from tether.runs.waits.redis import RedisWaitIndex
 
-QUEUE = "signalsq"
-
 
 @pytest.fixture(scope="module")
-def producer(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Producer]:
-    """Two workers serving the signal agents (each runs a sweeper), and their producer."""
-    env = dict(
-        stack.env,
-        TETHER_AGENT_MODULES="tests.support.signal_agents",
-        TETHER_QUEUE=QUEUE,
-        TETHER_MAX_WAIT_S="3600",
-    )
-    fleet = WorkerFleet(env, tmp_path_factory.mktemp("signals"), count=2, queue=QUEUE, prefix="sg")
-    client = Producer(stack.settings.model_copy(update={"queue": QUEUE, "max_input_bytes": 2000}))
-    fleet.start()
-    try:
+def producer(stack: Stack, agents_fleet: AgentsFleet) -> Iterator[Producer]:
+    """A producer on the shared fleet (two workers, so two sweepers) serving the signal agents."""
+    with agents_fleet.producer(stack, max_input_bytes=2000) as client:
         yield client
-    finally:
-        fleet.stop()
-        client.close()
 
 
 def _finished(producer: Producer, run_id: str) -> RunResult:

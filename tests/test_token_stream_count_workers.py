@@ -1,8 +1,9 @@
 """No piece lost, and no wait after the commit, on real workers (the streaming fleet of
-tests/support/stream_stack.py): 500 streamed runs, each read with ``RunHandle.stream()`` right
-after it is queued, every one giving every piece of both its steps whenever its reader attached
-(before its first piece, mid-step, or after the run ended: the catch-up gives the pieces the
-session's channel still holds, TTL_S seconds after the last one), then its RunResult.
+tests/support/stream_stack.py): streamed runs (50 in ``make test``, 500 in ``make test-long``),
+each read with ``RunHandle.stream()`` right after it is queued, every one giving every piece of
+both its steps whenever its reader attached (before its first piece, mid-step, or after the run
+ended: the catch-up gives the pieces the session's channel still holds, TTL_S seconds after the
+last one), then its RunResult.
 
 Not timing-dependent: a reader's pieces are checked against the step's committed text, whether
 it attached early or late, and nothing waits for anything but the run's end."""
@@ -10,6 +11,8 @@ it attached early or late, and nothing waits for anything but the run's end."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+
+import pytest
 
 from tests.support.stack import unique
 from tests.support.stream_agents import FINAL_TEXT, STEP0_TEXT
@@ -20,7 +23,6 @@ from tether.persistence.deltas import LiveDelta
 from tether.producer.handle import RunHandle
 from tether.runs.contract import RunResult
 
-RUNS = 500
 READERS = 8
 NOTE_ARGUMENTS = '{"text": "forty two, for the record"}'
 
@@ -51,12 +53,13 @@ def _check(handle: RunHandle, items: list[AgentEvent | LiveDelta | RunResult]) -
     return len(pieces)
 
 
-def test_500_streamed_runs_give_every_piece_then_their_result(streaming: Streaming) -> None:
+@pytest.mark.parametrize("runs", [50, pytest.param(500, marks=pytest.mark.slow)])
+def test_streamed_runs_give_every_piece_then_their_result(streaming: Streaming, runs: int) -> None:
     handles = [
         streaming.producer.run_async(unique("count"), "plain", agent="streamer")
-        for _ in range(RUNS)
+        for _ in range(runs)
     ]
     with ThreadPoolExecutor(READERS) as pool:
         read = list(pool.map(_read, handles))
     entries = [_check(handle, items) for handle, items in zip(handles, read, strict=True)]
-    assert len(entries) == RUNS and min(entries) > 0
+    assert len(entries) == runs and min(entries) > 0

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import redis
 
+from tests.support.agents_fleet import QUEUE, AgentsFleet
 from tests.support.stack import Stack, eventually, unique
 from tests.test_cli import tether
 from tether.core.events import AgentEvent
@@ -29,27 +30,12 @@ from tether.runs.waits.base import wake_request_id, wake_run_id
 from tether.runs.waits.marks import BlobWaitMarks
 from tether.runs.waits.redis import RedisWaitIndex
 
-QUEUE = "waitsq"
-
 
 @pytest.fixture(scope="module")
-def producer(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Producer]:
-    """Two workers serving the sleeping agents (each runs a sweeper), and their producer."""
-    env = dict(
-        stack.env,
-        TETHER_AGENT_MODULES="tests.support.wait_agents",
-        TETHER_QUEUE=QUEUE,
-        TETHER_MAX_WAIT_S="3600",
-        TETHER_WAIT_RECONCILE_S="1",
-    )
-    fleet = WorkerFleet(env, tmp_path_factory.mktemp("waits"), count=2, queue=QUEUE, prefix="wt")
-    client = Producer(stack.settings.model_copy(update={"queue": QUEUE}))
-    fleet.start()
-    try:
+def producer(stack: Stack, agents_fleet: AgentsFleet) -> Iterator[Producer]:
+    """A producer on the shared fleet (two workers, so two sweepers) serving the sleeping agents."""
+    with agents_fleet.producer(stack) as client:
         yield client
-    finally:
-        fleet.stop()
-        client.close()
 
 
 def _finished(producer: Producer, run_id: str, tenant: str = "default") -> RunResult:

@@ -1,7 +1,9 @@
 """Crash a worker in-process at a named commit step, then recover it the way a second one would.
 
 Also a pytest plugin: the ``make_backends`` fixture gives in-memory and real (redis-server + S3
-over HTTP) backends to the same test.
+over HTTP) backends to the same test. A test crashed at every point (``EVERY_CRASH_POINT``) runs
+every point on memory in ``make test`` and, on redis-server + S3, each step once (before or
+after, in turn: :data:`REAL_BACKEND_POINTS`); ``make test-long`` runs every point on both.
 
 A :class:`SimulatedCrash` is a ``BaseException``: no handler in the cycle catches it, just as no
 handler runs when a process dies. Once the crash fires, the dead worker's backends are switched
@@ -54,6 +56,13 @@ from tether.worker.engine.services import EngineServices
 
 #: Every named commit step, before and after: where the parked-run suites crash a worker.
 EVERY_CRASH_POINT = [(step, phase) for step in CommitStep for phase in ("before", "after")]
+#: The points ``make test`` also crashes on redis-server + S3: every step, before and after in
+#: turn, and both sides of the head's PUT (S3's compare-and-set); the others, on those backends,
+#: are ``@pytest.mark.slow`` (each costs S3 round trips).
+REAL_BACKEND_POINTS = frozenset(
+    {(step, ("before", "after")[n % 2]) for n, step in enumerate(CommitStep)}
+    | {(CommitStep.HEAD_PUT, "before"), (CommitStep.HEAD_PUT, "after")}
+)
 #: A time (ms) by which every timer and timeout of the tests is due.
 FAR_MS = 2**52
 
@@ -230,6 +239,17 @@ def memory_backends() -> Backends:
         signals=InMemorySignalMailbox(waits),
         children=InMemoryChildBook(),
     )
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects the slow ones
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark slow a crash point outside REAL_BACKEND_POINTS on redis-server + S3."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        point = (params.get("step"), params.get("phase"))
+        real = params.get("make_backends") == "redis+s3"
+        if real and point[0] is not None and point not in REAL_BACKEND_POINTS:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(params=["memory", "redis+s3"])

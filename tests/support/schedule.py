@@ -1,0 +1,190 @@
+"""The order in which ``make test``'s pytest processes take the test files (pytest-xdist).
+
+``--dist loadfile`` hands out one file at a time, and xdist orders the files by their number of
+tests. The long files are the worker and CLI files with a few tests each, so they came last and
+one process ran the last of them alone while the others had finished (a long tail). This
+scheduler hands out the longest files first (their measured seconds below; a file not listed
+counts as short), so the short ones fill the ends of the three processes' lanes.
+
+It also sends the files of a :data:`GROUPS` entry to one process, one after the other: they
+share a session-scoped fixture (a worker fleet) that each process would otherwise start again.
+
+The seconds need not be exact, only roughly in order. To refresh them from a run of the suite:
+``pytest -q -m "not slow and not docs" -n 3 --durations=0 > d.log`` then
+``python -m tests.support.schedule d.log`` prints the table to paste here.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+#: Files that share a session fixture: run by one process (a fleet started once, not per process).
+GROUPS = {
+    "tests/test_waits_workers.py": "agents-fleet",
+    "tests/test_signals_workers.py": "agents-fleet",
+    "tests/test_children_workers.py": "agents-fleet",
+}
+
+#: Seconds each file took in `make test` (setup + call + teardown of its tests; 3 processes on
+#: 2 cores; a loaded run's figures scaled to the quiet run's total, 2026-12-07). Files under 4 s
+#: are left out: they go last, in the collection's order.
+FILE_SECONDS: dict[str, float] = {
+    "tests/test_doc_snippets.py": 78,
+    "tests/test_children_crash.py": 50,
+    "tests/test_tenant_forgery_workers.py": 44,
+    "tests/test_local_stack.py": 43,
+    "tests/test_cli.py": 38,
+    "tests/test_faults.py": 33,
+    "tests/test_waits_crash.py": 30,
+    "tests/test_settings_validation.py": 25,
+    "tests/test_signals_crash.py": 23,
+    "tests/test_run_queue_contract.py": 22,
+    "tests/test_rabbitmq.py": 21,
+    "tests/test_hostile_input.py": 20,
+    "tests/test_agents_session_contract.py": 16,
+    "tests/test_batch.py": 16,
+    "tests/test_mcp_server.py": 16,
+    "tests/test_crash_steps.py": 15,
+    "tests/test_runaway_tools_workers.py": 15,
+    "tests/test_cli_startup.py": 14,
+    "tests/test_schedules.py": 14,
+    "tests/test_batch_eval.py": 13,
+    "tests/test_token_stream_views.py": 13,
+    "tests/test_waits_workers.py": 13,
+    "tests/test_approvals_workers.py": 12,
+    "tests/test_demo.py": 12,
+    "tests/test_distributed.py": 12,
+    "tests/test_openai_worker.py": 12,
+    "tests/test_secrets_everywhere_workers.py": 12,
+    "tests/test_stream_contract.py": 12,
+    "tests/test_autoscale_workers.py": 11,
+    "tests/test_chaos.py": 11,
+    "tests/test_mcp_secrets_workers.py": 11,
+    "tests/test_model_budget_contract.py": 11,
+    "tests/test_security.py": 11,
+    "tests/test_store_contract.py": 11,
+    "tests/test_cli_input.py": 10,
+    "tests/test_cluster_distributed.py": 10,
+    "tests/test_console_browser.py": 10,
+    "tests/test_mcp_restarts.py": 10,
+    "tests/test_metrics.py": 10,
+    "tests/test_tenant_runs.py": 10,
+    "tests/test_autoscale_handback.py": 9,
+    "tests/test_batch_refusals.py": 9,
+    "tests/test_durable_workers.py": 9,
+    "tests/test_fold_property.py": 9,
+    "tests/test_layout_map.py": 9,
+    "tests/test_usage_workers.py": 9,
+    "tests/test_agents_session_chunks.py": 8,
+    "tests/test_async_producer.py": 8,
+    "tests/test_batch_console.py": 8,
+    "tests/test_bench_smoke.py": 8,
+    "tests/test_head_journal.py": 8,
+    "tests/test_mcp_workers.py": 8,
+    "tests/test_presence_workers.py": 8,
+    "tests/test_tenant_purge.py": 8,
+    "tests/test_archive_contract.py": 7,
+    "tests/test_batch_stats.py": 7,
+    "tests/test_canvas.py": 7,
+    "tests/test_import_cycles.py": 7,
+    "tests/test_no_silent_hang.py": 7,
+    "tests/test_openai_model.py": 7,
+    "tests/test_webhooks_workers.py": 7,
+    "tests/test_console.py": 6,
+    "tests/test_lost_message.py": 6,
+    "tests/test_mcp_tools.py": 6,
+    "tests/test_model_limits_429.py": 6,
+    "tests/test_model_shares_workers.py": 6,
+    "tests/test_run_record_fields.py": 6,
+    "tests/test_time_travel.py": 6,
+    "tests/test_cli_durability.py": 5,
+    "tests/test_handle_reattach.py": 5,
+    "tests/test_multitask_workers.py": 5,
+    "tests/test_openai_errors.py": 5,
+    "tests/test_replay_workers.py": 5,
+    "tests/test_schedules_tenants_workers.py": 5,
+    "tests/test_schedules_workers.py": 5,
+    "tests/test_stream_repair_workers.py": 5,
+    "tests/test_token_stream_workers.py": 5,
+    "tests/test_tool_limits_workers.py": 5,
+    "tests/test_webhooks_forgery_workers.py": 5,
+    "tests/test_children_workers.py": 4,
+    "tests/test_delta_channel_contract.py": 4,
+    "tests/test_signals_workers.py": 4,
+    "tests/test_tracing.py": 4,
+    "tests/test_waits_recovery.py": 4,
+}
+
+
+def scope_of(nodeid: str) -> str:
+    """The unit of work a test belongs to: its file, or the group its file is in."""
+    path = nodeid.split("::", 1)[0]
+    return GROUPS.get(path, path)
+
+
+def scope_seconds(scope: str) -> float:
+    """The measured seconds of a unit (a group's files add up)."""
+    files = [f for f, g in GROUPS.items() if g == scope] or [scope]
+    return sum(FILE_SECONDS.get(f, 0.0) for f in files)
+
+
+def longest_first(scopes: Iterable[str]) -> list[str]:
+    """The units in descending measured time; units of equal time keep their order."""
+    return sorted(scopes, key=lambda scope: -scope_seconds(scope))
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # before xdist's own; absent under -p no:xdist
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` with this module's order and groups; other modes as xdist has them."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class LongestFirst(LoadFileScheduling):  # type: ignore[misc]
+        """xdist's loadfile, its queue of units sorted once before the first is handed out (the
+        collections stay as collected: a node is sent the indexes of its tests in its own)."""
+
+        def __init__(self, config: pytest.Config, log: Any = None) -> None:
+            super().__init__(config, log)
+            config.option.loadscopereorder = False  # the queue in collection order, then ours
+            self._sorted = False
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if not self._sorted:
+                units = {scope: self.workqueue[scope] for scope in longest_first(self.workqueue)}
+                self.workqueue.clear()
+                self.workqueue.update(units)
+                self._sorted = True
+            super()._assign_work_unit(node)
+
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+    return LongestFirst(config, log)
+
+
+_DURATION = re.compile(r"^\s*([0-9.]+)s (?:setup|call|teardown)\s+(\S+?\.py)::")
+
+
+def table(log_text: str) -> dict[str, float]:
+    """Seconds per file from pytest's ``--durations=0`` lines."""
+    seconds: dict[str, float] = defaultdict(float)
+    for line in log_text.splitlines():
+        match = _DURATION.match(line)
+        if match:
+            seconds[match.group(2)] += float(match.group(1))
+    return dict(seconds)
+
+
+if __name__ == "__main__":
+    measured = table(Path(sys.argv[1]).read_text())
+    for path, took in sorted(measured.items(), key=lambda kv: -kv[1]):
+        if took >= 5.0:
+            print(f'    "{path}": {took:.0f},')
