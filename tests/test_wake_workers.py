@@ -184,7 +184,7 @@ def _act(console: Console, path: str, **fields: str) -> str:
 
 
 def test_a_parent_and_its_children_live_in_status_and_console(
-    fleet_env: dict[str, str], producer: Producer, console: Console
+    stack: Stack, fleet_env: dict[str, str], producer: Producer, console: Console
 ) -> None:
     sid = unique("fam")
     waiting = producer.run(sid, "fan 3 input nap 600", agent="parent", wait_s=60)
@@ -219,6 +219,11 @@ def test_a_parent_and_its_children_live_in_status_and_console(
     result = _finished(producer, wake_run_id("default", sid, pending.call_id))
     assert result.status is RunStatus.COMPLETED, result
     assert '"done": 3, "total": 3' in (result.output or "")
+    # the settled wait's children left the family record; the page reads them from the head
+    family = RedisKeys(stack.settings.namespace).session_waits("default", sid, "family")
+    assert stack.redis.client().exists(family) == 0
+    page = httpx.get(f"{console.url}/sessions/{sid}", timeout=30).text
+    assert page.count("data-child-session=") == 3 and page.count(">done<") >= 3, page
 
 
 def test_the_page_tree_turns_live_and_a_parked_run_is_woken_from_the_runs_page(
