@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -159,7 +158,8 @@ def log_tail(path: str | Path, max_chars: int = 2000) -> str:
 
 
 def wait_for_port(record: ProcessRecord, port: int, timeout_s: float) -> None:
-    """Block until ``127.0.0.1:port`` accepts connections.
+    """Block until the record's process listens on ``127.0.0.1:port`` (its own socket: another
+    process that holds the port, such as a second stack's console, does not count).
 
     Raises:
         ConfigurationError: the process exited or did not listen in time (with its log's end).
@@ -171,13 +171,26 @@ def wait_for_port(record: ProcessRecord, port: int, timeout_s: float) -> None:
                 f"{record.name} exited during start; its log {record.log} ends with:\n"
                 + log_tail(record.log)
             )
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+        if _listens(record, port):
             return
         time.sleep(0.1)
     raise ConfigurationError(
         f"{record.name} did not listen on 127.0.0.1:{port} within {timeout_s:.0f} s; see "
         f"{record.log}"
     )
+
+
+def _listens(record: ProcessRecord, port: int) -> bool:
+    """Whether the record's process (or a child of it) has a listening socket on ``port``."""
+    proc = _process(record)
+    if proc is None:
+        return False
+    with contextlib.suppress(psutil.Error):
+        for p in (proc, *proc.children(recursive=True)):
+            for conn in p.net_connections(kind="inet"):
+                if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
+                    return True
+    return False
 
 
 def wait_for_workers(

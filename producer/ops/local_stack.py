@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict
 
 from tether.dev.redis_server import free_port
 from tether.dev.workers import WorkerProcess
+from tether.errors import ConfigurationError
 from tether.producer.ops.local_procs import (
     ProcessRecord,
     is_running,
@@ -352,11 +353,27 @@ class LocalStack:
         progress: Callable[[str], None],
     ) -> None:
         port = options.console_port or _console_port()
-        progress(f"starting the console on port {port}")
+        for attempt in (1, 2):
+            progress(f"starting the console on port {port}")
+            record = self._spawn_console(options, env, port)
+            try:
+                wait_for_port(record, port, CONSOLE_READY_TIMEOUT_S)
+                break
+            except ConfigurationError:
+                if options.console_port or attempt == 2 or is_running(record):
+                    raise
+                # the default port was taken between the probe and the console's bind (another
+                # stack starting beside this one): any free port, once
+                port = free_port()
+        self._add(state, record)
+        state.console_url = f"http://127.0.0.1:{port}/"
+        _save_state(self.paths, state)
+
+    def _spawn_console(self, options: UpOptions, env: dict[str, str], port: int) -> ProcessRecord:
         argv = [sys.executable, "-m", "tether.producer.ops.cli", "console", "--port", str(port)]
         if options.console_actions:
             argv.append("--actions")
-        record = spawn(
+        return spawn(
             "console",
             "console",
             argv,
@@ -365,10 +382,6 @@ class LocalStack:
             cwd=self.paths.project,
             port=port,
         )
-        self._add(state, record)
-        wait_for_port(record, port, CONSOLE_READY_TIMEOUT_S)
-        state.console_url = f"http://127.0.0.1:{port}/"
-        _save_state(self.paths, state)
 
     def _write_env(self, exports: list[tuple[str, str]]) -> None:
         header = [
