@@ -99,6 +99,13 @@ def wake_keys(keys: RedisKeys, target: WakeTarget) -> tuple[str, str]:
     return keys.session_waits(t, s), family_key(keys, t, s)
 
 
+def parse_records(raw_records: list[Any]) -> list[WaitRecord]:
+    """A session's wait records as read (``HVALS`` of its waits hash), in call id order."""
+    return sorted(
+        (WaitRecord.model_validate_json(raw) for raw in raw_records), key=lambda r: r.call_id
+    )
+
+
 def wake_plan(
     target: WakeTarget, raw_records: list[Any], raw_family: dict[Any, Any], woke_at_ms: int
 ) -> list[tuple[WaitRecord, RunRequest]]:
@@ -108,9 +115,7 @@ def wake_plan(
     Raises:
         InvalidInput: nothing of the session waits on the fleet (or not the call named).
     """
-    records = sorted(
-        (WaitRecord.model_validate_json(raw) for raw in raw_records), key=lambda r: r.call_id
-    )
+    records = parse_records(raw_records)
     chosen = [r for r in records if target.call_id in (None, r.call_id)]
     if not chosen:
         raise InvalidInput(_nothing_waits(target, [r.call_id for r in records]))
@@ -178,9 +183,7 @@ def supersede_plan(
         "interrupt" if newer.on_busy is BusyPolicy.INTERRUPT else "cancel"
     )
     why = f"superseded by run {newer.run_id} (on_busy='{newer.on_busy.value}')"
-    records = sorted(
-        (WaitRecord.model_validate_json(raw) for raw in raw_records), key=lambda r: r.call_id
-    )
+    records = parse_records(raw_records)
     return [
         (
             r,
