@@ -220,18 +220,23 @@ def test_a_flushed_redis_loses_none_of_100_waiting_runs(stack: Stack, tmp_path: 
         wait_applied(f, waiters)
         check_once(f, waiters)
         # no wait record, no family record, no timer: each settled (a settle follows its head)
-        eventually(lambda: not _leftovers(f.redis), timeout_s=60, interval_s=0.5)
+        try:
+            eventually(lambda: not _leftovers(f.redis), timeout_s=60, interval_s=0.5)
+        except AssertionError:
+            raise AssertionError(f"left in Redis: {_leftovers(f.redis)}") from None
 
 
-def _leftovers(redis: RedisServer) -> list[bytes]:
-    """The wait records and family records left in Redis."""
+def _leftovers(redis: RedisServer) -> dict[str, object]:
+    """The wait records, family records and timers left in Redis, with what they hold."""
     client = redis.client()
     try:
-        return [
-            k
-            for pattern in ("*}:waits", "*}:family", "*{~timers:*}")
-            for k in client.scan_iter(pattern)
-        ]
+        left: dict[str, object] = {}
+        for pattern in ("*}:waits", "*}:family", "*{~timers:*}"):
+            for key in client.scan_iter(pattern):
+                kind = client.type(key)
+                held = client.hgetall(key) if kind == b"hash" else client.zrange(key, 0, -1)
+                left[key.decode()] = held
+        return left
     finally:
         client.close()
 

@@ -12,10 +12,12 @@ from tests.support.crash import FAR_MS, TENANT, Backends, worker_runtime
 from tests.support.signal_agents import listener_agent
 from tests.support.wait_agents import sleeper_agent
 from tether import SessionLogReader
+from tether.core.events import now_ms
 from tether.core.results import Resolution, RunStatus
 from tether.runs.contract import RunRequest
 from tether.runs.queue.base import submit
-from tether.runs.waits.base import settle_request, wake_request_id, wake_run_id
+from tether.runs.waits.base import WaitRecord, settle_request, wake_request_id, wake_run_id
+from tether.runs.waits.wakes import wake_request
 from tether.runtime.registry import AgentRegistry
 from tether.worker.engine.cycle import drain
 from tether.worker.engine.services import EngineServices
@@ -136,3 +138,36 @@ def test_a_redis_gone_back_under_a_newer_wait_parks_that_one_again(
     assert reconcile_waits(rt, deep=True).rebuilt == 1
     assert second.call_id in {r.call_id for r in backends.waits.records(TENANT, sid)}
     assert reconcile_waits(rt, deep=True) == (0, 0)  # nothing more to do
+
+
+def test_a_wake_between_the_head_read_and_the_park_leaves_no_record(
+    make_backends: Callable[[], Backends],
+) -> None:
+    """Two workers rebuild after a flush: the other one parks first, finds the call due and its
+    wake commits while this pass still holds the head it read before. The record this pass
+    parks then names a call nobody will wake again: it reads the head once more and forgets it."""
+    backends = make_backends()
+    calls = _sleep_all(backends)
+    sid = next(iter(calls))
+    _flush(backends)
+    rt, other = _rt(backends, "w2"), _rt(backends, "w3")
+    marks = backends.marks.get(TENANT, sid)
+    real_park = backends.waits.park
+
+    def park_after_a_wake(records: list[WaitRecord]) -> None:
+        if records and records[0].session_id == sid:
+            submit(other.runs, wake_request(marks.records[0], now_ms()))
+            drain(other, TENANT, sid)  # commits its head; it had no record to settle
+        real_park(records)
+
+    backends.waits.park = park_after_a_wake
+    try:
+        assert reconcile_waits(rt).rebuilt == len(SESSIONS)
+    finally:
+        del backends.waits.park
+    assert backends.waits.records(TENANT, sid) == []
+    assert wake_due(rt, at_ms=FAR_MS) == len(SESSIONS) - 1  # the others' timers, not its
+    for other_sid in SESSIONS:
+        drain(rt, TENANT, other_sid)
+    for each_sid, each_call in calls.items():
+        _woken_once(backends, each_sid, each_call)

@@ -26,7 +26,7 @@ from tether.runs.waits.base import WaitRecord
 from tether.runs.waits.marks import WaitMark
 from tether.runtime.signals import CURSOR_KEY, cursor_in
 from tether.runtime.waiting import parked_calls
-from tether.worker.engine.child_runs import parked_hook
+from tether.worker.engine.child_runs import forget_settled, parked_hook
 from tether.worker.engine.services import EngineServices
 from tether.worker.engine.signal_wakes import look_in_mailbox
 
@@ -101,6 +101,7 @@ def _rebuild(services: EngineServices, tenant: str, session_id: str) -> int:
         look_in_mailbox(services, tenant, session_id, cursor, records)
         if (parked_again := parked_hook(services)) is not None:  # children that ended meanwhile
             parked_again(records)
+        _settle_raced(services, tenant, session_id, records)
         log.info(
             "rebuilt the waits of %s/%s from its head: %d call(s)", tenant, session_id, len(records)
         )
@@ -108,6 +109,27 @@ def _rebuild(services: EngineServices, tenant: str, session_id: str) -> int:
     if now_ms() - mark.written_at_ms >= MARK_GRACE_MS:
         services.marks.delete(tenant, session_id)
     return 0
+
+
+def _settle_raced(
+    services: EngineServices, tenant: str, session_id: str, records: list[WaitRecord]
+) -> None:
+    """Forget the records just parked whose calls a wake settled since the head was read.
+
+    A wake commits its head, then settles its records: one that ran between our head read and
+    our park (another worker's pass found the signal, the children, or the timer first) settled
+    nothing we wrote, and nothing would wake the call again. Reading the head once more after the
+    park closes that window: a wake committed before this read is seen here, one committed after
+    it settles what we parked.
+    """
+    assert services.waits is not None
+    stored = services.store.load_shallow(tenant, session_id)
+    parked = parked_calls(stored.snapshot.memory.items) if stored is not None else {}
+    raced = [r.call_id for r in records if r.call_id not in parked]
+    if raced:
+        services.waits.settle(tenant, session_id, raced)
+        forget_settled(services, tenant, session_id)
+        log.info("%s/%s: %d call(s) woken while rebuilt, forgotten", tenant, session_id, len(raced))
 
 
 def _still_parked(mark: WaitMark, parked: dict[str, WaitFor]) -> list[WaitRecord]:
