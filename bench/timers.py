@@ -45,7 +45,7 @@ from tether.runs.queue.redis import RedisRunQueue
 from tether.runs.waits.base import TimerMember, WaitRecord
 from tether.runs.waits.redis import RedisWaitIndex
 from tether.worker.engine.services import EngineServices
-from tether.worker.engine.wakes import next_pass_s, wake_due, wake_request
+from tether.worker.engine.wakes import NextPass, next_pass, wake_due, wake_request
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGET_P99_S = 1.0
@@ -69,9 +69,12 @@ class _Sweeper:
 def _tether_sweeper(url: str, prefix: str, interval_s: float, until_s: float, out: Any) -> None:
     sweeper = _Sweeper(url, prefix)
     services = cast(EngineServices, sweeper)
+    upcoming = NextPass(0.0, take=True)
     while time.time() < until_s:  # the worker's timers thread (tether.worker.sweeper)
-        wake_due(services)
-        time.sleep(next_pass_s(services, interval_s))
+        time.sleep(upcoming.pause_s)
+        if upcoming.take:
+            wake_due(services)
+        upcoming = next_pass(services, interval_s)
     out.put(sweeper.woken)
 
 

@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
 from tests.support.protocols import assert_conforms
+from tether.core.events import now_ms
 from tether.core.waits import WaitFor
 from tether.keys import RedisKeys
 from tether.persistence.redis_conn import redis_from_url
 from tether.runs.waits.base import REDELIVER_MS, TimerMember, WaitIndex, WaitRecord
 from tether.runs.waits.memory import InMemoryWaitIndex
 from tether.runs.waits.redis import RedisWaitIndex
+from tether.worker.engine.services import EngineServices
+from tether.worker.engine.wakes import NextPass, next_pass
 
 NOW_MS = 1_800_000_000_000
 
@@ -153,3 +158,23 @@ def test_one_owner_reconciles_per_period(index: WaitIndex) -> None:
     assert index.take_reconcile("w1", 60_000) is True
     assert index.take_reconcile("w2", 60_000) is False
     assert index.take_reconcile("w1", 60_000) is False  # its own turn is taken too
+
+
+def test_the_timers_thread_takes_only_when_a_member_is_due_by_its_next_pass(
+    index: WaitIndex,
+) -> None:
+    """An idle fleet probes the index (one read per shard) and runs no take script; a member
+    due within the pass interval, or taken and not done (its redelivery), is taken on time."""
+    services = cast(EngineServices, SimpleNamespace(waits=index))
+    assert next_pass(services, 1.0) == NextPass(1.0, take=False)  # nothing parked
+    later = record("s-later", due_ms=now_ms() + 60_000)
+    index.park([later])
+    assert next_pass(services, 1.0) == NextPass(1.0, take=False)  # due after the pass
+    soon = record("s-soon", due_ms=now_ms() + 300)
+    index.park([soon])
+    upcoming = next_pass(services, 1.0)
+    assert upcoming.take and 0 < upcoming.pause_s <= 0.3
+    assert index.take_due(now_ms() + 300) == [soon.member]  # taken, its taker dies
+    assert next_pass(services, 1.0) == NextPass(1.0, take=False)  # redelivered a minute on
+    index.done([soon.member])
+    assert next_pass(services, 61.0).take  # "later" is due within a 61 s pass

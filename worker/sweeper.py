@@ -14,7 +14,7 @@ from tether.errors import TetherError
 from tether.worker.engine.recovery import sweep_once, unclaimed_every_s
 from tether.worker.engine.services import EngineServices
 from tether.worker.engine.wait_reconcile import reconcile_waits
-from tether.worker.engine.wakes import next_pass_s, wake_due
+from tether.worker.engine.wakes import NextPass, next_pass, wake_due
 
 log = logging.getLogger(__name__)
 
@@ -61,12 +61,13 @@ class Sweeper:
 
     def _wake_loop(self) -> None:
         interval_s = self._services.settings.sweep_interval_ms / 1000
-        pause_s = 0.0
-        while not self._stop.wait(pause_s):
-            _guarded("timer wake", functools.partial(wake_due, self._services))
-            pause_s = interval_s
-            with contextlib.suppress(Exception):  # Redis away: the next pass tells
-                pause_s = next_pass_s(self._services, interval_s)
+        upcoming = NextPass(0.0, take=True)
+        while not self._stop.wait(upcoming.pause_s):
+            if upcoming.take:
+                _guarded("timer wake", functools.partial(wake_due, self._services))
+            upcoming = NextPass(interval_s, take=True)  # Redis away: the next pass takes
+            with contextlib.suppress(Exception):
+                upcoming = next_pass(self._services, interval_s)
 
     def _loop(self) -> None:
         settings = self._services.settings

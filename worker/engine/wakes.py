@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from tether.core.events import now_ms
 from tether.observability import metrics
@@ -49,14 +50,27 @@ def wake_due(services: EngineServices, *, at_ms: int | None = None) -> int:
             return woken
 
 
-def next_pass_s(services: EngineServices, interval_s: float) -> float:
-    """How long the timers thread may sleep before its next pass: until the next due time,
-    at most ``interval_s`` (a wake submitted a moment after its due time, not a sweep later)."""
+class NextPass(NamedTuple):
+    """When the timers thread passes next, and whether that pass takes due members."""
+
+    pause_s: float
+    take: bool
+    """False while the index's first member is due after the pass: an idle fleet then probes
+    each shard with one read, where a take runs a script per shard (and writes when it takes)."""
+
+
+def next_pass(services: EngineServices, interval_s: float) -> NextPass:
+    """The timers thread's next pass: at the next due time, at most ``interval_s`` away (a wake
+    is submitted a moment after its due time, not a sweep later). A timer parked meanwhile by
+    another worker is seen at the next probe, at most ``interval_s`` later, as before."""
     index = services.waits
     next_ms = index.next_due_ms() if index is not None else None
     if next_ms is None:
-        return interval_s
-    return min(interval_s, max(MIN_PASS_S, (next_ms - now_ms()) / 1000))
+        return NextPass(interval_s, take=False)
+    wait_s = (next_ms - now_ms()) / 1000
+    if wait_s > interval_s:
+        return NextPass(interval_s, take=False)
+    return NextPass(max(MIN_PASS_S, wait_s), take=True)
 
 
 def _wake(services: EngineServices, members: Sequence[TimerMember]) -> int:
