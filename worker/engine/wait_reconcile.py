@@ -18,6 +18,7 @@ read per waiting session, only then).
 from __future__ import annotations
 
 import logging
+import random
 from typing import NamedTuple
 
 from tether.core.events import now_ms
@@ -52,6 +53,9 @@ def reconcile_waits(services: EngineServices, *, deep: bool = False) -> Reconcil
     if index is None or marks is None:
         return Reconciled(0, 0)
     sessions = list(marks.sessions())
+    # every worker takes a pass at once after a flush: in its own order, each mostly finds the
+    # sessions another already rebuilt (the check below), instead of both rebuilding each
+    random.shuffle(sessions)
     known = _recorded(services, sessions)
     rebuilt = skipped = 0
     for (tenant, session_id), recorded in zip(sessions, known, strict=True):
@@ -60,6 +64,8 @@ def reconcile_waits(services: EngineServices, *, deep: bool = False) -> Reconcil
         if services.leases.holder(tenant, session_id) is not None:
             skipped += 1  # a worker is on it: it may be committing this very wait
             continue
+        if not recorded and _recorded(services, [(tenant, session_id)])[0]:
+            continue  # another worker's pass (all take one after a flush) rebuilt it meanwhile
         try:
             rebuilt += _rebuild(services, tenant, session_id)
         except Exception as exc:  # one unreadable session must not stop the others
