@@ -11,8 +11,9 @@ the head holds), and a mark whose session waits for nothing is deleted once it i
 After Redis went back to an older state (a rollback, which
 :meth:`~tether.runs.waits.base.WaitIndex.lost` tells), a session may have records, of calls it
 parked before the snapshot, and still lack the call it parked since: the pass is then ``deep``,
-and also rebuilds each recorded session whose mark names a call Redis does not hold (one mark
-read per waiting session, only then).
+and also rebuilds each recorded session whose mark names a call Redis does not hold, and forgets
+the records Redis brought back of calls the head settled since (one head and one mark read per
+waiting session, only then).
 """
 
 from __future__ import annotations
@@ -81,12 +82,22 @@ def _recorded(services: EngineServices, sessions: list[tuple[str, str]]) -> list
 
 
 def _behind(services: EngineServices, tenant: str, session_id: str) -> bool:
-    """Whether the session's mark names a call Redis holds no record of."""
+    """Whether the session's mark names a call Redis holds no record of. Records Redis brought
+    back of calls the head settled since are forgotten on the way (nothing else would: only a
+    wake of the call, dropped as a duplicate, touched them)."""
     assert services.waits is not None and services.marks is not None
+    held = {r.call_id for r in services.waits.records(tenant, session_id)}
+    stored = services.store.load_shallow(tenant, session_id)  # after the records: see below
+    parked = parked_calls(stored.snapshot.memory.items) if stored is not None else {}
+    # a record is written after the head that parks its call, so one the head read after it
+    # does not park is settled for good
+    if stale := [c for c in held if c not in parked]:
+        services.waits.settle(tenant, session_id, stale)
+        forget_settled(services, tenant, session_id)
+        log.info("%s/%s: forgot %d call(s) settled since", tenant, session_id, len(stale))
     mark = services.marks.get(tenant, session_id)
     if mark is None:
         return False
-    held = {r.call_id for r in services.waits.records(tenant, session_id)}
     return any(r.call_id not in held for r in mark.records)
 
 
