@@ -3,6 +3,9 @@ source of truth, the broker's message a wake-up. Runs are submitted while no wor
 then the broker (a second redis-server without persistence) is killed and started empty: every
 message is gone. A worker started afterwards finds the runs through the sweeper's queued
 indexes (a session no worker claimed within 5 lease TTLs) and runs each once.
+
+This test's producer and worker use a lease TTL of 1 s, not the stack's 2 s: the wait is five
+TTLs whatever the TTL, and half of it is 5 s less of the test spent waiting.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from tether.producer.client import Producer
 
 QUEUE = "lostq"
 RUNS = 3
+#: The lease TTL of this test's producer and worker: the backlog patience is five of them.
+LEASE_TTL_MS = 1000
 
 
 def test_a_broker_that_lost_its_messages_costs_a_wait_not_a_run(
@@ -24,7 +29,12 @@ def test_a_broker_that_lost_its_messages_costs_a_wait_not_a_run(
     broker = RedisServer(unix_socket=False).start()
     namespace = unique("lost")  # the shared stack's sweepers never see these sessions
     settings = live_stack.settings.model_copy(
-        update={"broker_url": broker.url, "queue": QUEUE, "namespace": namespace}
+        update={
+            "broker_url": broker.url,
+            "queue": QUEUE,
+            "namespace": namespace,
+            "lease_ttl_ms": LEASE_TTL_MS,
+        }
     )
     producer = Producer(settings)
     fleet: WorkerFleet | None = None
@@ -42,6 +52,7 @@ def test_a_broker_that_lost_its_messages_costs_a_wait_not_a_run(
             TETHER_BROKER_URL=broker.url,
             TETHER_QUEUE=QUEUE,
             TETHER_NAMESPACE=namespace,
+            TETHER_LEASE_TTL_MS=str(LEASE_TTL_MS),
         )
         fleet = WorkerFleet(env, tmp_path, count=1, queue=QUEUE, prefix="lost").start()
         for sid, handle in zip(sessions, handles, strict=True):

@@ -245,14 +245,20 @@ class LocalStack:
         exports = [("TETHER_BROKER_URL", url), ("TETHER_REDIS_URL", url)]
         exports += self._start_store(state, options, progress)
         env = {**base_env, **dict(exports)}
+        # the workers, the beat and the console start side by side, then each is waited for:
+        # their start is mostly Python's imports, which the machine's other cores do at the
+        # same time (one after the other, `up` took their sum: ~4 s more on 2 cores)
+        readiness: list[Callable[[], None]] = []
         if options.autoscale is not None:
-            self._start_autoscaler(state, options, env, progress, url)
+            readiness.append(self._start_autoscaler(state, options, env, progress, url))
         else:
-            self._start_workers(state, options, env, progress)
+            readiness.append(self._start_workers(state, options, env, progress))
         if options.beat and beat_available():
-            self._start_beat(state, env, progress, url)
+            readiness.append(self._start_beat(state, env, progress, url))
         if options.console and console_available():
-            self._start_console(state, options, env, progress)
+            readiness.append(self._start_console(state, options, env, progress))
+        for ready in readiness:
+            ready()
         return exports
 
     def _add(self, state: StackState, record: ProcessRecord) -> None:
@@ -289,7 +295,8 @@ class LocalStack:
         options: UpOptions,
         env: dict[str, str],
         progress: Callable[[str], None],
-    ) -> None:
+    ) -> Callable[[], None]:
+        """Spawn the workers; returns the wait until every one consumes."""
         progress(f"starting {options.workers} worker(s)")
         workers = [
             WorkerProcess(
@@ -305,8 +312,12 @@ class LocalStack:
             worker.start(wait=False)
             assert worker.pid is not None
             self._add(state, record_of(worker.name, "worker", worker.pid, worker.log_path))
-        for worker in workers:
-            worker.wait_ready(WORKER_READY_TIMEOUT_S)
+
+        def ready() -> None:
+            for worker in workers:
+                worker.wait_ready(WORKER_READY_TIMEOUT_S)
+
+        return ready
 
     def _start_autoscaler(
         self,
@@ -315,7 +326,8 @@ class LocalStack:
         env: dict[str, str],
         progress: Callable[[str], None],
         redis_url: str,
-    ) -> None:
+    ) -> Callable[[], None]:
+        """Spawn the supervisor; returns the wait until its minimum of workers consume."""
         assert options.autoscale is not None
         low, high = options.autoscale
         progress(f"starting the autoscaler ({low}..{high} workers)")
@@ -331,11 +343,14 @@ class LocalStack:
             log_path=self.paths.logs / "autoscaler.log", cwd=self.paths.project,
         )  # fmt: skip
         self._add(state, record)
-        wait_for_workers(record, redis_url, self.settings, low, WORKER_READY_TIMEOUT_S)
+        return lambda: wait_for_workers(
+            record, redis_url, self.settings, low, WORKER_READY_TIMEOUT_S
+        )
 
     def _start_beat(
         self, state: StackState, env: dict[str, str], progress: Callable[[str], None], url: str
-    ) -> None:
+    ) -> Callable[[], None]:
+        """Spawn the beat; returns the wait until it is registered."""
         progress("starting the beat (it fires the schedules)")
         argv = [sys.executable, "-m", "tether.producer.ops.cli", "beat"]
         record = spawn(
@@ -343,7 +358,7 @@ class LocalStack:
             cwd=self.paths.project,
         )  # fmt: skip
         self._add(state, record)
-        wait_for_beat(record, url, self.settings, BEAT_READY_TIMEOUT_S)
+        return lambda: wait_for_beat(record, url, self.settings, BEAT_READY_TIMEOUT_S)
 
     def _start_console(
         self,
@@ -351,23 +366,33 @@ class LocalStack:
         options: UpOptions,
         env: dict[str, str],
         progress: Callable[[str], None],
-    ) -> None:
+    ) -> Callable[[], None]:
+        """Spawn the console (recorded at once: a failed `up` stops it with the rest); returns
+        the wait until it listens."""
         port = options.console_port or _console_port()
-        for attempt in (1, 2):
-            progress(f"starting the console on port {port}")
-            record = self._spawn_console(options, env, port)
+        progress(f"starting the console on port {port}")
+        first = self._spawn_console(options, env, port)
+        self._add(state, first)
+
+        def ready() -> None:
+            record, bound = first, port
             try:
-                wait_for_port(record, port, CONSOLE_READY_TIMEOUT_S)
-                break
+                wait_for_port(record, bound, CONSOLE_READY_TIMEOUT_S)
             except ConfigurationError:
-                if options.console_port or attempt == 2 or is_running(record):
+                if options.console_port or is_running(record):
                     raise
                 # the default port was taken between the probe and the console's bind (another
                 # stack starting beside this one): any free port, once
-                port = free_port()
-        self._add(state, record)
-        state.console_url = f"http://127.0.0.1:{port}/"
-        _save_state(self.paths, state)
+                state.services.remove(record)
+                bound = free_port()
+                progress(f"starting the console on port {bound}")
+                record = self._spawn_console(options, env, bound)
+                self._add(state, record)
+                wait_for_port(record, bound, CONSOLE_READY_TIMEOUT_S)
+            state.console_url = f"http://127.0.0.1:{bound}/"
+            _save_state(self.paths, state)
+
+        return ready
 
     def _spawn_console(self, options: UpOptions, env: dict[str, str], port: int) -> ProcessRecord:
         argv = [sys.executable, "-m", "tether.producer.ops.cli", "console", "--port", str(port)]
