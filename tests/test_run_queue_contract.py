@@ -875,6 +875,19 @@ def test_stale_sessions_lists_a_session_only_after_it_aged_past_idle_ms(case: Ca
     assert runs.stale_sessions(3_600_000) == []
 
 
+def test_idle_sessions_say_how_long_each_went_without_progress(case: Case) -> None:
+    """What the sweeper reads once for its two ages (the lease TTL and the backlog patience)."""
+    runs = case.runs
+    claimed(runs, req(session="s-old"))
+    case.age(IDLE_MS)
+    claimed(runs, req(session="s-new"))
+    idle = runs.idle_sessions(0)
+    assert [(s.tenant, s.session_id) for s in idle] == [(T, "s-old"), (T, "s-new")]
+    assert [(s.tenant, s.session_id) for s in idle] == runs.stale_sessions(0)
+    assert idle[0].idle_ms - idle[1].idle_ms >= IDLE_MS and idle[1].idle_ms >= 0
+    assert [s.session_id for s in runs.idle_sessions(idle[0].idle_ms)] == ["s-old"]
+
+
 def test_stale_sessions_lists_the_oldest_first_up_to_limit(case: Case) -> None:
     runs = case.runs
     sessions = [("t-1", "s-c"), ("t-2", "s-a"), ("t-1", "s-b")]

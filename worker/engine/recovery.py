@@ -42,12 +42,15 @@ def sweep_once(services: EngineServices, *, unclaimed: bool = True) -> int:
     settings = services.settings
     woken = 0
     patience_ms = BACKLOG_PATIENCE * settings.lease_ttl_ms
-    long_idle = set(services.runs.stale_sessions(idle_ms=patience_ms))
+    # one read of the active index for both ages (each read is one command per shard, 64, at
+    # every pass of every worker, busy or idle)
+    stale = services.runs.idle_sessions(idle_ms=settings.lease_ttl_ms)
+    long_idle = {(s.tenant, s.session_id) for s in stale if s.idle_ms >= patience_ms}
     # sessions no worker claimed (a lost message): only ever woken after the patience, so
     # their tenants' queued indexes are read then, not every pass
     if unclaimed:
         long_idle.update(services.runs.unclaimed_sessions(idle_ms=patience_ms))
-    candidates = dict.fromkeys(services.runs.stale_sessions(idle_ms=settings.lease_ttl_ms))
+    candidates = dict.fromkeys((s.tenant, s.session_id) for s in stale)
     candidates.update(dict.fromkeys(long_idle))
     for tenant, session_id in candidates:
         try:

@@ -230,6 +230,14 @@ class Cancellation(Protocol):
         started) to stop in ``mode``; its run id, or None when no other run is running."""
 
 
+class IdleSession(NamedTuple):
+    """An active session without progress, and for how long."""
+
+    tenant: str
+    session_id: str
+    idle_ms: int
+
+
 class Recovery(Protocol):
     """Finding sessions whose worker died with runs queued."""
 
@@ -239,6 +247,10 @@ class Recovery(Protocol):
     def stale_sessions(self, idle_ms: int, limit: int = 100) -> list[tuple[str, str]]:
         """Active sessions (a worker claimed or began a run there, and their queue has not been
         empty since) without progress for ``idle_ms`` (oldest first)."""
+
+    def idle_sessions(self, idle_ms: int, limit: int = 100) -> list[IdleSession]:
+        """:meth:`stale_sessions` with how long each has been without progress: a sweep that
+        looks for two ages reads the index once."""
 
     def unclaimed_sessions(self, idle_ms: int, limit: int = 100) -> list[tuple[str, str]]:
         """Sessions a producer queued a run on ``idle_ms`` ago or more, whose queue has not been

@@ -22,6 +22,7 @@ from tether.runs.queue.base import (
     CancelOutcome,
     Completion,
     IdleRelease,
+    IdleSession,
     RunState,
     RunView,
     StopMode,
@@ -327,14 +328,18 @@ class InMemoryRunQueue:
         Sessions of the same age are ordered by ``"<tenant>/<session>"``, as Redis orders the
         members of equal score in its ``active`` zset.
         """
+        return [(s.tenant, s.session_id) for s in self.idle_sessions(idle_ms, limit)]
+
+    def idle_sessions(self, idle_ms: int, limit: int = 100) -> list[IdleSession]:
+        """:meth:`stale_sessions` with how long each has been idle."""
         with self._lock:
-            cutoff = self._clock() - idle_ms
+            now = self._clock()
             stale = sorted(
                 (t, f"{tenant}/{session_id}", (tenant, session_id))
                 for (tenant, session_id), t in self._state.active.items()
-                if t <= cutoff
+                if t <= now - idle_ms
             )
-            return [session for _, _, session in stale[:limit]]
+            return [IdleSession(*session, int(now - t)) for t, _, session in stale[:limit]]
 
     def claim_kick(self, tenant: str, session_id: str, ttl_ms: int) -> bool:
         """Claim re-enqueueing the session for ``ttl_ms``."""

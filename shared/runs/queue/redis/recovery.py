@@ -28,6 +28,7 @@ from tether.ids import is_valid_id
 from tether.keys import QUEUED_SHARDS, RedisKeys
 from tether.persistence.active_index import known_tenants, note_tenant
 from tether.persistence.redis_conn import translate_errors
+from tether.runs.queue.base import IdleSession
 from tether.runs.queue.redis._common import text
 from tether.runs.queue.redis._part import RedisQueuePart
 
@@ -57,7 +58,12 @@ class RedisRecovery(RedisQueuePart):
         """Active sessions without progress for ``idle_ms`` (oldest first), over every shard of
         the index in one pipelined round trip. A member naming no session of its shard is
         removed and a shard of another type skipped (see the module's notes)."""
-        cutoff = now_ms() - idle_ms
+        return [(s.tenant, s.session_id) for s in self.idle_sessions(idle_ms, limit)]
+
+    def idle_sessions(self, idle_ms: int, limit: int = 100) -> list[IdleSession]:
+        """:meth:`stale_sessions` with how long each has been idle."""
+        now = now_ms()
+        cutoff = now - idle_ms
         shards = self.keys.active_shards()
         with translate_errors(self._where):
             pipe = self.client.pipeline(transaction=False)
@@ -77,7 +83,9 @@ class RedisRecovery(RedisQueuePart):
                     found.append((score, member, session))
         if invalid:
             self._remove_members(invalid)
-        return [session for _, _, session in sorted(found)[:limit]]
+        return [
+            IdleSession(*session, int(now - score)) for score, _, session in sorted(found)[:limit]
+        ]
 
     def unclaimed_sessions(self, idle_ms: int, limit: int = 100) -> list[tuple[str, str]]:
         """Sessions of every known tenant's queued index marked ``idle_ms`` ago or more (oldest
