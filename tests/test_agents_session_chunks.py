@@ -24,7 +24,7 @@ from tether.persistence.blobs import Blob
 from tether.persistence.blobs.local import LocalBlobs
 from tether.persistence.blobs.memory import MemoryBlobs
 from tether.persistence.journal import HeadJournal
-from tether.persistence.objects import head_key, items_dir
+from tether.persistence.objects import events_dir, head_key, items_dir
 from tether.persistence.saving import ARCHIVE_BATCH_EVENTS
 from tether.persistence.stores import BlobSnapshotStore
 
@@ -115,6 +115,50 @@ def test_one_item_appends_as_patches_still_seal_chunks(tmp_path: Path) -> None:
     assert texts(session.read_items(limit=3)) == ["m397", "m398", "m399"]
     reader = SessionLogReader(BlobSnapshotStore(blobs), BlobEventArchive(blobs))
     assert reader.verify("s").ok
+
+
+class PutLocalBlobs(LocalBlobs):
+    """The local backend, remembering the keys of whole objects put (a head stored whole, a
+    chunk, a segment; a patch of the head's journal is not a put)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root, journal=HeadJournal())
+        self.puts: list[str] = []
+
+    def put(self, key: str, data: bytes, *, expected: str | None) -> str:
+        self.puts.append(key)
+        return super().put(key, data, expected=expected)
+
+
+def test_one_item_appends_write_files_on_two_appends_in_a_chunk(tmp_path: Path) -> None:
+    """On a journaling store, the appends that write more than a patch (a chunk, a segment,
+    the whole head: syncs of their own) are the two per CHUNK_ITEMS that archive the outbox,
+    one of which seals the chunk too; the appends after them are patches again."""
+    blobs = PutLocalBlobs(tmp_path / "store")
+    session = TetherSession("s", store=BlobSnapshotStore(blobs), archive=BlobEventArchive(blobs))
+    session.append_items([user(n) for n in range(1000)])
+    settle = 1000 + 2 * CHUNK_ITEMS + 2  # up to the first seal, which sets the rhythm
+    for n in range(1000, settle):
+        session.append_items([user(n)])
+    writing: list[tuple[int, bool, bool]] = []  # (append, wrote a chunk, wrote a segment)
+    for n in range(settle, settle + 4 * CHUNK_ITEMS):
+        blobs.puts.clear()
+        session.append_items([user(n)])
+        if blobs.puts:
+            chunk = any(key.startswith(items_dir(T, "s")) for key in blobs.puts)
+            segment = any(
+                key.startswith(events_dir(T, "s")) and not key.startswith(items_dir(T, "s"))
+                for key in blobs.puts
+            )
+            writing.append((n, chunk, segment))
+    assert len(writing) == 2 * 4, writing
+    assert all(segment for _, _, segment in writing), writing
+    assert sum(chunk for _, chunk, _ in writing) == 4, writing
+    assert ARCHIVE_BATCH_EVENTS * 2 == CHUNK_ITEMS  # the rhythm above: two batches a chunk
+    end = settle + 4 * CHUNK_ITEMS
+    reopened = TetherSession("s", store=BlobSnapshotStore(blobs), archive=BlobEventArchive(blobs))
+    assert texts(reopened.read_items()) == [f"m{n}" for n in range(end)]
+    assert SessionLogReader(BlobSnapshotStore(blobs), BlobEventArchive(blobs)).verify("s").ok
 
 
 def test_a_patched_append_is_read_back_redacted(tmp_path: Path) -> None:

@@ -44,7 +44,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from pydantic_core import PydanticSerializationError
 
-from tether.core.events import ItemsAppendedPayload
+from tether.core.events import AgentEvent, ItemsAppendedPayload
 from tether.core.items import Item
 from tether.errors import InvalidInput, ModelError, VersionConflict
 from tether.ids import validate_id, validate_tenant
@@ -398,18 +398,33 @@ class TetherSession:
             try:
                 if self._patch(write, before):
                     return result
+                chunks_before = len(write.chunks), write.index
                 write.seal(self._store)
                 batch = write.archive_batch_events(ARCHIVE_BATCH_EVENTS)
+                if self._journal is not None and (len(write.chunks), write.index) != chunks_before:
+                    # archive with the seal: the outbox then restarts here and its next batches
+                    # fill on the appends that seal (one chunk per two batches), so the appends
+                    # that write files (a chunk, a segment: two syncs each) are one in
+                    # CHUNK_ITEMS, not three
+                    batch = 1
                 version = save_session(
                     write, self._store, self._agent.archive, archive_batch_events=batch
                 )
                 archived = batch if self._agent.archive is not None else None
-                if archived == 1:  # a large outbox, archived at once: the head sheds it
+                if archived == 1 or (
+                    # on a journal, the append after a head whose outbox is archived would
+                    # store the whole head again to shed it: shed it now, and that one is a
+                    # patch
+                    archived is not None
+                    and self._journal is not None
+                    and session.archived_seq == session.last_seq
+                ):
                     rewritten = self._drop_archived_outbox(write)
                     if rewritten is None:
                         return result  # saved; another writer saved on top of it since
                     archived, version = ARCHIVE_BATCH_EVENTS, rewritten
                 self._keep(write, version, archived)
+                self._prime()
                 return result
             except VersionConflict:
                 # another writer won this round; back off a little so we do not collide again
@@ -427,6 +442,31 @@ class TetherSession:
         known = _Known(version, saved.memory.items, tuple(saved.memory_chunks), saved.memory_index)
         with self._kept_lock:
             self._kept, self._live, self._known = StoredSnapshot(saved, version), None, known
+
+    def _prime(self) -> None:
+        """On a journal, load the head just kept as the write the next append patches, so that
+        append takes :meth:`_append_live`'s shortcut instead of loading it then: this call has
+        written files already, the next one would otherwise be the slowest of the appends that
+        write only a patch. Nothing is read (the head is the one kept, its outbox below the
+        archive batch); when it cannot be patched, the next write loads it as before."""
+        if self._journal is None:
+            return
+        with self._kept_lock:
+            kept = self._kept
+        if kept is None or (
+            self._agent.archive is not None
+            and should_archive(kept.snapshot.events, kept.snapshot.archive_batch_events)
+        ):
+            return
+        write = self._load("none")  # takes the kept head: the next write starts from this
+        if write is None or not write.patchable:
+            return
+        session = write.session
+        write.memory_items = len(session.memory_snapshot().items)
+        if self._agent.archive is not None:
+            write.outbox_items = _outbox_items(session.events, session.archived_seq)
+        with self._kept_lock:
+            self._live = write
 
     def _drop_archived_outbox(self, write: ChunkedWrite) -> str | None:
         """Write the head ``write`` just saved again without the large outbox it carried and
@@ -468,10 +508,8 @@ class TetherSession:
             # the loaded outbox is gapless and held no event that archives at once (else
             # _load archived it and this write is not patchable), and appends add none: its
             # length alone decides
-            write.outbox_items = sum(
-                len(e.payload.items)
-                for e in events[: len(events) - len(new)]
-                if e.seq > session.archived_seq and isinstance(e.payload, ItemsAppendedPayload)
+            write.outbox_items = _outbox_items(
+                events[: len(events) - len(new)], session.archived_seq
             )
         if not write.fits_patch(len(memory.items), session.last_seq, added, archived=archived):
             return False
@@ -492,3 +530,13 @@ class TetherSession:
         with self._kept_lock:
             self._live, self._kept, self._known = write, None, known
         return True
+
+
+def _outbox_items(events: Iterable[AgentEvent], archived_seq: int) -> int:
+    """How many memory items the item events of an outbox (``events`` after ``archived_seq``)
+    hold."""
+    return sum(
+        len(e.payload.items)
+        for e in events
+        if e.seq > archived_seq and isinstance(e.payload, ItemsAppendedPayload)
+    )
