@@ -161,8 +161,8 @@ def counted_syncs() -> Iterator[list[int]]:
     count = [0]
     fsync, fdatasync = os.fsync, os.fdatasync
 
-    def counted(function: Callable[[int], None]) -> Callable[[int], None]:
-        def call(fd: int) -> None:
+    def counted(function: Callable[[Any], None]) -> Callable[[Any], None]:
+        def call(fd: Any) -> None:
             count[0] += 1
             function(fd)
 
