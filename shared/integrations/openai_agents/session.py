@@ -23,6 +23,10 @@ compare-and-set still checks it). On a store that journals (the local one), an a
 neither seals a chunk nor fills the archive batch is stored as its event alone, one patch
 record in the head's journal (see :mod:`tether.persistence.journal`), and reads are answered
 from the head this object wrote or read last while the stored version is still that one.
+There the append that seals a chunk archives the outbox with it, an archived outbox leaves the
+head in the same call, and that call loads the head it kept for the next append's patch: of
+``CHUNK_ITEMS`` one-item appends, two write files (a chunk, a segment, the head whole) and all
+the others are one patch record each.
 Without a lease, a writer also finishes archiving the outbox it loaded when its predecessor may
 not have yet, so archive segments never overlap.
 
