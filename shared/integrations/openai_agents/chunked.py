@@ -120,11 +120,20 @@ class ChunkedWrite:
             self.index = store.write_chunk_index(self.tenant, self.session_id, folded)
             self.chunks = self.chunks[-INDEX_FANOUT:]
 
-    def fits_patch(self, memory_items: int, last_seq: int, added: int, *, archived: bool) -> bool:
+    def fits_patch(
+        self,
+        memory_items: int,
+        last_seq: int,
+        added: int,
+        *,
+        archived: bool,
+        batch: int = ARCHIVE_BATCH_EVENTS,
+    ) -> bool:
         """Whether an append of ``added`` memory items, after which the session holds
         ``memory_items`` items and events up to ``last_seq``, can be stored as a patch of the
         head it started from: the full save would seal no chunk and, with an archive
-        (``archived``, :attr:`outbox_items` counted), archive no outbox."""
+        (``archived``, :attr:`outbox_items` counted), archive no outbox (``batch``: the
+        threshold the full save would record)."""
         if memory_items > 2 * CHUNK_ITEMS:
             return False  # the full save seals a chunk
         if not archived:
@@ -133,7 +142,7 @@ class ChunkedWrite:
             self.outbox_items is not None
             and last_seq - self.session.archived_seq < self.stored_batch
             # else a large append: the full save archives it at once
-            and self.outbox_items + added <= ARCHIVE_BATCH_EVENTS
+            and self.outbox_items + added <= batch
         )
 
     def archive_batch_events(self, default: int) -> int:

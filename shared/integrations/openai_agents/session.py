@@ -23,10 +23,11 @@ compare-and-set still checks it). On a store that journals (the local one), an a
 neither seals a chunk nor fills the archive batch is stored as its event alone, one patch
 record in the head's journal (see :mod:`tether.persistence.journal`), and reads are answered
 from the head this object wrote or read last while the stored version is still that one.
-There the append that seals a chunk archives the outbox with it, an archived outbox leaves the
-head in the same call, and that call loads the head it kept for the next append's patch: of
-``CHUNK_ITEMS`` one-item appends, two write files (a chunk, a segment, the head whole) and all
-the others are one patch record each.
+There the append that seals a chunk archives the outbox with it (one batch per chunk, see
+:data:`JOURNAL_ARCHIVE_BATCH_EVENTS`), the archived outbox leaves the head in the same call, and
+that call loads the head it kept for the next append's patch: of ``CHUNK_ITEMS`` one-item
+appends, one writes files (a chunk, a segment, the head whole) and all the others are one patch
+record each.
 Without a lease, a writer also finishes archiving the outbox it loaded when its predecessor may
 not have yet, so archive segments never overlap.
 
@@ -52,7 +53,7 @@ from tether.core.events import AgentEvent, ItemsAppendedPayload
 from tether.core.items import Item
 from tether.errors import InvalidInput, ModelError, VersionConflict
 from tether.ids import validate_id, validate_tenant
-from tether.integrations.openai_agents.chunked import ChunkedWrite, Pull, unseal
+from tether.integrations.openai_agents.chunked import CHUNK_ITEMS, ChunkedWrite, Pull, unseal
 from tether.integrations.openai_agents.items import SdkItem, from_memory, to_memory
 from tether.integrations.openai_agents.offload import call_in_thread
 from tether.integrations.openai_agents.session_settings import as_session_settings
@@ -73,6 +74,14 @@ T = TypeVar("T")
 MAX_WRITE_ATTEMPTS = 32
 """Compare-and-set attempts of one write before it gives up (each loses only to a write that
 succeeded, so reaching it means dozens of writers on one session at once)."""
+
+
+JOURNAL_ARCHIVE_BATCH_EVENTS = CHUNK_ITEMS
+"""The archiving threshold of a session on a store that journals: with one event per one-item
+append, its outbox fills on the append that seals a chunk (which archives it anyway, see
+:meth:`TetherSession._write`), so one append in ``CHUNK_ITEMS`` writes files (a chunk, a segment,
+the head whole) and all others one patch record; at :data:`ARCHIVE_BATCH_EVENTS` a second one
+would, halfway. Elsewhere every write stores the whole head, and the default batch stands."""
 
 
 class _Known(NamedTuple):
@@ -140,6 +149,9 @@ class TetherSession:
         journal: object = self._agent.store
         self._journal = (
             journal if isinstance(journal, JournalingStore) and journal.journals else None
+        )
+        self._batch = (
+            ARCHIVE_BATCH_EVENTS if self._journal is None else JOURNAL_ARCHIVE_BATCH_EVENTS
         )
 
     @classmethod
@@ -295,6 +307,7 @@ class TetherSession:
                     session.last_seq + 1,
                     len(items),
                     archived=self._agent.archive is not None,
+                    batch=self._batch,
                 )
             ):
                 return False
@@ -404,7 +417,7 @@ class TetherSession:
                     return result
                 chunks_before = len(write.chunks), write.index
                 write.seal(self._store)
-                batch = write.archive_batch_events(ARCHIVE_BATCH_EVENTS)
+                batch = write.archive_batch_events(self._batch)
                 if self._journal is not None and (len(write.chunks), write.index) != chunks_before:
                     # archive with the seal: the outbox then restarts here and its next batches
                     # fill on the appends that seal (one chunk per two batches), so the appends
@@ -426,7 +439,7 @@ class TetherSession:
                     rewritten = self._drop_archived_outbox(write)
                     if rewritten is None:
                         return result  # saved; another writer saved on top of it since
-                    archived, version = ARCHIVE_BATCH_EVENTS, rewritten
+                    archived, version = self._batch, rewritten
                 self._keep(write, version, archived)
                 self._prime()
                 return result
@@ -480,7 +493,7 @@ class TetherSession:
         here, so the next call reads the store)."""
         try:
             return save_session(
-                write, self._store, self._agent.archive, archive_batch_events=ARCHIVE_BATCH_EVENTS
+                write, self._store, self._agent.archive, archive_batch_events=self._batch
             )
         except VersionConflict:
             with self._kept_lock:
@@ -515,7 +528,9 @@ class TetherSession:
             write.outbox_items = _outbox_items(
                 events[: len(events) - len(new)], session.archived_seq
             )
-        if not write.fits_patch(len(memory.items), session.last_seq, added, archived=archived):
+        if not write.fits_patch(
+            len(memory.items), session.last_seq, added, archived=archived, batch=self._batch
+        ):
             return False
         appended = journal.append_events(
             self.tenant,
