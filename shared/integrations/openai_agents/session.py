@@ -23,11 +23,8 @@ compare-and-set still checks it). On a store that journals (the local one), an a
 neither seals a chunk nor fills the archive batch is stored as its event alone, one patch
 record in the head's journal (see :mod:`tether.persistence.journal`), and reads are answered
 from the head this object wrote or read last while the stored version is still that one.
-There the append that seals a chunk archives the outbox with it (one batch per chunk, see
-:data:`JOURNAL_ARCHIVE_BATCH_EVENTS`), the archived outbox leaves the head in the same call, and
-that call loads the head it kept for the next append's patch: of ``CHUNK_ITEMS`` one-item
-appends, one writes files (a chunk, a segment, the head whole) and all the others are one patch
-record each.
+There the append that seals a chunk archives the outbox (:data:`JOURNAL_ARCHIVE_BATCH_EVENTS`),
+sheds it from the head and loads the head for the next patch: one append in 64 writes files.
 Without a lease, a writer also finishes archiving the outbox it loaded when its predecessor may
 not have yet, so archive segments never overlap.
 
@@ -44,16 +41,23 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
 from pydantic_core import PydanticSerializationError
 
-from tether.core.events import AgentEvent, ItemsAppendedPayload
+from tether.core.events import ItemsAppendedPayload
 from tether.core.items import Item
 from tether.errors import InvalidInput, ModelError, VersionConflict
 from tether.ids import validate_id, validate_tenant
-from tether.integrations.openai_agents.chunked import CHUNK_ITEMS, ChunkedWrite, Pull, unseal
+from tether.integrations.openai_agents.chunked import (
+    JOURNAL_ARCHIVE_BATCH_EVENTS,
+    ChunkedWrite,
+    Pull,
+    newest_items,
+    outbox_items,
+    unseal,
+)
 from tether.integrations.openai_agents.items import SdkItem, from_memory, to_memory
 from tether.integrations.openai_agents.offload import call_in_thread
 from tether.integrations.openai_agents.session_settings import as_session_settings
@@ -74,14 +78,6 @@ T = TypeVar("T")
 MAX_WRITE_ATTEMPTS = 32
 """Compare-and-set attempts of one write before it gives up (each loses only to a write that
 succeeded, so reaching it means dozens of writers on one session at once)."""
-
-
-JOURNAL_ARCHIVE_BATCH_EVENTS = CHUNK_ITEMS
-"""The archiving threshold of a session on a store that journals: with one event per one-item
-append, its outbox fills on the append that seals a chunk (which archives it anyway, see
-:meth:`TetherSession._write`), so one append in ``CHUNK_ITEMS`` writes files (a chunk, a segment,
-the head whole) and all others one patch record; at :data:`ARCHIVE_BATCH_EVENTS` a second one
-would, halfway. Elsewhere every write stores the whole head, and the default batch stands."""
 
 
 class _Known(NamedTuple):
@@ -231,45 +227,17 @@ class TetherSession:
             if memory is None:
                 return []
             where = f"{self.tenant}/{self.session_id}"
-            return self._newest(
+            return newest_items(
+                store,
+                self,
                 newest_head_items(memory, where=where),
                 tuple(memory.memory_chunks),
                 memory.memory_index,
                 limit,
             )
-        return self._newest(reversed(known.items), known.chunks, known.chunk_index, limit)
-
-    def _newest(
-        self,
-        head_items: Iterable[Item],
-        chunks: tuple[str, ...],
-        index: str | None,
-        limit: int | None,
-    ) -> list[SdkItem]:
-        """The last ``limit`` SDK items of a head whose own items are ``head_items`` (newest
-        first), reading the chunks before them only as far as the limit needs."""
-        store = self._store
-        # newest first, converting only what the limit keeps (a memory item may stand for
-        # several SDK items, so count SDK items, not memory items)
-        newest: list[SdkItem] = []
-        sources: list[Iterable[Item]] = [head_items]
-        names = reversed(chunks)
-        while sources:
-            for item in sources.pop():
-                if limit is not None and len(newest) >= limit:
-                    break
-                newest.extend(reversed(from_memory(item)))
-            if limit is not None and len(newest) >= limit:
-                break
-            name = next(names, None)
-            if name is None and index is not None:  # past the head's own: the index's chunks
-                names = reversed(store.chunk_names(self.tenant, self.session_id, index))
-                index = None
-                name = next(names, None)
-            if name is not None:
-                sources.append(reversed(store.read_chunk(self.tenant, self.session_id, name)))
-        newest.reverse()
-        return last_items(newest, limit)
+        return newest_items(
+            store, self, reversed(known.items), known.chunks, known.chunk_index, limit
+        )
 
     def append_items(self, items: list[SdkItem] | tuple[Mapping[str, Any], ...]) -> None:
         """Blocking :meth:`add_items`."""
@@ -419,19 +387,12 @@ class TetherSession:
                 write.seal(self._store)
                 batch = write.archive_batch_events(self._batch)
                 if self._journal is not None and (len(write.chunks), write.index) != chunks_before:
-                    # archive with the seal: the outbox then restarts here and its next batches
-                    # fill on the appends that seal (one chunk per two batches), so the appends
-                    # that write files (a chunk, a segment: two syncs each) are one in
-                    # CHUNK_ITEMS, not three
-                    batch = 1
+                    batch = 1  # archive with the seal: see JOURNAL_ARCHIVE_BATCH_EVENTS
                 version = save_session(
                     write, self._store, self._agent.archive, archive_batch_events=batch
                 )
                 archived = batch if self._agent.archive is not None else None
-                if archived == 1 or (
-                    # on a journal, the append after a head whose outbox is archived would
-                    # store the whole head again to shed it: shed it now, and that one is a
-                    # patch
+                if archived == 1 or (  # on a journal, shed it now: the next append patches
                     archived is not None
                     and self._journal is not None
                     and session.archived_seq == session.last_seq
@@ -461,29 +422,16 @@ class TetherSession:
             self._kept, self._live, self._known = StoredSnapshot(saved, version), None, known
 
     def _prime(self) -> None:
-        """On a journal, load the head just kept as the write the next append patches, so that
-        append takes :meth:`_append_live`'s shortcut instead of loading it then: this call has
-        written files already, the next one would otherwise be the slowest of the appends that
-        write only a patch. Nothing is read (the head is the one kept, its outbox below the
-        archive batch); when it cannot be patched, the next write loads it as before."""
+        """On a journal, load the head just kept for the next append's patch (the shortcut of
+        :meth:`_append_live`), in this call, which wrote files already, rather than in that one.
+        Nothing is read; a head that cannot be patched is left for the next write to load."""
         if self._journal is None:
             return
-        with self._kept_lock:
-            kept = self._kept
-        if kept is None or (
-            self._agent.archive is not None
-            and should_archive(kept.snapshot.events, kept.snapshot.archive_batch_events)
-        ):
-            return
-        write = self._load("none")  # takes the kept head: the next write starts from this
-        if write is None or not write.patchable:
-            return
-        session = write.session
-        write.memory_items = len(session.memory_snapshot().items)
-        if self._agent.archive is not None:
-            write.outbox_items = _outbox_items(session.events, session.archived_seq)
-        with self._kept_lock:
-            self._live = write
+        write = self._load("none")  # the kept head (after a race, the stored one)
+        if write is not None and write.patchable:
+            write.count(archived=self._agent.archive is not None)
+            with self._kept_lock:
+                self._live = write
 
     def _drop_archived_outbox(self, write: ChunkedWrite) -> str | None:
         """Write the head ``write`` just saved again without the large outbox it carried and
@@ -525,7 +473,7 @@ class TetherSession:
             # the loaded outbox is gapless and held no event that archives at once (else
             # _load archived it and this write is not patchable), and appends add none: its
             # length alone decides
-            write.outbox_items = _outbox_items(
+            write.outbox_items = outbox_items(
                 events[: len(events) - len(new)], session.archived_seq
             )
         if not write.fits_patch(
@@ -549,13 +497,3 @@ class TetherSession:
         with self._kept_lock:
             self._live, self._kept, self._known = write, None, known
         return True
-
-
-def _outbox_items(events: Iterable[AgentEvent], archived_seq: int) -> int:
-    """How many memory items the item events of an outbox (``events`` after ``archived_seq``)
-    hold."""
-    return sum(
-        len(e.payload.items)
-        for e in events
-        if e.seq > archived_seq and isinstance(e.payload, ItemsAppendedPayload)
-    )
