@@ -18,13 +18,14 @@ from tether import Agent, SessionLogReader
 from tether.core.snapshot import ChunkRef
 from tether.integrations.openai_agents import TetherSession, from_memory
 from tether.integrations.openai_agents.chunked import CHUNK_ITEMS, INDEX_FANOUT
+from tether.integrations.openai_agents.session import JOURNAL_ARCHIVE_BATCH_EVENTS
 from tether.models.scripted import ScriptedModel
 from tether.persistence.archives.blob import BlobEventArchive
 from tether.persistence.blobs import Blob
 from tether.persistence.blobs.local import LocalBlobs
 from tether.persistence.blobs.memory import MemoryBlobs
 from tether.persistence.journal import HeadJournal
-from tether.persistence.objects import head_key, items_dir
+from tether.persistence.objects import events_dir, head_key, items_dir
 from tether.persistence.saving import ARCHIVE_BATCH_EVENTS
 from tether.persistence.stores import BlobSnapshotStore
 
@@ -108,13 +109,56 @@ def test_one_item_appends_as_patches_still_seal_chunks(tmp_path: Path) -> None:
         stored = BlobSnapshotStore(blobs).load_shallow(T, "s")
         assert stored is not None
         assert len(stored.snapshot.memory.items) <= 2 * CHUNK_ITEMS
-        assert len(stored.snapshot.events) <= ARCHIVE_BATCH_EVENTS
+        # on a journal the outbox is archived with each chunk (JOURNAL_ARCHIVE_BATCH_EVENTS)
+        assert len(stored.snapshot.events) <= JOURNAL_ARCHIVE_BATCH_EVENTS
     assert stored.snapshot.chunked_items + len(stored.snapshot.memory.items) == 400
     reopened = TetherSession("s", store=BlobSnapshotStore(blobs), archive=BlobEventArchive(blobs))
     assert texts(reopened.read_items()) == [f"m{n}" for n in range(400)]
     assert texts(session.read_items(limit=3)) == ["m397", "m398", "m399"]
     reader = SessionLogReader(BlobSnapshotStore(blobs), BlobEventArchive(blobs))
     assert reader.verify("s").ok
+
+
+class PutLocalBlobs(LocalBlobs):
+    """The local backend, remembering the keys of whole objects put (a head stored whole, a
+    chunk, a segment; a patch of the head's journal is not a put)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root, journal=HeadJournal())
+        self.puts: list[str] = []
+
+    def put(self, key: str, data: bytes, *, expected: str | None) -> str:
+        self.puts.append(key)
+        return super().put(key, data, expected=expected)
+
+
+def test_one_item_appends_write_files_on_one_append_in_a_chunk(tmp_path: Path) -> None:
+    """On a journaling store, the appends that write more than a patch (a chunk, a segment,
+    the whole head: syncs of their own) are one per CHUNK_ITEMS, the one that seals a chunk and
+    archives the outbox with it; the appends after it are patches again."""
+    blobs = PutLocalBlobs(tmp_path / "store")
+    session = TetherSession("s", store=BlobSnapshotStore(blobs), archive=BlobEventArchive(blobs))
+    session.append_items([user(n) for n in range(1000)])
+    settle = 1000 + 2 * CHUNK_ITEMS + 2  # up to the first seal, which sets the rhythm
+    for n in range(1000, settle):
+        session.append_items([user(n)])
+    writing: list[tuple[int, bool, bool]] = []  # (append, wrote a chunk, wrote a segment)
+    for n in range(settle, settle + 4 * CHUNK_ITEMS):
+        blobs.puts.clear()
+        session.append_items([user(n)])
+        if blobs.puts:
+            chunk = any(key.startswith(items_dir(T, "s")) for key in blobs.puts)
+            segment = any(
+                key.startswith(events_dir(T, "s")) and not key.startswith(items_dir(T, "s"))
+                for key in blobs.puts
+            )
+            writing.append((n, chunk, segment))
+    assert len(writing) == 4, writing
+    assert all(chunk and segment for _, chunk, segment in writing), writing
+    end = settle + 4 * CHUNK_ITEMS
+    reopened = TetherSession("s", store=BlobSnapshotStore(blobs), archive=BlobEventArchive(blobs))
+    assert texts(reopened.read_items()) == [f"m{n}" for n in range(end)]
+    assert SessionLogReader(BlobSnapshotStore(blobs), BlobEventArchive(blobs)).verify("s").ok
 
 
 def test_a_patched_append_is_read_back_redacted(tmp_path: Path) -> None:

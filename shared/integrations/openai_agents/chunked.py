@@ -11,16 +11,19 @@ the log still gives the memory (chunks + suffix).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from tether.core.events import AgentEvent, ItemsAppendedPayload
 from tether.core.items import Item
 from tether.core.memory import MemorySnapshot
 from tether.core.snapshot import CHUNKED_SNAPSHOT_SCHEMA_VERSION, ChunkRef, SessionSnapshot
+from tether.integrations.openai_agents.items import SdkItem, from_memory
 from tether.persistence.saving import ARCHIVE_BATCH_EVENTS
 from tether.persistence.stores.base import SnapshotStore, StoredSnapshot
 from tether.runtime.session import AgentSession
+from tether.runtime.session_memory import last_items
 
 CHUNK_ITEMS = 64
 """Memory items per sealed chunk. The head keeps the newest items unsealed: up to twice this
@@ -30,6 +33,14 @@ INDEX_FANOUT = 16
 """Chunk names a head lists itself: up to twice this many, then all but the last
 ``INDEX_FANOUT`` move into a new chunk index (one index per ``INDEX_FANOUT`` chunks), so a head
 stays the same size however long the session."""
+
+JOURNAL_ARCHIVE_BATCH_EVENTS = CHUNK_ITEMS
+"""The archiving threshold of a ``TetherSession`` on a store that journals: with one event per
+one-item append, its outbox fills on the append that seals a chunk (which archives it anyway),
+so one append in ``CHUNK_ITEMS`` writes files (a chunk, a segment, the head whole) and all others
+one patch record; at :data:`ARCHIVE_BATCH_EVENTS` a second one would, halfway. Elsewhere every
+write stores the whole head, and the default batch stands."""
+
 
 Pull = Literal["none", "last", "all"]
 """How many chunks a write needs back in the session's memory: none (append), the last one
@@ -120,11 +131,20 @@ class ChunkedWrite:
             self.index = store.write_chunk_index(self.tenant, self.session_id, folded)
             self.chunks = self.chunks[-INDEX_FANOUT:]
 
-    def fits_patch(self, memory_items: int, last_seq: int, added: int, *, archived: bool) -> bool:
+    def fits_patch(
+        self,
+        memory_items: int,
+        last_seq: int,
+        added: int,
+        *,
+        archived: bool,
+        batch: int = ARCHIVE_BATCH_EVENTS,
+    ) -> bool:
         """Whether an append of ``added`` memory items, after which the session holds
         ``memory_items`` items and events up to ``last_seq``, can be stored as a patch of the
         head it started from: the full save would seal no chunk and, with an archive
-        (``archived``, :attr:`outbox_items` counted), archive no outbox."""
+        (``archived``, :attr:`outbox_items` counted), archive no outbox (``batch``: the
+        threshold the full save would record)."""
         if memory_items > 2 * CHUNK_ITEMS:
             return False  # the full save seals a chunk
         if not archived:
@@ -133,8 +153,16 @@ class ChunkedWrite:
             self.outbox_items is not None
             and last_seq - self.session.archived_seq < self.stored_batch
             # else a large append: the full save archives it at once
-            and self.outbox_items + added <= ARCHIVE_BATCH_EVENTS
+            and self.outbox_items + added <= batch
         )
+
+    def count(self, *, archived: bool) -> None:
+        """Count :attr:`memory_items` and (``archived``: there is an archive) :attr:`outbox_items`
+        of a session loaded whole, for appends that patch it without counting them again."""
+        session = self.session
+        self.memory_items = len(session.memory_snapshot().items)
+        if archived:
+            self.outbox_items = outbox_items(session.events, session.archived_seq)
 
     def archive_batch_events(self, default: int) -> int:
         """The archiving threshold of this save: 1 (archive now) when the outbox holds more
@@ -193,3 +221,53 @@ class ChunkedWrite:
 
     def mark_reconciled(self) -> None:
         self.session.mark_reconciled()
+
+
+def outbox_items(events: Iterable[AgentEvent], archived_seq: int) -> int:
+    """How many memory items the item events of an outbox (``events`` after ``archived_seq``)
+    hold."""
+    return sum(
+        len(e.payload.items)
+        for e in events
+        if e.seq > archived_seq and isinstance(e.payload, ItemsAppendedPayload)
+    )
+
+
+class _Where(Protocol):
+    tenant: str
+    session_id: str
+
+
+def newest_items(
+    store: SnapshotStore,
+    where: _Where,
+    head_items: Iterable[Item],
+    chunks: tuple[str, ...],
+    index: str | None,
+    limit: int | None,
+) -> list[SdkItem]:
+    """The last ``limit`` SDK items of the session ``where`` names (its tenant and id), whose
+    head's own items are ``head_items`` (newest first), reading the chunks before them only as
+    far as the limit needs."""
+    tenant, session_id = where.tenant, where.session_id
+    # newest first, converting only what the limit keeps (a memory item may stand for
+    # several SDK items, so count SDK items, not memory items)
+    newest: list[SdkItem] = []
+    sources: list[Iterable[Item]] = [head_items]
+    names = reversed(chunks)
+    while sources:
+        for item in sources.pop():
+            if limit is not None and len(newest) >= limit:
+                break
+            newest.extend(reversed(from_memory(item)))
+        if limit is not None and len(newest) >= limit:
+            break
+        name = next(names, None)
+        if name is None and index is not None:  # past the head's own: the index's chunks
+            names = reversed(store.chunk_names(tenant, session_id, index))
+            index = None
+            name = next(names, None)
+        if name is not None:
+            sources.append(reversed(store.read_chunk(tenant, session_id, name)))
+    newest.reverse()
+    return last_items(newest, limit)

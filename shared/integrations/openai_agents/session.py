@@ -23,6 +23,8 @@ compare-and-set still checks it). On a store that journals (the local one), an a
 neither seals a chunk nor fills the archive batch is stored as its event alone, one patch
 record in the head's journal (see :mod:`tether.persistence.journal`), and reads are answered
 from the head this object wrote or read last while the stored version is still that one.
+There the append that seals a chunk archives the outbox (:data:`JOURNAL_ARCHIVE_BATCH_EVENTS`),
+sheds it from the head and loads the head for the next patch: one append in 64 writes files.
 Without a lease, a writer also finishes archiving the outbox it loaded when its predecessor may
 not have yet, so archive segments never overlap.
 
@@ -39,7 +41,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
 from pydantic_core import PydanticSerializationError
@@ -48,7 +50,14 @@ from tether.core.events import ItemsAppendedPayload
 from tether.core.items import Item
 from tether.errors import InvalidInput, ModelError, VersionConflict
 from tether.ids import validate_id, validate_tenant
-from tether.integrations.openai_agents.chunked import ChunkedWrite, Pull, unseal
+from tether.integrations.openai_agents.chunked import (
+    JOURNAL_ARCHIVE_BATCH_EVENTS,
+    ChunkedWrite,
+    Pull,
+    newest_items,
+    outbox_items,
+    unseal,
+)
 from tether.integrations.openai_agents.items import SdkItem, from_memory, to_memory
 from tether.integrations.openai_agents.offload import call_in_thread
 from tether.integrations.openai_agents.session_settings import as_session_settings
@@ -137,6 +146,9 @@ class TetherSession:
         self._journal = (
             journal if isinstance(journal, JournalingStore) and journal.journals else None
         )
+        self._batch = (
+            ARCHIVE_BATCH_EVENTS if self._journal is None else JOURNAL_ARCHIVE_BATCH_EVENTS
+        )
 
     @classmethod
     def from_settings(
@@ -215,45 +227,17 @@ class TetherSession:
             if memory is None:
                 return []
             where = f"{self.tenant}/{self.session_id}"
-            return self._newest(
+            return newest_items(
+                store,
+                self,
                 newest_head_items(memory, where=where),
                 tuple(memory.memory_chunks),
                 memory.memory_index,
                 limit,
             )
-        return self._newest(reversed(known.items), known.chunks, known.chunk_index, limit)
-
-    def _newest(
-        self,
-        head_items: Iterable[Item],
-        chunks: tuple[str, ...],
-        index: str | None,
-        limit: int | None,
-    ) -> list[SdkItem]:
-        """The last ``limit`` SDK items of a head whose own items are ``head_items`` (newest
-        first), reading the chunks before them only as far as the limit needs."""
-        store = self._store
-        # newest first, converting only what the limit keeps (a memory item may stand for
-        # several SDK items, so count SDK items, not memory items)
-        newest: list[SdkItem] = []
-        sources: list[Iterable[Item]] = [head_items]
-        names = reversed(chunks)
-        while sources:
-            for item in sources.pop():
-                if limit is not None and len(newest) >= limit:
-                    break
-                newest.extend(reversed(from_memory(item)))
-            if limit is not None and len(newest) >= limit:
-                break
-            name = next(names, None)
-            if name is None and index is not None:  # past the head's own: the index's chunks
-                names = reversed(store.chunk_names(self.tenant, self.session_id, index))
-                index = None
-                name = next(names, None)
-            if name is not None:
-                sources.append(reversed(store.read_chunk(self.tenant, self.session_id, name)))
-        newest.reverse()
-        return last_items(newest, limit)
+        return newest_items(
+            store, self, reversed(known.items), known.chunks, known.chunk_index, limit
+        )
 
     def append_items(self, items: list[SdkItem] | tuple[Mapping[str, Any], ...]) -> None:
         """Blocking :meth:`add_items`."""
@@ -291,6 +275,7 @@ class TetherSession:
                     session.last_seq + 1,
                     len(items),
                     archived=self._agent.archive is not None,
+                    batch=self._batch,
                 )
             ):
                 return False
@@ -398,18 +383,26 @@ class TetherSession:
             try:
                 if self._patch(write, before):
                     return result
+                chunks_before = len(write.chunks), write.index
                 write.seal(self._store)
-                batch = write.archive_batch_events(ARCHIVE_BATCH_EVENTS)
+                batch = write.archive_batch_events(self._batch)
+                if self._journal is not None and (len(write.chunks), write.index) != chunks_before:
+                    batch = 1  # archive with the seal: see JOURNAL_ARCHIVE_BATCH_EVENTS
                 version = save_session(
                     write, self._store, self._agent.archive, archive_batch_events=batch
                 )
                 archived = batch if self._agent.archive is not None else None
-                if archived == 1:  # a large outbox, archived at once: the head sheds it
+                if archived == 1 or (  # on a journal, shed it now: the next append patches
+                    archived is not None
+                    and self._journal is not None
+                    and session.archived_seq == session.last_seq
+                ):
                     rewritten = self._drop_archived_outbox(write)
                     if rewritten is None:
                         return result  # saved; another writer saved on top of it since
-                    archived, version = ARCHIVE_BATCH_EVENTS, rewritten
+                    archived, version = self._batch, rewritten
                 self._keep(write, version, archived)
+                self._prime()
                 return result
             except VersionConflict:
                 # another writer won this round; back off a little so we do not collide again
@@ -428,6 +421,18 @@ class TetherSession:
         with self._kept_lock:
             self._kept, self._live, self._known = StoredSnapshot(saved, version), None, known
 
+    def _prime(self) -> None:
+        """On a journal, load the head just kept for the next append's patch (the shortcut of
+        :meth:`_append_live`), in this call, which wrote files already, rather than in that one.
+        Nothing is read; a head that cannot be patched is left for the next write to load."""
+        if self._journal is None:
+            return
+        write = self._load("none")  # the kept head (after a race, the stored one)
+        if write is not None and write.patchable:
+            write.count(archived=self._agent.archive is not None)
+            with self._kept_lock:
+                self._live = write
+
     def _drop_archived_outbox(self, write: ChunkedWrite) -> str | None:
         """Write the head ``write`` just saved again without the large outbox it carried and
         has archived since: else every reader would read it whole (``get_items(limit=20)``
@@ -436,7 +441,7 @@ class TetherSession:
         here, so the next call reads the store)."""
         try:
             return save_session(
-                write, self._store, self._agent.archive, archive_batch_events=ARCHIVE_BATCH_EVENTS
+                write, self._store, self._agent.archive, archive_batch_events=self._batch
             )
         except VersionConflict:
             with self._kept_lock:
@@ -468,12 +473,12 @@ class TetherSession:
             # the loaded outbox is gapless and held no event that archives at once (else
             # _load archived it and this write is not patchable), and appends add none: its
             # length alone decides
-            write.outbox_items = sum(
-                len(e.payload.items)
-                for e in events[: len(events) - len(new)]
-                if e.seq > session.archived_seq and isinstance(e.payload, ItemsAppendedPayload)
+            write.outbox_items = outbox_items(
+                events[: len(events) - len(new)], session.archived_seq
             )
-        if not write.fits_patch(len(memory.items), session.last_seq, added, archived=archived):
+        if not write.fits_patch(
+            len(memory.items), session.last_seq, added, archived=archived, batch=self._batch
+        ):
             return False
         appended = journal.append_events(
             self.tenant,
