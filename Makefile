@@ -39,7 +39,8 @@ demo: $(STAMP)
 # before it; 2,932 tests in 721 s with it and the long variants moved, on a machine other test
 # runs kept at load 8-13 (the three processes ended within 4 s of each other; before these
 # changes the suite took 1,411 s at load 10-13, its processes ending 48 s apart). Quiet machine,
-# with the 100-run fleet recovery test added: 3,004 tests in 467 s.
+# with the 100-run fleet recovery test added: 3,004 tests in 467 s; 3,013 tests in 532 s on
+# 2026-12-08 (another VM of the same size: machines vary by this much).
 PARALLEL := -n 3 --dist loadfile
 
 # It ends by printing what it measured here: the README quotes this line, not another machine's.
