@@ -34,6 +34,10 @@ from tether.worker.engine.signal_wakes import look_in_mailbox
 
 log = logging.getLogger(__name__)
 
+#: Each process's own order of the marks (not the global generator: a pass runs on the
+#: sweeper's thread beside whatever else draws from it).
+_ORDER = random.Random()
+
 #: A mark younger than this is never deleted (its head may not be written yet).
 MARK_GRACE_MS = 120_000
 
@@ -56,7 +60,7 @@ def reconcile_waits(services: EngineServices, *, deep: bool = False) -> Reconcil
     sessions = list(marks.sessions())
     # every worker takes a pass at once after a flush: in its own order, each mostly finds the
     # sessions another already rebuilt (the check below), instead of both rebuilding each
-    random.shuffle(sessions)
+    _ORDER.shuffle(sessions)
     known = _recorded(services, sessions)
     rebuilt = skipped = 0
     for (tenant, session_id), recorded in zip(sessions, known, strict=True):
