@@ -660,10 +660,10 @@ def test_release_if_idle_releases_the_lease_of_an_empty_queue(case: Case) -> Non
     lease = leases.acquire(T, S, "worker-a", 60_000)
     assert lease is not None
     runs.finish(completed(request))
-    assert runs.stale_sessions(0) == [(T, S)]
+    assert stale(runs, 0) == [(T, S)]
     assert runs.release_if_idle(lease) is IdleRelease.RELEASED
     assert leases.holder(T, S) is None
-    assert runs.stale_sessions(0) == []  # an idle session is no longer active
+    assert stale(runs, 0) == []  # an idle session is no longer active
     taken = leases.acquire(T, S, "worker-b", 60_000)
     assert taken is not None and taken.fence == lease.fence + 1
 
@@ -723,7 +723,7 @@ def test_finish_and_release_frees_the_lease_when_the_queue_is_left_empty(
     }
     assert runs.pending_count(T, S) == 0
     assert leases.holder(T, S) is None
-    assert runs.stale_sessions(0) == []  # an idle session is no longer active
+    assert stale(runs, 0) == []  # an idle session is no longer active
     assert feed(runs, mark) == [request.run_id]  # announced like any finish
     taken = leases.acquire(T, S, "worker-b", 60_000)
     assert taken is not None and taken.fence == lease.fence + 1 and not taken.takeover
@@ -741,7 +741,7 @@ def test_finish_and_release_keeps_the_lease_while_runs_are_queued(
     finished = runs.finish_and_release(completed(first), lease, expect_idle=expect_idle)
     assert finished == (second.run_id, None)
     assert leases.holder(T, S) == "worker-a"
-    assert runs.stale_sessions(0) == [(T, S)]  # a wrong hint still leaves it in the index
+    assert stale(runs, 0) == [(T, S)]  # a wrong hint still leaves it in the index
 
 
 @pytest.mark.parametrize("expect_idle", [False, True], ids=["no-hint", "idle-hint"])
@@ -826,7 +826,7 @@ def test_a_session_no_worker_claimed_is_not_active_but_unclaimed(case: Case) -> 
     runs = case.runs
     queued(runs, req())
     case.age(IDLE_MS)
-    assert runs.stale_sessions(0) == []
+    assert stale(runs, 0) == []
     assert runs.unclaimed_sessions(IDLE_MS) == [(T, S)]
 
 
@@ -864,15 +864,20 @@ def test_a_session_leaves_the_unclaimed_list_when_its_queue_empties(case: Case) 
     assert runs.unclaimed_sessions(0) == [(T, S2)]
 
 
+def stale(runs: RunQueue, idle_ms: int, limit: int = 100) -> list[tuple[str, str]]:
+    """The sessions :meth:`~tether.runs.queue.base.RunQueue.idle_sessions` lists, as pairs."""
+    return [(s.tenant, s.session_id) for s in runs.idle_sessions(idle_ms, limit)]
+
+
 def test_stale_sessions_lists_a_session_only_after_it_aged_past_idle_ms(case: Case) -> None:
     runs = case.runs
     claimed(runs, req())
-    assert runs.stale_sessions(60_000) == []
-    assert runs.stale_sessions(IDLE_MS) == []
+    assert stale(runs, 60_000) == []
+    assert stale(runs, IDLE_MS) == []
     case.age(IDLE_MS)
-    assert runs.stale_sessions(IDLE_MS) == [(T, S)]
-    assert runs.stale_sessions(0) == [(T, S)]
-    assert runs.stale_sessions(3_600_000) == []
+    assert stale(runs, IDLE_MS) == [(T, S)]
+    assert stale(runs, 0) == [(T, S)]
+    assert stale(runs, 3_600_000) == []
 
 
 def test_idle_sessions_say_how_long_each_went_without_progress(case: Case) -> None:
@@ -883,7 +888,6 @@ def test_idle_sessions_say_how_long_each_went_without_progress(case: Case) -> No
     claimed(runs, req(session="s-new"))
     idle = runs.idle_sessions(0)
     assert [(s.tenant, s.session_id) for s in idle] == [(T, "s-old"), (T, "s-new")]
-    assert [(s.tenant, s.session_id) for s in idle] == runs.stale_sessions(0)
     assert idle[0].idle_ms - idle[1].idle_ms >= IDLE_MS and idle[1].idle_ms >= 0
     assert [s.session_id for s in runs.idle_sessions(idle[0].idle_ms)] == ["s-old"]
 
@@ -895,11 +899,11 @@ def test_stale_sessions_lists_the_oldest_first_up_to_limit(case: Case) -> None:
     for request in requests:
         claimed(runs, request)
         case.age(10)
-    assert runs.stale_sessions(0) == sessions
-    assert runs.stale_sessions(0, limit=2) == sessions[:2]
+    assert stale(runs, 0) == sessions
+    assert stale(runs, 0, limit=2) == sessions[:2]
     # Progress on a session (a finished run) makes it the youngest.
     runs.finish(completed(requests[0]))
-    assert runs.stale_sessions(0) == [sessions[1], sessions[2], sessions[0]]
+    assert stale(runs, 0) == [sessions[1], sessions[2], sessions[0]]
 
 
 def test_stale_sessions_of_the_same_age_are_ordered_by_member_name(case: Case) -> None:
@@ -908,7 +912,7 @@ def test_stale_sessions_of_the_same_age_are_ordered_by_member_name(case: Case) -
     # their scores tie or not; the memory queue's clock always ties.
     runs = case.runs
     claimed(runs, req(tenant="a-b", session="x"), req(tenant="a", session="x"))
-    assert runs.stale_sessions(0) == [("a-b", "x"), ("a", "x")]
+    assert stale(runs, 0) == [("a-b", "x"), ("a", "x")]
 
 
 def test_claim_kick_succeeds_once_per_ttl(case: Case) -> None:
@@ -926,19 +930,19 @@ def test_claim_kick_refreshes_the_session_activity(case: Case) -> None:
     runs = case.runs
     claimed(runs, req())
     case.age(IDLE_MS)
-    assert runs.stale_sessions(IDLE_MS) == [(T, S)]
+    assert stale(runs, IDLE_MS) == [(T, S)]
     assert runs.claim_kick(T, S, 60_000) is True
-    assert runs.stale_sessions(IDLE_MS) == []  # not stale again within that idle window
+    assert stale(runs, IDLE_MS) == []  # not stale again within that idle window
     case.age(IDLE_MS)
-    assert runs.stale_sessions(IDLE_MS) == [(T, S)]
+    assert stale(runs, IDLE_MS) == [(T, S)]
     assert runs.claim_kick(T, S, 60_000) is False  # the claim outlives the window
-    assert runs.stale_sessions(IDLE_MS) == [(T, S)]  # a refused claim records nothing
+    assert stale(runs, IDLE_MS) == [(T, S)]  # a refused claim records nothing
 
 
 def test_claim_kick_does_not_make_an_unknown_session_active(case: Case) -> None:
     runs = case.runs
     assert runs.claim_kick(T, S, 60_000) is True
-    assert runs.stale_sessions(0) == []
+    assert stale(runs, 0) == []
 
 
 def test_forget_if_idle_removes_an_empty_unleased_session(case: Case) -> None:
@@ -946,18 +950,18 @@ def test_forget_if_idle_removes_an_empty_unleased_session(case: Case) -> None:
     request = req()
     claimed(runs, request, req(session=S2))
     runs.finish(completed(request))
-    assert sorted(runs.stale_sessions(0)) == [(T, S), (T, S2)]
+    assert sorted(stale(runs, 0)) == [(T, S), (T, S2)]
     runs.forget_if_idle(T, S)
-    assert runs.stale_sessions(0) == [(T, S2)]
+    assert stale(runs, 0) == [(T, S2)]
     runs.forget_if_idle(T, "never-seen")  # nothing to forget: nothing happens
-    assert runs.stale_sessions(0) == [(T, S2)]
+    assert stale(runs, 0) == [(T, S2)]
 
 
 def test_forget_if_idle_keeps_a_session_with_queued_runs(case: Case) -> None:
     runs = case.runs
     claimed(runs, req())
     runs.forget_if_idle(T, S)
-    assert runs.stale_sessions(0) == [(T, S)]
+    assert stale(runs, 0) == [(T, S)]
     assert runs.pending_count(T, S) == 1
 
 
@@ -969,11 +973,11 @@ def test_forget_if_idle_keeps_a_session_whose_lease_is_held(case: Case) -> None:
     assert lease is not None
     runs.finish(completed(request))
     runs.forget_if_idle(T, S)
-    assert runs.stale_sessions(0) == [(T, S)]
+    assert stale(runs, 0) == [(T, S)]
     assert leases.holder(T, S) == "worker-a"
     assert leases.release(lease)
     runs.forget_if_idle(T, S)
-    assert runs.stale_sessions(0) == []
+    assert stale(runs, 0) == []
 
 
 # --- id validation --------------------------------------------------------------------------------
@@ -996,7 +1000,7 @@ def _bad_run_result(**overrides: Any) -> RunResult:
 def _assert_nothing_written(case: Case) -> None:
     runs = case.runs
     assert runs.done_last_id() == b"0-0"
-    assert runs.stale_sessions(0) == []
+    assert stale(runs, 0) == []
     assert runs.pending_count(T, S) == 0
     assert runs.peek_many([ref("run-ok"), ref("run-good")]) == {}
     assert runs.locate(T, "run-ok") is None

@@ -244,13 +244,10 @@ class Recovery(Protocol):
     def pending_count(self, tenant: str, session_id: str) -> int:
         """How many runs are queued for the session."""
 
-    def stale_sessions(self, idle_ms: int, limit: int = 100) -> list[tuple[str, str]]:
-        """Active sessions (a worker claimed or began a run there, and their queue has not been
-        empty since) without progress for ``idle_ms`` (oldest first)."""
-
     def idle_sessions(self, idle_ms: int, limit: int = 100) -> list[IdleSession]:
-        """:meth:`stale_sessions` with how long each has been without progress: a sweep that
-        looks for two ages reads the index once."""
+        """Active sessions (a worker claimed or began a run there, and their queue has not been
+        empty since) without progress for ``idle_ms`` (oldest first), with how long each has
+        been idle: a sweep that looks for two ages reads the index once."""
 
     def unclaimed_sessions(self, idle_ms: int, limit: int = 100) -> list[tuple[str, str]]:
         """Sessions a producer queued a run on ``idle_ms`` ago or more, whose queue has not been

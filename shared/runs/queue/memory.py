@@ -322,16 +322,13 @@ class InMemoryRunQueue:
         with self._lock:
             return len(self._state.pending.get(_key(tenant, session_id), []))
 
-    def stale_sessions(self, idle_ms: int, limit: int = 100) -> list[tuple[str, str]]:
-        """Active sessions without progress for ``idle_ms``, oldest first.
+    def idle_sessions(self, idle_ms: int, limit: int = 100) -> list[IdleSession]:
+        """Active sessions without progress for ``idle_ms``, oldest first, with how long each
+        has been idle.
 
         Sessions of the same age are ordered by ``"<tenant>/<session>"``, as Redis orders the
         members of equal score in its ``active`` zset.
         """
-        return [(s.tenant, s.session_id) for s in self.idle_sessions(idle_ms, limit)]
-
-    def idle_sessions(self, idle_ms: int, limit: int = 100) -> list[IdleSession]:
-        """:meth:`stale_sessions` with how long each has been idle."""
         with self._lock:
             now = self._clock()
             stale = sorted(

@@ -54,14 +54,11 @@ class RedisRecovery(RedisQueuePart):
         with translate_errors(self._where):
             return int(self.client.llen(self.keys.pending(tenant, session_id)))
 
-    def stale_sessions(self, idle_ms: int, limit: int = 100) -> list[tuple[str, str]]:
-        """Active sessions without progress for ``idle_ms`` (oldest first), over every shard of
-        the index in one pipelined round trip. A member naming no session of its shard is
-        removed and a shard of another type skipped (see the module's notes)."""
-        return [(s.tenant, s.session_id) for s in self.idle_sessions(idle_ms, limit)]
-
     def idle_sessions(self, idle_ms: int, limit: int = 100) -> list[IdleSession]:
-        """:meth:`stale_sessions` with how long each has been idle."""
+        """Active sessions without progress for ``idle_ms`` (oldest first) with how long each
+        has been idle, over every shard of the index in one pipelined round trip. A member
+        naming no session of its shard is removed and a shard of another type skipped (see the
+        module's notes)."""
         now = now_ms()
         cutoff = now - idle_ms
         shards = self.keys.active_shards()
