@@ -14,7 +14,7 @@ from typing import cast
 import pytest
 import redis
 
-from tests.support.crash import FAR_MS, TENANT, Backends, real_backends, worker_runtime
+from tests.support.crash import FAR_MS, TENANT, Backends, nap_request, real_backends, worker_runtime
 from tests.support.moto_server import S3TestBucket
 from tests.support.wait_agents import sleeper_agent
 from tether.core.events import AgentEvent, EventType
@@ -22,7 +22,6 @@ from tether.core.results import RunStatus
 from tether.keys import RedisKeys
 from tether.persistence.streams.base import CompactingStream
 from tether.persistence.streams.redis import COMPACT_MAX_ENTRIES, RedisEventStream
-from tether.runs.contract import RunRequest
 from tether.runs.queue.base import submit
 from tether.runtime.registry import AgentRegistry
 from tether.worker.engine.cycle import drain
@@ -32,17 +31,6 @@ from tether.worker.engine.wakes import wake_due
 
 def _runtime(backends: Backends) -> EngineServices:
     return worker_runtime(backends, "w1", registry=AgentRegistry({"sleeper": sleeper_agent}))
-
-
-def _nap(session_id: str) -> RunRequest:
-    return RunRequest(
-        run_id=f"run-{session_id}",
-        request_id=f"req-{session_id}",
-        tenant=TENANT,
-        session_id=session_id,
-        agent="sleeper",
-        input="nap 5",
-    )
 
 
 def _entries(client: redis.Redis, key: str) -> list[tuple[bytes, dict[bytes, bytes]]]:
@@ -69,7 +57,7 @@ def test_a_parked_session_keeps_its_events_without_the_slack(
     backends = real_backends(redis_client, s3_bucket.bucket, s3_bucket.endpoint_url)
     rt = _runtime(backends)
     assert isinstance(rt.stream, CompactingStream)
-    request = _nap("s-rest")
+    request = nap_request("s-rest", 5)
     submit(rt.runs, request)
     drain(rt, TENANT, "s-rest")
     view = backends.runs.get(request.ref)
@@ -127,7 +115,7 @@ def test_a_tail_blocked_through_the_compaction_sees_every_event_once(
 
     tail = threading.Thread(target=follow, daemon=True)
     tail.start()
-    request = _nap("s-tail")
+    request = nap_request("s-tail", 5)
     submit(rt.runs, request)
     drain(rt, TENANT, "s-tail")  # parks, then compacts the stream the tail is blocked on
     assert wake_due(rt, at_ms=FAR_MS) == 1

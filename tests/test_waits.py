@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from tests.support.crash import FAR_MS, TENANT, Backends, worker_runtime
+from tests.support.crash import FAR_MS, TENANT, Backends, nap_request, worker_runtime
 from tests.support.wait_agents import sleeper_agent, waiter_agent
 from tether import SessionLogReader
 from tether.core.events import EventType, ToolResultPayload
@@ -102,21 +102,10 @@ def _apply(rt: EngineServices, request: RunRequest) -> None:
     drain(rt, request.tenant, request.session_id)
 
 
-def _nap(session_id: str, seconds: float = 1) -> RunRequest:
-    return RunRequest(
-        run_id=f"run-{session_id}",
-        request_id=f"req-{session_id}",
-        tenant=TENANT,
-        session_id=session_id,
-        agent="sleeper",
-        input=f"nap {seconds}",
-    )
-
-
 def test_a_parked_run_is_woken_once_and_goes_on(make_backends: Callable[[], Backends]) -> None:
     backends = make_backends()
     rt = _runtime(backends)
-    request = _nap("s-wake")
+    request = nap_request("s-wake")
     _apply(rt, request)
     view = backends.runs.get(request.ref)
     assert view is not None and view.result is not None
@@ -143,7 +132,7 @@ def test_a_parked_run_is_woken_once_and_goes_on(make_backends: Callable[[], Back
 def test_a_wake_submitted_twice_applies_once(make_backends: Callable[[], Backends]) -> None:
     backends = make_backends()
     rt = _runtime(backends)
-    _apply(rt, _nap("s-twice"))
+    _apply(rt, nap_request("s-twice"))
     (record,) = backends.waits.records(TENANT, "s-twice")
     backends.waits.park([record])  # as if the sweeper died before dropping the member
     assert wake_due(rt, at_ms=FAR_MS) == 1
@@ -159,7 +148,7 @@ def test_a_wake_submitted_twice_applies_once(make_backends: Callable[[], Backend
 def test_cancelling_a_parked_call_ends_it_for_good(make_backends: Callable[[], Backends]) -> None:
     backends = make_backends()
     rt = _runtime(backends)
-    _apply(rt, _nap("s-cancel"))
+    _apply(rt, nap_request("s-cancel"))
     (record,) = backends.waits.records(TENANT, "s-cancel")
     cancel = RunRequest(
         run_id=wake_run_id(TENANT, "s-cancel", record.call_id),
@@ -193,8 +182,8 @@ def test_a_tenants_own_longest_wait_is_named_when_lower(
     rt.settings = rt.settings.model_copy(
         update={"tenant_budgets": json.dumps({TENANT: {"max_wait_s": 5}})}
     )
-    _apply(rt, _nap("s-tenant-limit", 10))
-    view = backends.runs.get(_nap("s-tenant-limit", 10).ref)
+    _apply(rt, nap_request("s-tenant-limit", 10))
+    view = backends.runs.get(nap_request("s-tenant-limit", 10).ref)
     assert view is not None and view.result is not None
     assert view.result.status is RunStatus.COMPLETED
     assert view.result.output is not None and "max_wait_s of tenant 'acme'" in view.result.output
@@ -205,8 +194,8 @@ def test_a_tenants_own_longest_wait_is_named_when_lower(
 def test_a_waiting_result_says_what_it_waits_for(make_backends: Callable[[], Backends]) -> None:
     backends = make_backends()
     rt = _runtime(backends)
-    _apply(rt, _nap("s-reason", 60))
-    view = backends.runs.get(_nap("s-reason", 60).ref)
+    _apply(rt, nap_request("s-reason", 60))
+    view = backends.runs.get(nap_request("s-reason", 60).ref)
     assert view is not None and view.result is not None
     reason = waiting_reason(view.result)
     assert reason is not None and reason.startswith("timer due 20") and reason.endswith("Z")

@@ -17,12 +17,12 @@ from tests.support.crash import (
     PowerSwitch,
     SimulatedCrash,
     crash_at,
+    nap_request,
     worker_runtime,
 )
 from tests.support.wait_agents import sleeper_agent
 from tether import SessionLogReader
 from tether.core.results import RunStatus
-from tether.runs.contract import RunRequest
 from tether.runs.queue.base import submit
 from tether.runs.waits.base import wake_request_id, wake_run_id
 from tether.runtime.registry import AgentRegistry
@@ -37,17 +37,6 @@ def _rt(backends: Backends, worker_id: str, switch: PowerSwitch | None = None) -
     return worker_runtime(backends, worker_id, switch=switch, registry=registry)
 
 
-def _nap(session_id: str) -> RunRequest:
-    return RunRequest(
-        run_id=f"run-{session_id}",
-        request_id=f"req-{session_id}",
-        tenant=TENANT,
-        session_id=session_id,
-        agent="sleeper",
-        input="nap 1",
-    )
-
-
 def _recover(backends: Backends, session_id: str) -> None:
     """The lease expires; the broker and the sweeper bring the session to two more workers."""
     backends.expire_lease(TENANT, session_id)
@@ -58,7 +47,7 @@ def _recover(backends: Backends, session_id: str) -> None:
 def _check_woken_once(backends: Backends, session_id: str) -> None:
     (call_id,) = {c for c in _parked_call_ids(backends, session_id)}
     woke = backends.runs.get(
-        _nap(session_id).ref._replace(run_id=wake_run_id(TENANT, session_id, call_id))
+        nap_request(session_id).ref._replace(run_id=wake_run_id(TENANT, session_id, call_id))
     )
     assert woke is not None and woke.result is not None
     assert woke.result.status is RunStatus.COMPLETED, woke.result
@@ -76,7 +65,7 @@ def _check_woken_once(backends: Backends, session_id: str) -> None:
 
 
 def _parked_call_ids(backends: Backends, session_id: str) -> list[str]:
-    view = backends.runs.get(_nap(session_id).ref)
+    view = backends.runs.get(nap_request(session_id).ref)
     assert view is not None and view.result is not None
     assert view.result.status is RunStatus.WAITING, view.result
     return [p.call_id for p in view.result.pending if p.wait_for is not None]
@@ -88,7 +77,7 @@ def test_a_suspend_crashed_at_every_step_parks_once_and_wakes_once(
 ) -> None:
     backends = make_backends()
     session_id = f"s-sus-{step}-{phase}"
-    request = _nap(session_id)
+    request = nap_request(session_id)
     switch = PowerSwitch()
     submit(backends.runs, request)
     with crash_at(step, phase, "w1", switch) as fired, pytest.raises(SimulatedCrash):
@@ -106,7 +95,7 @@ def test_a_wake_crashed_at_every_step_is_applied_once(
 ) -> None:
     backends = make_backends()
     session_id = f"s-wake-{step}-{phase}"
-    request = _nap(session_id)
+    request = nap_request(session_id)
     submit(backends.runs, request)
     drain(_rt(backends, "w0"), TENANT, session_id)
     assert wake_due(_rt(backends, "w0"), at_ms=FAR_MS) == 1

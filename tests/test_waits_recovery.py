@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tests.support.crash import FAR_MS, TENANT, Backends, worker_runtime
+from tests.support.crash import FAR_MS, TENANT, Backends, nap_request, worker_runtime
 from tests.support.signal_agents import listener_agent
 from tests.support.wait_agents import sleeper_agent
 from tether import SessionLogReader
 from tether.core.events import now_ms
 from tether.core.results import Resolution, RunStatus
-from tether.runs.contract import RunRequest
 from tether.runs.queue.base import submit
 from tether.runs.waits.base import WaitRecord, settle_request, wake_request_id, wake_run_id
 from tether.runs.waits.wakes import wake_request
@@ -31,17 +30,6 @@ def _rt(backends: Backends, worker_id: str = "w1") -> EngineServices:
     return worker_runtime(backends, worker_id, registry=AgentRegistry({"sleeper": sleeper_agent}))
 
 
-def _nap(session_id: str) -> RunRequest:
-    return RunRequest(
-        run_id=f"run-{session_id}",
-        request_id=f"req-{session_id}",
-        tenant=TENANT,
-        session_id=session_id,
-        agent="sleeper",
-        input="nap 1",
-    )
-
-
 def _flush(backends: Backends) -> None:
     """Everything Redis held is gone (memory: the wait index is)."""
     if backends.name == "memory":
@@ -54,7 +42,7 @@ def _sleep_all(backends: Backends) -> dict[str, str]:
     rt = _rt(backends)
     calls = {}
     for sid in SESSIONS:
-        submit(rt.runs, _nap(sid))
+        submit(rt.runs, nap_request(sid))
         drain(rt, TENANT, sid)
         (record,) = backends.waits.records(TENANT, sid)
         calls[sid] = record.call_id
@@ -109,7 +97,9 @@ def test_a_rolled_back_redis_wakes_nothing_twice(make_backends: Callable[[], Bac
     assert woken == (0 if backends.name == "memory" else len(SESSIONS))
     for sid, call_id in calls.items():
         _woken_once(backends, sid, call_id)  # the head knew the wake: finished as found
-        view = backends.runs.get(_nap(sid).ref._replace(run_id=wake_run_id(TENANT, sid, call_id)))
+        view = backends.runs.get(
+            nap_request(sid).ref._replace(run_id=wake_run_id(TENANT, sid, call_id))
+        )
         assert view is not None and view.result is not None
         assert view.result.status is RunStatus.COMPLETED
 
@@ -124,7 +114,10 @@ def test_a_redis_gone_back_under_a_newer_wait_parks_that_one_again(
     backends = make_backends()
     rt = worker_runtime(backends, "w1", registry=AgentRegistry({"listener": listener_agent}))
     sid = "s-back"
-    submit(rt.runs, _nap(sid).model_copy(update={"agent": "listener", "input": "listen go 60 2"}))
+    submit(
+        rt.runs,
+        nap_request(sid).model_copy(update={"agent": "listener", "input": "listen go 60 2"}),
+    )
     drain(rt, TENANT, sid)
     (first,) = backends.waits.records(TENANT, sid)
     took = Resolution(call_id=first.call_id, action="output", text='{"signal": "go"}')

@@ -292,6 +292,19 @@ TENANT = "acme"
 _counter = itertools.count()
 
 
+def nap_request(session_id: str, seconds: float = 1) -> RunRequest:
+    """A run of ``sleeper`` (:mod:`tests.support.wait_agents`) parking its session on a timer
+    ``seconds`` away, with ids derived from the session."""
+    return RunRequest(
+        run_id=f"run-{session_id}",
+        request_id=f"req-{session_id}",
+        tenant=TENANT,
+        session_id=session_id,
+        agent="sleeper",
+        input=f"nap {seconds}",
+    )
+
+
 def request_for(session_id: str, text: str) -> RunRequest:
     n = next(_counter)
     return RunRequest(
