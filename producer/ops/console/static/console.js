@@ -98,20 +98,26 @@ function hidden(name, value) {
   return input;
 }
 
-function cancelForm(table, run) {
-  // the same form as the server renders (_status.html's cancel_form), for a row added live
+function actionForm(table, kind, action, label, data) {
+  // the same one-button form as the server renders (_status.html's cancel_form and wake_form),
+  // for a row added or parked live
   const form = document.createElement("form");
-  form.className = "inline cancel-form";
+  form.className = "inline " + kind + "-form";
   form.method = "post";
-  form.action = "/runs/" + encodeURIComponent(run.run_id) + "/cancel";
+  form.action = action;
   form.appendChild(hidden("form_key", table.dataset.formKey));
   form.appendChild(hidden("back", table.dataset.back || "/runs"));
   const button = document.createElement("button");
   button.type = "submit";
-  button.className = "danger";
-  button.dataset.cancel = run.run_id;
-  button.textContent = "cancel";
+  button.dataset[kind] = data;
+  button.textContent = label;
   form.appendChild(button);
+  return form;
+}
+
+function cancelForm(table, run) {
+  const form = actionForm(table, "cancel", "/runs/" + encodeURIComponent(run.run_id) + "/cancel", "cancel", run.run_id);
+  form.querySelector("button").className = "danger";
   return form;
 }
 
@@ -205,19 +211,7 @@ function followFamily(tree) {
 }
 
 function wakeForm(table, run) {
-  // the same form as the server renders (_status.html's wake_form), for a run that parked live
-  const form = document.createElement("form");
-  form.className = "inline wake-form";
-  form.method = "post";
-  form.action = "/sessions/" + encodeURIComponent(run.session_id) + "/wake";
-  form.appendChild(hidden("form_key", table.dataset.formKey));
-  form.appendChild(hidden("back", table.dataset.back || "/runs"));
-  const button = document.createElement("button");
-  button.type = "submit";
-  button.dataset.wake = run.session_id;
-  button.textContent = "wake now";
-  form.appendChild(button);
-  return form;
+  return actionForm(table, "wake", "/sessions/" + encodeURIComponent(run.session_id) + "/wake", "wake now", run.session_id);
 }
 
 function offerParked(table, row, run) {
