@@ -23,7 +23,8 @@ from tests.support.browser import browser, page
 from tests.support.console import Console
 from tests.support.stack import Stack, eventually, unique
 from tests.test_cli import ok, one_error_line, tether
-from tether.core.results import RunStatus
+from tether.core.results import PendingCall, RunStatus
+from tether.core.waits import ChildRef
 from tether.dev.workers import WorkerFleet
 from tether.errors import InvalidInput
 from tether.keys import RedisKeys
@@ -183,15 +184,23 @@ def _act(console: Console, path: str, **fields: str) -> str:
     return httpx.URL(answer.headers["location"]).params["message"]
 
 
+def _fanned(
+    producer: Producer, sid: str, n: int
+) -> tuple[RunResult, PendingCall, tuple[ChildRef, ...]]:
+    """A parent run parked on ``n`` children that each nap ten minutes: its result, its parked
+    call and the children."""
+    waiting = producer.run(sid, f"fan {n} input nap 600", agent="parent", wait_s=60)
+    assert waiting.status is RunStatus.WAITING, waiting
+    (pending,) = waiting.pending
+    assert pending.wait_for is not None
+    return waiting, pending, pending.wait_for.children
+
+
 def test_a_parent_and_its_children_live_in_status_and_console(
     stack: Stack, fleet_env: dict[str, str], producer: Producer, console: Console
 ) -> None:
     sid = unique("fam")
-    waiting = producer.run(sid, "fan 3 input nap 600", agent="parent", wait_s=60)
-    assert waiting.status is RunStatus.WAITING, waiting
-    (pending,) = waiting.pending
-    assert pending.wait_for is not None
-    children = pending.wait_for.children
+    waiting, pending, children = _fanned(producer, sid, 3)
     feed = FamilyFeed(f"{console.url}/live/sessions/{sid}/family")
     try:
         sessions = [c.session_id for c in children]
@@ -230,11 +239,8 @@ def test_the_page_tree_turns_live_and_a_parked_run_is_woken_from_the_runs_page(
     producer: Producer, console: Console, page: Page
 ) -> None:
     sid = unique("famweb")
-    waiting = producer.run(sid, "fan 2 input nap 600", agent="parent", wait_s=60)
-    assert waiting.status is RunStatus.WAITING, waiting
-    (pending,) = waiting.pending
-    assert pending.wait_for is not None
-    first, second = (c.session_id for c in pending.wait_for.children)
+    waiting, pending, children = _fanned(producer, sid, 2)
+    first, second = (c.session_id for c in children)
     page.goto(f"{console.url}/sessions/{sid}")
     for child in (first, second):
         node = page.locator(f'#family-tree li[data-child-session="{child}"] > .badge')
