@@ -13,18 +13,20 @@ from typing import Any
 
 import pytest
 
-from tests.support.agents_fleet import AgentsFleet
+from tests.support.agents_fleet import AgentsFleet, parked_run
 from tests.support.crash_agents import session_for, wake_session_for
-from tests.support.stack import Stack, eventually, unique
+from tests.support.stack import Stack, finished, unique
 from tests.test_cli import ok, tether
 from tether.core.results import RunStatus
 from tether.core.waits import ChildRef
 from tether.keys import RedisKeys
 from tether.producer import Producer
-from tether.runs.contract import RunResult
 from tether.runs.queue.base import CancelOutcome
 from tether.runs.waits.base import wake_request_id, wake_run_id
 from tether.runs.waits.redis import RedisWaitIndex
+
+#: How long a child's or a wake's result may take (a parent's family, on the shared fleet).
+RESULT_TIMEOUT_S = 90
 
 
 @pytest.fixture(scope="module")
@@ -39,30 +41,13 @@ def producer(stack: Stack, agents_fleet: AgentsFleet) -> Iterator[Producer]:
         yield client
 
 
-def finished(producer: Producer, run_id: str) -> RunResult:
-    def result() -> RunResult | None:
-        view = producer.record(run_id)
-        return view.result if view is not None else None
-
-    return eventually(result, timeout_s=90)
-
-
 def parked(producer: Producer, sid: str, text: str) -> tuple[str, tuple[ChildRef, ...]]:
     call_id, children, _ = parked_run(producer, sid, text)
     return call_id, children
 
 
-def parked_run(producer: Producer, sid: str, text: str) -> tuple[str, tuple[ChildRef, ...], str]:
-    """The parent's parked call, its children, and the parent's run id."""
-    waiting = producer.run(sid, text, agent="parent", wait_s=90)
-    assert waiting.status is RunStatus.WAITING, waiting
-    (pending,) = waiting.pending
-    assert pending.wait_for is not None and pending.wait_for.kind == "children"
-    return pending.call_id, pending.wait_for.children, waiting.run_id
-
-
 def resumed(producer: Producer, sid: str, call_id: str) -> dict[str, Any]:
-    done = finished(producer, wake_run_id("default", sid, call_id))
+    done = finished(producer, wake_run_id("default", sid, call_id), timeout_s=RESULT_TIMEOUT_S)
     assert done.status is RunStatus.COMPLETED, done
     assert done.output is not None and done.output.startswith("children: "), done.output
     body: dict[str, Any] = json.loads(done.output.removeprefix("children: "))
@@ -111,7 +96,7 @@ def test_mode_any_goes_on_at_the_first_child(stack: Stack, producer: Producer) -
     body = resumed(producer, sid, call_id)
     assert body["mode"] == "any" and body["done"] >= 1
     for child in children:  # the others end too, and wake nothing more
-        finished(producer, child.run_id)
+        finished(producer, child.run_id, timeout_s=RESULT_TIMEOUT_S)
     head = stack.reader().read(sid)
     assert head is not None
     wake_id = wake_request_id("default", sid, call_id)
@@ -141,13 +126,19 @@ def test_cancelling_the_parent_cancels_its_children(stack: Stack, producer: Prod
     sid = unique("fan-cancel")
     call_id, children, run_id = parked_run(producer, sid, "fan 2 input nap 600")
     for child in children:  # both asleep on their own timers
-        assert finished(producer, child.run_id).status is RunStatus.WAITING
+        assert (
+            finished(producer, child.run_id, timeout_s=RESULT_TIMEOUT_S).status is RunStatus.WAITING
+        )
     assert producer.cancel(run_id) is CancelOutcome.REQUESTED
-    cancelled = finished(producer, wake_run_id("default", sid, call_id))
+    cancelled = finished(producer, wake_run_id("default", sid, call_id), timeout_s=RESULT_TIMEOUT_S)
     assert cancelled.status is RunStatus.CANCELLED, cancelled
     for child in children:
-        (pending,) = finished(producer, child.run_id).pending
-        ended = finished(producer, wake_run_id("default", child.session_id, pending.call_id))
+        (pending,) = finished(producer, child.run_id, timeout_s=RESULT_TIMEOUT_S).pending
+        ended = finished(
+            producer,
+            wake_run_id("default", child.session_id, pending.call_id),
+            timeout_s=RESULT_TIMEOUT_S,
+        )
         assert ended.status is RunStatus.CANCELLED, ended
 
 

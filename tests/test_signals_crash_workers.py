@@ -12,23 +12,14 @@ from pathlib import Path
 import pytest
 
 from tests.support.crash_agents import crash_worker_env, session_for
-from tests.support.stack import Stack, eventually, unique
+from tests.support.stack import Stack, finished, unique
 from tether.core.results import RunStatus
 from tether.dev.workers import WorkerFleet
 from tether.producer import Producer
-from tether.runs.contract import RunResult
 from tether.worker.engine.commit import CommitStep
 
 QUEUE = "sigcrashq"
 POINTS = [(step.value, phase) for step in CommitStep for phase in ("before", "after")]
-
-
-def _finished(producer: Producer, run_id: str) -> RunResult:
-    def result() -> RunResult | None:
-        view = producer.record(run_id)
-        return view.result if view is not None else None
-
-    return eventually(result, timeout_s=180)
 
 
 @pytest.mark.slow  # a long variant: `make test-long`
@@ -56,7 +47,9 @@ def test_sigkill_at_every_commit_step_of_a_signal_wait_delivers_once(
         for sid in wake:
             (crash_dir / sid).unlink()
         woke = {sid: producer.signal(sid, "go", sid).woke_run_id for sid in parked}
-        results = {sid: _finished(producer, run_id) for sid, run_id in woke.items() if run_id}
+        results = {
+            sid: finished(producer, run_id, timeout_s=180) for sid, run_id in woke.items() if run_id
+        }
     finally:
         fleet.stop()
         producer.close()

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.support.agents_fleet import QUEUE, AgentsFleet
-from tests.support.stack import Stack, eventually, unique
+from tests.support.stack import Stack, eventually, finished, unique
 from tests.test_cli import tether
 from tether.core.results import RunStatus
 from tether.errors import InputTooLarge, InvalidInput
@@ -29,14 +29,6 @@ def producer(stack: Stack, agents_fleet: AgentsFleet) -> Iterator[Producer]:
     """A producer on the shared fleet (two workers, so two sweepers) serving the signal agents."""
     with agents_fleet.producer(stack, max_input_bytes=2000) as client:
         yield client
-
-
-def _finished(producer: Producer, run_id: str) -> RunResult:
-    def result() -> RunResult | None:
-        view = producer.record(run_id)
-        return view.result if view is not None else None
-
-    return eventually(result, timeout_s=60)
 
 
 def _payloads(result: RunResult) -> list[Any]:
@@ -70,7 +62,7 @@ def test_a_signal_sent_after_the_wait_wakes_the_parked_run_once(
     assert pending.wait_for is not None and pending.wait_for.name == "go"
     sent = producer.signal(sid, "go", "ship it")
     assert sent.woke_run_id == wake_run_id("default", sid, pending.call_id)
-    woke = _finished(producer, sent.woke_run_id)
+    woke = finished(producer, sent.woke_run_id)
     assert woke.status is RunStatus.COMPLETED, woke
     assert _payloads(woke) == ["ship it"]
     head = stack.reader().read(sid)
@@ -104,7 +96,7 @@ def test_a_timeout_is_a_tool_result(producer: Producer) -> None:
     sid = unique("sig-timeout")
     waiting = producer.run(sid, "listen go 1", agent="listener", wait_s=60)
     (pending,) = waiting.pending
-    woke = _finished(producer, wake_run_id("default", sid, pending.call_id))
+    woke = finished(producer, wake_run_id("default", sid, pending.call_id))
     assert woke.status is RunStatus.COMPLETED, woke
     assert woke.output == 'got: {"signal": "go", "timed_out": true}'
 
@@ -135,7 +127,7 @@ def test_the_asyncio_producer_signals_too(stack: Stack, producer: Producer) -> N
 
     woke_run_id = asyncio.run(send())
     assert woke_run_id is not None
-    assert _payloads(_finished(producer, woke_run_id)) == [["from", "asyncio"]]
+    assert _payloads(finished(producer, woke_run_id)) == [["from", "asyncio"]]
 
 
 def test_tether_signal_sends_from_a_shell(stack: Stack, producer: Producer, tmp_path: Any) -> None:
@@ -151,4 +143,4 @@ def test_tether_signal_sends_from_a_shell(stack: Stack, producer: Producer, tmp_
     assert done.returncode == 0, done.stderr
     sent = json.loads(done.stdout)
     assert sent["woke_run_id"] is not None
-    assert _payloads(_finished(producer, sent["woke_run_id"])) == [{"approved": True}]
+    assert _payloads(finished(producer, sent["woke_run_id"])) == [{"approved": True}]

@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from tests.support.agents_fleet import QUEUE, AgentsFleet
-from tests.support.stack import Stack, eventually, unique
+from tests.support.stack import Stack, eventually, finished, unique
 from tests.test_cli import tether
 from tether.core.events import AgentEvent
 from tether.core.items import ToolOutput
@@ -38,14 +38,6 @@ def producer(stack: Stack, agents_fleet: AgentsFleet) -> Iterator[Producer]:
         yield client
 
 
-def _finished(producer: Producer, run_id: str, tenant: str = "default") -> RunResult:
-    def result() -> RunResult | None:
-        view = producer.record(run_id, tenant=tenant)
-        return view.result if view is not None else None
-
-    return eventually(result, timeout_s=60)
-
-
 def _waits(stack: Stack) -> RedisWaitIndex:
     return RedisWaitIndex(stack.redis.client(), RedisKeys(stack.settings.namespace))
 
@@ -58,7 +50,7 @@ def test_a_sleeping_tool_frees_its_worker_and_the_fleet_goes_on(
     assert waiting.status is RunStatus.WAITING
     (pending,) = waiting.pending
     assert pending.wait_for is not None and pending.wait_for.kind == "timer"
-    woke = _finished(producer, wake_run_id("default", sid, pending.call_id))
+    woke = finished(producer, wake_run_id("default", sid, pending.call_id))
     assert woke.status is RunStatus.COMPLETED, woke
     assert woke.output is not None and woke.output.startswith('woke: {"slept_until"')
     head = stack.reader().read(sid)
@@ -79,7 +71,7 @@ def test_cancelling_a_sleeping_run_ends_it_and_nothing_wakes_it(
     waiting = producer.run(sid, "nap 600", agent="sleeper", wait_s=60)
     (pending,) = waiting.pending
     assert producer.cancel(waiting.run_id) is CancelOutcome.REQUESTED
-    cancelled = _finished(producer, wake_run_id("default", sid, pending.call_id))
+    cancelled = finished(producer, wake_run_id("default", sid, pending.call_id))
     assert cancelled.status is RunStatus.CANCELLED, cancelled
     assert _waits(stack).records("default", sid) == []
     head = stack.reader().read(sid)
@@ -126,7 +118,7 @@ def test_sleeping_runs_resume_after_their_redis_is_flushed(stack: Stack, tmp_pat
         assert all(w.status is RunStatus.WAITING for w in waiting)
         state.client().flushall()
         for sid, w in zip(sids, waiting, strict=True):
-            woke = _finished(client, wake_run_id("default", sid, w.pending[0].call_id))
+            woke = finished(client, wake_run_id("default", sid, w.pending[0].call_id))
             assert woke.status is RunStatus.COMPLETED, woke
     finally:
         client.close()
@@ -203,7 +195,7 @@ def test_a_newer_run_supersedes_a_sleeping_one(
     waiting = producer.run(sid, "nap 600", agent="sleeper", wait_s=60)
     (pending,) = waiting.pending
     newer = producer.run_async(sid, "nap 0.5", agent="sleeper", on_busy=policy)
-    stopped = _finished(producer, wake_run_id("default", sid, pending.call_id))
+    stopped = finished(producer, wake_run_id("default", sid, pending.call_id))
     assert stopped.status is status, stopped
     if status is RunStatus.INTERRUPTED:
         assert "on_busy='interrupt'" in (stopped.error_message or ""), stopped

@@ -19,17 +19,16 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.support.agents_fleet import parked_run
 from tests.support.browser import browser, page
 from tests.support.console import Console
-from tests.support.stack import Stack, eventually, unique
+from tests.support.stack import Stack, finished, unique
 from tests.test_cli import ok, one_error_line, tether
-from tether.core.results import PendingCall, RunStatus
-from tether.core.waits import ChildRef
+from tether.core.results import RunStatus
 from tether.dev.workers import WorkerFleet
 from tether.errors import InvalidInput
 from tether.keys import RedisKeys
 from tether.producer import Producer
-from tether.runs.contract import RunResult
 from tether.runs.waits.base import wake_request_id, wake_run_id
 from tether.runs.waits.redis import RedisWaitIndex
 
@@ -70,14 +69,6 @@ def console(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         yield running
 
 
-def _finished(producer: Producer, run_id: str) -> RunResult:
-    def result() -> RunResult | None:
-        view = producer.record(run_id)
-        return view.result if view is not None else None
-
-    return eventually(result, timeout_s=60)
-
-
 def _waits(stack: Stack) -> RedisWaitIndex:
     return RedisWaitIndex(stack.redis.client(), RedisKeys(stack.settings.namespace))
 
@@ -96,7 +87,7 @@ def test_a_timer_woken_before_it_is_due_goes_on_once(stack: Stack, producer: Pro
         assert again.duplicate and again.run_id == woke.run_id
     except InvalidInput as exc:
         assert sid in str(exc)
-    result = _finished(producer, woke.run_id)
+    result = finished(producer, woke.run_id)
     assert result.status is RunStatus.COMPLETED, result
     output = json.loads((result.output or "").removeprefix("woke: "))
     assert output["woke_at"] < output["slept_until"]  # woken before it was due
@@ -130,7 +121,7 @@ def test_tether_wake_wakes_a_parked_call(fleet_env: dict[str, str], producer: Pr
     assert doc["session"] == f"default/{sid}"
     assert row["run_id"] == wake_run_id("default", sid, pending.call_id)
     assert row["waited_for"] == "timer" and row["duplicate"] is False
-    assert _finished(producer, row["run_id"]).status is RunStatus.COMPLETED
+    assert finished(producer, row["run_id"]).status is RunStatus.COMPLETED
     refused = tether(fleet_env, "wake", sid)
     one_error_line(refused, sid, "tether status")
 
@@ -184,23 +175,11 @@ def _act(console: Console, path: str, **fields: str) -> str:
     return httpx.URL(answer.headers["location"]).params["message"]
 
 
-def _fanned(
-    producer: Producer, sid: str, n: int
-) -> tuple[RunResult, PendingCall, tuple[ChildRef, ...]]:
-    """A parent run parked on ``n`` children that each nap ten minutes: its result, its parked
-    call and the children."""
-    waiting = producer.run(sid, f"fan {n} input nap 600", agent="parent", wait_s=60)
-    assert waiting.status is RunStatus.WAITING, waiting
-    (pending,) = waiting.pending
-    assert pending.wait_for is not None
-    return waiting, pending, pending.wait_for.children
-
-
 def test_a_parent_and_its_children_live_in_status_and_console(
     stack: Stack, fleet_env: dict[str, str], producer: Producer, console: Console
 ) -> None:
     sid = unique("fam")
-    waiting, pending, children = _fanned(producer, sid, 3)
+    call_id, children, run_id = parked_run(producer, sid, "fan 3 input nap 600")
     feed = FamilyFeed(f"{console.url}/live/sessions/{sid}/family")
     try:
         sessions = [c.session_id for c in children]
@@ -218,14 +197,14 @@ def test_a_parent_and_its_children_live_in_status_and_console(
         child_page = httpx.get(f"{console.url}/sessions/{first}", timeout=30).text
         assert re.search(rf'id="parent-link"><a href="/sessions/{sid}"', child_page)
         runs = httpx.get(f"{console.url}/runs", timeout=30).text
-        row = runs[runs.index(f'data-run-id="{waiting.run_id}"') :]
+        row = runs[runs.index(f'data-run-id="{run_id}"') :]
         assert f'action="/sessions/{sid}/wake"' in row.split("</tr>")[0]
         for child in children[1:]:
             producer.wake(child.session_id)
         feed.until(lambda s: s == dict.fromkeys(sessions, "done"))
     finally:
         feed.close()
-    result = _finished(producer, wake_run_id("default", sid, pending.call_id))
+    result = finished(producer, wake_run_id("default", sid, call_id))
     assert result.status is RunStatus.COMPLETED, result
     assert '"done": 3, "total": 3' in (result.output or "")
     # the settled wait's children left the family record; the page reads them from the head
@@ -239,7 +218,7 @@ def test_the_page_tree_turns_live_and_a_parked_run_is_woken_from_the_runs_page(
     producer: Producer, console: Console, page: Page
 ) -> None:
     sid = unique("famweb")
-    waiting, pending, children = _fanned(producer, sid, 2)
+    call_id, children, run_id = parked_run(producer, sid, "fan 2 input nap 600")
     first, second = (c.session_id for c in children)
     page.goto(f"{console.url}/sessions/{sid}")
     for child in (first, second):
@@ -251,14 +230,14 @@ def test_the_page_tree_turns_live_and_a_parked_run_is_woken_from_the_runs_page(
     expect(done).to_have_text("done", timeout=60_000)
     expect(page.locator(".wait-reason")).to_have_text("children 0/2 (all)")  # as loaded
     page.goto(f"{console.url}/runs")
-    row = page.locator(f'tr[data-run-id="{waiting.run_id}"]')
+    row = page.locator(f'tr[data-run-id="{run_id}"]')
     expect(row.locator(".status")).to_contain_text("children 1/2 (all)")
     row.locator(f'button[data-wake="{sid}"]').click()
     expect(page.locator("#flash")).to_contain_text("(children): woken")
     page.goto(f"{console.url}/sessions/{first}")
     page.locator("#parent-link a").click()
     expect(page.locator("#session-id")).to_have_text(sid)
-    result = _finished(producer, wake_run_id("default", sid, pending.call_id))
+    result = finished(producer, wake_run_id("default", sid, call_id))
     assert result.status is RunStatus.COMPLETED, result
     assert '"timed_out": true' in (result.output or "")  # woken before its second child ended
     producer.wake(second)  # leave nothing parked behind

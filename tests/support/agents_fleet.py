@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.stack import Stack
+from tether.core.results import RunStatus
+from tether.core.waits import ChildRef
 from tether.dev.workers import WorkerFleet
 from tether.producer import Producer
 
@@ -64,3 +66,12 @@ def agents_fleet(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iter
         yield AgentsFleet(fleet, env, crash_dir)
     finally:
         fleet.stop()
+
+
+def parked_run(producer: Producer, sid: str, text: str) -> tuple[str, tuple[ChildRef, ...], str]:
+    """The parent's parked call, its children, and the parent's run id."""
+    waiting = producer.run(sid, text, agent="parent", wait_s=90)
+    assert waiting.status is RunStatus.WAITING, waiting
+    (pending,) = waiting.pending
+    assert pending.wait_for is not None and pending.wait_for.kind == "children"
+    return pending.call_id, pending.wait_for.children, waiting.run_id

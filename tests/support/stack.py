@@ -24,6 +24,7 @@ from tether.dev.workers import WorkerFleet, WorkerProcess
 from tether.persistence.reader import SessionLogReader
 from tether.persistence.storage_url import open_storage
 from tether.producer.client import Producer
+from tether.runs.contract import RunResult
 from tether.settings import Settings
 
 T = TypeVar("T")
@@ -43,6 +44,17 @@ def eventually(condition: Callable[[], T], timeout_s: float = 30.0, interval_s: 
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout_s} s")
         time.sleep(interval_s)
+
+
+def finished(producer: Producer, run_id: str, timeout_s: float = 60.0) -> RunResult:
+    """The result of the run ``run_id`` of tenant default, once it has one (a wake or a child
+    run the fleet submitted: no handle to wait on); fail after ``timeout_s``."""
+
+    def result() -> RunResult | None:
+        view = producer.record(run_id)
+        return view.result if view is not None else None
+
+    return eventually(result, timeout_s=timeout_s)
 
 
 def unique(prefix: str = "s") -> str:
