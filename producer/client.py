@@ -333,11 +333,10 @@ class Producer(ProducerBase[RunHandle, CompletionListener]):
             pipe.hgetall(family)
             raw_records, raw_family = pipe.execute()
         plan = wake_plan(target, raw_records, raw_family, now_ms())
-        duplicate: dict[str, bool] = {}
+        submitted: list[Submitted] = []
         for queue, wires in by_queue(plan, self.settings.queue).items():
-            for item in self._submit(wires, queue):
-                duplicate[item.request.run_id] = item.outcome.state is SubmitState.DUPLICATE
-        return woken(plan, [duplicate[request.run_id] for _, request in plan])
+            submitted += self._submit(wires, queue)
+        return woken(plan, submitted)
 
     def locate(self, run_id: str, *, tenant: str | None = None) -> RunRef | None:
         """Where run ``run_id`` of ``tenant`` (default: this producer's) lives, or None when

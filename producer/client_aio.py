@@ -396,11 +396,10 @@ class AsyncProducer(ProducerBase[AsyncRunHandle, AsyncCompletionListener]):
             pipe.hgetall(family)
             raw_records, raw_family = await pipe.execute()
         plan = wake_plan(target, raw_records, raw_family, now_ms())
-        duplicate: dict[str, bool] = {}
+        submitted: list[Submitted] = []
         for queue, wires in by_queue(plan, self.settings.queue).items():
-            for item in await self._submit(wires, queue):
-                duplicate[item.request.run_id] = item.outcome.state is SubmitState.DUPLICATE
-        return woken(plan, [duplicate[request.run_id] for _, request in plan])
+            submitted += await self._submit(wires, queue)
+        return woken(plan, submitted)
 
     async def cancel(self, run_id: str, *, tenant: str | None = None) -> CancelOutcome:
         """Ask a run to stop. ``CANCELLED``: it was queued and will never start. ``REQUESTED``:

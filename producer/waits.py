@@ -24,8 +24,9 @@ from tether.core.results import Resolution, RunStatus
 from tether.errors import InvalidInput
 from tether.ids import validate_id, validate_tenant
 from tether.keys import RedisKeys
+from tether.producer.submission import Submitted
 from tether.runs.contract import BusyPolicy, RunRequest, WireRequest
-from tether.runs.queue.base import RunView
+from tether.runs.queue.base import RunView, SubmitState
 from tether.runs.waits.base import WaitRecord, settle_request
 from tether.runs.waits.children_redis import family_key, parse_family
 from tether.runs.waits.wakes import wake_now
@@ -138,11 +139,13 @@ def _nothing_waits(target: WakeTarget, parked: list[str]) -> str:
     )
 
 
-def woken(plan: list[tuple[WaitRecord, RunRequest]], states: list[bool]) -> list[WokenCall]:
-    """What the wake did, per call (``states``: whether each submission was a duplicate)."""
+def woken(plan: list[tuple[WaitRecord, RunRequest]], submitted: list[Submitted]) -> list[WokenCall]:
+    """What the wake did, per call of ``plan``, from the queue's answers (``submitted``, in any
+    order: the plan's queues were submitted one after the other)."""
+    duplicate = {s.request.run_id: s.outcome.state is SubmitState.DUPLICATE for s in submitted}
     return [
-        WokenCall(record.call_id, request.run_id, record.wait_for.kind, duplicate)
-        for (record, request), duplicate in zip(plan, states, strict=True)
+        WokenCall(record.call_id, request.run_id, record.wait_for.kind, duplicate[request.run_id])
+        for record, request in plan
     ]
 
 
