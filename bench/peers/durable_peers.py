@@ -41,9 +41,30 @@ class State(TypedDict):
     out: str
 
 
+def _launched_dbos(
+    data_dir: Path, name: str, workflow: Callable[..., Any], *args: Any
+) -> Callable[[], str]:
+    """Launch DBOS on its default SQLite system database in ``data_dir``; a run starts
+    ``workflow(*args)`` on a fresh workflow id."""
+    from dbos import DBOS, DBOSConfig, SetWorkflowID
+
+    config: DBOSConfig = {
+        "name": name,
+        "system_database_url": f"sqlite:///{data_dir / 'dbos.sqlite'}",
+    }
+    DBOS(config=config)
+    DBOS.launch()
+
+    def run() -> str:
+        with SetWorkflowID(str(uuid.uuid4())):
+            return str(workflow(*args))
+
+    return run
+
+
 def dbos_runner(data_dir: Path) -> Callable[[], str]:
     """One DBOS workflow of ten steps per call, on a SQLite system database in ``data_dir``."""
-    from dbos import DBOS, DBOSConfig, SetWorkflowID
+    from dbos import DBOS
 
     @DBOS.step()
     def tick(n: int) -> str:
@@ -55,18 +76,7 @@ def dbos_runner(data_dir: Path) -> Callable[[], str]:
             tick(n)
         return ANSWER
 
-    config: DBOSConfig = {
-        "name": "tether-bench-durable",
-        "system_database_url": f"sqlite:///{data_dir / 'dbos.sqlite'}",
-    }
-    DBOS(config=config)
-    DBOS.launch()
-
-    def run() -> str:
-        with SetWorkflowID(str(uuid.uuid4())):
-            return str(steps10())
-
-    return run
+    return _launched_dbos(data_dir, "tether-bench-durable", steps10)
 
 
 def langgraph_runner(data_dir: Path) -> Callable[[], str]:
@@ -102,7 +112,97 @@ def langgraph_runner(data_dir: Path) -> Callable[[], str]:
     return run
 
 
-RUNNERS = {"dbos": dbos_runner, "langgraph": langgraph_runner}
+def _scripted_decision(tool_results: int) -> tuple[str, int]:
+    """The agent shapes' scripted model, as Tether's ``steps10`` agent answers: ask for ``tick``
+    until ten results are in, then answer. ``("tick", n)`` or ``("answer", 0)``."""
+    return ("answer", 0) if tool_results >= STEPS else ("tick", tool_results + 1)
+
+
+def dbos_agent_runner(data_dir: Path) -> Callable[[], str]:
+    """The agent shape on DBOS, as its durable-agent docs write one: every model call and every
+    tool call a ``@DBOS.step()`` of one workflow (21 steps for ten tool steps and the answer),
+    each step's output committed before the workflow goes on."""
+    from dbos import DBOS
+
+    @DBOS.step()
+    def call_model(messages: list[dict[str, Any]]) -> dict[str, Any]:
+        done = sum(m["role"] == "tool" for m in messages)
+        action, n = _scripted_decision(done)
+        if action == "answer":
+            return {"role": "assistant", "content": ANSWER}
+        return {"role": "assistant", "tool_call": {"name": "tick", "args": {"n": n}}}
+
+    @DBOS.step()
+    def call_tool(name: str, args: dict[str, Any]) -> str:
+        return f"tick {args['n']}"
+
+    @DBOS.workflow()
+    def agent(question: str) -> str:
+        messages: list[dict[str, Any]] = [{"role": "user", "content": question}]
+        while True:
+            reply = call_model(messages)
+            messages.append(reply)
+            if "tool_call" not in reply:
+                return str(reply["content"])
+            call = reply["tool_call"]
+            messages.append({"role": "tool", "content": call_tool(call["name"], call["args"])})
+
+    return _launched_dbos(data_dir, "tether-bench-durable-agent", agent, "ten steps, please")
+
+
+def langgraph_agent_runner(data_dir: Path) -> Callable[[], str]:
+    """The agent shape on LangGraph, as its docs build a tool-calling agent: an ``agent`` node
+    (the scripted model answers an ``AIMessage`` with a tool call) and a prebuilt ``ToolNode``,
+    routed by ``tools_condition``, on ``MessagesState``; checkpointed by SqliteSaver with
+    ``durability="sync"`` after every node (21 super-steps for ten tool steps and the answer)."""
+    import sqlite3
+
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    @tool
+    def tick(n: int) -> str:
+        """One step of work."""
+        return f"tick {n}"
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        done = sum(isinstance(m, ToolMessage) for m in state["messages"])
+        action, n = _scripted_decision(done)
+        if action == "answer":
+            return {"messages": [AIMessage(content=ANSWER)]}
+        call = {"name": "tick", "args": {"n": n}, "id": f"call_{n}", "type": "tool_call"}
+        return {"messages": [AIMessage(content="", tool_calls=[call])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", ToolNode([tick]))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    conn = sqlite3.connect(str(data_dir / "langgraph-agent.sqlite"), check_same_thread=False)
+    graph = builder.compile(checkpointer=SqliteSaver(conn))
+
+    def run() -> str:
+        config = {"configurable": {"thread_id": str(uuid.uuid4())}}
+        state = graph.invoke(
+            {"messages": [("user", "ten steps, please")]},
+            config,  # type: ignore[arg-type]
+            durability="sync",
+        )
+        return str(state["messages"][-1].content)
+
+    return run
+
+
+RUNNERS = {
+    "dbos": dbos_runner,
+    "langgraph": langgraph_runner,
+    "dbos-agent": dbos_agent_runner,
+    "langgraph-agent": langgraph_agent_runner,
+}
 
 
 def main(argv: list[str]) -> int:
