@@ -43,6 +43,7 @@ from tether.dev.workers import WorkerProcess
 from tether.models.base import ModelResponse
 from tether.producer.client import Producer
 from tether.producer.ops.batch import run_batch
+from tether.settings import Settings
 
 QUEUE = "p11"
 MODEL = "test-model"
@@ -52,16 +53,33 @@ VERDICT_CALL = ModelResponse.call("v1", "submit_verdict", VERDICT)
 INSPECT_TIMEOUT_S = 3600
 
 
-def _start_workers(bench: Bench, server: OpenAIServer) -> list[WorkerProcess]:
-    stack = bench.stack
-    env = {
-        **stack.env,
+def worker_env(server: OpenAIServer) -> dict[str, str]:
+    """What P11's workers add to the stack's environment: their queue and the test server."""
+    return {
         "TETHER_QUEUE": QUEUE,
         "TETHER_OPENAI_BASE_URL": server.base_url,
         "TETHER_OPENAI_API_KEY": server.api_key,
         "TETHER_OPENAI_MODEL": MODEL,
         "TETHER_OPENAI_API": "chat",
     }
+
+
+def producer_settings(redis_url: str, s3_endpoint: str, server: OpenAIServer) -> Settings:
+    """The producer's settings: the stack's, P11's queue, and the judge on the test server."""
+    return bench_settings(
+        redis_url,
+        s3_endpoint,
+        queue=QUEUE,
+        openai_base_url=server.base_url,
+        openai_api_key=server.api_key,
+        openai_model=MODEL,
+        openai_api="chat",
+    )
+
+
+def _start_workers(bench: Bench, server: OpenAIServer) -> list[WorkerProcess]:
+    stack = bench.stack
+    env = {**stack.env, **worker_env(server)}
     workers = [
         WorkerProcess(f"p11w{i + 1}", env, stack.log_dir, concurrency=1, queue=QUEUE)
         for i in range(bench.sizes.p11_workers)
@@ -123,7 +141,8 @@ def _inspect_trial(bench: Bench, server: OpenAIServer, folder: Path, n: int) -> 
     return float(doc["wall_s"])
 
 
-def _answer_by_default(server: OpenAIServer) -> None:
+def answer_by_default(server: OpenAIServer) -> None:
+    """Set the server's replies for both sides' models (also :mod:`bench.p11_cpu`'s)."""
     server.default_reply(VERDICT)
     server.default_reply(VERDICT_CALL, model=JUDGE_MODEL)
     server.default_reply(inspect_side.ANSWER, model=inspect_side.SOLVER_MODEL)
@@ -133,17 +152,8 @@ def _answer_by_default(server: OpenAIServer) -> None:
 def _trials(bench: Bench) -> tuple[list[float], list[float]]:
     sz = bench.sizes
     server = start_openai_server("sk-p11-" + secrets.token_hex(8))
-    _answer_by_default(server)
-    settings = bench_settings(
-        bench.stack.redis_url,
-        bench.stack.s3_endpoint,
-        queue=QUEUE,
-        openai_base_url=server.base_url,
-        openai_api_key=server.api_key,
-        openai_model=MODEL,
-        openai_api="chat",
-    )
-    producer = Producer(settings)
+    answer_by_default(server)
+    producer = Producer(producer_settings(bench.stack.redis_url, bench.stack.s3_endpoint, server))
     workers: list[WorkerProcess] = []
     tether: list[float] = []
     inspect: list[float] = []
@@ -167,7 +177,7 @@ def _trials(bench: Bench) -> tuple[list[float], list[float]]:
                     tether.append(_tether_trial(bench, producer, cases, folder, n))
                     inspect.append(_inspect_trial(bench, server, folder, n))
                 server.reset()
-                _answer_by_default(server)
+                answer_by_default(server)
     finally:
         producer.close()
         for worker in workers:

@@ -239,6 +239,26 @@ def pool_children(pid: int) -> list[int]:
     return sorted(set(children))
 
 
+def cpu_s(pid: int, *, children: bool = True) -> float:
+    """User + system seconds of ``pid`` so far (and of its living descendants: a prefork
+    worker's pool children); 0 for a process that is gone."""
+    import psutil  # only the benches that measure CPU pay its import
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)] if children else [root]
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0.0
+    for proc in procs:
+        try:
+            times = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
 def rss_kib(pid: int) -> int:
     """The resident set size of ``pid`` in KiB (``VmRSS`` of ``/proc/<pid>/status``)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

@@ -45,12 +45,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import redis
 
 from bench.private_stack import private_redis_and_s3
 from bench.report import command_line, host_info, now_iso
-from bench.stack import BUCKET, bench_env, bench_settings
+from bench.stack import BUCKET, bench_env, bench_settings, cpu_s
 from bench.waiting_census import census, per_run
 from bench.waiting_report import markdown
 from tether.dev.workers import WorkerFleet
@@ -121,18 +120,7 @@ def _index_bytes(client: redis.Redis, keys: RedisKeys) -> int:
 
 def _cpu_s(fleet: WorkerFleet) -> float:
     """CPU time (user + system) of every process of the fleet's workers so far."""
-    total = 0.0
-    for worker in fleet.workers:
-        if worker.pid is None:
-            continue
-        root = psutil.Process(worker.pid)
-        for proc in [root, *root.children(recursive=True)]:
-            try:
-                times = proc.cpu_times()
-            except psutil.NoSuchProcess:
-                continue
-            total += times.user + times.system
-    return total
+    return sum(cpu_s(w.pid) for w in fleet.workers if w.pid is not None)
 
 
 def _watch(client: redis.Redis, keys: RedisKeys, fleet: WorkerFleet) -> dict[str, Any]:
