@@ -12,12 +12,15 @@ task makes for each message (:func:`tether.worker.engine.cycle.drain` with the c
     python -m bench.round_trips            # 100 sequential 1-step runs on a private stack
     python -m bench.round_trips --usage    # runs whose model reports usage (counted per tenant)
     python -m bench.round_trips --usage --budgets   # ... priced, under a tenant budget
+    python -m bench.round_trips --scripts  # what runs inside each script (MONITOR), per run
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
+import hashlib
 import json
 import threading
 import uuid
@@ -25,13 +28,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis
 from redis.connection import AbstractConnection
 
 from bench.agents import PRICED_MODEL
 from bench.private_stack import private_redis_and_s3, production_runtime
 from tether.ids import new_id
+from tether.persistence import lua
 from tether.runs.contract import RunRequest
 from tether.runs.queue.base import submit
+from tether.runs.queue.record import record_script
 from tether.runs.usage.policy import admit_submission
 from tether.worker.engine.claim import Carried
 from tether.worker.engine.cycle import drain
@@ -131,6 +137,14 @@ def counting(namespace: str = "tether") -> Iterator[dict[str, Tally]]:
             _state.active = False
 
 
+def _request(i: int, agent: str, feed: str) -> RunRequest:
+    """The ``i``-th run of a profile: one of ten sessions, announced on a producer's ``feed``."""
+    return RunRequest(
+        run_id=new_id("run"), request_id=new_id("req"), tenant="t",
+        session_id=f"s-{i % 10}", agent=agent, input=f"hello {i}", reply_to=feed,
+    )  # fmt: skip
+
+
 def worker_path(
     redis_url: str,
     s3_endpoint: str,
@@ -158,10 +172,7 @@ def worker_path(
     names: dict[str, int] = {}
 
     def one(i: int) -> tuple[Tally, Tally]:
-        request = RunRequest(
-            run_id=new_id("run"), request_id=new_id("req"), tenant="t",
-            session_id=f"s-{i % 10}", agent=agent, input=f"hello {i}", reply_to=feed,
-        )  # fmt: skip
+        request = _request(i, agent, feed)
         with counting(settings.namespace) as tallies:
             admit_submission(rt.runs.tenant_usage, settings, [request])  # as a Producer does
             submit(rt.runs, request, on=settings.queue)
@@ -190,6 +201,75 @@ def worker_path(
     return {k: round(v, 2) for k, v in out.items()}
 
 
+def _script_names() -> dict[str, str]:
+    """Script name by the SHA1 a client calls it with (every ``.lua`` of the package that loads
+    with the run record's tables; the others are no run's)."""
+    names = {}
+    for path in (lua.resources.files(lua.__package__)).iterdir():
+        if path.name.endswith(".lua"):
+            try:
+                source = record_script(path.name.removesuffix(".lua")).source
+            except TypeError:
+                continue
+            names[hashlib.sha1(source.encode()).hexdigest()] = path.name.removesuffix(".lua")
+    return names
+
+
+STOP = "round-trips-monitor-stop"
+
+
+def inside_scripts(
+    redis_url: str, s3_endpoint: str, bucket: str, runs: int
+) -> dict[str, dict[str, float]]:
+    """Per sequential 1-step ``echo`` run (producer and worker, warm), with ``MONITOR``: the
+    commands clients sent (``sent``), and by script the commands it ran inside Redis (a script
+    called twice in a run counts its commands twice)."""
+    rt = production_runtime(redis_url, s3_endpoint, bucket)
+    settings = rt.settings
+    feed = "p-" + uuid.uuid4().hex
+
+    def one(i: int) -> None:
+        request = _request(i, "echo", feed)
+        admit_submission(rt.runs.tenant_usage, settings, [request])
+        submit(rt.runs, request, on=settings.queue)
+        drain(rt, "t", request.session_id, carried=Carried(request, settings.queue))
+
+    for i in range(20):  # warm-up: connections, scripts
+        one(i)
+    names = _script_names()
+    counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    ready = threading.Event()
+
+    def watch() -> None:
+        client = redis.Redis.from_url(redis_url)
+        script = ""
+        with client.monitor() as monitor:  # type: ignore[no-untyped-call]
+            ready.set()
+            for event in monitor.listen():
+                words = str(event["command"]).split(" ")
+                if words[0].upper() == "ECHO" and STOP in event["command"]:
+                    break
+                if event.get("client_type") == "lua":
+                    counts[script][words[0].upper()] += 1
+                    continue
+                counts["sent"][words[0].upper()] += 1
+                if words[0].upper() == "EVALSHA":
+                    script = names.get(words[1], words[1][:8])
+        client.close()
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    ready.wait(10)
+    for i in range(20, 20 + runs):
+        one(i)
+    rt.runs.client.echo(STOP)
+    thread.join(30)
+    return {
+        script: {word: round(n / runs, 2) for word, n in counter.most_common()}
+        for script, counter in counts.items()
+    }
+
+
 #: USD per million tokens of the priced runs.
 PRICE = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 4.0}
 
@@ -210,8 +290,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--usage", action="store_true", help="a model that reports tokens")
     parser.add_argument("--budgets", action="store_true", help="priced, under a tenant budget")
+    parser.add_argument("--scripts", action="store_true", help="commands inside each script")
     args = parser.parse_args(argv)
     with private_redis_and_s3("rt-bucket", "tether-round-trips-") as (redis_url, endpoint):
+        if args.scripts:
+            by_script = inside_scripts(redis_url, endpoint, "rt-bucket", args.runs)
+            for script, words in by_script.items():
+                print(f"{script:20s} {sum(words.values()):6.2f}  {words}")
+            return 0
         measured = worker_path(
             redis_url, endpoint, "rt-bucket", args.runs, usage=args.usage, budgets=args.budgets
         )

@@ -8,11 +8,8 @@ local function finish(run, pending, attempts, deltas, r)
   redis.call('HSET', run, F.STATUS, r.status, F.RESULT, r.result, F.TENANT, r.tenant,
     F.SESSION_ID, r.session_id, F.REQUEST_ID, r.request_id)
   redis.call('EXPIRE', run, r.ttl_s)
-  if redis.call('LINDEX', pending, 0) == r.run_id then
-    redis.call('LPOP', pending)
-  else
-    redis.call('LREM', pending, 1, r.run_id)
-  end
+  -- LREM stops at the first match from the head, where a finishing run almost always is
+  redis.call('LREM', pending, 1, r.run_id)
   redis.call('DEL', attempts)
   redis.call('XADD', deltas, 'NOMKSTREAM', '*', 'k', 'e', 'e', r.run_id,
     'r', '', 'f', '0', 's', '0', 'i', '0', 'c', '0', 't', '')

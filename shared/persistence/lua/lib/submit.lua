@@ -13,9 +13,10 @@ local function submit(req, run, pending, r)
     return {2, r.run_id}
   end
   redis.call('SET', req, r.run_id, 'EX', r.ttl_s)
-  redis.call('HSET', run, F.STATUS, S.QUEUED, F.REQUEST, r.request, F.TENANT, r.tenant,
-    F.SESSION_ID, r.session_id, F.REQUEST_ID, r.request_id, F.SUBMITTED_AT_MS, r.submitted_at_ms)
-  if r.queue ~= '' then redis.call('HSET', run, F.QUEUE, r.queue) end
+  local fields = {F.STATUS, S.QUEUED, F.REQUEST, r.request, F.TENANT, r.tenant,
+    F.SESSION_ID, r.session_id, F.REQUEST_ID, r.request_id, F.SUBMITTED_AT_MS, r.submitted_at_ms}
+  if r.queue ~= '' then fields[#fields + 1] = F.QUEUE; fields[#fields + 1] = r.queue end
+  redis.call('HSET', run, unpack(fields))  -- one write for the whole record
   redis.call('EXPIRE', run, r.ttl_s)
   redis.call('RPUSH', pending, r.run_id)
   return {1, r.run_id}
