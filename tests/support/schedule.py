@@ -26,10 +26,25 @@ from typing import Any
 import pytest
 
 #: Files that share a session fixture: run by one process (a fleet started once, not per process).
+#: The chaos stack (Redis, moto behind a fault proxy, 3 workers) and the streaming fleet (2
+#: workers) were started by each of the three processes and idled there until the session
+#: ended: 3 worker starts and ~15 s of CPU per chaos stack in a run of 2026-12-08.
 GROUPS = {
     "tests/test_waits_workers.py": "agents-fleet",
     "tests/test_signals_workers.py": "agents-fleet",
     "tests/test_children_workers.py": "agents-fleet",
+    # chaos_stack (tests/support/chaos_fixtures.py)
+    "tests/test_chaos.py": "chaos-stack",
+    "tests/test_faults.py": "chaos-stack",
+    "tests/test_hostile_input.py": "chaos-stack",
+    "tests/test_openai_worker.py": "chaos-stack",
+    "tests/test_secrets_at_rest.py": "chaos-stack",
+    "tests/test_security.py": "chaos-stack",
+    "tests/test_usage_model_calls_workers.py": "chaos-stack",
+    # streaming (tests/support/stream_stack.py)
+    "tests/test_token_stream_count_workers.py": "stream-fleet",
+    "tests/test_token_stream_views.py": "stream-fleet",
+    "tests/test_token_stream_workers.py": "stream-fleet",
 }
 
 #: Seconds each file took in `make test` (setup + call + teardown of its tests; 3 processes on
