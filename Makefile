@@ -40,7 +40,11 @@ demo: $(STAMP)
 # runs kept at load 8-13 (the three processes ended within 4 s of each other; before these
 # changes the suite took 1,411 s at load 10-13, its processes ending 48 s apart). Quiet machine,
 # with the 100-run fleet recovery test added: 3,004 tests in 467 s; 3,013 tests in 532 s on
-# 2026-12-08 (another VM of the same size: machines vary by this much).
+# 2026-12-08 (another VM of the same size: machines vary by this much). Later that day, on a
+# machine other runs kept at load 6-8: 3,013 tests in 901 s, then 3,015 in 656 s with the CLI
+# suite run mostly in-process, one Redis and worker for the tenant-forgery module, the 100-run
+# fleet recovery in test-long (a few runs of each kind stay), and the chaos and streaming
+# stacks started by one process instead of three (~100 s of the suite's ~800 s of CPU).
 PARALLEL := -n 3 --dist loadfile
 
 # It ends by printing what it measured here: the README quotes this line, not another machine's.

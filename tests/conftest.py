@@ -13,6 +13,7 @@ pytest_plugins = [
     "tests.support.stream_stack",
     "tests.support.agents_fleet",
     "tests.support.schedule",
+    "tests.support.cli_in_process",
 ]
 
 # moto's embedded werkzeug server logs every request at INFO; keep test output readable

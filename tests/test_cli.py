@@ -1,4 +1,9 @@
-"""The `tether` CLI, run as real subprocesses against the private test stack."""
+"""The `tether` CLI against the private test stack.
+
+Each command family keeps real subprocesses where a process is what is tested (the console
+script, exit codes, Ctrl-C, one line on a real stderr, stdin that is no terminal, secrets in
+the output); the other commands run in this process (``cli``: ``run_cli``, as the console script
+runs it), which spares the second of imports each subprocess pays."""
 
 from __future__ import annotations
 
@@ -12,10 +17,12 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import redis
 
+from tests.support.cli_in_process import Done, InProcessCli
 from tests.support.stack import Stack, eventually, unique
 from tether.runs.leases.redis import RedisLeaseManager
 
@@ -55,12 +62,16 @@ def parallel(
         return [f.result() for f in futures]
 
 
-def ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+Outcome = subprocess.CompletedProcess[str] | Done
+Out = TypeVar("Out", subprocess.CompletedProcess[str], Done)
+
+
+def ok(result: Out) -> Out:
     assert result.returncode == 0, f"rc={result.returncode}\n{result.stdout}\n{result.stderr}"
     return result
 
 
-def one_error_line(result: subprocess.CompletedProcess[str], *needles: str) -> str:
+def one_error_line(result: Outcome, *needles: str) -> str:
     """The command failed with exactly one line on stderr, no traceback, naming each needle."""
     assert result.returncode != 0, result.stdout
     lines = [line for line in result.stderr.splitlines() if line.strip()]
@@ -121,23 +132,20 @@ def test_run_prints_the_answer_and_status(live_stack: Stack) -> None:
     one_error_line(bad, "UnknownAgent", "no-such-agent")
 
 
-def test_submit_then_wait_with_json(live_stack: Stack) -> None:
+def test_submit_then_wait_with_json(live_stack: Stack, cli: InProcessCli) -> None:
     notes, echo = unique("cli-submit"), unique("cli-submit")
-    plain, as_json, unknown = parallel(
-        live_stack.env,
-        ["submit", notes, "remember tea", "--agent", "notes"],
-        ["submit", echo, "ping", "--agent", "echo", "--json"],
-        ["wait", "run-does-not-exist"],
-    )
+    env = live_stack.env
+    plain = cli(env, "submit", notes, "remember tea", "--agent", "notes")
+    as_json = cli(env, "submit", echo, "ping", "--agent", "echo", "--json")
+    unknown = cli(env, "wait", "run-does-not-exist")
     run_id = ok(plain).stdout.strip()
     assert run_id.startswith("run-") and "\n" not in run_id
     submitted = json.loads(ok(as_json).stdout)
     assert submitted["session_id"] == echo
     assert unknown.returncode == 2
     one_error_line(unknown, "run-does-not-exist")
-    waited_json, waited_text = parallel(
-        live_stack.env, ["wait", run_id, "--json"], ["wait", submitted["run_id"]]
-    )
+    waited_json = cli(env, "wait", run_id, "--json")
+    waited_text = cli(env, "wait", submitted["run_id"])
     waited = json.loads(ok(waited_json).stdout)
     assert (waited["run_id"], waited["status"], waited["output"]) == (
         run_id,
@@ -147,7 +155,7 @@ def test_submit_then_wait_with_json(live_stack: Stack) -> None:
     assert ok(waited_text).stdout == "echo: ping\n"
 
 
-def test_cancel_a_queued_run(live_stack: Stack) -> None:
+def test_cancel_a_queued_run(live_stack: Stack, cli: InProcessCli) -> None:
     sid = unique("cli-cancel")
     # Hold the session's lease ourselves: the run stays queued for as long as the test needs.
     leases = RedisLeaseManager(live_stack.redis.client(), keys=live_stack.producer.keys)
@@ -155,15 +163,15 @@ def test_cancel_a_queued_run(live_stack: Stack) -> None:
     assert lease is not None
     handle = live_stack.producer.run_async(sid, "remember never", agent="notes")
     try:
-        cancelled = ok(tether(live_stack.env, "cancel", handle.run_id))
+        cancelled = ok(cli(live_stack.env, "cancel", handle.run_id))
         assert f"run {handle.run_id} cancelled before it started" in cancelled.stdout
     finally:
         leases.release(lease)
     live_stack.producer.resubmit(handle.run_id)  # a worker takes the session now, skips the run
-    waited = tether(live_stack.env, "wait", handle.run_id, "--wait-s", "60")
+    waited = cli(live_stack.env, "wait", handle.run_id, "--wait-s", "60")
     assert waited.returncode == 1
     one_error_line(waited, handle.run_id, "cancelled")
-    again = tether(live_stack.env, "cancel", handle.run_id, "--json")
+    again = cli(live_stack.env, "cancel", handle.run_id, "--json")
     assert again.returncode == 1
     assert json.loads(again.stdout) == {
         "run_id": handle.run_id,
@@ -178,18 +186,16 @@ def test_cancel_a_queued_run(live_stack: Stack) -> None:
 # --- tail ---------------------------------------------------------------------------------------
 
 
-def test_tail_sees_runs_submitted_by_another_process(live_stack: Stack) -> None:
+def test_tail_sees_runs_submitted_by_another_process(live_stack: Stack, cli: InProcessCli) -> None:
     sid = unique("cli-tail")
     proc = spawn(live_stack.env, "tail", sid, "--json")
     reader = LineReader(proc)
     try:
         first = live_stack.producer.run(sid, "remember one", agent="notes", wait_s=60)
         eventually(lambda: first.run_id in final_outputs(reader.lines), timeout_s=60)
-        # tail is now following live; a different process submits the next run
+        # tail is now following live; the next run comes from `tether run` (in this process)
         second = json.loads(
-            ok(
-                tether(live_stack.env, "run", sid, "remember two", "--agent", "notes", "--json")
-            ).stdout
+            ok(cli(live_stack.env, "run", sid, "remember two", "--agent", "notes", "--json")).stdout
         )
         eventually(lambda: second["run_id"] in final_outputs(reader.lines), timeout_s=30)
         proc.send_signal(signal.SIGINT)  # Ctrl-C
@@ -207,13 +213,13 @@ def test_tail_sees_runs_submitted_by_another_process(live_stack: Stack) -> None:
     assert outputs[second["run_id"]] == "noted: two"
     assert [json.loads(line)["seq"] for line in lines] == list(range(1, second["last_seq"] + 1))
     # --from-seq and --idle-timeout (for scripts): prints what is there, then exits 0
-    replay = ok(tether(live_stack.env, "tail", sid, "--from-seq", "3", "--idle-timeout", "0.5"))
+    replay = ok(cli(live_stack.env, "tail", sid, "--from-seq", "3", "--idle-timeout", "0.5"))
     shown = [line.split()[0] for line in replay.stdout.splitlines() if line.strip()]
     assert shown == [str(n) for n in range(3, second["last_seq"] + 1)]
     assert "noted: two" in replay.stdout
     assert "no event" not in replay.stderr
     # a mistyped session id exited 0 with nothing at all: a note says what may be wrong
-    quiet = ok(tether(live_stack.env, "tail", sid + "-typo", "--idle-timeout", "0.5"))
+    quiet = ok(cli(live_stack.env, "tail", sid + "-typo", "--idle-timeout", "0.5"))
     assert quiet.stdout == "" and f"no event of session default/{sid}-typo" in quiet.stderr
     assert "tether sessions list" in quiet.stderr
 
@@ -281,21 +287,23 @@ def test_ctrl_c_stops_a_tail_blocked_on_redis_at_once_on_a_loaded_machine(
 # --- sessions -----------------------------------------------------------------------------------
 
 
-def test_sessions_read_commands(live_stack: Stack) -> None:
+def test_sessions_read_commands(live_stack: Stack, cli: InProcessCli) -> None:
     sid = unique("cli-sess")
     for fact in ("alpha", "beta"):
         live_stack.producer.run(sid, f"remember {fact}", agent="notes", wait_s=60)
-    listed, shown, history, finals, by_text, memory, verified, table, bad_type = parallel(
-        live_stack.env,
-        ["sessions", "list", "--json"],
-        ["sessions", "show", sid, "--json"],
-        ["sessions", "events", sid, "--json"],
-        ["sessions", "search", sid, "--type", "final_output", "--json"],
-        ["sessions", "search", sid, "--text", "BETA", "--json"],
-        ["sessions", "project", sid, "--json"],
-        ["sessions", "verify", sid],
-        ["sessions", "events", sid, "--type", "USER_INPUT"],
-        ["sessions", "events", sid, "--type", "NOPE"],
+    listed, shown, history, finals, by_text, memory, verified, table, bad_type = (
+        cli(live_stack.env, *argv)
+        for argv in (
+            ["sessions", "list", "--json"],
+            ["sessions", "show", sid, "--json"],
+            ["sessions", "events", sid, "--json"],
+            ["sessions", "search", sid, "--type", "final_output", "--json"],
+            ["sessions", "search", sid, "--text", "BETA", "--json"],
+            ["sessions", "project", sid, "--json"],
+            ["sessions", "verify", sid],
+            ["sessions", "events", sid, "--type", "USER_INPUT"],
+            ["sessions", "events", sid, "--type", "NOPE"],
+        )
     )
     listing = json.loads(ok(listed).stdout)
     assert sid in listing["sessions"] and listing["tenant"] == "default"
@@ -319,30 +327,32 @@ def test_sessions_read_commands(live_stack: Stack) -> None:
     one_error_line(bad_type, "NOPE")
 
 
-def test_sessions_fork_refuses_existing_id_and_delete(live_stack: Stack) -> None:
+def test_sessions_fork_refuses_existing_id_and_delete(live_stack: Stack, cli: InProcessCli) -> None:
     sid, copy = unique("cli-fork"), unique("cli-copy")
     live_stack.producer.run(sid, "remember kept", agent="notes", wait_s=60)
     env = live_stack.env
-    assert "forked" in ok(tether(env, "sessions", "fork", sid, copy)).stdout
-    # no --yes and no terminal to confirm on (a script): refused like `purge`, nothing deleted
+    assert "forked" in ok(cli(env, "sessions", "fork", sid, copy)).stdout
+    # no --yes and no terminal to confirm on (a script): refused like `purge`, nothing deleted;
+    # a real process, whose stdin is what the shell gave it
     unconfirmed = tether(env, "sessions", "delete", copy, stdin=subprocess.DEVNULL)
     assert unconfirmed.returncode == 2 and unconfirmed.stdout == ""
     one_error_line(unconfirmed, f"default/{copy}", "add --yes")
-    refused, verified = parallel(
-        env, ["sessions", "fork", sid, copy], ["sessions", "verify", sid, copy, "--json"]
-    )
+    refused = cli(env, "sessions", "fork", sid, copy)
+    verified = cli(env, "sessions", "verify", sid, copy, "--json")
     assert refused.returncode == 2
     one_error_line(refused, "SessionExists", copy)
     assert [r["ok"] for r in json.loads(ok(verified).stdout)] == [True, True]
-    deleted = json.loads(ok(tether(env, "sessions", "delete", copy, "--yes", "--json")).stdout)
+    deleted = json.loads(ok(cli(env, "sessions", "delete", copy, "--yes", "--json")).stdout)
     assert deleted["head_deleted"] is True
     assert not [k for k in live_stack.s3_keys() if copy in k]
-    gone, delete_again, debug, source = parallel(
-        env,
-        ["sessions", "show", copy],
-        ["sessions", "delete", copy, "--yes"],
-        ["--debug", "sessions", "show", copy],
-        ["sessions", "verify", sid],
+    gone, delete_again, debug, source = (
+        cli(env, *argv)
+        for argv in (
+            ["sessions", "show", copy],
+            ["sessions", "delete", copy, "--yes"],
+            ["--debug", "sessions", "show", copy],
+            ["sessions", "verify", sid],
+        )
     )
     assert gone.returncode == 2
     one_error_line(gone, "not found")
@@ -392,35 +402,40 @@ def test_bad_or_unknown_settings_fail_with_one_line(live_stack: Stack) -> None:
 
 
 def test_unknown_option_or_command_is_a_usage_error() -> None:
-    for argv in (["--nope"], ["sessions", "nosuch"]):
-        done = subprocess.run(
+    def usage(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
             [sys.executable, "-m", "tether.producer.ops.cli", *argv],
             capture_output=True,
             text=True,
             timeout=60,
         )
-        assert done.returncode == 2, (argv, done.stderr)
-        assert "Traceback" not in done.stderr
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        done = list(
+            pool.map(lambda argv: (argv, usage(*argv)), (["--nope"], ["sessions", "nosuch"]))
+        )
+    for argv, proc in done:
+        assert proc.returncode == 2, (argv, proc.stderr)
+        assert "Traceback" not in proc.stderr
 
 
-def test_approve_a_waiting_run_from_the_shell(live_stack: Stack) -> None:
+def test_approve_a_waiting_run_from_the_shell(live_stack: Stack, cli: InProcessCli) -> None:
     sid, other = unique("cli-approve"), unique("cli-reject")
-    waiting = ok(tether(live_stack.env, "run", sid, "transfer 7", "--agent", "approver", "--json"))
+    waiting = ok(cli(live_stack.env, "run", sid, "transfer 7", "--agent", "approver", "--json"))
     result = json.loads(waiting.stdout)
     assert result["status"] == "WAITING"
     (call,) = result["pending"]
     assert (call["tool"], call["reason"]) == ("transfer", "approval")
-    text = ok(tether(live_stack.env, "run", other, "transfer 8", "--agent", "approver"))
+    text = ok(cli(live_stack.env, "run", other, "transfer 8", "--agent", "approver"))
     hint = next(line for line in text.stderr.splitlines() if line.startswith("waiting on"))
     second = hint.split()[2].rstrip(":")
     assert f"tether approve {other} {second}" in hint
+    # `approve` as a real process, the way a shell runs it
     approved = ok(tether(live_stack.env, "approve", sid, call["call_id"], "--agent", "approver"))
     assert approved.stdout.strip() == "transferred 7"
     rejected = ok(
-        tether(
-            live_stack.env, "reject", other, second, "--agent", "approver", "--reason", "not today"
-        )
+        cli(live_stack.env, "reject", other, second, "--agent", "approver", "--reason", "not today")
     )
     assert "not today" in rejected.stdout
-    again = tether(live_stack.env, "approve", sid, call["call_id"], "--agent", "approver")
+    again = cli(live_stack.env, "approve", sid, call["call_id"], "--agent", "approver")
     one_error_line(again, "InvalidInput", "is not pending")

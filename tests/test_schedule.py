@@ -36,6 +36,23 @@ def test_the_grouped_files_exist() -> None:
         assert (root / path).is_file(), f"{path} is grouped in tests/support/schedule.py but gone"
 
 
+@pytest.mark.parametrize(
+    ("group", "uses"),
+    [("chaos-stack", "tests.support.chaos_fixtures"), ("stream-fleet", "streaming: Streaming")],
+)
+def test_every_file_of_a_session_stack_is_in_its_group(group: str, uses: str) -> None:
+    """A file left out would start the stack again in another process, and leave it idling
+    there until the session ends."""
+    root = Path(__file__).resolve().parents[1]
+    users = {
+        str(path.relative_to(root))
+        for path in (root / "tests").glob("test_*.py")
+        if uses in path.read_text() and path != Path(__file__).resolve()
+    }
+    grouped = {path for path, name in schedule.GROUPS.items() if name == group}
+    assert users and users == grouped
+
+
 def test_the_durations_table_is_read_from_pytest_output() -> None:
     text = (
         "12.50s call     tests/test_a.py::test_x[1]\n"

@@ -26,7 +26,12 @@ import pytest
 import redis
 from celery import Celery
 
-from tests.support.moto_server import S3TestBucket
+from tests.support.moto_server import (
+    FAKE_ACCESS_KEY_ID,
+    FAKE_REGION,
+    FAKE_SECRET_ACCESS_KEY,
+    S3TestBucket,
+)
 from tests.support.redis_scan import flatten_redis
 from tests.support.stack import eventually, stack_env, unique
 from tests.test_metrics import MeteredWorker, scrape, value
@@ -90,6 +95,15 @@ class World:
             for o in listed
         }
 
+    def log_since(self, mark: int) -> str:
+        """What the worker logged after :meth:`mark` returned ``mark`` (the worker serves
+        every test of the module: an earlier test's lines must not pass for this one's)."""
+        return self.worker.log_text()[mark:]
+
+    def mark(self) -> int:
+        """Where the worker's log is now (see :meth:`log_since`)."""
+        return len(self.worker.log_text())
+
     def session_keys(self, tenant: str, session_id: str) -> dict[bytes, bytes]:
         """Every Redis key of the tenant, dumped (the session's stream, records, index)."""
         pattern = RedisKeys(NS).tenant_pattern(tenant)
@@ -126,29 +140,51 @@ def tenant_users(server: RedisServer, admin_password: str) -> dict[str, str]:
     return dict(pairs)
 
 
-@pytest.fixture
-def world(s3_bucket: S3TestBucket, tmp_path: Path) -> Iterator[World]:
+@pytest.fixture(scope="module")
+def world(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    """One Redis with the tenants' users and one worker for the whole module (each start costs
+    seconds): every test isolates itself with sessions of its own, compares counters and the
+    worker's log with what they were when it began (:meth:`World.mark`), and its bucket is
+    this module's own (no test here resets moto)."""
     password = "admin-" + "x" * 24
-    server = RedisServer(unix_socket=False, password=password).start()
-    left = tenant_users(server, password)
-    assert left["TETHER_REDIS_URL"] == left["TETHER_BROKER_URL"]
-    assert left["TETHER_REDIS_URL"].startswith("redis://team-a:")
-    admin = redis_from_url(server.url)
-    env = stack_env(server.url, s3_bucket.endpoint_url, s3_bucket.bucket)
-    env.update(
-        TETHER_NAMESPACE=NS,
-        TETHER_QUEUE=QUEUE,
-        TETHER_STORE_URL=f"s3://{s3_bucket.bucket}/{NS}",
-    )  # the default trust rule: nothing about TETHER_REGISTERED_RUNS_ONLY is set
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # `tether worker` makes a fresh one
-    worker = MeteredWorker(env, tmp_path, free_port(), queue=QUEUE, pool=1)
-    try:
-        worker.start()
-        yield World(server, admin, s3_bucket, worker)
-    finally:
-        worker.stop()
-        admin.close()
-        server.close()
+    bucket = S3TestBucket(endpoint_url=moto_endpoint, bucket=f"forge-{new_id('b')[-8:].lower()}")
+    with pytest.MonkeyPatch.context() as patch:
+        for name, setting in {
+            "AWS_ACCESS_KEY_ID": FAKE_ACCESS_KEY_ID,
+            "AWS_SECRET_ACCESS_KEY": FAKE_SECRET_ACCESS_KEY,
+            "AWS_DEFAULT_REGION": FAKE_REGION,
+            "AWS_CONFIG_FILE": "/dev/null",
+            "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+        }.items():
+            patch.setenv(name, setting)
+        for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+            patch.delenv(name, raising=False)
+        bucket.client().create_bucket(Bucket=bucket.bucket)
+        server = RedisServer(unix_socket=False, password=password).start()
+        admin: redis.Redis | None = None
+        worker: MeteredWorker | None = None
+        try:
+            left = tenant_users(server, password)
+            assert left["TETHER_REDIS_URL"] == left["TETHER_BROKER_URL"]
+            assert left["TETHER_REDIS_URL"].startswith("redis://team-a:")
+            admin = redis_from_url(server.url)
+            env = stack_env(server.url, bucket.endpoint_url, bucket.bucket)
+            env.update(
+                TETHER_NAMESPACE=NS,
+                TETHER_QUEUE=QUEUE,
+                TETHER_STORE_URL=f"s3://{bucket.bucket}/{NS}",
+            )  # the default trust rule: nothing about TETHER_REGISTERED_RUNS_ONLY is set
+            env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # `tether worker` makes a fresh one
+            log_dir = tmp_path_factory.mktemp("forge")
+            worker = MeteredWorker(env, log_dir, free_port(), queue=QUEUE, pool=1)
+            worker.start()
+            yield World(server, admin, bucket, worker)
+        finally:
+            if worker is not None:
+                worker.stop()
+            if admin is not None:
+                admin.close()
+            server.close()
 
 
 def forged(session_id: str, **fields: object) -> WireRequest:
@@ -166,6 +202,7 @@ def test_a_run_message_forged_by_another_tenant_is_refused_and_changes_nothing(
     try:
         assert team_a.run(session, "remember A's fact", agent="notes", wait_s=60).ok
         stored, in_redis = world.stored(), world.session_keys("team-a", session)
+        mark, before = world.mark(), refused(world.worker)
         assert any(f"/team-a/{session}/" in key for key in stored)
 
         # team-b's own credential: its keys, the broker; team-a's keys are refused to it
@@ -186,12 +223,12 @@ def test_a_run_message_forged_by_another_tenant_is_refused_and_changes_nothing(
         finally:
             celery.close()
 
-        assert eventually(lambda: refused(world.worker) >= 3, timeout_s=60)
+        assert eventually(lambda: refused(world.worker) >= before + 3, timeout_s=60)
         assert world.stored() == stored  # head and archive byte-identical
         assert world.session_keys("team-a", session) == in_redis  # no record, event, session
         runs = RedisRunQueue(world.admin, RedisKeys(NS), result_ttl_s=3600)
         assert runs.get(RunRef("team-a", session, run.request.run_id)) is None
-        assert "refused run message" in world.worker.log_text()
+        assert "refused run message" in world.log_since(mark)
         # team-a's own runs still run: the registered-only worker serves registered runs
         assert team_a.run(session, "recall", agent="notes", wait_s=60).output == "A's fact"
     finally:
@@ -217,6 +254,7 @@ def test_a_record_in_a_tenants_own_keyspace_cannot_name_another_tenants_session(
     try:
         assert team_b.run(b_session, "remember B's PIN", agent="notes", wait_s=60).ok
         stored, b_keys = world.stored(), world.session_keys("team-b", b_session)
+        mark, before = world.mark(), mismatched(world.worker)
 
         a_url = world.tenant_url("team-a")
         a = redis_from_url(a_url)
@@ -247,12 +285,12 @@ def test_a_record_in_a_tenants_own_keyspace_cannot_name_another_tenants_session(
             finally:
                 celery.close()
 
-        assert eventually(lambda: mismatched(world.worker) >= 2, timeout_s=60)
+        assert eventually(lambda: mismatched(world.worker) >= before + 2, timeout_s=60)
         assert world.stored() == stored  # team-b's head and archive byte-identical
         assert world.session_keys("team-b", b_session) == b_keys
         for run_id in run_ids:  # nothing ran: no result, no output of B's memory for team-a
             assert a.hget(keys.run("team-a", a_session, run_id), "result") is None
-        assert "its record holds a request for tenant 'team-b'" in world.worker.log_text()
+        assert "its record holds a request for tenant 'team-b'" in world.log_since(mark)
         assert team_b.run(b_session, "recall", agent="notes", wait_s=60).output == "B's PIN"
         a.close()
     finally:
@@ -277,6 +315,12 @@ def test_a_webhook_task_forged_by_another_tenant_is_refused_and_sends_nothing(
         body='{"type":"run.completed","output_summary":"APPROVED: pay team-b"}',
         attempts=-4,
     )
+
+    def unstored() -> float:
+        samples = scrape(f"http://127.0.0.1:{world.worker.metrics_port}/metrics")
+        return value(samples, "tether_messages_refused_total", reason="unstored_webhook")
+
+    mark, before = world.mark(), unstored()
     celery = Celery("team-b", broker=world.tenant_url("team-b"))
     celery.conf.broker_transport_options = {"global_keyprefix": f"{NS}-celery:"}
     try:
@@ -285,13 +329,9 @@ def test_a_webhook_task_forged_by_another_tenant_is_refused_and_sends_nothing(
     finally:
         celery.close()
 
-    def unstored() -> float:
-        samples = scrape(f"http://127.0.0.1:{world.worker.metrics_port}/metrics")
-        return value(samples, "tether_messages_refused_total", reason="unstored_webhook")
-
-    assert eventually(lambda: unstored() >= 2, timeout_s=60)
+    assert eventually(lambda: unstored() >= before + 2, timeout_s=60)
     assert list(world.admin.scan_iter(match=f"{NS}:{{~webhooks}}*")) == []  # no dead letter
-    assert "refused webhook task" in world.worker.log_text()
+    assert "refused webhook task" in world.log_since(mark)
 
 
 def test_no_tenant_can_write_a_key_shared_with_other_tenants(world: World) -> None:
@@ -361,7 +401,7 @@ def test_a_canvas_task_given_another_tenants_run_id_is_refused(world: World) -> 
         assert done.ok
     finally:
         team_a.close()
-    before = mismatched(world.worker)
+    mark, before = world.mark(), mismatched(world.worker)
     celery = Celery("team-b", broker=world.tenant_url("team-b"))
     celery.conf.broker_transport_options = {"global_keyprefix": f"{NS}-celery:"}
     try:
@@ -375,7 +415,7 @@ def test_a_canvas_task_given_another_tenants_run_id_is_refused(world: World) -> 
     finally:
         celery.close()
     assert eventually(lambda: mismatched(world.worker) > before, timeout_s=60)
-    assert "registered as request" in world.worker.log_text()
+    assert "registered as request" in world.log_since(mark)
     published = flatten_redis(world.admin, match=f"{NS}-celery-results:*")
     assert not [k for k, v in published.items() if b"merger plan" in v]
 
@@ -443,9 +483,9 @@ def test_a_chain_step_forged_into_another_tenants_session_is_refused(
     team_a = world.producer("team-a")
     try:
         assert team_a.run(session, "remember A's fact", agent="notes", wait_s=60).ok
-        in_redis = world.session_keys("team-a", session)
+        in_redis, mark = world.session_keys("team-a", session), world.mark()
         ids = _apply_chain(world, tmp_path, "team-b", unique("b-own"), session, "team-a")
-        eventually(lambda: "was not granted by its tenant" in world.worker.log_text(), 60)
+        eventually(lambda: "was not granted by its tenant" in world.log_since(mark), 60)
         assert team_a.record(f"run-{ids['first']}") is None  # team-b's own step, not A's
         assert team_a.record(f"run-{ids['last']}") is None  # never registered in A's keyspace
         assert world.session_keys("team-a", session) == in_redis

@@ -1,7 +1,9 @@
 """100 runs parked on the fleet at once, on real workers (2 Celery worker processes of 2 pool
 processes each, a redis-server of the test's own as both broker and run state, as ``tether up``
 runs them, and S3 over HTTP): 40 asleep on timers, 30 waiting for a signal, 30 parents each
-waiting on two children that sleep on timers of their own (a child's end must find its parent).
+waiting on two children that sleep on timers of their own or wait for a signal (a child's end
+must find its parent). Both tests of the 100 run in ``make test-long``; ``make test`` flushes a
+fleet holding a few of each kind (:data:`FEW`).
 
 - Flushed (FLUSHALL) while they all wait; then the signals are sent and the timers come due.
 - Rolled back: a snapshot (``SAVE``) taken while they all wait, about half of them resume, then
@@ -43,7 +45,24 @@ from tether.runs.waits.base import wake_request_id
 
 QUEUE = "recoverq"
 MODULES = "tests.support.recovery_agents,tests.support.signal_agents,tests.support.child_agents"
-N_TIMERS, N_SIGNALS, N_PARENTS, CHILDREN = 40, 30, 30, 2
+CHILDREN = 2
+
+
+@dataclass(frozen=True)
+class Size:
+    """How many runs of each kind park: timers, signal listeners, parents of ``CHILDREN``."""
+
+    timers: int
+    signals: int
+    parents: int
+
+
+#: The 100 runs of the long tests.
+FULL = Size(timers=40, signals=30, parents=30)
+#: ``make test``'s flush: every kind and every variant of it (a parent's children asleep or
+#: listening), a few of each, so the fleet parks them in seconds and their timers are set to
+#: come due a few seconds later (not 30 s later, which 100 runs on a busy machine need).
+FEW = Size(timers=4, signals=3, parents=4)
 COMPLETED = RunStatus.COMPLETED.value
 
 
@@ -111,19 +130,19 @@ def fleet(stack: Stack, log_dir: Path) -> Iterator[Fleet]:
         redis.close()
 
 
-def plan(due_ms: Sequence[int], twice: int) -> list[tuple[Waiter, str, str]]:
-    """The 100 runs: each waiter with its input and agent. Group ``g``'s timers are due at
+def plan(due_ms: Sequence[int], twice: int, size: Size) -> list[tuple[Waiter, str, str]]:
+    """The runs of ``size``: each waiter with its input and agent. Group ``g``'s timers are due at
     ``due_ms[g]``; the first ``twice`` listeners take two signals in turn (group 1: they end
     after the rollback); half the parents' children sleep until their group's time, the
     other half wait for a signal."""
     runs: list[tuple[Waiter, str, str]] = []
-    for i in range(N_TIMERS):
+    for i in range(size.timers):
         group = i % len(due_ms)
         runs.append((Waiter("timer", unique("timer"), group), f"until {due_ms[group]}", "alarm"))
-    for i in range(N_SIGNALS):
+    for i in range(size.signals):
         n, group = (2, len(due_ms) - 1) if i < twice else (1, i % len(due_ms))
         runs.append((Waiter("signal", unique("sig"), group, n), f"listen go 3600 {n}", "listener"))
-    for i in range(N_PARENTS):
+    for i in range(size.parents):
         group = i % len(due_ms)
         if i // len(due_ms) % 2:
             text = f"fan {CHILDREN} agent listener input listen go 3600"
@@ -133,10 +152,10 @@ def plan(due_ms: Sequence[int], twice: int) -> list[tuple[Waiter, str, str]]:
     return runs
 
 
-def park_all(f: Fleet, due_ms: Sequence[int], *, twice: int = 0) -> list[Waiter]:
-    """Submit the 100 runs of :func:`plan` and wait until each parked, and each child too; the
+def park_all(f: Fleet, due_ms: Sequence[int], size: Size, *, twice: int = 0) -> list[Waiter]:
+    """Submit the runs of :func:`plan` and wait until each parked, and each child too; the
     waiters, children included (a child waiting for a signal is a ``signal`` waiter)."""
-    runs = plan(due_ms, twice)
+    runs = plan(due_ms, twice, size)
     handles = [f.producer.run_async(w.session_id, text, agent=agent) for w, text, agent in runs]
     children: list[Waiter] = []
     for (waiter, text, _), handle in zip(runs, handles, strict=True):
@@ -210,10 +229,25 @@ def _check_one(f: Fleet, w: Waiter) -> None:
     assert report.ok, (w, report.problems)
 
 
+def test_a_flushed_redis_loses_none_of_the_runs_of_every_kind_waiting(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """``make test``'s variant of the next test: a few runs of each kind."""
+    _flushed(stack, tmp_path, FEW, due_in_ms=8_000)
+
+
+@pytest.mark.slow  # 100 runs and a 30 s timer; the variant above runs each kind in make test
 def test_a_flushed_redis_loses_none_of_100_waiting_runs(stack: Stack, tmp_path: Path) -> None:
+    _flushed(stack, tmp_path, FULL, due_in_ms=30_000)
+
+
+def _flushed(stack: Stack, tmp_path: Path, size: Size, *, due_in_ms: int) -> None:
+    """Park the runs of ``size`` with timers due ``due_in_ms`` from now (after they all
+    parked, on a busy machine), flush Redis, and check every one settles once."""
     with fleet(stack, tmp_path) as f:
-        due_ms = int(time.time() * 1000) + 30_000  # after all 100 parked, on a busy machine
-        waiters = park_all(f, [due_ms])
+        due_ms = int(time.time() * 1000) + due_in_ms
+        waiters = park_all(f, [due_ms], size)
+        print(f"parked {len(waiters)} sessions {due_ms - time.time() * 1000:.0f} ms before due")
         with contextlib.closing(f.redis.client()) as client:
             client.flushall()  # broker and run state: every record, index and queue
         send_signals(f, waiters)
@@ -245,7 +279,7 @@ def _leftovers(redis: RedisServer) -> dict[str, object]:
 def test_a_redis_rolled_back_loses_none_of_100_waiting_runs(stack: Stack, tmp_path: Path) -> None:
     with fleet(stack, tmp_path) as f:
         now_ms = int(time.time() * 1000)
-        waiters = park_all(f, [now_ms + 20_000, now_ms + 35_000], twice=N_SIGNALS // 2)
+        waiters = park_all(f, [now_ms + 20_000, now_ms + 35_000], FULL, twice=FULL.signals // 2)
         first = [w for w in waiters if w.group == 0]
         twice = [w for w in waiters if w.calls == 2]
         send_signals(f, twice)  # consumed around the snapshot: never a second time after it
