@@ -45,7 +45,7 @@ demo: $(STAMP)
 # suite run mostly in-process, one Redis and worker for the tenant-forgery module, the 100-run
 # fleet recovery in test-long (a few runs of each kind stay), and the chaos and streaming
 # stacks started by one process instead of three (~100 s of the suite's ~800 s of CPU); the
-# same code by .ci/run on a fresh clone, quiet machine: 3,015 tests in 433 s (480 s before).
+# same code by .ci/run on fresh clones, quiet machine: 3,015 tests in 433 s and 486 s (464-480 s before).
 PARALLEL := -n 3 --dist loadfile
 
 # It ends by printing what it measured here: the README quotes this line, not another machine's.
