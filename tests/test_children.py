@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.support.child_agents import child_agent, parent_agent
-from tests.support.crash import FAR_MS, TENANT, Backends, worker_runtime
+from tests.support.crash import FAR_MS, TENANT, Backends, session_request, worker_runtime
 from tether import SessionLogReader
 from tether.core.events import now_ms
 from tether.core.results import RunStatus
@@ -41,14 +41,7 @@ def rt(backends: Backends, worker_id: str = "w1", **settings: Any) -> EngineServ
 
 
 def fan(session_id: str, text: str) -> RunRequest:
-    return RunRequest(
-        run_id=f"run-{session_id}",
-        request_id=f"req-{session_id}",
-        tenant=TENANT,
-        session_id=session_id,
-        agent="parent",
-        input=text,
-    )
+    return session_request(session_id, "parent", text)
 
 
 def result_of(backends: Backends, session_id: str, run_id: str) -> RunResult:

@@ -19,6 +19,7 @@ from tests.support.crash import (
     PowerSwitch,
     SimulatedCrash,
     crash_at,
+    session_request,
     worker_runtime,
 )
 from tests.support.signal_agents import await_signal, listener_agent, respond_with
@@ -45,14 +46,7 @@ def _rt(backends: Backends, worker_id: str, switch: PowerSwitch | None = None) -
 
 
 def _listen(session_id: str, count: int = 1) -> RunRequest:
-    return RunRequest(
-        run_id=f"run-{session_id}",
-        request_id=f"req-{session_id}",
-        tenant=TENANT,
-        session_id=session_id,
-        agent="listener",
-        input=f"listen go 600 {count}",
-    )
+    return session_request(session_id, "listener", f"listen go 600 {count}")
 
 
 def _send(backends: Backends, session_id: str, payload: object) -> str:

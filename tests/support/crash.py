@@ -292,17 +292,23 @@ TENANT = "acme"
 _counter = itertools.count()
 
 
-def nap_request(session_id: str, seconds: float = 1) -> RunRequest:
-    """A run of ``sleeper`` (:mod:`tests.support.wait_agents`) parking its session on a timer
-    ``seconds`` away, with ids derived from the session."""
+def session_request(session_id: str, agent: str, text: str) -> RunRequest:
+    """The one run of ``agent`` on ``session_id`` a crash test submits, its run and request
+    ids derived from the session (so a test names them without keeping them)."""
     return RunRequest(
         run_id=f"run-{session_id}",
         request_id=f"req-{session_id}",
         tenant=TENANT,
         session_id=session_id,
-        agent="sleeper",
-        input=f"nap {seconds}",
+        agent=agent,
+        input=text,
     )
+
+
+def nap_request(session_id: str, seconds: float = 1) -> RunRequest:
+    """A run of ``sleeper`` (:mod:`tests.support.wait_agents`) parking its session on a timer
+    ``seconds`` away."""
+    return session_request(session_id, "sleeper", f"nap {seconds}")
 
 
 def request_for(session_id: str, text: str) -> RunRequest:
