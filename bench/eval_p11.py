@@ -42,7 +42,7 @@ from tests.support.openai_fixture import OpenAIServer, start_openai_server
 from tether.dev.workers import WorkerProcess
 from tether.models.base import ModelResponse
 from tether.producer.client import Producer
-from tether.producer.ops.batch import run_batch
+from tether.producer.ops.batch import BatchSummary, run_batch
 from tether.settings import Settings
 
 QUEUE = "p11"
@@ -92,20 +92,51 @@ def _start_workers(bench: Bench, server: OpenAIServer) -> list[WorkerProcess]:
     return workers
 
 
+def write_cases(path: Path, n: int, prefix: str = "c") -> Path:
+    """``n`` one-turn cases with a reference answer (also :mod:`bench.p11_cpu`'s)."""
+    lines = (
+        json.dumps({"id": f"{prefix}{i}", "input": f"question {i}", "expected": "the answer"})
+        for i in range(n)
+    )
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def judged_batch(
+    producer: Producer, cases: Path, out: Path, batch_id: str, epochs: int, concurrency: int
+) -> BatchSummary:
+    """Tether's side of one trial: the ``assistant`` agent on every case, each answer scored
+    by the judge on the test server (also :mod:`bench.p11_cpu`'s)."""
+    return run_batch(
+        producer,
+        cases,
+        agent="assistant",
+        concurrency=concurrency,
+        out=out,
+        batch_id=batch_id,
+        epochs=epochs,
+        scorers=[f"judge:model={JUDGE_MODEL}"],
+    )
+
+
+def inspect_command(
+    cases: int, epochs: int, concurrency: int, log_dir: Path, server: OpenAIServer
+) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment of Inspect's side in its own process (also
+    :mod:`bench.p11_cpu`'s)."""
+    argv = [sys.executable, "-m", "bench.inspect_side", str(cases), str(epochs)]
+    argv += [str(concurrency), str(log_dir)]
+    # Inspect's openai provider reads the endpoint from the environment, as a user would set it
+    env = {**os.environ, "OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": server.api_key}
+    return argv, env
+
+
 def _tether_trial(bench: Bench, producer: Producer, cases: Path, folder: Path, n: int) -> float:
     sz = bench.sizes
     out = folder / f"tether-{n}.results.jsonl"
     started = time.perf_counter()
-    summary = run_batch(
-        producer,
-        cases,
-        agent="assistant",
-        concurrency=sz.p11_concurrency,
-        out=out,
-        batch_id=f"p11-{bench.tag}-{n}",
-        epochs=sz.p11_epochs,
-        scorers=[f"judge:model={JUDGE_MODEL}"],
-    )
+    batch_id = f"p11-{bench.tag}-{n}"
+    summary = judged_batch(producer, cases, out, batch_id, sz.p11_epochs, sz.p11_concurrency)
     wall_s = time.perf_counter() - started
     samples = sz.p11_cases * sz.p11_epochs
     if summary.finished != samples or summary.passed != samples:
@@ -118,17 +149,9 @@ def _tether_trial(bench: Bench, producer: Producer, cases: Path, folder: Path, n
 
 def _inspect_trial(bench: Bench, server: OpenAIServer, folder: Path, n: int) -> float:
     sz = bench.sizes
-    argv = [
-        sys.executable,
-        "-m",
-        "bench.inspect_side",
-        str(sz.p11_cases),
-        str(sz.p11_epochs),
-        str(sz.p11_concurrency),
-        str(folder / f"inspect-{n}"),
-    ]
-    # Inspect's openai provider reads the endpoint from the environment, as a user would set it
-    env = {**os.environ, "OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": server.api_key}
+    argv, env = inspect_command(
+        sz.p11_cases, sz.p11_epochs, sz.p11_concurrency, folder / f"inspect-{n}", server
+    )
     done = subprocess.run(
         argv, capture_output=True, text=True, timeout=INSPECT_TIMEOUT_S, check=False, env=env
     )
@@ -161,14 +184,7 @@ def _trials(bench: Bench) -> tuple[list[float], list[float]]:
         workers = _start_workers(bench, server)
         with tempfile.TemporaryDirectory(prefix="p11-") as tmp:
             folder = Path(tmp)
-            cases = folder / "cases.jsonl"
-            cases.write_text(
-                "".join(
-                    json.dumps({"id": f"c{i}", "input": f"question {i}", "expected": "the answer"})
-                    + "\n"
-                    for i in range(sz.p11_cases)
-                )
-            )
+            cases = write_cases(folder / "cases.jsonl", sz.p11_cases)
             for n in range(sz.p11_trials):
                 if n % 2 == 0:
                     inspect.append(_inspect_trial(bench, server, folder, n))

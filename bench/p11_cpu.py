@@ -21,7 +21,6 @@ import json
 import os
 import secrets
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,49 +28,25 @@ from pathlib import Path
 import psutil
 
 from bench.eval_p11 import (
-    JUDGE_MODEL,
     QUEUE,
     answer_by_default,
+    inspect_command,
+    judged_batch,
     producer_settings,
     worker_env,
+    write_cases,
 )
 from bench.stack import BUCKET, bench_env, cpu_s, s3_client, start_moto, stop_process_group
 from tests.support.openai_fixture import OpenAIServer, start_openai_server
 from tether.dev.redis_server import RedisServer
 from tether.dev.workers import WorkerProcess
 from tether.producer.client import Producer
-from tether.producer.ops.batch import run_batch
-
-
-def write_cases(path: Path, n: int, prefix: str = "c") -> Path:
-    """``n`` one-turn cases, as P11 writes them."""
-    lines = (
-        json.dumps({"id": f"{prefix}{i}", "input": f"question {i}", "expected": "the answer"})
-        for i in range(n)
-    )
-    path.write_text("".join(line + "\n" for line in lines))
-    return path
-
-
-def _batch(producer: Producer, cases: Path, out: Path, epochs: int, concurrency: int) -> int:
-    summary = run_batch(
-        producer,
-        cases,
-        agent="assistant",
-        concurrency=concurrency,
-        out=out,
-        batch_id=f"p11cpu-{secrets.token_hex(4)}",
-        epochs=epochs,
-        scorers=[f"judge:model={JUDGE_MODEL}"],
-    )
-    return summary.passed
 
 
 def _inspect(args: argparse.Namespace, server: OpenAIServer, folder: Path) -> dict[str, object]:
     """Inspect's side in its own process; its CPU (import included) per sample."""
-    env = {**os.environ, "OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": server.api_key}
-    argv = [sys.executable, "-m", "bench.inspect_side", str(args.cases), str(args.epochs)]
-    argv += [str(args.concurrency), str(folder / f"inspect-{secrets.token_hex(4)}")]
+    log_dir = folder / f"inspect-{secrets.token_hex(4)}"
+    argv, env = inspect_command(args.cases, args.epochs, args.concurrency, log_dir, server)
     server_before = cpu_s(server.process.pid)
     proc = psutil.Popen(argv, stdout=subprocess.PIPE, env=env)
     used_s = 0.0
@@ -136,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
         pids = {name: pid for name, pid in named.items() if pid is not None}
         if args.warm:
             warm = write_cases(folder / "warm.jsonl", args.warm, prefix="w")
-            _batch(producer, warm, folder / "warm.results.jsonl", 1, args.concurrency)
+            judged_batch(
+                producer, warm, folder / "warm.results.jsonl", "p11cpu-warm", 1, args.concurrency
+            )
         cases = write_cases(folder / "cases.jsonl", args.cases)
         samples = args.cases * args.epochs
         for n in range(args.trials):
@@ -144,7 +121,10 @@ def main(argv: list[str] | None = None) -> int:
             mine = cpu_s(os.getpid(), children=False)
             load = os.getloadavg()[0]
             started = time.perf_counter()
-            passed = _batch(producer, cases, folder / f"t{n}.jsonl", args.epochs, args.concurrency)
+            batch_id = f"p11cpu-{secrets.token_hex(4)}"
+            out = folder / f"t{n}.jsonl"
+            summary = judged_batch(producer, cases, out, batch_id, args.epochs, args.concurrency)
+            passed = summary.passed
             wall_s = time.perf_counter() - started
             cpu = {"producer": cpu_s(os.getpid(), children=False) - mine}
             cpu.update({name: cpu_s(pids[name]) - was for name, was in before.items()})
