@@ -9,15 +9,34 @@ and serve the profile.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import threading
 from collections import Counter
 from collections.abc import Callable
+from importlib import resources
 from typing import Any
 
 import redis
 
 from bench.core import Bench
+from tether.persistence.lua import load
+from tether.runs.queue.record import record_script
+
+
+def script_names() -> dict[str, str]:
+    """Every script's SHA1, as clients call it, -> its file's name (the ones with run-record
+    tables loaded with them): MONITOR shows a script call by its SHA1."""
+    names: dict[str, str] = {}
+    for entry in resources.files("tether.persistence.lua").iterdir():
+        if not entry.name.endswith(".lua"):
+            continue
+        name = entry.name.removesuffix(".lua")
+        text = entry.read_text()
+        script = record_script(name) if "@tables" in text else load(name)
+        names[hashlib.sha1(script.source.encode()).hexdigest()] = name
+    return names
+
 
 _S3_LINE = re.compile(r'"(?:\x1b\[[0-9;]*m)?(GET|PUT|POST|HEAD|DELETE) (\S+) HTTP')
 

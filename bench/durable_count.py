@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -36,32 +35,17 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from bench.agents import STEPS10_ANSWER
 from bench.core import check_result
+from bench.counting import script_names
 from bench.durable_step import RESULT_TIMEOUT_S, RESULTS, TetherSide, start_tether
 from bench.report import command_line, host_info, now_iso
-from tether.persistence.lua import load
-from tether.runs.queue.record import record_script
 
 Tally = collections.Counter[tuple[str, str]]
 """(caller, command) -> count."""
-
-
-def script_names() -> dict[str, str]:
-    """Every script's SHA -> its name (the ones with run-record tables loaded with them)."""
-    names: dict[str, str] = {}
-    for entry in resources.files("tether.persistence.lua").iterdir():
-        if not entry.name.endswith(".lua"):
-            continue
-        name = entry.name.removesuffix(".lua")
-        text = entry.read_text()
-        script = record_script(name) if "@tables" in text else load(name)
-        names[hashlib.sha1(script.source.encode()).hexdigest()] = name
-    return names
 
 
 def _socket_owners() -> dict[int, int]:

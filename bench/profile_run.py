@@ -19,19 +19,17 @@ import argparse
 import collections
 import contextlib
 import cProfile
-import hashlib
 import pstats
 import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from importlib import resources
 from pathlib import Path
 
+from bench.counting import script_names
 from bench.private_stack import private_redis_and_s3, production_runtime
 from tether.dev.redis_server import RedisServer
-from tether.persistence.lua import load
 from tether.persistence.redis_conn import redis_from_url
 from tether.runs.contract import RunRequest
 from tether.runs.queue.base import submit
@@ -77,17 +75,6 @@ def s3_runtime() -> Iterator[EngineServices]:
     """A worker's runtime on a private Redis (no persistence) and moto S3."""
     with private_redis_and_s3(BUCKET, "tether-profile-") as (redis_url, endpoint):
         yield production_runtime(redis_url, endpoint, BUCKET)
-
-
-def script_names() -> dict[str, str]:
-    """The SHA1 of each Lua script as loaded, to its file's name."""
-    names: dict[str, str] = {}
-    for entry in resources.files("tether.persistence.lua").iterdir():
-        if entry.name.endswith(".lua"):
-            with contextlib.suppress(Exception):  # a script that takes tables: not on this path
-                source = load(entry.name[:-4]).source
-                names[hashlib.sha1(source.encode()).hexdigest()] = entry.name[:-4]
-    return names
 
 
 def commands_per_run(rt: EngineServices, one: Callable[[int], None], start: int, n: int) -> None:

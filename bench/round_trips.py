@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import hashlib
 import json
 import threading
 import uuid
@@ -32,12 +31,11 @@ import redis
 from redis.connection import AbstractConnection
 
 from bench.agents import PRICED_MODEL
+from bench.counting import script_names
 from bench.private_stack import private_redis_and_s3, production_runtime
 from tether.ids import new_id
-from tether.persistence import lua
 from tether.runs.contract import RunRequest
 from tether.runs.queue.base import submit
-from tether.runs.queue.record import record_script
 from tether.runs.usage.policy import admit_submission
 from tether.worker.engine.claim import Carried
 from tether.worker.engine.cycle import drain
@@ -201,20 +199,6 @@ def worker_path(
     return {k: round(v, 2) for k, v in out.items()}
 
 
-def _script_names() -> dict[str, str]:
-    """Script name by the SHA1 a client calls it with (every ``.lua`` of the package that loads
-    with the run record's tables; the others are no run's)."""
-    names = {}
-    for path in (lua.resources.files(lua.__package__)).iterdir():
-        if path.name.endswith(".lua"):
-            try:
-                source = record_script(path.name.removesuffix(".lua")).source
-            except TypeError:
-                continue
-            names[hashlib.sha1(source.encode()).hexdigest()] = path.name.removesuffix(".lua")
-    return names
-
-
 STOP = "round-trips-monitor-stop"
 
 
@@ -236,7 +220,7 @@ def inside_scripts(
 
     for i in range(20):  # warm-up: connections, scripts
         one(i)
-    names = _script_names()
+    names = script_names()
     counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     ready = threading.Event()
 
